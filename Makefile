@@ -1,0 +1,48 @@
+# nsysaudit: `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+NSYSAUDIT := $(VENV)/bin/nsysaudit
+FIX := tests/fixtures/h200
+OUT ?= out
+
+.DEFAULT_GOAL := help
+.PHONY: help venv nsys demo test test-fast lint golden bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed ## create .venv with nsysaudit and its test tools
+
+nsys: ## install the real nsys CLI (Debian non-free, 2023.4.4) into .tools/nsys
+	bash scripts/install-nsys.sh
+
+demo: venv ## the main job: analyze the bundled real H200 observe and release captures
+	$(NSYSAUDIT) analyze $(FIX)/observe.sqlite
+	$(NSYSAUDIT) analyze $(FIX)/release.sqlite
+
+test: venv nsys ## run the whole test suite (installs deps and the nsys CLI first)
+	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" $(PY) -m pytest -q
+
+test-fast: venv ## run the tests without installing nsys (nsys tests skip when it is absent)
+	$(PY) -m pytest -q
+
+lint: venv ## ruff and mypy (strict on the package)
+	$(VENV)/bin/ruff check nsysaudit tests benchmarks
+	$(VENV)/bin/mypy
+
+golden: venv ## regenerate the golden report files in tests/golden (review the diff)
+	NSYSAUDIT_REGEN_GOLDEN=1 $(PY) -m pytest -q tests/test_golden.py
+
+bench: venv nsys ## run the benchmark (see benchmarks/RESULTS.md)
+	$(PY) benchmarks/run.py
+
+clean: ## remove build and test leftovers (not the venv or tools)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis $(OUT)

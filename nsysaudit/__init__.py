@@ -1,0 +1,30 @@
+"""nsysaudit: forensics on NVIDIA Nsight Systems exports.
+
+Finds CUDA allocation failures nested inside library calls (cuBLAS, cuDNN), says where the
+evidence stops (censored coverage), and seals what it reports.
+
+>>> import nsysaudit
+>>> result = nsysaudit.analyze("tests/fixtures/h200/observe.sqlite")  # doctest: +SKIP
+>>> result.verdict, result.census["nonzero_returns"]  # doctest: +SKIP
+('inconclusive', 13)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from nsysaudit.analysis import analyze
+from nsysaudit.errors import BadOption, CheckFailed, ExportFailed, NsysAuditError, NsysNotFound, UnusableInput
+from nsysaudit.reports.analysis import AnalysisResult
+
+__all__ = [
+    "AnalysisResult",
+    "BadOption",
+    "CheckFailed",
+    "ExportFailed",
+    "NsysAuditError",
+    "NsysNotFound",
+    "UnusableInput",
+    "__version__",
+    "analyze",
+]

@@ -1,0 +1,36 @@
+"""The error hierarchy: one root, a few one-line facts, each with the exit code the CLI uses."""
+
+from __future__ import annotations
+
+
+class NsysAuditError(Exception):
+    """Root of every error nsysaudit raises on purpose. ``exit_code`` is what the CLI returns."""
+
+    exit_code = 2
+
+
+class UnusableInput(NsysAuditError):
+    """An input file cannot be analyzed at all (empty, not SQLite, truncated, not an nsys export)."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+
+
+class NsysNotFound(UnusableInput):
+    """An .nsys-rep was given but no nsys CLI could be found to export it."""
+
+
+class ExportFailed(UnusableInput):
+    """The nsys CLI could not export an .nsys-rep to SQLite."""
+
+
+class BadOption(NsysAuditError):
+    """An option's value cannot be used (for example a malformed --anchor)."""
+
+
+class CheckFailed(NsysAuditError):
+    """A check the user asked for did not pass (for example ``verify`` found a changed file)."""
+
+    exit_code = 1

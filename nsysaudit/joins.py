@@ -1,0 +1,165 @@
+"""The joins: pure functions, frames in, frames out.
+
+A CUDA API call is *nested* in a library call when both are on the same thread (the same full
+``globalTid``: VM, PID and TID bits) and ``lib.start <= call.start and call.end <= lib.end``.
+A call on the same thread that overlaps the library call without lying wholly inside it
+*straddles* its edge: it is reported separately, never as nested.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from nsysaudit.codes import is_allocation_api
+from nsysaudit.model import decode_pid, decode_tid, global_pid
+
+PAIR_SCHEMA = {
+    "lib_id": pl.Int64,
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+    "relation": pl.String,
+}
+
+
+def thread_spans(library_calls: pl.DataFrame) -> pl.DataFrame:
+    """Per thread, the time window covered by its (closed) library calls: ``gtid, lo_ns, hi_ns``."""
+    return (
+        library_calls.filter(
+            pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+        )
+        .group_by("gtid")
+        .agg(pl.col("start_ns").min().alias("lo_ns"), pl.col("end_ns").max().alias("hi_ns"))
+        .sort("gtid")
+    )
+
+
+def nest(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """Every (library call, CUDA API call) pair on the same thread whose intervals overlap.
+
+    ``relation`` is ``"nested"`` when the call lies wholly inside the library call and
+    ``"straddling"`` when it crosses one of its edges. Uses an inequality join per thread, so the
+    work grows with the number of pairs found, not with the product of the two tables.
+    """
+    libs = library_calls.filter(
+        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+    ).select("lib_id", "gtid", pl.col("start_ns").alias("lib_start"), pl.col("end_ns").alias("lib_end"))
+    parts: list[pl.DataFrame] = []
+    if libs.height and calls.height:
+        calls_by_thread = calls.partition_by("gtid", as_dict=True)
+        for (gtid,), thread_libs in libs.partition_by("gtid", as_dict=True).items():
+            thread_calls = calls_by_thread.get((gtid,))
+            if thread_calls is None:
+                continue
+            joined = thread_calls.join_where(
+                thread_libs.drop("gtid"),
+                pl.col("start_ns") <= pl.col("lib_end"),
+                pl.col("end_ns") >= pl.col("lib_start"),
+            )
+            if joined.height:
+                parts.append(joined)
+    if not parts:
+        return pl.DataFrame(schema=PAIR_SCHEMA)
+    pairs = pl.concat(parts)
+    inside = (pl.col("start_ns") >= pl.col("lib_start")) & (pl.col("end_ns") <= pl.col("lib_end"))
+    return (
+        pairs.with_columns(pl.when(inside).then(pl.lit("nested")).otherwise(pl.lit("straddling")).alias("relation"))
+        .select(list(PAIR_SCHEMA))
+        .sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
+    )
+
+
+def attach_bytes(pairs: pl.DataFrame, allocations: pl.DataFrame) -> pl.DataFrame:
+    """Add ``bytes``: the allocation event's bytes for the call's (globalPid, correlationId).
+
+    Correlation ids are unique per process, not per export, so the join includes the process.
+    A call without an allocation event (every failed allocation) gets ``None``: unknown.
+    """
+    return (
+        pairs.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+        .join(
+            allocations.select("gpid", "correlation_id", "bytes"),
+            on=["gpid", "correlation_id"],
+            how="left",
+        )
+        .drop("gpid")
+    )
+
+
+def api_span_by_process(api_groups: pl.DataFrame) -> pl.DataFrame:
+    """First and last CUDA API timestamp per process: ``gpid, first_ns, last_ns, rows``."""
+    return (
+        api_groups.filter(pl.col("gtid").is_not_null())
+        .with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+        .group_by("gpid")
+        .agg(
+            pl.col("first_ns").min(),
+            pl.col("last_ns").max(),
+            pl.col("count").sum().alias("rows"),
+        )
+        .sort("gpid")
+    )
+
+
+def censor(library_calls: pl.DataFrame, api_span: pl.DataFrame, *, has_runtime: bool) -> pl.DataFrame:
+    """Add ``coverage`` ("complete" | "censored") and ``censored_reason`` to each library call.
+
+    A library call's nesting evidence is censored when the CUDA API trace of its process stops
+    before the call ends (CUPTI recording ended inside it), the process has no CUDA API rows, the
+    export has no CUDA API table, or the call has no end. A process's *first* CUDA API call
+    falling inside a library call is not censoring: libraries often initialize CUDA themselves,
+    so the first traced calls of a process are legitimately nested in cublasCreate.
+    """
+    spans = api_span.select("gpid", pl.col("first_ns").alias("api_first_ns"), pl.col("last_ns").alias("api_last_ns"))
+    out = library_calls.with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(spans, on="gpid", how="left")
+    reason = (
+        pl.when(pl.lit(not has_runtime))
+        .then(pl.lit("no_cuda_api_trace"))
+        .when(pl.col("end_ns").is_null())
+        .then(pl.lit("library_call_has_no_end"))
+        .when(pl.col("gtid").is_null())
+        .then(pl.lit("library_call_has_no_thread"))
+        .when(pl.col("api_last_ns").is_null())
+        .then(pl.lit("no_cuda_api_trace_for_process"))
+        .when(pl.col("end_ns") > pl.col("api_last_ns"))
+        .then(pl.lit("cuda_api_trace_ends_inside"))
+        .otherwise(pl.lit(None, dtype=pl.String))
+    )
+    return (
+        out.with_columns(reason.alias("censored_reason"))
+        .with_columns(
+            pl.when(pl.col("censored_reason").is_null())
+            .then(pl.lit("complete"))
+            .otherwise(pl.lit("censored"))
+            .alias("coverage")
+        )
+        .drop("gpid")
+        .sort("lib_id")
+    )
+
+
+def alloc_failures(pairs: pl.DataFrame) -> pl.DataFrame:
+    """Failed allocation calls among ``pairs``, with ``kind``.
+
+    ``nested_alloc_failure``: a non-zero return from an allocation API wholly inside the library
+    call. ``straddling_alloc_failure``: the same, crossing the library call's edge.
+    """
+    is_alloc = pl.col("api").map_elements(is_allocation_api, return_dtype=pl.Boolean, skip_nulls=True)
+    failed = pairs.filter((pl.col("return_code") != 0) & pl.col("api").is_not_null())
+    return failed.filter(is_alloc.fill_null(False)).with_columns(
+        pl.when(pl.col("relation") == "nested")
+        .then(pl.lit("nested_alloc_failure"))
+        .otherwise(pl.lit("straddling_alloc_failure"))
+        .alias("kind")
+    )
+
+
+def with_ids(frame: pl.DataFrame, thread_names: pl.DataFrame) -> pl.DataFrame:
+    """Add ``pid``, ``tid`` (decoded from ``gtid``) and ``thread_name`` (None when unknown)."""
+    names = thread_names.filter(pl.col("gtid").is_not_null()).group_by("gtid", maintain_order=True).last()
+    return frame.with_columns(decode_pid(pl.col("gtid")).alias("pid"), decode_tid(pl.col("gtid")).alias("tid")).join(
+        names, on="gtid", how="left"
+    )

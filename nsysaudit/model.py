@@ -1,0 +1,411 @@
+"""Typed frames read from a probed export. Every frame documents its columns.
+
+The reading is version-tolerant: tables are looked up through :meth:`ExportFile.table`, optional
+columns are used only when present, enum ids are read from the export's own ENUM tables when it
+has them. What cannot be read is recorded as a warning, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from nsysaudit.errors import UnusableInput
+from nsysaudit.source import ExportFile, Table
+
+TID_MASK = 0xFFFFFF
+# Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
+# that do not carry the enum table.
+NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
+DEFAULT_LIBRARY_DOMAINS = ("cuBLAS", "cuDNN")
+LIBRARY_TABLES = {"CUBLAS_EVENTS": "cuBLAS", "CUDNN_EVENTS": "cuDNN"}
+
+
+def q(name: str) -> str:
+    """Quote an identifier for SQL."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def frame(conn: sqlite3.Connection, sql: str, schema: dict[str, Any], params: Sequence[Any] = ()) -> pl.DataFrame:
+    """Run ``sql`` and return its rows as a frame with exactly ``schema``."""
+    rows = conn.execute(sql, params).fetchall()
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def decode_pid(gtid: pl.Expr) -> pl.Expr:
+    """PID from a serialized globalTid/globalPid: ``(g >> 24) & 0xFFFFFF``."""
+    return (gtid // (1 << 24)) % (1 << 24)
+
+
+def decode_tid(gtid: pl.Expr) -> pl.Expr:
+    """TID from a serialized globalTid: ``g & 0xFFFFFF``."""
+    return gtid % (1 << 24)
+
+
+def global_pid(gtid: pl.Expr) -> pl.Expr:
+    """The globalPid part of a globalTid (VM and PID bits, TID bits cleared)."""
+    return gtid - (gtid % (1 << 24))
+
+
+@dataclass
+class Trace:
+    """What the analysis reads from one export.
+
+    Frames (all timestamps are the export's own nanoseconds):
+
+    - ``api_groups``: one row per (gtid, name_id, return_code) of CUPTI_ACTIVITY_KIND_RUNTIME:
+      ``gtid, name_id, api, return_code, count, first_ns, last_ns`` (``api`` null when the
+      nameId has no StringIds row).
+    - ``nvtx_ranges``: NVTX push/pop and start/end ranges:
+      ``gtid, start_ns, end_ns, text, domain_id, domain, event_type``.
+    - ``library_calls``: library API ranges (CUBLAS_EVENTS/CUDNN_EVENTS rows and NVTX ranges in a
+      library domain): ``lib_id, api, library, source, gtid, start_ns, end_ns``.
+    - ``allocations``: CUDA_GPU_MEMORY_USAGE_EVENTS allocation rows grouped by
+      ``gpid, correlation_id`` with ``bytes`` (sum) and ``events`` (row count).
+    - ``thread_names``: ``gtid, thread_name``. ``processes``: ``pid, gpid, process_name``.
+    - ``memory_span``: ``gpid, first_ns, last_ns, rows`` of all memory usage events.
+    """
+
+    export: ExportFile
+    has_runtime: bool
+    runtime_table: str | None
+    api_groups: pl.DataFrame
+    nvtx_ranges: pl.DataFrame
+    library_calls: pl.DataFrame
+    allocations: pl.DataFrame
+    thread_names: pl.DataFrame
+    processes: pl.DataFrame
+    memory_span: pl.DataFrame
+    session_start_utc_ns: int | None
+    capture: dict[str, list[str]]
+    tables_used: dict[str, str]
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+
+    def warn(self, kind: str, count: int, message: str) -> None:
+        self.warnings.append({"kind": kind, "count": int(count), "message": message})
+
+
+API_GROUP_SCHEMA = {
+    "gtid": pl.Int64,
+    "name_id": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+    "count": pl.Int64,
+    "first_ns": pl.Int64,
+    "last_ns": pl.Int64,
+}
+NVTX_SCHEMA = {
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "text": pl.String,
+    "domain_id": pl.Int64,
+    "event_type": pl.Int64,
+}
+LIB_SCHEMA = {
+    "api": pl.String,
+    "library": pl.String,
+    "source": pl.String,
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+ALLOC_SCHEMA = {"gpid": pl.Int64, "correlation_id": pl.Int64, "bytes": pl.Int64, "events": pl.Int64}
+CALL_SCHEMA = {
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+    "name_id": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+}
+
+
+def _enum_id(export: ExportFile, table: str, name: str, fallback: int) -> int:
+    """An id from an ENUM table by its symbolic name, or ``fallback`` when the table is absent."""
+    t = export.table(table)
+    if t is None or not t.has("id", "name"):
+        return fallback
+    row = export.conn.execute(f"SELECT id FROM {q(t.name)} WHERE name = ?", (name,)).fetchone()
+    return int(row[0]) if row else fallback
+
+
+def _require(path: object, table: Table, *columns: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise UnusableInput(
+            path, f"{table.name} has no {', '.join(missing)} column(s); cannot read it as an nsys export"
+        )
+
+
+def load(export: ExportFile, library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS) -> Trace:
+    """Read every frame the analysis needs from ``export``."""
+    try:
+        return _load(export, tuple(library_domains))
+    except sqlite3.DatabaseError as exc:
+        raise UnusableInput(export.path, f"SQLite failed while reading the export: {exc}") from None
+
+
+def _load(export: ExportFile, library_domains: tuple[str, ...]) -> Trace:
+    conn, path = export.conn, export.path
+    strings = export.table("StringIds")
+    assert strings is not None  # probe() guarantees it
+    _require(path, strings, "id", "value")
+    tables_used: dict[str, str] = {"StringIds": strings.name}
+
+    # --- CUDA API (runtime + driver) ---------------------------------------------------------
+    runtime = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
+    if runtime is not None:
+        _require(path, runtime, "start", "end", "globalTid", "nameId", "returnValue")
+        tables_used["cuda_api"] = runtime.name
+        api_groups = frame(
+            conn,
+            f"""SELECT g.globalTid, g.nameId, s.value, g.returnValue, g.n, g.first, g.last
+                FROM (SELECT globalTid, nameId, returnValue, count(*) AS n,
+                             min(start) AS first, max("end") AS last
+                      FROM {q(runtime.name)} GROUP BY globalTid, nameId, returnValue) AS g
+                LEFT JOIN {q(strings.name)} AS s ON s.id = g.nameId""",
+            API_GROUP_SCHEMA,
+        )
+    else:
+        api_groups = pl.DataFrame(schema=API_GROUP_SCHEMA)
+
+    # --- NVTX ranges and library domains ------------------------------------------------------
+    nvtx = export.table("NVTX_EVENTS")
+    pushpop = _enum_id(export, "ENUM_NSYS_EVENT_TYPE", "NvtxPushPopRange", NVTX_PUSHPOP)
+    startend = _enum_id(export, "ENUM_NSYS_EVENT_TYPE", "NvtxStartEndRange", NVTX_STARTEND)
+    domain_create = _enum_id(export, "ENUM_NSYS_EVENT_TYPE", "NvtxDomainCreate", NVTX_DOMAIN_CREATE)
+    domains = pl.DataFrame(schema={"gpid": pl.Int64, "domain_id": pl.Int64, "domain": pl.String})
+    if nvtx is not None and nvtx.has("start", "eventType", "globalTid"):
+        tables_used["nvtx"] = nvtx.name
+        has_text_id = nvtx.has("textId")
+        text_expr = "coalesce(n.text, s.value)" if has_text_id else "n.text"
+        join = f"LEFT JOIN {q(strings.name)} AS s ON s.id = n.textId" if has_text_id else ""
+        domain_col = "n.domainId" if nvtx.has("domainId") else "NULL"
+        end_col = 'n."end"' if nvtx.has("end") else "NULL"
+        text_col = "n.text" if nvtx.has("text") else "NULL"
+        text_expr = text_expr.replace("n.text", text_col)
+        nvtx_ranges = frame(
+            conn,
+            f"""SELECT n.globalTid, n.start, {end_col}, {text_expr}, {domain_col}, n.eventType
+                FROM {q(nvtx.name)} AS n {join} WHERE n.eventType IN (?, ?)""",
+            NVTX_SCHEMA,
+            (pushpop, startend),
+        )
+        if nvtx.has("domainId"):
+            domains = frame(
+                conn,
+                f"""SELECT n.globalTid, n.domainId, {text_expr} FROM {q(nvtx.name)} AS n {join}
+                    WHERE n.eventType = ?""",
+                {"gtid": pl.Int64, "domain_id": pl.Int64, "domain": pl.String},
+                (domain_create,),
+            ).select(global_pid(pl.col("gtid")).alias("gpid"), "domain_id", "domain")
+    else:
+        nvtx_ranges = pl.DataFrame(schema=NVTX_SCHEMA)
+    # NVTX domain ids are per process: map (globalPid, domainId) -> domain name.
+    domains = domains.unique(subset=["gpid", "domain_id"], keep="first", maintain_order=True)
+    nvtx_ranges = (
+        nvtx_ranges.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+        .join(domains, on=["gpid", "domain_id"], how="left")
+        .drop("gpid")
+    )
+
+    lib_parts = [
+        nvtx_ranges.filter(pl.col("domain").is_in(list(library_domains))).select(
+            pl.col("text").alias("api"),
+            pl.col("domain").alias("library"),
+            (pl.lit("NVTX:") + pl.col("domain")).alias("source"),
+            "gtid",
+            "start_ns",
+            "end_ns",
+        )
+    ]
+    for base, library in LIBRARY_TABLES.items():
+        table = export.table(base)
+        if table is None or not table.has("start", "end", "globalTid", "nameId"):
+            continue
+        tables_used[library] = table.name
+        lib_parts.append(
+            frame(
+                conn,
+                f"""SELECT s.value, ?, ?, e.globalTid, e.start, e."end"
+                    FROM {q(table.name)} AS e LEFT JOIN {q(strings.name)} AS s ON s.id = e.nameId""",
+                LIB_SCHEMA,
+                (library, table.name),
+            )
+        )
+    library_calls = (
+        pl.concat([p.cast(LIB_SCHEMA) for p in lib_parts])  # type: ignore[arg-type]
+        .sort(["start_ns", "gtid", "end_ns", "api", "source"], nulls_last=True)
+        .with_row_index("lib_id")
+        .with_columns(pl.col("lib_id").cast(pl.Int64))
+    )
+
+    # --- Memory usage events --------------------------------------------------------------------
+    mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
+    if mem is not None and mem.has("start", "globalPid", "bytes", "correlationId"):
+        tables_used["memory"] = mem.name
+        alloc_op = _enum_id(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER", "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", 0)
+        op_filter = "WHERE memoryOperationType = ?" if mem.has("memoryOperationType") else ""
+        params = (alloc_op,) if op_filter else ()
+        allocations = frame(
+            conn,
+            f"""SELECT globalPid, correlationId, sum(bytes), count(*) FROM {q(mem.name)}
+                {op_filter} GROUP BY globalPid, correlationId""",
+            ALLOC_SCHEMA,
+            params,
+        )
+        memory_span = frame(
+            conn,
+            f"SELECT globalPid, min(start), max(start), count(*) FROM {q(mem.name)} GROUP BY globalPid",
+            {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64},
+        )
+    else:
+        allocations = pl.DataFrame(schema=ALLOC_SCHEMA)
+        memory_span = pl.DataFrame(
+            schema={"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
+        )
+
+    # --- Names ----------------------------------------------------------------------------------
+    tn = export.table("ThreadNames")
+    if tn is not None and tn.has("nameId", "globalTid"):
+        thread_names = frame(
+            conn,
+            f"""SELECT t.globalTid, s.value FROM {q(tn.name)} AS t
+                LEFT JOIN {q(strings.name)} AS s ON s.id = t.nameId ORDER BY t.rowid""",
+            {"gtid": pl.Int64, "thread_name": pl.String},
+        )
+    else:
+        thread_names = pl.DataFrame(schema={"gtid": pl.Int64, "thread_name": pl.String})
+    pt = export.table("PROCESSES")
+    if pt is not None and pt.has("globalPid", "pid", "name"):
+        processes = frame(
+            conn,
+            f"SELECT pid, globalPid, name FROM {q(pt.name)} ORDER BY globalPid",
+            {"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String},
+        )
+    else:
+        processes = pl.DataFrame(schema={"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String})
+
+    session = export.table("TARGET_INFO_SESSION_START_TIME")
+    session_start = None
+    if session is not None and session.has("utcEpochNs"):
+        row = conn.execute(f"SELECT utcEpochNs FROM {q(session.name)} LIMIT 1").fetchone()
+        session_start = int(row[0]) if row and row[0] is not None else None
+
+    capture: dict[str, list[str]] = {}
+    cap = export.table("META_DATA_CAPTURE")
+    if cap is not None and cap.has("name", "value"):
+        for key, value in conn.execute(f"SELECT name, value FROM {q(cap.name)} ORDER BY rowid"):
+            capture.setdefault(str(key), []).append(str(value))
+
+    trace = Trace(
+        export=export,
+        has_runtime=runtime is not None,
+        runtime_table=runtime.name if runtime is not None else None,
+        api_groups=api_groups,
+        nvtx_ranges=nvtx_ranges,
+        library_calls=library_calls,
+        allocations=allocations,
+        thread_names=thread_names,
+        processes=processes,
+        memory_span=memory_span,
+        session_start_utc_ns=session_start,
+        capture=capture,
+        tables_used=tables_used,
+        warnings=list(export.warnings),
+    )
+    _check_integrity(trace)
+    return trace
+
+
+def _check_integrity(trace: Trace) -> None:
+    """Record what is partly broken in the export as warnings (the analysis still runs)."""
+    g = trace.api_groups
+    dangling = g.filter(pl.col("api").is_null())
+    if dangling.height:
+        trace.warn(
+            "dangling_name_id",
+            int(dangling["count"].sum()),
+            "CUDA API rows whose nameId has no StringIds row: their API name is unknown",
+        )
+    null_tid = g.filter(pl.col("gtid").is_null())
+    if null_tid.height:
+        trace.warn(
+            "null_global_tid",
+            int(null_tid["count"].sum()),
+            "CUDA API rows without globalTid: counted in the census, never joined to a thread",
+        )
+    lib = trace.library_calls
+    if lib.height:
+        unnamed = lib.filter(pl.col("api").is_null()).height
+        if unnamed:
+            trace.warn("dangling_library_name", unnamed, "library calls whose name is not in StringIds")
+        open_ended = lib.filter(pl.col("end_ns").is_null()).height
+        if open_ended:
+            trace.warn(
+                "library_call_without_end",
+                open_ended,
+                "library calls with no end timestamp (NVTX end is NULL): nesting cannot be checked",
+            )
+        reversed_ = lib.filter(pl.col("end_ns") < pl.col("start_ns")).height
+        if reversed_:
+            trace.warn("reversed_library_range", reversed_, "library calls whose end is before their start")
+    dup_names = (
+        trace.thread_names.group_by("gtid").agg(pl.col("thread_name").n_unique().alias("n")).filter(pl.col("n") > 1)
+    )
+    if dup_names.height:
+        trace.warn(
+            "several_thread_names",
+            dup_names.height,
+            "threads with more than one ThreadNames row: the last row's name is shown",
+        )
+    dup_alloc = trace.allocations.filter(pl.col("events") > 1)
+    if dup_alloc.height:
+        trace.warn(
+            "duplicate_allocation_correlation",
+            dup_alloc.height,
+            "correlation ids with more than one allocation event: their bytes are summed",
+        )
+
+
+def calls_overlapping(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
+    """CUDA API rows on the threads in ``spans`` (``gtid, lo_ns, hi_ns``) that overlap [lo, hi].
+
+    One scan of the runtime table: rows are filtered in SQLite by thread and by the overall time
+    window, then per thread in polars. Columns: see ``CALL_SCHEMA``.
+    """
+    if not trace.has_runtime or spans.height == 0 or trace.runtime_table is None:
+        return pl.DataFrame(schema=CALL_SCHEMA)
+    export = trace.export
+    strings = export.table("StringIds")
+    assert strings is not None
+    runtime = export.table(trace.runtime_table)
+    assert runtime is not None
+    corr = "r.correlationId" if runtime.has("correlationId") else "NULL"
+    gtids = [int(g) for g in spans["gtid"].unique().sort().to_list()]
+    lo, hi = int(spans["lo_ns"].min()), int(spans["hi_ns"].max())  # type: ignore[arg-type]
+
+    try:
+        rows = frame(
+            export.conn,
+            f"""SELECT r.globalTid, r.start, r."end", {corr}, r.nameId, s.value, r.returnValue
+                FROM {q(runtime.name)} AS r LEFT JOIN {q(strings.name)} AS s ON s.id = r.nameId
+                WHERE r."end" >= ? AND r.start <= ?
+                  AND r.globalTid IN (SELECT value FROM json_each(?))""",
+            CALL_SCHEMA,
+            (lo, hi, json.dumps(gtids)),
+        )
+    except sqlite3.DatabaseError as exc:
+        raise UnusableInput(export.path, f"SQLite failed while reading {runtime.name}: {exc}") from None
+    return (
+        rows.join(spans, on="gtid", how="inner")
+        .filter((pl.col("end_ns") >= pl.col("lo_ns")) & (pl.col("start_ns") <= pl.col("hi_ns")))
+        .drop("lo_ns", "hi_ns")
+    )

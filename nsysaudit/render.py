@@ -1,0 +1,168 @@
+"""Terminal rendering of reports: the only module that uses rich.
+
+Text that comes from traces or telemetry (thread names, NVTX strings, messages) is data: it is
+wrapped in ``rich.text.Text`` so markup in it is shown literally, and very long strings are
+shortened with their length shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from nsysaudit.reports.analysis import AnalysisResult
+
+MAX_TEXT = 80
+MAX_LIBRARY_ROWS = 40
+
+
+def literal(value: object, limit: int = MAX_TEXT) -> Text:
+    """Trace-provided text shown as-is (no markup), shortened past ``limit`` characters."""
+    if value is None:
+        return Text("unknown", style="dim italic")
+    s = str(value)
+    if len(s) > limit:
+        s = f"{s[: limit - 1]}… ({len(s)} chars)"
+    return Text(s)
+
+
+def ns(value: int | None) -> Text:
+    return Text("unknown", style="dim italic") if value is None else Text(f"{value:,}")
+
+
+def nbytes(value: int | None) -> Text:
+    if value is None:
+        return Text("unknown", style="dim italic")
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    v, i = float(value), 0
+    while v >= 1024 and i < len(units) - 1:
+        v, i = v / 1024, i + 1
+    return Text(f"{value:,} B" if i == 0 else f"{value:,} B ({v:.1f} {units[i]})")
+
+
+VERDICT_STYLE = {"failure_found": "bold red", "inconclusive": "bold yellow", "no_failure": "bold green"}
+
+
+def analysis_renderable(result: AnalysisResult) -> RenderableType:
+    """The whole single-arm report as one rich renderable."""
+    d = result.to_dict()
+    parts: list[RenderableType] = []
+    inp = d["input"]
+    head = Text()
+    head.append("nsysaudit analyze ", style="bold")
+    head.append(inp["path"])
+    head.append(
+        f"\n  {inp['kind']}, sha256 {inp['sha256']}\n  nsys {inp['nsys_version'] or 'unknown'}"
+        f"  schema {inp['schema_version'] or 'unknown'}"
+    )
+    if inp["kind"] == "nsys-rep":
+        exp = inp["export"]
+        head.append(f"\n  export sha256 {exp['sha256']} ({'cache hit' if exp['cache_hit'] else 'exported now'})")
+    parts.append(head)
+
+    verdict = Text("\nverdict: ")
+    verdict.append(d["verdict"], style=VERDICT_STYLE.get(d["verdict"], "bold"))
+    for reason in d["verdict_reasons"]:
+        verdict.append(f"\n  {reason}")
+    parts.append(verdict)
+
+    c = d["census"]
+    census = Table(
+        title=f"Census: {c['cuda_api_calls']:,} CUDA API calls, {c['nonzero_returns']:,} non-zero returns",
+        title_justify="left",
+    )
+    for col in ("api", "return code", "name", "count"):
+        census.add_column(col, justify="right" if col in ("return code", "count") else "left")
+    for r in c["by_return"]:
+        census.add_row(literal(r["api"]), str(r["return_code"]), literal(r["return_name"]), f"{r['count']:,}")
+    if not c["by_return"]:
+        census.add_row(Text("no non-zero returns", style="dim"), "", "", "")
+    parts.append(census)
+
+    parts.append(Text(f"\nFindings: {len(d['findings'])}", style="bold"))
+    for f in d["findings"]:
+        enc = f["enclosing"]
+        t = Text("  ")
+        t.append(f["kind"], style="bold red" if f["kind"] == "nested_alloc_failure" else "yellow")
+        t.append(": ")
+        t.append_text(literal(f["api"]))
+        t.append(
+            f" returned {f['return_code']} ({f['return_name'] or 'unknown code'}), correlation id {f['correlation_id']}"
+        )
+        t.append(f"\n    pid {f['pid']} tid {f['tid']} thread ")
+        t.append_text(literal(f["thread_name"]))
+        t.append(f", [{f['start_ns']:,} .. {f['end_ns']:,}] ns, requested bytes ")
+        t.append_text(nbytes(f["requested_bytes"]))
+        t.append("\n    inside ")
+        t.append_text(literal(enc["api"]))
+        t.append(f" [{enc['start_ns']:,} .. {enc['end_ns']:,}] ({enc['source']}, coverage {enc['coverage']})")
+        parts.append(t)
+    if not d["findings"]:
+        parts.append(Text("  no failed allocation call inside or across a library call", style="dim"))
+
+    libs = d["library_calls"]
+    shown = sorted(libs, key=lambda x: (x["coverage"] != "censored", x["failed_children"] == 0, x["lib_id"]))
+    title = f"\nLibrary calls: {len(libs)}"
+    if len(libs) > MAX_LIBRARY_ROWS:
+        title += f" (censored and failing first; {MAX_LIBRARY_ROWS} shown, all in --json)"
+    parts.append(Text(title, style="bold"))
+    for lc in shown[:MAX_LIBRARY_ROWS]:
+        t = Text("  ")
+        t.append_text(literal(lc["api"]))
+        t.append(f"  {lc['source']}  pid {lc['pid']} tid {lc['tid']} thread ")
+        t.append_text(literal(lc["thread_name"]))
+        end = "unknown" if lc["end_ns"] is None else f"{lc['end_ns']:,}"
+        dur = "" if lc["duration_ns"] is None else f" ({lc['duration_ns'] / 1e6:.3f} ms)"
+        t.append(f"\n    [{lc['start_ns']:,} .. {end}] ns{dur}  coverage ")
+        t.append(lc["coverage"], style="yellow" if lc["coverage"] == "censored" else "green")
+        if lc["censored_reason"]:
+            t.append(f" ({lc['censored_reason']})")
+        t.append(
+            f"\n    {len(lc['children'])} nested CUDA API call(s), {lc['failed_children']} failed, "
+            f"{len(lc['straddling'])} straddling; allocated by nested calls: "
+        )
+        t.append_text(nbytes(lc["allocated_bytes"]))
+        parts.append(t)
+    if not libs:
+        parts.append(Text("  no library API ranges (cuBLAS/cuDNN) in this export", style="dim"))
+    parts.append(Text(""))
+
+    cov_table = Table(title="Coverage by trace source and process", title_justify="left")
+    for col in ("source", "pid", "first ns", "last ns", "rows"):
+        cov_table.add_column(col)
+    for s in d["coverage"]["by_source"]:
+        cov_table.add_row(s["source"], str(s["pid"]), ns(s["first_ns"]), ns(s["last_ns"]), f"{s['rows']:,}")
+    if not d["coverage"]["by_source"]:
+        cov_table.add_row(Text("no trace rows", style="dim"), "", "", "", "")
+    parts.append(cov_table)
+    for cen in d["coverage"]["censored"]:
+        last = cen["cuda_api_last_ns"]
+        t = Text(
+            f"censored: {cen['api']} (pid {cen['pid']}, tid {cen['tid']}) "
+            f"[{cen['start_ns']:,}, {cen['end_ns'] if cen['end_ns'] is None else format(cen['end_ns'], ',')}]: "
+            f"{cen['reason']}",
+            style="yellow",
+        )
+        if last is not None and cen["reason"] == "cuda_api_trace_ends_inside":
+            t.append(
+                f"; the process's CUDA API trace ends at {last:,}, {cen['end_ns'] - last:,} ns before the call ends"
+            )
+        parts.append(t)
+    parts.extend(_warnings(d["warnings"]))
+    return Group(*parts)
+
+
+def _warnings(warnings: list[dict[str, Any]]) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for w in warnings:
+        t = Text(f"warning: {w['kind']} ({w['count']:,}): ", style="magenta")
+        t.append(literal(w["message"], 300))
+        out.append(t)
+    return out
+
+
+def print_analysis(result: AnalysisResult, console: Console) -> None:
+    console.print(analysis_renderable(result))

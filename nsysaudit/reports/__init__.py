@@ -1,0 +1,1 @@
+"""Report data: builds what a report says from analysis frames. Never prints."""

@@ -1,0 +1,216 @@
+"""Opening an nsys SQLite export read-only and probing what it holds.
+
+Nothing here knows about findings: it answers "is this a usable export?", "which tables and
+columns does it have?" and "which nsys/schema version wrote it?" by looking at the file itself
+(``sqlite_master``, ``PRAGMA table_info``), never by assuming one nsys release's layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nsysaudit.errors import UnusableInput
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
+
+# Tables whose presence marks a file as an nsys export (one of the metadata tables is enough;
+# 2022.x and older write EXPORT_META_DATA, later releases META_DATA_EXPORT).
+META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+
+
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    """SHA-256 of a file's bytes, read in chunks (multi-GB exports stay out of memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Refuse files that are not whole SQLite databases before SQLite itself sees them.
+
+    A truncated export may open and fail half-way through a table, or worse, not fail at all
+    when the lost pages are ones a query does not read. The header records the page size and
+    the page count; a file shorter than their product has lost pages, so it is refused up front.
+    """
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise UnusableInput(path, "no such file") from None
+    except OSError as exc:
+        raise UnusableInput(path, f"cannot read: {exc.strerror}") from None
+    if not path.is_file():
+        raise UnusableInput(path, "not a regular file")
+    if size == 0:
+        raise UnusableInput(path, "empty file (0 bytes), not an nsys SQLite export")
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(100)
+    except OSError as exc:
+        raise UnusableInput(path, f"cannot read: {exc.strerror}") from None
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise UnusableInput(path, "not a SQLite database (bad header); expected an nsys SQLite export")
+    page_size = int.from_bytes(header[16:18], "big")
+    if page_size == 1:
+        page_size = 65536
+    if page_size < 512 or page_size & (page_size - 1):
+        raise UnusableInput(path, f"corrupt SQLite header (page size {page_size})")
+    change_counter = int.from_bytes(header[24:28], "big")
+    page_count = int.from_bytes(header[28:32], "big")
+    valid_for = int.from_bytes(header[92:96], "big")
+    # The in-header page count is only authoritative when "version-valid-for" matches the
+    # change counter (SQLite >= 3.7.0 writers keep them equal).
+    if page_count and valid_for == change_counter:
+        expected = page_count * page_size
+        if expected > size:
+            raise UnusableInput(
+                path,
+                f"truncated SQLite file: header says {page_count} pages of {page_size} bytes "
+                f"({expected} bytes) but the file has {size} bytes",
+            )
+    elif size % page_size:
+        raise UnusableInput(
+            path, f"truncated SQLite file: {size} bytes is not a whole number of {page_size}-byte pages"
+        )
+
+
+def open_readonly(path: Path) -> sqlite3.Connection:
+    """Open ``path`` with SQLite's read-only URI mode: the evidence is never written."""
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise UnusableInput(path, f"SQLite cannot read it: {exc}") from None
+    return conn
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table found in the export: the name it really has and its columns (original case)."""
+
+    name: str
+    columns: tuple[str, ...]
+
+    def has(self, *columns: str) -> bool:
+        return all(c in self.columns for c in columns)
+
+
+@dataclass
+class ExportFile:
+    """An opened, probed nsys export. ``tables`` maps real table names to their columns."""
+
+    path: Path
+    conn: sqlite3.Connection
+    tables: dict[str, Table]
+    meta: dict[str, str]
+    warnings: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def nsys_version(self) -> str | None:
+        return self.meta.get("EXPORT_PRODUCT_VERSION")
+
+    @property
+    def schema_version(self) -> str | None:
+        return self.meta.get("EXPORT_SCHEMA_VERSION")
+
+    @property
+    def schema_major(self) -> int | None:
+        raw = self.meta.get("EXPORT_SCHEMA_VERSION_MAJOR")
+        if raw is None and self.schema_version:
+            raw = self.schema_version.split(".")[0]
+        try:
+            return int(raw) if raw is not None else None
+        except ValueError:
+            return None
+
+    def table(self, base: str) -> Table | None:
+        """The table for ``base``, accepting nsys's versioned variants (``NVTX_EVENTS_V2``).
+
+        When several variants exist the highest version wins; the choice is visible in the
+        report's ``input.tables``.
+        """
+        if base in self.tables:
+            best: Table | None = self.tables[base]
+            best_version = 1
+        else:
+            best, best_version = None, 0
+        pattern = re.compile(re.escape(base) + r"_V(\d+)$")
+        for name, table in self.tables.items():
+            match = pattern.match(name)
+            if match and int(match.group(1)) > best_version:
+                best, best_version = table, int(match.group(1))
+        return best
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def probe(path: Path) -> ExportFile:
+    """Check ``path`` is a whole SQLite file and an nsys export, and list what it holds."""
+    check_sqlite_file(path)
+    conn = open_readonly(path)
+    try:
+        try:
+            names = [
+                row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            ]
+            tables: dict[str, Table] = {}
+            for name in names:
+                cols = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({_quote(name)})"))
+                tables[name] = Table(name, cols)
+        except sqlite3.DatabaseError as exc:
+            raise UnusableInput(path, f"SQLite cannot read its schema: {exc}") from None
+        meta_table = next((tables[t] for t in META_TABLES if t in tables), None)
+        if meta_table is None or "StringIds" not in tables:
+            missing = " and ".join(
+                x
+                for x, ok in (("META_DATA_EXPORT", meta_table is not None), ("StringIds", "StringIds" in tables))
+                if not ok
+            )
+            raise UnusableInput(path, f"not an Nsight Systems export: no {missing} table")
+        if not meta_table.has("name", "value"):
+            raise UnusableInput(path, f"not an Nsight Systems export: {meta_table.name} has no name/value columns")
+        meta: dict[str, str] = {}
+        try:
+            for key, value in conn.execute(f"SELECT name, value FROM {_quote(meta_table.name)}"):
+                if key is not None and value is not None:
+                    meta[str(key)] = str(value)
+        except sqlite3.DatabaseError as exc:
+            raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
+        export = ExportFile(path=path, conn=conn, tables=tables, meta=meta)
+        major = export.schema_major
+        if major is None:
+            export.warnings.append(
+                {
+                    "kind": "unknown_schema_version",
+                    "count": 1,
+                    "message": f"{meta_table.name} has no EXPORT_SCHEMA_VERSION; tables are read by probing",
+                }
+            )
+        elif major not in KNOWN_SCHEMA_MAJORS:
+            export.warnings.append(
+                {
+                    "kind": "unknown_schema_major",
+                    "count": 1,
+                    "message": f"export schema major version {major} ({export.schema_version}) is newer or older "
+                    f"than the ones nsysaudit was checked against (2.x, 3.x); tables are read by probing",
+                }
+            )
+        return export
+    except BaseException:
+        conn.close()
+        raise

@@ -1,0 +1,499 @@
+"""Build nsys-schema SQLite exports from a small Python description.
+
+The tables are created by executing, verbatim, the ``CREATE TABLE`` statements of the real
+Nsight Systems 2023.4.4 export schema (``tests/fixtures/schema/nsys-2023.4.4-export-schema.sql``),
+so column comments, ``NOT NULL`` constraints and primary keys are exactly what nsys writes.
+Row shapes follow the real H200 export in ``tests/fixtures/h200/observe.sqlite``; that file is
+NOT needed to build fixtures (the few enum rows used are embedded below).
+
+Determinism: the same :class:`Export` gives byte-identical files (no clocks, no randomness).
+
+* StringIds ids are 1..N in order of first use: every string use by an event (runtime call
+  name, library API name, registered NVTX text) is ordered by (event start, generation order:
+  calls, then lib_calls, then ranges, each in list order); thread names come last, in
+  (vm, pid, tid) order.
+* Rows of every event table are written sorted by ``start`` (stable: ties keep spec order).
+* NVTX library domains (``LibCall(source="nvtx")``) get one NvtxDomainCreate row per
+  (vm, pid, library); domain ids are numbered per process from 1 in order of first use,
+  as nsys does (a second process gets its own domain 1). The creating thread is the
+  process's main thread (tid == pid, as in the real export) and the row's start is 1 ns
+  before the process's earliest event in the spec (clamped at 0).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import pathlib
+import re
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+SCHEMA_PATH = (
+    pathlib.Path(__file__).resolve().parent
+    / "fixtures"
+    / "schema"
+    / "nsys-2023.4.4-export-schema.sql"
+)
+
+VM_DEFAULT = 0
+
+_ID_MASK = 0xFFFFFF
+
+
+def global_pid(pid: int, vm: int = 0) -> int:
+    """Serialized GlobalId of a process: (vm << 48) | (pid << 24)."""
+    if not 0 <= pid <= _ID_MASK:
+        raise ValueError(f"pid out of range: {pid}")
+    if not 0 <= vm <= 0xFFFF:
+        raise ValueError(f"vm out of range: {vm}")
+    return (vm << 48) | (pid << 24)
+
+
+def global_tid(pid: int, tid: int, vm: int = 0) -> int:
+    """Serialized GlobalId of a thread: (vm << 48) | (pid << 24) | tid."""
+    if not 0 <= tid <= _ID_MASK:
+        raise ValueError(f"tid out of range: {tid}")
+    return global_pid(pid, vm) | tid
+
+
+# --------------------------------------------------------------------------------------------
+# Enum rows copied from the real export (tests/fixtures/h200/observe.sqlite, nsys 2023.4.4.54)
+# --------------------------------------------------------------------------------------------
+
+NVTX_PUSH_POP_RANGE = 59
+NVTX_START_END_RANGE = 60
+NVTX_DOMAIN_CREATE = 75
+
+EVENT_CLASS_CUDA_RUNTIME = 0
+EVENT_CLASS_CUDA_DRIVER = 1
+EVENT_CLASS_CUDNN = 28
+EVENT_CLASS_CUBLAS = 29
+
+MEM_OPER_ALLOCATION = 0
+MEM_OPER_DEALLOCATION = 1
+MEM_KIND_DEVICE = 2
+
+ENUM_ROWS: dict[str, list[tuple[int, str, str]]] = {
+    "ENUM_NSYS_EVENT_TYPE": [
+        (59, "NvtxPushPopRange", "NvtxPushPopRange"),
+        (60, "NvtxStartEndRange", "NvtxStartEndRange"),
+        (75, "NvtxDomainCreate", "NvtxDomainCreate"),
+    ],
+    "ENUM_NSYS_EVENT_CLASS": [
+        (0, "TRACE_PROCESS_EVENT_CUDA_RUNTIME", "CUDA runtime"),
+        (1, "TRACE_PROCESS_EVENT_CUDA_DRIVER", "CUDA driver"),
+        (28, "TRACE_PROCESS_EVENT_CUDNN", "cuDNN"),
+        (29, "TRACE_PROCESS_EVENT_CUBLAS", "cuBLAS"),
+    ],
+    "ENUM_CUDA_DEV_MEM_EVENT_OPER": [
+        (0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"),
+        (1, "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation"),
+    ],
+    "ENUM_CUDA_MEM_KIND": [
+        (0, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"),
+        (1, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned"),
+        (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"),
+        (3, "CUDA_MEMOPR_MEMORY_KIND_ARRAY", "Array"),
+        (4, "CUDA_MEMOPR_MEMORY_KIND_MANAGED", "Managed"),
+        (5, "CUDA_MEMOPR_MEMORY_KIND_DEVICE_STATIC", "Device Static"),
+        (6, "CUDA_MEMOPR_MEMORY_KIND_MANAGED_STATIC", "Managed Static"),
+        (7, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"),
+    ],
+}
+
+# Library -> table / eventClass for the CUBLAS_EVENTS / CUDNN_EVENTS form.
+LIBRARY_TABLES: dict[str, tuple[str, int]] = {
+    "cuBLAS": ("CUBLAS_EVENTS", EVENT_CLASS_CUBLAS),
+    "cuDNN": ("CUDNN_EVENTS", EVENT_CLASS_CUDNN),
+}
+
+# META_DATA_CAPTURE rows of the real (scrubbed) observe export; capture_meta overrides/extends.
+DEFAULT_CAPTURE_META: tuple[tuple[str, str], ...] = (
+    ("DEVICE_ID", "Local (CLI)"),
+    ("CAPTURE_EVENT_TYPE", "CuBLAS"),
+    ("CAPTURE_EVENT_TYPE", "NvtxEvents"),
+    ("CAPTURE_EVENT_TYPE", "Cuda"),
+    ("RATE_HZ", "0"),
+    ("START_TRIGGER", "Immediate"),
+    ("STOP_TRIGGER", "Delayed"),
+    ("DEVICE_TYPE", "Unix"),
+    ("PROCESS_0:HOW_TO_ATTACH", "LaunchAnother"),
+    ("PROCESS_0:COMMAND", "python3"),
+    ("PROCESS_0:COLLECT_NVTX_TRACE", "true"),
+    ("PROCESS_0:COLLECT_CUDA_TRACE", "true"),
+    ("PROCESS_0:COLLECT_GPU_MEMORY_USAGE", "true"),
+    ("INCLUDE_CHILDREN", "true"),
+)
+
+_SCHEMA_CKSUM_3_7_2 = "2307844469 139029"
+
+THREAD_PRIORITY = 20  # what the real export records for the traced python threads
+ALLOC_BASE_ADDRESS = 0x7FC4_0000_0000
+ALLOC_GRANULARITY = 2 << 20
+
+
+# --------------------------------------------------------------------------------------------
+# Spec
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """One CUPTI_ACTIVITY_KIND_RUNTIME row (plus an optional allocation memory event)."""
+
+    api: str
+    start: int
+    end: int
+    pid: int = 100
+    tid: int = 100
+    ret: int = 0
+    corr: int | None = None
+    bytes: int | None = None
+    vm: int = 0
+
+
+@dataclass
+class LibCall:
+    """A library API range: NVTX domain form (default) or CUBLAS_EVENTS/CUDNN_EVENTS rows."""
+
+    api: str
+    start: int
+    end: int | None
+    pid: int = 100
+    tid: int = 100
+    library: str = "cuBLAS"
+    source: str = "nvtx"
+    vm: int = 0
+
+
+@dataclass
+class Range:
+    """A plain NVTX push/pop range in the default domain (domainId 0)."""
+
+    text: str
+    start: int
+    end: int | None
+    pid: int = 100
+    tid: int = 100
+    registered: bool = False
+    vm: int = 0
+
+
+@dataclass
+class Export:
+    calls: list[Call] = field(default_factory=list)
+    lib_calls: list[LibCall] = field(default_factory=list)
+    ranges: list[Range] = field(default_factory=list)
+    thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    processes: dict[int, str] = field(default_factory=dict)
+    session_start_utc_ns: int | None = 1_796_064_718_689_501_058
+    nsys_version: str = "2023.4.4.54"
+    schema_version: str = "3.7.2"
+    omit_tables: set[str] = field(default_factory=set)
+    full_schema: bool = False
+    capture_meta: dict[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------------
+# DDL
+# --------------------------------------------------------------------------------------------
+
+_CREATE_RE = re.compile(r"^CREATE TABLE (\w+) \(\n.*?^\)(?=;$)", re.MULTILINE | re.DOTALL)
+
+
+@cache
+def _ddl() -> tuple[tuple[str, str], ...]:
+    text = SCHEMA_PATH.read_text(encoding="utf-8")
+    found = tuple((m.group(1), m.group(0)) for m in _CREATE_RE.finditer(text))
+    if len(found) != text.count("CREATE TABLE"):
+        raise RuntimeError(f"could not parse every CREATE TABLE in {SCHEMA_PATH}")
+    return found
+
+
+def ddl_statements() -> dict[str, str]:
+    """Table name -> CREATE statement (verbatim, without the trailing ';'), in file order.
+
+    The statement text is exactly what nsys stores in sqlite_master.sql. The DDL file has no
+    indexes or views (neither has the real lazy export), so none are created.
+    """
+    return dict(_ddl())
+
+
+# --------------------------------------------------------------------------------------------
+# Build
+# --------------------------------------------------------------------------------------------
+
+_ALWAYS_LAZY = (
+    "StringIds",
+    "META_DATA_EXPORT",
+    "META_DATA_CAPTURE",
+    "PROCESSES",
+    "ThreadNames",
+    *ENUM_ROWS,
+)
+
+
+def _event_class(api: str) -> int:
+    return EVENT_CLASS_CUDA_RUNTIME if api.startswith("cuda") else EVENT_CLASS_CUDA_DRIVER
+
+
+def _utc_text(ns: int) -> str:
+    epoch = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+    moment = epoch + _dt.timedelta(microseconds=ns // 1000)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _export_meta(spec: Export) -> list[tuple[str, str]]:
+    parts = spec.schema_version.split(".")
+    rows = [
+        ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+        ("EXPORT_PRODUCT_VERSION", spec.nsys_version),
+        ("EXPORT_PRODUCT_DATE", ".".join(spec.nsys_version.split(".")[:2])),
+        ("EXPORT_SCHEMA_VERSION", spec.schema_version),
+    ]
+    for suffix, part in zip(("MAJOR", "MINOR", "MICRO"), parts, strict=False):
+        rows.append((f"EXPORT_SCHEMA_VERSION_{suffix}", part))
+    if spec.schema_version == "3.7.2":
+        rows.append(("EXPORT_SCHEMA_VERSION_CKSUM", _SCHEMA_CKSUM_3_7_2))
+    rows += [
+        ("EXPORT_PLATFORM", "linux-desktop"),
+        ("EXPORT_ARCH", "x64"),
+        ("EXPORT_PARAM_INPUT_FILE", "fixture.nsys-rep"),
+        ("EXPORT_PARAM_OUTUPT_FILE", "fixture.sqlite"),  # sic: nsys spells it OUTUPT
+        ("EXPORT_PARAM_OVERWRITE", "true"),
+        ("EXPORT_PARAM_APPEND", "false"),
+        ("EXPORT_PARAM_LAZY", "false" if spec.full_schema else "true"),
+        ("EXPORT_PARAM_TIME_NORMALIZE", "false"),
+        ("EXPORT_PARAM_TIME_SHIFT", "0"),
+        ("EXPORT_CONFIG_TIME_SHIFT", "0"),
+    ]
+    return rows
+
+
+def _capture_meta(spec: Export) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    for name, value in DEFAULT_CAPTURE_META:
+        if name in spec.capture_meta:
+            if all(r[0] != name for r in rows):
+                rows.append((name, spec.capture_meta[name]))
+        else:
+            rows.append((name, value))
+    defaults = {name for name, _ in DEFAULT_CAPTURE_META}
+    rows += [(k, v) for k, v in spec.capture_meta.items() if k not in defaults]
+    return rows
+
+
+def _validate(spec: Export) -> None:
+    for c in spec.calls:
+        if c.end < c.start:
+            raise ValueError(f"call ends before it starts: {c}")
+        if c.bytes is not None and c.bytes < 0:
+            raise ValueError(f"negative bytes: {c}")
+    for lc in spec.lib_calls:
+        if lc.source not in ("nvtx", "table"):
+            raise ValueError(f"LibCall.source must be 'nvtx' or 'table': {lc}")
+        if lc.source == "table":
+            if lc.end is None:
+                raise ValueError(f"LibCall with source='table' needs an end: {lc}")
+            if lc.library not in LIBRARY_TABLES:
+                raise ValueError(f"no event table for library {lc.library!r}: {lc}")
+        if lc.end is not None and lc.end < lc.start:
+            raise ValueError(f"lib call ends before it starts: {lc}")
+    for r in spec.ranges:
+        if r.end is not None and r.end < r.start:
+            raise ValueError(f"range ends before it starts: {r}")
+    unknown = spec.omit_tables - set(ddl_statements())
+    if unknown:
+        raise ValueError(f"omit_tables names unknown tables: {sorted(unknown)}")
+
+
+def _by_start(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return sorted(rows, key=lambda row: row[0])  # stable: ties keep generation order
+
+
+class _Strings:
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def add(self, value: str) -> int:
+        if value not in self.ids:
+            self.ids[value] = len(self.ids) + 1
+        return self.ids[value]
+
+
+def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
+    strings = _Strings()
+    # Intern event strings in order of first use: (start, generation order).
+    uses: list[tuple[int, int, str]] = []
+    for c in spec.calls:
+        uses.append((c.start, len(uses), c.api))
+    for lc in spec.lib_calls:
+        uses.append((lc.start, len(uses), lc.api))
+    for r in spec.ranges:
+        if r.registered:
+            uses.append((r.start, len(uses), r.text))
+    for _, _, value in sorted(uses):
+        strings.add(value)
+
+    out: dict[str, list[tuple[Any, ...]]] = {}
+
+    # CUDA runtime/driver calls and their allocation events.
+    explicit = [c.corr for c in spec.calls if c.corr is not None]
+    next_corr = max(explicit, default=0) + 1
+    runtime: list[tuple[Any, ...]] = []
+    memory: list[tuple[Any, ...]] = []
+    address = ALLOC_BASE_ADDRESS
+    for c in spec.calls:
+        corr = c.corr
+        if corr is None:
+            corr, next_corr = next_corr, next_corr + 1
+        gtid = global_tid(c.pid, c.tid, c.vm)
+        runtime.append(
+            (c.start, c.end, _event_class(c.api), gtid, corr, strings.ids[c.api], c.ret, None)
+        )
+        if c.bytes is not None:
+            memory.append(
+                (
+                    c.start + 1, global_pid(c.pid, c.vm), 0, 1, address, 0, c.bytes,
+                    MEM_KIND_DEVICE, MEM_OPER_ALLOCATION, None, corr,
+                    None, None, None, None, None, None,
+                )
+            )
+            granules = max(1, -(-c.bytes // ALLOC_GRANULARITY))
+            address += granules * ALLOC_GRANULARITY
+    out["CUPTI_ACTIVITY_KIND_RUNTIME"] = _by_start(runtime)
+    out["CUDA_GPU_MEMORY_USAGE_EVENTS"] = _by_start(memory)
+
+    # NVTX: library domains, library ranges, plain user ranges.
+    def nvtx(
+        start: int, end: int | None, event_type: int, text: str | None, gtid: int,
+        text_id: int | None, domain_id: int,
+    ) -> tuple[Any, ...]:
+        return (start, end, event_type, None, None, None, text, gtid, None, text_id, domain_id,
+                None, None, None, None, None, None, None, None)
+
+    earliest: dict[tuple[int, int], int] = {}
+    for item in (*spec.calls, *spec.lib_calls, *spec.ranges):
+        key = (item.vm, item.pid)
+        earliest[key] = min(earliest.get(key, item.start), item.start)
+
+    domains: dict[tuple[int, int, str], int] = {}
+    per_process: dict[tuple[int, int], int] = {}
+    nvtx_rows: list[tuple[Any, ...]] = []
+    lib_tables: dict[str, list[tuple[Any, ...]]] = {t: [] for t, _ in LIBRARY_TABLES.values()}
+    for lc in spec.lib_calls:
+        gtid = global_tid(lc.pid, lc.tid, lc.vm)
+        name_id = strings.ids[lc.api]
+        if lc.source == "table":
+            table, event_class = LIBRARY_TABLES[lc.library]
+            lib_tables[table].append((lc.start, lc.end, event_class, gtid, name_id))
+            continue
+        key = (lc.vm, lc.pid, lc.library)
+        if key not in domains:
+            proc = (lc.vm, lc.pid)
+            domain_id = per_process.get(proc, 0) + 1
+            per_process[proc] = domain_id
+            domains[key] = domain_id
+            nvtx_rows.append(
+                nvtx(max(0, earliest[proc] - 1), None, NVTX_DOMAIN_CREATE, lc.library,
+                     global_tid(lc.pid, lc.pid, lc.vm), None, domain_id)
+            )
+        nvtx_rows.append(
+            nvtx(lc.start, lc.end, NVTX_PUSH_POP_RANGE, None, gtid, name_id, domains[key])
+        )
+    for r in spec.ranges:
+        gtid = global_tid(r.pid, r.tid, r.vm)
+        if r.registered:
+            row = nvtx(r.start, r.end, NVTX_PUSH_POP_RANGE, None, gtid, strings.ids[r.text], 0)
+        else:
+            row = nvtx(r.start, r.end, NVTX_PUSH_POP_RANGE, r.text, gtid, None, 0)
+        nvtx_rows.append(row)
+    out["NVTX_EVENTS"] = _by_start(nvtx_rows)
+    for table, rows in lib_tables.items():
+        out[table] = _by_start(rows)
+
+    # Threads and processes. thread_names keys are (pid, tid); the vm of a named thread is
+    # taken from the events that use it (every vm that uses it, or 0 when unused).
+    thread_vms: dict[tuple[int, int], set[int]] = {}
+    pids: set[tuple[int, int]] = set()
+    for item in (*spec.calls, *spec.lib_calls, *spec.ranges):
+        thread_vms.setdefault((item.pid, item.tid), set()).add(item.vm)
+        pids.add((item.vm, item.pid))
+    thread_rows: list[tuple[int, int, int, str]] = []
+    for (pid, tid), name in spec.thread_names.items():
+        for vm in thread_vms.get((pid, tid), {VM_DEFAULT}):
+            thread_rows.append((vm, pid, tid, name))
+            pids.add((vm, pid))
+    thread_rows.sort()
+    for _, _, _, name in thread_rows:
+        strings.add(name)
+    out["ThreadNames"] = [
+        (strings.ids[name], THREAD_PRIORITY, global_tid(pid, tid, vm))
+        for vm, pid, tid, name in thread_rows
+    ]
+    for pid in spec.processes:
+        if not any(p == pid for _, p in pids):
+            pids.add((VM_DEFAULT, pid))
+    out["PROCESSES"] = [
+        (global_pid(pid, vm), pid, spec.processes.get(pid, "proc")) for vm, pid in sorted(pids)
+    ]
+
+    out["StringIds"] = [(i, value) for value, i in strings.ids.items()]
+    out["META_DATA_EXPORT"] = _export_meta(spec)
+    out["META_DATA_CAPTURE"] = _capture_meta(spec)
+    if spec.session_start_utc_ns is not None:
+        text = _utc_text(spec.session_start_utc_ns)
+        out["TARGET_INFO_SESSION_START_TIME"] = [(spec.session_start_utc_ns, text, text)]
+    for table, enum_rows in ENUM_ROWS.items():
+        out[table] = list(enum_rows)
+    return out
+
+
+def _tables_to_create(spec: Export, rows: dict[str, Sequence[tuple[Any, ...]]]) -> list[str]:
+    statements = ddl_statements()
+    if spec.full_schema:
+        wanted = set(statements)
+    else:
+        wanted = {t for t, r in rows.items() if r} | set(_ALWAYS_LAZY)
+        if spec.session_start_utc_ns is not None:
+            wanted.add("TARGET_INFO_SESSION_START_TIME")
+    wanted -= spec.omit_tables
+    return [t for t in statements if t in wanted]  # DDL file order (alphabetical, like nsys)
+
+
+def build_export(spec: Export, path: str | os.PathLike[str]) -> pathlib.Path:
+    """Write ``spec`` as a new nsys-schema SQLite file at ``path`` and return the path.
+
+    Raises FileExistsError if ``path`` exists. Rows destined for a table that is not created
+    (``omit_tables``) are dropped, like an export without that trace.
+    """
+    _validate(spec)
+    out = pathlib.Path(path)
+    rows = _rows(spec)
+    tables = _tables_to_create(spec, rows)
+    statements = ddl_statements()
+    with open(out, "xb"):
+        pass  # exclusive create: refuse to overwrite
+    try:
+        conn = sqlite3.connect(out, isolation_level=None)
+        try:
+            conn.execute("BEGIN")
+            for table in tables:
+                conn.execute(statements[table])
+            for table in tables:
+                table_rows = rows.get(table)
+                if not table_rows:
+                    continue
+                marks = ", ".join("?" * len(table_rows[0]))
+                conn.executemany(f"INSERT INTO {table} VALUES ({marks})", table_rows)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
+    return out

@@ -1,0 +1,150 @@
+"""The CLI shell: exit codes, one-line errors, JSON contract, help on every command, layering."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from conftest import H200
+from scenarios import observe_nested_failure
+
+from nsysaudit.cli import cli, main
+
+PACKAGE = Path(__file__).parent.parent / "nsysaudit"
+
+CONTRACT = {
+    "input": {"path", "sha256", "kind", "nsys_version", "schema_version"},
+    "census": {"cuda_api_calls", "nonzero_returns", "by_return"},
+    "by_return": {"api", "return_code", "return_name", "count"},
+    "library_calls": {"api", "pid", "tid", "thread_name", "start_ns", "end_ns", "source", "coverage", "children"},
+    "children": {"api", "return_code", "correlation_id", "start_ns", "end_ns", "bytes"},
+    "findings": {"kind", "api", "return_code", "return_name", "correlation_id", "pid", "tid", "thread_name",
+                 "start_ns", "end_ns", "requested_bytes", "enclosing"},
+    "enclosing": {"api", "start_ns", "end_ns"},
+}
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_contract_keys(capsys, make_export) -> None:
+    code, out, err = run(capsys, "analyze", "--json", str(make_export(observe_nested_failure())))
+    assert code == 0, err
+    d = json.loads(out)
+    for key in ("input", "census", "library_calls", "findings", "coverage", "verdict"):
+        assert key in d
+    assert CONTRACT["input"] <= d["input"].keys()
+    assert CONTRACT["census"] <= d["census"].keys()
+    assert CONTRACT["by_return"] <= d["census"]["by_return"][0].keys()
+    lib = d["library_calls"][0]
+    assert CONTRACT["library_calls"] <= lib.keys()
+    assert CONTRACT["children"] <= lib["children"][0].keys()
+    f = d["findings"][0]
+    assert CONTRACT["findings"] <= f.keys()
+    assert CONTRACT["enclosing"] <= f["enclosing"].keys()
+    assert {"by_source", "censored"} <= d["coverage"].keys()
+    assert d["verdict"] == "failure_found"
+
+
+def test_json_is_identical_across_runs(capsys) -> None:
+    _, a, _ = run(capsys, "analyze", "--json", str(H200 / "observe.sqlite"))
+    _, b, _ = run(capsys, "analyze", "--json", str(H200 / "observe.sqlite"))
+    assert a == b
+
+
+def test_terminal_report_on_real_capture(capsys) -> None:
+    code, out, _ = run(capsys, "analyze", str(H200 / "observe.sqlite"))
+    assert code == 0
+    assert "verdict: inconclusive" in out
+    assert "cudaErrorMemoryAllocation" in out
+    assert "censored" in out and "cuda_api_trace_ends_inside" in out
+
+
+@pytest.mark.parametrize(
+    "content,problem",
+    [
+        (b"", "empty file"),
+        (bytes(range(256)) * 40, "not a SQLite database"),
+    ],
+)
+def test_unusable_input_one_line_exit_2(capsys, tmp_path: Path, content: bytes, problem: str) -> None:
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(content)
+    code, out, err = run(capsys, "analyze", str(bad))
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and str(bad) in err and problem in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.sqlite"]
+
+
+def test_truncated_export_exit_2(capsys, tmp_path: Path) -> None:
+    data = (H200 / "observe.sqlite").read_bytes()
+    bad = tmp_path / "cut.sqlite"
+    bad.write_bytes(data[: len(data) // 2])
+    code, _, err = run(capsys, "analyze", str(bad))
+    assert code == 2 and "truncated" in err and err.count("\n") == 1
+
+
+def test_sqlite_that_is_not_an_nsys_export_exit_2(capsys, tmp_path: Path) -> None:
+    import sqlite3
+
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    code, _, err = run(capsys, "analyze", str(other))
+    assert code == 2 and "not an Nsight Systems export" in err
+
+
+def test_missing_file_exit_2(capsys, tmp_path: Path) -> None:
+    code, _, err = run(capsys, "analyze", str(tmp_path / "nope.sqlite"))
+    assert code == 2 and "no such file" in err
+
+
+def test_console_script_runs_as_a_process() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nsysaudit", "analyze", "--json", str(H200 / "release.sqlite")],
+        capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["verdict"] == "inconclusive"
+
+
+def test_every_command_has_help() -> None:
+    def walk(group: click.Group, prefix: list[str]) -> None:
+        for name, command in group.commands.items():
+            assert command.help, f"{' '.join([*prefix, name])} has no help"
+            if isinstance(command, click.Group):
+                walk(command, [*prefix, name])
+
+    walk(cli, [])
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_only_the_cli_imports_click_and_only_rendering_imports_rich() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        imported = _imports(path)
+        if path.name != "cli.py":
+            assert "click" not in imported, f"{path} imports click"
+        if path.name not in ("cli.py", "render.py") and path.parent.name != "render":
+            assert "rich" not in imported, f"{path} imports rich"
