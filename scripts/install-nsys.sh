@@ -220,16 +220,15 @@ missing_libs() {
     ldd "$HOST/QdstrmImporter" 2>/dev/null | awk '/not found/ { print $1 }' | sort -u
 }
 link_libssh() {
-    # QdstrmImporter asks for the unversioned name libssh.so.
-    [[ -e "$HOST/libssh.so" ]] && return 0
-    if [[ -e "$HOST/libssh.so.4" ]]; then
-        ln -s libssh.so.4 "$HOST/libssh.so"
-    else
+    # Debian ships host-linux-x64/libssh.so -> libssh.so.4 -> ../../x86_64-linux-gnu/libssh.so.4,
+    # which dangles outside /usr/lib. Point libssh.so.4 at a real copy (fetched beside it, or the
+    # system's own) and keep libssh.so -> libssh.so.4 (QdstrmImporter asks for libssh.so).
+    if [[ ! -e "$HOST/libssh.so.4" ]]; then
         local sys
         sys="$(ldconfig -p | awk '$1 == "libssh.so.4" && /x86-64/ { print $NF; exit }')"
-        [[ -n "$sys" ]] && ln -s "$sys" "$HOST/libssh.so"
+        [[ -z "$sys" ]] || ln -sfn "$sys" "$HOST/libssh.so.4"
     fi
-    return 0
+    ln -sfn libssh.so.4 "$HOST/libssh.so"
 }
 
 link_libssh
@@ -245,12 +244,17 @@ for round in 1 2 3; do
     done
     mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
     log "fetching from $LIB_SUITE (round $round): ${pkgs[*]}"
+    rm -rf "$WORK/libx"
     mkdir -p "$WORK/libx"
     (cd "$WORK/debs" && apt-get -qq download "${pkgs[@]/%//$LIB_SUITE}" >/dev/null 2>"$WORK/apt/dl.log") ||
         { cat "$WORK/apt/dl.log" >&2; die "download of ${pkgs[*]} failed"; }
     for deb in "$WORK"/debs/*.deb; do dpkg -x "$deb" "$WORK/libx"; done
     rm -f "$WORK"/debs/*.deb
-    find "$WORK/libx" \( -type f -o -type l \) -name 'lib*.so.*' -path '*/lib/*' -exec cp -an {} "$HOST/" \;
+    # Copy shared objects beside QdstrmImporter, replacing only names that do not resolve.
+    while IFS= read -r -d '' lib; do
+        dst="$HOST/${lib##*/}"
+        [[ -e "$dst" ]] || { rm -f "$dst"; cp -a "$lib" "$dst"; }
+    done < <(find "$WORK/libx" \( -type f -o -type l \) -name 'lib*.so.*' -print0)
     link_libssh
 done
 mapfile -t miss < <(missing_libs)
