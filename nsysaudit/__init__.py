@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 from nsysaudit.analysis import analyze
 from nsysaudit.errors import BadOption, CheckFailed, ExportFailed, NsysAuditError, NsysNotFound, UnusableInput
 from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.telemetry import TelemetryOptions
 
 __all__ = [
     "AnalysisResult",
@@ -24,6 +25,7 @@ __all__ = [
     "ExportFailed",
     "NsysAuditError",
     "NsysNotFound",
+    "TelemetryOptions",
     "UnusableInput",
     "__version__",
     "analyze",

@@ -10,10 +10,12 @@ from typing import Any
 import polars as pl
 
 from nsysaudit import joins, nsys
+from nsysaudit.alignment import align
 from nsysaudit.errors import UnusableInput
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS, Trace, calls_overlapping, global_pid, load
 from nsysaudit.reports.analysis import LIBRARY_CAPTURE_TYPES, AnalysisResult, InputInfo, Verdict
 from nsysaudit.source import probe, sha256_file
+from nsysaudit.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
@@ -28,11 +30,18 @@ def analyze(
     *,
     nsys_path: str | os.PathLike[str] | None = None,
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    telemetry: str | os.PathLike[str] | None = None,
+    telemetry_options: TelemetryOptions | None = None,
 ) -> AnalysisResult:
     """Analyze one Nsight Systems export (``.sqlite``) or report (``.nsys-rep``).
 
     Raises :class:`~nsysaudit.errors.UnusableInput` (exit code 2 in the CLI) when the input cannot
     be analyzed at all. Partly broken input is analyzed and its problems listed in ``warnings``.
+
+    ``telemetry``: a JSON Lines file of the application's own receipts (see
+    :mod:`nsysaudit.telemetry`); its clocks are aligned with the trace (see
+    :mod:`nsysaudit.alignment`) and every finding and library call is placed among its lines.
+    Unusable telemetry raises :class:`~nsysaudit.errors.UnusableInput` before the export is read.
 
     >>> result = analyze("tests/fixtures/h200/observe.sqlite")  # doctest: +SKIP
     >>> result.verdict  # doctest: +SKIP
@@ -48,6 +57,7 @@ def analyze(
         digest = sha256_file(given)
     except OSError as exc:
         raise UnusableInput(given, f"cannot read: {exc.strerror}") from None
+    log = load_telemetry(telemetry, telemetry_options) if telemetry is not None else None
     export_info: dict[str, Any] = {}
     if kind == "nsys-rep":
         if given.stat().st_size == 0:
@@ -76,9 +86,34 @@ def analyze(
             session_start_utc_ns=trace.session_start_utc_ns,
             **export_info,
         )
-        return analyze_trace(trace, info)
+        result = analyze_trace(trace, info)
+        if log is not None:
+            attach_telemetry(result, log)
+        return result
     finally:
         export.close()
+
+
+def attach_telemetry(result: AnalysisResult, log: TelemetryLog) -> None:
+    """Align ``log`` with the analyzed trace and store it on ``result`` (``result.alignment``).
+
+    Bad telemetry lines skipped under ``lenient`` are added to ``result.warnings``.
+    """
+    pids = {p["pid"] for p in result.processes if p["pid"] is not None}
+    pids |= {int(p) for p in result.frames["library_calls"]["pid"].drop_nulls().to_list()}
+    result.alignment = align(
+        log, result.frames["nvtx_ranges"], result.input.session_start_utc_ns, trace_pids=sorted(pids)
+    )
+    if log.bad_lines:
+        detail = "; ".join(f"line {b.line}: {b.problem}" for b in log.bad_lines[:10])
+        more = f"; {len(log.bad_lines) - 10} more" if len(log.bad_lines) > 10 else ""
+        result.warnings.append(
+            {
+                "kind": "telemetry_bad_lines",
+                "count": len(log.bad_lines),
+                "message": f"{log.path}: skipped (--lenient): {detail}{more}",
+            }
+        )
 
 
 def analyze_trace(trace: Trace, info: InputInfo) -> AnalysisResult:

@@ -7,9 +7,10 @@ that failed, 0 when the analysis ran whatever its verdict.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -20,6 +21,8 @@ from nsysaudit.analysis import analyze
 from nsysaudit.errors import NsysAuditError
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.render import print_analysis
+from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
 
 
 def dump_json(doc: Any) -> str:
@@ -35,6 +38,89 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Forensics on NVIDIA Nsight Systems exports: CUDA allocation failures nested in library calls."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+
+
+def telemetry_option(*param_decls: str, help: str | None = None) -> Callable[[Any], Any]:
+    """A telemetry file option (``--telemetry``, ``--observe-telemetry``, ...): JSON Lines, optional."""
+    return click.option(
+        *param_decls,
+        type=click.Path(dir_okay=False, path_type=str),
+        default=None,
+        metavar="FILE.jsonl",
+        help=help
+        or "The application's own JSON Lines receipts (event + monotonic_ns/realtime_ns): align their "
+        "clock with the trace and place every finding and library call among them.",
+    )
+
+
+def alignment_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Declare the telemetry reading/alignment options and hand the command one ``telemetry_options``.
+
+    Adds ``--telemetry-clock``, ``--telemetry-event-key``, ``--anchor``, ``--clock-tolerance`` and
+    ``--lenient``; the decorated command receives them as a single
+    :class:`~nsysaudit.telemetry.TelemetryOptions` keyword argument ``telemetry_options``. Every
+    command that reads telemetry uses this, so the options mean the same everywhere.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        clocks = kwargs.pop("telemetry_clock")
+        kwargs["telemetry_options"] = TelemetryOptions(
+            event_key=kwargs.pop("telemetry_event_key"),
+            clock=tuple(parse_clock(c) for c in clocks) if clocks else DEFAULT_CLOCKS,
+            anchors=tuple(parse_anchor(a) for a in kwargs.pop("anchors")),
+            tolerance_ns=round(kwargs.pop("clock_tolerance") * 1_000_000),
+            lenient=kwargs.pop("lenient"),
+        )
+        return func(*args, **kwargs)
+
+    options = [
+        click.option(
+            "--telemetry-clock",
+            "telemetry_clock",
+            multiple=True,
+            metavar="KIND[=FIELD]",
+            help="Clock field to read (repeatable), KIND monotonic or realtime; naming any reads only those "
+            "named. Default: monotonic=monotonic_ns and realtime=realtime_ns.",
+        ),
+        click.option(
+            "--telemetry-event-key",
+            default="event",
+            show_default=True,
+            metavar="FIELD",
+            help="Field of each telemetry line that holds the event name.",
+        ),
+        click.option(
+            "--anchor",
+            "anchors",
+            multiple=True,
+            metavar="EVENT=NVTX_NAME[:start|end]",
+            help="Telemetry event EVENT marks the start or end of NVTX range NVTX_NAME in the same process "
+            "(repeatable; replaces the default rule: X_start -> start of X, X_end -> end of X, X -> end of X, "
+            "same thread).",
+        ),
+        click.option(
+            "--clock-tolerance",
+            type=click.FloatRange(min=0),
+            default=1.0,
+            show_default=True,
+            metavar="MS",
+            help="Milliseconds the UTC and anchor mappings, and each anchor, may disagree by.",
+        ),
+        click.option("--lenient", is_flag=True, help="Skip bad telemetry lines (warned with their line numbers)."),
+    ]
+    for option in reversed(options):
+        wrapper = option(wrapper)
+    return wrapper
+
+
+def echo_telemetry_warnings(result: AnalysisResult) -> None:
+    """One stderr line per telemetry line skipped under --lenient (stdout stays one JSON document)."""
+    if result.alignment is None:
+        return
+    log = result.alignment.log
+    for bad in log.bad_lines:
+        click.echo(f"nsysaudit: warning: {log.path}: line {bad.line}: {bad.problem} (skipped)", err=True)
 
 
 @cli.command("analyze")
@@ -55,9 +141,25 @@ def cli(ctx: click.Context, debug: bool) -> None:
     show_default=True,
     help="NVTX domain whose ranges are library calls (repeatable).",
 )
-def analyze_cmd(path: str, as_json: bool, nsys_path: str | None, library_domains: Sequence[str]) -> None:
+@telemetry_option("--telemetry")
+@alignment_options
+def analyze_cmd(
+    path: str,
+    as_json: bool,
+    nsys_path: str | None,
+    library_domains: Sequence[str],
+    telemetry: str | None,
+    telemetry_options: TelemetryOptions,
+) -> None:
     """Analyze one export (.sqlite) or report (.nsys-rep)."""
-    result = analyze(path, nsys_path=nsys_path, library_domains=library_domains)
+    result = analyze(
+        path,
+        nsys_path=nsys_path,
+        library_domains=library_domains,
+        telemetry=telemetry,
+        telemetry_options=telemetry_options,
+    )
+    echo_telemetry_warnings(result)
     if as_json:
         click.echo(dump_json(result.to_dict()))
     else:

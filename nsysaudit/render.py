@@ -68,6 +68,8 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
     for reason in d["verdict_reasons"]:
         verdict.append(f"\n  {reason}")
     parts.append(verdict)
+    if "alignment" in d:
+        parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
 
     c = d["census"]
     census = Table(
@@ -99,6 +101,8 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
         t.append("\n    inside ")
         t.append_text(literal(enc["api"]))
         t.append(f" [{enc['start_ns']:,} .. {enc['end_ns']:,}] ({enc['source']}, coverage {enc['coverage']})")
+        if "telemetry" in f:
+            t.append_text(position_text(f["telemetry"]))
         parts.append(t)
     if not d["findings"]:
         parts.append(Text("  no failed allocation call inside or across a library call", style="dim"))
@@ -125,6 +129,8 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
             f"{len(lc['straddling'])} straddling; allocated by nested calls: "
         )
         t.append_text(nbytes(lc["allocated_bytes"]))
+        if "telemetry" in lc:
+            t.append_text(position_text(lc["telemetry"]))
         parts.append(t)
     if not libs:
         parts.append(Text("  no library API ranges (cuBLAS/cuDNN) in this export", style="dim"))
@@ -153,6 +159,91 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
         parts.append(t)
     parts.extend(_warnings(d["warnings"]))
     return Group(*parts)
+
+
+def _ms(ns: int | None) -> str:
+    return "unknown" if ns is None else f"{ns / 1_000_000:.3f} ms"
+
+
+def position_text(pos: dict[str, Any]) -> Text:
+    """A call's place among the telemetry lines (``findings[].telemetry``), as indented lines."""
+    t = Text("\n    telemetry: ")
+    if pos["after"] is None and pos["before"] is None and not pos["during"]:
+        t.append("no telemetry line placed around it", style="dim")
+    if pos["after"] is not None:
+        t.append(f"{pos['after']['ms']:.3f} ms after ")
+        t.append_text(literal(pos["after"]["event"]))
+        t.append(f" (line {pos['after']['line']})")
+    if pos["before"] is not None:
+        t.append(", " if pos["after"] is not None else "")
+        t.append(f"{pos['before']['ms']:.3f} ms before ")
+        t.append_text(literal(pos["before"]["event"]))
+        t.append(f" (line {pos['before']['line']})")
+    for inside in pos["during"]:
+        t.append("; during it: ")
+        t.append_text(literal(inside["event"]))
+        t.append(f" (line {inside['line']}, {inside['ms_after_start']:.3f} ms after its start)")
+    if pos["method"] is not None:
+        t.append(
+            f"  [{pos['method']}{', verified' if pos['verified'] else ', UNVERIFIED'}]",
+            style="green" if pos["verified"] else "bold yellow",
+        )
+    force = pos["in_force"]
+    if force is not None:
+        t.append("\n    in force: ")
+        t.append_text(literal(force["event"]))
+        t.append(f" (line {force['line']}, {force['ms']:.3f} ms earlier): ")
+        t.append_text(literal(", ".join(f"{k}={v:,}" for k, v in force["values"].items()), 300))
+    return t
+
+
+def alignment_parts(a: dict[str, Any], tel: dict[str, Any]) -> list[RenderableType]:
+    """The ``alignment`` and ``telemetry`` objects: both mappings, their checks, the timeline."""
+    head = Text("\nClock alignment: ", style="bold")
+    head.append("checked" if a["checked"] else "NOT checked", style="bold green" if a["checked"] else "bold yellow")
+    if a["method"] is not None:
+        head.append(f"  (positions use {a['method']}: trace_ns = {a['clock_field']} + ({a['offset_ns']:,}))")
+    head.append("\n  telemetry ")
+    head.append_text(literal(tel["path"], 200))
+    head.append(f", sha256 {tel['sha256']}, {tel['events']} line(s) used, {tel['bad_lines']} bad line(s) skipped")
+    for c in a["checks"]:
+        mark, style = {True: ("ok", "green"), False: ("FAILED", "bold red"), None: ("not run", "yellow")}[c["passed"]]
+        head.append(f"\n  [{mark}] ", style=style)
+        head.append(f"{c['check']}: ")
+        head.append_text(literal(c["detail"], 400))
+    anchors = a["anchors"]
+    for p in anchors["pairs"]:
+        head.append("\n    anchor ")
+        head.append_text(literal(p["event"]))
+        head.append(f" (line {p['line']}) = NVTX ")
+        head.append_text(literal(p["nvtx"]))
+        head.append(
+            f" {p['edge']} (pid {p['pid']} tid {p['tid']}): residual {_ms(p['residual_ns'])}, "
+            f"with UTC {_ms(p['utc_residual_ns'])}"
+        )
+    for sk in anchors["skipped"]:
+        head.append("\n    not an anchor: ", style="dim")
+        head.append_text(literal(f"{sk['event']} (line(s) {', '.join(map(str, sk['lines']))}): {sk['reason']}", 300))
+    for note in a["notes"]:
+        head.append("\n  note: ", style="magenta")
+        head.append_text(literal(note, 300))
+    parts: list[RenderableType] = [head]
+    table = Table(title="Telemetry timeline (trace clock)", title_justify="left")
+    for col in ("line", "event", "pid", "tid", "trace ns", "via", "fields"):
+        table.add_column(col, justify="right" if col in ("line", "trace ns") else "left")
+    for e in tel["timeline"]:
+        fields = ", ".join(f"{k}={v}" for k, v in e["fields"].items())
+        table.add_row(
+            str(e["line"]),
+            literal(e["event"]),
+            literal(e["pid"]),
+            literal(e["tid"]),
+            ns(e["trace_ns"]),
+            literal(e["via"]),
+            literal(fields, 120),
+        )
+    parts.append(table)
+    return parts
 
 
 def _warnings(warnings: list[dict[str, Any]]) -> list[RenderableType]:

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import polars as pl
 
+from nsysaudit.alignment import Alignment
 from nsysaudit.codes import display_name, return_name
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]
@@ -84,6 +85,9 @@ class AnalysisResult:
     capture: dict[str, list[str]]
     warnings: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Set when telemetry was given (analyze(..., telemetry=...)): adds ``alignment``, ``telemetry``
+    # and ``findings[].telemetry`` / ``library_calls[].telemetry`` to the JSON.
+    alignment: Alignment | None = None
 
     # --- derived views ---------------------------------------------------------------------------
     @property
@@ -165,6 +169,8 @@ class AnalysisResult:
                     "failed_children": sum(1 for c in children if c["return_code"] != 0),
                 }
             )
+            if self.alignment is not None:
+                out[-1]["telemetry"] = self.alignment.position(r["pid"], r["start_ns"], r["end_ns"])
         return out
 
     @property
@@ -200,6 +206,8 @@ class AnalysisResult:
                     "enclosing_chain": r["enclosing_chain"],
                 }
             )
+            if self.alignment is not None:
+                out[-1]["telemetry"] = self.alignment.position(r["pid"], r["start_ns"], r["end_ns"])
         return out
 
     @property
@@ -236,6 +244,9 @@ class AnalysisResult:
             "verdict_reasons": self.verdict_reasons,
             "warnings": self.warnings,
         }
+        if self.alignment is not None:
+            out["alignment"] = self.alignment.to_dict()
+            out["telemetry"] = self.alignment.telemetry_summary()
         out.update(self.extra)
         return out
 

@@ -1,0 +1,277 @@
+"""Reading the application's own receipts: JSON Lines telemetry with clock stamps.
+
+One JSON object per line, with an event name (``event`` by default) and at least one clock
+stamp: ``monotonic_ns`` (CLOCK_MONOTONIC) and/or ``realtime_ns`` (UTC, ns since the epoch).
+Field names are configurable through :class:`TelemetryOptions`. Every other field (pid, tid,
+bytes, message, ...) is kept as data.
+
+A bad line (invalid JSON, not an object, no event name, a clock field that is missing or not an
+integer) is an error naming its line number, unless ``lenient`` is set: then it becomes a
+warning with its line number and the other lines are used. A file with no usable line is
+always an error.
+
+Nothing here knows about traces; :mod:`nsysaudit.alignment` maps these stamps to trace time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nsysaudit.errors import BadOption, UnusableInput
+from nsysaudit.source import sha256_file
+
+ClockKind = Literal["monotonic", "realtime"]
+Edge = Literal["start", "end"]
+
+CLOCK_KINDS: tuple[ClockKind, ...] = ("monotonic", "realtime")
+DEFAULT_CLOCKS: tuple[tuple[ClockKind, str], ...] = (("monotonic", "monotonic_ns"), ("realtime", "realtime_ns"))
+DEFAULT_TOLERANCE_NS = 1_000_000
+# Identity fields read from each line when present (shown, matched against the trace's own
+# process/thread ids to choose anchors, never used to relabel trace events).
+PID_FIELD, TID_FIELD = "pid", "tid"
+MAX_ERROR_LINES = 3
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A configured anchor: telemetry event ``event`` marks the ``edge`` of NVTX range ``nvtx``."""
+
+    event: str
+    nvtx: str
+    edge: Edge
+
+    def __str__(self) -> str:
+        return f"{self.event}={self.nvtx}:{self.edge}"
+
+
+def default_edge(event: str) -> Edge:
+    """The range edge a telemetry event names: ``*_start``/``*_begin`` a start, anything else an end.
+
+    A line named after a phase without a suffix (``cache_release``) is taken as written when the
+    phase finished, the usual way receipts are written (do the work, then log it).
+    """
+    return "start" if event.endswith(("_start", "_begin")) else "end"
+
+
+def default_range_name(event: str) -> str:
+    """The NVTX range a telemetry event names: ``X_start``/``X_begin``/``X_end`` -> ``X``, else itself."""
+    for suffix in ("_start", "_begin", "_end"):
+        if event.endswith(suffix) and len(event) > len(suffix):
+            return event[: -len(suffix)]
+    return event
+
+
+def parse_anchor(spec: str) -> Anchor:
+    """Parse ``EVENT=NVTX_NAME[:start|end]``; without an edge, :func:`default_edge` of EVENT.
+
+    >>> parse_anchor("admission_start=admission")
+    Anchor(event='admission_start', nvtx='admission', edge='start')
+    >>> parse_anchor("done=backward:end")
+    Anchor(event='done', nvtx='backward', edge='end')
+    """
+    event, sep, target = spec.partition("=")
+    if not sep or not event or not target:
+        raise BadOption(f"--anchor {spec!r}: expected EVENT=NVTX_NAME[:start|end]")
+    name, colon, edge = target.rpartition(":")
+    if colon and edge in ("start", "end"):
+        return Anchor(event, name, edge)  # type: ignore[arg-type]
+    if colon and not name:
+        raise BadOption(f"--anchor {spec!r}: the NVTX range name is empty")
+    return Anchor(event, target, default_edge(event))
+
+
+def parse_clock(spec: str) -> tuple[ClockKind, str]:
+    """Parse ``KIND`` or ``KIND=FIELD`` (KIND: monotonic | realtime) for ``--telemetry-clock``.
+
+    >>> parse_clock("realtime=wall_ns")
+    ('realtime', 'wall_ns')
+    >>> parse_clock("monotonic")
+    ('monotonic', 'monotonic_ns')
+    """
+    kind, sep, name = spec.partition("=")
+    if kind not in CLOCK_KINDS:
+        raise BadOption(f"--telemetry-clock {spec!r}: expected monotonic[=FIELD] or realtime[=FIELD]")
+    if sep and not name:
+        raise BadOption(f"--telemetry-clock {spec!r}: the field name is empty")
+    return kind, (name if sep else dict(DEFAULT_CLOCKS)[kind])
+
+
+@dataclass(frozen=True)
+class TelemetryOptions:
+    """How to read a telemetry file and check its alignment with a trace.
+
+    - ``event_key``: the field holding the event name.
+    - ``clock``: which clock fields to read, as ``(kind, field)`` pairs; a kind left out is not
+      read at all (``(("realtime", "realtime_ns"),)`` reads UTC stamps only).
+    - ``lenient``: bad lines become warnings instead of an error.
+    - ``anchors``: configured anchors; when empty, the default rule pairs ``X_start``/``X_begin``
+      with the start of NVTX range ``X``, ``X_end`` with its end, and ``X`` with the end of ``X``.
+    - ``tolerance_ns``: how far the two mappings, and each anchor, may disagree (default 1 ms).
+    """
+
+    event_key: str = "event"
+    clock: tuple[tuple[ClockKind, str], ...] = DEFAULT_CLOCKS
+    lenient: bool = False
+    anchors: tuple[Anchor, ...] = ()
+    tolerance_ns: int = DEFAULT_TOLERANCE_NS
+
+    def __post_init__(self) -> None:
+        if not self.event_key:
+            raise BadOption("--telemetry-event-key: the field name is empty")
+        if not self.clock:
+            raise BadOption("--telemetry-clock: at least one clock field is needed")
+        kinds = [k for k, _ in self.clock]
+        if len(set(kinds)) != len(kinds):
+            raise BadOption(f"--telemetry-clock: a clock kind is given twice ({', '.join(kinds)})")
+        if self.tolerance_ns < 0:
+            raise BadOption("--clock-tolerance must not be negative")
+
+    @property
+    def clock_fields(self) -> dict[ClockKind, str]:
+        """``{kind: field}`` of the clocks to read."""
+        return dict(self.clock)
+
+
+@dataclass(frozen=True)
+class TelemetryEvent:
+    """One usable telemetry line. ``clocks`` maps clock kind to its stamp (ns) when present."""
+
+    line: int
+    event: str
+    clocks: Mapping[ClockKind, int]
+    pid: int | None
+    tid: int | None
+    fields: Mapping[str, Any]
+
+    def values(self, clock_fields: Mapping[ClockKind, str], event_key: str) -> dict[str, Any]:
+        """The event's measured values: numeric fields that are not its name, identity or a timestamp.
+
+        These are what a snapshot line (``handoff``: allocated, reserved, physical_free) carries.
+        Fields named ``*_ns`` are taken as timestamps, ``pid``/``tid``/``*_pid``/``*_tid`` as
+        identities; booleans are flags, not values.
+        """
+        skip = {event_key, PID_FIELD, TID_FIELD, *clock_fields.values()}
+        return {
+            k: v
+            for k, v in self.fields.items()
+            if k not in skip
+            and not k.endswith(("_ns", "_pid", "_tid"))
+            and isinstance(v, int | float)
+            and not isinstance(v, bool)
+        }
+
+
+@dataclass(frozen=True)
+class BadLine:
+    line: int
+    problem: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "problem": self.problem}
+
+
+@dataclass(frozen=True)
+class TelemetryLog:
+    """A parsed telemetry file: its usable events in file order and its bad lines."""
+
+    path: str
+    sha256: str
+    options: TelemetryOptions
+    events: tuple[TelemetryEvent, ...]
+    bad_lines: tuple[BadLine, ...] = field(default=())
+
+    @property
+    def pids(self) -> list[int]:
+        return sorted({e.pid for e in self.events if e.pid is not None})
+
+    def has_clock(self, kind: ClockKind) -> bool:
+        return any(kind in e.clocks for e in self.events)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parse_line(raw: bytes, number: int, options: TelemetryOptions) -> TelemetryEvent | BadLine:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return BadLine(number, "not UTF-8 text")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return BadLine(number, f"invalid JSON ({exc.msg} at column {exc.colno})")
+    if not isinstance(obj, dict):
+        return BadLine(number, f"not a JSON object (a JSON {type(obj).__name__})")
+    key = options.event_key
+    name = obj.get(key)
+    if name is None:
+        return BadLine(number, f"no {key!r} field")
+    if not isinstance(name, str) or not name:
+        return BadLine(number, f"{key!r} is not a non-empty string")
+    clocks: dict[ClockKind, int] = {}
+    for kind, fname in options.clock:
+        value = obj.get(fname)
+        if value is None:
+            continue
+        if not _is_int(value):
+            return BadLine(number, f"clock field {fname!r} is not an integer (got {json.dumps(value)[:40]})")
+        clocks[kind] = value
+    if not clocks:
+        wanted = ", ".join(repr(f) for _, f in options.clock)
+        return BadLine(number, f"no clock field (expected at least one of {wanted})")
+    ids: dict[str, int | None] = {}
+    for fname in (PID_FIELD, TID_FIELD):
+        value = obj.get(fname)
+        if value is not None and not _is_int(value):
+            return BadLine(number, f"{fname!r} is not an integer (got {json.dumps(value)[:40]})")
+        ids[fname] = value
+    return TelemetryEvent(number, name, clocks, ids[PID_FIELD], ids[TID_FIELD], obj)
+
+
+def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | None = None) -> TelemetryLog:
+    """Parse a JSON Lines telemetry file.
+
+    Raises :class:`~nsysaudit.errors.UnusableInput` (exit code 2 in the CLI) for a missing or
+    empty file, a file without any usable line, and, unless ``options.lenient``, any bad line.
+    Blank lines are skipped.
+    """
+    options = options or TelemetryOptions()
+    given = Path(path)
+    if not given.exists():
+        raise UnusableInput(given, "no such file (telemetry)")
+    if not given.is_file():
+        raise UnusableInput(given, "not a regular file (telemetry)")
+    try:
+        data = given.read_bytes()
+    except OSError as exc:
+        raise UnusableInput(given, f"cannot read telemetry: {exc.strerror}") from None
+    events: list[TelemetryEvent] = []
+    bad: list[BadLine] = []
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        parsed = _parse_line(raw, number, options)
+        (bad if isinstance(parsed, BadLine) else events).append(parsed)  # type: ignore[arg-type]
+    if bad and not options.lenient:
+        first = "; ".join(f"line {b.line}: {b.problem}" for b in bad[:MAX_ERROR_LINES])
+        more = f"; {len(bad) - MAX_ERROR_LINES} more bad line(s)" if len(bad) > MAX_ERROR_LINES else ""
+        raise UnusableInput(given, f"{first}{more} (telemetry; --lenient skips bad lines)")
+    if not events:
+        if not data.strip():
+            raise UnusableInput(given, "empty telemetry file: no JSON lines")
+        raise UnusableInput(
+            given, f"no usable telemetry line ({len(bad)} bad line(s), first: line {bad[0].line}: {bad[0].problem})"
+        )
+    return TelemetryLog(
+        path=str(path),
+        sha256=sha256_file(given),
+        options=options,
+        events=tuple(events),
+        bad_lines=tuple(bad),
+    )
