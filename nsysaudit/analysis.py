@@ -172,7 +172,7 @@ def _findings(pairs: pl.DataFrame, libs: pl.DataFrame, names: pl.DataFrame) -> p
     """
     failures = joins.alloc_failures(pairs)
     if failures.height == 0:
-        schema = {
+        schema: dict[str, Any] = {
             "kind": pl.String,
             "api": pl.String,
             "return_code": pl.Int64,
