@@ -12,7 +12,7 @@ import polars as pl
 from nsysaudit import joins, nsys
 from nsysaudit.alignment import align
 from nsysaudit.errors import UnusableInput
-from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS, Trace, calls_overlapping, global_pid, load
+from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS, Trace, global_pid, load
 from nsysaudit.reports.analysis import LIBRARY_CAPTURE_TYPES, AnalysisResult, InputInfo, Verdict
 from nsysaudit.source import probe, sha256_file
 from nsysaudit.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
@@ -119,20 +119,19 @@ def attach_telemetry(result: AnalysisResult, log: TelemetryLog) -> None:
 def analyze_trace(trace: Trace, info: InputInfo) -> AnalysisResult:
     """The joins, coverage and verdict over an already loaded :class:`Trace`."""
     names = trace.thread_names
-    api_span = joins.api_span_by_process(trace.api_groups)
+    api_span = trace.api_span.filter(pl.col("gpid").is_not_null())
     libs = joins.with_ids(joins.censor(trace.library_calls, api_span, has_runtime=trace.has_runtime), names).sort(
         "lib_id"
     )
 
-    spans = joins.thread_spans(trace.library_calls)
-    calls = calls_overlapping(trace, spans)
-    pairs = joins.attach_bytes(joins.nest(trace.library_calls, calls), trace.allocations)
+    pairs = joins.attach_bytes(joins.nest(trace.library_calls, trace.api_rows), trace.allocations)
     pairs = pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
 
     findings = _findings(pairs, libs, names)
     census = (
-        trace.api_groups.group_by(["api", "return_code"])
-        .agg(pl.col("count").sum())
+        trace.api_rows.filter(pl.col("return_code") != 0)
+        .group_by(["api", "return_code"])
+        .agg(pl.len().cast(pl.Int64).alias("count"))
         .sort(["api", "return_code"], nulls_last=True)
     )
     coverage_sources = _coverage_sources(trace, api_span)
@@ -149,11 +148,12 @@ def analyze_trace(trace: Trace, info: InputInfo) -> AnalysisResult:
             "pairs": pairs,
             "findings": findings,
             "api_span": api_span,
-            "api_groups": trace.api_groups,
+            "api_rows": trace.api_rows,
             "nvtx_ranges": trace.nvtx_ranges,
             "thread_names": names,
         },
-        cuda_api_trace=trace.has_runtime and int(census["count"].sum() or 0) > 0,
+        cuda_api_calls=trace.api_total,
+        cuda_api_trace=trace.has_runtime and trace.api_total > 0,
         verdict=verdict,
         verdict_reasons=reasons,
         coverage_sources=coverage_sources,
@@ -293,7 +293,7 @@ def _verdict(
         return "failure_found", [
             f"{nested.height} failed allocation call(s) wholly inside a library call on the same thread"
         ]
-    total = int(census["count"].sum() or 0) if census.height else 0
+    total = trace.api_total
     if not trace.has_runtime:
         return "inconclusive", ["the export has no CUDA API trace (no CUPTI_ACTIVITY_KIND_RUNTIME table)"]
     if total == 0:

@@ -25,18 +25,6 @@ PAIR_SCHEMA = {
 }
 
 
-def thread_spans(library_calls: pl.DataFrame) -> pl.DataFrame:
-    """Per thread, the time window covered by its (closed) library calls: ``gtid, lo_ns, hi_ns``."""
-    return (
-        library_calls.filter(
-            pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
-        )
-        .group_by("gtid")
-        .agg(pl.col("start_ns").min().alias("lo_ns"), pl.col("end_ns").max().alias("hi_ns"))
-        .sort("gtid")
-    )
-
-
 def nest(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """Every (library call, CUDA API call) pair on the same thread whose intervals overlap.
 
@@ -86,21 +74,6 @@ def attach_bytes(pairs: pl.DataFrame, allocations: pl.DataFrame) -> pl.DataFrame
             how="left",
         )
         .drop("gpid")
-    )
-
-
-def api_span_by_process(api_groups: pl.DataFrame) -> pl.DataFrame:
-    """First and last CUDA API timestamp per process: ``gpid, first_ns, last_ns, rows``."""
-    return (
-        api_groups.filter(pl.col("gtid").is_not_null())
-        .with_columns(global_pid(pl.col("gtid")).alias("gpid"))
-        .group_by("gpid")
-        .agg(
-            pl.col("first_ns").min(),
-            pl.col("last_ns").max(),
-            pl.col("count").sum().alias("rows"),
-        )
-        .sort("gpid")
     )
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from nsysaudit.errors import UnusableInput
+from nsysaudit.scan import SPAN_SCHEMA, scan_runtime
 from nsysaudit.source import ExportFile, Table
 
 TID_MASK = 0xFFFFFF
@@ -58,9 +59,11 @@ class Trace:
 
     Frames (all timestamps are the export's own nanoseconds):
 
-    - ``api_groups``: one row per (gtid, name_id, return_code) of CUPTI_ACTIVITY_KIND_RUNTIME:
-      ``gtid, name_id, api, return_code, count, first_ns, last_ns`` (``api`` null when the
-      nameId has no StringIds row).
+    - ``api_total``: number of CUPTI_ACTIVITY_KIND_RUNTIME rows (runtime and driver calls).
+    - ``api_span``: per process ``gpid, first_ns, last_ns, rows`` of the CUDA API trace.
+    - ``api_rows``: the CUDA API rows that matter (``CALL_SCHEMA``): every non-zero return and
+      every call overlapping a library call of its thread (``api`` null when the nameId has no
+      StringIds row). Read in one streaming pass by :mod:`nsysaudit.scan`.
     - ``nvtx_ranges``: NVTX push/pop and start/end ranges:
       ``gtid, start_ns, end_ns, text, domain_id, domain, event_type``.
     - ``library_calls``: library API ranges (CUBLAS_EVENTS/CUDNN_EVENTS rows and NVTX ranges in a
@@ -74,7 +77,10 @@ class Trace:
     export: ExportFile
     has_runtime: bool
     runtime_table: str | None
-    api_groups: pl.DataFrame
+    api_total: int
+    api_span: pl.DataFrame
+    api_rows: pl.DataFrame
+    scan_engine: str
     nvtx_ranges: pl.DataFrame
     library_calls: pl.DataFrame
     allocations: pl.DataFrame
@@ -144,37 +150,30 @@ def _require(path: object, table: Table, *columns: str) -> None:
         )
 
 
-def load(export: ExportFile, library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS) -> Trace:
-    """Read every frame the analysis needs from ``export``."""
+def load(
+    export: ExportFile,
+    library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> Trace:
+    """Read every frame the analysis needs from ``export``. ``progress`` gets scanned row counts."""
     try:
-        return _load(export, tuple(library_domains))
+        return _load(export, tuple(library_domains), progress)
     except sqlite3.DatabaseError as exc:
         raise UnusableInput(export.path, f"SQLite failed while reading the export: {exc}") from None
 
 
-def _load(export: ExportFile, library_domains: tuple[str, ...]) -> Trace:
+def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Callable[[int], None] | None) -> Trace:
     conn, path = export.conn, export.path
     strings = export.table("StringIds")
     assert strings is not None  # probe() guarantees it
     _require(path, strings, "id", "value")
     tables_used: dict[str, str] = {"StringIds": strings.name}
 
-    # --- CUDA API (runtime + driver) ---------------------------------------------------------
     runtime = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     if runtime is not None:
         _require(path, runtime, "start", "end", "globalTid", "nameId", "returnValue")
         tables_used["cuda_api"] = runtime.name
-        api_groups = frame(
-            conn,
-            f"""SELECT g.globalTid, g.nameId, s.value, g.returnValue, g.n, g.first, g.last
-                FROM (SELECT globalTid, nameId, returnValue, count(*) AS n,
-                             min(start) AS first, max("end") AS last
-                      FROM {q(runtime.name)} GROUP BY globalTid, nameId, returnValue) AS g
-                LEFT JOIN {q(strings.name)} AS s ON s.id = g.nameId""",
-            API_GROUP_SCHEMA,
-        )
-    else:
-        api_groups = pl.DataFrame(schema=API_GROUP_SCHEMA)
 
     # --- NVTX ranges and library domains ------------------------------------------------------
     nvtx = export.table("NVTX_EVENTS")
@@ -247,6 +246,19 @@ def _load(export: ExportFile, library_domains: tuple[str, ...]) -> Trace:
         .with_columns(pl.col("lib_id").cast(pl.Int64))
     )
 
+    # --- CUDA API (runtime + driver): one streaming pass ------------------------------------------
+    if runtime is not None:
+        string_ids = pl.Series("id", [r[0] for r in conn.execute(f"SELECT id FROM {q(strings.name)}")], dtype=pl.Int64)
+        scanned = scan_runtime(conn, path, runtime.name, runtime.columns, library_calls, string_ids, progress=progress)
+        names = _string_values(conn, strings.name, scanned.selected["name_id"].drop_nulls().unique().to_list())
+        api_rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
+        api_total, api_span, scan_engine = scanned.total, scanned.span, scanned.engine
+        scan_problems, mismatched = scanned.problems, scanned.type_mismatch_rows
+    else:
+        api_rows = pl.DataFrame(schema=CALL_SCHEMA)
+        api_total, api_span, scan_engine = 0, pl.DataFrame(schema=SPAN_SCHEMA), "none"
+        scan_problems, mismatched = {}, 0
+
     # --- Memory usage events --------------------------------------------------------------------
     mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
     if mem is not None and mem.has("start", "globalPid", "bytes", "correlationId"):
@@ -309,7 +321,10 @@ def _load(export: ExportFile, library_domains: tuple[str, ...]) -> Trace:
         export=export,
         has_runtime=runtime is not None,
         runtime_table=runtime.name if runtime is not None else None,
-        api_groups=api_groups,
+        api_total=api_total,
+        api_span=api_span,
+        api_rows=api_rows,
+        scan_engine=scan_engine,
         nvtx_ranges=nvtx_ranges,
         library_calls=library_calls,
         allocations=allocations,
@@ -321,27 +336,13 @@ def _load(export: ExportFile, library_domains: tuple[str, ...]) -> Trace:
         tables_used=tables_used,
         warnings=list(export.warnings),
     )
+    _check_runtime_rows(trace, scan_problems, mismatched)
     _check_integrity(trace)
     return trace
 
 
 def _check_integrity(trace: Trace) -> None:
     """Record what is partly broken in the export as warnings (the analysis still runs)."""
-    g = trace.api_groups
-    dangling = g.filter(pl.col("api").is_null())
-    if dangling.height:
-        trace.warn(
-            "dangling_name_id",
-            int(dangling["count"].sum()),
-            "CUDA API rows whose nameId has no StringIds row: their API name is unknown",
-        )
-    null_tid = g.filter(pl.col("gtid").is_null())
-    if null_tid.height:
-        trace.warn(
-            "null_global_tid",
-            int(null_tid["count"].sum()),
-            "CUDA API rows without globalTid: counted in the census, never joined to a thread",
-        )
     lib = trace.library_calls
     if lib.height:
         unnamed = lib.filter(pl.col("api").is_null()).height
@@ -375,37 +376,68 @@ def _check_integrity(trace: Trace) -> None:
         )
 
 
-def calls_overlapping(trace: Trace, spans: pl.DataFrame) -> pl.DataFrame:
-    """CUDA API rows on the threads in ``spans`` (``gtid, lo_ns, hi_ns``) that overlap [lo, hi].
+RUNTIME_PROBLEMS = {
+    "null_start": (
+        "null_in_not_null_column",
+        "CUDA API rows with NULL start (a NOT NULL column): counted in the census, excluded from coverage and joins",
+    ),
+    "null_end": (
+        "null_in_not_null_column",
+        "CUDA API rows with NULL end (a NOT NULL column): counted in the census, excluded from joins",
+    ),
+    "null_return": (
+        "null_in_not_null_column",
+        "CUDA API rows with NULL returnValue (a NOT NULL column): counted in "
+        "cuda_api_calls, not in by_return (their return is unknown)",
+    ),
+    "null_name_id": (
+        "null_in_not_null_column",
+        "CUDA API rows with NULL nameId (a NOT NULL column): their API name is unknown",
+    ),
+    "null_gtid": (
+        "null_global_tid",
+        "CUDA API rows without globalTid: counted in the census, never joined to a thread",
+    ),
+    "reversed": (
+        "reversed_time_range",
+        "CUDA API rows whose end is before their start: counted in the census, "
+        "never nested (no interval contains them)",
+    ),
+    "dangling_name_id": (
+        "dangling_name_id",
+        "CUDA API rows whose nameId has no StringIds row: their API name is unknown",
+    ),
+}
 
-    One scan of the runtime table: rows are filtered in SQLite by thread and by the overall time
-    window, then per thread in polars. Columns: see ``CALL_SCHEMA``.
-    """
-    if not trace.has_runtime or spans.height == 0 or trace.runtime_table is None:
-        return pl.DataFrame(schema=CALL_SCHEMA)
-    export = trace.export
-    strings = export.table("StringIds")
-    assert strings is not None
-    runtime = export.table(trace.runtime_table)
-    assert runtime is not None
-    corr = "r.correlationId" if runtime.has("correlationId") else "NULL"
-    gtids = [int(g) for g in spans["gtid"].unique().sort().to_list()]
-    lo, hi = int(spans["lo_ns"].min()), int(spans["hi_ns"].max())  # type: ignore[arg-type]
 
-    try:
-        rows = frame(
-            export.conn,
-            f"""SELECT r.globalTid, r.start, r."end", {corr}, r.nameId, s.value, r.returnValue
-                FROM {q(runtime.name)} AS r LEFT JOIN {q(strings.name)} AS s ON s.id = r.nameId
-                WHERE r."end" >= ? AND r.start <= ?
-                  AND r.globalTid IN (SELECT value FROM json_each(?))""",
-            CALL_SCHEMA,
-            (lo, hi, json.dumps(gtids)),
+def _check_runtime_rows(trace: Trace, problems: dict[str, int], mismatched: int) -> None:
+    """Turn the streaming scan's integrity counts into warnings."""
+    for key, (kind, message) in RUNTIME_PROBLEMS.items():
+        count = problems.get(key, 0)
+        if count:
+            column = {
+                "null_start": "start",
+                "null_end": "end",
+                "null_return": "returnValue",
+                "null_name_id": "nameId",
+            }.get(key)
+            trace.warn(kind, count, f"{trace.runtime_table}: {message}" + (f" [column {column}]" if column else ""))
+    if mismatched:
+        trace.warn(
+            "type_mismatch",
+            mismatched,
+            f"{trace.runtime_table}: rows with a non-integer value in an integer column: "
+            "those values are read as unknown (NULL)",
         )
-    except sqlite3.DatabaseError as exc:
-        raise UnusableInput(export.path, f"SQLite failed while reading {runtime.name}: {exc}") from None
-    return (
-        rows.join(spans, on="gtid", how="inner")
-        .filter((pl.col("end_ns") >= pl.col("lo_ns")) & (pl.col("start_ns") <= pl.col("hi_ns")))
-        .drop("lo_ns", "hi_ns")
+
+
+def _string_values(conn: sqlite3.Connection, table: str, ids: list[int]) -> pl.DataFrame:
+    """``name_id, api`` for the given StringIds ids (ids without a row are absent)."""
+    if not ids:
+        return pl.DataFrame(schema={"name_id": pl.Int64, "api": pl.String})
+    return frame(
+        conn,
+        f"SELECT id, value FROM {q(table)} WHERE id IN (SELECT value FROM json_each(?))",
+        {"name_id": pl.Int64, "api": pl.String},
+        (json.dumps(sorted(int(i) for i in ids)),),
     )

@@ -65,18 +65,20 @@ def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
 class AnalysisResult:
     """One export's analysis. Frames (timestamps in the export's nanoseconds):
 
-    - ``census``: ``api, return_code, count`` for every (api, return code) pair.
+    - ``census``: ``api, return_code, count`` for every (api, non-zero return code) pair.
     - ``library_calls``: one row per library call with ``lib_id, api, library, source, gtid, pid,
       tid, thread_name, start_ns, end_ns, coverage, censored_reason, api_first_ns, api_last_ns``.
     - ``pairs``: ``lib_id, gtid, start_ns, end_ns, correlation_id, api, return_code, relation,
       bytes``: CUDA API calls nested in (or straddling) each library call.
     - ``findings``: failed allocation calls, one row per call, ``kind`` and the innermost
       enclosing library call's ``lib_id``.
-    - ``api_span``, ``nvtx_ranges``, ``api_groups``: coverage material.
+    - ``api_span``, ``nvtx_ranges``: coverage material; ``api_rows``: the CUDA API rows read
+      (non-zero returns and calls overlapping library calls).
     """
 
     input: InputInfo
     frames: dict[str, pl.DataFrame]
+    cuda_api_calls: int
     cuda_api_trace: bool
     verdict: Verdict
     verdict_reasons: list[str]
@@ -92,10 +94,9 @@ class AnalysisResult:
     # --- derived views ---------------------------------------------------------------------------
     @property
     def census(self) -> dict[str, Any]:
-        census = self.frames["census"]
-        nonzero = census.filter(pl.col("return_code") != 0)
+        nonzero = self.frames["census"].filter(pl.col("return_code") != 0)
         return {
-            "cuda_api_calls": int(census["count"].sum()) if census.height else 0,
+            "cuda_api_calls": self.cuda_api_calls,
             "nonzero_returns": int(nonzero["count"].sum()) if nonzero.height else 0,
             "by_return": [
                 {
@@ -106,17 +107,6 @@ class AnalysisResult:
                     "count": r["count"],
                 }
                 for r in _rows(nonzero.sort(["api", "return_code"], nulls_last=True))
-            ],
-            "by_api": [
-                {"api": r["api"], "calls": r["calls"], "failed": r["failed"]}
-                for r in _rows(
-                    census.group_by("api")
-                    .agg(
-                        pl.col("count").sum().alias("calls"),
-                        pl.col("count").filter(pl.col("return_code") != 0).sum().alias("failed"),
-                    )
-                    .sort("api", nulls_last=True)
-                )
             ],
         }
 

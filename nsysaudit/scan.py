@@ -1,0 +1,257 @@
+"""One pass over the CUDA API table (CUPTI_ACTIVITY_KIND_RUNTIME), however large it is.
+
+Real exports hold tens of millions of API rows. SQLite's GROUP BY sorts every row, so instead
+the table is streamed once, as Arrow record batches (ADBC's SQLite driver, read-only URI), split
+by rowid range across worker threads, and each batch is reduced at once with polars:
+
+- per process: first start, last end and row count (coverage);
+- the rows that matter: every non-zero return (census and findings) and every call on a thread
+  with library calls that overlaps one of them (the nested-join candidates);
+- integrity counts: NULLs in NOT NULL columns, reversed ranges, name ids missing from StringIds.
+
+Memory is bounded by the batch size plus the selected rows, not by the table. When ADBC cannot
+read the table (a value whose type contradicts the column, from a damaged or crafted export),
+the same reduction runs over the stdlib ``sqlite3`` module, slower but tolerant: such values
+become NULL and are counted in the warnings, never silently "fixed".
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+BATCH_ROWS = 1 << 18
+PARALLEL_MIN_ROWS = 1 << 21
+
+ROW_SCHEMA: dict[str, Any] = {
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "return_code": pl.Int64,
+    "name_id": pl.Int64,
+    "correlation_id": pl.Int64,
+}
+SPAN_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
+PROBLEMS = ("null_start", "null_end", "null_return", "null_gtid", "null_name_id", "reversed", "dangling_name_id")
+
+
+@dataclass
+class RuntimeScan:
+    """What one pass over the CUDA API table found.
+
+    ``span``: per globalPid, ``first_ns, last_ns, rows`` (gpid null for rows without globalTid).
+    ``selected``: rows with a non-zero return or overlapping a library window (``ROW_SCHEMA``).
+    ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``adbc`` or ``sqlite3``.
+    """
+
+    total: int
+    span: pl.DataFrame
+    selected: pl.DataFrame
+    problems: dict[str, int]
+    engine: str
+    type_mismatch_rows: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
+    """Per thread, the union of library-call intervals as disjoint sorted windows.
+
+    Columns ``gtid, w_start, w_end``. A CUDA API call overlaps some library call of its thread
+    iff it overlaps one of these windows; disjointness makes that an as-of lookup.
+    """
+    closed = library_calls.filter(
+        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+    ).select("gtid", "start_ns", "end_ns")
+    if closed.height == 0:
+        return pl.DataFrame(schema={"gtid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64})
+    ordered = closed.sort(["gtid", "start_ns"])
+    reach = pl.col("end_ns").cum_max().over("gtid")
+    starts_new = (pl.col("start_ns") > reach.shift(1).over("gtid")).fill_null(True)
+    return (
+        ordered.with_columns(starts_new.cast(pl.Int64).cum_sum().over("gtid").alias("window"))
+        .group_by(["gtid", "window"])
+        .agg(pl.col("start_ns").min().alias("w_start"), pl.col("end_ns").max().alias("w_end"))
+        .select("gtid", "w_start", "w_end")
+        .sort(["gtid", "w_start"])
+    )
+
+
+def _reduce(
+    batch: pl.DataFrame, windows: pl.DataFrame, string_ids: pl.Series | None
+) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, int]]:
+    """Reduce one batch: its per-process span, its selected rows, its integrity counts."""
+    gpid = pl.col("gtid") - (pl.col("gtid") % (1 << 24))
+    span = batch.group_by(gpid.alias("gpid")).agg(
+        pl.col("start_ns").min().alias("first_ns"),
+        pl.max_horizontal(pl.col("end_ns").max(), pl.col("start_ns").max()).alias("last_ns"),
+        pl.len().cast(pl.Int64).alias("rows"),
+    )
+    failed = batch.filter(pl.col("return_code").is_not_null() & (pl.col("return_code") != 0))
+    candidates = pl.DataFrame(schema=ROW_SCHEMA)
+    if windows.height:
+        on_lib_threads = batch.filter(
+            (pl.col("return_code") == 0)
+            & pl.col("gtid").is_in(windows["gtid"].unique().implode())
+            & pl.col("start_ns").is_not_null()
+            & pl.col("end_ns").is_not_null()
+        )
+        if on_lib_threads.height:
+            # The last window starting at or before the call's end overlaps the call iff it
+            # ends at or after the call's start (windows of a thread are disjoint).
+            candidates = (
+                on_lib_threads.sort("end_ns")
+                .join_asof(
+                    windows,
+                    left_on="end_ns",
+                    right_on="w_start",
+                    by="gtid",
+                    strategy="backward",
+                    check_sortedness=False,
+                )
+                .filter(pl.col("w_end") >= pl.col("start_ns"))
+                .select(list(ROW_SCHEMA))
+            )
+    problems = batch.select(
+        pl.col("start_ns").is_null().sum().alias("null_start"),
+        pl.col("end_ns").is_null().sum().alias("null_end"),
+        pl.col("return_code").is_null().sum().alias("null_return"),
+        pl.col("gtid").is_null().sum().alias("null_gtid"),
+        pl.col("name_id").is_null().sum().alias("null_name_id"),
+        (pl.col("end_ns") < pl.col("start_ns")).sum().alias("reversed"),
+        (
+            pl.col("name_id").is_not_null() & ~pl.col("name_id").is_in(string_ids.implode())
+            if string_ids is not None
+            else pl.lit(False)
+        )
+        .sum()
+        .alias("dangling_name_id"),
+    ).row(0, named=True)
+    return span, pl.concat([failed.select(list(ROW_SCHEMA)), candidates]), {k: int(v or 0) for k, v in problems.items()}
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _select_sql(table: str, columns: dict[str, str]) -> str:
+    cols = ", ".join(columns[c] for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId"))
+    return f"SELECT {cols} FROM {_quote(table)} WHERE rowid BETWEEN ? AND ?"
+
+
+def _adbc_batches(uri: str, sql: str, lo: int, hi: int) -> Iterator[pl.DataFrame]:
+    import adbc_driver_sqlite.dbapi as adbc
+
+    conn = adbc.connect(uri)
+    try:
+        cur = conn.cursor()
+        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+        cur.execute(sql, (lo, hi))
+        reader = cur.fetch_record_batch()
+        for record_batch in reader:
+            df = pl.from_arrow(record_batch)
+            assert isinstance(df, pl.DataFrame)
+            yield df.rename(dict(zip(df.columns, ROW_SCHEMA, strict=True))).cast(ROW_SCHEMA)  # type: ignore[arg-type]
+        cur.close()
+    finally:
+        conn.close()
+
+
+def _sqlite_batches(path: Path, sql: str, lo: int, hi: int, mismatches: list[int]) -> Iterator[pl.DataFrame]:
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True)
+    try:
+        cur = conn.execute(sql, (lo, hi))
+        while rows := cur.fetchmany(BATCH_ROWS // 4):
+            strict_ok = [r for r in rows if all(v is None or type(v) is int for v in r)]
+            if len(strict_ok) != len(rows):
+                mismatches.append(len(rows) - len(strict_ok))
+                rows = [tuple(v if type(v) is int else None for v in r) for r in rows]
+            yield pl.DataFrame(rows, schema=ROW_SCHEMA, orient="row")
+    finally:
+        conn.close()
+
+
+def scan_runtime(
+    conn: sqlite3.Connection,
+    path: Path,
+    table: str,
+    columns: tuple[str, ...],
+    library_calls: pl.DataFrame,
+    string_ids: pl.Series | None,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RuntimeScan:
+    """Stream the CUDA API table once and reduce it (see the module docstring)."""
+    present = {
+        c: _quote(c) if c in columns else "NULL"
+        for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId")
+    }
+    sql = _select_sql(table, present)
+    total, lo, hi = conn.execute(f"SELECT count(*), min(rowid), max(rowid) FROM {_quote(table)}").fetchone()
+    windows = union_windows(library_calls)
+    if not total:
+        return RuntimeScan(
+            0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
+        )
+    n_workers = workers or (min(os.cpu_count() or 1, 4) if total >= PARALLEL_MIN_ROWS else 1)
+    step = (hi - lo) // n_workers + 1
+    parts = [(lo + i * step, min(hi, lo + (i + 1) * step - 1)) for i in range(n_workers)]
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+
+    def run(
+        part: tuple[int, int], use_adbc: bool, mismatches: list[int]
+    ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], dict[str, int]]:
+        spans: list[pl.DataFrame] = []
+        selected: list[pl.DataFrame] = []
+        problems = dict.fromkeys(PROBLEMS, 0)
+        batches = _adbc_batches(uri, sql, *part) if use_adbc else _sqlite_batches(path, sql, *part, mismatches)
+        for batch in batches:
+            span, sel, prob = _reduce(batch, windows, string_ids)
+            spans.append(span)
+            if sel.height:
+                selected.append(sel)
+            for k, v in prob.items():
+                problems[k] += v
+            if progress is not None:
+                progress(batch.height)
+        return spans, selected, problems
+
+    engine = "adbc"
+    mismatches: list[int] = []
+    try:
+        with ThreadPoolExecutor(max_workers=n_workers) as pool:
+            results = list(pool.map(lambda p: run(p, True, mismatches), parts))
+    except (ImportError, OSError, Exception) as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        engine = "sqlite3"
+        results = [run(p, False, mismatches) for p in parts]
+    spans = [s for r in results for s in r[0]]
+    selected = [s for r in results for s in r[1]]
+    problems = dict.fromkeys(PROBLEMS, 0)
+    for r in results:
+        for k, v in r[2].items():
+            problems[k] += v
+    span = (
+        pl.concat(spans)
+        .group_by("gpid")
+        .agg(pl.col("first_ns").min(), pl.col("last_ns").max(), pl.col("rows").sum())
+        .sort("gpid", nulls_last=True)
+        if spans
+        else pl.DataFrame(schema=SPAN_SCHEMA)
+    )
+    rows = (
+        pl.concat(selected).sort(["gtid", "start_ns", "correlation_id"], nulls_last=True)
+        if selected
+        else pl.DataFrame(schema=ROW_SCHEMA)
+    )
+    return RuntimeScan(int(total), span, rows, problems, engine, sum(mismatches))
