@@ -1,0 +1,132 @@
+"""The streaming CUDA API scan: both engines and any partitioning give the same answer, and the
+rows it selects are exactly those a brute-force overlap test selects."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+from builder import Call, Export, LibCall
+from conftest import H200
+
+import nsysaudit
+from nsysaudit import scan
+from nsysaudit.model import load
+from nsysaudit.source import probe
+
+
+def busy_export(seed: int = 7) -> Export:
+    """Three threads in two processes; library calls on two of them; some failures."""
+    rng = random.Random(seed)
+    calls, libs, corr = [], [], 0
+    for pid, tid in ((100, 100), (100, 101), (200, 101)):
+        t = 1_000
+        for i in range(400):
+            t += rng.randint(10, 200)
+            dur = rng.randint(1, 300)
+            corr += 1
+            ret = 2 if rng.random() < 0.05 else 0
+            api = rng.choice(["cudaMalloc_v3020", "cudaLaunchKernel_v7000", "cuMemAlloc_v2", "cudaFree_v3020"])
+            calls.append(
+                Call(
+                    api,
+                    t,
+                    t + dur,
+                    pid,
+                    tid,
+                    ret=ret,
+                    corr=corr,
+                    bytes=rng.randint(1, 1 << 20) if ret == 0 and "lloc" in api else None,
+                )
+            )
+            if (pid, tid) != (200, 101) and i % 25 == 0:
+                libs.append(LibCall("cublasCreate_v2", t - 5, t + rng.randint(50, 3000), pid, tid))
+            t += dur
+    return Export(calls=calls, lib_calls=libs)
+
+
+def brute_force_selected(path: Path) -> set[tuple[int, int, int, int]]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = con.execute(
+        'SELECT globalTid, start, "end", correlationId, returnValue FROM CUPTI_ACTIVITY_KIND_RUNTIME'
+    ).fetchall()
+    doms = con.execute('SELECT globalTid, start, "end" FROM NVTX_EVENTS WHERE eventType = 59').fetchall()
+    con.close()
+    out = set()
+    for g, s, e, c, r in rows:
+        if r != 0 or any(lg == g and ls <= e and le >= s for lg, ls, le in doms):
+            out.add((g, s, e, c))
+    return out
+
+
+def selected(path: Path, **kw: object) -> tuple[scan.RuntimeScan, pl.DataFrame]:
+    export = probe(path)
+    try:
+        trace = load(export)
+        table = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
+        assert table is not None
+        ids = pl.Series("id", [r[0] for r in export.conn.execute("SELECT id FROM StringIds")], dtype=pl.Int64)
+        result = scan.scan_runtime(export.conn, path, table.name, table.columns, trace.library_calls, ids, **kw)  # type: ignore[arg-type]
+        return result, trace.library_calls
+    finally:
+        export.close()
+
+
+def keyset(frame: pl.DataFrame) -> set[tuple[int, int, int, int]]:
+    return {(r[0], r[1], r[2], r[3]) for r in frame.select("gtid", "start_ns", "end_ns", "correlation_id").iter_rows()}
+
+
+def test_selected_rows_equal_brute_force(make_export) -> None:
+    path = make_export(busy_export())
+    result, _ = selected(path)
+    assert result.engine == "adbc"
+    assert keyset(result.selected) == brute_force_selected(path)
+    assert result.total == 1200
+    assert int(result.span["rows"].sum()) == 1200
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 7])
+def test_partitioning_does_not_change_the_answer(make_export, workers: int) -> None:
+    path = make_export(busy_export(3))
+    one, _ = selected(path, workers=1)
+    many, _ = selected(path, workers=workers)
+    assert many.selected.equals(one.selected)
+    assert many.span.equals(one.span)
+    assert many.problems == one.problems
+
+
+def test_sqlite3_fallback_gives_the_same_answer(make_export, monkeypatch) -> None:
+    path = make_export(busy_export(5))
+    fast, _ = selected(path)
+    monkeypatch.setattr(scan, "_adbc_batches", lambda *a, **k: (_ for _ in ()).throw(OSError("no adbc")))
+    slow, _ = selected(path)
+    assert (fast.engine, slow.engine) == ("adbc", "sqlite3")
+    assert slow.selected.equals(fast.selected)
+    assert slow.span.equals(fast.span)
+
+
+def test_value_of_the_wrong_type_falls_back_and_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "observe-damaged.sqlite"
+    shutil.copy(H200 / "observe.sqlite", path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET returnValue = 'oops' WHERE rowid = 5")
+    con.commit()
+    con.close()
+    d = nsysaudit.analyze(path).to_dict()
+    assert d["census"]["cuda_api_calls"] == 925
+    kinds = {w["kind"]: w["count"] for w in d["warnings"]}
+    assert kinds.get("type_mismatch") == 1
+    assert kinds.get("null_in_not_null_column") == 1  # the unreadable value is unknown, not 0
+
+
+def test_union_windows_merges_overlapping_and_nested_calls() -> None:
+    libs = pl.DataFrame(
+        {"gtid": [1, 1, 1, 1, 2], "start_ns": [10, 12, 30, 31, 10], "end_ns": [20, 25, 40, 35, 11]},
+        schema={"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+    )
+    w = scan.union_windows(libs)
+    assert w.rows() == [(1, 10, 25), (1, 30, 40), (2, 10, 11)]
