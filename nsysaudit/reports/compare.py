@@ -1,0 +1,761 @@
+"""The comparison of an observe arm and a release arm: report data only, never printed here.
+
+``compare_results(observe, release)`` takes two :class:`AnalysisResult` objects and returns a
+:class:`Comparison` whose ``to_dict()`` is the ``report.json`` document of ``nsysaudit compare``
+(see :mod:`nsysaudit.seal` for how it is written and sealed). The document holds, per arm, the
+verdict, census, findings, the library calls of interest with their nested calls, coverage, and
+the telemetry snapshot at the handoff with the clock alignment when telemetry was given; then the
+differences between the arms, and an explicit list of what the comparison does NOT establish.
+
+Everything in the document comes from the two results: nothing is guessed. An unknown value
+(a failed allocation's requested size, a thread without a name) stays ``None``.
+
+Which library calls are "of interest" (the issue leaves it open): every library call when an arm
+has at most :data:`FEW_LIBRARY_CALLS` of them; otherwise each one that runs on a thread other than
+its process's main thread, is censored, has a failed nested call, or encloses a finding. The rule
+applied is written into the document (``library_calls_selection``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nsysaudit.codes import display_name, is_allocation_api, return_name
+from nsysaudit.reports.analysis import AnalysisResult
+
+Arm = Literal["observe", "release"]
+ARMS: tuple[Arm, Arm] = ("observe", "release")
+REPORT_FORMAT = "nsysaudit.compare/1"
+FEW_LIBRARY_CALLS = 10
+
+# META_DATA_CAPTURE keys that differ between any two runs by construction. They are reported
+# under ``differs_as_expected`` (with the reason), never silently dropped.
+_EXPECTED_CAPTURE_KEYS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^PROFILING_SESSION_(UUID|ID)$"), "identifies the capture session"),
+    (re.compile(r"^RUN_DURATION_MS$"), "measured length of the run"),
+    (re.compile(r"^(APPLICATION_PID|PROCESS_\d+:PID)$"), "process id assigned by the OS"),
+    (re.compile(r"^PROCESS_\d+:ARGUMENT_\d+$"), "the arm's own command arguments"),
+)
+# Snapshot fields of the telemetry ``handoff`` event that the comparison shows side by side.
+HANDOFF_FIELDS = ("allocated", "reserved", "physical_free")
+
+
+@dataclass(frozen=True)
+class TelemetryFile:
+    """A telemetry file as the report names it: basename, SHA-256 and size, never a full path."""
+
+    name: str
+    sha256: str
+    size_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "sha256": self.sha256, "size_bytes": self.size_bytes}
+
+
+@dataclass
+class Comparison:
+    """An observe arm and a release arm, analyzed; ``to_dict()`` is the comparison document."""
+
+    observe: AnalysisResult
+    release: AnalysisResult
+    telemetry_files: dict[str, TelemetryFile | None] = field(default_factory=dict)
+
+    def arm(self, name: Arm) -> AnalysisResult:
+        return self.observe if name == "observe" else self.release
+
+    def to_dict(self) -> dict[str, Any]:
+        arms: dict[str, dict[str, Any]] = {name: _arm(self.arm(name), self.telemetry_files.get(name)) for name in ARMS}
+        differences = _differences(arms, {name: self.arm(name) for name in ARMS})
+        not_established = _not_established(arms, differences)
+        return {
+            "format": REPORT_FORMAT,
+            "kind": "comparison",
+            "inputs": _inputs(arms),
+            "arms": arms,
+            "differences": differences,
+            "not_established": not_established,
+            "summary": _summary(arms, differences, not_established),
+        }
+
+
+def compare_results(
+    observe: AnalysisResult,
+    release: AnalysisResult,
+    *,
+    telemetry_files: Mapping[str, TelemetryFile | None] | None = None,
+) -> Comparison:
+    """Compare two analyzed arms.
+
+    ``telemetry_files`` names the telemetry each arm was given; by default it is read from each
+    result's alignment (the digest of the bytes the analysis read, the file's current size).
+    """
+    files: dict[str, TelemetryFile | None] = {}
+    for name, result in (("observe", observe), ("release", release)):
+        if telemetry_files is not None and name in telemetry_files:
+            files[name] = telemetry_files[name]
+        elif result.alignment is not None:
+            log = result.alignment.log
+            files[name] = TelemetryFile(basename(log.path), log.sha256, os.stat(log.path).st_size)
+        else:
+            files[name] = None
+    return Comparison(observe=observe, release=release, telemetry_files=files)
+
+
+# --- per arm -------------------------------------------------------------------------------------
+
+
+def basename(path: str) -> str:
+    """The last component of a path as the user gave it (``/`` or ``\\`` separated)."""
+    return re.split(r"[\\/]", path.rstrip("/\\"))[-1] or path
+
+
+def input_record(result: AnalysisResult) -> dict[str, Any]:
+    """The arm's input as a sealed report names it: basename, digest, size, versions."""
+    info = result.input
+    return {
+        "name": basename(info.path),
+        "sha256": info.sha256,
+        "size_bytes": info.size_bytes,
+        "kind": info.kind,
+        "nsys_version": info.nsys_version,
+        "schema_version": info.schema_version,
+    }
+
+
+def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[str, Any]:
+    d = scrub_paths(result.to_dict(), result_paths(result))
+    libs: list[dict[str, Any]] = d["library_calls"]
+    enclosing_ids = {f["enclosing"]["lib_id"] for f in d["findings"]}
+    if len(libs) <= FEW_LIBRARY_CALLS:
+        selection = f"all library calls (this arm has {len(libs)}, at most {FEW_LIBRARY_CALLS})"
+        chosen = libs
+    else:
+        selection = (
+            f"library calls on a thread other than the process's main thread, censored, with a failed "
+            f"nested call, or enclosing a finding (this arm has {len(libs)} library calls, more than "
+            f"{FEW_LIBRARY_CALLS})"
+        )
+        chosen = [
+            lc
+            for lc in libs
+            if lc["tid"] != lc["pid"]
+            or lc["coverage"] == "censored"
+            or lc["failed_children"]
+            or lc["lib_id"] in enclosing_ids
+        ]
+    census = d["census"]
+    interest = _keyed([_library_call(lc) for lc in chosen])
+    return {
+        "input": input_record(result),
+        "telemetry_input": telemetry_file.to_dict() if telemetry_file else None,
+        "verdict": d["verdict"],
+        "verdict_reasons": d["verdict_reasons"],
+        "census": {
+            "cuda_api_calls": census["cuda_api_calls"],
+            "nonzero_returns": census["nonzero_returns"],
+            "by_return": census["by_return"],
+        },
+        "findings": d["findings"],
+        "library_calls_total": len(libs),
+        "library_calls_selection": selection,
+        "library_calls": interest,
+        "coverage": d["coverage"],
+        "telemetry": _telemetry(d, telemetry_file),
+        "handoff": _handoff(d, interest),
+        "alignment": d.get("alignment"),
+        "warnings": d["warnings"],
+    }
+
+
+def _call(c: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "api": c["api"],
+        "display_api": c["display_api"],
+        "return_code": c["return_code"],
+        "return_name": c["return_name"],
+        "correlation_id": c["correlation_id"],
+        "start_ns": c["start_ns"],
+        "end_ns": c["end_ns"],
+        "bytes": c["bytes"],
+    }
+
+
+def _library_call(lc: Mapping[str, Any]) -> dict[str, Any]:
+    """One library call of interest, with its nested calls summarized and the telling ones listed.
+
+    Every nested allocation call and every failed nested call is listed one by one (return code,
+    bytes); the other nested calls (often hundreds of ``cuGetProcAddress``) are counted per
+    (api, return code) in ``nested_by_api``.
+    """
+    children: list[dict[str, Any]] = lc["children"]
+    allocs = [c for c in children if c["api"] is not None and is_allocation_api(c["api"])]
+    ok = [c for c in allocs if c["return_code"] == 0]
+    failed_allocs = [c for c in allocs if c["return_code"] != 0]
+    known = [c["bytes"] for c in ok if c["bytes"] is not None]
+    first_failure = min((c["start_ns"] for c in failed_allocs), default=None)
+    by_api: Counter[tuple[str | None, int | None]] = Counter()
+    bytes_by_api: dict[tuple[str | None, int | None], int] = {}
+    for c in children:
+        key = (c["api"], c["return_code"])
+        by_api[key] += 1
+        if c["bytes"] is not None:
+            bytes_by_api[key] = bytes_by_api.get(key, 0) + c["bytes"]
+    return {
+        "lib_id": lc["lib_id"],
+        "api": lc["api"],
+        "display_api": lc["display_api"],
+        "library": lc["library"],
+        "source": lc["source"],
+        "pid": lc["pid"],
+        "tid": lc["tid"],
+        "global_tid": lc["global_tid"],
+        "thread_name": lc["thread_name"],
+        "thread_role": "main" if lc["tid"] == lc["pid"] else "other",
+        "start_ns": lc["start_ns"],
+        "end_ns": lc["end_ns"],
+        "duration_ns": lc["duration_ns"],
+        "coverage": lc["coverage"],
+        "censored_reason": lc["censored_reason"],
+        "cuda_api_last_ns": lc["cuda_api_last_ns"],
+        "nested_calls": len(children),
+        "nested_failed": sum(1 for c in children if c["return_code"] != 0),
+        "allocations": {
+            "calls": len(allocs),
+            "succeeded": len(ok),
+            "failed": len(failed_allocs),
+            "succeeded_before_first_failure": (
+                None if first_failure is None else sum(1 for c in ok if c["start_ns"] < first_failure)
+            ),
+            "bytes": sum(known) if known else 0,
+            "bytes_unknown": len(ok) - len(known),
+            "bytes_each": [c["bytes"] for c in ok],
+        },
+        "allocation_calls": [_call(c) for c in allocs],
+        "failed_calls": [_call(c) for c in children if c["return_code"] != 0],
+        "nested_by_api": [
+            {
+                "api": api,
+                "display_api": display_name(api) if api is not None else None,
+                "return_code": rc,
+                "return_name": return_name(api, rc) if api is not None and rc is not None else None,
+                "count": n,
+                # Only allocation calls have bytes; for them None means unknown (no memory event).
+                "allocation": api is not None and is_allocation_api(api),
+                "bytes": bytes_by_api.get((api, rc)),
+            }
+            for (api, rc), n in sorted(by_api.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0))
+        ],
+        "straddling": [_call(c) for c in lc["straddling"]],
+        "telemetry": lc.get("telemetry"),
+    }
+
+
+def _keyed(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give each library call a ``match_key`` (api, thread role, ordinal) to pair it across arms.
+
+    PIDs and TIDs differ between runs, so calls are paired by what they are: the n-th call of
+    the same API on the main thread, or on another thread, in time order.
+    """
+    seen: Counter[tuple[str | None, str]] = Counter()
+    out = []
+    for lc in sorted(calls, key=lambda c: (c["start_ns"], c["lib_id"])):
+        role = lc["thread_role"]
+        seen[(lc["api"], role)] += 1
+        out.append({**lc, "match_key": {"api": lc["api"], "thread_role": role, "ordinal": seen[(lc["api"], role)]}})
+    return out
+
+
+def _handoff(d: Mapping[str, Any], libs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The telemetry ``handoff`` snapshot (allocated / reserved / physical_free), if telemetry was given.
+
+    Read from the analysis result's ``telemetry`` timeline (the clock alignment, issue 3). With
+    several ``handoff`` lines, the last one placed at or before the start of the first library
+    call of interest; when none is placed so, the last one in the file. ``None`` when the arm has
+    no telemetry or its telemetry has no ``handoff`` line.
+    """
+    telemetry = d.get("telemetry")
+    if not isinstance(telemetry, Mapping):
+        return None
+    handoffs = [e for e in telemetry.get("timeline", []) if e.get("event") == "handoff"]
+    if not handoffs:
+        return None
+    first_start = min((lc["start_ns"] for lc in libs), default=None)
+    placed = [
+        e for e in handoffs if e["trace_ns"] is not None and first_start is not None and e["trace_ns"] <= first_start
+    ]
+    chosen, rule = (
+        (placed[-1], "last handoff line at or before the first library call of interest")
+        if placed
+        else (handoffs[-1], "last handoff line in the file")
+    )
+    values = chosen.get("values") or {}
+    return {
+        "line": chosen["line"],
+        "trace_ns": chosen["trace_ns"],
+        "via": chosen["via"],
+        "chosen_by": rule,
+        "handoff_lines": len(handoffs),
+        **{k: values.get(k) for k in HANDOFF_FIELDS},
+        "values": values,
+    }
+
+
+def _telemetry(d: Mapping[str, Any], file: TelemetryFile | None) -> dict[str, Any] | None:
+    """The telemetry file's summary (without the per-line timeline; see ``handoff`` and positions)."""
+    telemetry = d.get("telemetry")
+    if not isinstance(telemetry, Mapping):
+        return None
+    out = {k: v for k, v in telemetry.items() if k not in ("timeline", "path")}
+    out["name"] = file.name if file else basename(str(telemetry.get("path", "")))
+    return out
+
+
+def scrub_paths(value: Any, paths: Mapping[str, str]) -> Any:
+    """Replace every given path inside strings of ``value`` by its basename (no paths in reports)."""
+    if isinstance(value, str):
+        for path, name in paths.items():
+            if path and path in value:
+                value = value.replace(path, name)
+        return value
+    if isinstance(value, list):
+        return [scrub_paths(v, paths) for v in value]
+    if isinstance(value, dict):
+        return {k: scrub_paths(v, paths) for k, v in value.items()}
+    return value
+
+
+def result_paths(result: AnalysisResult) -> dict[str, str]:
+    """The paths an analysis result may mention (input, telemetry), longest first, to their basenames."""
+    given = [result.input.path]
+    if result.alignment is not None:
+        given.append(result.alignment.log.path)
+    out: dict[str, str] = {}
+    for p in given:
+        for form in (p, os.path.abspath(p)):
+            out[form] = basename(p)
+    return dict(sorted(out.items(), key=lambda kv: -len(kv[0])))
+
+
+def _inputs(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for name in ARMS:
+        arm = arms[name]
+        out.append({"role": name, **{k: arm["input"][k] for k in ("name", "sha256", "size_bytes", "kind")}})
+        if arm["telemetry_input"]:
+            out.append({"role": f"{name}_telemetry", **arm["telemetry_input"], "kind": "telemetry"})
+    return out
+
+
+# --- differences ---------------------------------------------------------------------------------
+
+
+def _fmt_bytes(values: Iterable[int | None]) -> str:
+    vals = list(values)
+    shown = " + ".join("unknown" if v is None else f"{v:,}" for v in vals)
+    known = [v for v in vals if v is not None]
+    if len(vals) > 1:
+        total = f"{sum(known):,}" + (" known" if len(known) < len(vals) else "")
+        return f"{shown} = {total} bytes"
+    return f"{shown} bytes"
+
+
+def role_words(role: str) -> str:
+    return "main thread" if role == "main" else "non-main thread"
+
+
+def _thread(lc: Mapping[str, Any]) -> str:
+    name = "name unknown" if lc["thread_name"] is None else f"thread name {lc['thread_name']}"
+    return f"{role_words(lc['thread_role'])}, pid {lc['pid']} tid {lc['tid']}, {name}"
+
+
+def allocation_statement(arm: str, lc: Mapping[str, Any]) -> str:
+    """What one library call allocated in one arm, in words a reviewer can quote."""
+    a = lc["allocations"]
+    head = f"{arm}: {lc['api']} ({_thread(lc)})"
+    parts: list[str] = []
+    failed = [c for c in lc["allocation_calls"] if c["return_code"] != 0]
+    if failed:
+        for c in failed:
+            name = c["return_name"] or "unknown code"
+            parts.append(
+                f"{c['api']} returned {c['return_code']} ({name}), requested bytes "
+                f"{'unknown' if c['bytes'] is None else format(c['bytes'], ',')}, "
+                f"after {a['succeeded_before_first_failure']} successful nested allocation(s)"
+            )
+        if a["succeeded"]:
+            parts.append(f"{a['succeeded']} successful nested allocation(s) in all: {_fmt_bytes(a['bytes_each'])}")
+        else:
+            parts.append("no successful nested allocation")
+    elif a["succeeded"]:
+        parts.append(
+            f"{a['succeeded']} successful nested allocation(s) ({_fmt_bytes(a['bytes_each'])}), none failed"
+        )
+    else:
+        parts.append("no nested allocation call in the trace")
+    if lc["coverage"] == "censored":
+        last = lc["cuda_api_last_ns"]
+        where = "" if last is None or lc["end_ns"] is None else f" {lc['end_ns'] - last:,} ns before the call ends"
+        parts.append(
+            f"censored ({lc['censored_reason']}): the CUDA API trace stops{where}, so allocations after "
+            "that moment are not in the trace"
+        )
+    else:
+        parts.append("coverage complete")
+    return head + ": " + "; ".join(parts)
+
+
+def _values(values: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
+
+
+def position_statement(arm: str, lc: Mapping[str, Any]) -> str | None:
+    """Where a library call falls among its arm's telemetry lines, and the snapshot then in force."""
+    pos = lc.get("telemetry")
+    if not isinstance(pos, Mapping):
+        return None
+    parts = []
+    after, before, in_force = pos.get("after"), pos.get("before"), pos.get("in_force")
+    if after:
+        parts.append(f"starts {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']})")
+    if before:
+        parts.append(f"ends {before['ms']:.3f} ms before {before['event']} (telemetry line {before['line']})")
+    if not parts:
+        parts.append("no telemetry line before or after it")
+    text = f"{arm}: {lc['api']} " + " and ".join(parts)
+    if in_force:
+        text += f"; last telemetry snapshot before it: {in_force['event']} (line {in_force['line']}): "
+        text += _values(in_force.get("values") or {})
+    text += "; alignment checked" if pos.get("verified") else "; alignment NOT checked, positions unverified"
+    return text
+
+
+def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
+    return {
+        "nested_alloc_failure": _failure_presence(arms),
+        "library_calls": _paired_calls(arms),
+        "failing_calls": {
+            "census": _failing_by_code(
+                {n: [(r["api"], r["return_code"], r["return_name"], r["count"]) for r in arms[n]["census"]["by_return"]]
+                 for n in ARMS}
+            ),
+            "nested": _failing_by_code(
+                {
+                    n: [
+                        (c["api"], c["return_code"], c["return_name"], 1)
+                        for lc in arms[n]["library_calls"]
+                        for c in lc["failed_calls"]
+                    ]
+                    for n in ARMS
+                }
+            ),
+        },
+        "sources": _sources(arms, results),
+        "handoff": _handoff_diff(arms),
+    }
+
+
+def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    counts = {n: sum(1 for f in arms[n]["findings"] if f["kind"] == "nested_alloc_failure") for n in ARMS}
+    present = [n for n in ARMS if counts[n]]
+    absent = [n for n in ARMS if not counts[n]]
+    if present and absent:
+        fs = [f for f in arms[present[0]]["findings"] if f["kind"] == "nested_alloc_failure"]
+        what = "; ".join(
+            f"{f['api']} returned {f['return_code']} ({f['return_name'] or 'unknown code'}) inside "
+            f"{f['enclosing']['api']}"
+            for f in fs
+        )
+        statement = (
+            f"A nested allocation failure is present in {present[0]} ({counts[present[0]]}: {what}) "
+            f"and absent in {absent[0]}"
+        )
+        censored = arms[absent[0]]["coverage"]["censored"]
+        if censored:
+            statement += f" as far as its trace goes ({len(censored)} library call(s) censored there)"
+    elif present:
+        statement = "A nested allocation failure is present in both arms"
+    else:
+        statement = "No nested allocation failure is in either trace"
+        if any(arms[n]["coverage"]["censored"] for n in ARMS):
+            statement += " (but see what the comparison does not establish: coverage is censored)"
+    return {**{n: counts[n] for n in ARMS}, "present_in": present, "absent_in": absent, "statement": statement}
+
+
+def _paired_calls(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def key(lc: Mapping[str, Any]) -> tuple[str, str, int]:
+        mk = lc["match_key"]
+        return (str(mk["api"]), mk["thread_role"], mk["ordinal"])
+
+    by_arm = {n: {key(lc): lc for lc in arms[n]["library_calls"]} for n in ARMS}
+    keys = sorted(set(by_arm["observe"]) | set(by_arm["release"]), key=lambda k: (k[1] != "other", k))
+    out = []
+    for k in keys:
+        entry: dict[str, Any] = {"match_key": {"api": k[0], "thread_role": k[1], "ordinal": k[2]}}
+        statements = []
+        for n in ARMS:
+            lc = by_arm[n].get(k)
+            if lc is None:
+                entry[n] = None
+                statements.append(f"{n}: no matching {k[0]} call ({role_words(k[1])}, call #{k[2]})")
+                continue
+            a = lc["allocations"]
+            entry[n] = {
+                "lib_id": lc["lib_id"],
+                "pid": lc["pid"],
+                "tid": lc["tid"],
+                "thread_name": lc["thread_name"],
+                "start_ns": lc["start_ns"],
+                "end_ns": lc["end_ns"],
+                "coverage": lc["coverage"],
+                "censored_reason": lc["censored_reason"],
+                "nested_allocations_succeeded": a["succeeded"],
+                "nested_allocations_failed": a["failed"],
+                "succeeded_before_first_failure": a["succeeded_before_first_failure"],
+                "allocated_bytes": a["bytes"],
+                "allocated_bytes_each": a["bytes_each"],
+                "bytes_unknown": a["bytes_unknown"],
+                "failed_allocations": [c for c in lc["allocation_calls"] if c["return_code"] != 0],
+                "telemetry": lc["telemetry"],
+            }
+            statements.append(allocation_statement(n, lc))
+            where = position_statement(n, lc)
+            if where is not None:
+                statements.append(where)
+        if entry["observe"] is not None and entry["release"] is not None:
+            same = by_arm["observe"][k]["nested_by_api"] == by_arm["release"][k]["nested_by_api"]
+            entry["nested_calls_same"] = same
+            calls = by_arm["observe"][k]["nested_calls"]
+            statements.append(
+                f"The traced nested calls are the same in both arms ({calls:,} calls, same api and return code counts)"
+                if same
+                else "The traced nested calls differ between the arms (api and return code counts)"
+            )
+        else:
+            entry["nested_calls_same"] = None
+        entry["statements"] = statements
+        out.append(entry)
+    return out
+
+
+def _failing_by_code(rows: Mapping[str, list[tuple[Any, Any, Any, int]]]) -> dict[str, Any]:
+    counts: dict[str, Counter[tuple[str, int]]] = {n: Counter() for n in ARMS}
+    names: dict[tuple[str, int], Any] = {}
+    for n in ARMS:
+        for api, rc, rname, count in rows[n]:
+            counts[n][(api, rc)] += count
+            names[(api, rc)] = rname
+
+    def entries(keys: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+        return [
+            {
+                "api": api,
+                "display_api": display_name(api) if api is not None else None,
+                "return_code": rc,
+                "return_name": names[(api, rc)],
+                "observe": counts["observe"][(api, rc)],
+                "release": counts["release"][(api, rc)],
+            }
+            for api, rc in sorted(keys, key=lambda k: (str(k[0]), k[1]))
+        ]
+
+    o, r = set(counts["observe"]), set(counts["release"])
+    return {"only_in_observe": entries(o - r), "only_in_release": entries(r - o), "in_both": entries(o & r)}
+
+
+def _expected_reason(key: str) -> str | None:
+    for pattern, why in _EXPECTED_CAPTURE_KEYS:
+        if pattern.match(key):
+            return why
+    return None
+
+
+def _sources(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
+    versions = {}
+    for field_name in ("nsys_version", "schema_version", "kind"):
+        o, r = (arms[n]["input"][field_name] for n in ARMS)
+        versions[field_name] = {"observe": o, "release": r, "same": o == r if o is not None and r is not None else None}
+    cap = {n: results[n].capture for n in ARMS}
+    keys = sorted(set(cap["observe"]) | set(cap["release"]))
+    differs, expected = [], []
+    for k in keys:
+        o, r = cap["observe"].get(k), cap["release"].get(k)
+        if o == r:
+            continue
+        row = {"key": k, "observe": o, "release": r}
+        why = _expected_reason(k)
+        if why is None:
+            differs.append(row)
+        else:
+            expected.append({**row, "why": why})
+    return {
+        **versions,
+        "capture": {
+            "keys_compared": len(keys),
+            "same": len(keys) - len(differs) - len(expected),
+            "differs": differs,
+            "differs_as_expected": expected,
+        },
+    }
+
+
+def _handoff_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    snaps = {n: arms[n]["handoff"] for n in ARMS}
+    if not any(snaps.values()):
+        return None
+    out: dict[str, Any] = {}
+    for f in HANDOFF_FIELDS:
+        o = snaps["observe"].get(f) if snaps["observe"] else None
+        r = snaps["release"].get(f) if snaps["release"] else None
+        both = isinstance(o, int) and isinstance(r, int)
+        out[f] = {"observe": o, "release": r, "release_minus_observe": (r - o) if both else None}  # type: ignore[operator]
+    return out
+
+
+# --- what the comparison does not establish ------------------------------------------------------
+
+
+def _not_established(arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    # 1. Censored library calls: absence of a failure there is not evidence.
+    for pair in differences["library_calls"]:
+        api = pair["match_key"]["api"]
+        censored = [n for n in ARMS if pair[n] is not None and pair[n]["coverage"] == "censored"]
+        undetermined = [n for n in censored if not pair[n]["nested_allocations_failed"]]
+        if undetermined:
+            where = " and ".join(undetermined)
+            arms_word = "in either arm" if len(undetermined) == 2 else f"in the {where} arm"
+            mk = pair["match_key"]
+            out.append(
+                {
+                    "code": "censored_library_call",
+                    "arms": undetermined,
+                    "api": api,
+                    "statement": (
+                        f"The comparison cannot establish whether an allocation failed inside {api} "
+                        f"({role_words(mk['thread_role'])}, call #{mk['ordinal']}) {arms_word} from the traces "
+                        f"alone: the call is censored in {where} (the CUDA API trace stops inside it), so the "
+                        "absence of a failed allocation there is not evidence that none failed"
+                    ),
+                }
+            )
+    for n in ARMS:
+        # Censored calls outside the library calls of interest are still censored.
+        shown = {lc["lib_id"] for lc in arms[n]["library_calls"]}
+        hidden = [c for c in arms[n]["coverage"]["censored"] if c["lib_id"] not in shown]
+        if hidden:
+            out.append(
+                {
+                    "code": "censored_library_call",
+                    "arms": [n],
+                    "api": None,
+                    "statement": (
+                        f"{len(hidden)} further library call(s) of the {n} arm are censored: the absence of a "
+                        "failure inside them is not evidence that none failed"
+                    ),
+                }
+            )
+        if not arms[n]["coverage"]["cuda_api_trace"]:
+            out.append(
+                {
+                    "code": "no_cuda_api_trace",
+                    "arms": [n],
+                    "api": None,
+                    "statement": f"The {n} export has no CUDA API trace: nothing about CUDA calls in it is established",
+                }
+            )
+    # 2. The arms differ in source or configuration.
+    src = differences["sources"]
+    for field_name, label in (("nsys_version", "nsys version"), ("schema_version", "export schema version")):
+        v = src[field_name]
+        if v["same"] is not True:
+            out.append(
+                {
+                    "code": f"different_{field_name}",
+                    "arms": list(ARMS),
+                    "api": None,
+                    "statement": (
+                        f"The arms were exported by different or unknown {label}s (observe {v['observe']}, "
+                        f"release {v['release']}): a difference between them may come from the tool, not the run"
+                    ),
+                }
+            )
+    if src["capture"]["differs"]:
+        keys = ", ".join(d["key"] for d in src["capture"]["differs"])
+        out.append(
+            {
+                "code": "different_capture_options",
+                "arms": list(ARMS),
+                "api": None,
+                "statement": (
+                    f"The arms were captured with different options (META_DATA_CAPTURE: {keys}): a difference "
+                    "between them may come from what was traced, not from what the program did"
+                ),
+            }
+        )
+    # 3. Telemetry: missing, or clocks not checked.
+    for n in ARMS:
+        arm = arms[n]
+        if arm["telemetry_input"] is None:
+            out.append(
+                {
+                    "code": "no_telemetry",
+                    "arms": [n],
+                    "api": None,
+                    "statement": (
+                        f"No telemetry was given for the {n} arm: its memory state at the handoff and the "
+                        "position of its calls relative to the application's boundaries are not known"
+                    ),
+                }
+            )
+            continue
+        alignment = arm["alignment"]
+        if not isinstance(alignment, Mapping) or alignment.get("checked") is not True:
+            out.append(
+                {
+                    "code": "alignment_not_checked",
+                    "arms": [n],
+                    "api": None,
+                    "statement": (
+                        f"The {n} arm's telemetry clock alignment is not checked: positions relative to its "
+                        "telemetry boundaries are unverified"
+                    ),
+                }
+            )
+        if arm["handoff"] is None:
+            out.append(
+                {
+                    "code": "no_handoff_snapshot",
+                    "arms": [n],
+                    "api": None,
+                    "statement": f"The {n} arm's telemetry has no handoff snapshot: its memory state then is unknown",
+                }
+            )
+    # 4. Always: one run per arm.
+    out.append(
+        {
+            "code": "single_run_per_arm",
+            "arms": list(ARMS),
+            "api": None,
+            "statement": (
+                "Each arm is one run: the comparison shows how these two traces differ, not that the change "
+                "between the arms causes the difference, nor that it recurs"
+            ),
+        }
+    )
+    return out
+
+
+def _summary(
+    arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any], not_established: list[dict[str, Any]]
+) -> list[str]:
+    lines = [f"{n}: verdict {arms[n]['verdict']}" for n in ARMS]
+    lines.append(differences["nested_alloc_failure"]["statement"])
+    for pair in differences["library_calls"]:
+        lines.extend(pair["statements"])
+    lines.extend(x["statement"] for x in not_established if x["code"] == "censored_library_call")
+    return lines

@@ -1,0 +1,392 @@
+"""``report.md``: the sealed report for people, written from the same document as ``report.json``.
+
+Every value shown comes from the report document, so the two files state the same facts. Text
+that comes from traces or telemetry (API names from StringIds, thread names, NVTX strings,
+messages) is data, not Markdown: :func:`md` escapes it so it is shown literally, whatever it holds.
+No wall-clock time and no path other than input basenames appears, so the same document always
+gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+MAX_TEXT = 200
+# Characters that can start Markdown or HTML syntax anywhere in a line (CommonMark allows a
+# backslash before any ASCII punctuation). Line-start syntax (#, -, +, 1.) cannot occur: data is
+# never placed at the start of a line, and line breaks in data are shown as escapes.
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|&~#])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+def md(value: object, limit: int = MAX_TEXT) -> str:
+    """``value`` as literal Markdown text; ``None`` is ``unknown``; long text is shortened.
+
+    >>> md("a|b *c* <img>")
+    'a\\\\|b \\\\*c\\\\* \\\\<img\\\\>'
+    >>> md(None)
+    'unknown'
+    """
+    if value is None:
+        return "unknown"
+    s = str(value)
+    if len(s) > limit:
+        s = f"{s[: limit - 1]}… ({len(s)} chars)"
+    s = _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
+    return _SPECIAL.sub(r"\\\1", s)
+
+
+def num(value: int | None) -> str:
+    return "unknown" if value is None else f"{value:,}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """A GFM table; cells must already be escaped with :func:`md`."""
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out.append("")
+    return out
+
+
+def _bullets(items: Iterable[str]) -> list[str]:
+    return [f"- {md(x, 10_000)}" for x in items]
+
+
+def _census(census: Mapping[str, Any]) -> list[str]:
+    out = [
+        f"{num(census['cuda_api_calls'])} CUDA API calls, {num(census['nonzero_returns'])} with a non-zero return.",
+        "",
+    ]
+    if census["by_return"]:
+        out += table(
+            ["api", "return code", "name", "count"],
+            (
+                [md(r["api"]), str(r["return_code"]), md(r["return_name"]), num(r["count"])]
+                for r in census["by_return"]
+            ),
+        )
+    return out
+
+
+def _findings(findings: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not findings:
+        return ["No failed allocation call inside or across a library call.", ""]
+    out = []
+    for f in findings:
+        enc = f["enclosing"]
+        out.append(
+            f"- **{md(f['kind'])}**: {md(f['api'])} returned {f['return_code']} ({md(f['return_name'])}), "
+            f"correlation id {num(f['correlation_id'])}, pid {f['pid']} tid {f['tid']} thread "
+            f"{md(f['thread_name'])}, {num(f['start_ns'])} to {num(f['end_ns'])} ns, requested bytes "
+            f"{num(f['requested_bytes'])}; inside {md(enc['api'])} ({num(enc['start_ns'])} to "
+            f"{num(enc['end_ns'])} ns, coverage {md(enc.get('coverage'))})"
+        )
+    out.append("")
+    return out
+
+
+def _coverage(coverage: Mapping[str, Any]) -> list[str]:
+    out = table(
+        ["source", "pid", "first ns", "last ns", "rows"],
+        (
+            [md(s["source"]), str(s["pid"]), num(s["first_ns"]), num(s["last_ns"]), num(s["rows"])]
+            for s in coverage["by_source"]
+        ),
+    )
+    if not coverage["cuda_api_trace"]:
+        out += ["The export has no CUDA API trace.", ""]
+    for c in coverage["censored"]:
+        out.append(
+            f"- censored: {md(c['api'])} (pid {c['pid']} tid {c['tid']}, {num(c['start_ns'])} to "
+            f"{num(c['end_ns'])} ns): {md(c['reason'])}; the process's CUDA API trace ends at "
+            f"{num(c['cuda_api_last_ns'])} ns"
+        )
+    if coverage["censored"]:
+        out.append("")
+    return out
+
+
+def _kv(mapping: Mapping[str, Any] | None) -> str:
+    if not mapping:
+        return "none"
+    return ", ".join(f"{md(k)} {md(_scalar(v))}" for k, v in sorted(mapping.items()))
+
+
+def _scalar(v: object) -> object:
+    if isinstance(v, bool) or v is None:
+        return "unknown" if v is None else str(v).lower()
+    if isinstance(v, int):
+        return f"{v:,}"
+    return v
+
+
+def _library_call(lc: Mapping[str, Any]) -> list[str]:
+    a = lc["allocations"]
+    role = "main" if lc["thread_role"] == "main" else "non-main"
+    unknown = f", {a['bytes_unknown']} of unknown size" if a["bytes_unknown"] else ""
+    out = [
+        f"#### {md(lc['api'])} on pid {lc['pid']} tid {lc['tid']} ({role} thread, name {md(lc['thread_name'])})",
+        "",
+        f"- {md(lc['source'])}, {num(lc['start_ns'])} to {num(lc['end_ns'])} ns, coverage **{md(lc['coverage'])}**"
+        + (f" ({md(lc['censored_reason'])}; CUDA API trace ends at {num(lc['cuda_api_last_ns'])} ns)"
+           if lc["coverage"] == "censored" else ""),
+        f"- nested CUDA API calls: {num(lc['nested_calls'])}, of which {num(lc['nested_failed'])} failed",
+        f"- nested allocation calls: {num(a['calls'])}: {num(a['succeeded'])} succeeded "
+        f"({num(a['bytes'])} bytes{unknown}), "
+        f"{num(a['failed'])} failed",
+        "",
+    ]
+    if lc["allocation_calls"] or lc["failed_calls"]:
+        calls = {(c["correlation_id"], c["start_ns"]): c for c in [*lc["allocation_calls"], *lc["failed_calls"]]}
+        out += table(
+            ["api", "return code", "name", "correlation id", "start ns", "end ns", "bytes"],
+            (
+                [md(c["api"]), str(c["return_code"]), md(c["return_name"]), num(c["correlation_id"]),
+                 num(c["start_ns"]), num(c["end_ns"]), num(c["bytes"])]
+                for c in sorted(calls.values(), key=lambda c: (c["start_ns"], c["correlation_id"] or 0))
+            ),
+        )
+    if lc["nested_by_api"]:
+        out += ["Nested calls by api and return code:", ""]
+        out += table(
+            ["api", "return code", "name", "count", "bytes"],
+            (
+                [md(r["api"]), str(r["return_code"]), md(r["return_name"]), num(r["count"]),
+                 num(r["bytes"]) if r["allocation"] else "n/a"]
+                for r in lc["nested_by_api"]
+            ),
+        )
+    if lc["straddling"]:
+        out += [f"Calls straddling its edges: {len(lc['straddling'])}.", ""]
+    if lc.get("telemetry"):
+        out += [f"Telemetry position: {md(_position(lc['telemetry']))}", ""]
+    return out
+
+
+def _position(pos: object) -> str:
+    """A telemetry position (``after``/``before`` boundaries) in words."""
+    if not isinstance(pos, Mapping):
+        return str(pos)
+    parts = []
+    for key in ("after", "before"):
+        b = pos.get(key)
+        if isinstance(b, Mapping):
+            parts.append(f"{b.get('ms')} ms {key} {b.get('event')}")
+    in_force = pos.get("in_force")
+    if isinstance(in_force, Mapping):
+        parts.append(f"snapshot in force: {in_force.get('event')} (line {in_force.get('line')})")
+    if "verified" in pos:
+        parts.append("alignment checked" if pos["verified"] else "alignment NOT checked, unverified")
+    return "; ".join(parts) if parts else "none"
+
+
+def _handoff(handoff: Mapping[str, Any] | None) -> list[str]:
+    if not handoff:
+        return ["Handoff snapshot: none (no handoff line in the telemetry).", ""]
+    at = "not placed on the trace clock" if handoff["trace_ns"] is None else (
+        f"at trace {num(handoff['trace_ns'])} ns via {md(handoff['via'])}"
+    )
+    return [
+        f"Handoff snapshot (telemetry line {handoff['line']}, {at}; {md(handoff['chosen_by'])} of "
+        f"{handoff['handoff_lines']}): {_kv(handoff['values'])}.",
+        "",
+    ]
+
+
+def _alignment(alignment: object) -> list[str]:
+    if not isinstance(alignment, Mapping):
+        return ["Alignment: none (no telemetry).", ""]
+    keys = ("method", "checked", "offset_ns", "tolerance_ns", "residuals_ns")
+    shown = ", ".join(f"{md(k)} {md(_scalar(alignment.get(k)))}" for k in keys if k in alignment)
+    out = [f"Alignment: {shown}.", ""]
+    for reason in alignment.get("reasons", []) or []:
+        out.append(f"- {md(reason)}")
+    if alignment.get("reasons"):
+        out.append("")
+    return out
+
+
+def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
+    inp = arm["input"]
+    out = [
+        f"## The {name} arm",
+        "",
+        f"Input {md(inp['name'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
+        f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
+        "",
+        f"Verdict: **{md(arm['verdict'])}**",
+        "",
+        *_bullets(arm["verdict_reasons"]),
+        "",
+        "### Census",
+        "",
+        *_census(arm["census"]),
+        "### Findings",
+        "",
+        *_findings(arm["findings"]),
+        f"### Library calls of interest ({len(arm['library_calls'])} of {arm['library_calls_total']})",
+        "",
+        f"Selection: {md(arm['library_calls_selection'])}.",
+        "",
+    ]
+    for lc in arm["library_calls"]:
+        out += _library_call(lc)
+    out += ["### Coverage", "", *_coverage(arm["coverage"])]
+    out += ["### Telemetry", ""]
+    tel = arm["telemetry_input"]
+    if tel:
+        out += [f"Telemetry {md(tel['name'])} ({num(tel['size_bytes'])} bytes, sha256 `{tel['sha256']}`).", ""]
+        out += _handoff(arm["handoff"])
+        out += _alignment(arm["alignment"])
+    else:
+        out += ["No telemetry given.", ""]
+    if arm["warnings"]:
+        out += ["### Warnings", ""]
+        out += [f"- {md(w['kind'])} ({num(w['count'])}): {md(w['message'], 300)}" for w in arm["warnings"]]
+        out.append("")
+    return out
+
+
+def _failing(title: str, block: Mapping[str, Any]) -> list[str]:
+    rows = []
+    for where in ("only_in_observe", "only_in_release", "in_both"):
+        for r in block[where]:
+            rows.append(
+                [where.replace("_", " "), md(r["api"]), str(r["return_code"]), md(r["return_name"]),
+                 num(r["observe"]), num(r["release"])]
+            )
+    if not rows:
+        return [f"{title}: no failing call in either arm.", ""]
+    return [f"{title}:", "", *table(["where", "api", "return code", "name", "observe", "release"], rows)]
+
+
+def _values(values: Sequence[str] | None) -> str:
+    """A META_DATA_CAPTURE key's values: ``absent`` when the export has no such key."""
+    return "absent" if values is None else ", ".join(md(v) for v in values)
+
+
+def comparison_markdown(doc: Mapping[str, Any]) -> str:
+    """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`)."""
+    diff = doc["differences"]
+    out = [
+        "# nsysaudit comparison: observe arm vs release arm",
+        "",
+        "The seal of this report is the SHA-256 of `manifest-sha256.txt` beside it; "
+        "`nsysaudit verify` checks every digest.",
+        "",
+        "## Inputs",
+        "",
+        *table(
+            ["role", "file", "kind", "bytes", "sha256"],
+            ([md(i["role"]), md(i["name"]), md(i["kind"]), num(i["size_bytes"]), f"`{i['sha256']}`"]
+             for i in doc["inputs"]),
+        ),
+        "## Summary",
+        "",
+        *_bullets(doc["summary"]),
+        "",
+        "## What this comparison does NOT establish",
+        "",
+        *_bullets(x["statement"] for x in doc["not_established"]),
+        "",
+        "## Differences",
+        "",
+        "### Nested allocation failure",
+        "",
+        md(diff["nested_alloc_failure"]["statement"], 10_000),
+        "",
+        "### What the library calls allocated, arm by arm",
+        "",
+    ]
+    if not diff["library_calls"]:
+        out += ["No library call of interest in either arm.", ""]
+    for pair in diff["library_calls"]:
+        mk = pair["match_key"]
+        out += [
+            f"{md(mk['api'])}, {'main' if mk['thread_role'] == 'main' else 'non-main'} thread, call #{mk['ordinal']}:",
+            "",
+            *_bullets(pair["statements"]),
+            "",
+        ]
+    out += ["### Calls that fail in one arm only", ""]
+    out += _failing("In the whole export (census)", diff["failing_calls"]["census"])
+    out += _failing("Nested in the library calls of interest", diff["failing_calls"]["nested"])
+    src = diff["sources"]
+    cap = src["capture"]
+    out += ["### Sources and capture options", ""]
+    for key, label in (("nsys_version", "nsys version"), ("schema_version", "schema version"), ("kind", "input kind")):
+        v = src[key]
+        same = {True: "same", False: "DIFFERENT", None: "unknown"}[v["same"]]
+        out.append(f"- {label}: observe {md(v['observe'])}, release {md(v['release'])} ({same})")
+    out.append(
+        f"- capture options (META\\_DATA\\_CAPTURE): {cap['keys_compared']} keys compared, {cap['same']} the same, "
+        f"{len(cap['differs'])} differ, {len(cap['differs_as_expected'])} differ as expected"
+    )
+    out.append("")
+    rows = [[md(d["key"]), _values(d["observe"]), _values(d["release"]), "**differs**"] for d in cap["differs"]]
+    rows += [
+        [md(d["key"]), _values(d["observe"]), _values(d["release"]), f"differs as expected: {md(d['why'])}"]
+        for d in cap["differs_as_expected"]
+    ]
+    if rows:
+        out += table(["key", "observe", "release", ""], rows)
+    out += ["### Memory at the handoff (telemetry)", ""]
+    if diff["handoff"]:
+        out += table(
+            ["field", "observe", "release", "release minus observe"],
+            ([md(k), num(v["observe"]), num(v["release"]), num(v["release_minus_observe"])]
+             for k, v in diff["handoff"].items()),
+        )
+    else:
+        out += ["No handoff snapshot in either arm's telemetry.", ""]
+    for name in ("observe", "release"):
+        out += _arm(name, doc["arms"][name])
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def analysis_markdown(doc: Mapping[str, Any]) -> str:
+    """The ``report.md`` of a single sealed arm (the sealed ``analyze`` document)."""
+    inp = doc["input"]
+    out = [
+        f"# nsysaudit analysis: {md(inp['path'])}",
+        "",
+        "The seal of this report is the SHA-256 of `manifest-sha256.txt` beside it; "
+        "`nsysaudit verify` checks every digest.",
+        "",
+        f"Input {md(inp['path'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
+        f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
+        "",
+        f"Verdict: **{md(doc['verdict'])}**",
+        "",
+        *_bullets(doc["verdict_reasons"]),
+        "",
+        "## Census",
+        "",
+        *_census(doc["census"]),
+        "## Findings",
+        "",
+        *_findings(doc["findings"]),
+        f"## Library calls ({len(doc['library_calls'])})",
+        "",
+    ]
+    if doc["library_calls"]:
+        out += table(
+            ["api", "pid", "tid", "thread", "start ns", "end ns", "coverage", "nested", "failed", "allocated bytes"],
+            (
+                [md(lc["api"]), str(lc["pid"]), str(lc["tid"]), md(lc["thread_name"]), num(lc["start_ns"]),
+                 num(lc["end_ns"]), md(lc["coverage"]), num(len(lc["children"])), num(lc["failed_children"]),
+                 num(lc["allocated_bytes"])]
+                for lc in doc["library_calls"]
+            ),
+        )
+    else:
+        out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
+    out += ["## Coverage", "", *_coverage(doc["coverage"])]
+    if "alignment" in doc:
+        out += ["## Telemetry", "", *_alignment(doc.get("alignment"))]
+    if doc["warnings"]:
+        out += ["## Warnings", ""]
+        out += [f"- {md(w['kind'])} ({num(w['count'])}): {md(w['message'], 300)}" for w in doc["warnings"]]
+    return "\n".join(out).rstrip("\n") + "\n"
