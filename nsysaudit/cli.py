@@ -16,11 +16,11 @@ from typing import Any
 import click
 from rich.console import Console
 
-from nsysaudit import __version__
+from nsysaudit import __version__, seal
 from nsysaudit.analysis import analyze
 from nsysaudit.errors import NsysAuditError
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.render import print_analysis
+from nsysaudit.render import comparison_renderable, print_analysis, sealed_text, verification_renderable
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
 
@@ -123,6 +123,28 @@ def echo_telemetry_warnings(result: AnalysisResult) -> None:
         click.echo(f"nsysaudit: warning: {log.path}: line {bad.line}: {bad.problem} (skipped)", err=True)
 
 
+def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal`)."""
+    func = click.option(
+        "--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty)."
+    )(func)
+    return click.option(
+        "--out",
+        type=click.Path(file_okay=False, path_type=str),
+        default=None,
+        metavar="DIR",
+        help="Write report.json, report.md, inputs-sha256.txt, the manifests and metadata.json into DIR "
+        "and print the seal (SHA-256 of DIR/manifest-sha256.txt) as the last line.",
+    )(func)
+
+
+def echo_seal(sealed: seal.Sealed, as_json: bool) -> None:
+    """Print where the report went and, as the very last line, its seal (stderr under --json)."""
+    if not as_json:
+        Console(highlight=False).print(sealed_text(str(sealed.dir), sealed.files))
+    click.echo(f"seal: sha256:{sealed.seal}", err=as_json)
+
+
 @cli.command("analyze")
 @click.argument("path", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
@@ -143,6 +165,7 @@ def echo_telemetry_warnings(result: AnalysisResult) -> None:
 )
 @telemetry_option("--telemetry")
 @alignment_options
+@out_options
 def analyze_cmd(
     path: str,
     as_json: bool,
@@ -150,20 +173,137 @@ def analyze_cmd(
     library_domains: Sequence[str],
     telemetry: str | None,
     telemetry_options: TelemetryOptions,
+    out: str | None,
+    force: bool,
 ) -> None:
-    """Analyze one export (.sqlite) or report (.nsys-rep)."""
-    result = analyze(
-        path,
-        nsys_path=nsys_path,
-        library_domains=library_domains,
-        telemetry=telemetry,
-        telemetry_options=telemetry_options,
-    )
+    """Analyze one export (.sqlite) or report (.nsys-rep); with --out, also write it sealed."""
+    sealed = None
+    if out is not None:
+        sealed = seal.seal_analysis(
+            path,
+            out,
+            telemetry=telemetry,
+            library_domains=library_domains,
+            telemetry_options=telemetry_options,
+            nsys_path=nsys_path,
+            force=force,
+        )
+        result = sealed.results["arm"]
+    else:
+        result = analyze(
+            path,
+            nsys_path=nsys_path,
+            library_domains=library_domains,
+            telemetry=telemetry,
+            telemetry_options=telemetry_options,
+        )
     echo_telemetry_warnings(result)
     if as_json:
         click.echo(dump_json(result.to_dict()))
     else:
         print_analysis(result, Console(highlight=False))
+    if sealed is not None:
+        echo_seal(sealed, as_json)
+
+
+@cli.command("compare")
+@click.argument("observe", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("release", type=click.Path(dir_okay=False, path_type=str))
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=str),
+    metavar="DIR",
+    help="Folder to write the sealed comparison into (must not exist, unless --force).",
+)
+@telemetry_option("--observe-telemetry", help="The observe arm's JSON Lines telemetry.")
+@telemetry_option("--release-telemetry", help="The release arm's JSON Lines telemetry.")
+@click.option("--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty).")
+@click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout (the seal goes to stderr).")
+@click.option(
+    "--nsys",
+    "nsys_path",
+    type=click.Path(dir_okay=False),
+    envvar="NSYSAUDIT_NSYS",
+    help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
+)
+@click.option(
+    "--library-domain",
+    "library_domains",
+    multiple=True,
+    default=DEFAULT_LIBRARY_DOMAINS,
+    show_default=True,
+    help="NVTX domain whose ranges are library calls (repeatable).",
+)
+@alignment_options
+def compare_cmd(
+    observe: str,
+    release: str,
+    out: str,
+    observe_telemetry: str | None,
+    release_telemetry: str | None,
+    force: bool,
+    as_json: bool,
+    nsys_path: str | None,
+    library_domains: Sequence[str],
+    telemetry_options: TelemetryOptions,
+) -> None:
+    """Compare an OBSERVE arm with a RELEASE arm and write the comparison sealed into DIR.
+
+    OBSERVE and RELEASE are exports (.sqlite) or reports (.nsys-rep). The last line printed is the
+    seal: the SHA-256 of DIR/manifest-sha256.txt, the one line a reviewer quotes.
+    """
+    sealed = seal.seal_compare(
+        observe,
+        release,
+        out,
+        observe_telemetry=observe_telemetry,
+        release_telemetry=release_telemetry,
+        library_domains=library_domains,
+        telemetry_options=telemetry_options,
+        nsys_path=nsys_path,
+        force=force,
+    )
+    for result in sealed.results.values():
+        echo_telemetry_warnings(result)
+    if as_json:
+        click.echo(seal.canonical_json(sealed.document).decode("utf-8"), nl=False)
+    else:
+        Console(highlight=False).print(comparison_renderable(sealed.document))
+    echo_seal(sealed, as_json)
+
+
+@cli.command("verify")
+@click.argument("directory", metavar="DIR", type=click.Path(path_type=str))
+@click.option(
+    "--inputs",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=str),
+    metavar="PATH",
+    help="The original inputs (repeatable, or several after one --inputs): check their digests and re-run "
+    "the analysis with the recorded options; report.json must come out byte-identical.",
+)
+@click.option("--seal", "expected_seal", metavar="HEX", help="The quoted seal the manifest must match.")
+@click.option(
+    "--nsys",
+    "nsys_path",
+    type=click.Path(dir_okay=False),
+    envvar="NSYSAUDIT_NSYS",
+    help="nsys binary for re-exporting .nsys-rep inputs (default: $NSYSAUDIT_NSYS, then PATH).",
+)
+@click.argument("more_inputs", nargs=-1, type=click.Path(dir_okay=False, path_type=str))
+def verify_cmd(
+    directory: str, inputs: Sequence[str], expected_seal: str | None, nsys_path: str | None, more_inputs: Sequence[str]
+) -> None:
+    """Check every digest of the sealed report folder DIR (exit 1 naming any changed, missing or extra file)."""
+    if more_inputs and not inputs:
+        raise click.UsageError(f"unexpected argument {more_inputs[0]!r} (inputs go after --inputs)")
+    given = [*inputs, *more_inputs]
+    checked = seal.verify(directory, given or None, nsys_path=nsys_path, expected_seal=expected_seal)
+    Console(highlight=False).print(
+        verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun)
+    )
+    click.echo(f"seal: sha256:{checked.seal}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

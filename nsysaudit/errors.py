@@ -30,6 +30,10 @@ class BadOption(NsysAuditError):
     """An option's value cannot be used (for example a malformed --anchor)."""
 
 
+class OutputExists(BadOption):
+    """The output folder already exists (``--force`` replaces an earlier sealed report folder)."""
+
+
 class CheckFailed(NsysAuditError):
     """A check the user asked for did not pass (for example ``verify`` found a changed file)."""
 

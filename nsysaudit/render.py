@@ -7,6 +7,7 @@ shortened with their length shown.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -257,3 +258,99 @@ def _warnings(warnings: list[dict[str, Any]]) -> list[RenderableType]:
 
 def print_analysis(result: AnalysisResult, console: Console) -> None:
     console.print(analysis_renderable(result))
+
+
+# --- sealed reports: compare and verify ----------------------------------------------------------
+
+
+def comparison_renderable(doc: Mapping[str, Any]) -> RenderableType:
+    """The comparison document (``report.json`` of ``nsysaudit compare``) for the terminal."""
+    parts: list[RenderableType] = []
+    head = Text("nsysaudit compare", style="bold")
+    for i in doc["inputs"]:
+        head.append(f"\n  {i['role']}: ")
+        head.append_text(literal(i["name"], 200))
+        head.append(f"  sha256 {i['sha256']}  {i['size_bytes']:,} bytes")
+    parts.append(head)
+    verdicts = Text("\nverdicts:")
+    for name in ("observe", "release"):
+        v = doc["arms"][name]["verdict"]
+        verdicts.append(f"  {name} ")
+        verdicts.append(v, style=VERDICT_STYLE.get(v, "bold"))
+    parts.append(verdicts)
+
+    diff = doc["differences"]
+    parts.append(Text("\nDifferences", style="bold"))
+    parts.append(Text("  ").append_text(literal(diff["nested_alloc_failure"]["statement"], 2000)))
+    for pair in diff["library_calls"]:
+        for statement in pair["statements"]:
+            parts.append(Text("  - ").append_text(literal(statement, 2000)))
+    for scope, label in (("census", "whole export"), ("nested", "nested in library calls of interest")):
+        block = diff["failing_calls"][scope]
+        for where in ("only_in_observe", "only_in_release"):
+            for r in block[where]:
+                t = Text(f"  fails {where.replace('_', ' ')} ({label}): ", style="yellow")
+                t.append_text(literal(r["api"]))
+                t.append(f" returned {r['return_code']} ({r['return_name'] or 'unknown code'}): "
+                         f"observe {r['observe']:,}, release {r['release']:,}")
+                parts.append(t)
+        for r in block["in_both"]:
+            t = Text(f"  fails in both ({label}): ")
+            t.append_text(literal(r["api"]))
+            t.append(f" returned {r['return_code']}: observe {r['observe']:,}, release {r['release']:,}")
+            parts.append(t)
+    src = diff["sources"]
+    t = Text("  sources: ")
+    for key in ("nsys_version", "schema_version"):
+        v = src[key]
+        t.append(f"{key} ")
+        t.append("same" if v["same"] else f"DIFFERENT ({v['observe']} vs {v['release']})",
+                 style="green" if v["same"] else "bold yellow")
+        t.append("; ")
+    cap = src["capture"]
+    t.append(f"capture options: {cap['keys_compared']} keys, {len(cap['differs'])} differ, "
+             f"{len(cap['differs_as_expected'])} differ as expected")
+    parts.append(t)
+    def values(v: Sequence[str] | None) -> str:
+        return "absent" if v is None else ", ".join(v)
+
+    for d in cap["differs"]:
+        parts.append(Text("    differs: ", style="yellow").append_text(
+            literal(f"{d['key']}: observe {values(d['observe'])}, release {values(d['release'])}", 300)))
+    for d in cap["differs_as_expected"]:
+        parts.append(Text("    differs as expected: ", style="dim").append_text(
+            literal(f"{d['key']} ({d['why']}): observe {values(d['observe'])}, release {values(d['release'])}", 300)))
+    if diff["handoff"]:
+        table = Table(title="Memory at the handoff (telemetry)", title_justify="left")
+        for col in ("field", "observe", "release", "release - observe"):
+            table.add_column(col, justify="left" if col == "field" else "right")
+        for key, v in diff["handoff"].items():
+            table.add_row(key, nbytes(v["observe"]), nbytes(v["release"]), ns(v["release_minus_observe"]))
+        parts.append(table)
+    parts.append(Text("\nWhat this comparison does NOT establish", style="bold yellow"))
+    for item in doc["not_established"]:
+        parts.append(Text("  - ").append_text(literal(item["statement"], 2000)))
+    return Group(*parts)
+
+
+def sealed_text(directory: str, files: Sequence[str]) -> Text:
+    """Where a sealed report was written, and what it holds (the seal itself is printed last)."""
+    t = Text("\nsealed report: ", style="bold")
+    t.append_text(literal(directory, 300))
+    t.append(f"\n  {', '.join(files)}")
+    return t
+
+
+def verification_renderable(directory: str, files: Sequence[str], inputs: Sequence[Mapping[str, Any]],
+                            rerun: bool) -> RenderableType:
+    """What ``nsysaudit verify`` checked (it only returns when every check passed)."""
+    t = Text("verified ", style="bold green")
+    t.append_text(literal(directory, 300))
+    t.append(f"\n  {len(files)} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file")
+    for i in inputs:
+        t.append("\n  input ")
+        t.append_text(literal(i["path"], 300))
+        t.append(f" ({i['role']}) matches the sealed {i['name']}: sha256 {i['sha256']}, {i['size_bytes']:,} bytes")
+    if rerun:
+        t.append("\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt")
+    return t

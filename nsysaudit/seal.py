@@ -1,0 +1,734 @@
+"""Sealed reports: a report folder whose every byte is hashed, and ``verify`` to check it.
+
+A sealed report folder DIR holds (flat, no sub-folders)::
+
+    report.json              canonical JSON: sorted keys, stable order, no wall-clock time, no paths
+    report.md                the same facts for people (trace text escaped as Markdown data)
+    inputs-sha256.txt        "<sha256>  <basename>" of every input (exports, .nsys-rep, telemetry)
+    manifest-sha256.txt      "<sha256>  <file>" of the three payload files above (sha256sum -c format)
+    metadata.json            tool, python, polars and sqlite versions, nsys and schema versions,
+                             the command and options (relative paths only), inputs with sizes
+    tagmanifest-sha256.txt   "<sha256>  <file>" of manifest-sha256.txt and metadata.json
+
+This follows the BagIt idea (RFC 8493: payload manifest, tag files, tag manifest) in a flat
+layout; it is not a conformant bag (the payload is not under ``data/`` and there is no
+``bagit.txt``). ``sha256sum -c manifest-sha256.txt`` and ``sha256sum -c tagmanifest-sha256.txt``
+pass inside DIR. The inputs live outside DIR, so their digests are in their own file
+(``inputs-sha256.txt``, checkable with ``sha256sum -c`` from the folder holding the inputs) and
+their sizes in ``report.json`` and ``metadata.json``.
+
+The **seal** is the SHA-256 of ``manifest-sha256.txt``. It covers the report and the input
+digests; it does not depend on the tool's or Python's version, on the paths the inputs were
+given by, or on the time: the same inputs and options give the same seal. The environment
+(``metadata.json``) is covered by the tag manifest, which ``verify`` checks too.
+
+Writes are atomic: everything is written into a fresh temporary folder beside DIR, then renamed
+to DIR. An existing DIR is refused unless ``force`` is set, and even then only a folder that is
+empty or holds a ``manifest-sha256.txt`` is replaced (``--force --out ~`` deletes nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+
+from nsysaudit.analysis import analyze, input_kind
+from nsysaudit.errors import BadOption, CheckFailed, OutputExists, UnusableInput
+from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.compare import TelemetryFile, basename, compare_results, result_paths, scrub_paths
+from nsysaudit.reports.markdown import analysis_markdown, comparison_markdown
+from nsysaudit.source import sha256_file
+from nsysaudit.telemetry import TelemetryOptions, parse_anchor
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+INPUTS = "inputs-sha256.txt"
+MANIFEST = "manifest-sha256.txt"
+METADATA = "metadata.json"
+TAGMANIFEST = "tagmanifest-sha256.txt"
+PAYLOAD = (INPUTS, REPORT_JSON, REPORT_MD)
+TAG_FILES = (MANIFEST, METADATA)
+SEAL_FORMAT = "nsysaudit.seal/1"
+ANALYSIS_FORMAT = "nsysaudit.analysis/1"
+
+ReportKind = Literal["compare", "analyze"]
+_LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
+
+
+# --- canonical bytes -----------------------------------------------------------------------------
+
+
+def canonical_json(doc: Any) -> bytes:
+    """Canonical JSON bytes: sorted keys, 2-space indent, UTF-8, no NaN, one final newline."""
+    return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def manifest_text(digests: Mapping[str, str]) -> bytes:
+    """``sha256sum`` format, one ``<hex>  <name>`` line per file, sorted by name."""
+    return "".join(f"{digests[name]}  {name}\n" for name in sorted(digests)).encode("utf-8")
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input of a sealed report: its role, the path it was given by, and its digest."""
+
+    role: str
+    path: Path
+    sha256: str
+    size_bytes: int
+    kind: str
+
+    @property
+    def name(self) -> str:
+        return basename(str(self.path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "name": self.name, "sha256": self.sha256, "size_bytes": self.size_bytes,
+                "kind": self.kind}
+
+
+def input_file(role: str, path: str | os.PathLike[str], kind: str | None = None) -> InputFile:
+    """Hash one input; a missing or unreadable file is unusable input (exit 2)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UnusableInput(p, "no such file" if not p.exists() else "not a regular file")
+    try:
+        digest = sha256_file(p)
+    except OSError as exc:
+        raise UnusableInput(p, f"cannot read: {exc.strerror}") from None
+    return InputFile(role, p, digest, p.stat().st_size, kind or input_kind(p))
+
+
+# --- what to run ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a sealed report was made from and how: enough for ``verify`` to make it again.
+
+    ``inputs`` maps roles (``observe``, ``release``, ``observe_telemetry``, ``release_telemetry``
+    for ``compare``; ``arm``, ``telemetry`` for ``analyze``) to paths.
+    """
+
+    kind: ReportKind
+    inputs: tuple[tuple[str, str], ...]
+    library_domains: tuple[str, ...] = DEFAULT_LIBRARY_DOMAINS
+    telemetry_options: TelemetryOptions | None = None
+
+    def path(self, role: str) -> str | None:
+        return dict(self.inputs).get(role)
+
+    @property
+    def has_telemetry(self) -> bool:
+        return any(role.endswith("telemetry") for role, _ in self.inputs)
+
+    def options(self) -> dict[str, Any]:
+        """The options as metadata.json records them (telemetry options only when telemetry was given)."""
+        tel = self.telemetry_options or TelemetryOptions()
+        return {
+            "library_domains": list(self.library_domains),
+            "telemetry": telemetry_options_dict(tel) if self.has_telemetry else None,
+        }
+
+
+def telemetry_options_dict(options: TelemetryOptions) -> dict[str, Any]:
+    return {
+        "event_key": options.event_key,
+        "clock": [[kind, name] for kind, name in options.clock],
+        "lenient": options.lenient,
+        "anchors": [str(a) for a in options.anchors],
+        "tolerance_ns": options.tolerance_ns,
+    }
+
+
+def telemetry_options_from(recorded: Mapping[str, Any] | None) -> TelemetryOptions | None:
+    """The :class:`TelemetryOptions` a metadata.json recorded (None: none recorded)."""
+    if recorded is None:
+        return None
+    try:
+        return TelemetryOptions(
+            event_key=str(recorded["event_key"]),
+            clock=tuple((kind, str(name)) for kind, name in recorded["clock"]),
+            lenient=bool(recorded["lenient"]),
+            anchors=tuple(parse_anchor(str(a)) for a in recorded["anchors"]),
+            tolerance_ns=int(recorded["tolerance_ns"]),
+        )
+    except (KeyError, TypeError, ValueError, BadOption) as exc:
+        raise CheckFailed(f"{METADATA}: unreadable telemetry options ({exc})") from None
+
+
+@dataclass
+class Built:
+    """A report made from a recipe: the document, the payload files' bytes, the inputs."""
+
+    recipe: Recipe
+    document: dict[str, Any]
+    files: dict[str, bytes]
+    inputs: list[InputFile]
+    results: dict[str, AnalysisResult] = field(default_factory=dict)
+
+
+def _analyze(
+    path: str, telemetry: str | None, recipe: Recipe, nsys_path: str | os.PathLike[str] | None
+) -> AnalysisResult:
+    return analyze(
+        path,
+        nsys_path=nsys_path,
+        library_domains=recipe.library_domains,
+        telemetry=telemetry,
+        telemetry_options=recipe.telemetry_options if telemetry is not None else None,
+    )
+
+
+def build(recipe: Recipe, *, nsys_path: str | os.PathLike[str] | None = None) -> Built:
+    """Analyze the recipe's inputs and make the payload files (not written anywhere)."""
+    if recipe.kind == "compare":
+        return _build_compare(recipe, nsys_path)
+    return _build_analyze(recipe, nsys_path)
+
+
+def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None) -> Built:
+    results: dict[str, AnalysisResult] = {}
+    inputs: list[InputFile] = []
+    telemetry_files: dict[str, TelemetryFile | None] = {}
+    for arm in ("observe", "release"):
+        path = recipe.path(arm)
+        if path is None:
+            raise BadOption(f"compare needs an {arm} input")
+        telemetry = recipe.path(f"{arm}_telemetry")
+        results[arm] = _analyze(path, telemetry, recipe, nsys_path)
+        info = results[arm].input
+        inputs.append(InputFile(arm, Path(path), info.sha256, info.size_bytes, info.kind))
+        telemetry_files[arm] = None
+        if telemetry is not None:
+            t = _telemetry_input(f"{arm}_telemetry", telemetry, results[arm])
+            inputs.append(t)
+            telemetry_files[arm] = TelemetryFile(t.name, t.sha256, t.size_bytes)
+    comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files)
+    doc = comparison.to_dict()
+    return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs), _ordered(inputs), results)
+
+
+def _telemetry_input(role: str, path: str, result: AnalysisResult) -> InputFile:
+    """The telemetry input with the digest of the bytes the analysis read."""
+    if result.alignment is None:  # analyze() always aligns the telemetry it is given
+        return input_file(role, path, "telemetry")
+    p = Path(path)
+    return InputFile(role, p, result.alignment.log.sha256, p.stat().st_size, "telemetry")
+
+
+def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None = None) -> dict[str, Any]:
+    """The ``analyze --json`` document made fit for sealing.
+
+    Same keys as ``analyze --json`` except: paths (``input.path``, ``telemetry.path``, in
+    messages) are basenames; ``tool`` (the tool
+    version) and ``input.export`` (the .nsys-rep's export digest, cache state and nsys) move to
+    ``metadata.json``, because they depend on the machine, not on the evidence. Added: ``format``,
+    ``kind`` and ``inputs``.
+    """
+    doc: dict[str, Any] = scrub_paths(result.to_dict(), result_paths(result))
+    doc.pop("tool", None)
+    inp = dict(doc["input"])
+    inp.pop("export", None)
+    doc["input"] = inp
+    inputs = [{"role": "arm", "name": inp["path"], "sha256": inp["sha256"], "size_bytes": inp["size_bytes"],
+               "kind": inp["kind"]}]
+    if telemetry is not None:
+        inputs.append(telemetry.to_dict())
+    doc.update({"format": ANALYSIS_FORMAT, "kind": "analysis", "inputs": inputs})
+    return doc
+
+
+def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None) -> Built:
+    path = recipe.path("arm")
+    if path is None:
+        raise BadOption("analyze needs an input")
+    telemetry = recipe.path("telemetry")
+    result = _analyze(path, telemetry, recipe, nsys_path)
+    info = result.input
+    inputs = [InputFile("arm", Path(path), info.sha256, info.size_bytes, info.kind)]
+    tel = _telemetry_input("telemetry", telemetry, result) if telemetry is not None else None
+    if tel is not None:
+        inputs.append(tel)
+    doc = sealed_analysis_document(result, tel)
+    return Built(recipe, doc, _payload(doc, analysis_markdown(doc), inputs), inputs, {"arm": result})
+
+
+_ROLE_ORDER = ("observe", "release", "observe_telemetry", "release_telemetry", "arm", "telemetry")
+
+
+def _ordered(inputs: list[InputFile]) -> list[InputFile]:
+    return sorted(inputs, key=lambda i: _ROLE_ORDER.index(i.role) if i.role in _ROLE_ORDER else len(_ROLE_ORDER))
+
+
+def _payload(doc: Mapping[str, Any], markdown: str, inputs: list[InputFile]) -> dict[str, bytes]:
+    lines = "".join(f"{i.sha256}  {i.name}\n" for i in _ordered(inputs))
+    return {REPORT_JSON: canonical_json(doc), REPORT_MD: markdown.encode("utf-8"), INPUTS: lines.encode("utf-8")}
+
+
+# --- metadata ------------------------------------------------------------------------------------
+
+
+def _shown_path(path: str | os.PathLike[str]) -> str:
+    """A path for the recorded command: as given when relative, the basename when absolute."""
+    text = os.fspath(path)
+    return basename(text) if os.path.isabs(text) else PurePosixPath(Path(text).as_posix()).as_posix()
+
+
+def _command(recipe: Recipe, out: str | os.PathLike[str], force: bool) -> list[str]:
+    p = recipe.path
+    if recipe.kind == "compare":
+        cmd = ["nsysaudit", "compare", _shown_path(p("observe") or ""), _shown_path(p("release") or "")]
+        cmd += ["--out", _shown_path(out)]
+        for arm in ("observe", "release"):
+            tel = p(f"{arm}_telemetry")
+            if tel is not None:
+                cmd += [f"--{arm}-telemetry", _shown_path(tel)]
+    else:
+        cmd = ["nsysaudit", "analyze", _shown_path(p("arm") or ""), "--out", _shown_path(out)]
+        tel = p("telemetry")
+        if tel is not None:
+            cmd += ["--telemetry", _shown_path(tel)]
+    if tuple(recipe.library_domains) != DEFAULT_LIBRARY_DOMAINS:
+        for d in recipe.library_domains:
+            cmd += ["--library-domain", d]
+    cmd += _telemetry_flags(recipe.options()["telemetry"])
+    if force:
+        cmd.append("--force")
+    return cmd
+
+
+def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
+    """The command-line flags that give ``options`` (a serialized TelemetryOptions)."""
+    if not options:
+        return []
+    out: list[str] = []
+    if options.get("event_key", "event") != "event":
+        out += ["--telemetry-event-key", str(options["event_key"])]
+    clock = [tuple(c) for c in options.get("clock", [])]
+    if clock and clock != [("monotonic", "monotonic_ns"), ("realtime", "realtime_ns")]:
+        for kind, name in clock:
+            out += ["--telemetry-clock", f"{kind}={name}"]
+    if options.get("lenient"):
+        out.append("--lenient")
+    for anchor in options.get("anchors", []):
+        out += ["--anchor", str(anchor)]
+    tol = options.get("tolerance_ns")
+    if tol is not None and tol != 1_000_000:
+        out += ["--clock-tolerance", f"{tol / 1e6:g}"]
+    return out
+
+
+def _versions() -> dict[str, Any]:
+    import polars
+
+    from nsysaudit import __version__
+
+    return {
+        "nsysaudit": __version__,
+        "python": platform.python_version(),
+        "polars": polars.__version__,
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+def _metadata(built: Built, out: str | os.PathLike[str], force: bool) -> dict[str, Any]:
+    arms = {}
+    for role, result in sorted(built.results.items()):
+        info = result.input
+        arm: dict[str, Any] = {"nsys_version": info.nsys_version, "schema_version": info.schema_version}
+        if info.kind == "nsys-rep":
+            arm["export"] = {"sha256": info.export_sha256, "exported_with": info.exported_with}
+        arms[role] = arm
+    return {
+        "format": SEAL_FORMAT,
+        "seal": f"sha256 of {MANIFEST}",
+        "report": {"kind": built.recipe.kind, "format": built.document.get("format")},
+        "versions": _versions(),
+        "nsys": arms,
+        "command": _command(built.recipe, out, force),
+        "recipe": {
+            "kind": built.recipe.kind,
+            "inputs": [{"role": role, "name": basename(path)} for role, path in built.recipe.inputs],
+            "options": built.recipe.options(),
+        },
+        "inputs": [i.to_dict() for i in built.inputs],
+        "files": {"payload": sorted(PAYLOAD), "tags": sorted(TAG_FILES), "tag_manifest": TAGMANIFEST},
+    }
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """A written report folder and its seal (SHA-256 of its manifest)."""
+
+    dir: Path
+    seal: str
+    files: tuple[str, ...]
+    document: dict[str, Any]
+    results: dict[str, AnalysisResult] = field(default_factory=dict)
+
+
+def _looks_sealed(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and (not any(path.iterdir()) or (path / MANIFEST).is_file())
+
+
+def check_out(out: str | os.PathLike[str], *, force: bool) -> None:
+    """Refuse an existing ``out`` (unless ``force`` and it is an empty or sealed report folder)."""
+    p = Path(out)
+    if not (p.exists() or p.is_symlink()):
+        return
+    if not force:
+        raise OutputExists(f"{p} already exists; pass --force to replace it (nothing was written)")
+    if not _looks_sealed(p):
+        raise OutputExists(
+            f"{p} exists and is not a sealed nsysaudit report folder (no {MANIFEST}); "
+            "refusing to replace it, even with --force"
+        )
+
+
+def _fresh_dir(parent: Path, stem: str) -> Path:
+    while True:
+        candidate = parent / f".{stem}.{secrets.token_hex(6)}.tmp"
+        try:
+            candidate.mkdir()  # mode 0o777 minus umask, like any folder the user makes
+        except FileExistsError:
+            continue
+        return candidate
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_sealed(
+    out: str | os.PathLike[str], files: Mapping[str, bytes], metadata: Mapping[str, Any], *, force: bool = False
+) -> Sealed:
+    """Write payload ``files``, their manifest, ``metadata`` and the tag manifest into ``out``, atomically."""
+    target = Path(out)
+    check_out(target, force=force)
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = _fresh_dir(parent, target.name)
+    old: Path | None = None
+    try:
+        for name in sorted(files):
+            _write(tmp / name, files[name])
+        manifest = manifest_text({name: sha256_bytes(data) for name, data in files.items()})
+        meta = canonical_json(metadata)
+        _write(tmp / MANIFEST, manifest)
+        _write(tmp / METADATA, meta)
+        _write(tmp / TAGMANIFEST, manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)}))
+        check_out(target, force=force)  # again: it may have appeared while we were writing
+        if target.exists():
+            old = _fresh_dir(parent, target.name + ".old")
+            old.rmdir()
+            os.rename(target, old)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and old.exists() and not target.exists():
+            os.rename(old, target)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    names = tuple(sorted([*files, MANIFEST, METADATA, TAGMANIFEST]))
+    return Sealed(target, sha256_bytes(manifest), names, {})
+
+
+def seal(recipe: Recipe, out: str | os.PathLike[str], *, force: bool = False,
+         nsys_path: str | os.PathLike[str] | None = None) -> Sealed:
+    """Build the report of ``recipe`` and write it sealed into ``out``."""
+    check_out(out, force=force)  # fail before the (possibly long) analysis
+    built = build(recipe, nsys_path=nsys_path)
+    sealed = write_sealed(out, built.files, _metadata(built, out, force), force=force)
+    return Sealed(sealed.dir, sealed.seal, sealed.files, built.document, built.results)
+
+
+def seal_compare(
+    observe: str | os.PathLike[str],
+    release: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    observe_telemetry: str | os.PathLike[str] | None = None,
+    release_telemetry: str | os.PathLike[str] | None = None,
+    library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    telemetry_options: TelemetryOptions | None = None,
+    nsys_path: str | os.PathLike[str] | None = None,
+    force: bool = False,
+) -> Sealed:
+    """Compare an observe arm and a release arm and write the sealed comparison into ``out``.
+
+    >>> sealed = seal_compare("observe.sqlite", "release.sqlite", "out/cmp")  # doctest: +SKIP
+    >>> sealed.seal  # doctest: +SKIP
+    '3f0c...'
+    """
+    roles: list[tuple[str, str]] = [("observe", os.fspath(observe)), ("release", os.fspath(release))]
+    if observe_telemetry is not None:
+        roles.append(("observe_telemetry", os.fspath(observe_telemetry)))
+    if release_telemetry is not None:
+        roles.append(("release_telemetry", os.fspath(release_telemetry)))
+    recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options)
+    return seal(recipe, out, force=force, nsys_path=nsys_path)
+
+
+def seal_analysis(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    telemetry: str | os.PathLike[str] | None = None,
+    library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    telemetry_options: TelemetryOptions | None = None,
+    nsys_path: str | os.PathLike[str] | None = None,
+    force: bool = False,
+) -> Sealed:
+    """Analyze one arm and write the sealed report into ``out``."""
+    roles: list[tuple[str, str]] = [("arm", os.fspath(path))]
+    if telemetry is not None:
+        roles.append(("telemetry", os.fspath(telemetry)))
+    recipe = Recipe("analyze", tuple(roles), tuple(library_domains), telemetry_options)
+    return seal(recipe, out, force=force, nsys_path=nsys_path)
+
+
+# --- verifying -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What ``verify`` checked; it raises :class:`CheckFailed` instead of returning on any failure."""
+
+    dir: Path
+    seal: str
+    files: tuple[str, ...]
+    inputs: tuple[dict[str, Any], ...] = ()
+    rerun: bool = False
+
+
+def _safe_name(name: str) -> str | None:
+    """Why a manifest entry is refused (escapes DIR, not a plain relative path), or None."""
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute path"
+    parts = name.split("/")
+    if ".." in parts:
+        return "'..' escapes the folder"
+    if "\\" in name:
+        return "backslash in path"
+    if any(p in ("", ".") for p in parts):
+        return "not a plain relative path"
+    return None
+
+
+def parse_manifest(path: Path, data: bytes) -> dict[str, str]:
+    """Parse a ``sha256sum`` manifest strictly; any deviation from the canonical form is a failure."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckFailed(f"{path}: not UTF-8 text") from None
+    if not text.endswith("\n"):
+        raise CheckFailed(f"{path}: does not end with a newline (changed or truncated)")
+    entries: dict[str, str] = {}
+    for number, line in enumerate(text[:-1].split("\n"), start=1):
+        m = _LINE.match(line)
+        if m is None:
+            raise CheckFailed(f"{path}: line {number} is not '<sha256>  <file>' (changed)")
+        digest, name = m.groups()
+        why = _safe_name(name)
+        if why is not None:
+            raise CheckFailed(f"{path}: line {number}: refusing entry {name!r}: {why}")
+        if name in entries:
+            raise CheckFailed(f"{path}: line {number}: {name} is listed twice")
+        entries[name] = digest
+    if manifest_text(entries) != data:
+        raise CheckFailed(f"{path}: not in canonical form (sorted '<sha256>  <file>' lines; changed)")
+    return entries
+
+
+def _check_entry(root: Path, name: str) -> str | None:
+    """Problem with the file an entry names (missing, symlink, not a file), or None."""
+    current = root
+    for part in name.split("/"):
+        current = current / part
+        if current.is_symlink():
+            return f"{name}: refusing a symlink ({current.relative_to(root)})"
+        if not current.exists():
+            return f"{name}: missing"
+    if not current.is_file():
+        return f"{name}: not a regular file"
+    return None
+
+
+def _read_manifest(root: Path, name: str) -> dict[str, str]:
+    path = root / name
+    if path.is_symlink():
+        raise CheckFailed(f"{path}: refusing a symlink")
+    if not path.is_file():
+        raise CheckFailed(f"{path}: missing")
+    return parse_manifest(path, path.read_bytes())
+
+
+def verify(
+    dir: str | os.PathLike[str],
+    inputs: Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    nsys_path: str | os.PathLike[str] | None = None,
+    expected_seal: str | None = None,
+) -> Verification:
+    """Check a sealed report folder; with ``inputs``, also check them and re-run the analysis.
+
+    Raises :class:`~nsysaudit.errors.UnusableInput` (exit 2) when ``dir`` is not a sealed report
+    folder at all (no manifest), and :class:`~nsysaudit.errors.CheckFailed` (exit 1) naming
+    every missing, extra or changed file, any manifest entry that escapes the folder, an input
+    whose digest differs, and a re-run whose report differs.
+    """
+    root = Path(dir)
+    if not root.is_dir():
+        raise UnusableInput(root, "no such folder" if not root.exists() else "not a folder")
+    if not (root / MANIFEST).exists() and not (root / MANIFEST).is_symlink():
+        raise UnusableInput(root, f"no {MANIFEST}: not a sealed nsysaudit report folder")
+    problems: list[str] = []
+    manifest = _read_manifest(root, MANIFEST)
+    tags = _read_manifest(root, TAGMANIFEST)
+    for name in PAYLOAD:
+        if name not in manifest:
+            problems.append(f"{MANIFEST} does not list {name}")
+    for name in TAG_FILES:
+        if name not in tags:
+            problems.append(f"{TAGMANIFEST} does not list {name}")
+    for listing, entries in ((MANIFEST, manifest), (TAGMANIFEST, tags)):
+        for name, digest in sorted(entries.items()):
+            trouble = _check_entry(root, name)
+            if trouble is not None:
+                problems.append(f"{trouble} (listed in {listing})")
+                continue
+            actual = sha256_file(root / name)
+            if actual != digest:
+                problems.append(f"{name}: changed (sha256 {actual}, {listing} says {digest})")
+    listed = set(manifest) | set(tags) | {TAGMANIFEST}
+    for current, dirnames, filenames in os.walk(root):
+        for d in sorted(dirnames):
+            rel = (Path(current) / d).relative_to(root).as_posix()
+            problems.append(f"{rel}/: extra folder (not in {MANIFEST})")
+        dirnames.clear()
+        for f in sorted(filenames):
+            rel = (Path(current) / f).relative_to(root).as_posix()
+            if rel not in listed:
+                problems.append(f"{rel}: extra file (not in {MANIFEST})")
+    digest = sha256_file(root / MANIFEST)
+    if expected_seal is not None and expected_seal.lower().removeprefix("sha256:") != digest:
+        problems.append(f"{MANIFEST}: its sha256 {digest} is not the expected seal {expected_seal}")
+    if problems:
+        raise CheckFailed(f"{root}: verification failed: " + "; ".join(problems))
+    meta = _metadata_of(root)
+    _check_inputs_listing(root, meta)
+    files = tuple(sorted(listed))
+    if inputs is None:
+        return Verification(root, digest, files)
+    given = _match_inputs(meta, [Path(p) for p in inputs])
+    checked = []
+    for rec, path in given:
+        found = input_file(rec["role"], path, rec["kind"])
+        if found.sha256 != rec["sha256"] or found.size_bytes != rec["size_bytes"]:
+            raise CheckFailed(
+                f"input {path} ({rec['role']}): differs from the sealed {rec['name']} "
+                f"(sha256 {found.sha256}, {found.size_bytes:,} bytes; recorded {rec['sha256']}, "
+                f"{rec['size_bytes']:,} bytes)"
+            )
+        checked.append({**rec, "path": os.fspath(path)})
+    recipe = _recipe_from(meta, {rec["role"]: os.fspath(path) for rec, path in given})
+    rebuilt = build(recipe, nsys_path=nsys_path)
+    for name in PAYLOAD:
+        old = (root / name).read_bytes()
+        new = rebuilt.files[name]
+        if old != new:
+            raise CheckFailed(
+                f"{root / name}: re-running the analysis gives a different {name} ({_first_diff(old, new)})"
+            )
+    return Verification(root, digest, files, tuple(checked), rerun=True)
+
+
+def _metadata_of(root: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((root / METADATA).read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckFailed(f"{root / METADATA}: not readable JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
+        raise CheckFailed(f"{root / METADATA}: not {SEAL_FORMAT} metadata")
+    return meta
+
+
+def _check_inputs_listing(root: Path, meta: Mapping[str, Any]) -> None:
+    """``inputs-sha256.txt`` and the metadata's inputs must name the same digests."""
+    recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta.get("inputs", []))
+    if (root / INPUTS).read_bytes().decode("utf-8") != recorded:
+        raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
+
+
+def _match_inputs(meta: Mapping[str, Any], given: list[Path]) -> list[tuple[dict[str, Any], Path]]:
+    """Pair given paths with recorded inputs: by basename, then (renamed files) in recorded order."""
+    recorded: list[dict[str, Any]] = list(meta.get("inputs", []))
+    if len(given) != len(recorded):
+        names = ", ".join(f"{r['name']} ({r['role']})" for r in recorded)
+        raise BadOption(f"--inputs: the report was made from {len(recorded)} input(s) ({names}); {len(given)} given")
+    pairs: dict[int, Path] = {}
+    rest: list[Path] = []
+    counts: dict[str, int] = {}
+    for r in recorded:
+        counts[r["name"]] = counts.get(r["name"], 0) + 1
+    for p in given:
+        idx = next(
+            (i for i, r in enumerate(recorded) if r["name"] == p.name and counts[r["name"]] == 1 and i not in pairs),
+            None,
+        )
+        if idx is None:
+            rest.append(p)
+        else:
+            pairs[idx] = p
+    free = [i for i in range(len(recorded)) if i not in pairs]
+    for i, p in zip(free, rest, strict=True):
+        pairs[i] = p
+    return [(recorded[i], pairs[i]) for i in range(len(recorded))]
+
+
+def _recipe_from(meta: Mapping[str, Any], paths: Mapping[str, str]) -> Recipe:
+    spec = meta.get("recipe")
+    if not isinstance(spec, Mapping) or spec.get("kind") not in ("compare", "analyze"):
+        raise CheckFailed(f"{METADATA}: no recipe to re-run")
+    options = spec.get("options") or {}
+    roles = [r["role"] for r in spec.get("inputs", [])]
+    return Recipe(
+        kind=spec["kind"],
+        inputs=tuple((role, paths[role]) for role in roles),
+        library_domains=tuple(options.get("library_domains") or DEFAULT_LIBRARY_DOMAINS),
+        telemetry_options=telemetry_options_from(options.get("telemetry")),
+    )
+
+
+def _first_diff(old: bytes, new: bytes) -> str:
+    a, b = old.splitlines(), new.splitlines()
+    for number, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+        if x != y:
+            return f"first difference at line {number}"
+    return f"{len(a)} lines sealed, {len(b)} now"

@@ -1,0 +1,361 @@
+"""Sealed report folders: layout, determinism, atomic writes, and ``verify`` catching every change."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import H200
+from scenarios import observe_nested_failure, release_three_allocations
+
+from nsysaudit import seal
+from nsysaudit.cli import main
+from nsysaudit.errors import CheckFailed, UnusableInput
+
+FILES = [
+    "inputs-sha256.txt",
+    "manifest-sha256.txt",
+    "metadata.json",
+    "report.json",
+    "report.md",
+    "tagmanifest-sha256.txt",
+]
+REAL_INPUTS = [
+    H200 / "observe.sqlite",
+    H200 / "release.sqlite",
+    H200 / "observe.telemetry.jsonl",
+    H200 / "release.telemetry.jsonl",
+]
+SEAL_LINE = "seal: sha256:"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def compare_real(out: Path, *extra: str) -> list[str]:
+    return [
+        "compare", str(H200 / "observe.sqlite"), str(H200 / "release.sqlite"), "--out", str(out),
+        "--observe-telemetry", str(H200 / "observe.telemetry.jsonl"),
+        "--release-telemetry", str(H200 / "release.telemetry.jsonl"), *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def sealed_real(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real H200 comparison, sealed once per module (tests work on copies)."""
+    out = tmp_path_factory.mktemp("sealed") / "h200-compare"
+    seal.seal_compare(
+        H200 / "observe.sqlite", H200 / "release.sqlite", out,
+        observe_telemetry=H200 / "observe.telemetry.jsonl", release_telemetry=H200 / "release.telemetry.jsonl",
+    )
+    return out
+
+
+@pytest.fixture
+def bag(sealed_real: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "bag"
+    shutil.copytree(sealed_real, copy)
+    return copy
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def reseal_tags(bag: Path) -> None:
+    """Rewrite the tag manifest so that it matches a changed manifest (a consistent forgery)."""
+    (bag / "tagmanifest-sha256.txt").write_text(
+        f"{sha(bag / 'manifest-sha256.txt')}  manifest-sha256.txt\n{sha(bag / 'metadata.json')}  metadata.json\n"
+    )
+
+
+# --- the folder ----------------------------------------------------------------------------------
+
+
+def test_compare_writes_the_sealed_folder_and_prints_the_seal_last(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "h200-compare"
+    code, stdout, err = run(capsys, *compare_real(out))
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == FILES
+    last = stdout.rstrip("\n").splitlines()[-1]
+    assert last == SEAL_LINE + sha(out / "manifest-sha256.txt")
+    assert "does NOT establish" in stdout and "cannot establish whether an allocation failed" in stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h200-compare"]  # no temp folder left behind
+
+
+def test_manifest_is_sha256sum_format_and_checks_inside_the_folder(sealed_real: Path) -> None:
+    if shutil.which("sha256sum") is None:
+        pytest.skip("sha256sum (coreutils) is not installed")
+    for manifest in ("manifest-sha256.txt", "tagmanifest-sha256.txt"):
+        proc = subprocess.run(["sha256sum", "-c", manifest], cwd=sealed_real, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    names = [line.split("  ", 1)[1] for line in (sealed_real / "manifest-sha256.txt").read_text().splitlines()]
+    assert names == ["inputs-sha256.txt", "report.json", "report.md"]
+    # The inputs' digests check from the folder that holds them.
+    proc = subprocess.run(
+        ["sha256sum", "-c", str(sealed_real / "inputs-sha256.txt")], cwd=H200, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_report_json_is_canonical_and_has_no_paths_or_time(sealed_real: Path) -> None:
+    raw = (sealed_real / "report.json").read_bytes()
+    doc = json.loads(raw)
+    assert seal.canonical_json(doc) == raw
+    assert doc["format"] == "nsysaudit.compare/1"
+    for name in FILES:
+        text = (sealed_real / name).read_text()
+        assert str(H200) not in text and str(sealed_real) not in text and os.getcwd() not in text, name
+    assert "version" not in json.dumps(doc.get("tool", {}))  # tool versions live in metadata.json only
+
+
+def test_inputs_recorded_with_digest_and_size(sealed_real: Path) -> None:
+    meta = json.loads((sealed_real / "metadata.json").read_text())
+    recorded = {i["name"]: i for i in meta["inputs"]}
+    for path in REAL_INPUTS:
+        assert recorded[path.name]["sha256"] == sha(path)
+        assert recorded[path.name]["size_bytes"] == path.stat().st_size
+    assert meta["versions"].keys() == {"nsysaudit", "python", "polars", "sqlite"}
+    assert meta["nsys"]["observe"] == {"nsys_version": "2023.4.4.54", "schema_version": "3.7.2"}
+    assert meta["command"][:2] == ["nsysaudit", "compare"]
+    assert not any(os.path.isabs(a) for a in meta["command"])
+    assert meta["recipe"]["options"]["telemetry"]["tolerance_ns"] == 1_000_000
+    report = json.loads((sealed_real / "report.json").read_text())
+    assert sorted(i["name"] for i in report["inputs"]) == sorted(recorded)
+
+
+def test_compare_twice_gives_identical_bytes(sealed_real: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    sealed = seal.seal_compare(
+        H200 / "observe.sqlite", H200 / "release.sqlite", again,
+        observe_telemetry=H200 / "observe.telemetry.jsonl", release_telemetry=H200 / "release.telemetry.jsonl",
+    )
+    for name in ("report.json", "report.md", "inputs-sha256.txt", "manifest-sha256.txt"):
+        assert (again / name).read_bytes() == (sealed_real / name).read_bytes(), name
+    assert sealed.seal == sha(sealed_real / "manifest-sha256.txt")
+
+
+def test_compare_in_another_process_gives_the_same_seal(sealed_real: Path, tmp_path: Path) -> None:
+    out = tmp_path / "proc"
+    proc = subprocess.run(
+        [sys.executable, "-m", "nsysaudit", *compare_real(out, "--json")], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.encode() == (sealed_real / "report.json").read_bytes()  # --json: report.json on stdout
+    assert proc.stderr.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "manifest-sha256.txt")
+
+
+# --- existing DIR and atomic writes --------------------------------------------------------------
+
+
+def test_existing_dir_is_refused_without_force_and_nothing_is_written(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    code, stdout, err = run(capsys, *compare_real(out))
+    assert code == 2 and "already exists" in err and "--force" in err and err.count("\n") == 1
+    assert stdout == ""
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+def test_force_replaces_a_sealed_folder_but_never_another_folder(capsys, sealed_real: Path, bag: Path,
+                                                                 tmp_path: Path) -> None:
+    (bag / "report.md").write_text("tampered")
+    code, _, err = run(capsys, *compare_real(bag, "--force"))
+    assert code == 0, err
+    assert (bag / "report.md").read_bytes() == (sealed_real / "report.md").read_bytes()
+    assert sorted(p.name for p in bag.iterdir()) == FILES
+    other = tmp_path / "home"
+    other.mkdir()
+    (other / "notes.txt").write_text("precious")
+    code, _, err = run(capsys, *compare_real(other, "--force"))
+    assert code == 2 and "not a sealed nsysaudit report folder" in err
+    assert (other / "notes.txt").read_text() == "precious"
+
+
+def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
+    calls = []
+
+    def failing(path: Path, data: bytes) -> None:
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        path.write_bytes(data)
+
+    monkeypatch.setattr(seal, "_write", failing)
+    with pytest.raises(OSError):
+        seal.seal_compare(H200 / "observe.sqlite", H200 / "release.sqlite", tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- verify --------------------------------------------------------------------------------------
+
+
+def test_verify_passes_and_prints_the_seal(capsys, sealed_real: Path) -> None:
+    code, stdout, err = run(capsys, "verify", sealed_real)
+    assert code == 0, err
+    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "manifest-sha256.txt")
+    code, _, err = run(capsys, "verify", sealed_real, "--seal", "sha256:" + sha(sealed_real / "manifest-sha256.txt"))
+    assert code == 0, err
+    code, _, err = run(capsys, "verify", sealed_real, "--seal", "0" * 64)
+    assert code == 1 and "not the expected seal" in err
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("name", FILES)
+def test_verify_fails_after_any_single_byte_changes(capsys, bag: Path, name: str, where: str) -> None:
+    path = bag / name
+    data = bytearray(path.read_bytes())
+    i = {"first": 0, "middle": len(data) // 2, "last": len(data) - 1}[where]
+    data[i] ^= 0x01
+    path.write_bytes(bytes(data))
+    code, stdout, err = run(capsys, "verify", bag)
+    assert code == 1, (name, where, stdout)
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert name in err or "manifest-sha256.txt" in err, err
+
+
+def test_verify_names_a_missing_file(capsys, bag: Path) -> None:
+    (bag / "report.md").unlink()
+    code, _, err = run(capsys, "verify", bag)
+    assert code == 1 and "report.md: missing" in err
+
+
+def test_verify_names_an_extra_file_and_folder(capsys, bag: Path) -> None:
+    (bag / "notes.txt").write_text("added later")
+    (bag / "sub").mkdir()
+    code, _, err = run(capsys, "verify", bag)
+    assert code == 1 and "notes.txt: extra file" in err and "sub/: extra folder" in err
+
+
+@pytest.mark.parametrize(
+    "entry,why",
+    [("../outside.txt", "escapes the folder"), ("/etc/hostname", "absolute path"), ("a/../report.md", "escapes")],
+)
+def test_verify_refuses_manifest_entries_that_escape(capsys, bag: Path, entry: str, why: str) -> None:
+    manifest = bag / "manifest-sha256.txt"
+    lines = manifest.read_text().splitlines()
+    lines.append(f"{'0' * 64}  {entry}")
+    manifest.write_text("".join(f"{x}\n" for x in sorted(lines, key=lambda x: x.split("  ", 1)[1])))
+    reseal_tags(bag)
+    code, _, err = run(capsys, "verify", bag)
+    assert code == 1 and "refusing entry" in err and why in err, err
+
+
+def test_verify_refuses_a_symlink_even_with_the_right_bytes(capsys, bag: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "report.md"
+    shutil.copy(bag / "report.md", outside)
+    (bag / "report.md").unlink()
+    (bag / "report.md").symlink_to(outside)
+    code, _, err = run(capsys, "verify", bag)
+    assert code == 1 and "report.md: refusing a symlink" in err
+
+
+def test_verify_unusable_folder_exit_2(capsys, tmp_path: Path) -> None:
+    code, _, err = run(capsys, "verify", tmp_path)
+    assert code == 2 and "no manifest-sha256.txt" in err
+    code, _, err = run(capsys, "verify", tmp_path / "nope")
+    assert code == 2 and "no such folder" in err
+
+
+def test_verify_with_inputs_reruns_and_confirms(capsys, sealed_real: Path) -> None:
+    # Given in any order: matched to the recorded inputs by name.
+    code, stdout, err = run(capsys, "verify", sealed_real, "--inputs", *reversed(REAL_INPUTS))
+    assert code == 0, err
+    assert "byte-identical" in stdout
+
+
+def test_verify_with_a_changed_input_fails_naming_it(capsys, tmp_path: Path) -> None:
+    observe = tmp_path / "observe.sqlite"
+    shutil.copy(H200 / "observe.sqlite", observe)
+    out = tmp_path / "cmp"
+    seal.seal_compare(observe, H200 / "release.sqlite", out)
+    with open(observe, "r+b") as handle:
+        handle.seek(-1, os.SEEK_END)
+        last = handle.read(1)
+        handle.seek(-1, os.SEEK_END)
+        handle.write(bytes([last[0] ^ 0x01]))
+    code, _, err = run(capsys, "verify", out, "--inputs", observe, H200 / "release.sqlite")
+    assert code == 1 and str(observe) in err and "(observe)" in err and "differs from the sealed" in err
+
+
+def test_verify_with_inputs_catches_a_consistent_forgery(capsys, bag: Path) -> None:
+    """A report edited and re-hashed everywhere passes the digests; only re-running exposes it."""
+    report = bag / "report.json"
+    report.write_bytes(report.read_bytes().replace(b'"inconclusive"', b'"no_failure"'))
+    digests = {n: sha(bag / n) for n in ("inputs-sha256.txt", "report.json", "report.md")}
+    (bag / "manifest-sha256.txt").write_bytes(seal.manifest_text(digests))
+    reseal_tags(bag)
+    assert run(capsys, "verify", bag)[0] == 0
+    code, _, err = run(capsys, "verify", bag, "--inputs", *REAL_INPUTS)
+    assert code == 1 and "re-running the analysis gives a different report.json" in err
+
+
+def test_verify_with_the_wrong_number_of_inputs_exit_2(capsys, sealed_real: Path) -> None:
+    code, _, err = run(capsys, "verify", sealed_real, "--inputs", H200 / "observe.sqlite")
+    assert code == 2 and "4 input(s)" in err
+
+
+def test_verify_library_api_raises_typed_errors(bag: Path, tmp_path: Path) -> None:
+    assert seal.verify(bag).seal == sha(bag / "manifest-sha256.txt")
+    (bag / "report.json").write_text("{}")
+    with pytest.raises(CheckFailed, match=r"report\.json: changed"):
+        seal.verify(bag)
+    with pytest.raises(UnusableInput):
+        seal.verify(tmp_path / "nothing")
+
+
+# --- builder fixtures and analyze --out ----------------------------------------------------------
+
+
+def test_builder_comparison_states_the_difference_in_report_files(capsys, make_export, tmp_path: Path) -> None:
+    observe = make_export(observe_nested_failure(), "observe.sqlite")
+    release = make_export(release_three_allocations(), "release.sqlite")
+    out = tmp_path / "cmp"
+    code, _, err = run(capsys, "compare", observe, release, "--out", out)
+    assert code == 0, err
+    doc = json.loads((out / "report.json").read_text())
+    (pair,) = doc["differences"]["library_calls"]
+    assert pair["observe"]["failed_allocations"][0]["return_code"] == 2
+    assert pair["observe"]["succeeded_before_first_failure"] == 2
+    assert pair["release"]["allocated_bytes_each"] == [4_194_304, 2_097_152, 8_388_608]
+    text = (out / "report.md").read_text().replace("\\", "")
+    assert (
+        "cudaMalloc_v3020 returned 2 (cudaErrorMemoryAllocation), requested bytes unknown, after 2 successful"
+        in text
+    )
+    assert "3 successful nested allocation(s) (4,194,304 + 2,097,152 + 8,388,608 = 14,680,064 bytes)" in text
+    code, stdout, err = run(capsys, "verify", out, "--inputs", observe, release)
+    assert code == 0 and "byte-identical" in stdout, err
+
+
+def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "observe-sealed"
+    code, stdout, err = run(
+        capsys, "analyze", H200 / "observe.sqlite", "--telemetry", H200 / "observe.telemetry.jsonl", "--out", out
+    )
+    assert code == 0, err
+    assert "verdict: inconclusive" in stdout
+    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "manifest-sha256.txt")
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["kind"] == "analysis" and doc["verdict"] == "inconclusive"
+    assert doc["input"]["path"] == "observe.sqlite" and doc["telemetry"]["path"] == "observe.telemetry.jsonl"
+    assert {"input", "census", "library_calls", "findings", "coverage", "verdict", "alignment"} <= doc.keys()
+    code, stdout, err = run(
+        capsys, "verify", out, "--inputs", H200 / "observe.sqlite", H200 / "observe.telemetry.jsonl"
+    )
+    assert code == 0 and "byte-identical" in stdout, err
+    # --json keeps analyze's own JSON on stdout; the seal goes to stderr.
+    code, stdout, err = run(capsys, "analyze", H200 / "observe.sqlite", "--out", out, "--force", "--json")
+    assert code == 0 and json.loads(stdout)["verdict"] == "inconclusive"
+    assert err.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "manifest-sha256.txt")
