@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -169,6 +169,10 @@ class Placement:
     via: Method | None
 
 
+# A placed telemetry line: (trace_ns, line number, the line, its placement).
+Bound = tuple[int, int, TelemetryEvent, Placement]
+
+
 @dataclass(frozen=True)
 class Alignment:
     """Both mappings, their checks, and each telemetry line's place on the trace clock."""
@@ -266,7 +270,7 @@ class Alignment:
 
     # --- positions ---------------------------------------------------------------------------
     @cached_property
-    def _placed(self) -> list[tuple[int, int, TelemetryEvent, Placement]]:
+    def _placed(self) -> list[Bound]:
         out = [
             (p.trace_ns, e.line, e, p)
             for e, p in zip(self.log.events, self.placements, strict=True)
@@ -274,9 +278,28 @@ class Alignment:
         ]
         return sorted(out, key=lambda x: (x[0], x[1]))
 
-    def _boundaries(self, pid: int | None) -> list[tuple[int, int, TelemetryEvent, Placement]]:
-        # Lines without a pid apply to every process; lines with one only to that process.
-        return [b for b in self._placed if b[2].pid is None or b[2].pid == pid]
+    @cached_property
+    def _by_pid(self) -> dict[int | None, tuple[list[Bound], list[int], list[int]]]:
+        return {}
+
+    def _boundaries(self, pid: int | None) -> tuple[list[Bound], list[int], list[int]]:
+        """The boundaries of process ``pid``, their times, and per index the last one with values.
+
+        Lines without a pid apply to every process; lines with one only to that process. Built
+        once per process, so placing many calls stays O(log n) each.
+        """
+        cached = self._by_pid.get(pid)
+        if cached is None:
+            opts = self.log.options
+            bounds = [b for b in self._placed if b[2].pid is None or b[2].pid == pid]
+            last_with_values, last = [], -1
+            for k, b in enumerate(bounds):
+                if b[2].values(opts.clock_fields, opts.event_key):
+                    last = k
+                last_with_values.append(last)
+            cached = (bounds, [b[0] for b in bounds], last_with_values)
+            self._by_pid[pid] = cached
+        return cached
 
     def position(self, pid: int | None, start_ns: int | None, end_ns: int | None) -> dict[str, Any]:
         """Where ``[start_ns, end_ns]`` of process ``pid`` falls among the telemetry boundaries.
@@ -297,20 +320,17 @@ class Alignment:
         }
         if start_ns is None:
             return out
-        bounds = self._boundaries(pid)
-        times = [b[0] for b in bounds]
+        bounds, times, last_with_values = self._boundaries(pid)
 
-        def point(b: tuple[int, int, TelemetryEvent, Placement], delta: int) -> dict[str, Any]:
+        def point(b: Bound, delta: int) -> dict[str, Any]:
             return {"event": b[2].event, "line": b[1], "ms": ms(delta), "ns": delta, "via": b[3].via}
 
         i = bisect.bisect_right(times, start_ns)
         if i:
             out["after"] = point(bounds[i - 1], start_ns - bounds[i - 1][0])
-        for b in reversed(bounds[:i]):
-            values = b[2].values(opts.clock_fields, opts.event_key)
-            if values:
-                out["in_force"] = {**point(b, start_ns - b[0]), "values": values}
-                break
+        if i and last_with_values[i - 1] >= 0:
+            b = bounds[last_with_values[i - 1]]
+            out["in_force"] = {**point(b, start_ns - b[0]), "values": b[2].values(opts.clock_fields, opts.event_key)}
         if end_ns is not None:
             j = bisect.bisect_left(times, end_ns)
             if j < len(bounds):
@@ -386,7 +406,9 @@ def _wanted(log: TelemetryLog) -> dict[str, list[tuple[str, Edge]]]:
     return wanted
 
 
-def _anchors(log: TelemetryLog, ranges: list[dict[str, Any]], trace_pids: set[int]) -> tuple[AnchorMethod, list[str]]:
+def _anchors(
+    log: TelemetryLog, ranges: list[dict[str, Any]], trace_pids: set[int], utc_offset_ns: int | None
+) -> tuple[AnchorMethod, list[str]]:
     opts = log.options
     rule: AnchorRule = "configured" if opts.anchors else "default"
     notes: list[str] = []
@@ -416,7 +438,7 @@ def _anchors(log: TelemetryLog, ranges: list[dict[str, Any]], trace_pids: set[in
     for e in log.events:
         if e.event in wanted:
             groups.setdefault((e.event, e.pid, e.tid), []).append(e)
-    pairs: list[AnchorPair] = []
+    pairs: list[dict[str, Any]] = []  # AnchorPair fields, residuals added once the offset is known
     skipped: list[dict[str, Any]] = []
     anchored: set[int] = set()
     for (name, pid, tid), events in groups.items():
@@ -475,24 +497,24 @@ def _anchors(log: TelemetryLog, ranges: list[dict[str, Any]], trace_pids: set[in
             for e, r in zip(stamped, candidates, strict=True):
                 anchored.add(e.line)
                 pairs.append(
-                    AnchorPair(
-                        line=e.line,
-                        event=name,
-                        nvtx=nvtx,
-                        edge=edge,
-                        domain=r["domain"],
-                        pid=r["pid"],
-                        tid=r["tid"],
-                        telemetry_tid=e.tid,
-                        same_thread=same_thread,
-                        rule=rule,
-                        clock_ns=e.clocks[clock],
-                        edge_ns=r[f"{edge}_ns"],
-                        realtime_ns=e.clocks.get("realtime"),
-                    )
+                    {
+                        "line": e.line,
+                        "event": name,
+                        "nvtx": nvtx,
+                        "edge": edge,
+                        "domain": r["domain"],
+                        "pid": r["pid"],
+                        "tid": r["tid"],
+                        "telemetry_tid": e.tid,
+                        "same_thread": same_thread,
+                        "rule": rule,
+                        "clock_ns": e.clocks[clock],
+                        "edge_ns": r[f"{edge}_ns"],
+                        "realtime_ns": e.clocks.get("realtime"),
+                    }
                 )
     without = tuple({"line": e.line, "event": e.event} for e in log.events if e.line not in anchored)
-    pairs.sort(key=lambda p: (p.edge_ns, p.line))
+    pairs.sort(key=lambda p: (p["edge_ns"], p["line"]))
     if not pairs:
         if other and all(e.pid is not None for e in log.events) and not set(log.pids) & trace_pids:
             reason = (
@@ -511,9 +533,20 @@ def _anchors(log: TelemetryLog, ranges: list[dict[str, Any]], trace_pids: set[in
         else:
             reason = "anchors not computed: no configured anchor matched"
         return AnchorMethod(False, rule, clock, field_name, None, (), tuple(skipped), without, reason), notes
-    offset = round(statistics.median(p.offset_ns for p in pairs))
-    pairs = [replace(p, residual_ns=p.clock_ns + offset - p.edge_ns) for p in pairs]
-    return AnchorMethod(True, rule, clock, field_name, offset, tuple(pairs), tuple(skipped), without, None), notes
+    offset = round(statistics.median(p["edge_ns"] - p["clock_ns"] for p in pairs))
+    done = tuple(
+        AnchorPair(
+            **p,
+            residual_ns=p["clock_ns"] + offset - p["edge_ns"],
+            utc_residual_ns=(
+                None
+                if utc_offset_ns is None or p["realtime_ns"] is None
+                else p["realtime_ns"] + utc_offset_ns - p["edge_ns"]
+            ),
+        )
+        for p in pairs
+    )
+    return AnchorMethod(True, rule, clock, field_name, offset, done, tuple(skipped), without, None), notes
 
 
 def _fmt_ms(ns: int) -> str:
@@ -536,16 +569,7 @@ def align(
     ranges = _ranges(nvtx_ranges)
     pids = set(trace_pids) | {r["pid"] for r in ranges}
     utc = _utc(log, session_start_utc_ns)
-    anchors, notes = _anchors(log, ranges, pids)
-    if utc.computed and anchors.pairs:
-        assert utc.offset_ns is not None
-        anchors = replace(
-            anchors,
-            pairs=tuple(
-                replace(p, utc_residual_ns=None if p.realtime_ns is None else p.realtime_ns + utc.offset_ns - p.edge_ns)
-                for p in anchors.pairs
-            ),
-        )
+    anchors, notes = _anchors(log, ranges, pids, utc.offset_ns if utc.computed else None)
 
     checks = [
         Check(
