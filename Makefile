@@ -24,9 +24,13 @@ venv: $(VENV)/.installed ## create .venv with nsysaudit and its test tools
 nsys: ## install the real nsys CLI (Debian non-free, 2023.4.4) into .tools/nsys
 	bash scripts/install-nsys.sh
 
-demo: venv ## the main job: analyze the bundled real H200 observe and release captures
+demo: venv ## the main job: analyze the bundled real H200 captures, then compare them sealed into out/h200-compare
 	$(NSYSAUDIT) analyze $(FIX)/observe.sqlite
 	$(NSYSAUDIT) analyze $(FIX)/release.sqlite
+	$(NSYSAUDIT) compare $(FIX)/observe.sqlite $(FIX)/release.sqlite --out $(OUT)/h200-compare --force \
+		--observe-telemetry $(FIX)/observe.telemetry.jsonl --release-telemetry $(FIX)/release.telemetry.jsonl
+	$(NSYSAUDIT) verify $(OUT)/h200-compare --inputs $(FIX)/observe.sqlite $(FIX)/release.sqlite \
+		$(FIX)/observe.telemetry.jsonl $(FIX)/release.telemetry.jsonl
 
 test: venv nsys ## run the whole test suite (installs deps and the nsys CLI first)
 	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" $(PY) -m pytest -q

@@ -14,19 +14,37 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from nsysaudit.analysis import analyze
-from nsysaudit.errors import BadOption, CheckFailed, ExportFailed, NsysAuditError, NsysNotFound, UnusableInput
+from nsysaudit.errors import (
+    BadOption,
+    CheckFailed,
+    ExportFailed,
+    NsysAuditError,
+    NsysNotFound,
+    OutputExists,
+    UnusableInput,
+)
 from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.compare import Comparison, compare_results
+from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare, verify
 from nsysaudit.telemetry import TelemetryOptions
 
 __all__ = [
     "AnalysisResult",
     "BadOption",
     "CheckFailed",
+    "Comparison",
     "ExportFailed",
     "NsysAuditError",
     "NsysNotFound",
+    "OutputExists",
+    "Sealed",
     "TelemetryOptions",
     "UnusableInput",
+    "Verification",
     "__version__",
     "analyze",
+    "compare_results",
+    "seal_analysis",
+    "seal_compare",
+    "verify",
 ]
