@@ -26,8 +26,13 @@ from nsysaudit.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, 
 
 
 def dump_json(doc: Any) -> str:
-    """Canonical JSON for stdout: sorted keys, no NaN, UTF-8 kept as is."""
-    return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False)
+    """Canonical JSON for stdout: sorted keys, no NaN, UTF-8 kept as is, compact.
+
+    Compact on purpose: with ``indent`` Python's json falls back to its pure-Python encoder,
+    several times slower on the tens of MB a large export's library calls produce. Pipe through
+    ``python -m json.tool`` or ``jq`` to read it.
+    """
+    return json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -125,9 +130,9 @@ def echo_telemetry_warnings(result: AnalysisResult) -> None:
 
 def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal`)."""
-    func = click.option(
-        "--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty)."
-    )(func)
+    func = click.option("--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty).")(
+        func
+    )
     return click.option(
         "--out",
         type=click.Path(file_okay=False, path_type=str),

@@ -7,6 +7,7 @@ has no name in the report (``None``): it is shown as the number the export holds
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 CUDA_ERROR_T: dict[int, str] = {
     0: "cudaSuccess",
@@ -251,16 +252,19 @@ _ALLOC_PREFIXES = (
 )
 
 
+@lru_cache(maxsize=4096)
 def display_name(api: str) -> str:
     """The API name without nsys's version suffix: ``cudaMalloc_v3020`` -> ``cudaMalloc``."""
     return _VERSION_SUFFIX.sub("", api)
 
 
+@lru_cache(maxsize=4096)
 def is_allocation_api(api: str) -> bool:
     """Whether ``api`` (raw or display name) is a CUDA device/host memory allocation call."""
     return display_name(api).startswith(_ALLOC_PREFIXES)
 
 
+@lru_cache(maxsize=65536)
 def return_name(api: str, code: int) -> str | None:
     """The symbolic name of ``code`` as returned by ``api``; None when the code is not known.
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import urllib.parse
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,8 +27,10 @@ from typing import Any
 
 import polars as pl
 
+from nsysaudit.source import readonly_uri
+
 BATCH_ROWS = 1 << 18
-PARALLEL_MIN_ROWS = 1 << 21
+PARALLEL_MIN_ROWS = 1 << 20
 
 ROW_SCHEMA: dict[str, Any] = {
     "gtid": pl.Int64,
@@ -165,8 +166,7 @@ def _adbc_batches(uri: str, sql: str, lo: int, hi: int) -> Iterator[pl.DataFrame
 
 
 def _sqlite_batches(path: Path, sql: str, lo: int, hi: int, mismatches: list[int]) -> Iterator[pl.DataFrame]:
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True)
+    conn = sqlite3.connect(readonly_uri(path), uri=True)
     try:
         cur = conn.execute(sql, (lo, hi))
         while rows := cur.fetchmany(BATCH_ROWS // 4):
@@ -205,7 +205,7 @@ def scan_runtime(
     n_workers = workers or (min(os.cpu_count() or 1, 4) if total >= PARALLEL_MIN_ROWS else 1)
     step = (hi - lo) // n_workers + 1
     parts = [(lo + i * step, min(hi, lo + (i + 1) * step - 1)) for i in range(n_workers)]
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    uri = readonly_uri(path)  # never plain mode=ro: a WAL-mode file would get -wal/-shm beside it
 
     def run(
         part: tuple[int, int], use_adbc: bool, mismatches: list[int]

@@ -61,6 +61,24 @@ def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
     return frame.to_dicts()
 
 
+def _name_columns(keys: pl.DataFrame) -> pl.DataFrame:
+    """``api, return_code, display_api, return_name`` for each distinct (api, return_code)."""
+    rows = [
+        (
+            api,
+            rc,
+            display_name(api) if api is not None else None,
+            return_name(api, rc) if api is not None and rc is not None else None,
+        )
+        for api, rc in keys.select("api", "return_code").iter_rows()
+    ]
+    return pl.DataFrame(
+        rows,
+        schema={"api": pl.String, "return_code": pl.Int64, "display_api": pl.String, "return_name": pl.String},
+        orient="row",
+    )
+
+
 @dataclass
 class AnalysisResult:
     """One export's analysis. Frames (timestamps in the export's nanoseconds):
@@ -125,42 +143,67 @@ class AnalysisResult:
 
     @property
     def library_calls(self) -> list[dict[str, Any]]:
+        # Built column-wise in polars and converted once: large exports have 10^5+ library calls.
         pairs = self.frames["pairs"]
-        by_lib: dict[int, dict[str, list[dict[str, Any]]]] = {}
-        for r in _rows(pairs):
-            slot = by_lib.setdefault(r["lib_id"], {"nested": [], "straddling": []})
-            slot[r["relation"]].append(self._call(r))
-        out = []
-        for r in _rows(self.frames["library_calls"]):
-            slot = by_lib.get(r["lib_id"], {"nested": [], "straddling": []})
-            children = slot["nested"]
-            known = [c["bytes"] for c in children if c["bytes"] is not None]
-            out.append(
-                {
-                    "lib_id": r["lib_id"],
-                    "api": r["api"],
-                    "display_api": display_name(r["api"]) if r["api"] is not None else None,
-                    "library": r["library"],
-                    "source": r["source"],
-                    "pid": r["pid"],
-                    "tid": r["tid"],
-                    "global_tid": r["gtid"],
-                    "thread_name": r["thread_name"],
-                    "start_ns": r["start_ns"],
-                    "end_ns": r["end_ns"],
-                    "duration_ns": (r["end_ns"] - r["start_ns"]) if r["end_ns"] is not None else None,
-                    "coverage": r["coverage"],
-                    "censored_reason": r["censored_reason"],
-                    "cuda_api_first_ns": r["api_first_ns"],
-                    "cuda_api_last_ns": r["api_last_ns"],
-                    "children": children,
-                    "straddling": slot["straddling"],
-                    "allocated_bytes": sum(known) if known else 0,
-                    "failed_children": sum(1 for c in children if c["return_code"] != 0),
-                }
+        names = _name_columns(pairs.select("api", "return_code").unique())
+        call = pl.struct(
+            "api", "display_api", "return_code", "return_name", "correlation_id", "start_ns", "end_ns", "bytes"
+        )
+        named = pairs.join(names, on=["api", "return_code"], how="left", nulls_equal=True).sort(
+            ["lib_id", "start_ns", "correlation_id"], nulls_last=True
+        )
+        nested = (
+            named.filter(pl.col("relation") == "nested")
+            .group_by("lib_id", maintain_order=True)
+            .agg(
+                call.alias("children"),
+                pl.col("bytes").sum().alias("allocated_bytes"),
+                (pl.col("return_code") != 0).sum().cast(pl.Int64).alias("failed_children"),
             )
+        )
+        straddling = (
+            named.filter(pl.col("relation") == "straddling")
+            .group_by("lib_id", maintain_order=True)
+            .agg(call.alias("straddling"))
+        )
+        libs = self.frames["library_calls"]
+        lib_names = _name_columns(
+            libs.select("api").unique().with_columns(pl.lit(0, dtype=pl.Int64).alias("return_code"))
+        )
+        table = (
+            libs.join(lib_names.select("api", "display_api"), on="api", how="left", nulls_equal=True)
+            .join(nested, on="lib_id", how="left")
+            .join(straddling, on="lib_id", how="left")
+            .sort("lib_id")
+            .select(
+                "lib_id",
+                "api",
+                "display_api",
+                "library",
+                "source",
+                "pid",
+                "tid",
+                pl.col("gtid").alias("global_tid"),
+                "thread_name",
+                "start_ns",
+                "end_ns",
+                (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
+                "coverage",
+                "censored_reason",
+                pl.col("api_first_ns").alias("cuda_api_first_ns"),
+                pl.col("api_last_ns").alias("cuda_api_last_ns"),
+                "children",
+                "straddling",
+                pl.col("allocated_bytes").fill_null(0),
+                pl.col("failed_children").fill_null(0),
+            )
+        )
+        out = table.to_dicts()
+        for row in out:
+            row["children"] = row["children"] or []
+            row["straddling"] = row["straddling"] or []
             if self.alignment is not None:
-                out[-1]["telemetry"] = self.alignment.position(r["pid"], r["start_ns"], r["end_ns"])
+                row["telemetry"] = self.alignment.position(row["pid"], row["start_ns"], row["end_ns"])
         return out
 
     @property
@@ -212,11 +255,10 @@ class AnalysisResult:
                 "start_ns": c["start_ns"],
                 "end_ns": c["end_ns"],
                 "reason": c["censored_reason"],
-                "cuda_api_first_ns": c["cuda_api_first_ns"],
-                "cuda_api_last_ns": c["cuda_api_last_ns"],
+                "cuda_api_first_ns": c["api_first_ns"],
+                "cuda_api_last_ns": c["api_last_ns"],
             }
-            for c in self.library_calls
-            if c["coverage"] == "censored"
+            for c in _rows(self.frames["library_calls"].filter(pl.col("coverage") == "censored").sort("lib_id"))
         ]
         return {"cuda_api_trace": self.cuda_api_trace, "by_source": self.coverage_sources, "censored": censored}
 
