@@ -34,11 +34,12 @@ def find_nsys(explicit: str | os.PathLike[str] | None, report: Path) -> Path:
         if candidate:
             path = Path(candidate)
             if path.is_file() and os.access(path, os.X_OK):
-                return path
+                # Absolute: the export runs nsys from a private working directory.
+                return path.absolute()
             raise NsysNotFound(report, f"{origin} names {candidate}, which is not an executable file")
     found = shutil.which("nsys")
     if found:
-        return Path(found)
+        return Path(found).absolute()
     raise NsysNotFound(
         report,
         "is an .nsys-rep and no nsys CLI was found to export it "

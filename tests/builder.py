@@ -196,6 +196,11 @@ class Export:
     omit_tables: set[str] = field(default_factory=set)
     full_schema: bool = False
     capture_meta: dict[str, str] = field(default_factory=dict)
+    # Escape hatch for broken evidence (tests of hostile input only): SQL scripts executed after
+    # the build, each in its own connection (so a script after a ``PRAGMA writable_schema`` edit
+    # sees the edited schema). Not validated. See :func:`strip_not_null` for writing NULLs into
+    # NOT NULL columns.
+    raw_sql: list[str] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------
@@ -493,7 +498,28 @@ def build_export(spec: Export, path: str | os.PathLike[str]) -> pathlib.Path:
             conn.execute("COMMIT")
         finally:
             conn.close()
+        for script in spec.raw_sql:
+            raw = sqlite3.connect(out, isolation_level=None)
+            try:
+                raw.executescript(script)
+            finally:
+                raw.close()
     except BaseException:
         out.unlink(missing_ok=True)
         raise
     return out
+
+
+def strip_not_null(table: str) -> str:
+    """A ``raw_sql`` script that drops ``table``'s NOT NULL constraints (its DDL text loses them).
+
+    Real exports declare NOT NULL; a damaged or crafted one can still hold NULLs there. SQLite
+    enforces the declared constraints on writes, so a test that needs such rows first edits the
+    schema text; readers only look at column names, so nothing else changes.
+    """
+    return (
+        "PRAGMA writable_schema = ON;"
+        f"UPDATE sqlite_master SET sql = replace(sql, ' NOT NULL', '') WHERE type = 'table' AND name = '{table}';"
+        "PRAGMA writable_schema = OFF;"
+        "PRAGMA schema_version = 4242;"
+    )

@@ -1,0 +1,395 @@
+"""Hostile and broken input (issue 6): nsysaudit never crashes, never lies, never touches the evidence.
+
+1. Unusable input exits 2 with one line naming the file and the problem (no traceback).
+2. Evidence is read-only: inputs keep their SHA-256 and nothing appears beside them.
+3. Text from traces is data: markup is shown literally, JSON stays valid, long text is shortened.
+4. Resource bounds: explicit limits, reported when hit (growth is measured by
+   ``benchmarks/hostile_growth.py``, never timed here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from builder import Call, Export
+from conftest import H200, PUBLIC
+from nsys_tool import find_nsys, requires_nsys
+
+from nsysaudit.cli import main
+from nsysaudit.errors import UnusableInput
+from nsysaudit.source import check_sqlite_file
+
+REAL_EXPORTS = sorted([*H200.glob("*.sqlite"), *PUBLIC.glob("*.sqlite")])
+OBSERVE = H200 / "observe.sqlite"
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def folder_state(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (relative path) with its SHA-256: the evidence as it stands."""
+    state = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            state[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            state[str(path.relative_to(folder)) + "/"] = "dir"
+    return state
+
+
+def assert_one_line_error(code: int, err: str, path: Path, problem: str) -> None:
+    assert code == 2, err
+    assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
+    assert str(path) in err, err
+    assert problem in err, err
+    assert "Traceback" not in err
+
+
+def commands_for(bad: Path, good: Path, out: Path) -> list[list[str]]:
+    """Every command that reads an export, with ``bad`` in each input position."""
+    return [
+        ["analyze", str(bad)],
+        ["analyze", "--json", str(bad)],
+        ["compare", str(bad), str(good), "--out", str(out / "a")],
+        ["compare", str(good), str(bad), "--out", str(out / "b")],
+    ]
+
+
+@pytest.fixture
+def evidence(tmp_path: Path) -> Path:
+    """An evidence folder of its own (nothing else is written into it by the tests)."""
+    folder = tmp_path / "evidence"
+    folder.mkdir()
+    return folder
+
+
+def copy_in(folder: Path, source: Path, name: str | None = None) -> Path:
+    target = folder / (name or source.name)
+    shutil.copyfile(source, target)
+    return target
+
+
+# --- 1. unusable input ---------------------------------------------------------------------------------
+
+UNUSABLE: dict[str, tuple[bytes, str]] = {
+    "empty": (b"", "empty file"),
+    "random-bytes": (random.Random(6).randbytes(64 * 1024), "not a SQLite database"),
+    "text": (b"this is not a trace\n" * 50, "not a SQLite database"),
+    "header-only": (OBSERVE.read_bytes()[:100], "truncated SQLite file"),
+    "magic-only": (b"SQLite format 3\x00", "not a SQLite database"),
+    "bad-page-size": (OBSERVE.read_bytes()[:16] + b"\x00\x03" + OBSERVE.read_bytes()[18:4096], "page size 3"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNUSABLE))
+def test_unusable_bytes_exit_2_on_every_command(capsys, evidence: Path, tmp_path: Path, case: str) -> None:
+    content, problem = UNUSABLE[case]
+    bad = evidence / f"{case}.sqlite"
+    bad.write_bytes(content)
+    good = copy_in(evidence, OBSERVE)
+    before = folder_state(evidence)
+    for args in commands_for(bad, good, tmp_path / "out"):
+        code, out, err = run(capsys, *args)
+        assert_one_line_error(code, err, bad, problem)
+        assert out == ""
+    assert folder_state(evidence) == before
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"")
+    plain = subprocess.run(
+        [sys.executable, "-m", "nsysaudit", "analyze", str(bad)], capture_output=True, text=True, check=False
+    )
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    debug = subprocess.run(
+        [sys.executable, "-m", "nsysaudit", "--debug", "analyze", str(bad)], capture_output=True, text=True, check=False
+    )
+    assert debug.returncode != 0
+    assert "Traceback" in debug.stderr and "UnusableInput" in debug.stderr
+
+
+def _cuts(size: int, page: int) -> Iterator[int]:
+    """Every page boundary below ``size``, the header's edges and a few odd offsets."""
+    yield from range(0, size, page)
+    yield from (1, 15, 16, 99, 100, 101, page - 1, page + 1, size // 2 + 7, size - page + 1, size - 1)
+
+
+@pytest.mark.parametrize("real", REAL_EXPORTS, ids=lambda p: p.name)
+def test_every_truncation_of_a_real_export_is_refused_up_front(tmp_path: Path, real: Path) -> None:
+    """Cut at every page boundary (and odd offsets): refused by the header check alone.
+
+    The header's page count is authoritative in all bundled exports (version-valid-for equals
+    the change counter), so a cut anywhere, even one that lands on a page boundary and leaves a
+    file SQLite would happily open, is seen before any table is read.
+    """
+    data = real.read_bytes()
+    header = check_sqlite_file(real)
+    assert header.page_count is not None and header.page_count * header.page_size == len(data)
+    cut_file = tmp_path / real.name
+    cut_file.write_bytes(data)
+    cuts = sorted(set(_cuts(len(data), header.page_size)), reverse=True)
+    for cut in cuts:  # shrink one copy in place: cheap even for ~2000 cuts
+        os.truncate(cut_file, cut)
+        with pytest.raises(UnusableInput) as info:
+            check_sqlite_file(cut_file)
+        message = str(info.value)
+        if cut == 0:
+            assert "empty file" in message
+        elif cut < 100:
+            assert "not a SQLite database" in message
+        else:
+            assert "truncated SQLite file" in message and f"file has {cut} bytes" in message
+
+
+@pytest.mark.parametrize("cut", [100, 4096, 8192, 70 * 4096, 561152 - 4096, 561152 - 1])
+def test_truncated_real_export_exits_2_on_every_command(capsys, evidence: Path, tmp_path: Path, cut: int) -> None:
+    bad = evidence / "cut.sqlite"
+    bad.write_bytes(OBSERVE.read_bytes()[:cut])
+    good = copy_in(evidence, OBSERVE)
+    before = folder_state(evidence)
+    for args in commands_for(bad, good, tmp_path / "out"):
+        code, _, err = run(capsys, *args)
+        assert_one_line_error(code, err, bad, "truncated SQLite file")
+    assert folder_state(evidence) == before
+
+
+def _legacy_header(data: bytes) -> bytes:
+    """The same file as a pre-3.7.0 writer would leave it: the header page count is not trusted."""
+    out = bytearray(data)
+    out[92:96] = (int.from_bytes(out[24:28], "big") + 1).to_bytes(4, "big")
+    return bytes(out)
+
+
+def test_untrusted_header_falls_back_to_quick_check(capsys, evidence: Path) -> None:
+    """Without an authoritative page count a cut on a page boundary is caught by PRAGMA quick_check."""
+    data = _legacy_header(OBSERVE.read_bytes())
+    whole = evidence / "legacy.sqlite"
+    whole.write_bytes(data)
+    assert check_sqlite_file(whole).page_count is None
+    code, out, err = run(capsys, "analyze", "--json", str(whole))
+    assert code == 0, err
+    assert json.loads(out)["census"]["cuda_api_calls"] == 925
+    for cut in (len(data) - 4096, len(data) - 3 * 4096, len(data) // 2 // 4096 * 4096, 4096):
+        bad = evidence / f"legacy-cut-{cut}.sqlite"
+        bad.write_bytes(data[:cut])
+        code, _, err = run(capsys, "analyze", str(bad))
+        assert code == 2 and err.count("\n") == 1 and str(bad) in err, err
+        assert any(p in err for p in ("damaged SQLite file", "SQLite cannot read it", "malformed")), err
+    odd = evidence / "legacy-odd.sqlite"
+    odd.write_bytes(data[:5000])
+    code, _, err = run(capsys, "analyze", str(odd))
+    assert_one_line_error(code, err, odd, "not a whole number of 4096-byte pages")
+
+
+def test_sqlite_that_is_not_an_nsys_export(capsys, evidence: Path, tmp_path: Path) -> None:
+    other = evidence / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE StringIds (id INTEGER, value TEXT)")
+    con.commit()
+    con.close()
+    good = copy_in(evidence, OBSERVE)
+    before = folder_state(evidence)
+    for args in commands_for(other, good, tmp_path / "out"):
+        code, _, err = run(capsys, *args)
+        assert_one_line_error(code, err, other, "not an Nsight Systems export: no META_DATA_EXPORT table")
+    assert folder_state(evidence) == before
+
+
+@pytest.mark.parametrize("table", ["StringIds", "META_DATA_EXPORT"])
+def test_export_without_a_required_table(capsys, make_export, table: str) -> None:
+    path = make_export(Export(calls=[Call("cudaMalloc_v3020", 1, 2)], omit_tables={table}))
+    code, _, err = run(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, path, f"no {table} table")
+
+
+def test_string_ids_without_its_columns(capsys, make_export) -> None:
+    path = make_export(
+        Export(
+            calls=[Call("cudaMalloc_v3020", 1, 2)],
+            raw_sql=["ALTER TABLE StringIds RENAME COLUMN value TO text_value"],
+        )
+    )
+    code, _, err = run(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, path, "StringIds has no value column")
+
+
+# A page of a table in the middle of the file is damaged: the tables exist, the query fails half-way.
+
+
+def _leaf_pages(data: bytes, page_size: int, root: int) -> list[int]:
+    """Leaf pages of the table b-tree rooted at ``root`` (1-based page numbers), in key order."""
+    base = (root - 1) * page_size
+    head = base + (100 if root == 1 else 0)
+    kind = data[head]
+    if kind == 0x0D:
+        return [root]
+    assert kind == 0x05, f"page {root} is not a table b-tree page"
+    cells = int.from_bytes(data[head + 3 : head + 5], "big")
+    right = int.from_bytes(data[head + 8 : head + 12], "big")
+    children = []
+    for i in range(cells):
+        pointer = int.from_bytes(data[head + 12 + 2 * i : head + 14 + 2 * i], "big")
+        children.append(int.from_bytes(data[base + pointer : base + pointer + 4], "big"))
+    children.append(right)
+    return [leaf for child in children for leaf in _leaf_pages(data, page_size, child)]
+
+
+def damage_table(source: Path, target: Path, table: str) -> int:
+    """Copy ``source`` to ``target`` with the middle leaf page of ``table`` overwritten; its page number."""
+    con = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    try:
+        sql = "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?"
+        (root,) = con.execute(sql, (table,)).fetchone()
+    finally:
+        con.close()
+    data = bytearray(source.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    leaves = _leaf_pages(bytes(data), page_size, root)
+    victim = leaves[len(leaves) // 2]
+    start = (victim - 1) * page_size
+    data[start : start + page_size] = random.Random(victim).randbytes(page_size)
+    target.write_bytes(bytes(data))
+    return victim
+
+
+READ_TABLES = [
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+    "CUDA_GPU_MEMORY_USAGE_EVENTS",
+    "StringIds",
+    "ThreadNames",
+    "PROCESSES",
+    "META_DATA_CAPTURE",
+    "ENUM_NSYS_EVENT_TYPE",
+    "TARGET_INFO_SESSION_START_TIME",
+]
+
+
+@pytest.mark.parametrize("table", READ_TABLES)
+def test_damaged_page_in_a_table_the_analysis_reads_exits_2(capsys, evidence: Path, tmp_path: Path, table: str) -> None:
+    bad = evidence / "damaged.sqlite"
+    damage_table(OBSERVE, bad, table)
+    good = copy_in(evidence, OBSERVE)
+    before = folder_state(evidence)
+    for args in commands_for(bad, good, tmp_path / "out"):
+        code, out, err = run(capsys, *args)
+        assert code == 2, (args, out[-500:], err)
+        assert err.count("\n") == 1 and str(bad) in err and "Traceback" not in err, err
+    assert folder_state(evidence) == before
+
+
+def test_damaged_page_in_a_table_the_analysis_does_not_read(capsys, evidence: Path) -> None:
+    """Only what the analysis reads can change its answer; other damage is outside its evidence."""
+    bad = evidence / "damaged.sqlite"
+    damage_table(OBSERVE, bad, "TARGET_INFO_SYSTEM_ENV")
+    code, out, err = run(capsys, "analyze", "--json", str(bad))
+    assert code == 0, err
+    assert json.loads(out)["census"]["cuda_api_calls"] == 925
+
+
+def test_wal_mode_export_is_read_without_writing_beside_it(capsys, evidence: Path) -> None:
+    """``mode=ro`` alone would create -wal and -shm beside a WAL-mode file: it is opened immutable."""
+    wal = copy_in(evidence, OBSERVE, "wal.sqlite")
+    con = sqlite3.connect(wal)
+    assert con.execute("PRAGMA journal_mode = WAL").fetchone() == ("wal",)
+    con.close()
+    before = folder_state(evidence)
+    assert before.keys() == {"wal.sqlite"}
+    code, out, err = run(capsys, "analyze", "--json", str(wal))
+    assert code == 0, err
+    assert json.loads(out)["census"]["cuda_api_calls"] == 925
+    assert folder_state(evidence) == before
+
+
+def test_wal_file_beside_the_export_is_refused(capsys, evidence: Path) -> None:
+    wal = copy_in(evidence, OBSERVE, "wal.sqlite")
+    con = sqlite3.connect(wal)
+    con.execute("PRAGMA journal_mode = WAL")
+    con.close()
+    (evidence / "wal.sqlite-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
+    before = folder_state(evidence)
+    code, _, err = run(capsys, "analyze", str(wal))
+    assert_one_line_error(code, err, wal, "non-empty wal.sqlite-wal beside it")
+    assert folder_state(evidence) == before
+
+
+def test_hot_journal_beside_the_export_is_refused(capsys, evidence: Path) -> None:
+    bad = copy_in(evidence, OBSERVE, "copied-mid-write.sqlite")
+    (evidence / "copied-mid-write.sqlite-journal").write_bytes(b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7" + bytes(504))
+    before = folder_state(evidence)
+    code, _, err = run(capsys, "analyze", str(bad))
+    assert_one_line_error(code, err, bad, "hot journal")
+    assert folder_state(evidence) == before
+
+
+def test_directory_and_missing_file(capsys, tmp_path: Path) -> None:
+    code, _, err = run(capsys, "analyze", str(tmp_path / "missing.sqlite"))
+    assert_one_line_error(code, err, tmp_path / "missing.sqlite", "no such file")
+    folder = tmp_path / "folder.sqlite"
+    folder.mkdir()
+    code, _, err = run(capsys, "analyze", str(folder))  # a usage error, from click's own check
+    assert code == 2 and "Traceback" not in err and str(folder) in err and "is a directory" in err, err
+
+
+# --- .nsys-rep inputs -------------------------------------------------------------------------------
+
+
+def test_nsys_rep_without_an_nsys_binary(capsys, evidence: Path, monkeypatch) -> None:
+    report = evidence / "run.nsys-rep"
+    report.write_bytes(random.Random(1).randbytes(4096))
+    before = folder_state(evidence)
+    monkeypatch.delenv("NSYSAUDIT_NSYS", raising=False)
+    monkeypatch.setenv("PATH", "")
+    code, _, err = run(capsys, "analyze", str(report))
+    assert_one_line_error(code, err, report, "no nsys CLI was found")
+    code, _, err = run(capsys, "analyze", "--nsys", str(evidence / "no-such-nsys"), str(report))
+    assert_one_line_error(code, err, report, "not an executable file")
+    monkeypatch.setenv("NSYSAUDIT_NSYS", "/nonexistent/nsys")
+    code, _, err = run(capsys, "analyze", str(report))
+    assert_one_line_error(code, err, report, "/nonexistent/nsys, which is not an executable file")
+    assert folder_state(evidence) == before
+
+
+def test_empty_nsys_rep(capsys, evidence: Path) -> None:
+    report = evidence / "empty.nsys-rep"
+    report.write_bytes(b"")
+    code, _, err = run(capsys, "analyze", str(report))
+    assert_one_line_error(code, err, report, "empty file")
+
+
+@requires_nsys
+@pytest.mark.parametrize("content", [b"garbage", random.Random(2).randbytes(200_000)], ids=["short", "random"])
+def test_nsys_rep_that_nsys_cannot_export(
+    capsys, evidence: Path, tmp_path: Path, monkeypatch, content: bytes
+) -> None:
+    nsys = find_nsys()
+    assert nsys is not None
+    report = evidence / "broken.nsys-rep"
+    report.write_bytes(content)
+    before = folder_state(evidence)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NSYSAUDIT_CACHE", str(cache))
+    # A relative --nsys works too: nsys runs from a private folder, so the path is made absolute.
+    monkeypatch.chdir(Path(nsys).parent)
+    code, _, err = run(capsys, "analyze", "--nsys", "./nsys", str(report))
+    assert_one_line_error(code, err, report, "nsys export failed")
+    assert folder_state(evidence) == before
+    # No half-written export is left in the cache either.
+    assert not list(cache.rglob("*.sqlite"))
