@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from conftest import H200
+from nsys_tool import find_nsys, requires_nsys
 from scenarios import observe_nested_failure, release_three_allocations
+from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, profiled once for this module)
 
 from nsysaudit import seal
 from nsysaudit.cli import main
@@ -359,3 +361,29 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
     code, stdout, err = run(capsys, "analyze", H200 / "observe.sqlite", "--out", out, "--force", "--json")
     assert code == 0 and json.loads(stdout)["verdict"] == "inconclusive"
     assert err.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "manifest-sha256.txt")
+
+
+# --- .nsys-rep inputs (real nsys CLI) ------------------------------------------------------------
+
+
+@requires_nsys
+def test_nsys_rep_arm_seals_and_reverifies_after_a_fresh_export(
+    capsys, cpu_report: Path, monkeypatch, tmp_path: Path  # noqa: F811
+) -> None:
+    """The export's own digest lives in metadata.json, so a fresh re-export still verifies."""
+    monkeypatch.setenv("NSYSAUDIT_NSYS", str(find_nsys()))
+    out = tmp_path / "cmp"
+    code, _, err = run(capsys, "compare", cpu_report, H200 / "release.sqlite", "--out", out)
+    assert code == 0, err
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["nsys"]["observe"]["export"]["sha256"]
+    doc = json.loads((out / "report.json").read_text())
+    assert doc["inputs"][0] == {
+        "role": "observe", "name": "cpu.nsys-rep", "kind": "nsys-rep",
+        "sha256": sha(cpu_report), "size_bytes": cpu_report.stat().st_size,
+    }
+    assert "export" not in doc["arms"]["observe"]["input"]
+    monkeypatch.setenv("NSYSAUDIT_CACHE", str(tmp_path / "fresh-cache"))  # force a new nsys export
+    code, stdout, err = run(capsys, "verify", out, "--inputs", cpu_report, H200 / "release.sqlite")
+    assert code == 0 and "byte-identical" in stdout, err
+    assert (tmp_path / "fresh-cache").exists()
