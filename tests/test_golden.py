@@ -3,6 +3,7 @@ report.md. Regenerate with `make golden` (NSYSAUDIT_REGEN_GOLDEN=1) and review t
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +23,7 @@ REGEN = os.environ.get("NSYSAUDIT_REGEN_GOLDEN") == "1"
 
 
 def render(renderable: object) -> str:
-    console = Console(width=110, color_system=None, force_terminal=False, record=True, file=open(os.devnull, "w"))
+    console = Console(width=110, color_system=None, force_terminal=False, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
 
