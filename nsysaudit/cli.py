@@ -8,7 +8,6 @@ that failed, 0 when the analysis ran whatever its verdict.
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from nsysaudit import __version__, seal
+from nsysaudit import __version__, canonical, seal
 from nsysaudit.analysis import analyze
 from nsysaudit.errors import NsysAuditError
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
@@ -26,13 +25,12 @@ from nsysaudit.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, 
 
 
 def dump_json(doc: Any) -> str:
-    """Canonical JSON for stdout: sorted keys, no NaN, UTF-8 kept as is, compact.
+    """Canonical JSON for stdout: sorted keys, UTF-8 kept as is, compact (see nsysaudit.canonical).
 
-    Compact on purpose: with ``indent`` Python's json falls back to its pure-Python encoder,
-    several times slower on the tens of MB a large export's library calls produce. Pipe through
+    Compact on purpose: a large export's library calls make tens of MB. Pipe through
     ``python -m json.tool`` or ``jq`` to read it.
     """
-    return json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return canonical.dumps(doc).decode("utf-8")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from nsysaudit import canonical
 from nsysaudit.analysis import analyze, input_kind
 from nsysaudit.errors import BadOption, CheckFailed, OutputExists, UnusableInput
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
@@ -71,7 +72,7 @@ _LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
 
 def canonical_json(doc: Any) -> bytes:
     """Canonical JSON bytes: sorted keys, 2-space indent, UTF-8, no NaN, one final newline."""
-    return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    return canonical.dumps(doc, indent=True) + b"\n"
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Benchmark nsysaudit against the plainest SQL and NVIDIA's own report, on the same files.
+
+    python benchmarks/run.py [--rows 2000000 20000000] [--repeat 5] [--out benchmarks/data]
+                             [--results FILE.md]
+
+For each size it generates (once, cached in --out) an observe and a release export with
+benchmarks/make_export.py, then times whole processes, interleaved round-robin so that the
+machine's noise falls on every command alike, and reports the median wall time and the peak
+RSS (from wait4's rusage of each child):
+
+- ``analyze``:  nsysaudit analyze FILE --json (stdout to /dev/null)
+- ``sql``:      sqlite3 FILE "select returnValue, count(*) from CUPTI_ACTIVITY_KIND_RUNTIME group by 1"
+- ``nsys``:     nsys stats -r cuda_api_sum --format csv FILE (the CLI from `make nsys`), when present
+- ``compare``:  nsysaudit compare OBSERVE RELEASE --out TMP --force
+
+Ratios are against ``sql`` measured in the same run. This is a benchmark, not a test: the suite
+only runs it at a tiny size to check that it works (tests/test_bench.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from make_export import generate  # noqa: E402
+
+QUERY = "select returnValue, count(*) from CUPTI_ACTIVITY_KIND_RUNTIME group by 1"
+
+
+@dataclass
+class Sample:
+    seconds: float
+    max_rss_kb: int
+    code: int
+
+
+GNU_TIME = "/usr/bin/time"
+
+
+def run_once(cmd: list[str], env: dict[str, str] | None = None) -> Sample:
+    """Run ``cmd`` with stdout discarded: wall time and the command's own peak RSS.
+
+    Peak RSS comes from GNU time's %M when /usr/bin/time exists (wait4's ru_maxrss of a forked
+    child can report the parent's size from before exec), else from wait4.
+    """
+    wrapped = [GNU_TIME, "-f", "%M", *cmd] if os.path.exists(GNU_TIME) else cmd
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        wrapped, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if code != 0:
+        raise SystemExit(f"benchmark command failed ({code}): {' '.join(cmd)}\n{err[-2000:]}")
+    rss = int(usage.ru_maxrss)
+    if wrapped is not cmd:
+        rss = int(err.strip().splitlines()[-1])
+    return Sample(seconds, rss, code)
+
+
+def find_nsys() -> str | None:
+    env = os.environ.get("NSYSAUDIT_NSYS")
+    local = REPO / ".tools" / "nsys" / "target-linux-x64" / "nsys"
+    for c in (env, str(local) if local.exists() else None, shutil.which("nsys")):
+        if c:
+            return c
+    return None
+
+
+def ensure_exports(out: Path, rows: int) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for variant in ("observe", "release"):
+        path = out / f"bench-{rows}-{variant}.sqlite"
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            tmp.unlink(missing_ok=True)
+            t = time.perf_counter()
+            generate(tmp, rows, variant=variant)
+            tmp.rename(path)
+            print(f"generated {path} in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+def machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    import sqlite3
+    from importlib.metadata import version
+
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB RAM, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, polars {version('polars')}, SQLite {sqlite3.sqlite_version}"
+    )
+
+
+def bench(rows: int, repeat: int, out: Path, nsysaudit: str) -> dict[str, list[Sample]]:
+    observe, release = ensure_exports(out, rows)
+    nsys = find_nsys()
+    sqlite3_cli = shutil.which("sqlite3")
+    tmp = Path(tempfile.mkdtemp(prefix="nsysaudit-bench-"))
+    env = dict(os.environ, NSYSAUDIT_CACHE=str(tmp / "cache"))
+    commands: dict[str, list[str]] = {"analyze": [nsysaudit, "analyze", str(observe), "--json"]}
+    if sqlite3_cli:
+        commands["sql"] = [sqlite3_cli, str(observe), QUERY]
+    if nsys:
+        commands["nsys"] = [
+            nsys,
+            "stats",
+            "-r",
+            "cuda_api_sum",
+            "--format",
+            "csv",
+            "--force-export",
+            "false",
+            str(observe),
+        ]
+    commands["compare"] = [nsysaudit, "compare", str(observe), str(release), "--out", str(tmp / "cmp"), "--force"]
+    samples: dict[str, list[Sample]] = {k: [] for k in commands}
+    try:
+        for cmd in commands.values():  # warm the page cache once, untimed
+            run_once(cmd, env)
+        for _ in range(repeat):
+            for name, cmd in commands.items():
+                samples[name].append(run_once(cmd, env))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return samples
+
+
+def summarize(rows: int, samples: dict[str, list[Sample]]) -> list[str]:
+    med = {k: statistics.median(s.seconds for s in v) for k, v in samples.items()}
+    rss = {k: max(s.max_rss_kb for s in v) for k, v in samples.items()}
+    lines = [
+        f"### {rows:,} CUDA API rows",
+        "",
+        "| command | median wall (s) | runs | peak RSS (MiB) | vs sql |",
+        "|---|---|---|---|---|",
+    ]
+    for k in samples:
+        ratio = f"{med[k] / med['sql']:.2f}x" if "sql" in med else "n/a"
+        lines.append(f"| {k} | {med[k]:.2f} | {len(samples[k])} | {rss[k] / 1024:.0f} | {ratio} |")
+    if "nsys" in med:
+        lines.append("")
+        lines.append(f"analyze is {med['nsys'] / med['analyze']:.2f}x faster than `nsys stats -r cuda_api_sum`.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[2_000_000, 20_000_000])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=HERE / "data")
+    ap.add_argument("--results", type=Path, default=None, help="write the Markdown tables here")
+    args = ap.parse_args(argv)
+    nsysaudit = shutil.which("nsysaudit", path=str(Path(sys.executable).parent)) or "nsysaudit"
+    report = [f"Machine: {machine()}", ""]
+    medians: dict[int, float] = {}
+    for rows in args.rows:
+        samples = bench(rows, args.repeat, args.out, nsysaudit)
+        report += [*summarize(rows, samples), ""]
+        medians[rows] = statistics.median(s.seconds for s in samples["analyze"])
+    if len(medians) >= 2:
+        small, big = min(medians), max(medians)
+        report.append(
+            f"Growth: {big // small}x the rows took {medians[big] / medians[small]:.2f}x the time for analyze "
+            "(linear would be the same factor; fixed start-up costs make it smaller)."
+        )
+    text = "\n".join(report)
+    print(text)
+    if args.results:
+        args.results.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
