@@ -55,8 +55,13 @@ def test_real_captures_both_arms_censored_so_the_failure_inside_cublas_create_is
         assert lc["coverage"] == "censored" and lc["censored_reason"] == "cuda_api_trace_ends_inside"
         assert lc["thread_name"] is None  # not in ThreadNames: unknown, never guessed
         assert lc["allocations"] == {
-            "calls": 0, "succeeded": 0, "failed": 0, "succeeded_before_first_failure": None,
-            "bytes": 0, "bytes_unknown": 0, "bytes_each": [],
+            "calls": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "succeeded_before_first_failure": None,
+            "bytes": 0,
+            "bytes_unknown": 0,
+            "bytes_each": [],
         }
     presence = real["differences"]["nested_alloc_failure"]
     assert presence["present_in"] == [] and presence["absent_in"] == ["observe", "release"]
@@ -99,10 +104,15 @@ def test_real_captures_sources_same_nsys_and_expected_capture_differences(real) 
     assert src["capture"]["differs"] == []
     expected = {d["key"]: d for d in src["capture"]["differs_as_expected"]}
     assert set(expected) == {
-        "PROCESS_0:ARGUMENT_1", "PROCESS_0:ARGUMENT_2", "PROFILING_SESSION_UUID", "RUN_DURATION_MS"
+        "PROCESS_0:ARGUMENT_1",
+        "PROCESS_0:ARGUMENT_2",
+        "PROFILING_SESSION_UUID",
+        "RUN_DURATION_MS",
     }
     assert expected["PROCESS_0:ARGUMENT_1"] == {
-        "key": "PROCESS_0:ARGUMENT_1", "observe": ["observe"], "release": ["release"],
+        "key": "PROCESS_0:ARGUMENT_1",
+        "observe": ["observe"],
+        "release": ["release"],
         "why": "the arm's own command arguments",
     }
     assert not [x for x in real["not_established"] if x["code"].startswith("different_")]
@@ -112,8 +122,14 @@ def test_real_captures_failing_calls_in_both_arms(real) -> None:
     census = real["differences"]["failing_calls"]["census"]
     assert census["only_in_observe"] == census["only_in_release"] == []
     assert census["in_both"] == [
-        {"api": "cudaMalloc_v3020", "display_api": "cudaMalloc", "return_code": 2,
-         "return_name": "cudaErrorMemoryAllocation", "observe": 13, "release": 13}
+        {
+            "api": "cudaMalloc_v3020",
+            "display_api": "cudaMalloc",
+            "return_code": 2,
+            "return_name": "cudaErrorMemoryAllocation",
+            "observe": 13,
+            "release": 13,
+        }
     ]
 
 
@@ -121,7 +137,10 @@ def test_real_captures_report_has_no_paths(real) -> None:
     text = canonical_json(real).decode()
     assert str(H200) not in text and "tests/fixtures" not in text
     assert [i["name"] for i in real["inputs"]] == [
-        "observe.sqlite", "observe.telemetry.jsonl", "release.sqlite", "release.telemetry.jsonl"
+        "observe.sqlite",
+        "observe.telemetry.jsonl",
+        "release.sqlite",
+        "release.telemetry.jsonl",
     ]
 
 
@@ -250,3 +269,26 @@ def test_comparison_is_deterministic(make_export) -> None:
     b = compare_results(nsysaudit.analyze(o), nsysaudit.analyze(r)).to_dict()
     assert canonical_json(a) == canonical_json(b)
     assert comparison_markdown(a) == comparison_markdown(b)
+
+
+def test_library_calls_listed_are_bounded_and_the_rest_counted(make_export) -> None:
+    from builder import Call, Export, LibCall
+
+    from nsysaudit.reports.compare import MAX_LIBRARY_CALLS_LISTED
+
+    n = MAX_LIBRARY_CALLS_LISTED + 50
+    calls = [
+        Call("cudaMalloc_v3020", 1_000 * i + 10, 1_000 * i + 20, 100, 101, corr=i + 1, bytes=512) for i in range(n)
+    ]
+    calls.append(Call("cudaMalloc_v3020", 1_000 * 7 + 30, 1_000 * 7 + 40, 100, 101, ret=2, corr=n + 1))
+    calls.append(Call("cudaFree_v3020", 10_000_000, 10_000_001, 100, 100, corr=n + 2))
+    libs = [LibCall("cublasGemmEx", 1_000 * i, 1_000 * i + 500, 100, 101) for i in range(n)]
+    spec = Export(calls=calls, lib_calls=libs)
+    a = nsysaudit.analyze(make_export(spec))
+    b = nsysaudit.analyze(make_export(spec))
+    arm = nsysaudit.compare_results(a, b).to_dict()["arms"]["observe"]
+    assert arm["library_calls_total"] == n
+    assert arm["library_calls_listed"] == len(arm["library_calls"]) == MAX_LIBRARY_CALLS_LISTED
+    assert f"{n} match" in arm["library_calls_selection"]
+    # the one enclosing the finding is always listed
+    assert any(lc["start_ns"] == 7_000 for lc in arm["library_calls"])

@@ -32,6 +32,7 @@ Arm = Literal["observe", "release"]
 ARMS: tuple[Arm, Arm] = ("observe", "release")
 REPORT_FORMAT = "nsysaudit.compare/1"
 FEW_LIBRARY_CALLS = 10
+MAX_LIBRARY_CALLS_LISTED = 200
 
 # META_DATA_CAPTURE keys that differ between any two runs by construction. They are reported
 # under ``differs_as_expected`` (with the reason), never silently dropped.
@@ -148,6 +149,26 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[s
             or lc["failed_children"]
             or lc["lib_id"] in enclosing_ids
         ]
+    if len(chosen) > MAX_LIBRARY_CALLS_LISTED:
+        # Large exports have 10^5+ such calls: keep the report readable and bounded. The most
+        # telling ones first (enclosing a finding, a failed nested call, censored, handle
+        # creation), then by time; the rest are counted, and all are in `analyze --json`.
+        def rank(lc: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+            return (
+                lc["lib_id"] not in enclosing_ids,
+                not lc["failed_children"],
+                lc["coverage"] != "censored",
+                not str(lc["api"] or "").startswith(("cublasCreate", "cublasLtCreate", "cudnnCreate")),
+                lc["lib_id"],
+            )
+
+        kept = {lc["lib_id"] for lc in sorted(chosen, key=rank)[:MAX_LIBRARY_CALLS_LISTED]}
+        selection += (
+            f"; {len(chosen)} match, the first {MAX_LIBRARY_CALLS_LISTED} are listed (enclosing a finding, "
+            "with a failed nested call, censored, handle creation first, then by time); "
+            "`nsysaudit analyze --json` lists them all"
+        )
+        chosen = [lc for lc in chosen if lc["lib_id"] in kept]
     census = d["census"]
     interest = _keyed([_library_call(lc) for lc in chosen])
     return {
@@ -162,6 +183,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[s
         },
         "findings": d["findings"],
         "library_calls_total": len(libs),
+        "library_calls_listed": len(chosen),
         "library_calls_selection": selection,
         "library_calls": interest,
         "coverage": d["coverage"],
