@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit import joins, nsys
+from nsysaudit import integrity, joins, nsys
 from nsysaudit.alignment import align
 from nsysaudit.errors import UnusableInput
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS, Trace, global_pid, load
@@ -124,8 +124,11 @@ def analyze_trace(trace: Trace, info: InputInfo) -> AnalysisResult:
         "lib_id"
     )
 
-    pairs = joins.attach_bytes(joins.nest(trace.library_calls, trace.api_rows), trace.allocations)
+    calls = integrity.joinable_calls(trace.api_rows)
+    pairs = joins.attach_bytes(joins.nest(trace.library_calls, calls), trace.allocations)
     pairs = pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
+    # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
+    pairs, undecided = integrity.review(trace, pairs)
 
     findings = _findings(pairs, libs, names)
     census = (
@@ -135,7 +138,7 @@ def analyze_trace(trace: Trace, info: InputInfo) -> AnalysisResult:
         .sort(["api", "return_code"], nulls_last=True)
     )
     coverage_sources = _coverage_sources(trace, api_span)
-    verdict, reasons = _verdict(trace, census, libs, findings)
+    verdict, reasons = _verdict(trace, census, libs, findings, undecided)
     processes = [
         {"pid": r["pid"], "global_pid": r["gpid"], "name": r["process_name"]}
         for r in trace.processes.sort("gpid").to_dicts()
@@ -286,7 +289,7 @@ def _coverage_sources(trace: Trace, api_span: pl.DataFrame) -> list[dict[str, An
 
 
 def _verdict(
-    trace: Trace, census: pl.DataFrame, libs: pl.DataFrame, findings: pl.DataFrame
+    trace: Trace, census: pl.DataFrame, libs: pl.DataFrame, findings: pl.DataFrame, undecided: Sequence[str] = ()
 ) -> tuple[Verdict, list[str]]:
     nested = findings.filter(pl.col("kind") == "nested_alloc_failure")
     if nested.height:
@@ -306,6 +309,8 @@ def _verdict(
             f"{censored.height} of {libs.height} library call(s) are censored ({detail}): "
             "the CUDA API trace does not cover them, so a failure inside them cannot be ruled out"
         ]
+    if undecided:
+        return "inconclusive", list(undecided)
     if libs.height == 0:
         captured = LIBRARY_CAPTURE_TYPES & set(trace.capture.get("CAPTURE_EVENT_TYPE", []))
         if captured:

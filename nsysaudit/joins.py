@@ -82,7 +82,8 @@ def censor(library_calls: pl.DataFrame, api_span: pl.DataFrame, *, has_runtime: 
 
     A library call's nesting evidence is censored when the CUDA API trace of its process stops
     before the call ends (CUPTI recording ended inside it), the process has no CUDA API rows, the
-    export has no CUDA API table, or the call has no end. A process's *first* CUDA API call
+    export has no CUDA API table, or the call has no end (or no start, or ends before it starts:
+    a damaged range, never joined). A process's *first* CUDA API call
     falling inside a library call is not censoring: libraries often initialize CUDA themselves,
     so the first traced calls of a process are legitimately nested in cublasCreate.
     """
@@ -93,6 +94,11 @@ def censor(library_calls: pl.DataFrame, api_span: pl.DataFrame, *, has_runtime: 
         .then(pl.lit("no_cuda_api_trace"))
         .when(pl.col("end_ns").is_null())
         .then(pl.lit("library_call_has_no_end"))
+        # A damaged range (no start, or end before start) contains nothing the joins can check.
+        .when(pl.col("start_ns").is_null())
+        .then(pl.lit("library_call_has_no_start"))
+        .when(pl.col("end_ns") < pl.col("start_ns"))
+        .then(pl.lit("library_call_reversed"))
         .when(pl.col("gtid").is_null())
         .then(pl.lit("library_call_has_no_thread"))
         .when(pl.col("api_last_ns").is_null())

@@ -61,7 +61,7 @@ class Trace:
 
     - ``api_total``: number of CUPTI_ACTIVITY_KIND_RUNTIME rows (runtime and driver calls).
     - ``api_span``: per process ``gpid, first_ns, last_ns, rows`` of the CUDA API trace.
-    - ``api_rows``: the CUDA API rows that matter (``CALL_SCHEMA``): every non-zero return and
+    - ``api_rows``: the CUDA API rows that matter (``CALL_SCHEMA``): every non-zero or NULL return and
       every call overlapping a library call of its thread (``api`` null when the nameId has no
       StringIds row). Read in one streaming pass by :mod:`nsysaudit.scan`.
     - ``nvtx_ranges``: NVTX push/pop and start/end ranges:

@@ -5,7 +5,7 @@ the table is streamed once, as Arrow record batches (ADBC's SQLite driver, read-
 by rowid range across worker threads, and each batch is reduced at once with polars:
 
 - per process: first start, last end and row count (coverage);
-- the rows that matter: every non-zero return (census and findings) and every call on a thread
+- the rows that matter: every non-zero or NULL return (census and findings) and every call on a thread
   with library calls that overlaps one of them (the nested-join candidates);
 - integrity counts: NULLs in NOT NULL columns, reversed ranges, name ids missing from StringIds.
 
@@ -95,7 +95,9 @@ def _reduce(
         pl.max_horizontal(pl.col("end_ns").max(), pl.col("start_ns").max()).alias("last_ns"),
         pl.len().cast(pl.Int64).alias("rows"),
     )
-    failed = batch.filter(pl.col("return_code").is_not_null() & (pl.col("return_code") != 0))
+    # A NULL return is unknown, not success: kept with the failures (census ignores it, the
+    # integrity review asks whether it could hide a nested failure).
+    failed = batch.filter(pl.col("return_code").is_null() | (pl.col("return_code") != 0))
     candidates = pl.DataFrame(schema=ROW_SCHEMA)
     if windows.height:
         on_lib_threads = batch.filter(

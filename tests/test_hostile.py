@@ -19,11 +19,13 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from builder import Call, Export
+from builder import Call, Export, LibCall, strip_not_null
 from conftest import H200, PUBLIC
 from nsys_tool import find_nsys, requires_nsys
+from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_three_allocations
 
 from nsysaudit.cli import main
 from nsysaudit.errors import UnusableInput
@@ -393,3 +395,198 @@ def test_nsys_rep_that_nsys_cannot_export(
     assert folder_state(evidence) == before
     # No half-written export is left in the cache either.
     assert not list(cache.rglob("*.sqlite"))
+
+
+# --- 1b. partly broken input: the analysis runs, every problem is a warning ----------------------
+
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+SECOND = 700  # a second worker thread with its own cublasCreate_v2
+
+
+def two_workers(*, failure_on_first: bool) -> Export:
+    """The observe (or release) scenario plus a second worker whose cublasCreate_v2 holds a
+    successful cudaMalloc (corr 40), a kernel launch (41) and a failed cudaMalloc (42)."""
+    spec = observe_nested_failure() if failure_on_first else release_three_allocations()
+    spec.calls += [
+        Call("cudaMalloc_v3020", 40_000, 40_500, PID, SECOND, corr=40, bytes=MiB),
+        Call("cudaLaunchKernel_v7000", 41_000, 41_200, PID, SECOND, corr=41),
+        Call("cudaMalloc_v3020", 42_000, 42_400, PID, SECOND, ret=2, corr=42),
+        Call("cudaStreamSynchronize_v3020", 60_000, 60_100, PID, MAIN, corr=60),
+    ]
+    spec.lib_calls.append(LibCall("cublasCreate_v2", 39_000, 43_000, PID, SECOND))
+    spec.thread_names[(PID, SECOND)] = "bwd_worker_1"
+    return spec
+
+
+def damage(kind: str, corr: int) -> list[str]:
+    """raw_sql that damages the CUDA API row with correlation id ``corr`` in one way."""
+    where = f"WHERE correlationId = {corr}"
+    return {
+        "dangling_name_id": [f"UPDATE {RUNTIME} SET nameId = 9999 {where}"],
+        "null_start": [strip_not_null(RUNTIME), f"UPDATE {RUNTIME} SET start = NULL {where}"],
+        "null_end": [strip_not_null(RUNTIME), f'UPDATE {RUNTIME} SET "end" = NULL {where}'],
+        "null_return": [strip_not_null(RUNTIME), f"UPDATE {RUNTIME} SET returnValue = NULL {where}"],
+        "null_name_id": [strip_not_null(RUNTIME), f"UPDATE {RUNTIME} SET nameId = NULL {where}"],
+        "null_global_tid": [strip_not_null(RUNTIME), f"UPDATE {RUNTIME} SET globalTid = NULL {where}"],
+        "reversed": [f'UPDATE {RUNTIME} SET start = "end" + 100 {where}'],
+        "duplicate_correlation": [f"UPDATE {RUNTIME} SET correlationId = 40 {where}"],
+    }[kind]
+
+
+DAMAGE_WARNING = {
+    "dangling_name_id": ("dangling_name_id", 1),
+    "null_start": ("null_in_not_null_column", 1),
+    "null_end": ("null_in_not_null_column", 1),
+    "null_return": ("null_in_not_null_column", 1),
+    "null_name_id": ("null_in_not_null_column", 1),
+    "null_global_tid": ("null_global_tid", 1),
+    "reversed": ("reversed_time_range", 1),
+    "duplicate_correlation": ("duplicate_correlation_id", 2),
+}
+
+
+def analyze_json(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, Any]:
+    code, out, err = run(capsys, "analyze", "--json", str(path))
+    assert code == 0, err
+    code_text, text, err_text = run(capsys, "analyze", str(path))  # the terminal report runs too
+    assert code_text == 0 and "warning:" in text, err_text
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+def warning_counts(doc: dict[str, Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for w in doc["warnings"]:
+        assert set(w) >= {"kind", "count", "message"} and w["count"] > 0 and w["message"]
+        out[w["kind"]] = out.get(w["kind"], 0) + w["count"]
+    return out
+
+
+def test_two_workers_scenario_is_clean(capsys, make_export) -> None:
+    doc = json.loads(run(capsys, "analyze", "--json", str(make_export(two_workers(failure_on_first=False))))[1])
+    assert doc["warnings"] == []
+    assert [(f["correlation_id"], f["tid"]) for f in doc["findings"]] == [(42, SECOND)]
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE_WARNING))
+def test_damaged_failed_call_is_a_warning_and_unaffected_findings_stay(capsys, make_export, kind: str) -> None:
+    """The damaged row is the second worker's failed cudaMalloc; the first worker's finding stays."""
+    spec = two_workers(failure_on_first=True)
+    spec.raw_sql = damage(kind, 42)
+    doc = analyze_json(capsys, make_export(spec))
+    warning, count = DAMAGE_WARNING[kind]
+    assert warning_counts(doc)[warning] == count
+    first = [f for f in doc["findings"] if f["tid"] == WORKER]
+    assert [(f["kind"], f["correlation_id"], f["return_code"]) for f in first] == [("nested_alloc_failure", 22, 2)]
+    assert doc["verdict"] == "failure_found"
+    assert doc["census"]["cuda_api_calls"] == 9  # every row counts, damaged or not
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE_WARNING))
+def test_damage_that_could_hide_a_finding_makes_the_verdict_inconclusive(capsys, make_export, kind: str) -> None:
+    spec = two_workers(failure_on_first=False)
+    spec.raw_sql = damage(kind, 42)
+    doc = analyze_json(capsys, make_export(spec))
+    counts = warning_counts(doc)
+    assert counts[DAMAGE_WARNING[kind][0]] == DAMAGE_WARNING[kind][1]
+    if kind == "duplicate_correlation":
+        # Still decidable by time, name and return: found, but its bytes cannot be attributed.
+        [finding] = doc["findings"]
+        assert (finding["kind"], finding["correlation_id"], finding["requested_bytes"]) == (
+            "nested_alloc_failure", 40, None)
+        second = next(lc for lc in doc["library_calls"] if lc["tid"] == SECOND)
+        assert [c["bytes"] for c in second["children"]] == [None, None, None]
+        assert doc["verdict"] == "failure_found"
+        return
+    assert doc["findings"] == []
+    assert counts["undecided_calls"] == 1
+    assert doc["verdict"] == "inconclusive", doc["verdict_reasons"]
+    assert "could be a failed allocation inside a library call" in doc["verdict_reasons"][0]
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE_WARNING))
+def test_damage_that_cannot_hide_a_finding_keeps_the_verdict(capsys, make_export, kind: str) -> None:
+    """The damaged row is a successful kernel launch: warned about, but it cannot be a failed allocation."""
+    spec = two_workers(failure_on_first=False)
+    spec.calls = [c for c in spec.calls if c.corr != 42]
+    spec.raw_sql = damage(kind, 41)
+    doc = analyze_json(capsys, make_export(spec))
+    counts = warning_counts(doc)
+    assert counts[DAMAGE_WARNING[kind][0]] == DAMAGE_WARNING[kind][1]
+    assert "undecided_calls" not in counts
+    assert doc["verdict"] == "no_failure", doc["verdict_reasons"]
+
+
+def test_census_counts_damaged_rows_as_the_warnings_say(capsys, make_export) -> None:
+    """NULL returnValue: in cuda_api_calls, not in nonzero_returns (unknown is not a failure).
+    NULL start: still a call with a return code, counted in by_return; never joined."""
+    spec = two_workers(failure_on_first=True)
+    spec.raw_sql = [
+        strip_not_null(RUNTIME),
+        f"UPDATE {RUNTIME} SET returnValue = NULL WHERE correlationId = 22",
+        f"UPDATE {RUNTIME} SET start = NULL WHERE correlationId = 42",
+    ]
+    doc = analyze_json(capsys, make_export(spec))
+    assert doc["census"]["cuda_api_calls"] == 9
+    assert doc["census"]["nonzero_returns"] == 1
+    assert [(r["api"], r["return_code"], r["count"]) for r in doc["census"]["by_return"]] == [
+        ("cudaMalloc_v3020", 2, 1)
+    ]
+    messages = " ".join(w["message"] for w in doc["warnings"])
+    assert "not in by_return" in messages and "excluded from" in messages
+    assert doc["findings"] == [] and doc["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    "sql,warning,reason",
+    [
+        (["UPDATE NVTX_EVENTS SET start = 44000 WHERE start = 39000"],
+         "reversed_library_range", "library_call_reversed"),
+        ([strip_not_null("NVTX_EVENTS"), 'UPDATE NVTX_EVENTS SET "end" = NULL WHERE start = 39000'],
+         "library_call_without_end", "library_call_has_no_end"),
+        (["UPDATE NVTX_EVENTS SET textId = 9999 WHERE start = 39000"], "dangling_library_name", None),
+    ],
+    ids=["reversed", "no-end", "dangling-name"],
+)
+def test_damaged_library_range(capsys, make_export, sql: list[str], warning: str, reason: str | None) -> None:
+    spec = two_workers(failure_on_first=True)
+    spec.raw_sql = sql
+    doc = analyze_json(capsys, make_export(spec))
+    assert warning_counts(doc)[warning] == 1
+    second = next(lc for lc in doc["library_calls"] if lc["tid"] == SECOND)
+    assert second["censored_reason"] == reason
+    assert second["coverage"] == ("censored" if reason else "complete")
+    # The first worker's finding is unaffected.
+    assert [f["correlation_id"] for f in doc["findings"] if f["tid"] == WORKER] == [22]
+
+
+def test_unknown_nvtx_domain_could_hide_library_calls(capsys, make_export) -> None:
+    spec = two_workers(failure_on_first=False)
+    spec.raw_sql = ["UPDATE NVTX_EVENTS SET text = NULL WHERE eventType = 75"]  # the cuBLAS domain loses its name
+    doc = analyze_json(capsys, make_export(spec))
+    counts = warning_counts(doc)
+    assert counts["unknown_nvtx_domain"] == 2
+    assert doc["library_calls"] == [] and doc["verdict"] == "inconclusive"
+
+
+def test_failed_allocation_never_gets_another_calls_bytes(capsys, make_export) -> None:
+    """An allocation event carrying a failed call's correlation id belongs to another call."""
+    spec = two_workers(failure_on_first=True)
+    spec.raw_sql = [
+        "UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET correlationId = 22 WHERE correlationId = 21",
+    ]
+    doc = analyze_json(capsys, make_export(spec))
+    first = next(f for f in doc["findings"] if f["correlation_id"] == 22)
+    assert first["requested_bytes"] is None
+    assert warning_counts(doc)["allocation_event_for_failed_call"] == 1
+
+
+def test_wrong_typed_values_are_warnings_not_crashes(capsys, make_export) -> None:
+    spec = two_workers(failure_on_first=True)
+    spec.raw_sql = [
+        f"UPDATE {RUNTIME} SET start = 'soon', \"end\" = x'00ff' WHERE correlationId = 41",
+        f"UPDATE {RUNTIME} SET returnValue = 2.5 WHERE correlationId = 40",
+    ]
+    doc = analyze_json(capsys, make_export(spec))
+    assert warning_counts(doc)["type_mismatch"] == 2
+    assert [f["correlation_id"] for f in doc["findings"] if f["tid"] == WORKER] == [22]

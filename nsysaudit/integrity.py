@@ -1,0 +1,231 @@
+"""What a partly broken export leaves undecided, said out loud.
+
+The joins decide nesting from a call's thread and times, and a finding from its API name and
+return code. A row missing one of those (a NULL in a NOT NULL column, a name id without a
+StringIds row, an end before its start) cannot be decided either way. Such rows are never
+silently dropped or "fixed": they are counted in a warning, kept out of the joins when their
+times cannot be trusted, and when one of them could be a failed allocation inside a library call
+the verdict cannot be ``no_failure`` (see :func:`review`).
+
+Everything here works on the frames already read (:class:`~nsysaudit.model.Trace`, the pairs of
+:func:`~nsysaudit.joins.nest`): no extra pass over the export.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from nsysaudit.codes import is_allocation_api
+from nsysaudit.model import Trace, global_pid
+
+UNDECIDED_REASONS = {
+    "no_thread": "no globalTid, so it cannot be placed on a thread",
+    "time_unknown": "its start or end is NULL or its end is before its start, so its nesting is unknown",
+    "name_unknown": "nested in a library call with a non-zero return, but its API name is unknown",
+    "return_unknown": "an allocation call (or unknown API) nested in a library call, with a NULL return code",
+    "unknown_nvtx_domain": "on a thread with NVTX ranges in a domain whose name is unknown (they may be "
+    "library calls)",
+}
+
+
+def joinable_calls(api_rows: pl.DataFrame) -> pl.DataFrame:
+    """The CUDA API rows whose thread and times can be used for nesting.
+
+    A row without globalTid, start or end, or whose end is before its start, is left out: its
+    nesting is unknown, not "not nested" (:func:`review` counts what that could hide).
+    """
+    return api_rows.filter(
+        pl.col("gtid").is_not_null()
+        & pl.col("start_ns").is_not_null()
+        & pl.col("end_ns").is_not_null()
+        & (pl.col("end_ns") >= pl.col("start_ns"))
+    )
+
+
+def _allocation_or_unknown(frame: pl.DataFrame) -> pl.Expr:
+    """True for rows whose API is an allocation call or has no known name."""
+    names = frame["api"].drop_nulls().unique().to_list()
+    alloc = [name for name in names if is_allocation_api(name)]
+    return pl.col("api").is_null() | pl.col("api").is_in(alloc)
+
+
+def _could_fail() -> pl.Expr:
+    return pl.col("return_code").is_null() | (pl.col("return_code") != 0)
+
+
+def _windows(library_calls: pl.DataFrame) -> pl.DataFrame:
+    """Closed, well-formed library calls: ``gtid, lib_start, lib_end``."""
+    return library_calls.filter(
+        pl.col("gtid").is_not_null()
+        & pl.col("start_ns").is_not_null()
+        & pl.col("end_ns").is_not_null()
+        & (pl.col("end_ns") >= pl.col("start_ns"))
+    ).select("gtid", pl.col("start_ns").alias("lib_start"), pl.col("end_ns").alias("lib_end"))
+
+
+def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+    """Rows with unusable times that could still lie inside a library call of their thread.
+
+    With a known start (end NULL, or end before start) that means the start lies in some library
+    call; with only the end known, that some library call ends at or after it; with neither, that
+    the thread has a library call at all.
+    """
+    bad = rows.filter(
+        pl.col("gtid").is_not_null()
+        & (pl.col("start_ns").is_null() | pl.col("end_ns").is_null() | (pl.col("end_ns") < pl.col("start_ns")))
+    )
+    if bad.height == 0 or windows.height == 0:
+        return bad.clear()
+    per_thread = windows.group_by("gtid").agg(pl.col("lib_end").max().alias("max_end"))
+    bad = bad.with_row_index("_row")
+    with_start = bad.filter(pl.col("start_ns").is_not_null())
+    hit_start = (
+        with_start.select("_row", "gtid", "start_ns")
+        .join(windows, on="gtid", how="inner")
+        .filter((pl.col("lib_start") <= pl.col("start_ns")) & (pl.col("start_ns") <= pl.col("lib_end")))
+        .select("_row")
+    )
+    no_start = bad.filter(pl.col("start_ns").is_null()).join(per_thread, on="gtid", how="inner")
+    hit_end = no_start.filter(pl.col("end_ns").is_null() | (pl.col("end_ns") <= pl.col("max_end"))).select("_row")
+    rows_hit = pl.concat([hit_start, hit_end]).unique()
+    return bad.join(rows_hit, on="_row", how="semi").drop("_row")
+
+
+def undecided_calls(
+    api_rows: pl.DataFrame, library_calls: pl.DataFrame, pairs: pl.DataFrame, nvtx_ranges: pl.DataFrame
+) -> pl.DataFrame:
+    """CUDA API rows that could be a nested allocation failure the joins cannot confirm or refute.
+
+    Columns ``gtid, start_ns, end_ns, correlation_id, api, return_code, reason`` (one row per
+    call and reason; ``reason`` is a key of :data:`UNDECIDED_REASONS`).
+    """
+    cols = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
+    windows = _windows(library_calls)
+    suspects = api_rows.filter(_could_fail() & _allocation_or_unknown(api_rows)).select(cols)
+    parts: list[pl.DataFrame] = []
+    if windows.height:
+        parts.append(suspects.filter(pl.col("gtid").is_null()).with_columns(pl.lit("no_thread").alias("reason")))
+        parts.append(_time_unknown(suspects, windows).with_columns(pl.lit("time_unknown").alias("reason")))
+    nested = pairs.filter(pl.col("relation") == "nested")
+    if nested.height:
+        nested = nested.select(cols).unique(maintain_order=True)
+        parts.append(
+            nested.filter(pl.col("api").is_null() & (pl.col("return_code") != 0)).with_columns(
+                pl.lit("name_unknown").alias("reason")
+            )
+        )
+        parts.append(
+            nested.filter(pl.col("return_code").is_null() & _allocation_or_unknown(nested)).with_columns(
+                pl.lit("return_unknown").alias("reason")
+            )
+        )
+    unknown_domain = _unknown_domain_ranges(nvtx_ranges)
+    if unknown_domain.height:
+        threads = unknown_domain["gtid"].drop_nulls().unique().implode()
+        parts.append(
+            suspects.filter(pl.col("gtid").is_in(threads)).with_columns(pl.lit("unknown_nvtx_domain").alias("reason"))
+        )
+    parts = [p for p in parts if p.height]
+    if not parts:
+        return pl.DataFrame(schema={**dict(zip(cols, api_rows.select(cols).dtypes, strict=True)), "reason": pl.String})
+    return pl.concat(parts).unique(maintain_order=True)
+
+
+def _unknown_domain_ranges(nvtx_ranges: pl.DataFrame) -> pl.DataFrame:
+    """NVTX ranges in a non-default domain whose name is unknown (no NvtxDomainCreate row, or its
+    text id has no StringIds row): they could be library calls nobody can recognise."""
+    if "domain" not in nvtx_ranges.columns:
+        return nvtx_ranges.clear()
+    return nvtx_ranges.filter(
+        pl.col("domain_id").is_not_null() & (pl.col("domain_id") != 0) & pl.col("domain").is_null()
+    )
+
+
+def duplicate_correlations(api_rows: pl.DataFrame) -> pl.DataFrame:
+    """``gpid, correlation_id, rows`` for correlation ids shared by several of ``api_rows`` in one process."""
+    return (
+        api_rows.filter(pl.col("gtid").is_not_null() & pl.col("correlation_id").is_not_null())
+        .group_by(global_pid(pl.col("gtid")).alias("gpid"), "correlation_id")
+        .agg(pl.len().cast(pl.Int64).alias("rows"))
+        .filter(pl.col("rows") > 1)
+        .sort("gpid", "correlation_id")
+    )
+
+
+def _unsafe_bytes(pairs: pl.DataFrame, duplicates: pl.DataFrame) -> pl.Expr:
+    """Bytes that cannot be attributed to the call: its correlation id is shared in its process,
+    or the call is a failed allocation (which has no allocation event of its own)."""
+    dup_keys = duplicates.select(
+        (pl.col("gpid").cast(pl.String) + ":" + pl.col("correlation_id").cast(pl.String)).alias("k")
+    )["k"]
+    key = global_pid(pl.col("gtid")).cast(pl.String) + ":" + pl.col("correlation_id").cast(pl.String)
+    failed_alloc = (pl.col("return_code") != 0) & _allocation_or_unknown(pairs)
+    return pl.col("bytes").is_not_null() & (key.is_in(dup_keys.implode()) | failed_alloc.fill_null(False))
+
+
+def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Check what the joins used; return ``pairs`` without unattributable bytes, and verdict reasons.
+
+    Warnings are appended to ``trace.warnings``. The returned reasons are non-empty when some row
+    could hide a nested allocation failure: the verdict is then ``inconclusive``, not ``no_failure``.
+    """
+    reasons: list[str] = []
+    duplicates = duplicate_correlations(trace.api_rows)
+    if duplicates.height:
+        trace.warn(
+            "duplicate_correlation_id",
+            int(duplicates["rows"].sum()),
+            f"CUDA API rows sharing a correlation id with another row of the same process "
+            f"({duplicates.height} id(s), among the failed calls and the calls overlapping library calls, "
+            "the rows the analysis reads): allocation bytes joined by correlation id are not shown for them",
+        )
+    unsafe = _unsafe_bytes(pairs, duplicates) if pairs.height else pl.lit(False)
+    hidden = pairs.filter(unsafe).height if pairs.height else 0
+    if hidden:
+        pairs = pairs.with_columns(pl.when(unsafe).then(pl.lit(None, dtype=pl.Int64)).otherwise("bytes").alias("bytes"))
+        failed = pairs.filter((pl.col("return_code") != 0) & _allocation_or_unknown(pairs))
+        failed_with_event = failed.with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(
+            trace.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
+        )
+        if failed_with_event.height:
+            trace.warn(
+                "allocation_event_for_failed_call",
+                failed_with_event.select("gtid", "correlation_id").unique().height,
+                "failed allocation calls whose correlation id has an allocation event (a failed allocation "
+                "allocates nothing, so the event is another call's): their bytes are unknown (null)",
+            )
+    unknown_domain = _unknown_domain_ranges(trace.nvtx_ranges)
+    if unknown_domain.height:
+        trace.warn(
+            "unknown_nvtx_domain",
+            unknown_domain.height,
+            "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
+            "StringIds): they are not recognised as library calls",
+        )
+    undecided = undecided_calls(trace.api_rows, trace.library_calls, pairs, trace.nvtx_ranges)
+    if undecided.height:
+        by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
+        detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())
+        calls = undecided.select("gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code").unique().height
+        trace.warn(
+            "undecided_calls",
+            calls,
+            f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
+            f"say: {detail}",
+        )
+        reasons.append(
+            f"{calls} CUDA API row(s) could be a failed allocation inside a library call but the export does "
+            "not say (damaged name, return code, time or thread; see warnings), so a nested failure cannot be "
+            "ruled out"
+        )
+    return pairs, reasons
+
+
+def summary(warnings: list[dict[str, Any]]) -> dict[str, int]:
+    """``kind -> count`` of a warnings list (for tests and notebooks)."""
+    out: dict[str, int] = {}
+    for w in warnings:
+        out[str(w["kind"])] = out.get(str(w["kind"]), 0) + int(w["count"])
+    return out
