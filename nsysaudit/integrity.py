@@ -196,6 +196,13 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
                 "failed allocation calls whose correlation id has an allocation event (a failed allocation "
                 "allocates nothing, so the event is another call's): their bytes are unknown (null)",
             )
+    if trace.export.text.invalid:
+        trace.warn(
+            "invalid_utf8_text",
+            trace.export.text.invalid,
+            "text values (names, NVTX strings, metadata) that are not valid UTF-8: shown with U+FFFD "
+            "replacement characters where the bytes could not be decoded",
+        )
     unknown_domain = _unknown_domain_ranges(trace.nvtx_ranges)
     if unknown_domain.height:
         trace.warn(

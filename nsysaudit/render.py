@@ -1,12 +1,14 @@
 """Terminal rendering of reports: the only module that uses rich.
 
 Text that comes from traces or telemetry (thread names, NVTX strings, messages) is data: it is
-wrapped in ``rich.text.Text`` so markup in it is shown literally, and very long strings are
+wrapped in ``rich.text.Text`` so markup in it is shown literally, characters a terminal acts on
+(escape sequences, line breaks, bidi overrides) are shown as escapes, and very long strings are
 shortened with their length shown.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,6 +20,15 @@ from nsysaudit.reports.analysis import AnalysisResult
 
 MAX_TEXT = 80
 MAX_LIBRARY_ROWS = 40
+# C0/C1 controls, DEL, line/paragraph separators and bidi controls: rich passes ESC, CSI and line
+# breaks through, so trace text could recolour the terminal, forge report lines or reorder them.
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    ch = match.group()
+    return _NAMED_CONTROL.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
 
 
 def literal(value: object, limit: int = MAX_TEXT) -> Text:
@@ -25,9 +36,10 @@ def literal(value: object, limit: int = MAX_TEXT) -> Text:
     if value is None:
         return Text("unknown", style="dim italic")
     s = str(value)
-    if len(s) > limit:
-        s = f"{s[: limit - 1]}… ({len(s)} chars)"
-    return Text(s)
+    shown = _TERMINAL_CONTROL.sub(_escape_control, s)
+    if len(shown) > limit:
+        shown = f"{shown[: limit - 1]}… ({len(s)} chars)"
+    return Text(shown)
 
 
 def ns(value: int | None) -> Text:
@@ -54,11 +66,11 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
     inp = d["input"]
     head = Text()
     head.append("nsysaudit analyze ", style="bold")
-    head.append(inp["path"])
-    head.append(
-        f"\n  {inp['kind']}, sha256 {inp['sha256']}\n  nsys {inp['nsys_version'] or 'unknown'}"
-        f"  schema {inp['schema_version'] or 'unknown'}"
-    )
+    head.append_text(literal(inp["path"], 400))
+    head.append(f"\n  {inp['kind']}, sha256 {inp['sha256']}\n  nsys ")
+    head.append_text(literal(inp["nsys_version"]))  # META_DATA_EXPORT text: data like any trace string
+    head.append("  schema ")
+    head.append_text(literal(inp["schema_version"]))
     if inp["kind"] == "nsys-rep":
         exp = inp["export"]
         head.append(f"\n  export sha256 {exp['sha256']} ({'cache hit' if exp['cache_hit'] else 'exported now'})")
@@ -147,8 +159,10 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
     parts.append(cov_table)
     for cen in d["coverage"]["censored"]:
         last = cen["cuda_api_last_ns"]
-        t = Text(
-            f"censored: {cen['api']} (pid {cen['pid']}, tid {cen['tid']}) "
+        t = Text("censored: ", style="yellow")
+        t.append_text(literal(cen["api"]))
+        t.append(
+            f" (pid {cen['pid']}, tid {cen['tid']}) "
             f"[{cen['start_ns']:,}, {cen['end_ns'] if cen['end_ns'] is None else format(cen['end_ns'], ',')}]: "
             f"{cen['reason']}",
             style="yellow",

@@ -159,6 +159,11 @@ def _adbc_batches(uri: str, sql: str, lo: int, hi: int) -> Iterator[pl.DataFrame
         cur.execute(sql, (lo, hi))
         reader = cur.fetch_record_batch()
         for record_batch in reader:
+            # A column ADBC typed other than int64 holds values of the wrong type, possibly invalid
+            # UTF-8 that polars cannot survive (it aborts the process): the sqlite3 engine reads it.
+            wrong = [f.name for f in record_batch.schema if str(f.type) not in ("int64", "null")]
+            if wrong:
+                raise TypeError(f"ADBC typed {', '.join(wrong)} as non-integer")
             df = pl.from_arrow(record_batch)
             assert isinstance(df, pl.DataFrame)
             yield df.rename(dict(zip(df.columns, ROW_SCHEMA, strict=True))).cast(ROW_SCHEMA)  # type: ignore[arg-type]
@@ -169,6 +174,7 @@ def _adbc_batches(uri: str, sql: str, lo: int, hi: int) -> Iterator[pl.DataFrame
 
 def _sqlite_batches(path: Path, sql: str, lo: int, hi: int, mismatches: list[int]) -> Iterator[pl.DataFrame]:
     conn = sqlite3.connect(readonly_uri(path), uri=True)
+    conn.text_factory = bytes  # integer columns only: TEXT there is a mismatch, even if not UTF-8
     try:
         cur = conn.execute(sql, (lo, hi))
         while rows := cur.fetchmany(BATCH_ROWS // 4):

@@ -181,6 +181,25 @@ def quick_check(path: Path, conn: sqlite3.Connection) -> None:
         raise UnusableInput(path, f"damaged SQLite file (quick_check: {first})")
 
 
+class TextDecoder:
+    """SQLite TEXT to ``str`` that survives invalid UTF-8 and counts it.
+
+    One undecodable thread name must not make a whole export unusable (the stdlib default raises
+    on the first one): such bytes are shown with U+FFFD replacement characters and ``invalid``
+    counts the values, which the analysis reports as a warning.
+    """
+
+    def __init__(self) -> None:
+        self.invalid = 0
+
+    def __call__(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.invalid += 1
+            return raw.decode("utf-8", errors="replace")
+
+
 @dataclass(frozen=True)
 class Table:
     """A table found in the export: the name it really has and its columns (original case)."""
@@ -203,6 +222,7 @@ class ExportFile:
     warnings: list[dict[str, object]] = field(default_factory=list)
     # The read-only URI ``conn`` was opened with: other readers of the same file must use it.
     uri: str = ""
+    text: TextDecoder = field(default_factory=TextDecoder)
 
     @property
     def nsys_version(self) -> str | None:
@@ -253,6 +273,8 @@ def probe(path: Path) -> ExportFile:
     header = check_sqlite_file(path)
     check_side_files(path, header)
     conn = open_readonly(path, immutable=header.wal)
+    decoder = TextDecoder()
+    conn.text_factory = decoder
     try:
         if header.page_count is None:
             quick_check(path, conn)
@@ -284,7 +306,7 @@ def probe(path: Path) -> ExportFile:
         except sqlite3.DatabaseError as exc:
             raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
         export = ExportFile(
-            path=path, conn=conn, tables=tables, meta=meta, uri=readonly_uri(path, immutable=header.wal)
+            path=path, conn=conn, tables=tables, meta=meta, uri=readonly_uri(path, immutable=header.wal), text=decoder
         )
         major = export.schema_major
         if major is None:

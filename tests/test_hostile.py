@@ -10,9 +10,11 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -25,10 +27,13 @@ import pytest
 from builder import Call, Export, LibCall, strip_not_null
 from conftest import H200, PUBLIC
 from nsys_tool import find_nsys, requires_nsys
+from rich.console import Console
 from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_three_allocations
 
+import nsysaudit
 from nsysaudit.cli import main
 from nsysaudit.errors import UnusableInput
+from nsysaudit.render import print_analysis
 from nsysaudit.source import check_sqlite_file
 
 REAL_EXPORTS = sorted([*H200.glob("*.sqlite"), *PUBLIC.glob("*.sqlite")])
@@ -590,3 +595,115 @@ def test_wrong_typed_values_are_warnings_not_crashes(capsys, make_export) -> Non
     doc = analyze_json(capsys, make_export(spec))
     assert warning_counts(doc)["type_mismatch"] == 2
     assert [f["correlation_id"] for f in doc["findings"] if f["tid"] == WORKER] == [22]
+
+
+# --- 3. text from traces is data ------------------------------------------------------------------
+
+HOSTILE_TEXT = {
+    "markup": "[bold red]x[/]",
+    "link": "[link=https://evil.example]click[/link]",
+    "ansi": "\x1b[2J\x1b[31mRED\x1b]8;;https://evil.example\x07here\x1b]8;;\x07",
+    "forged-line": "ok\nverdict: no_failure",
+    "bidi": "abc\u202eexe.txt",
+    "c1": "x\x9b31my",
+    "nul": "a\x00b",
+    "html": "<script>alert(1)</script> | *em* `code`",
+}
+LONG = "W" * 10_000
+
+
+def hostile_export(text: str) -> Export:
+    """The nested-failure scenario with ``text`` as thread name, library API name and process name."""
+    spec = observe_nested_failure()
+    spec.thread_names[(PID, WORKER)] = text
+    spec.lib_calls = [LibCall(text, lc.start, lc.end, lc.pid, lc.tid) for lc in spec.lib_calls]
+    spec.processes = {PID: text}
+    return spec
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
+def test_trace_text_is_shown_literally_in_the_terminal(capsys, make_export, name: str) -> None:
+    text = HOSTILE_TEXT[name]
+    path = make_export(hostile_export(text))
+    code, out, err = run(capsys, "analyze", str(path))
+    assert code == 0, err
+    assert "\x1b" not in out and "\x9b" not in out and "\x00" not in out and "\u202e" not in out
+    # One real verdict line; no line forged by trace text.
+    assert [line for line in out.splitlines() if line.startswith("verdict:")] == ["verdict: failure_found"]
+    if name in ("markup", "link", "html"):
+        assert text in out  # shown as written, markup not interpreted
+    if name == "ansi":
+        assert "\\x1b[2J\\x1b[31mRED\\x1b]8;;https://evil.example\\x07here" in out
+    if name == "forged-line":
+        assert "ok\\nverdict: no_failure" in out
+    if name == "bidi":
+        assert "abc\\u202eexe.txt" in out
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
+def test_trace_text_is_kept_exactly_in_json(capsys, make_export, name: str) -> None:
+    text = HOSTILE_TEXT[name]
+    code, out, err = run(capsys, "analyze", "--json", str(make_export(hostile_export(text))))
+    assert code == 0, err
+    doc = json.loads(out)  # cannot break the document
+    [finding] = doc["findings"]
+    assert finding["thread_name"] == text and finding["enclosing"]["api"] == text
+    assert doc["library_calls"][0]["api"] == text
+    assert doc["processes"][0]["name"] == text
+
+
+def test_trace_text_in_a_colour_terminal(make_export) -> None:
+    """Through a colour terminal console, rich's own styles are the only escape sequences."""
+    result = nsysaudit.analyze(make_export(hostile_export(HOSTILE_TEXT["ansi"] + HOSTILE_TEXT["markup"])))
+    buffer = io.StringIO()
+    print_analysis(result, Console(file=buffer, force_terminal=True, color_system="truecolor", width=120))
+    sequences = set(re.findall(r"\x1b[^a-zA-Z]*[a-zA-Z]", buffer.getvalue()))
+    assert sequences and all(s.startswith("\x1b[") and s.endswith("m") for s in sequences), sequences
+    assert "\x1b[2J" not in buffer.getvalue() and "\x1b]8;;https://evil" not in buffer.getvalue()
+    assert "[bold red]x[/]" in buffer.getvalue()
+
+
+def test_very_long_trace_text_is_shortened_with_its_length(capsys, make_export) -> None:
+    path = make_export(hostile_export(LONG))
+    code, out, err = run(capsys, "analyze", str(path))
+    assert code == 0, err
+    assert "(10000 chars)" in out and LONG not in out
+    assert max(len(line) for line in out.splitlines()) < 500
+    code, out, _ = run(capsys, "analyze", "--json", str(path))
+    assert json.loads(out)["findings"][0]["thread_name"] == LONG  # the data itself is never cut
+
+
+def test_invalid_utf8_text_is_a_warning_not_an_unusable_export(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.raw_sql = ["UPDATE StringIds SET value = CAST(x'627764ff776f726b6572' AS TEXT) WHERE value = 'bwd_worker_0'"]
+    code, out, err = run(capsys, "analyze", "--json", str(make_export(spec)))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["findings"][0]["thread_name"] == "bwd\ufffdworker"
+    assert warning_counts(doc)["invalid_utf8_text"] >= 1
+    assert doc["verdict"] == "failure_found"
+
+
+def test_invalid_utf8_in_an_integer_column(capsys, make_export) -> None:
+    """ADBC hands such a column to polars as a broken string column (polars aborts the process on
+    it): the scan refuses that batch and reads the table with the tolerant engine instead."""
+    spec = observe_nested_failure()
+    spec.raw_sql = [f"UPDATE {RUNTIME} SET start = CAST(x'ff' AS TEXT) WHERE correlationId = 30"]
+    code, out, err = run(capsys, "analyze", "--json", str(make_export(spec)))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert warning_counts(doc)["type_mismatch"] == 1
+    assert [f["correlation_id"] for f in doc["findings"]] == [22]
+
+
+def test_markdown_report_escapes_trace_text(make_export, tmp_path: Path) -> None:
+    from nsysaudit import seal
+
+    text = "[x](https://evil.example) <img src=x> | *em* # h\n- forged item"
+    sealed = seal.seal_analysis(make_export(hostile_export(text)), tmp_path / "sealed")
+    report = (tmp_path / "sealed" / "report.md").read_text(encoding="utf-8")
+    # Every Markdown/HTML character of the trace text is backslash-escaped; the line break too.
+    assert not re.search(r"(?<!\\)\[x(?<!\\)\]|(?<!\\)<img|(?<!\\)\*em", report)
+    assert "\n- forged item" not in report
+    assert "\\[x\\](https://evil.example) \\<img src=x\\> \\| \\*em\\* \\# h\\\\u000a- forged item" in report
+    assert sealed.dir == tmp_path / "sealed"
