@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builder import Call, Export, LibCall, strip_not_null
+from builder import Call, Export, LibCall, build_export, strip_not_null
 from conftest import H200, PUBLIC
 from nsys_tool import find_nsys, requires_nsys
 from rich.console import Console
@@ -707,3 +707,59 @@ def test_markdown_report_escapes_trace_text(make_export, tmp_path: Path) -> None
     assert "\n- forged item" not in report
     assert "\\[x\\](https://evil.example) \\<img src=x\\> \\| \\*em\\* \\# h\\\\u000a- forged item" in report
     assert sealed.dir == tmp_path / "sealed"
+
+
+# --- 2. evidence is read-only -----------------------------------------------------------------------
+
+
+def test_no_command_writes_to_or_beside_its_inputs(capsys, evidence: Path, tmp_path: Path) -> None:
+    """SHA-256 of every input unchanged and no new file beside it, after every command, good or bad."""
+    for real in REAL_EXPORTS:
+        copy_in(evidence, real)
+    for telemetry in H200.glob("*.telemetry.jsonl"):
+        copy_in(evidence, telemetry)
+    build_export(two_workers(failure_on_first=True), evidence / "built.sqlite")
+    broken = observe_nested_failure()
+    broken.raw_sql = damage("null_end", 22)
+    build_export(broken, evidence / "damaged-rows.sqlite")
+    (evidence / "broken.telemetry.jsonl").write_text('{"event": "x", "monotonic_ns": 1}\nnot json\n')
+    observe, release = evidence / "observe.sqlite", evidence / "release.sqlite"
+    obs_tel, rel_tel = evidence / "observe.telemetry.jsonl", evidence / "release.telemetry.jsonl"
+    before = folder_state(evidence)
+    out = tmp_path / "out"
+
+    for export in sorted(evidence.glob("*.sqlite")):
+        for args in (["analyze", str(export)], ["analyze", "--json", str(export)]):
+            code, _, err = run(capsys, *args)
+            assert code == 0, (args, err)
+    commands = [
+        (0, ["analyze", str(observe), "--telemetry", str(obs_tel)]),
+        (0, ["analyze", str(observe), "--telemetry", str(evidence / "broken.telemetry.jsonl"), "--lenient"]),
+        (2, ["analyze", str(observe), "--telemetry", str(evidence / "broken.telemetry.jsonl")]),
+        (0, ["analyze", str(observe), "--out", str(out / "sealed-arm")]),
+        (0, ["compare", str(observe), str(release), "--out", str(out / "cmp"),
+             "--observe-telemetry", str(obs_tel), "--release-telemetry", str(rel_tel)]),
+        (0, ["verify", str(out / "cmp"), "--inputs", str(observe), str(release), str(obs_tel), str(rel_tel)]),
+        (0, ["verify", str(out / "sealed-arm"), "--inputs", str(observe)]),
+        (1, ["verify", str(out / "sealed-arm"), "--inputs", str(release)]),
+    ]
+    for expected, args in commands:
+        code, _, err = run(capsys, *args)
+        assert code == expected, (args, err)
+        if code:
+            assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert folder_state(evidence) == before
+    # verify only reads the sealed folder it checks.
+    sealed = folder_state(out)
+    run(capsys, "verify", str(out / "cmp"))
+    assert folder_state(out) == sealed
+
+
+def test_broken_telemetry_lines_exit_2_unless_lenient(capsys, evidence: Path) -> None:
+    telemetry = evidence / "bad.telemetry.jsonl"
+    telemetry.write_text('{"event": "a", "monotonic_ns": 5}\n{"event": \n')
+    code, _, err = run(capsys, "analyze", str(OBSERVE), "--telemetry", str(telemetry))
+    assert code == 2 and err.count("\n") == 1 and str(telemetry) in err and "line 2" in err, err
+    code, out, err = run(capsys, "analyze", "--json", str(OBSERVE), "--telemetry", str(telemetry), "--lenient")
+    assert code == 0, err
+    assert warning_counts(json.loads(out))["telemetry_bad_lines"] == 1
