@@ -15,6 +15,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sqlite_utils
+
 from nsysaudit.errors import UnusableInput
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -279,13 +281,12 @@ def probe(path: Path) -> ExportFile:
         if header.page_count is None:
             quick_check(path, conn)
         try:
-            names = [
-                row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-            ]
-            tables: dict[str, Table] = {}
-            for name in names:
-                cols = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({_quote(name)})"))
-                tables[name] = Table(name, cols)
+            # sqlite-utils over our read-only connection: it only reads sqlite_master and
+            # PRAGMA table_info here (recursive_triggers off: no PRAGMA that changes state).
+            db = sqlite_utils.Database(conn, recursive_triggers=False)
+            tables: dict[str, Table] = {
+                name: Table(name, tuple(c.name for c in db.table(name).columns)) for name in sorted(db.table_names())
+            }
         except sqlite3.DatabaseError as exc:
             raise UnusableInput(path, f"SQLite cannot read its schema: {exc}") from None
         meta_table = next((tables[t] for t in META_TABLES if t in tables), None)
