@@ -32,8 +32,12 @@ def analyze(
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
     telemetry: str | os.PathLike[str] | None = None,
     telemetry_options: TelemetryOptions | None = None,
+    max_pairs: int | None = joins.DEFAULT_MAX_PAIRS,
 ) -> AnalysisResult:
     """Analyze one Nsight Systems export (``.sqlite``) or report (``.nsys-rep``).
+
+    ``max_pairs`` bounds the (library call, CUDA API call) pairs formed (None: no limit); hitting
+    it is a warning, and makes the verdict inconclusive when it could hide a finding.
 
     Raises :class:`~nsysaudit.errors.UnusableInput` (exit code 2 in the CLI) when the input cannot
     be analyzed at all. Partly broken input is analyzed and its problems listed in ``warnings``.
@@ -86,7 +90,7 @@ def analyze(
             session_start_utc_ns=trace.session_start_utc_ns,
             **export_info,
         )
-        result = analyze_trace(trace, info)
+        result = analyze_trace(trace, info, max_pairs=max_pairs)
         if log is not None:
             attach_telemetry(result, log)
         return result
@@ -116,7 +120,9 @@ def attach_telemetry(result: AnalysisResult, log: TelemetryLog) -> None:
         )
 
 
-def analyze_trace(trace: Trace, info: InputInfo) -> AnalysisResult:
+def analyze_trace(
+    trace: Trace, info: InputInfo, *, max_pairs: int | None = joins.DEFAULT_MAX_PAIRS
+) -> AnalysisResult:
     """The joins, coverage and verdict over an already loaded :class:`Trace`."""
     names = trace.thread_names
     api_span = trace.api_span.filter(pl.col("gpid").is_not_null())
@@ -125,10 +131,13 @@ def analyze_trace(trace: Trace, info: InputInfo) -> AnalysisResult:
     )
 
     calls = integrity.joinable_calls(trace.api_rows)
-    pairs = joins.attach_bytes(joins.nest(trace.library_calls, calls), trace.allocations)
+    nesting = joins.nest_bounded(trace.library_calls, calls, max_pairs)
+    pairs = joins.attach_bytes(nesting.pairs, trace.allocations)
     pairs = pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
     # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
     pairs, undecided = integrity.review(trace, pairs)
+    undecided += integrity.limit_review(trace, nesting)
+    libs = libs.with_columns(pl.lit(nesting.complete).alias("children_complete"))
 
     findings = _findings(pairs, libs, names)
     census = (
@@ -163,6 +172,7 @@ def analyze_trace(trace: Trace, info: InputInfo) -> AnalysisResult:
         processes=processes,
         capture=trace.capture,
         warnings=trace.warnings,
+        extra={"limits": {"max_pairs": max_pairs, "pairs": nesting.total_pairs, "pairs_listed": pairs.height}},
     )
 
 

@@ -17,7 +17,8 @@ from rich.console import Console
 
 from nsysaudit import __version__, canonical, seal
 from nsysaudit.analysis import analyze
-from nsysaudit.errors import NsysAuditError
+from nsysaudit.errors import BadOption, NsysAuditError
+from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.render import comparison_renderable, print_analysis, sealed_text, verification_renderable
 from nsysaudit.reports.analysis import AnalysisResult
@@ -169,6 +170,14 @@ def echo_seal(sealed: seal.Sealed, as_json: bool) -> None:
 @telemetry_option("--telemetry")
 @alignment_options
 @out_options
+@click.option(
+    "--max-pairs",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_PAIRS,
+    show_default=True,
+    help="Most (library call, CUDA API call) pairs to form; 0 for no limit. Past it, successful nested "
+    "calls are not listed (a warning says so) and unexamined failures make the verdict inconclusive.",
+)
 def analyze_cmd(
     path: str,
     as_json: bool,
@@ -178,9 +187,12 @@ def analyze_cmd(
     telemetry_options: TelemetryOptions,
     out: str | None,
     force: bool,
+    max_pairs: int,
 ) -> None:
     """Analyze one export (.sqlite) or report (.nsys-rep); with --out, also write it sealed."""
     sealed = None
+    if out is not None and max_pairs != DEFAULT_MAX_PAIRS:
+        raise BadOption("--max-pairs cannot be combined with --out: a sealed report is verified with the default")
     if out is not None:
         sealed = seal.seal_analysis(
             path,
@@ -199,6 +211,7 @@ def analyze_cmd(
             library_domains=library_domains,
             telemetry=telemetry,
             telemetry_options=telemetry_options,
+            max_pairs=max_pairs or None,
         )
     echo_telemetry_warnings(result)
     if as_json:

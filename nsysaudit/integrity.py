@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.codes import is_allocation_api
+from nsysaudit.joins import Nesting
 from nsysaudit.model import Trace, global_pid
 
 UNDECIDED_REASONS = {
@@ -228,6 +229,29 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             "ruled out"
         )
     return pairs, reasons
+
+
+def limit_review(trace: Trace, nesting: Nesting) -> list[str]:
+    """Warn when the pair limit was hit; verdict reasons when it could hide a finding."""
+    if nesting.complete:
+        return []
+    message = (
+        f"{nesting.total_pairs:,} (library call, CUDA API call) pairs overlap, more than the limit of "
+        f"{nesting.max_pairs:,} (--max-pairs): successful calls are not listed as library call children "
+        "and allocated_bytes is unknown (null); failed calls and calls with an unknown return are listed"
+    )
+    if nesting.unexamined:
+        message += (
+            f", except in {len(nesting.unexamined):,} library call(s) past the limit whose failed calls were not "
+            "examined"
+        )
+    trace.warn("pair_limit", nesting.total_pairs, message)
+    if not nesting.unexamined:
+        return []
+    return [
+        f"{len(nesting.unexamined):,} library call(s) hold failed calls that were not examined (the pair limit "
+        f"--max-pairs {nesting.max_pairs:,} was reached), so a nested failure in them cannot be ruled out"
+    ]
 
 
 def summary(warnings: list[dict[str, Any]]) -> dict[str, int]:

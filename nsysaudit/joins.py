@@ -8,6 +8,8 @@ A call on the same thread that overlaps the library call without lying wholly in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import polars as pl
 
 from nsysaudit.codes import is_allocation_api
@@ -58,6 +60,83 @@ def nest(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         .select(list(PAIR_SCHEMA))
         .sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
     )
+
+
+DEFAULT_MAX_PAIRS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Nesting:
+    """The pairs of :func:`nest_bounded` and what a pair limit left out.
+
+    ``total_pairs``: how many (library call, CUDA API call) pairs overlap in all. ``complete``:
+    every one of them is in ``pairs``. Otherwise only pairs of calls that failed or whose return is
+    unknown are listed (they decide findings and verdict), for the library calls in ``lib_id``
+    order that fit the limit; ``unexamined`` lists the library calls holding such calls that did
+    not fit: a nested failure in them is not ruled out.
+    """
+
+    pairs: pl.DataFrame
+    total_pairs: int
+    max_pairs: int | None
+    complete: bool
+    unexamined: list[int]
+
+
+def _closed_libs(library_calls: pl.DataFrame) -> pl.DataFrame:
+    return library_calls.filter(
+        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+    ).select("lib_id", "gtid", pl.col("start_ns").alias("lib_start"), pl.col("end_ns").alias("lib_end"))
+
+
+def count_pairs(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """``lib_id, pairs``: how many calls of its thread overlap each closed library call.
+
+    Counted without forming the pairs, in O((n + k) log n) per thread: the calls starting at or
+    before the library call's end, minus those ending before its start (a call ending before the
+    start also starts before the end). ``calls`` must have ``start_ns <= end_ns`` and no nulls.
+    """
+    libs = _closed_libs(library_calls)
+    parts: list[pl.DataFrame] = []
+    if libs.height and calls.height:
+        calls_by_thread = calls.select("gtid", "start_ns", "end_ns").partition_by("gtid", as_dict=True)
+        for (gtid,), thread_libs in libs.partition_by("gtid", as_dict=True).items():
+            thread_calls = calls_by_thread.get((gtid,))
+            if thread_calls is None:
+                continue
+            starts = thread_calls["start_ns"].sort()
+            ends = thread_calls["end_ns"].sort()
+            begun = starts.search_sorted(thread_libs["lib_end"], side="right")
+            over = ends.search_sorted(thread_libs["lib_start"], side="left")
+            parts.append(
+                pl.DataFrame({"lib_id": thread_libs["lib_id"], "pairs": (begun - over).cast(pl.Int64)})
+            )
+    if not parts:
+        return pl.DataFrame(schema={"lib_id": pl.Int64, "pairs": pl.Int64})
+    return pl.concat(parts).sort("lib_id")
+
+
+def nest_bounded(library_calls: pl.DataFrame, calls: pl.DataFrame, max_pairs: int | None) -> Nesting:
+    """:func:`nest`, forming at most ``max_pairs`` pairs (None: no limit).
+
+    Deeply overlapping library calls make the pairs grow as their product (k nested ranges over
+    the same m calls give k*m pairs), so the count comes first. Over the limit, successful calls
+    are not listed as children; failed (or unknown-return) calls still are, library call by
+    library call while they fit.
+    """
+    counts = count_pairs(library_calls, calls)
+    total = int(counts["pairs"].sum() or 0)
+    if max_pairs is None or total <= max_pairs:
+        return Nesting(nest(library_calls, calls), total, max_pairs, True, [])
+    failing = calls.filter(pl.col("return_code").is_null() | (pl.col("return_code") != 0))
+    failing_counts = count_pairs(library_calls, failing).filter(pl.col("pairs") > 0)
+    fits = failing_counts.with_columns(pl.col("pairs").cum_sum().alias("running")).with_columns(
+        (pl.col("running") <= max_pairs).alias("fits")
+    )
+    examined = fits.filter(pl.col("fits"))["lib_id"]
+    unexamined = [int(i) for i in fits.filter(~pl.col("fits"))["lib_id"].to_list()]
+    pairs = nest(library_calls.filter(pl.col("lib_id").is_in(examined.implode())), failing)
+    return Nesting(pairs, total, max_pairs, False, unexamined)
 
 
 def attach_bytes(pairs: pl.DataFrame, allocations: pl.DataFrame) -> pl.DataFrame:

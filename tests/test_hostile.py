@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from builder import Call, Export, LibCall, build_export, strip_not_null
 from conftest import H200, PUBLIC
@@ -33,6 +34,7 @@ from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_th
 import nsysaudit
 from nsysaudit.cli import main
 from nsysaudit.errors import UnusableInput
+from nsysaudit.joins import count_pairs, nest
 from nsysaudit.render import print_analysis
 from nsysaudit.source import check_sqlite_file
 
@@ -763,3 +765,111 @@ def test_broken_telemetry_lines_exit_2_unless_lenient(capsys, evidence: Path) ->
     code, out, err = run(capsys, "analyze", "--json", str(OBSERVE), "--telemetry", str(telemetry), "--lenient")
     assert code == 0, err
     assert warning_counts(json.loads(out))["telemetry_bad_lines"] == 1
+
+
+# --- 4. resource bounds: explicit limits, reported when hit ----------------------------------------
+# (growth with size is measured by benchmarks/hostile_growth.py, never timed in the suite)
+
+
+def nested_ranges(k: int, m: int, *, failed_at: int | None) -> Export:
+    """k cublasCreate_v2 ranges nested in each other on one thread, all holding the same m calls
+    (k*m overlapping pairs); call ``failed_at`` (if any) is a failed cudaMalloc."""
+    calls = [
+        Call("cudaMalloc_v3020", 1_000 + 100 * i, 1_050 + 100 * i, PID, WORKER, corr=i + 1,
+             ret=2 if i == failed_at else 0, bytes=None if i == failed_at else MiB)
+        for i in range(m)
+    ]
+    calls.append(Call("cudaFree_v3020", 10_000_000, 10_000_100, PID, MAIN, corr=m + 1))
+    libs = [LibCall("cublasCreate_v2", 500 - i, 1_000 + 100 * m + i, PID, WORKER) for i in range(k)]
+    return Export(calls=calls, lib_calls=libs)
+
+
+def sequential_ranges(n: int, *, failed_in: int) -> Export:
+    """n cublasCreate_v2 ranges one after another, each holding a failing cudaEventQuery (600, not
+    an allocation); range ``failed_in`` also holds a failed cudaMalloc."""
+    calls, libs = [], []
+    for i in range(n):
+        base = 10_000 * (i + 1)
+        libs.append(LibCall("cublasCreate_v2", base, base + 5_000, PID, WORKER))
+        calls.append(Call("cudaEventQuery_v3020", base + 100, base + 200, PID, WORKER, ret=600, corr=2 * i + 1))
+        if i == failed_in:
+            calls.append(Call("cudaMalloc_v3020", base + 300, base + 400, PID, WORKER, ret=2, corr=2 * i + 2))
+    calls.append(Call("cudaFree_v3020", 10_000 * (n + 2), 10_000 * (n + 2) + 100, PID, MAIN, corr=10 * n))
+    return Export(calls=calls, lib_calls=libs)
+
+
+def test_pair_limit_keeps_findings_and_says_what_it_left_out(capsys, make_export) -> None:
+    path = make_export(nested_ranges(20, 50, failed_at=25))
+    code, out, err = run(capsys, "analyze", "--json", "--max-pairs", "100", str(path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["limits"] == {"max_pairs": 100, "pairs": 20 * 50, "pairs_listed": 20}
+    assert warning_counts(doc)["pair_limit"] == 1000
+    # Every failure is still examined: the verdict stands, with the innermost enclosing call.
+    assert doc["verdict"] == "failure_found"
+    [finding] = doc["findings"]
+    assert finding["correlation_id"] == 26 and len(finding["enclosing_chain"]) == 20
+    for lc in doc["library_calls"]:
+        assert [c["correlation_id"] for c in lc["children"]] == [26]  # only the failed call listed
+        assert lc["children_complete"] is False and lc["allocated_bytes"] is None  # unknown, not 0
+    # Without the limit every pair is listed.
+    code, out, _ = run(capsys, "analyze", "--json", "--max-pairs", "0", str(path))
+    doc = json.loads(out)
+    assert doc["limits"]["pairs_listed"] == 1000 and "pair_limit" not in warning_counts(doc)
+    assert all(lc["children_complete"] and lc["allocated_bytes"] == 49 * MiB for lc in doc["library_calls"])
+
+
+def test_pair_limit_that_leaves_failures_unexamined_makes_the_verdict_inconclusive(capsys, make_export) -> None:
+    path = make_export(sequential_ranges(10, failed_in=8))
+    code, out, err = run(capsys, "analyze", "--json", "--max-pairs", "5", str(path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["findings"] == []
+    assert doc["verdict"] == "inconclusive"
+    assert "not examined" in doc["verdict_reasons"][0]
+    assert "past the limit" in next(w["message"] for w in doc["warnings"] if w["kind"] == "pair_limit")
+    # The same limit with the failed allocation in an examined range finds it.
+    path = make_export(sequential_ranges(10, failed_in=1))
+    code, out, _ = run(capsys, "analyze", "--json", "--max-pairs", "5", str(path))
+    doc = json.loads(out)
+    assert doc["verdict"] == "failure_found" and [f["correlation_id"] for f in doc["findings"]] == [4]
+
+
+def test_pair_limit_without_failures_keeps_no_failure(capsys, make_export) -> None:
+    path = make_export(nested_ranges(5, 10, failed_at=None))
+    code, out, err = run(capsys, "analyze", "--json", "--max-pairs", "10", str(path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "no_failure"  # nothing failed, so nothing could hide
+    assert warning_counts(doc)["pair_limit"] == 50
+
+
+def test_pair_limit_is_shown_in_the_terminal_and_refused_with_out(capsys, make_export, tmp_path: Path) -> None:
+    path = make_export(nested_ranges(5, 10, failed_at=3))
+    code, out, _ = run(capsys, "analyze", "--max-pairs", "10", str(path))
+    assert code == 0 and "warning: pair_limit (50)" in out
+    code, _, err = run(capsys, "analyze", "--max-pairs", "10", "--out", str(tmp_path / "sealed"), str(path))
+    assert code == 2 and "--max-pairs" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "analyze", "--max-pairs", "-1", str(path))
+    assert code == 2 and "Traceback" not in err
+
+
+def test_pair_counts_without_forming_pairs_match_the_join() -> None:
+    rng = random.Random(11)
+    for _ in range(100):
+        libs = []
+        for i in range(rng.randint(0, 10)):
+            start = rng.randint(0, 100)
+            libs.append((i, rng.choice([1, 2]), start, start + rng.randint(0, 60)))
+        calls = []
+        for j in range(rng.randint(0, 40)):
+            start = rng.randint(0, 170)
+            calls.append((rng.choice([1, 2]), start, start + rng.randint(0, 25), j, "cudaMalloc_v3020", 0))
+        lib_frame = pl.DataFrame(libs, schema=["lib_id", "gtid", "start_ns", "end_ns"], orient="row")
+        call_frame = pl.DataFrame(
+            calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
+        )
+        pairs = nest(lib_frame.cast(pl.Int64), call_frame)
+        counts = count_pairs(lib_frame.cast(pl.Int64), call_frame)
+        per_lib = dict(pairs.group_by("lib_id").len().iter_rows())
+        assert {lib: n for lib, n in counts.iter_rows() if n} == per_lib

@@ -167,6 +167,8 @@ class AnalysisResult:
             .agg(call.alias("straddling"))
         )
         libs = self.frames["library_calls"]
+        if "children_complete" not in libs.columns:
+            libs = libs.with_columns(pl.lit(True).alias("children_complete"))
         lib_names = _name_columns(
             libs.select("api").unique().with_columns(pl.lit(0, dtype=pl.Int64).alias("return_code"))
         )
@@ -194,8 +196,13 @@ class AnalysisResult:
                 pl.col("api_last_ns").alias("cuda_api_last_ns"),
                 "children",
                 "straddling",
-                pl.col("allocated_bytes").fill_null(0),
+                # Unknown (null) when a pair limit (--max-pairs) left successful children unlisted.
+                pl.when(pl.col("children_complete"))
+                .then(pl.col("allocated_bytes").fill_null(0))
+                .otherwise(None)
+                .alias("allocated_bytes"),
                 pl.col("failed_children").fill_null(0),
+                "children_complete",
             )
         )
         out = table.to_dicts()
