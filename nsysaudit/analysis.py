@@ -13,6 +13,7 @@ from nsysaudit import integrity, joins, nsys
 from nsysaudit.alignment import align
 from nsysaudit.errors import UnusableInput
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS, Trace, global_pid, load
+from nsysaudit.progress import Progress
 from nsysaudit.reports.analysis import LIBRARY_CAPTURE_TYPES, AnalysisResult, InputInfo, Verdict
 from nsysaudit.source import probe, sha256_file
 from nsysaudit.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
@@ -33,8 +34,12 @@ def analyze(
     telemetry: str | os.PathLike[str] | None = None,
     telemetry_options: TelemetryOptions | None = None,
     max_pairs: int | None = joins.DEFAULT_MAX_PAIRS,
+    progress: Progress | None = None,
 ) -> AnalysisResult:
     """Analyze one Nsight Systems export (``.sqlite``) or report (``.nsys-rep``).
+
+    ``progress`` hears about long steps (the nsys export, the CUDA API scan); see
+    :mod:`nsysaudit.progress`.
 
     ``max_pairs`` bounds the (library call, CUDA API call) pairs formed (None: no limit); hitting
     it is a warning, and makes the verdict inconclusive when it could hide a finding.
@@ -67,7 +72,13 @@ def analyze(
         if given.stat().st_size == 0:
             raise UnusableInput(given, "empty file (0 bytes), not an Nsight Systems report")
         binary = nsys.find_nsys(nsys_path, given)
-        cached = nsys.export_report(given, digest, binary)
+        if progress is not None:
+            progress.start(f"exporting {given.name} with nsys", None)
+        try:
+            cached = nsys.export_report(given, digest, binary)
+        finally:
+            if progress is not None:
+                progress.finish()
         sqlite_path = cached.sqlite
         export_info = {
             "export_sha256": sha256_file(sqlite_path),
@@ -78,7 +89,7 @@ def analyze(
         sqlite_path = given
     export = probe(sqlite_path)
     try:
-        trace = load(export, library_domains)
+        trace = load(export, library_domains, progress=progress)
         info = InputInfo(
             path=str(path),
             sha256=digest,
@@ -120,9 +131,7 @@ def attach_telemetry(result: AnalysisResult, log: TelemetryLog) -> None:
         )
 
 
-def analyze_trace(
-    trace: Trace, info: InputInfo, *, max_pairs: int | None = joins.DEFAULT_MAX_PAIRS
-) -> AnalysisResult:
+def analyze_trace(trace: Trace, info: InputInfo, *, max_pairs: int | None = joins.DEFAULT_MAX_PAIRS) -> AnalysisResult:
     """The joins, coverage and verdict over an already loaded :class:`Trace`."""
     names = trace.thread_names
     api_span = trace.api_span.filter(pl.col("gpid").is_not_null())

@@ -20,9 +20,23 @@ from nsysaudit.analysis import analyze
 from nsysaudit.errors import BadOption, NsysAuditError
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.render import comparison_renderable, print_analysis, sealed_text, verification_renderable
+from nsysaudit.progress import Progress
+from nsysaudit.render import (
+    TerminalProgress,
+    comparison_renderable,
+    print_analysis,
+    sealed_text,
+    verification_renderable,
+)
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
+
+
+def progress_for(as_json: bool) -> Progress | None:
+    """A progress bar on stderr only for a person at a terminal: never in --json mode or a pipe."""
+    if as_json or not sys.stdout.isatty() or not sys.stderr.isatty():
+        return None
+    return TerminalProgress(Console(stderr=True))
 
 
 def dump_json(doc: Any) -> str:
@@ -202,6 +216,7 @@ def analyze_cmd(
             telemetry_options=telemetry_options,
             nsys_path=nsys_path,
             force=force,
+            progress=progress_for(as_json),
         )
         result = sealed.results["arm"]
     else:
@@ -212,6 +227,7 @@ def analyze_cmd(
             telemetry=telemetry,
             telemetry_options=telemetry_options,
             max_pairs=max_pairs or None,
+            progress=progress_for(as_json),
         )
     echo_telemetry_warnings(result)
     if as_json:
@@ -279,6 +295,7 @@ def compare_cmd(
         telemetry_options=telemetry_options,
         nsys_path=nsys_path,
         force=force,
+        progress=progress_for(as_json),
     )
     for result in sealed.results.values():
         echo_telemetry_warnings(result)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from nsysaudit.errors import UnusableInput
+from nsysaudit.progress import Progress
 from nsysaudit.scan import SPAN_SCHEMA, scan_runtime
 from nsysaudit.source import ExportFile, Table
 
@@ -154,16 +155,16 @@ def load(
     export: ExportFile,
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
     *,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
 ) -> Trace:
-    """Read every frame the analysis needs from ``export``. ``progress`` gets scanned row counts."""
+    """Read every frame the analysis needs from ``export``; ``progress`` hears about the scan."""
     try:
         return _load(export, tuple(library_domains), progress)
     except sqlite3.DatabaseError as exc:
         raise UnusableInput(export.path, f"SQLite failed while reading the export: {exc}") from None
 
 
-def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Callable[[int], None] | None) -> Trace:
+def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None) -> Trace:
     conn, path = export.conn, export.path
     strings = export.table("StringIds")
     assert strings is not None  # probe() guarantees it

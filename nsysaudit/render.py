@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
+from rich.progress import BarColumn, SpinnerColumn, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
@@ -305,8 +307,10 @@ def comparison_renderable(doc: Mapping[str, Any]) -> RenderableType:
             for r in block[where]:
                 t = Text(f"  fails {where.replace('_', ' ')} ({label}): ", style="yellow")
                 t.append_text(literal(r["api"]))
-                t.append(f" returned {r['return_code']} ({r['return_name'] or 'unknown code'}): "
-                         f"observe {r['observe']:,}, release {r['release']:,}")
+                t.append(
+                    f" returned {r['return_code']} ({r['return_name'] or 'unknown code'}): "
+                    f"observe {r['observe']:,}, release {r['release']:,}"
+                )
                 parts.append(t)
         for r in block["in_both"]:
             t = Text(f"  fails in both ({label}): ")
@@ -318,22 +322,33 @@ def comparison_renderable(doc: Mapping[str, Any]) -> RenderableType:
     for key in ("nsys_version", "schema_version"):
         v = src[key]
         t.append(f"{key} ")
-        t.append("same" if v["same"] else f"DIFFERENT ({v['observe']} vs {v['release']})",
-                 style="green" if v["same"] else "bold yellow")
+        t.append(
+            "same" if v["same"] else f"DIFFERENT ({v['observe']} vs {v['release']})",
+            style="green" if v["same"] else "bold yellow",
+        )
         t.append("; ")
     cap = src["capture"]
-    t.append(f"capture options: {cap['keys_compared']} keys, {len(cap['differs'])} differ, "
-             f"{len(cap['differs_as_expected'])} differ as expected")
+    t.append(
+        f"capture options: {cap['keys_compared']} keys, {len(cap['differs'])} differ, "
+        f"{len(cap['differs_as_expected'])} differ as expected"
+    )
     parts.append(t)
+
     def values(v: Sequence[str] | None) -> str:
         return "absent" if v is None else ", ".join(v)
 
     for d in cap["differs"]:
-        parts.append(Text("    differs: ", style="yellow").append_text(
-            literal(f"{d['key']}: observe {values(d['observe'])}, release {values(d['release'])}", 300)))
+        parts.append(
+            Text("    differs: ", style="yellow").append_text(
+                literal(f"{d['key']}: observe {values(d['observe'])}, release {values(d['release'])}", 300)
+            )
+        )
     for d in cap["differs_as_expected"]:
-        parts.append(Text("    differs as expected: ", style="dim").append_text(
-            literal(f"{d['key']} ({d['why']}): observe {values(d['observe'])}, release {values(d['release'])}", 300)))
+        parts.append(
+            Text("    differs as expected: ", style="dim").append_text(
+                literal(f"{d['key']} ({d['why']}): observe {values(d['observe'])}, release {values(d['release'])}", 300)
+            )
+        )
     if diff["handoff"]:
         table = Table(title="Memory at the handoff (telemetry)", title_justify="left")
         for col in ("field", "observe", "release", "release - observe"):
@@ -355,8 +370,9 @@ def sealed_text(directory: str, files: Sequence[str]) -> Text:
     return t
 
 
-def verification_renderable(directory: str, files: Sequence[str], inputs: Sequence[Mapping[str, Any]],
-                            rerun: bool) -> RenderableType:
+def verification_renderable(
+    directory: str, files: Sequence[str], inputs: Sequence[Mapping[str, Any]], rerun: bool
+) -> RenderableType:
     """What ``nsysaudit verify`` checked (it only returns when every check passed)."""
     t = Text("verified ", style="bold green")
     t.append_text(literal(directory, 300))
@@ -368,3 +384,40 @@ def verification_renderable(directory: str, files: Sequence[str], inputs: Sequen
     if rerun:
         t.append("\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt")
     return t
+
+
+class TerminalProgress:
+    """A rich progress bar for long steps (see :class:`nsysaudit.progress.Progress`).
+
+    Drawn on stderr, transient (it disappears when the step ends), so the report on stdout is the
+    same with or without it. The CLI uses it only when stdout is a terminal and --json is off.
+    """
+
+    def __init__(self, console: Console) -> None:
+        self._progress = RichProgress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._task: TaskID | None = None
+
+    def start(self, label: str, total: int | None) -> None:
+        if self._task is None:
+            self._progress.start()
+        else:
+            self._progress.remove_task(self._task)
+        self._task = self._progress.add_task(label, total=total)
+
+    def advance(self, amount: int) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task, amount)
+
+    def finish(self) -> None:
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+            self._task = None
+            self._progress.stop()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysaudit.progress import Progress
 from nsysaudit.source import readonly_uri
 
 BATCH_ROWS = 1 << 18
@@ -196,7 +197,7 @@ def scan_runtime(
     string_ids: pl.Series | None,
     *,
     workers: int | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
 ) -> RuntimeScan:
     """Stream the CUDA API table once and reduce it (see the module docstring)."""
     present = {
@@ -230,19 +231,25 @@ def scan_runtime(
             for k, v in prob.items():
                 problems[k] += v
             if progress is not None:
-                progress(batch.height)
+                progress.advance(batch.height)
         return spans, selected, problems
 
     engine = "adbc"
     mismatches: list[int] = []
+    if progress is not None:
+        progress.start(f"scanning {total:,} CUDA API rows", int(total))
     try:
         with ThreadPoolExecutor(max_workers=n_workers) as pool:
             results = list(pool.map(lambda p: run(p, True, mismatches), parts))
-    except (ImportError, OSError, Exception) as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+    except Exception:  # any ADBC failure (missing driver, a value of the wrong type): the tolerant reader
         engine = "sqlite3"
+        if progress is not None:
+            progress.finish()
+            progress.start(f"re-reading {total:,} CUDA API rows with the tolerant reader", int(total))
         results = [run(p, False, mismatches) for p in parts]
+    finally:
+        if progress is not None:
+            progress.finish()
     spans = [s for r in results for s in r[0]]
     selected = [s for r in results for s in r[1]]
     problems = dict.fromkeys(PROBLEMS, 0)

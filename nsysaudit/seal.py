@@ -46,6 +46,7 @@ from nsysaudit import canonical
 from nsysaudit.analysis import analyze, input_kind
 from nsysaudit.errors import BadOption, CheckFailed, OutputExists, UnusableInput
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.progress import Progress
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, basename, compare_results, result_paths, scrub_paths
 from nsysaudit.reports.markdown import analysis_markdown, comparison_markdown
@@ -102,8 +103,13 @@ class InputFile:
         return basename(str(self.path))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "name": self.name, "sha256": self.sha256, "size_bytes": self.size_bytes,
-                "kind": self.kind}
+        return {
+            "role": self.role,
+            "name": self.name,
+            "sha256": self.sha256,
+            "size_bytes": self.size_bytes,
+            "kind": self.kind,
+        }
 
 
 def input_file(role: str, path: str | os.PathLike[str], kind: str | None = None) -> InputFile:
@@ -188,7 +194,11 @@ class Built:
 
 
 def _analyze(
-    path: str, telemetry: str | None, recipe: Recipe, nsys_path: str | os.PathLike[str] | None
+    path: str,
+    telemetry: str | None,
+    recipe: Recipe,
+    nsys_path: str | os.PathLike[str] | None,
+    progress: Progress | None = None,
 ) -> AnalysisResult:
     return analyze(
         path,
@@ -196,17 +206,20 @@ def _analyze(
         library_domains=recipe.library_domains,
         telemetry=telemetry,
         telemetry_options=recipe.telemetry_options if telemetry is not None else None,
+        progress=progress,
     )
 
 
-def build(recipe: Recipe, *, nsys_path: str | os.PathLike[str] | None = None) -> Built:
+def build(
+    recipe: Recipe, *, nsys_path: str | os.PathLike[str] | None = None, progress: Progress | None = None
+) -> Built:
     """Analyze the recipe's inputs and make the payload files (not written anywhere)."""
     if recipe.kind == "compare":
-        return _build_compare(recipe, nsys_path)
-    return _build_analyze(recipe, nsys_path)
+        return _build_compare(recipe, nsys_path, progress)
+    return _build_analyze(recipe, nsys_path, progress)
 
 
-def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None) -> Built:
+def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, progress: Progress | None = None) -> Built:
     results: dict[str, AnalysisResult] = {}
     inputs: list[InputFile] = []
     telemetry_files: dict[str, TelemetryFile | None] = {}
@@ -215,7 +228,7 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None) -> 
         if path is None:
             raise BadOption(f"compare needs an {arm} input")
         telemetry = recipe.path(f"{arm}_telemetry")
-        results[arm] = _analyze(path, telemetry, recipe, nsys_path)
+        results[arm] = _analyze(path, telemetry, recipe, nsys_path, progress)
         info = results[arm].input
         inputs.append(InputFile(arm, Path(path), info.sha256, info.size_bytes, info.kind))
         telemetry_files[arm] = None
@@ -250,20 +263,27 @@ def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None
     inp = dict(doc["input"])
     inp.pop("export", None)
     doc["input"] = inp
-    inputs = [{"role": "arm", "name": inp["path"], "sha256": inp["sha256"], "size_bytes": inp["size_bytes"],
-               "kind": inp["kind"]}]
+    inputs = [
+        {
+            "role": "arm",
+            "name": inp["path"],
+            "sha256": inp["sha256"],
+            "size_bytes": inp["size_bytes"],
+            "kind": inp["kind"],
+        }
+    ]
     if telemetry is not None:
         inputs.append(telemetry.to_dict())
     doc.update({"format": ANALYSIS_FORMAT, "kind": "analysis", "inputs": inputs})
     return doc
 
 
-def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None) -> Built:
+def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, progress: Progress | None = None) -> Built:
     path = recipe.path("arm")
     if path is None:
         raise BadOption("analyze needs an input")
     telemetry = recipe.path("telemetry")
-    result = _analyze(path, telemetry, recipe, nsys_path)
+    result = _analyze(path, telemetry, recipe, nsys_path, progress)
     info = result.input
     inputs = [InputFile("arm", Path(path), info.sha256, info.size_bytes, info.kind)]
     tel = _telemetry_input("telemetry", telemetry, result) if telemetry is not None else None
@@ -460,11 +480,17 @@ def write_sealed(
     return Sealed(target, sha256_bytes(manifest), names, {})
 
 
-def seal(recipe: Recipe, out: str | os.PathLike[str], *, force: bool = False,
-         nsys_path: str | os.PathLike[str] | None = None) -> Sealed:
+def seal(
+    recipe: Recipe,
+    out: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    nsys_path: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+) -> Sealed:
     """Build the report of ``recipe`` and write it sealed into ``out``."""
     check_out(out, force=force)  # fail before the (possibly long) analysis
-    built = build(recipe, nsys_path=nsys_path)
+    built = build(recipe, nsys_path=nsys_path, progress=progress)
     sealed = write_sealed(out, built.files, _metadata(built, out, force), force=force)
     return Sealed(sealed.dir, sealed.seal, sealed.files, built.document, built.results)
 
@@ -480,6 +506,7 @@ def seal_compare(
     telemetry_options: TelemetryOptions | None = None,
     nsys_path: str | os.PathLike[str] | None = None,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> Sealed:
     """Compare an observe arm and a release arm and write the sealed comparison into ``out``.
 
@@ -493,7 +520,7 @@ def seal_compare(
     if release_telemetry is not None:
         roles.append(("release_telemetry", os.fspath(release_telemetry)))
     recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options)
-    return seal(recipe, out, force=force, nsys_path=nsys_path)
+    return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)
 
 
 def seal_analysis(
@@ -505,13 +532,14 @@ def seal_analysis(
     telemetry_options: TelemetryOptions | None = None,
     nsys_path: str | os.PathLike[str] | None = None,
     force: bool = False,
+    progress: Progress | None = None,
 ) -> Sealed:
     """Analyze one arm and write the sealed report into ``out``."""
     roles: list[tuple[str, str]] = [("arm", os.fspath(path))]
     if telemetry is not None:
         roles.append(("telemetry", os.fspath(telemetry)))
     recipe = Recipe("analyze", tuple(roles), tuple(library_domains), telemetry_options)
-    return seal(recipe, out, force=force, nsys_path=nsys_path)
+    return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)
 
 
 # --- verifying -----------------------------------------------------------------------------------

@@ -148,3 +148,26 @@ def test_only_the_cli_imports_click_and_only_rendering_imports_rich() -> None:
             assert "click" not in imported, f"{path} imports click"
         if path.name not in ("cli.py", "render.py") and path.parent.name != "render":
             assert "rich" not in imported, f"{path} imports rich"
+
+
+def test_progress_bar_draws_steps_on_a_terminal_console() -> None:
+    import io
+
+    from rich.console import Console
+
+    from nsysaudit.render import TerminalProgress
+
+    import nsysaudit
+
+    buf = io.StringIO()
+    bar = TerminalProgress(Console(file=buf, force_terminal=True, width=100))
+    result = nsysaudit.analyze(H200 / "observe.sqlite", progress=bar)
+    assert result.census["cuda_api_calls"] == 925
+    assert "scanning 925 CUDA API rows" in buf.getvalue()
+
+
+def test_no_progress_output_when_not_a_terminal(capsys) -> None:
+    # Under pytest stdout is not a terminal: the report must be exactly what a pipe gets.
+    code, out, err = run(capsys, "analyze", str(H200 / "observe.sqlite"))
+    assert code == 0 and err == ""
+    assert "scanning" not in out
