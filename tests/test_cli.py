@@ -155,9 +155,8 @@ def test_progress_bar_draws_steps_on_a_terminal_console() -> None:
 
     from rich.console import Console
 
-    from nsysaudit.render import TerminalProgress
-
     import nsysaudit
+    from nsysaudit.render import TerminalProgress
 
     buf = io.StringIO()
     bar = TerminalProgress(Console(file=buf, force_terminal=True, width=100))
