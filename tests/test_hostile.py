@@ -75,6 +75,7 @@ def commands_for(bad: Path, good: Path, out: Path) -> list[list[str]]:
     return [
         ["analyze", str(bad)],
         ["analyze", "--json", str(bad)],
+        ["analyze", str(bad), "--out", str(out / "sealed")],
         ["compare", str(bad), str(good), "--out", str(out / "a")],
         ["compare", str(good), str(bad), "--out", str(out / "b")],
     ]
