@@ -204,6 +204,14 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             "text values (names, NVTX strings, metadata) that are not valid UTF-8: shown with U+FFFD "
             "replacement characters where the bytes could not be decoded",
         )
+    no_start = trace.library_calls.filter(pl.col("start_ns").is_null()).height
+    if no_start:
+        trace.warn(
+            "library_call_without_start",
+            no_start,
+            "library calls with no start timestamp (a NULL in a NOT NULL column): nesting cannot be checked, "
+            "they are censored",
+        )
     unknown_domain = _unknown_domain_ranges(trace.nvtx_ranges)
     if unknown_domain.height:
         trace.warn(

@@ -135,7 +135,8 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
         t.append_text(literal(lc["thread_name"]))
         end = "unknown" if lc["end_ns"] is None else f"{lc['end_ns']:,}"
         dur = "" if lc["duration_ns"] is None else f" ({lc['duration_ns'] / 1e6:.3f} ms)"
-        t.append(f"\n    [{lc['start_ns']:,} .. {end}] ns{dur}  coverage ")
+        start = "unknown" if lc["start_ns"] is None else f"{lc['start_ns']:,}"  # a damaged range
+        t.append(f"\n    [{start} .. {end}] ns{dur}  coverage ")
         t.append(lc["coverage"], style="yellow" if lc["coverage"] == "censored" else "green")
         if lc["censored_reason"]:
             t.append(f" ({lc['censored_reason']})")
@@ -165,7 +166,8 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
         t.append_text(literal(cen["api"]))
         t.append(
             f" (pid {cen['pid']}, tid {cen['tid']}) "
-            f"[{cen['start_ns']:,}, {cen['end_ns'] if cen['end_ns'] is None else format(cen['end_ns'], ',')}]: "
+            f"[{'unknown' if cen['start_ns'] is None else format(cen['start_ns'], ',')}, "
+            f"{'unknown' if cen['end_ns'] is None else format(cen['end_ns'], ',')}]: "
             f"{cen['reason']}",
             style="yellow",
         )

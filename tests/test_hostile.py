@@ -552,9 +552,11 @@ def test_census_counts_damaged_rows_as_the_warnings_say(capsys, make_export) -> 
          "reversed_library_range", "library_call_reversed"),
         ([strip_not_null("NVTX_EVENTS"), 'UPDATE NVTX_EVENTS SET "end" = NULL WHERE start = 39000'],
          "library_call_without_end", "library_call_has_no_end"),
+        ([strip_not_null("NVTX_EVENTS"), "UPDATE NVTX_EVENTS SET start = NULL WHERE start = 39000"],
+         "library_call_without_start", "library_call_has_no_start"),
         (["UPDATE NVTX_EVENTS SET textId = 9999 WHERE start = 39000"], "dangling_library_name", None),
     ],
-    ids=["reversed", "no-end", "dangling-name"],
+    ids=["reversed", "no-end", "no-start", "dangling-name"],
 )
 def test_damaged_library_range(capsys, make_export, sql: list[str], warning: str, reason: str | None) -> None:
     spec = two_workers(failure_on_first=True)
@@ -562,6 +564,7 @@ def test_damaged_library_range(capsys, make_export, sql: list[str], warning: str
     doc = analyze_json(capsys, make_export(spec))
     assert warning_counts(doc)[warning] == 1
     second = next(lc for lc in doc["library_calls"] if lc["tid"] == SECOND)
+    assert second["children"] == [] or reason is None  # a damaged range is never joined
     assert second["censored_reason"] == reason
     assert second["coverage"] == ("censored" if reason else "complete")
     # The first worker's finding is unaffected.
