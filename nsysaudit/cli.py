@@ -62,7 +62,7 @@ def telemetry_option(*param_decls: str, help: str | None = None) -> Callable[[An
     """A telemetry file option (``--telemetry``, ``--observe-telemetry``, ...): JSON Lines, optional."""
     return click.option(
         *param_decls,
-        type=click.Path(dir_okay=False, path_type=str),
+        type=str,
         default=None,
         metavar="FILE.jsonl",
         help=help
@@ -148,7 +148,7 @@ def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )
     return click.option(
         "--out",
-        type=click.Path(file_okay=False, path_type=str),
+        type=str,
         default=None,
         metavar="DIR",
         help="Write report.json, report.md, inputs-sha256.txt, the manifests and metadata.json into DIR "
@@ -164,12 +164,12 @@ def echo_seal(sealed: seal.Sealed, as_json: bool) -> None:
 
 
 @cli.command("analyze")
-@click.argument("path", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("path", type=str)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 @click.option(
     "--nsys",
     "nsys_path",
-    type=click.Path(dir_okay=False),
+    type=str,
     envvar="NSYSAUDIT_NSYS",
     help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
 )
@@ -239,12 +239,12 @@ def analyze_cmd(
 
 
 @cli.command("compare")
-@click.argument("observe", type=click.Path(dir_okay=False, path_type=str))
-@click.argument("release", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("observe", type=str)
+@click.argument("release", type=str)
 @click.option(
     "--out",
     required=True,
-    type=click.Path(file_okay=False, path_type=str),
+    type=str,
     metavar="DIR",
     help="Folder to write the sealed comparison into (must not exist, unless --force).",
 )
@@ -255,7 +255,7 @@ def analyze_cmd(
 @click.option(
     "--nsys",
     "nsys_path",
-    type=click.Path(dir_okay=False),
+    type=str,
     envvar="NSYSAUDIT_NSYS",
     help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
 )
@@ -307,11 +307,11 @@ def compare_cmd(
 
 
 @cli.command("verify")
-@click.argument("directory", metavar="DIR", type=click.Path(path_type=str))
+@click.argument("directory", metavar="DIR", type=str)
 @click.option(
     "--inputs",
     multiple=True,
-    type=click.Path(dir_okay=False, path_type=str),
+    type=str,
     metavar="PATH",
     help="The original inputs (repeatable, or several after one --inputs): check their digests and re-run "
     "the analysis with the recorded options; report.json must come out byte-identical.",
@@ -320,11 +320,11 @@ def compare_cmd(
 @click.option(
     "--nsys",
     "nsys_path",
-    type=click.Path(dir_okay=False),
+    type=str,
     envvar="NSYSAUDIT_NSYS",
     help="nsys binary for re-exporting .nsys-rep inputs (default: $NSYSAUDIT_NSYS, then PATH).",
 )
-@click.argument("more_inputs", nargs=-1, type=click.Path(dir_okay=False, path_type=str))
+@click.argument("more_inputs", nargs=-1, type=str)
 def verify_cmd(
     directory: str, inputs: Sequence[str], expected_seal: str | None, nsys_path: str | None, more_inputs: Sequence[str]
 ) -> None:

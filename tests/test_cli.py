@@ -170,3 +170,19 @@ def test_no_progress_output_when_not_a_terminal(capsys) -> None:
     code, out, err = run(capsys, "analyze", str(H200 / "observe.sqlite"))
     assert code == 0 and err == ""
     assert "scanning" not in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["analyze", "{dir}"],
+        ["analyze", str(H200 / "observe.sqlite"), "--telemetry", "{dir}"],
+        ["compare", "{dir}", str(H200 / "release.sqlite"), "--out", "{tmp}/cmp"],
+    ],
+)
+def test_a_folder_given_as_an_input_file_is_a_one_line_error(capsys, tmp_path: Path, args: list[str]) -> None:
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    code, _, err = run(capsys, *[a.format(dir=folder, tmp=tmp_path) for a in args])
+    assert code == 2
+    assert err.count("\n") == 1 and str(folder) in err and "not a regular file" in err
