@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -62,10 +63,9 @@ def analyze(
         raise UnusableInput(given, "no such file")
     if not given.is_file():
         raise UnusableInput(given, "not a regular file")
-    try:
-        digest = sha256_file(given)
-    except OSError as exc:
-        raise UnusableInput(given, f"cannot read: {exc.strerror}") from None
+    # The input's SHA-256 (a full read of a possibly multi-GB file) runs beside the analysis:
+    # hashlib releases the GIL. An .nsys-rep needs it first: it keys the export cache.
+    hashing = _BackgroundDigest(given)
     log = load_telemetry(telemetry, telemetry_options) if telemetry is not None else None
     export_info: dict[str, Any] = {}
     if kind == "nsys-rep":
@@ -75,7 +75,7 @@ def analyze(
         if progress is not None:
             progress.start(f"exporting {given.name} with nsys", None)
         try:
-            cached = nsys.export_report(given, digest, binary)
+            cached = nsys.export_report(given, hashing.result(), binary)
         finally:
             if progress is not None:
                 progress.finish()
@@ -92,7 +92,7 @@ def analyze(
         trace = load(export, library_domains, progress=progress)
         info = InputInfo(
             path=str(path),
-            sha256=digest,
+            sha256=hashing.result(),
             kind=kind,  # type: ignore[arg-type]
             size_bytes=given.stat().st_size,
             nsys_version=export.nsys_version,
@@ -107,6 +107,30 @@ def analyze(
         return result
     finally:
         export.close()
+
+
+class _BackgroundDigest:
+    """SHA-256 of a file computed in a daemon thread (never delays an error exit)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._digest: str | None = None
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="nsysaudit-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._digest = sha256_file(self._path)
+        except OSError as exc:
+            self._error = exc
+
+    def result(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise UnusableInput(self._path, f"cannot read: {self._error.strerror}") from None
+        assert self._digest is not None
+        return self._digest
 
 
 def attach_telemetry(result: AnalysisResult, log: TelemetryLog) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from nsysaudit import __version__, canonical, seal
+from nsysaudit import __version__, seal
 from nsysaudit.analysis import analyze
 from nsysaudit.errors import BadOption, NsysAuditError
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
@@ -37,15 +37,6 @@ def progress_for(as_json: bool) -> Progress | None:
     if as_json or not sys.stdout.isatty() or not sys.stderr.isatty():
         return None
     return TerminalProgress(Console(stderr=True))
-
-
-def dump_json(doc: Any) -> str:
-    """Canonical JSON for stdout: sorted keys, UTF-8 kept as is, compact (see nsysaudit.canonical).
-
-    Compact on purpose: a large export's library calls make tens of MB. Pipe through
-    ``python -m json.tool`` or ``jq`` to read it.
-    """
-    return canonical.dumps(doc).decode("utf-8")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -231,7 +222,7 @@ def analyze_cmd(
         )
     echo_telemetry_warnings(result)
     if as_json:
-        click.echo(dump_json(result.to_dict()))
+        click.echo(result.to_json().decode("utf-8"))
     else:
         print_analysis(result, Console(highlight=False))
     if sealed is not None:

@@ -44,3 +44,30 @@ documents = st.recursive(
 def test_hostile_strings_and_rounded_floats_serialize_identically(doc: object) -> None:
     for indent in (False, True):
         assert canonical.dumps(doc, indent=indent) == stdlib(doc, indent)
+
+
+def test_fast_json_equals_canonical_to_dict_on_real_and_public_exports() -> None:
+    from conftest import PUBLIC
+
+    paths = [H200 / "observe.sqlite", H200 / "release.sqlite", *sorted(PUBLIC.glob("*.sqlite"))]
+    for path in paths:
+        r = nsysaudit.analyze(path)
+        assert r.to_json() == canonical.dumps(r.to_dict()), path
+
+
+def test_fast_json_equals_canonical_to_dict_with_hostile_names(make_export) -> None:
+    from builder import Call, Export, LibCall
+
+    weird = ['[bold red]x[/]', 'q"uote\\\\', "ctl\x01\x1b[2J", "uni é 漢 😀", "ls\u2028ps"]
+    calls, libs = [], []
+    for i, name in enumerate(weird):
+        t = 10_000 * (i + 1)
+        libs.append(LibCall(name, t, t + 5_000, 100, 101))
+        calls.append(Call("cudaMalloc_v3020", t + 10, t + 20, 100, 101, corr=2 * i + 1, bytes=4096))
+        calls.append(Call("cudaMalloc_v3020", t + 30, t + 40, 100, 101, ret=2, corr=2 * i + 2))
+        calls.append(Call(name, t + 4_990, t + 5_010, 100, 101, corr=1000 + i))  # straddling
+    calls.append(Call("cudaFree_v3020", 10**6, 10**6 + 1, 100, 100, corr=5000))
+    spec = Export(calls=calls, lib_calls=libs, thread_names={(100, 101): "[link=x]worker[/link]\x07"})
+    r = nsysaudit.analyze(make_export(spec))
+    assert r.to_json() == canonical.dumps(r.to_dict())
+    assert len(r.to_dict()["findings"]) == len(weird)

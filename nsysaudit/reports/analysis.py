@@ -6,11 +6,13 @@ added, never renamed (see README "JSON contract").
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import polars as pl
 
+from nsysaudit import canonical
 from nsysaudit.alignment import Alignment
 from nsysaudit.codes import display_name, return_name
 
@@ -143,7 +145,17 @@ class AnalysisResult:
 
     @property
     def library_calls(self) -> list[dict[str, Any]]:
-        # Built column-wise in polars and converted once: large exports have 10^5+ library calls.
+        out = self.library_calls_frame().to_dicts()
+        if self.alignment is not None:
+            for row in out:
+                row["telemetry"] = self.alignment.position(row["pid"], row["start_ns"], row["end_ns"])
+        return out
+
+    def library_calls_frame(self) -> pl.DataFrame:
+        """``library_calls`` as one polars frame (children and straddling as lists of structs).
+
+        Built column-wise and converted once: large exports have 10^5+ library calls.
+        """
         pairs = self.frames["pairs"]
         names = _name_columns(pairs.select("api", "return_code").unique())
         call = pl.struct(
@@ -205,13 +217,11 @@ class AnalysisResult:
                 "children_complete",
             )
         )
-        out = table.to_dicts()
-        for row in out:
-            row["children"] = row["children"] or []
-            row["straddling"] = row["straddling"] or []
-            if self.alignment is not None:
-                row["telemetry"] = self.alignment.position(row["pid"], row["start_ns"], row["end_ns"])
-        return out
+        empty = pl.lit([], dtype=table.schema["children"])
+        return table.with_columns(
+            pl.col("children").fill_null(empty),
+            pl.col("straddling").fill_null(pl.lit([], dtype=table.schema["straddling"])),
+        )
 
     @property
     def findings(self) -> list[dict[str, Any]]:
@@ -271,11 +281,14 @@ class AnalysisResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document ``nsysaudit analyze --json`` prints."""
+        return self._document(self.library_calls)
+
+    def _document(self, library_calls: Any) -> dict[str, Any]:
         out: dict[str, Any] = {
             "tool": {"name": "nsysaudit", "version": _version()},
             "input": self.input.to_dict(),
             "census": self.census,
-            "library_calls": self.library_calls,
+            "library_calls": library_calls,
             "findings": self.findings,
             "coverage": self.coverage,
             "processes": self.processes,
@@ -288,6 +301,37 @@ class AnalysisResult:
             out["telemetry"] = self.alignment.telemetry_summary()
         out.update(self.extra)
         return out
+
+    def to_json(self) -> bytes:
+        """``canonical.dumps(self.to_dict())``, byte for byte, built faster.
+
+        Without telemetry, the library calls (the bulk of a large export's document) are
+        serialized by polars straight from their frame, never turned into Python objects, and
+        spliced into the rest of the document: several times faster and a fraction of the memory
+        on 10^5+ library calls. tests/test_canonical.py checks that the bytes are the same.
+        """
+        if self.alignment is not None:  # per-call telemetry positions are computed in Python
+            return canonical.dumps(self.to_dict())
+        placeholder = "nsysaudit-library-calls-" + secrets.token_hex(16)
+        text = canonical.dumps(self._document(placeholder))
+        marker = b'"library_calls":"' + placeholder.encode() + b'"'
+        if text.count(marker) != 1:  # cannot happen: the nonce is fresh; never splice blindly
+            return canonical.dumps(self.to_dict())
+        body = _key_sorted(self.library_calls_frame()).write_json().encode()
+        return text.replace(marker, b'"library_calls":' + body)
+
+
+def _key_sorted(frame: pl.DataFrame) -> pl.DataFrame:
+    """Columns, and the fields of list-of-struct columns, in sorted order (canonical JSON keys)."""
+    exprs: list[pl.Expr] = []
+    for name in sorted(frame.columns):
+        dtype = frame.schema[name]
+        if isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct):
+            fields = sorted(f.name for f in dtype.inner.fields)
+            exprs.append(pl.col(name).list.eval(pl.struct([pl.element().struct.field(f) for f in fields])))
+        else:
+            exprs.append(pl.col(name))
+    return frame.select(exprs)
 
 
 def _version() -> str:
