@@ -222,7 +222,11 @@ def analyze_cmd(
         )
     echo_telemetry_warnings(result)
     if as_json:
-        click.echo(result.to_json().decode("utf-8"))
+        sys.stdout.flush()
+        stdout = sys.stdout.buffer
+        result.write_json(stdout)  # streamed: a large export's document is never held whole
+        stdout.write(b"\n")
+        stdout.flush()
     else:
         print_analysis(result, Console(highlight=False))
     if sealed is not None:
