@@ -147,6 +147,25 @@ def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--nsys and --library-domain: how inputs are read, shared by analyze and compare."""
+    func = click.option(
+        "--library-domain",
+        "library_domains",
+        multiple=True,
+        default=DEFAULT_LIBRARY_DOMAINS,
+        show_default=True,
+        help="NVTX domain whose ranges are library calls (repeatable).",
+    )(func)
+    return click.option(
+        "--nsys",
+        "nsys_path",
+        type=str,
+        envvar="NSYSAUDIT_NSYS",
+        help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
+    )(func)
+
+
 def echo_seal(sealed: seal.Sealed, as_json: bool) -> None:
     """Print where the report went and, as the very last line, its seal (stderr under --json)."""
     if not as_json:
@@ -157,21 +176,7 @@ def echo_seal(sealed: seal.Sealed, as_json: bool) -> None:
 @cli.command("analyze")
 @click.argument("path", type=str)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
-@click.option(
-    "--nsys",
-    "nsys_path",
-    type=str,
-    envvar="NSYSAUDIT_NSYS",
-    help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
-)
-@click.option(
-    "--library-domain",
-    "library_domains",
-    multiple=True,
-    default=DEFAULT_LIBRARY_DOMAINS,
-    show_default=True,
-    help="NVTX domain whose ranges are library calls (repeatable).",
-)
+@reading_options
 @telemetry_option("--telemetry")
 @alignment_options
 @out_options
@@ -247,21 +252,7 @@ def analyze_cmd(
 @telemetry_option("--release-telemetry", help="The release arm's JSON Lines telemetry.")
 @click.option("--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty).")
 @click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout (the seal goes to stderr).")
-@click.option(
-    "--nsys",
-    "nsys_path",
-    type=str,
-    envvar="NSYSAUDIT_NSYS",
-    help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
-)
-@click.option(
-    "--library-domain",
-    "library_domains",
-    multiple=True,
-    default=DEFAULT_LIBRARY_DOMAINS,
-    show_default=True,
-    help="NVTX domain whose ranges are library calls (repeatable).",
-)
+@reading_options
 @alignment_options
 def compare_cmd(
     observe: str,
