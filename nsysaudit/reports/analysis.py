@@ -146,11 +146,19 @@ class AnalysisResult:
 
     @property
     def library_calls(self) -> list[dict[str, Any]]:
-        out = self.library_calls_frame().to_dicts()
+        return self.library_call_dicts(self.library_calls_frame())
+
+    def library_call_dicts(self, frame: pl.DataFrame) -> list[dict[str, Any]]:
+        """Rows of :meth:`library_calls_frame` (or a subset of it) as ``library_calls`` entries."""
+        out = frame.to_dicts()
         if self.alignment is not None:
             for row in out:
                 row["telemetry"] = self.alignment.position(row["pid"], row["start_ns"], row["end_ns"])
         return out
+
+    def document(self, library_calls: list[dict[str, Any]]) -> dict[str, Any]:
+        """``to_dict()`` with the given ``library_calls`` (a subset, for reports that select)."""
+        return self._document(library_calls)
 
     def library_calls_frame(self) -> pl.DataFrame:
         """``library_calls`` as one polars frame (children and straddling as lists of structs).

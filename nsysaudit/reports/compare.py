@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import polars as pl
+
 from nsysaudit.codes import display_name, is_allocation_api, return_name
 from nsysaudit.reports.analysis import AnalysisResult
 
@@ -129,48 +131,55 @@ def input_record(result: AnalysisResult) -> dict[str, Any]:
 
 
 def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[str, Any]:
-    d = scrub_paths(result.to_dict(), result_paths(result))
-    libs: list[dict[str, Any]] = d["library_calls"]
-    enclosing_ids = {f["enclosing"]["lib_id"] for f in d["findings"]}
-    if len(libs) <= FEW_LIBRARY_CALLS:
-        selection = f"all library calls (this arm has {len(libs)}, at most {FEW_LIBRARY_CALLS})"
-        chosen = libs
+    # Library calls are selected on their frame, and only the chosen ones become Python objects:
+    # a large export has 10^5+ of them.
+    frame = result.library_calls_frame()
+    total = frame.height
+    enclosing_ids = sorted({int(i) for i in result.frames["findings"]["lib_id"].drop_nulls().to_list()})
+    encloses = pl.col("lib_id").is_in(enclosing_ids)
+    if total <= FEW_LIBRARY_CALLS:
+        selection = f"all library calls (this arm has {total}, at most {FEW_LIBRARY_CALLS})"
+        chosen = frame
     else:
         selection = (
             f"library calls on a thread other than the process's main thread, censored, with a failed "
-            f"nested call, or enclosing a finding (this arm has {len(libs)} library calls, more than "
+            f"nested call, or enclosing a finding (this arm has {total} library calls, more than "
             f"{FEW_LIBRARY_CALLS})"
         )
-        chosen = [
-            lc
-            for lc in libs
-            if lc["tid"] != lc["pid"]
-            or lc["coverage"] == "censored"
-            or lc["failed_children"]
-            or lc["lib_id"] in enclosing_ids
-        ]
-    if len(chosen) > MAX_LIBRARY_CALLS_LISTED:
-        # Large exports have 10^5+ such calls: keep the report readable and bounded. The most
-        # telling ones first (enclosing a finding, a failed nested call, censored, handle
-        # creation), then by time; the rest are counted, and all are in `analyze --json`.
-        def rank(lc: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
-            return (
-                lc["lib_id"] not in enclosing_ids,
-                not lc["failed_children"],
-                lc["coverage"] != "censored",
-                not str(lc["api"] or "").startswith(("cublasCreate", "cublasLtCreate", "cudnnCreate")),
-                lc["lib_id"],
+        chosen = frame.filter(
+            (pl.col("tid") != pl.col("pid"))
+            | (pl.col("coverage") == "censored")
+            | (pl.col("failed_children") > 0)
+            | encloses
+        )
+    if chosen.height > MAX_LIBRARY_CALLS_LISTED:
+        # Keep the report readable and bounded: the most telling first (enclosing a finding, a
+        # failed nested call, censored, handle creation), then by time; the rest are counted,
+        # and all are in `analyze --json`.
+        handle = pl.col("api").fill_null("").str.starts_with("cublasCreate") | pl.col("api").fill_null("").str.contains(
+            r"^(cublasLtCreate|cudnnCreate)"
+        )
+        kept = (
+            chosen.with_columns(
+                (~encloses).alias("_r0"),
+                (pl.col("failed_children") == 0).alias("_r1"),
+                (pl.col("coverage") != "censored").alias("_r2"),
+                (~handle).alias("_r3"),
             )
-
-        kept = {lc["lib_id"] for lc in sorted(chosen, key=rank)[:MAX_LIBRARY_CALLS_LISTED]}
+            .sort(["_r0", "_r1", "_r2", "_r3", "lib_id"])
+            .head(MAX_LIBRARY_CALLS_LISTED)["lib_id"]
+        )
         selection += (
-            f"; {len(chosen)} match, the first {MAX_LIBRARY_CALLS_LISTED} are listed (enclosing a finding, "
+            f"; {chosen.height} match, the first {MAX_LIBRARY_CALLS_LISTED} are listed (enclosing a finding, "
             "with a failed nested call, censored, handle creation first, then by time); "
             "`nsysaudit analyze --json` lists them all"
         )
-        chosen = [lc for lc in chosen if lc["lib_id"] in kept]
+        chosen = chosen.filter(pl.col("lib_id").is_in(kept.implode()))
+    chosen_dicts = result.library_call_dicts(chosen.sort("lib_id"))
+    d = scrub_paths(result.document(chosen_dicts), result_paths(result))
+    chosen_list: list[dict[str, Any]] = d["library_calls"]
     census = d["census"]
-    interest = _keyed([_library_call(lc) for lc in chosen])
+    interest = _keyed([_library_call(lc) for lc in chosen_list])
     return {
         "input": input_record(result),
         "telemetry_input": telemetry_file.to_dict() if telemetry_file else None,
@@ -182,8 +191,8 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[s
             "by_return": census["by_return"],
         },
         "findings": d["findings"],
-        "library_calls_total": len(libs),
-        "library_calls_listed": len(chosen),
+        "library_calls_total": total,
+        "library_calls_listed": len(chosen_list),
         "library_calls_selection": selection,
         "library_calls": interest,
         "coverage": d["coverage"],
@@ -414,9 +423,7 @@ def allocation_statement(arm: str, lc: Mapping[str, Any]) -> str:
         else:
             parts.append("no successful nested allocation")
     elif a["succeeded"]:
-        parts.append(
-            f"{a['succeeded']} successful nested allocation(s) ({_fmt_bytes(a['bytes_each'])}), none failed"
-        )
+        parts.append(f"{a['succeeded']} successful nested allocation(s) ({_fmt_bytes(a['bytes_each'])}), none failed")
     else:
         parts.append("no nested allocation call in the trace")
     if lc["coverage"] == "censored":
@@ -462,8 +469,13 @@ def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
         "library_calls": _paired_calls(arms),
         "failing_calls": {
             "census": _failing_by_code(
-                {n: [(r["api"], r["return_code"], r["return_name"], r["count"]) for r in arms[n]["census"]["by_return"]]
-                 for n in ARMS}
+                {
+                    n: [
+                        (r["api"], r["return_code"], r["return_name"], r["count"])
+                        for r in arms[n]["census"]["by_return"]
+                    ]
+                    for n in ARMS
+                }
             ),
             "nested": _failing_by_code(
                 {
