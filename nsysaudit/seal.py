@@ -692,8 +692,20 @@ def verify(
         old = (root / name).read_bytes()
         new = rebuilt.files[name]
         if old != new:
+            sealed_with = meta.get("versions", {}) if isinstance(meta.get("versions"), dict) else {}
+            now = _versions()
+            changed = [
+                f"{k} {sealed_with.get(k)} -> {now.get(k)}"
+                for k in ("nsysaudit", "polars", "sqlite", "python")
+                if sealed_with.get(k) != now.get(k)
+            ]
+            context = (
+                "; sealed with other versions: " + ", ".join(changed)
+                if changed
+                else "; same versions as when sealed"
+            )
             raise CheckFailed(
-                f"{root / name}: re-running the analysis gives a different {name} ({_first_diff(old, new)})"
+                f"{root / name}: re-running the analysis gives a different {name} ({_first_diff(old, new)}{context})"
             )
     return Verification(root, digest, files, tuple(checked), rerun=True)
 
