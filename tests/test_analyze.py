@@ -280,3 +280,27 @@ def test_codes() -> None:
     assert return_name("cudaMalloc_v3020", 2) == "cudaErrorMemoryAllocation"
     assert return_name("cuMemAlloc_v2", 2) == "CUDA_ERROR_OUT_OF_MEMORY"
     assert return_name("cudaMalloc_v3020", 123456) is None
+
+
+def test_unknown_schema_major_version_is_a_warning_not_a_crash(make_export) -> None:
+    spec = observe_nested_failure()
+    spec.schema_version = "9.1.0"
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
+    assert d["input"]["schema_version"] == "9.1.0"
+    [w] = [w for w in d["warnings"] if w["kind"] == "unknown_schema_major"]
+    assert "9" in w["message"]
+    assert d["verdict"] == "failure_found"  # the analysis still ran on the tables it found
+
+
+def test_suffixed_tables_of_newer_exports_are_found_by_looking(make_export) -> None:
+    spec = observe_nested_failure()
+    spec.raw_sql = [
+        "ALTER TABLE NVTX_EVENTS RENAME TO NVTX_EVENTS_V2",
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME RENAME TO CUPTI_ACTIVITY_KIND_RUNTIME_V3",
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME_V3 ADD COLUMN someNewColumn INTEGER",
+    ]
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
+    assert d["input"]["tables"]["nvtx"] == "NVTX_EVENTS_V2"
+    assert d["input"]["tables"]["cuda_api"] == "CUPTI_ACTIVITY_KIND_RUNTIME_V3"
+    [f] = d["findings"]
+    assert f["correlation_id"] == 22 and f["enclosing"]["api"] == "cublasCreate_v2"
