@@ -14,6 +14,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from nsysaudit.analysis import analyze
+from nsysaudit.batch import audit
 from nsysaudit.errors import (
     BadOption,
     CheckFailed,
@@ -43,6 +44,7 @@ __all__ = [
     "Verification",
     "__version__",
     "analyze",
+    "audit",
     "compare_results",
     "seal_analysis",
     "seal_compare",

@@ -1,0 +1,29 @@
+"""Batch audits over many exports: one row per input, unusable inputs reported, never dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import H200, PUBLIC
+from scenarios import observe_nested_failure
+
+import nsysaudit
+
+
+def test_audit_of_real_public_builder_and_unusable_inputs(make_export, tmp_path: Path) -> None:
+    bad = tmp_path / "empty.sqlite"
+    bad.write_bytes(b"")
+    built = make_export(observe_nested_failure())
+    paths = [H200 / "observe.sqlite", *sorted(PUBLIC.glob("*.sqlite")), built, bad]
+    frame = nsysaudit.audit(paths)
+    assert frame.height == len(paths)
+    assert frame["path"].to_list() == [str(p) for p in paths]
+    observe = frame.row(0, named=True)
+    assert (observe["verdict"], observe["cuda_api_calls"], observe["nonzero_returns"]) == ("inconclusive", 925, 13)
+    assert (observe["library_calls"], observe["censored_library_calls"], observe["error"]) == (1, 1, None)
+    assert frame.row(len(paths) - 2, named=True)["nested_alloc_failures"] == 1
+    last = frame.row(len(paths) - 1, named=True)
+    assert last["verdict"] is None and "empty file" in last["error"] and str(bad) in last["error"]
+    # Public exports: honest verdicts, no library tracing.
+    public = frame.slice(1, 5)
+    assert set(public["verdict"].to_list()) == {"inconclusive"}
