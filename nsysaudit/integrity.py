@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.codes import is_allocation_api
-from nsysaudit.joins import Nesting
+from nsysaudit.joins import Nesting, closed_libs
 from nsysaudit.model import Trace, global_pid
 
 UNDECIDED_REASONS = {
@@ -58,12 +58,7 @@ def _could_fail() -> pl.Expr:
 
 def _windows(library_calls: pl.DataFrame) -> pl.DataFrame:
     """Closed, well-formed library calls: ``gtid, lib_start, lib_end``."""
-    return library_calls.filter(
-        pl.col("gtid").is_not_null()
-        & pl.col("start_ns").is_not_null()
-        & pl.col("end_ns").is_not_null()
-        & (pl.col("end_ns") >= pl.col("start_ns"))
-    ).select("gtid", pl.col("start_ns").alias("lib_start"), pl.col("end_ns").alias("lib_end"))
+    return closed_libs(library_calls).drop("lib_id")
 
 
 def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:

@@ -14,6 +14,7 @@ import polars as pl
 
 from nsysaudit.codes import is_allocation_api
 from nsysaudit.model import decode_pid, decode_tid, global_pid
+from nsysaudit.scan import closed_library_calls
 
 PAIR_SCHEMA = {
     "lib_id": pl.Int64,
@@ -34,9 +35,7 @@ def nest(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     ``"straddling"`` when it crosses one of its edges. Uses an inequality join per thread, so the
     work grows with the number of pairs found, not with the product of the two tables.
     """
-    libs = library_calls.filter(
-        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
-    ).select("lib_id", "gtid", pl.col("start_ns").alias("lib_start"), pl.col("end_ns").alias("lib_end"))
+    libs = closed_libs(library_calls)
     parts: list[pl.DataFrame] = []
     if libs.height and calls.height:
         calls_by_thread = calls.partition_by("gtid", as_dict=True)
@@ -83,10 +82,11 @@ class Nesting:
     unexamined: list[int]
 
 
-def _closed_libs(library_calls: pl.DataFrame) -> pl.DataFrame:
-    return library_calls.filter(
-        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
-    ).select("lib_id", "gtid", pl.col("start_ns").alias("lib_start"), pl.col("end_ns").alias("lib_end"))
+def closed_libs(library_calls: pl.DataFrame) -> pl.DataFrame:
+    """``lib_id, gtid, lib_start, lib_end`` of the library calls the joins can use."""
+    return closed_library_calls(library_calls).select(
+        "lib_id", "gtid", pl.col("start_ns").alias("lib_start"), pl.col("end_ns").alias("lib_end")
+    )
 
 
 def count_pairs(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
@@ -96,7 +96,7 @@ def count_pairs(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFram
     before the library call's end, minus those ending before its start (a call ending before the
     start also starts before the end). ``calls`` must have ``start_ns <= end_ns`` and no nulls.
     """
-    libs = _closed_libs(library_calls)
+    libs = closed_libs(library_calls)
     parts: list[pl.DataFrame] = []
     if libs.height and calls.height:
         calls_by_thread = calls.select("gtid", "start_ns", "end_ns").partition_by("gtid", as_dict=True)

@@ -21,7 +21,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,17 @@ class RuntimeScan:
     problems: dict[str, int]
     engine: str
     type_mismatch_rows: int = 0
-    notes: list[str] = field(default_factory=list)
+
+
+def closed_library_calls(library_calls: pl.DataFrame) -> pl.DataFrame:
+    """The library calls the joins can use: on a known thread, with a start and an end, end >= start.
+
+    The others (no end, no start, reversed, no thread) contain nothing that can be checked; they
+    are censored (see :func:`nsysaudit.joins.censor`), never joined.
+    """
+    return library_calls.filter(
+        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+    )
 
 
 def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
@@ -69,9 +79,7 @@ def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
     Columns ``gtid, w_start, w_end``. A CUDA API call overlaps some library call of its thread
     iff it overlaps one of these windows; disjointness makes that an as-of lookup.
     """
-    closed = library_calls.filter(
-        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
-    ).select("gtid", "start_ns", "end_ns")
+    closed = closed_library_calls(library_calls).select("gtid", "start_ns", "end_ns")
     if closed.height == 0:
         return pl.DataFrame(schema={"gtid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64})
     ordered = closed.sort(["gtid", "start_ns"])

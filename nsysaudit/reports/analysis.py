@@ -131,19 +131,6 @@ class AnalysisResult:
             ],
         }
 
-    def _call(self, r: dict[str, Any]) -> dict[str, Any]:
-        api = r["api"]
-        return {
-            "api": api,
-            "display_api": display_name(api) if api is not None else None,
-            "return_code": r["return_code"],
-            "return_name": return_name(api, r["return_code"]) if api is not None else None,
-            "correlation_id": r["correlation_id"],
-            "start_ns": r["start_ns"],
-            "end_ns": r["end_ns"],
-            "bytes": r["bytes"],
-        }
-
     @property
     def library_calls(self) -> list[dict[str, Any]]:
         return self.library_call_dicts(self.library_calls_frame())
