@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 NSYSAUDIT := $(VENV)/bin/nsysaudit
-FIX := tests/fixtures/h200
+FIX := tests/fixtures/h200-cuda13-nsys2023.4
 OUT ?= out
 
 .DEFAULT_GOAL := help

@@ -4,7 +4,7 @@
     python benchmarks/make_export.py OUT.sqlite --rows N [--processes P] [--threads T]
         [--seed S] [--library-every K] [--failures F] [--variant observe|release]
 
-The layout follows the real H200 export in tests/fixtures/h200 (see its README.md):
+The layout follows the real H200 export in tests/fixtures/h200-cuda13-nsys2023.4 (see its README.md):
 
 * CUPTI_ACTIVITY_KIND_RUNTIME: N CUDA API rows (runtime names with their CUPTI version suffix,
   e.g. ``cudaLaunchKernel_v7000``; driver names such as ``cuLaunchKernel`` with eventClass 1) over

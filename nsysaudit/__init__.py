@@ -4,7 +4,7 @@ Finds CUDA allocation failures nested inside library calls (cuBLAS, cuDNN), says
 evidence stops (censored coverage), and seals what it reports.
 
 >>> import nsysaudit
->>> result = nsysaudit.analyze("tests/fixtures/h200/observe.sqlite")  # doctest: +SKIP
+>>> result = nsysaudit.analyze("tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite")  # doctest: +SKIP
 >>> result.verdict, result.census["nonzero_returns"]  # doctest: +SKIP
 ('inconclusive', 13)
 """

@@ -53,7 +53,7 @@ def analyze(
     :mod:`nsysaudit.alignment`) and every finding and library call is placed among its lines.
     Unusable telemetry raises :class:`~nsysaudit.errors.UnusableInput` before the export is read.
 
-    >>> result = analyze("tests/fixtures/h200/observe.sqlite")  # doctest: +SKIP
+    >>> result = analyze("tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite")  # doctest: +SKIP
     >>> result.verdict  # doctest: +SKIP
     'inconclusive'
     """

@@ -3,7 +3,7 @@
 The tables are created by executing, verbatim, the ``CREATE TABLE`` statements of the real
 Nsight Systems 2023.4.4 export schema (``tests/fixtures/schema/nsys-2023.4.4-export-schema.sql``),
 so column comments, ``NOT NULL`` constraints and primary keys are exactly what nsys writes.
-Row shapes follow the real H200 export in ``tests/fixtures/h200/observe.sqlite``; that file is
+Row shapes follow the real H200 export in ``tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite``; that file is
 NOT needed to build fixtures (the few enum rows used are embedded below).
 
 Determinism: the same :class:`Export` gives byte-identical files (no clocks, no randomness).
@@ -61,7 +61,7 @@ def global_tid(pid: int, tid: int, vm: int = 0) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Enum rows copied from the real export (tests/fixtures/h200/observe.sqlite, nsys 2023.4.4.54)
+# Enum rows copied from the real export (tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite, nsys 2023.4.4.54)
 # --------------------------------------------------------------------------------------------
 
 NVTX_PUSH_POP_RANGE = 59

@@ -14,7 +14,8 @@ sys.path.insert(0, str(TESTS))
 from builder import Export, build_export  # noqa: E402
 
 FIXTURES = TESTS / "fixtures"
-H200 = FIXTURES / "h200"
+H200 = FIXTURES / "h200-cuda13-nsys2023.4"
+H200_2025 = FIXTURES / "h200-cuda13-nsys2025.3"
 PUBLIC = FIXTURES / "public"
 
 

@@ -25,7 +25,7 @@ from builder import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-REAL = pathlib.Path(__file__).resolve().parent / "fixtures" / "h200" / "observe.sqlite"
+REAL = pathlib.Path(__file__).resolve().parent / "fixtures" / "h200-cuda13-nsys2023.4" / "observe.sqlite"
 needs_real = pytest.mark.skipif(not REAL.exists(), reason="real H200 export not present")
 
 MIB = 1 << 20
