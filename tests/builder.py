@@ -39,6 +39,8 @@ SCHEMA_PATH = (
     / "nsys-2023.4.4-export-schema.sql"
 )
 
+DIAGNOSTIC_SCHEMA_PATH = SCHEMA_PATH.with_name("nsys-2025.3-diagnostic-tables.sql")
+
 VM_DEFAULT = 0
 
 _ID_MASK = 0xFFFFFF
@@ -88,6 +90,10 @@ ENUM_ROWS: dict[str, list[tuple[int, str, str]]] = {
         (1, "TRACE_PROCESS_EVENT_CUDA_DRIVER", "CUDA driver"),
         (28, "TRACE_PROCESS_EVENT_CUDNN", "cuDNN"),
         (29, "TRACE_PROCESS_EVENT_CUBLAS", "cuBLAS"),
+        (33, "TRACE_PROCESS_EVENT_CUDNN_START", "cuDNN start"),
+        (34, "TRACE_PROCESS_EVENT_CUDNN_FINISH", "cuDNN finish"),
+        (35, "TRACE_PROCESS_EVENT_CUBLAS_START", "cuBLAS start"),
+        (36, "TRACE_PROCESS_EVENT_CUBLAS_FINISH", "cuBLAS finish"),
     ],
     "ENUM_CUDA_DEV_MEM_EVENT_OPER": [
         (0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"),
@@ -168,6 +174,43 @@ class LibCall:
     library: str = "cuBLAS"
     source: str = "nvtx"
     vm: int = 0
+    # For source="table": the row's eventClass (default: the library's call class; 33-36 are the
+    # zero-length "cuDNN/cuBLAS start/finish" marker rows nsys writes, with tid 0).
+    event_class: int | None = None
+
+
+@dataclass
+class Diagnostic:
+    """One DIAGNOSTIC_EVENT row: severity 1 info, 2 warning, 3 error; ``pid`` None for session rows."""
+
+    timestamp: int
+    text: str
+    severity: int = 1
+    pid: int | None = None
+    source: int = 3  # Analysis
+    vm: int = 0
+
+
+# The globalPid nsys gives session-level messages ("Profiling has started.") in the real exports.
+SESSION_GLOBAL_PID = -144115188075855872
+
+
+@dataclass
+class MemoryEvent:
+    """A CUDA_GPU_MEMORY_USAGE_EVENTS row not tied to a :class:`Call` (op 0 allocation, 1 deallocation).
+
+    ``corr`` 0 is what nsys writes for memory the driver allocates itself (module memory, memKind 5).
+    """
+
+    start: int
+    pid: int
+    bytes: int
+    corr: int | None = 0
+    mem_kind: int = 5
+    op: int = 0
+    device: int = 0
+    address: int = 0
+    vm: int = 0
 
 
 @dataclass
@@ -196,6 +239,11 @@ class Export:
     omit_tables: set[str] = field(default_factory=set)
     full_schema: bool = False
     capture_meta: dict[str, str] = field(default_factory=dict)
+    # DIAGNOSTIC_EVENT rows (nsys 2024.2+); None: no such table, as in nsys 2023.4 exports.
+    diagnostics: list[Diagnostic] | None = None
+    # ANALYSIS_DETAILS.duration (the trace's length); None: no row.
+    analysis_duration: int | None = None
+    memory_events: list[MemoryEvent] = field(default_factory=list)
     # Escape hatch for broken evidence (tests of hostile input only): SQL scripts executed after
     # the build, each in its own connection (so a script after a ``PRAGMA writable_schema`` edit
     # sees the edited schema). Not validated. See :func:`strip_not_null` for writing NULLs into
@@ -226,6 +274,29 @@ def ddl_statements() -> dict[str, str]:
     indexes or views (neither has the real lazy export), so none are created.
     """
     return dict(_ddl())
+
+
+@cache
+def _diagnostic_ddl() -> tuple[tuple[str, str], ...]:
+    """DIAGNOSTIC_EVENT and its enums, from a real nsys 2025.3 export (the 2023.4.4 DDL has none)."""
+    text = DIAGNOSTIC_SCHEMA_PATH.read_text(encoding="utf-8")
+    return tuple((m.group(1), m.group(0)) for m in _CREATE_RE.finditer(text))
+
+
+DIAGNOSTIC_ENUMS: dict[str, list[tuple[int, str, str]]] = {
+    "ENUM_DIAGNOSTIC_SEVERITY_LEVEL": [
+        (0, "UnknownLevel", "Unknown"), (1, "Info", "Info"), (2, "Warning", "Warning"), (3, "Error", "Error"),
+        (4, "Verbose", "Verbose"),
+    ],
+    "ENUM_DIAGNOSTIC_SOURCE_TYPE": [
+        (0, "UnknownSource", "Unknown source"), (1, "Injection", "Injection"), (2, "Daemon", "Daemon"),
+        (3, "Analysis", "Analysis"),
+    ],
+    "ENUM_DIAGNOSTIC_TIMESTAMP_SOURCE": [
+        (0, "UnknownTimestamp", "Unknown timestamp"), (1, "TargetTimestamp", "Target timestamp"),
+        (2, "HostTimestamp", "Host timestamp"),
+    ],
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -370,6 +441,13 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
             )
             granules = max(1, -(-c.bytes // ALLOC_GRANULARITY))
             address += granules * ALLOC_GRANULARITY
+    for m in spec.memory_events:
+        memory.append(
+            (
+                m.start, global_pid(m.pid, m.vm), m.device, 1, m.address, 0, m.bytes, m.mem_kind, m.op, None,
+                m.corr, None, None, None, None, None, None,
+            )
+        )
     out["CUPTI_ACTIVITY_KIND_RUNTIME"] = _by_start(runtime)
     out["CUDA_GPU_MEMORY_USAGE_EVENTS"] = _by_start(memory)
 
@@ -395,6 +473,7 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
         name_id = strings.ids[lc.api]
         if lc.source == "table":
             table, event_class = LIBRARY_TABLES[lc.library]
+            event_class = lc.event_class if lc.event_class is not None else event_class
             lib_tables[table].append((lc.start, lc.end, event_class, gtid, name_id))
             continue
         key = (lc.vm, lc.pid, lc.library)
@@ -455,6 +534,15 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
         out["TARGET_INFO_SESSION_START_TIME"] = [(spec.session_start_utc_ns, text, text)]
     for table, enum_rows in ENUM_ROWS.items():
         out[table] = list(enum_rows)
+    if spec.diagnostics is not None:
+        out["DIAGNOSTIC_EVENT"] = [
+            (d.timestamp, 1, d.source, d.severity, d.text,
+             SESSION_GLOBAL_PID if d.pid is None else global_pid(d.pid, d.vm))
+            for d in spec.diagnostics
+        ]
+        out.update({table: list(rows) for table, rows in DIAGNOSTIC_ENUMS.items()})
+    if spec.analysis_duration is not None:
+        out["ANALYSIS_DETAILS"] = [(1 << 48, spec.analysis_duration, 1_000, 1_000 + spec.analysis_duration)]
     return out
 
 
@@ -467,7 +555,10 @@ def _tables_to_create(spec: Export, rows: dict[str, Sequence[tuple[Any, ...]]]) 
         if spec.session_start_utc_ns is not None:
             wanted.add("TARGET_INFO_SESSION_START_TIME")
     wanted -= spec.omit_tables
-    return [t for t in statements if t in wanted]  # DDL file order (alphabetical, like nsys)
+    tables = [t for t in statements if t in wanted]  # DDL file order (alphabetical, like nsys)
+    if spec.diagnostics is not None:
+        tables += [t for t, _ in _diagnostic_ddl() if t not in spec.omit_tables]
+    return tables
 
 
 def build_export(spec: Export, path: str | os.PathLike[str]) -> pathlib.Path:
@@ -480,7 +571,7 @@ def build_export(spec: Export, path: str | os.PathLike[str]) -> pathlib.Path:
     out = pathlib.Path(path)
     rows = _rows(spec)
     tables = _tables_to_create(spec, rows)
-    statements = ddl_statements()
+    statements = {**ddl_statements(), **dict(_diagnostic_ddl())}
     with open(out, "xb"):
         pass  # exclusive create: refuse to overwrite
     try:
