@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,13 +11,14 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit import integrity, joins, nsys
-from nsysaudit.alignment import align
+from nsysaudit import coverage, failures, integrity, joins, nsys
+from nsysaudit.alignment import Alignment, align
+from nsysaudit.codes import display_name, is_allocation_api, is_out_of_memory, return_name
 from nsysaudit.errors import UnusableInput
-from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS, Trace, global_pid, load
+from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, global_pid, load
 from nsysaudit.progress import Progress
-from nsysaudit.reports.analysis import LIBRARY_CAPTURE_TYPES, AnalysisResult, InputInfo, Verdict
-from nsysaudit.source import probe, sha256_file
+from nsysaudit.reports.analysis import AnalysisResult, InputInfo, Verdict
+from nsysaudit.source import ExportFile, probe, sha256_file
 from nsysaudit.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
@@ -90,6 +92,7 @@ def analyze(
     export = probe(sqlite_path)
     try:
         trace = load(export, library_domains, progress=progress)
+        records = _event_records(export, trace)
         info = InputInfo(
             path=str(path),
             sha256=hashing.result(),
@@ -101,10 +104,9 @@ def analyze(
             session_start_utc_ns=trace.session_start_utc_ns,
             **export_info,
         )
-        result = analyze_trace(trace, info, max_pairs=max_pairs)
-        if log is not None:
-            attach_telemetry(result, log)
-        return result
+        return analyze_trace(
+            trace, info, max_pairs=max_pairs, telemetry=log, event_records=records, library_domains=library_domains
+        )
     finally:
         export.close()
 
@@ -133,35 +135,49 @@ class _BackgroundDigest:
         return self._digest
 
 
-def attach_telemetry(result: AnalysisResult, log: TelemetryLog) -> None:
-    """Align ``log`` with the analyzed trace and store it on ``result`` (``result.alignment``).
+def _event_records(export: ExportFile, trace: Trace) -> pl.DataFrame:
+    """Event records inside the capture regions that precede a failed stream wait (read only then)."""
+    if trace.runtime_table is None or trace.capture_calls.height == 0:
+        return pl.DataFrame(schema=trace.api_rows.schema)
+    regions = failures.capture_regions(trace.capture_calls)
+    waits = failures.failed_waits(failures.classify_returns(trace.api_rows))
+    needed = failures.regions_before_waits(regions, waits)
+    if needed.height == 0:
+        return pl.DataFrame(schema=trace.api_rows.schema)
+    return event_records_in(export, trace.runtime_table, needed)
 
-    Bad telemetry lines skipped under ``lenient`` are added to ``result.warnings``.
+
+FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
+# Capture settings (META_DATA_CAPTURE CAPTURE_EVENT_TYPE values) that request library API tracing.
+LIBRARY_CAPTURE_TYPES = {"cuBLAS": frozenset({"CuBLAS", "cuBLAS"}), "cuDNN": frozenset({"CuDNN", "cuDNN"})}
+
+
+def analyze_trace(
+    trace: Trace,
+    info: InputInfo,
+    *,
+    max_pairs: int | None = joins.DEFAULT_MAX_PAIRS,
+    telemetry: TelemetryLog | None = None,
+    event_records: pl.DataFrame | None = None,
+    library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+) -> AnalysisResult:
+    """The joins, coverage, findings and verdict over an already loaded :class:`Trace`.
+
+    ``telemetry`` is aligned with the trace here, before the verdict: a library failure the
+    application recorded but no traced call explains makes the verdict inconclusive.
+    ``event_records``: the event-record calls inside capture regions (see :func:`_event_records`).
     """
-    pids = {p["pid"] for p in result.processes if p["pid"] is not None}
-    pids |= {int(p) for p in result.frames["library_calls"]["pid"].drop_nulls().to_list()}
-    result.alignment = align(
-        log, result.frames["nvtx_ranges"], result.input.session_start_utc_ns, trace_pids=sorted(pids)
-    )
-    if log.bad_lines:
-        detail = "; ".join(f"line {b.line}: {b.problem}" for b in log.bad_lines[:10])
-        more = f"; {len(log.bad_lines) - 10} more" if len(log.bad_lines) > 10 else ""
-        result.warnings.append(
-            {
-                "kind": "telemetry_bad_lines",
-                "count": len(log.bad_lines),
-                "message": f"{log.path}: skipped (--lenient): {detail}{more}",
-            }
-        )
-
-
-def analyze_trace(trace: Trace, info: InputInfo, *, max_pairs: int | None = joins.DEFAULT_MAX_PAIRS) -> AnalysisResult:
-    """The joins, coverage and verdict over an already loaded :class:`Trace`."""
     names = trace.thread_names
     api_span = trace.api_span.filter(pl.col("gpid").is_not_null())
-    libs = joins.with_ids(joins.censor(trace.library_calls, api_span, has_runtime=trace.has_runtime), names).sort(
-        "lib_id"
+    libs = coverage.censor(
+        trace.library_calls,
+        api_span,
+        has_runtime=trace.has_runtime,
+        capture=trace.capture_bounds,
+        diagnostics=trace.diagnostics,
+        process_gpids=trace.processes["gpid"].drop_nulls().to_list(),
     )
+    libs = joins.with_ids(libs, names).sort("lib_id")
 
     calls = integrity.joinable_calls(trace.api_rows)
     nesting = joins.nest_bounded(trace.library_calls, calls, max_pairs)
@@ -172,15 +188,52 @@ def analyze_trace(trace: Trace, info: InputInfo, *, max_pairs: int | None = join
     undecided += integrity.limit_review(trace, nesting)
     libs = libs.with_columns(pl.lit(nesting.complete).alias("children_complete"))
 
-    findings = _findings(pairs, libs, names)
+    api_rows = failures.classify_returns(trace.api_rows)
+    nested = _findings(pairs, libs, names)
+    waits = _wait_findings(trace, api_rows, event_records, names)
+    findings = pl.concat([nested, waits], how="diagonal_relaxed").sort(
+        ["start_ns", "gtid", "correlation_id"], nulls_last=True
+    ) if waits.height else nested
+    explained = findings.select(failures.CALL_COLUMNS)
+    straddling = pairs.filter(pl.col("relation") == "straddling").select(failures.CALL_COLUMNS)
+    library = set(library_domains)
+    plain_ranges = trace.nvtx_ranges.filter(pl.col("domain").is_null() | ~pl.col("domain").is_in(list(library)))
+    unexamined = trace.library_calls.filter(pl.col("lib_id").is_in(nesting.unexamined))
+    failed, attributed = failures.failed_calls(
+        trace.api_rows, explained, straddling, plain_ranges, max_pairs, unexamined
+    )
+    if not attributed:
+        trace.warn(
+            "nvtx_attribution_skipped",
+            failed.height,
+            f"more (failed call, NVTX range) overlaps than --max-pairs {max_pairs:,}: the innermost NVTX range "
+            "of each failed call is unknown (null)",
+        )
+    failed = joins.with_ids(failed, names)
+
     census = (
-        trace.api_rows.filter(pl.col("return_code") != 0)
-        .group_by(["api", "return_code"])
+        api_rows.filter(pl.col("return_code") != 0)
+        .group_by(["api", "return_code", "classification"])
         .agg(pl.len().cast(pl.Int64).alias("count"))
         .sort(["api", "return_code"], nulls_last=True)
     )
     coverage_sources = _coverage_sources(trace, api_span)
-    verdict, reasons = _verdict(trace, census, libs, findings, undecided)
+    sources = _library_sources(trace, libs, library_domains)
+    pids = {int(p) for p in trace.processes["pid"].drop_nulls().to_list()}
+    pids |= {int(p) for p in libs["pid"].drop_nulls().to_list()}
+    alignment = (
+        align(telemetry, trace.nvtx_ranges, info.session_start_utc_ns, trace_pids=sorted(pids))
+        if telemetry is not None
+        else None
+    )
+    telemetry_failures = _telemetry_library_failures(alignment, libs, findings, trace.capture)
+    if telemetry is not None and telemetry.bad_lines:
+        detail = "; ".join(f"line {b.line}: {b.problem}" for b in telemetry.bad_lines[:10])
+        more = f"; {len(telemetry.bad_lines) - 10} more" if len(telemetry.bad_lines) > 10 else ""
+        trace.warn(
+            "telemetry_bad_lines", len(telemetry.bad_lines), f"{telemetry.path}: skipped (--lenient): {detail}{more}"
+        )
+    verdict, reasons = _verdict(trace, libs, findings, failed, sources, telemetry_failures, undecided)
     processes = [
         {"pid": r["pid"], "global_pid": r["gpid"], "name": r["process_name"]}
         for r in trace.processes.sort("gpid").to_dicts()
@@ -192,10 +245,12 @@ def analyze_trace(trace: Trace, info: InputInfo, *, max_pairs: int | None = join
             "library_calls": libs,
             "pairs": pairs,
             "findings": findings,
+            "failed_calls": failed,
             "api_span": api_span,
-            "api_rows": trace.api_rows,
+            "api_rows": api_rows,
             "nvtx_ranges": trace.nvtx_ranges,
             "thread_names": names,
+            "diagnostics": trace.diagnostics,
         },
         cuda_api_calls=trace.api_total,
         cuda_api_trace=trace.has_runtime and trace.api_total > 0,
@@ -206,42 +261,64 @@ def analyze_trace(trace: Trace, info: InputInfo, *, max_pairs: int | None = join
         capture=trace.capture,
         warnings=trace.warnings,
         extra={"limits": {"max_pairs": max_pairs, "pairs": nesting.total_pairs, "pairs_listed": pairs.height}},
+        alignment=alignment,
+        capture_bounds=trace.capture_bounds,
+        library_sources=sources,
+        telemetry_library_failures=telemetry_failures,
     )
 
 
+_CHAIN = pl.List(pl.Struct({"lib_id": pl.Int64, "api": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}))
+_CALL_STRUCT = pl.Struct(
+    {"api": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64}
+)
+STREAM_CAPTURE = pl.Struct(
+    {
+        "gtid": pl.Int64,
+        "begin": _CALL_STRUCT,
+        "end": _CALL_STRUCT,
+        "event_records": pl.List(_CALL_STRUCT),
+        "regions_with_records_before": pl.Int64,
+        "ns_from_capture_end": pl.Int64,
+    }
+)
+FINDING_SCHEMA: dict[str, Any] = {
+    "kind": pl.String,
+    "api": pl.String,
+    "return_code": pl.Int64,
+    "correlation_id": pl.Int64,
+    "gtid": pl.Int64,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "thread_name": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "bytes": pl.Int64,
+    "out_of_memory": pl.Boolean,
+    "lib_id": pl.Int64,
+    "lib_api": pl.String,
+    "lib_library": pl.String,
+    "lib_source": pl.String,
+    "lib_start_ns": pl.Int64,
+    "lib_end_ns": pl.Int64,
+    "lib_end_known": pl.Boolean,
+    "lib_coverage": pl.String,
+    "enclosing_chain": _CHAIN,
+    "allocated_before": pl.List(pl.Int64),
+    "stream_capture": STREAM_CAPTURE,
+}
+
+
 def _findings(pairs: pl.DataFrame, libs: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
-    """One row per failed allocation call, enclosed by its innermost library call.
+    """One row per failed call nested in (or, for allocations, straddling) a library call.
 
     A call nested in several library calls (cublasLtCreate inside cublasCreate_v2) is one finding;
-    ``enclosing_chain`` lists every enclosing call, innermost first. A call that is nested in
-    none but straddles one is a ``straddling_alloc_failure``.
+    ``enclosing_chain`` lists every enclosing call, innermost first. Kinds: see
+    :func:`nsysaudit.failures.nested_failures`.
     """
-    failures = joins.alloc_failures(pairs)
-    if failures.height == 0:
-        schema: dict[str, Any] = {
-            "kind": pl.String,
-            "api": pl.String,
-            "return_code": pl.Int64,
-            "correlation_id": pl.Int64,
-            "gtid": pl.Int64,
-            "pid": pl.Int64,
-            "tid": pl.Int64,
-            "thread_name": pl.String,
-            "start_ns": pl.Int64,
-            "end_ns": pl.Int64,
-            "bytes": pl.Int64,
-            "lib_id": pl.Int64,
-            "lib_api": pl.String,
-            "lib_library": pl.String,
-            "lib_source": pl.String,
-            "lib_start_ns": pl.Int64,
-            "lib_end_ns": pl.Int64,
-            "lib_coverage": pl.String,
-            "enclosing_chain": pl.List(
-                pl.Struct({"lib_id": pl.Int64, "api": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
-            ),
-        }
-        return pl.DataFrame(schema=schema)
+    failed = failures.nested_failures(pairs)
+    if failed.height == 0:
+        return pl.DataFrame(schema=FINDING_SCHEMA)
     lib_cols = libs.select(
         "lib_id",
         pl.col("api").alias("lib_api"),
@@ -249,9 +326,10 @@ def _findings(pairs: pl.DataFrame, libs: pl.DataFrame, names: pl.DataFrame) -> p
         pl.col("source").alias("lib_source"),
         pl.col("start_ns").alias("lib_start_ns"),
         pl.col("end_ns").alias("lib_end_ns"),
+        pl.col("end_known").alias("lib_end_known"),
         pl.col("coverage").alias("lib_coverage"),
     )
-    enriched = failures.join(lib_cols, on="lib_id", how="left").with_columns(
+    enriched = failed.join(lib_cols, on="lib_id", how="left").with_columns(
         (pl.col("lib_end_ns") - pl.col("lib_start_ns")).alias("lib_duration")
     )
     # Nested relations first, then innermost (shortest) enclosing call first.
@@ -270,29 +348,77 @@ def _findings(pairs: pl.DataFrame, libs: pl.DataFrame, names: pl.DataFrame) -> p
         .alias("enclosing_chain")
     )
     first = enriched.group_by(key, maintain_order=True).first()
-    out = first.join(chain, on=key, how="left", nulls_equal=True)
-    out = joins.with_ids(out, names)
-    return out.select(
-        "kind",
-        "api",
-        "return_code",
-        "correlation_id",
-        "gtid",
-        "pid",
-        "tid",
-        "thread_name",
-        "start_ns",
-        "end_ns",
-        "bytes",
-        "lib_id",
-        "lib_api",
-        "lib_library",
-        "lib_source",
-        "lib_start_ns",
-        "lib_end_ns",
-        "lib_coverage",
-        "enclosing_chain",
-    ).sort(["start_ns", "gtid", "correlation_id"], nulls_last=True)
+    out = joins.with_ids(first.join(chain, on=key, how="left", nulls_equal=True), names)
+    out = out.with_columns(pl.lit(None, dtype=STREAM_CAPTURE).alias("stream_capture"))
+    return _allocated_before(out, pairs).select(list(FINDING_SCHEMA)).sort(
+        ["start_ns", "gtid", "correlation_id"], nulls_last=True
+    )
+
+
+def _allocated_before(findings: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """Add ``allocated_before``: the bytes of each successful allocation nested in the finding's
+    enclosing call that started before the failed call (null where the size is unknown)."""
+    allocs = pairs.filter(
+        (pl.col("relation") == "nested")
+        & (pl.col("return_code") == 0)
+        & pl.col("api").map_elements(is_allocation_api, return_dtype=pl.Boolean, skip_nulls=True).fill_null(False)
+    ).select("lib_id", pl.col("start_ns").alias("a_start"), pl.col("correlation_id").alias("a_corr"), "bytes")
+    keyed = findings.with_row_index("_f")
+    before = (
+        keyed.select("_f", "lib_id", "start_ns")
+        .join(allocs, on="lib_id", how="inner")
+        .filter(pl.col("a_start") < pl.col("start_ns"))
+        .sort("_f", "a_start", "a_corr")
+        .group_by("_f", maintain_order=True)
+        .agg(pl.col("bytes").alias("allocated_before"))
+    )
+    return (
+        keyed.join(before, on="_f", how="left")
+        .with_columns(pl.col("allocated_before").fill_null(pl.lit([], dtype=pl.List(pl.Int64))))
+        .drop("_f")
+    )
+
+
+def _wait_findings(
+    trace: Trace, api_rows: pl.DataFrame, event_records: pl.DataFrame | None, names: pl.DataFrame
+) -> pl.DataFrame:
+    """``captured_event_wait_failure`` findings (see :func:`nsysaudit.failures.captured_event_waits`)."""
+    regions = failures.capture_regions(trace.capture_calls)
+    records = failures.records_in_regions(
+        event_records if event_records is not None else pl.DataFrame(schema=api_rows.schema), regions
+    )
+    found = failures.captured_event_waits(failures.failed_waits(api_rows), regions, records)
+    if not found:
+        return pl.DataFrame(schema=FINDING_SCHEMA)
+
+    def call(prefix: str, region: dict[str, Any]) -> dict[str, Any]:
+        return {k: region[f"{prefix}_{k}"] for k in ("api", "start_ns", "end_ns", "correlation_id")}
+
+    rows = []
+    for f in found:
+        wait, region = f["wait"], f["region"]
+        rows.append(
+            {
+                "kind": "captured_event_wait_failure",
+                **{k: wait[k] for k in ("api", "return_code", "correlation_id", "gtid", "start_ns", "end_ns")},
+                "out_of_memory": is_out_of_memory(wait["api"], wait["return_code"]),
+                "enclosing_chain": [],
+                "allocated_before": [],
+                "stream_capture": {
+                    "gtid": region["gtid"],
+                    "begin": call("begin", region),
+                    "end": call("end", region),
+                    "event_records": [
+                        {k: r[k] for k in ("api", "start_ns", "end_ns", "correlation_id")} for r in f["records"]
+                    ],
+                    "regions_with_records_before": f["regions_before"],
+                    "ns_from_capture_end": wait["start_ns"] - region["end_end_ns"],
+                },
+            }
+        )
+    named_later = ("pid", "tid", "thread_name")
+    frame = pl.DataFrame(rows, schema={k: v for k, v in FINDING_SCHEMA.items() if k not in named_later})
+    return joins.with_ids(frame, names).select(list(FINDING_SCHEMA))
 
 
 def _coverage_sources(trace: Trace, api_span: pl.DataFrame) -> list[dict[str, Any]]:
@@ -331,40 +457,218 @@ def _coverage_sources(trace: Trace, api_span: pl.DataFrame) -> list[dict[str, An
     )
 
 
+def _library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[str]) -> list[dict[str, Any]]:
+    """Per library asked for, whether the capture traced it and how many calls it recorded.
+
+    ``status``: ``traced`` (calls recorded, or tracing requested and nsys raised no objection),
+    ``not_traced`` (requested, but nsys said it could not trace it: never read as "no calls"),
+    ``not_requested`` (the capture settings do not ask for it), ``unknown`` (no capture settings).
+    """
+    types = set(trace.capture.get("CAPTURE_EVENT_TYPE", []))
+    refused = trace.diagnostics.filter(pl.col("category") == "library_not_traced")
+    out = []
+    for library in dict.fromkeys(library_domains):
+        calls = libs.filter(pl.col("library") == library).height
+        markers = sum(n for table, n in trace.library_markers.items() if trace.tables_used.get(library) == table)
+        wanted = LIBRARY_CAPTURE_TYPES.get(library)
+        requested: bool | None = None
+        if wanted is not None and types:
+            requested = bool(wanted & types) or markers > 0
+        said = refused.filter(pl.col("library") == library)["text"].to_list()
+        if said:
+            status, reason = "not_traced", f"nsys: {said[0]}"
+        elif calls or requested:
+            status, reason = "traced", None
+        elif requested is False:
+            status, reason = "not_requested", "the capture's CAPTURE_EVENT_TYPE does not request it"
+        else:
+            status, reason = "unknown", (
+                "no capture settings say whether it was traced"
+                if wanted is not None
+                else f"NVTX domain {library}: no range recorded, so whether it was used is unknown"
+            )
+        out.append(
+            {
+                "library": library,
+                "status": status,
+                "requested": requested,
+                "calls": calls,
+                "markers": markers,
+                "reason": reason,
+            }
+        )
+    return out
+
+
+_LIBRARY_STATUS = re.compile(r"\b(CUBLAS(?:LT)?|CUDNN|CUSOLVER|CUSPARSE|CUFFT|CURAND)_STATUS_([A-Z0-9_]+)")
+_STATUS_FIELD = re.compile(r"^(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|curand)_status$", re.IGNORECASE)
+
+
+def _telemetry_library_failures(
+    alignment: Alignment | None, libs: pl.DataFrame, findings: pl.DataFrame, capture: dict[str, list[str]]
+) -> list[dict[str, Any]]:
+    """Telemetry lines that record a library failure (``CUBLAS_STATUS_ALLOC_FAILED``, ``cublas_status: 3``).
+
+    ``explained``: some finding in the same process shows a failed call behind it. ``after``:
+    the library call of that process that ended last at or before the line (when the line is
+    placed on the trace clock).
+    """
+    if alignment is None:
+        return []
+    skip_keys = sorted(k for k, v in capture.items() if k.endswith("CUDA_SKIP_SOME_API_CALLS") and "true" in v)
+    found_pids = {int(p) for p in findings.filter(pl.col("kind").is_in(FAILURE_KINDS))["pid"].drop_nulls().to_list()}
+    out = []
+    for event, placement in zip(alignment.log.events, alignment.placements, strict=True):
+        statuses: list[str] = []
+        text = None
+        for key, value in event.fields.items():
+            if isinstance(value, str):
+                hits = [m.group(0) for m in _LIBRARY_STATUS.finditer(value) if m.group(2) != "SUCCESS"]
+                if hits and text is None:
+                    text = value
+                statuses += hits
+            elif _STATUS_FIELD.match(key) and type(value) is int and value != 0:
+                statuses.append(f"{key}={value}")
+        if not statuses:
+            continue
+        after = None
+        if placement.trace_ns is not None and event.pid is not None:
+            ended = libs.filter(
+                (pl.col("pid") == event.pid) & pl.col("end_ns").is_not_null() & (pl.col("end_ns") <= placement.trace_ns)
+            ).sort("end_ns")
+            if ended.height:
+                last = ended.row(-1, named=True)
+                after = {
+                    "lib_id": last["lib_id"],
+                    "api": last["api"],
+                    "tid": last["tid"],
+                    "end_ns": last["end_ns"],
+                    "ns_before_line": placement.trace_ns - last["end_ns"],
+                    "coverage": last["coverage"],
+                    "censored_reason": last["censored_reason"],
+                }
+        out.append(
+            {
+                "line": event.line,
+                "event": event.event,
+                "pid": event.pid,
+                "statuses": list(dict.fromkeys(statuses)),
+                "text": text,
+                "trace_ns": placement.trace_ns,
+                "after": after,
+                "explained": event.pid in found_pids if event.pid is not None else bool(found_pids),
+                "cuda_skip_some_api_calls": skip_keys,
+            }
+        )
+    return out
+
+
+def _call_line(r: dict[str, Any]) -> str:
+    thread = r["thread_name"] if r["thread_name"] is not None else "name unknown"
+    where = f" inside NVTX range {r['nvtx_range']}" if r.get("nvtx_range") is not None else ""
+    if r.get("library_call_unexamined"):
+        where += " (overlapping a library call the pair limit left unexamined)"
+    name = return_name(r["api"], r["return_code"]) if r["api"] is not None and r["return_code"] is not None else None
+    api = display_name(r["api"]) if r["api"] is not None else "an unknown API"
+    return (
+        f"{r['count']} {api} returned {r['return_code']} ({name or 'unknown code'}) on pid {r['pid']} tid "
+        f"{r['tid']} ({thread}){where}"
+    )
+
+
 def _verdict(
-    trace: Trace, census: pl.DataFrame, libs: pl.DataFrame, findings: pl.DataFrame, undecided: Sequence[str] = ()
+    trace: Trace,
+    libs: pl.DataFrame,
+    findings: pl.DataFrame,
+    failed: pl.DataFrame,
+    sources: list[dict[str, Any]],
+    telemetry_failures: list[dict[str, Any]],
+    undecided: Sequence[str] = (),
 ) -> tuple[Verdict, list[str]]:
-    nested = findings.filter(pl.col("kind") == "nested_alloc_failure")
-    if nested.height:
-        return "failure_found", [
-            f"{nested.height} failed allocation call(s) wholly inside a library call on the same thread"
-        ]
-    total = trace.api_total
+    """The verdict and its reasons. The reasons always name untraced libraries and the failed
+    calls outside library calls, so ``no_failure`` is never read as "nothing failed"."""
+    context: list[str] = []
+    for s in sources:
+        if s["status"] != "traced":
+            context.append(f"{s['library']} was not traced ({s['status']}): {s['reason']}")
+    if failed.height:
+        total = int(failed["count"].sum())
+        lines = [_call_line(r) for r in failed.head(5).to_dicts()]
+        more = f"; and {failed.height - 5} more group(s)" if failed.height > 5 else ""
+        context.append(
+            f"{total} failed CUDA API call(s) outside library calls, in {failed.height} group(s) (see failed_calls): "
+            + "; ".join(lines)
+            + more
+        )
+    gaps_said = trace.diagnostics.filter(pl.col("category").is_in(["cuda_events_missing", "cuda_trace_degraded"]))
+    for text in dict.fromkeys(gaps_said["text"].to_list()):
+        context.append(f"nsys warned: {text}")
+
+    counts = {k: findings.filter(pl.col("kind") == k).height for k in FAILURE_KINDS}
+    if any(counts.values()):
+        said = {
+            "nested_alloc_failure": "failed allocation call(s) wholly inside a library call on the same thread",
+            "nested_call_failure": "other failed CUDA API call(s) wholly inside a library call on the same thread",
+            "captured_event_wait_failure": "failed stream wait(s) on an event, after events were recorded inside "
+            "a stream capture of the same process",
+        }
+        return "failure_found", [f"{n} {said[k]}" for k, n in counts.items() if n] + context
+
+    gaps: list[str] = []
     if not trace.has_runtime:
-        return "inconclusive", ["the export has no CUDA API trace (no CUPTI_ACTIVITY_KIND_RUNTIME table)"]
-    if total == 0:
-        return "inconclusive", ["the export's CUDA API table is empty"]
+        gaps.append("the export has no CUDA API trace (no CUPTI_ACTIVITY_KIND_RUNTIME table)")
+    elif trace.api_total == 0:
+        gaps.append("the export's CUDA API table is empty")
     censored = libs.filter(pl.col("coverage") == "censored")
     if censored.height:
         reasons = censored.group_by("censored_reason").len().sort("censored_reason")
         detail = ", ".join(f"{r['len']} {r['censored_reason']}" for r in reasons.to_dicts())
-        return "inconclusive", [
+        gaps.append(
             f"{censored.height} of {libs.height} library call(s) are censored ({detail}): "
-            "the CUDA API trace does not cover them, so a failure inside them cannot be ruled out"
-        ]
-    if undecided:
-        return "inconclusive", list(undecided)
-    if libs.height == 0:
-        captured = LIBRARY_CAPTURE_TYPES & set(trace.capture.get("CAPTURE_EVENT_TYPE", []))
-        if captured:
-            return "no_failure", [
-                f"library API tracing was on ({', '.join(sorted(captured))}) and recorded no library call"
-            ]
-        return "inconclusive", [
-            "the export has no library API ranges (cuBLAS/cuDNN) and its capture settings do not show "
-            "library tracing, so nested failures cannot be looked for"
-        ]
-    return "no_failure", [
-        f"{libs.height} library call(s), all covered by the CUDA API trace; none has a failed "
-        "allocation call wholly inside it"
-    ]
+            "the trace does not cover them, so a failure inside them cannot be ruled out"
+        )
+    gaps += list(undecided)
+    if trace.has_runtime and not any(s["status"] == "traced" for s in sources):
+        oom = sum(
+            r["count"]
+            for r in failed.iter_rows(named=True)
+            if r["api"] is not None and (is_allocation_api(r["api"]) or is_out_of_memory(r["api"], r["return_code"]))
+        )
+        if oom:
+            gaps.append(
+                f"{oom} allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN) was traced: "
+                "whether any happened inside a library call cannot be told"
+            )
+    for t in telemetry_failures:
+        if t["explained"]:
+            continue
+        after = t["after"]
+        where = ""
+        if after is not None:
+            where = f", {after['ns_before_line'] / 1e6:.3f} ms after {after['api']} (tid {after['tid']}) ended"
+            if after["coverage"] == "censored":
+                where += f" (that call is censored, {after['censored_reason']}: the trace does not cover all of it)"
+        skipped = (
+            f"; nsys skipped some CUDA API calls (META_DATA_CAPTURE {', '.join(t['cuda_skip_some_api_calls'])}=true): "
+            "--cuda-trace-all-apis=true would record them"
+            if t["cuda_skip_some_api_calls"]
+            else ""
+        )
+        gaps.append(
+            f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}, but no traced "
+            f"CUDA API call shows its cause{skipped}"
+        )
+    if gaps:
+        return "inconclusive", gaps + context
+    traced = [s["library"] for s in sources if s["status"] == "traced"]
+    if libs.height:
+        first = (
+            f"{libs.height} library call(s), all covered by the trace; none has a failed CUDA API call wholly inside it"
+        )
+    elif traced:
+        first = f"library API tracing was on ({', '.join(traced)}) and recorded no library call"
+    elif failed.height:
+        first = "no library API was traced; none of the failed calls is an allocation or out-of-memory failure"
+    else:
+        first = f"none of the {trace.api_total:,} traced CUDA API calls failed"
+    return "no_failure", [first, *context]

@@ -1,7 +1,8 @@
 """Batch audits: many exports in, one polars frame out (one row per input), for notebooks and CI.
 
 >>> import nsysaudit
->>> frame = nsysaudit.audit(["tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite", "missing.sqlite"])  # doctest: +SKIP
+>>> paths = ["tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite", "missing.sqlite"]
+>>> frame = nsysaudit.audit(paths)  # doctest: +SKIP
 >>> frame.select("path", "verdict", "error")  # doctest: +SKIP
 
 An input that cannot be analyzed is a row with its one-line ``error`` and a null verdict: it is

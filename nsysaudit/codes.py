@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import Literal
 
 CUDA_ERROR_T: dict[int, str] = {
     0: "cudaSuccess",
@@ -275,3 +276,72 @@ def return_name(api: str, code: int) -> str | None:
     if api.startswith("cu"):
         return CU_RESULT.get(code)
     return None
+
+
+# --- what a non-zero return means for the call that returned it ------------------------------------
+
+ReturnClass = Literal["failure", "reports_earlier_error", "not_ready_poll"]
+
+# Calls whose job is to report an error raised by an EARLIER call: their non-zero return is not a
+# failure of their own (cudaGetLastError returns, and clears, the last error of the thread).
+_ERROR_REPORTING = frozenset({"cudaGetLastError", "cudaPeekAtLastError"})
+# Query calls poll for completion: 600 (cudaErrorNotReady / CUDA_ERROR_NOT_READY) means "not yet".
+_QUERY = re.compile(r"^cu(da)?(Stream|Event)Query(_ptsz)?$")
+NOT_READY = 600
+# Codes that mean "out of memory": cudaErrorMemoryAllocation (runtime), CUDA_ERROR_OUT_OF_MEMORY (driver).
+_OUT_OF_MEMORY = {"runtime": frozenset({2}), "driver": frozenset({2})}
+
+_CAPTURE_BEGIN = re.compile(r"^cu(da)?StreamBeginCapture(ToGraph)?(_v2)?(_ptsz)?$")
+_CAPTURE_END = re.compile(r"^cu(da)?StreamEndCapture(_ptsz)?$")
+_EVENT_RECORD = re.compile(r"^cu(da)?EventRecord(WithFlags)?(_ptsz)?$")
+_STREAM_WAIT = re.compile(r"^cu(da)?StreamWaitEvent(_ptsz)?$")
+
+
+@lru_cache(maxsize=65536)
+def return_class(api: str | None, code: int) -> ReturnClass:
+    """What a non-zero ``code`` returned by ``api`` says about that call.
+
+    >>> return_class("cudaGetLastError", 2)
+    'reports_earlier_error'
+    >>> return_class("cudaStreamQuery_v3020", 600)
+    'not_ready_poll'
+    >>> return_class("cudaMalloc_v3020", 2)
+    'failure'
+    """
+    if api is None:
+        return "failure"
+    name = display_name(api)
+    if name in _ERROR_REPORTING:
+        return "reports_earlier_error"
+    if code == NOT_READY and _QUERY.match(name):
+        return "not_ready_poll"
+    return "failure"
+
+
+@lru_cache(maxsize=65536)
+def is_out_of_memory(api: str | None, code: int | None) -> bool:
+    """Whether ``code`` returned by ``api`` means out of (device or host) memory."""
+    if api is None or code is None:
+        return False
+    family = "runtime" if api.startswith("cuda") else "driver" if api.startswith("cu") else None
+    return family is not None and code in _OUT_OF_MEMORY[family]
+
+
+def is_capture_begin(api: str) -> bool:
+    """``cuStreamBeginCapture*`` / ``cudaStreamBeginCapture*``: a stream capture region opens."""
+    return bool(_CAPTURE_BEGIN.match(display_name(api)))
+
+
+def is_capture_end(api: str) -> bool:
+    """``cuStreamEndCapture`` / ``cudaStreamEndCapture``: the capture region closes."""
+    return bool(_CAPTURE_END.match(display_name(api)))
+
+
+def is_event_record(api: str) -> bool:
+    """``cuEventRecord*`` / ``cudaEventRecord*``."""
+    return bool(_EVENT_RECORD.match(display_name(api)))
+
+
+def is_stream_wait(api: str) -> bool:
+    """``cuStreamWaitEvent*`` / ``cudaStreamWaitEvent*``: a stream waits on an event."""
+    return bool(_STREAM_WAIT.match(display_name(api)))

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsysaudit.codes import is_allocation_api
 from nsysaudit.model import decode_pid, decode_tid, global_pid
 from nsysaudit.scan import closed_library_calls
 
@@ -153,65 +152,6 @@ def attach_bytes(pairs: pl.DataFrame, allocations: pl.DataFrame) -> pl.DataFrame
             how="left",
         )
         .drop("gpid")
-    )
-
-
-def censor(library_calls: pl.DataFrame, api_span: pl.DataFrame, *, has_runtime: bool) -> pl.DataFrame:
-    """Add ``coverage`` ("complete" | "censored") and ``censored_reason`` to each library call.
-
-    A library call's nesting evidence is censored when the CUDA API trace of its process stops
-    before the call ends (CUPTI recording ended inside it), the process has no CUDA API rows, the
-    export has no CUDA API table, or the call has no end (or no start, or ends before it starts:
-    a damaged range, never joined). A process's *first* CUDA API call
-    falling inside a library call is not censoring: libraries often initialize CUDA themselves,
-    so the first traced calls of a process are legitimately nested in cublasCreate.
-    """
-    spans = api_span.select("gpid", pl.col("first_ns").alias("api_first_ns"), pl.col("last_ns").alias("api_last_ns"))
-    out = library_calls.with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(spans, on="gpid", how="left")
-    reason = (
-        pl.when(pl.lit(not has_runtime))
-        .then(pl.lit("no_cuda_api_trace"))
-        .when(pl.col("end_ns").is_null())
-        .then(pl.lit("library_call_has_no_end"))
-        # A damaged range (no start, or end before start) contains nothing the joins can check.
-        .when(pl.col("start_ns").is_null())
-        .then(pl.lit("library_call_has_no_start"))
-        .when(pl.col("end_ns") < pl.col("start_ns"))
-        .then(pl.lit("library_call_reversed"))
-        .when(pl.col("gtid").is_null())
-        .then(pl.lit("library_call_has_no_thread"))
-        .when(pl.col("api_last_ns").is_null())
-        .then(pl.lit("no_cuda_api_trace_for_process"))
-        .when(pl.col("end_ns") > pl.col("api_last_ns"))
-        .then(pl.lit("cuda_api_trace_ends_inside"))
-        .otherwise(pl.lit(None, dtype=pl.String))
-    )
-    return (
-        out.with_columns(reason.alias("censored_reason"))
-        .with_columns(
-            pl.when(pl.col("censored_reason").is_null())
-            .then(pl.lit("complete"))
-            .otherwise(pl.lit("censored"))
-            .alias("coverage")
-        )
-        .drop("gpid")
-        .sort("lib_id")
-    )
-
-
-def alloc_failures(pairs: pl.DataFrame) -> pl.DataFrame:
-    """Failed allocation calls among ``pairs``, with ``kind``.
-
-    ``nested_alloc_failure``: a non-zero return from an allocation API wholly inside the library
-    call. ``straddling_alloc_failure``: the same, crossing the library call's edge.
-    """
-    is_alloc = pl.col("api").map_elements(is_allocation_api, return_dtype=pl.Boolean, skip_nulls=True)
-    failed = pairs.filter((pl.col("return_code") != 0) & pl.col("api").is_not_null())
-    return failed.filter(is_alloc.fill_null(False)).with_columns(
-        pl.when(pl.col("relation") == "nested")
-        .then(pl.lit("nested_alloc_failure"))
-        .otherwise(pl.lit("straddling_alloc_failure"))
-        .alias("kind")
     )
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import polars as pl
 
+from nsysaudit.codes import is_capture_begin, is_capture_end, is_event_record
+from nsysaudit.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.errors import UnusableInput
 from nsysaudit.progress import Progress
 from nsysaudit.scan import SPAN_SCHEMA, scan_runtime
@@ -26,6 +28,10 @@ TID_MASK = 0xFFFFFF
 NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
 DEFAULT_LIBRARY_DOMAINS = ("cuBLAS", "cuDNN")
 LIBRARY_TABLES = {"CUBLAS_EVENTS": "cuBLAS", "CUDNN_EVENTS": "cuDNN"}
+# ENUM_NSYS_EVENT_CLASS ids of the zero-length "cuBLAS start/finish", "cuDNN start/finish" marker
+# rows nsys writes into CUBLAS_EVENTS / CUDNN_EVENTS (nsys 2022.2 through 2026.2), for exports
+# without the enum table. They mark when library tracing began and ended, not library calls.
+LIBRARY_MARKER_CLASSES = (33, 34, 35, 36)
 
 
 def q(name: str) -> str:
@@ -54,6 +60,17 @@ def global_pid(gtid: pl.Expr) -> pl.Expr:
     return gtid - (gtid % (1 << 24))
 
 
+CALL_SCHEMA = {
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+    "name_id": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+}
+
+
 @dataclass
 class Trace:
     """What the analysis reads from one export.
@@ -73,6 +90,13 @@ class Trace:
       ``gpid, correlation_id`` with ``bytes`` (sum) and ``events`` (row count).
     - ``thread_names``: ``gtid, thread_name``. ``processes``: ``pid, gpid, process_name``.
     - ``memory_span``: ``gpid, first_ns, last_ns, rows`` of all memory usage events.
+    - ``capture_calls``: the successful stream-capture begin/end calls (``CALL_SCHEMA``), read in the
+      same pass (:mod:`nsysaudit.failures` pairs them into capture regions).
+    - ``diagnostics``: nsys's own DIAGNOSTIC_EVENT messages, classified
+      (:data:`nsysaudit.diagnostics.DIAGNOSTIC_SCHEMA`); ``capture_bounds`` the capture's start and stop.
+    - ``library_markers``: per library table, the marker rows left out of ``library_calls``.
+    - ``unattributed_allocations``: ``gpid, events, bytes`` of allocation events with correlation id
+      0 or NULL (memory the driver allocates itself, such as module memory): tied to no API call.
     """
 
     export: ExportFile
@@ -92,6 +116,13 @@ class Trace:
     capture: dict[str, list[str]]
     tables_used: dict[str, str]
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    capture_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
+    diagnostics: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DIAGNOSTIC_SCHEMA))
+    capture_bounds: Capture = NO_CAPTURE
+    library_markers: dict[str, int] = field(default_factory=dict)
+    unattributed_allocations: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64})
+    )
 
     def warn(self, kind: str, count: int, message: str) -> None:
         self.warnings.append({"kind": kind, "count": int(count), "message": message})
@@ -123,15 +154,6 @@ LIB_SCHEMA = {
     "end_ns": pl.Int64,
 }
 ALLOC_SCHEMA = {"gpid": pl.Int64, "correlation_id": pl.Int64, "bytes": pl.Int64, "events": pl.Int64}
-CALL_SCHEMA = {
-    "gtid": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "correlation_id": pl.Int64,
-    "name_id": pl.Int64,
-    "api": pl.String,
-    "return_code": pl.Int64,
-}
 
 
 def _enum_id(export: ExportFile, table: str, name: str, fallback: int) -> int:
@@ -141,6 +163,28 @@ def _enum_id(export: ExportFile, table: str, name: str, fallback: int) -> int:
         return fallback
     row = export.conn.execute(f"SELECT id FROM {q(t.name)} WHERE name = ?", (name,)).fetchone()
     return int(row[0]) if row else fallback
+
+
+def _marker_classes(export: ExportFile) -> tuple[int, ...]:
+    """ENUM_NSYS_EVENT_CLASS ids of library start/finish markers (from the export when it has the enum)."""
+    t = export.table("ENUM_NSYS_EVENT_CLASS")
+    if t is None or not t.has("id", "name"):
+        return LIBRARY_MARKER_CLASSES
+    rows = export.conn.execute(
+        f"SELECT id FROM {q(t.name)} WHERE name LIKE 'TRACE_PROCESS_EVENT_CU%\\_START' ESCAPE '\\' "
+        f"OR name LIKE 'TRACE_PROCESS_EVENT_CU%\\_FINISH' ESCAPE '\\'"
+    ).fetchall()
+    ids = tuple(int(r[0]) for r in rows if type(r[0]) is int)
+    return ids or LIBRARY_MARKER_CLASSES
+
+
+def _capture_name_ids(conn: sqlite3.Connection, strings: str) -> pl.Series:
+    """StringIds ids of the stream-capture begin/end API names (cuStreamBeginCapture_v2, ...)."""
+    rows = conn.execute(
+        f"SELECT id, value FROM {q(strings)} WHERE value LIKE '%StreamBeginCapture%' OR value LIKE '%StreamEndCapture%'"
+    ).fetchall()
+    ids = [i for i, v in rows if type(i) is int and isinstance(v, str) and (is_capture_begin(v) or is_capture_end(v))]
+    return pl.Series("name_id", ids, dtype=pl.Int64)
 
 
 def _require(path: object, table: Table, *columns: str) -> None:
@@ -226,18 +270,29 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
             "end_ns",
         )
     ]
+    library_markers: dict[str, int] = {}
+    marker_classes = _marker_classes(export)
     for base, library in LIBRARY_TABLES.items():
         table = export.table(base)
         if table is None or not table.has("start", "end", "globalTid", "nameId"):
             continue
         tables_used[library] = table.name
+        marker_filter, marker_params = "", ()  # type: tuple[str, tuple[int, ...]]
+        if table.has("eventClass"):
+            marks = ", ".join("?" * len(marker_classes))
+            (library_markers[table.name],) = conn.execute(
+                f"SELECT count(*) FROM {q(table.name)} WHERE eventClass IN ({marks})", marker_classes
+            ).fetchone()
+            marker_filter = f"WHERE e.eventClass IS NULL OR e.eventClass NOT IN ({marks})"
+            marker_params = marker_classes
         lib_parts.append(
             frame(
                 conn,
                 f"""SELECT s.value, ?, ?, e.globalTid, e.start, e."end"
-                    FROM {q(table.name)} AS e LEFT JOIN {q(strings.name)} AS s ON s.id = e.nameId""",
+                    FROM {q(table.name)} AS e LEFT JOIN {q(strings.name)} AS s ON s.id = e.nameId
+                    {marker_filter}""",
                 LIB_SCHEMA,
-                (library, table.name),
+                (library, table.name, *marker_params),
             )
         )
     library_calls = (
@@ -250,13 +305,26 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
     # --- CUDA API (runtime + driver): one streaming pass ------------------------------------------
     if runtime is not None:
         string_ids = pl.Series("id", [r[0] for r in conn.execute(f"SELECT id FROM {q(strings.name)}")], dtype=pl.Int64)
-        scanned = scan_runtime(conn, path, runtime.name, runtime.columns, library_calls, string_ids, progress=progress)
-        names = _string_values(conn, strings.name, scanned.selected["name_id"].drop_nulls().unique().to_list())
+        marked_ids = _capture_name_ids(conn, strings.name)
+        scanned = scan_runtime(
+            conn,
+            path,
+            runtime.name,
+            runtime.columns,
+            library_calls,
+            string_ids,
+            progress=progress,
+            marked_name_ids=marked_ids,
+        )
+        wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
+        names = _string_values(conn, strings.name, wanted.to_list())
         api_rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
+        capture_calls = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
         api_total, api_span, scan_engine = scanned.total, scanned.span, scanned.engine
         scan_problems, mismatched = scanned.problems, scanned.type_mismatch_rows
     else:
         api_rows = pl.DataFrame(schema=CALL_SCHEMA)
+        capture_calls = pl.DataFrame(schema=CALL_SCHEMA)
         api_total, api_span, scan_engine = 0, pl.DataFrame(schema=SPAN_SCHEMA), "none"
         scan_problems, mismatched = {}, 0
 
@@ -265,14 +333,24 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
     if mem is not None and mem.has("start", "globalPid", "bytes", "correlationId"):
         tables_used["memory"] = mem.name
         alloc_op = _enum_id(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER", "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", 0)
-        op_filter = "WHERE memoryOperationType = ?" if mem.has("memoryOperationType") else ""
-        params = (alloc_op,) if op_filter else ()
-        allocations = frame(
+        op_filter = "memoryOperationType = ?" if mem.has("memoryOperationType") else "1"
+        params = (alloc_op,) if mem.has("memoryOperationType") else ()
+        # Correlation id 0 (or NULL) marks memory the driver allocates itself (module and static
+        # memory): no API call made it, so it joins nothing and is never a duplicate.
+        grouped = frame(
             conn,
             f"""SELECT globalPid, correlationId, sum(bytes), count(*) FROM {q(mem.name)}
-                {op_filter} GROUP BY globalPid, correlationId""",
+                WHERE {op_filter} GROUP BY globalPid, correlationId""",
             ALLOC_SCHEMA,
             params,
+        )
+        no_call = pl.col("correlation_id").is_null() | (pl.col("correlation_id") == 0)
+        allocations = grouped.filter(~no_call)
+        unattributed = (
+            grouped.filter(no_call)
+            .group_by("gpid")
+            .agg(pl.col("events").sum(), pl.col("bytes").sum())
+            .sort("gpid", nulls_last=True)
         )
         memory_span = frame(
             conn,
@@ -281,6 +359,7 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         )
     else:
         allocations = pl.DataFrame(schema=ALLOC_SCHEMA)
+        unattributed = pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64})
         memory_span = pl.DataFrame(
             schema={"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
         )
@@ -318,6 +397,8 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         for key, value in conn.execute(f"SELECT name, value FROM {q(cap.name)} ORDER BY rowid"):
             capture.setdefault(str(key), []).append(str(value))
 
+    diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
+
     trace = Trace(
         export=export,
         has_runtime=runtime is not None,
@@ -335,7 +416,12 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         session_start_utc_ns=session_start,
         capture=capture,
         tables_used=tables_used,
-        warnings=list(export.warnings),
+        warnings=[*export.warnings, *diagnostic_warnings],
+        capture_calls=capture_calls,
+        diagnostics=diagnostics,
+        capture_bounds=capture_bounds,
+        library_markers=library_markers,
+        unattributed_allocations=unattributed,
     )
     _check_runtime_rows(trace, scan_problems, mismatched)
     _check_integrity(trace)
@@ -430,6 +516,37 @@ def _check_runtime_rows(trace: Trace, problems: dict[str, int], mismatched: int)
             f"{trace.runtime_table}: rows with a non-integer value in an integer column: "
             "those values are read as unknown (NULL)",
         )
+
+
+def event_records_in(export: ExportFile, table: str, regions: pl.DataFrame) -> pl.DataFrame:
+    """Successful event-record calls (``CALL_SCHEMA``) on the threads of ``regions``, within their span.
+
+    Read with one query only when a failed stream wait follows a stream-capture region (rare), so
+    the streaming scan need not keep every cudaEventRecord of a long run.
+    """
+    strings = export.table("StringIds")
+    if regions.height == 0 or strings is None:
+        return pl.DataFrame(schema=CALL_SCHEMA)
+    conn = export.conn
+    rows = conn.execute(f"SELECT id, value FROM {q(strings.name)} WHERE value LIKE '%EventRecord%'").fetchall()
+    ids = sorted(int(i) for i, v in rows if type(i) is int and isinstance(v, str) and is_event_record(v))
+    if not ids:
+        return pl.DataFrame(schema=CALL_SCHEMA)
+    threads = sorted(int(g) for g in regions["gtid"].unique().to_list())
+    lo, hi = int(regions["begin_start_ns"].min()), int(regions["end_end_ns"].max())  # type: ignore[arg-type]
+    try:
+        records = frame(
+            conn,
+            f"""SELECT globalTid, start, "end", correlationId, nameId, NULL, returnValue FROM {q(table)}
+                WHERE nameId IN (SELECT value FROM json_each(?)) AND globalTid IN (SELECT value FROM json_each(?))
+                AND start >= ? AND "end" <= ? AND returnValue = 0""",
+            CALL_SCHEMA,
+            (json.dumps(ids), json.dumps(threads), lo, hi),
+        )
+    except sqlite3.DatabaseError as exc:
+        raise UnusableInput(export.path, f"SQLite failed while reading event records: {exc}") from None
+    names = _string_values(conn, strings.name, ids)
+    return records.drop("api").join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
 
 
 def _string_values(conn: sqlite3.Connection, table: str, ids: list[int]) -> pl.DataFrame:

@@ -61,6 +61,167 @@ def nbytes(value: int | None) -> Text:
 VERDICT_STYLE = {"failure_found": "bold red", "inconclusive": "bold yellow", "no_failure": "bold green"}
 
 
+def ident(value: int | None) -> Text:
+    """A pid, tid or correlation id: an identifier, never shown with thousands separators."""
+    return Text("unknown", style="dim italic") if value is None else Text(str(value))
+
+
+FINDING_STYLE = {
+    "nested_alloc_failure": "bold red",
+    "nested_call_failure": "bold red",
+    "captured_event_wait_failure": "bold red",
+}
+CLASSIFICATION_LABEL = {
+    "failure": "failure",
+    "reports_earlier_error": "reports an earlier error",
+    "not_ready_poll": "not ready (a poll)",
+}
+CENSORED_LABEL = {
+    "capture_ended_inside": "the capture ended inside it: its true end and duration are unknown",
+    "capture_began_inside": "it began before the capture started",
+    "cuda_trace_degraded": "nsys warned that CUDA tracing was degraded",
+    "nsys_warned_cuda_events_missing": "nsys warned that not all CUDA events might have been collected",
+    "cuda_api_trace_ended_before_call": "the process's CUDA API trace ended before it began",
+    "cuda_api_trace_ends_inside": "the process's CUDA API trace ends inside it, and no nsys diagnostics confirm "
+    "the capture went on without losing events",
+    "no_cuda_api_trace": "the export has no CUDA API trace",
+    "no_cuda_api_trace_for_process": "its process has no CUDA API records",
+    "library_call_has_no_end": "the range has no end",
+    "library_call_has_no_start": "the range has no start",
+    "library_call_reversed": "the range ends before it starts",
+    "library_call_has_no_thread": "the range has no thread",
+}
+
+
+def _span(start: int | None, end: int | None, recorded_end: int | None = None) -> str:
+    """``[start .. end] ns``; an end the capture's stop clamped is shown as unknown, with the stop."""
+    s = "unknown" if start is None else f"{start:,}"
+    if end is None and recorded_end is not None:
+        e = f"unknown (recorded {recorded_end:,}: the capture's stop)"
+    else:
+        e = "unknown" if end is None else f"{end:,}"
+    return f"[{s} .. {e}] ns"
+
+
+def _finding(f: Mapping[str, Any]) -> Text:
+    t = Text("  ")
+    t.append(f["kind"], style=FINDING_STYLE.get(f["kind"], "yellow"))
+    t.append(": ")
+    t.append_text(literal(f["api"]))
+    t.append(f" returned {f['return_code']} ({f['return_name'] or 'unknown code'})")
+    if f.get("out_of_memory"):
+        t.append(" [out of memory]", style="bold")
+    t.append(", correlation id ")
+    t.append_text(ident(f["correlation_id"]))
+    t.append("\n    pid ")
+    t.append_text(ident(f["pid"]))
+    t.append(" tid ")
+    t.append_text(ident(f["tid"]))
+    t.append(" thread ")
+    t.append_text(literal(f["thread_name"]))
+    t.append(f", {_span(f['start_ns'], f['end_ns'])}")
+    if f["requested_bytes"] is not None or f["kind"].endswith("alloc_failure"):
+        t.append(", requested bytes ")
+        t.append_text(nbytes(f["requested_bytes"]))
+    enc = f["enclosing"]
+    if enc is not None:
+        t.append("\n    inside ")
+        t.append_text(literal(enc["api"]))
+        t.append(f" {_span(enc['start_ns'], enc['end_ns'], enc.get('recorded_end_ns'))} ")
+        t.append(f"({enc['source']}, coverage {enc['coverage']})")
+        before = enc.get("allocations_before")
+        if before is not None:
+            each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
+            t.append(
+                f"\n    after {before['count']} successful allocation(s) in it"
+                + (f": {each} B" if before["count"] else "")
+            )
+    cap = f.get("stream_capture")
+    if cap is not None:
+        t.append("\n    after the stream capture on pid ")
+        t.append_text(ident(cap["pid"]))
+        t.append(" tid ")
+        t.append_text(ident(cap["tid"]))
+        t.append(" thread ")
+        t.append_text(literal(cap["thread_name"]))
+        t.append(": ")
+        t.append_text(literal(cap["begin"]["api"]))
+        t.append(f" at {cap['begin']['start_ns']:,} .. ")
+        t.append_text(literal(cap["end"]["api"]))
+        t.append(f" ending {cap['end']['end_ns']:,} ns")
+        records = ", ".join(f"{r['start_ns']:,}" for r in cap["event_records"][:8])
+        more = f", and {cap['event_records_count'] - 8} more" if cap["event_records_count"] > 8 else ""
+        t.append(f"\n    {cap['event_records_count']} event record(s) inside the capture (at {records}{more} ns)")
+        t.append(f"; the wait failed {cap['ns_from_capture_end'] / 1e6:.3f} ms after the capture ended")
+        if cap["regions_with_records_before"] > 1:
+            t.append(f" ({cap['regions_with_records_before']} such captures before it; the latest is shown)")
+    if "telemetry" in f:
+        t.append_text(position_text(f["telemetry"]))
+    return t
+
+
+def _capture_parts(cov: Mapping[str, Any]) -> list[RenderableType]:
+    cap = cov["capture"]
+    t = Text("\nCapture: ", style="bold")
+    if cap["stop_ns"] is None:
+        t.append("bounds unknown (no DIAGNOSTIC_EVENT and no ANALYSIS_DETAILS)", style="yellow")
+    else:
+        t.append(f"{ns(cap['start_ns'])} .. {cap['stop_ns']:,} ns on the trace clock (from {cap['stop_from']})")
+    if not cap["diagnostics_table"]:
+        t.append("\n  no nsys diagnostics (DIAGNOSTIC_EVENT) in this export: silence about lost events proves nothing",
+                 style="yellow")
+    for d in cov["nsys_diagnostics"]:
+        t.append(f"\n  nsys {d['severity']} at {d['timestamp_ns']:,} ns", style="magenta")
+        if d["pid"] is not None:
+            t.append(f" (pid {d['pid']})", style="magenta")
+        t.append(f" [{d['category']}]: ", style="magenta")
+        t.append_text(literal(d["text"], 300))
+    sources = cov["library_sources"]
+    if sources:
+        t.append("\n  library sources: ")
+        for i, s in enumerate(sources):
+            t.append("; " if i else "")
+            t.append_text(literal(s["library"]))
+            t.append(f" {s['status']}", style="green" if s["status"] == "traced" else "yellow")
+            t.append(f" ({s['calls']} call(s))" if s["status"] == "traced" else "")
+    t.append("\n")
+    return [t]
+
+
+def _failed_calls(groups: Sequence[Mapping[str, Any]]) -> list[RenderableType]:
+    total = sum(g["count"] for g in groups)
+    out: list[RenderableType] = [
+        Text(f"\nFailed calls no finding explains: {total:,} in {len(groups)} group(s)", style="bold")
+    ]
+    for g in groups:
+        t = Text(f"  {g['count']:,} x ")
+        t.append_text(literal(g["api"]))
+        t.append(f" returned {g['return_code']} (")
+        t.append_text(literal(g["return_name"]))
+        t.append(")")
+        if g["out_of_memory"]:
+            t.append(" [out of memory]", style="bold")
+        t.append("\n    pid ")
+        t.append_text(ident(g["pid"]))
+        t.append(" tid ")
+        t.append_text(ident(g["tid"]))
+        t.append(" thread ")
+        t.append_text(literal(g["thread_name"]))
+        if g["nvtx_range"] is not None:
+            t.append(", inside NVTX range ")
+            t.append_text(literal(g["nvtx_range"]))
+        else:
+            t.append(", in no NVTX range")
+        if g["straddles_library_call"]:
+            t.append(", straddling a library call's edge", style="yellow")
+        if g["library_call_unexamined"]:
+            t.append(", overlapping a library call the pair limit left unexamined", style="yellow")
+        t.append(f"\n    {_span(g['first_ns'], g['last_ns'])}, e.g. correlation ids ")
+        t.append(", ".join(str(c) for c in g["example_correlation_ids"]) or "none")
+        out.append(t)
+    return out
+
+
 def analysis_renderable(result: AnalysisResult) -> RenderableType:
     """The whole single-arm report as one rich renderable."""
     d = result.to_dict()
@@ -81,8 +242,10 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
     verdict = Text("\nverdict: ")
     verdict.append(d["verdict"], style=VERDICT_STYLE.get(d["verdict"], "bold"))
     for reason in d["verdict_reasons"]:
-        verdict.append(f"\n  {reason}")
+        verdict.append("\n  ")
+        verdict.append_text(literal(reason, 2000))  # reasons quote trace text (NVTX names, nsys messages)
     parts.append(verdict)
+    parts.extend(_capture_parts(d["coverage"]))
     if "alignment" in d:
         parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
 
@@ -91,36 +254,27 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
         title=f"Census: {c['cuda_api_calls']:,} CUDA API calls, {c['nonzero_returns']:,} non-zero returns",
         title_justify="left",
     )
-    for col in ("api", "return code", "name", "count"):
+    for col in ("api", "return code", "name", "count", "meaning"):
         census.add_column(col, justify="right" if col in ("return code", "count") else "left")
     for r in c["by_return"]:
-        census.add_row(literal(r["api"]), str(r["return_code"]), literal(r["return_name"]), f"{r['count']:,}")
+        census.add_row(
+            literal(r["api"]),
+            str(r["return_code"]),
+            literal(r["return_name"]),
+            f"{r['count']:,}",
+            CLASSIFICATION_LABEL.get(r.get("classification") or "", "unknown"),
+        )
     if not c["by_return"]:
-        census.add_row(Text("no non-zero returns", style="dim"), "", "", "")
+        census.add_row(Text("no non-zero returns", style="dim"), "", "", "", "")
     parts.append(census)
 
     parts.append(Text(f"\nFindings: {len(d['findings'])}", style="bold"))
-    for f in d["findings"]:
-        enc = f["enclosing"]
-        t = Text("  ")
-        t.append(f["kind"], style="bold red" if f["kind"] == "nested_alloc_failure" else "yellow")
-        t.append(": ")
-        t.append_text(literal(f["api"]))
-        t.append(
-            f" returned {f['return_code']} ({f['return_name'] or 'unknown code'}), correlation id {f['correlation_id']}"
-        )
-        t.append(f"\n    pid {f['pid']} tid {f['tid']} thread ")
-        t.append_text(literal(f["thread_name"]))
-        t.append(f", [{f['start_ns']:,} .. {f['end_ns']:,}] ns, requested bytes ")
-        t.append_text(nbytes(f["requested_bytes"]))
-        t.append("\n    inside ")
-        t.append_text(literal(enc["api"]))
-        t.append(f" [{enc['start_ns']:,} .. {enc['end_ns']:,}] ({enc['source']}, coverage {enc['coverage']})")
-        if "telemetry" in f:
-            t.append_text(position_text(f["telemetry"]))
-        parts.append(t)
+    parts.extend(_finding(f) for f in d["findings"])
     if not d["findings"]:
-        parts.append(Text("  no failed allocation call inside or across a library call", style="dim"))
+        parts.append(Text("  no failed call inside or across a library call, and no failed wait on a captured event",
+                          style="dim"))
+    if d["failed_calls"]:
+        parts.extend(_failed_calls(d["failed_calls"]))
 
     libs = d["library_calls"]
     shown = sorted(libs, key=lambda x: (x["coverage"] != "censored", x["failed_children"] == 0, x["lib_id"]))
@@ -131,15 +285,19 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
     for lc in shown[:MAX_LIBRARY_ROWS]:
         t = Text("  ")
         t.append_text(literal(lc["api"]))
-        t.append(f"  {lc['source']}  pid {lc['pid']} tid {lc['tid']} thread ")
+        t.append(f"  {lc['source']}  pid ")
+        t.append_text(ident(lc["pid"]))
+        t.append(" tid ")
+        t.append_text(ident(lc["tid"]))
+        t.append(" thread ")
         t.append_text(literal(lc["thread_name"]))
-        end = "unknown" if lc["end_ns"] is None else f"{lc['end_ns']:,}"
-        dur = "" if lc["duration_ns"] is None else f" ({lc['duration_ns'] / 1e6:.3f} ms)"
-        start = "unknown" if lc["start_ns"] is None else f"{lc['start_ns']:,}"  # a damaged range
-        t.append(f"\n    [{start} .. {end}] ns{dur}  coverage ")
+        dur = "duration unknown" if lc["duration_ns"] is None else f"{lc['duration_ns'] / 1e6:.3f} ms"
+        t.append(f"\n    {_span(lc['start_ns'], lc['end_ns'], lc.get('recorded_end_ns'))} ({dur})  coverage ")
         t.append(lc["coverage"], style="yellow" if lc["coverage"] == "censored" else "green")
         if lc["censored_reason"]:
-            t.append(f" ({lc['censored_reason']})")
+            t.append(f" ({', '.join(lc.get('censored_reasons') or [lc['censored_reason']])})")
+        elif lc.get("coverage_evidence"):
+            t.append(f" ({lc['coverage_evidence']})", style="dim")
         t.append(
             f"\n    {len(lc['children'])} nested CUDA API call(s), {lc['failed_children']} failed, "
             f"{len(lc['straddling'])} straddling; allocated by nested calls: "
@@ -156,7 +314,7 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
     for col in ("source", "pid", "first ns", "last ns", "rows"):
         cov_table.add_column(col)
     for s in d["coverage"]["by_source"]:
-        cov_table.add_row(s["source"], str(s["pid"]), ns(s["first_ns"]), ns(s["last_ns"]), f"{s['rows']:,}")
+        cov_table.add_row(s["source"], ident(s["pid"]), ns(s["first_ns"]), ns(s["last_ns"]), f"{s['rows']:,}")
     if not d["coverage"]["by_source"]:
         cov_table.add_row(Text("no trace rows", style="dim"), "", "", "", "")
     parts.append(cov_table)
@@ -164,14 +322,15 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
         last = cen["cuda_api_last_ns"]
         t = Text("censored: ", style="yellow")
         t.append_text(literal(cen["api"]))
-        t.append(
-            f" (pid {cen['pid']}, tid {cen['tid']}) "
-            f"[{'unknown' if cen['start_ns'] is None else format(cen['start_ns'], ',')}, "
-            f"{'unknown' if cen['end_ns'] is None else format(cen['end_ns'], ',')}]: "
-            f"{cen['reason']}",
-            style="yellow",
-        )
-        if last is not None and cen["reason"] == "cuda_api_trace_ends_inside":
+        t.append(" (pid ", style="yellow")
+        t.append_text(ident(cen["pid"]))
+        t.append(", tid ", style="yellow")
+        t.append_text(ident(cen["tid"]))
+        t.append(f") {_span(cen['start_ns'], cen['end_ns'], cen.get('recorded_end_ns'))}: ", style="yellow")
+        reasons = cen.get("reasons") or [cen["reason"]]
+        t.append("; ".join(CENSORED_LABEL.get(r, r) for r in reasons), style="yellow")
+        t.append(f" [{', '.join(reasons)}]", style="dim")
+        if last is not None and cen["reason"] == "cuda_api_trace_ends_inside" and cen["end_ns"] is not None:
             t.append(
                 f"; the process's CUDA API trace ends at {last:,}, {cen['end_ns'] - last:,} ns before the call ends"
             )
@@ -300,6 +459,9 @@ def comparison_renderable(doc: Mapping[str, Any]) -> RenderableType:
     diff = doc["differences"]
     parts.append(Text("\nDifferences", style="bold"))
     parts.append(Text("  ").append_text(literal(diff["nested_alloc_failure"]["statement"], 2000)))
+    for row in diff.get("findings_by_kind", []):
+        if row["kind"] != "nested_alloc_failure":
+            parts.append(Text(f"  {row['kind']} findings: observe {row['observe']}, release {row['release']}"))
     for pair in diff["library_calls"]:
         for statement in pair["statements"]:
             parts.append(Text("  - ").append_text(literal(statement, 2000)))

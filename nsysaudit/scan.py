@@ -21,7 +21,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ class RuntimeScan:
 
     ``span``: per globalPid, ``first_ns, last_ns, rows`` (gpid null for rows without globalTid).
     ``selected``: rows with a non-zero return or overlapping a library window (``ROW_SCHEMA``).
+    ``marked``: the successful rows whose name id is one of ``marked_name_ids`` (the stream-capture
+    calls: few, and needed whatever their return) (``ROW_SCHEMA``).
     ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``adbc`` or ``sqlite3``.
     """
 
@@ -60,6 +62,7 @@ class RuntimeScan:
     problems: dict[str, int]
     engine: str
     type_mismatch_rows: int = 0
+    marked: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ROW_SCHEMA))
 
 
 def closed_library_calls(library_calls: pl.DataFrame) -> pl.DataFrame:
@@ -95,9 +98,9 @@ def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
 
 
 def _reduce(
-    batch: pl.DataFrame, windows: pl.DataFrame, string_ids: pl.Series | None
-) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, int]]:
-    """Reduce one batch: its per-process span, its selected rows, its integrity counts."""
+    batch: pl.DataFrame, windows: pl.DataFrame, string_ids: pl.Series | None, marked_ids: pl.Series | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, int], pl.DataFrame]:
+    """Reduce one batch: its per-process span, its selected rows, its integrity counts, its marked rows."""
     gpid = pl.col("gtid") - (pl.col("gtid") % (1 << 24))
     span = batch.group_by(gpid.alias("gpid")).agg(
         pl.col("start_ns").min().alias("first_ns"),
@@ -146,7 +149,15 @@ def _reduce(
         .sum()
         .alias("dangling_name_id"),
     ).row(0, named=True)
-    return span, pl.concat([failed.select(list(ROW_SCHEMA)), candidates]), {k: int(v or 0) for k, v in problems.items()}
+    marked = (
+        batch.filter((pl.col("return_code") == 0) & pl.col("name_id").is_in(marked_ids.implode())).select(
+            list(ROW_SCHEMA)
+        )
+        if marked_ids is not None and marked_ids.len()
+        else batch.clear().select(list(ROW_SCHEMA))
+    )
+    selected = pl.concat([failed.select(list(ROW_SCHEMA)), candidates])
+    return span, selected, {k: int(v or 0) for k, v in problems.items()}, marked
 
 
 def _quote(name: str) -> str:
@@ -206,6 +217,7 @@ def scan_runtime(
     *,
     workers: int | None = None,
     progress: Progress | None = None,
+    marked_name_ids: pl.Series | None = None,
 ) -> RuntimeScan:
     """Stream the CUDA API table once and reduce it (see the module docstring)."""
     present = {
@@ -230,21 +242,24 @@ def scan_runtime(
 
     def run(
         part: tuple[int, int], use_adbc: bool, mismatches: list[int]
-    ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], dict[str, int]]:
+    ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], dict[str, int], list[pl.DataFrame]]:
         spans: list[pl.DataFrame] = []
         selected: list[pl.DataFrame] = []
+        marked: list[pl.DataFrame] = []
         problems = dict.fromkeys(PROBLEMS, 0)
         batches = _adbc_batches(uri, sql, *part) if use_adbc else _sqlite_batches(path, sql, *part, mismatches)
         for batch in batches:
-            span, sel, prob = _reduce(batch, windows, string_ids)
+            span, sel, prob, mark = _reduce(batch, windows, string_ids, marked_name_ids)
             spans.append(span)
             if sel.height:
                 selected.append(sel)
+            if mark.height:
+                marked.append(mark)
             for k, v in prob.items():
                 problems[k] += v
             if progress is not None:
                 progress.advance(batch.height)
-        return spans, selected, problems
+        return spans, selected, problems, marked
 
     engine = "adbc"
     mismatches: list[int] = []
@@ -281,4 +296,10 @@ def scan_runtime(
         if selected
         else pl.DataFrame(schema=ROW_SCHEMA)
     )
-    return RuntimeScan(int(total), span, rows, problems, engine, sum(mismatches))
+    marked = [m for r in results for m in r[3]]
+    marked_rows = (
+        pl.concat(marked).sort(["gtid", "start_ns", "correlation_id"], nulls_last=True)
+        if marked
+        else pl.DataFrame(schema=ROW_SCHEMA)
+    )
+    return RuntimeScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows)

@@ -25,6 +25,8 @@ KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
 # Tables whose presence marks a file as an nsys export (one of the metadata tables is enough;
 # 2022.x and older write EXPORT_META_DATA, later releases META_DATA_EXPORT).
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+# The CUDA API table columns that make a file without a metadata table recognisable as an export.
+RUNTIME_COLUMNS = ("start", "end", "globalTid", "nameId", "returnValue")
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
@@ -290,27 +292,43 @@ def probe(path: Path) -> ExportFile:
         except sqlite3.DatabaseError as exc:
             raise UnusableInput(path, f"SQLite cannot read its schema: {exc}") from None
         meta_table = next((tables[t] for t in META_TABLES if t in tables), None)
-        if meta_table is None or "StringIds" not in tables:
+        runtime = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
+        # nsys 2020.3 and older write no metadata table at all; their CUDA tables are still
+        # recognisable (nsys stats reads them), so they are read with the version unknown.
+        recognisable = runtime is not None and runtime.has(*RUNTIME_COLUMNS)
+        if "StringIds" not in tables or (meta_table is None and not recognisable):
             missing = " and ".join(
                 x
                 for x, ok in (("META_DATA_EXPORT", meta_table is not None), ("StringIds", "StringIds" in tables))
                 if not ok
             )
             raise UnusableInput(path, f"not an Nsight Systems export: no {missing} table")
-        if not meta_table.has("name", "value"):
-            raise UnusableInput(path, f"not an Nsight Systems export: {meta_table.name} has no name/value columns")
         meta: dict[str, str] = {}
-        try:
-            for key, value in conn.execute(f"SELECT name, value FROM {_quote(meta_table.name)}"):
-                if key is not None and value is not None:
-                    meta[str(key)] = str(value)
-        except sqlite3.DatabaseError as exc:
-            raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
+        if meta_table is not None:
+            if not meta_table.has("name", "value"):
+                raise UnusableInput(
+                    path, f"not an Nsight Systems export: {meta_table.name} has no name/value columns"
+                )
+            try:
+                for key, value in conn.execute(f"SELECT name, value FROM {_quote(meta_table.name)}"):
+                    if key is not None and value is not None:
+                        meta[str(key)] = str(value)
+            except sqlite3.DatabaseError as exc:
+                raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
         export = ExportFile(
             path=path, conn=conn, tables=tables, meta=meta, uri=readonly_uri(path, immutable=header.wal), text=decoder
         )
         major = export.schema_major
-        if major is None:
+        if meta_table is None:
+            export.warnings.append(
+                {
+                    "kind": "no_metadata_table",
+                    "count": 1,
+                    "message": "the export has neither META_DATA_EXPORT nor EXPORT_META_DATA (nsys 2020.3 and "
+                    "older): the nsys and schema versions are unknown; its CUDA tables are read by probing",
+                }
+            )
+        elif major is None:
             export.warnings.append(
                 {
                     "kind": "unknown_schema_version",

@@ -41,11 +41,14 @@ def test_observe_capture_is_inconclusive_with_censored_worker_cublas_create() ->
     assert d["census"]["nonzero_returns"] == 13
     assert d["census"]["by_return"] == [
         {"api": "cudaMalloc_v3020", "display_api": "cudaMalloc", "return_code": 2,
-         "return_name": "cudaErrorMemoryAllocation", "count": 13}
+         "return_name": "cudaErrorMemoryAllocation", "count": 13, "classification": "failure"}
     ]
     assert d["findings"] == []
     [lib] = d["library_calls"]
     assert (lib["api"], lib["pid"], lib["tid"], lib["source"]) == ("cublasCreate_v2", 611, 642, "NVTX:cuBLAS")
+    # nsys 2023.4 wrote no DIAGNOSTIC_EVENT: nothing confirms the trace went on without losing events.
+    assert d["coverage"]["capture"]["diagnostics_table"] is False
+    assert d["coverage"]["capture"]["stop_from"] == "ANALYSIS_DETAILS"
     assert lib["thread_name"] is None  # bwd_worker_0 is not in ThreadNames: unknown, not guessed
     assert lib["coverage"] == "censored"
     assert lib["censored_reason"] == "cuda_api_trace_ends_inside"
@@ -92,9 +95,13 @@ def test_public_exports_census_and_honest_verdict(name: str) -> None:
     assert d["census"]["cuda_api_calls"] == total
     assert Counter({(r["api"], r["return_code"]): r["count"] for r in d["census"]["by_return"]}) == nonzero
     assert d["census"]["nonzero_returns"] == sum(nonzero.values())
-    # None of them traced cuBLAS/cuDNN: the nested question cannot be answered.
-    assert d["library_calls"] == []
-    assert d["verdict"] == "inconclusive"
+    # None of them traced cuBLAS/cuDNN, and none has a failed call: with a CUDA API trace, zero
+    # failed calls is no_failure, and the reasons say which libraries were not traced.
+    assert d["library_calls"] == [] and d["failed_calls"] == [] and nonzero == Counter()
+    assert d["verdict"] == "no_failure"
+    assert d["verdict_reasons"][0] == f"none of the {total:,} traced CUDA API calls failed"
+    assert {s["library"] for s in d["coverage"]["library_sources"] if s["status"] != "traced"} == {"cuBLAS", "cuDNN"}
+    assert any(r.startswith("cuBLAS was not traced") for r in d["verdict_reasons"])
     assert d["input"]["schema_version"] is not None
     cuda = [s for s in d["coverage"]["by_source"] if s["source"] == "cuda_api"]
     assert sum(s["rows"] for s in cuda) == total
@@ -232,10 +239,37 @@ def test_export_without_cuda_trace_is_inconclusive_never_no_failure(make_export)
     assert d["verdict"] == "inconclusive"
 
 
-def test_no_library_calls_and_no_library_tracing_is_inconclusive(make_export) -> None:
+def test_no_failed_call_and_no_library_tracing_is_no_failure_naming_the_untraced_libraries(make_export) -> None:
     spec = Export(calls=[Call("cudaFree_v3020", 1, 2)], capture_meta={"CAPTURE_EVENT_TYPE": "Cuda"})
     d = nsysaudit.analyze(make_export(spec)).to_dict()
+    assert d["verdict"] == "no_failure"
+    assert d["verdict_reasons"] == [
+        "none of the 1 traced CUDA API calls failed",
+        "cuBLAS was not traced (not_requested): the capture's CAPTURE_EVENT_TYPE does not request it",
+        "cuDNN was not traced (not_requested): the capture's CAPTURE_EVENT_TYPE does not request it",
+    ]
+
+
+def test_allocation_failure_with_no_library_tracing_is_inconclusive(make_export) -> None:
+    spec = Export(calls=[Call("cudaMalloc_v3020", 1, 2, ret=2)], capture_meta={"CAPTURE_EVENT_TYPE": "Cuda"})
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
     assert d["verdict"] == "inconclusive"
+    assert d["verdict_reasons"][0] == (
+        "1 allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN) was traced: "
+        "whether any happened inside a library call cannot be told"
+    )
+    [group] = d["failed_calls"]
+    assert (group["api"], group["return_code"], group["count"]) == ("cudaMalloc_v3020", 2, 1)
+
+
+def test_non_allocation_failure_with_no_library_tracing_is_no_failure_and_said(make_export) -> None:
+    spec = Export(calls=[Call("cudaSetDevice_v3020", 1, 2, ret=101)], capture_meta={"CAPTURE_EVENT_TYPE": "Cuda"})
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
+    assert d["verdict"] == "no_failure"
+    assert d["verdict_reasons"][0] == (
+        "no library API was traced; none of the failed calls is an allocation or out-of-memory failure"
+    )
+    assert "1 cudaSetDevice returned 101 (cudaErrorInvalidDevice) on pid 100 tid 100" in d["verdict_reasons"][-1]
 
 
 def test_no_library_calls_with_cublas_tracing_on_is_no_failure(make_export) -> None:
@@ -263,12 +297,31 @@ def test_driver_allocation_failure_uses_curesult_names(make_export) -> None:
     assert f["return_name"] == "CUDA_ERROR_OUT_OF_MEMORY"
 
 
-def test_failed_non_allocation_call_inside_is_a_child_not_a_finding(make_export) -> None:
+def test_failed_non_allocation_call_inside_is_a_nested_call_failure(make_export) -> None:
     spec = release_three_allocations()
     spec.calls.append(Call("cudaGetDevice", 12_500, 12_600, PID, WORKER, ret=100, corr=40))
     d = nsysaudit.analyze(make_export(spec)).to_dict()
-    assert d["findings"] == []
+    [f] = d["findings"]
+    assert (f["kind"], f["api"], f["return_code"], f["return_name"]) == (
+        "nested_call_failure", "cudaGetDevice", 100, "cudaErrorNoDevice"
+    )
+    assert f["out_of_memory"] is False and f["requested_bytes"] is None
+    assert f["enclosing"]["api"] == "cublasCreate_v2"
     assert d["library_calls"][0]["failed_children"] == 1
+    assert d["failed_calls"] == []  # explained by the finding
+    assert d["verdict"] == "failure_found"
+
+
+def test_out_of_memory_from_a_non_allocation_call_inside_is_flagged(make_export) -> None:
+    # With --cuda-trace-all-apis=true the failure inside cublasCreate_v2 can be cudaGetSymbolAddress
+    # returning cudaErrorMemoryAllocation (lazy module loading).
+    spec = release_three_allocations()
+    spec.calls.append(Call("cudaGetSymbolAddress_v3020", 12_500, 12_600, PID, WORKER, ret=2, corr=40))
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
+    [f] = d["findings"]
+    assert (f["kind"], f["display_api"], f["return_name"], f["out_of_memory"]) == (
+        "nested_call_failure", "cudaGetSymbolAddress", "cudaErrorMemoryAllocation", True
+    )
 
 
 def test_codes() -> None:

@@ -51,6 +51,8 @@ APIS = [
     "cudaFree_v3020",
     "cudaLaunchKernel_v7000",
     "cuLaunchKernel",
+    "cudaStreamQuery_v3020",  # its 600 is a poll, not a failure
+    "cudaGetLastError_v3020",  # its non-zero return reports an earlier error
 ]
 RETURNS = [0, 0, 0, 2, 1, 600]
 LIB_APIS = ["cublasCreate_v2", "cublasLtCreate", "cudnnCreate"]
@@ -106,6 +108,15 @@ class Reference:
     nested: frozenset[tuple[int, int, int]]  # (correlation id, pid, tid) of nested failed allocations
     straddling: frozenset[tuple[int, int, int]]
     children: Counter[tuple[Any, ...]]  # per library call: its identity and its nested calls
+    nested_calls: frozenset[tuple[int, int, int]] = frozenset()  # other failed calls wholly inside
+    unexplained: int = 0  # failed calls no finding explains (failed_calls)
+
+
+def is_failure(c: Call) -> bool:
+    """The reference's own reading of a non-zero return (see nsysaudit.codes.return_class)."""
+    if c.ret == 0 or c.api == "cudaGetLastError_v3020":
+        return False
+    return not (c.api == "cudaStreamQuery_v3020" and c.ret == 600)
 
 
 def same_thread(a: Call | LibCall, b: Call | LibCall) -> bool:
@@ -114,17 +125,19 @@ def same_thread(a: Call | LibCall, b: Call | LibCall) -> bool:
 
 def reference(spec: Export) -> Reference:
     closed = [lc for lc in spec.lib_calls if lc.end is not None]
-    nested, straddling = set(), set()
+    nested, straddling, nested_calls, unexplained = set(), set(), set(), 0
     for c in spec.calls:
-        if c.ret == 0 or not is_allocation_api(c.api):
+        if not is_failure(c):
             continue
         key = (c.corr or 0, c.pid, c.tid)
         inside = [lc for lc in closed if same_thread(lc, c) and lc.start <= c.start and c.end <= (lc.end or 0)]
         overlap = [lc for lc in closed if same_thread(lc, c) and lc.start <= c.end and c.start <= (lc.end or 0)]
         if inside:
-            nested.add(key)
-        elif overlap:
+            (nested if is_allocation_api(c.api) else nested_calls).add(key)
+        elif overlap and is_allocation_api(c.api):
             straddling.add(key)
+        else:
+            unexplained += 1
     children: Counter[tuple[Any, ...]] = Counter()
     for lc in spec.lib_calls:
         kids: tuple[int, ...] = ()
@@ -138,7 +151,7 @@ def reference(spec: Export) -> Reference:
             )
         source = f"NVTX:{lc.library}" if lc.source == "nvtx" else LIBRARY_TABLES[lc.library][0]
         children[(lc.api, global_tid(lc.pid, lc.tid, lc.vm), lc.start, lc.end, source, kids)] += 1
-    return Reference(frozenset(nested), frozenset(straddling), children)
+    return Reference(frozenset(nested), frozenset(straddling), children, frozenset(nested_calls), unexplained)
 
 
 def sha256(path: Path) -> str:
@@ -168,11 +181,13 @@ def test_generated_exports_match_the_brute_force_reference(capsys, spec: Export)
     assert doc["census"]["nonzero_returns"] == sum(1 for c in spec.calls if c.ret != 0)
     found = {
         kind: {(f["correlation_id"], f["pid"], f["tid"]) for f in doc["findings"] if f["kind"] == kind}
-        for kind in ("nested_alloc_failure", "straddling_alloc_failure")
+        for kind in ("nested_alloc_failure", "straddling_alloc_failure", "nested_call_failure")
     }
     assert found["nested_alloc_failure"] == ref.nested
     assert found["straddling_alloc_failure"] == ref.straddling
-    assert len(doc["findings"]) == len(ref.nested) + len(ref.straddling)
+    assert found["nested_call_failure"] == ref.nested_calls
+    assert len(doc["findings"]) == len(ref.nested) + len(ref.straddling) + len(ref.nested_calls)
+    assert sum(g["count"] for g in doc["failed_calls"]) == ref.unexplained
     for f in doc["findings"]:
         if f["kind"] != "nested_alloc_failure":
             continue
@@ -188,7 +203,7 @@ def test_generated_exports_match_the_brute_force_reference(capsys, spec: Export)
         for lc in doc["library_calls"]
     )
     assert got == ref.children
-    assert (doc["verdict"] == "failure_found") == bool(ref.nested)
+    assert (doc["verdict"] == "failure_found") == bool(ref.nested or ref.nested_calls)
     # Well-formed input: the only warning is the one the spec asks for (an NVTX range without end).
     expected = {"library_call_without_end"} if any(lc.end is None for lc in spec.lib_calls) else set()
     assert {w["kind"] for w in doc["warnings"]} == expected
@@ -202,12 +217,21 @@ def test_any_pair_limit_keeps_the_verdict_sound(capsys, spec: Export, max_pairs:
         code, doc, err = run_json(capsys, "analyze", "--json", "--max-pairs", str(max_pairs), str(path))
     assert code == 0 and doc is not None, err
     ref = reference(spec)
-    nested = {(f["correlation_id"], f["pid"], f["tid"]) for f in doc["findings"] if f["kind"] == "nested_alloc_failure"}
-    assert nested <= ref.nested  # whatever a limit leaves out, nothing is invented
+    def keys(kind: str) -> set[tuple[int, int, int]]:
+        return {(f["correlation_id"], f["pid"], f["tid"]) for f in doc["findings"] if f["kind"] == kind}
+
+    # Whatever a limit leaves out, nothing is invented.
+    assert keys("nested_alloc_failure") <= ref.nested
+    assert keys("nested_call_failure") <= ref.nested_calls
     if doc["verdict"] == "failure_found":
-        assert ref.nested
-    if ref.nested:
+        assert ref.nested or ref.nested_calls
+    if ref.nested or ref.nested_calls:
         assert doc["verdict"] != "no_failure", doc["verdict_reasons"]
+    # A failure inside a library call the limit left unexamined is never called "outside" silently.
+    if not doc["findings"] and (ref.nested or ref.nested_calls):
+        assert any(g["library_call_unexamined"] for g in doc["failed_calls"]) or any(
+            "pair limit" in r for r in doc["verdict_reasons"]
+        )
     listed = sum(len(lc["children"]) + len(lc["straddling"]) for lc in doc["library_calls"])
     assert listed == doc["limits"]["pairs_listed"]
     if doc["limits"]["pairs"] > max_pairs:

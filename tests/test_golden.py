@@ -9,11 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import H200
+from conftest import H200, H200_2025
 from rich.console import Console
 from scenarios import observe_nested_failure, release_three_allocations
 
 import nsysaudit
+from nsysaudit import canonical
 from nsysaudit.render import analysis_renderable, comparison_renderable
 from nsysaudit.reports.markdown import analysis_markdown, comparison_markdown
 
@@ -31,6 +32,7 @@ def render(renderable: object) -> str:
 def check(name: str, text: str) -> None:
     path = GOLDEN / name
     if REGEN:
+        path.parent.mkdir(exist_ok=True)
         path.write_text(text)
     assert path.exists(), f"{path} missing: run `make golden`"
     assert text == path.read_text(), f"{name} differs from its golden file: run `make golden` and review the diff"
@@ -70,3 +72,43 @@ def test_comparison_of_builder_arms(make_export: Callable[..., Path], at_repo: N
     # tmp paths differ per run; the comparison names inputs by basename only.
     check("builder-compare.txt", render(comparison_renderable(doc)))
     check("builder-compare.md", comparison_markdown(doc))
+
+
+# --- the real nsys 2025.3 captures ------------------------------------------------------------------
+
+REAL_2025 = ["torch/observe", "torch/release", "capi/observe", "capi/release", "event/observe", "event/release",
+             "capture-stop/stop"]
+
+
+def analyze_real(name: str) -> nsysaudit.AnalysisResult:
+    base = H200_2025 / name
+    telemetry = base.with_name(base.name + ".telemetry.jsonl")
+    return nsysaudit.analyze(rel(base.with_suffix(".sqlite")), telemetry=rel(telemetry))
+
+
+@pytest.mark.parametrize("name", REAL_2025)
+def test_reports_of_real_nsys2025_captures(at_repo: None, name: str) -> None:
+    result = analyze_real(name)
+    stem = "nsys2025-" + name.replace("/", "-")
+    check(f"{stem}.txt", render(analysis_renderable(result)))
+    check(f"{stem}.md", analysis_markdown(result.to_dict()))
+
+
+@pytest.mark.parametrize("pair", ["torch", "event", "capi"])
+def test_comparisons_of_real_nsys2025_pairs(at_repo: None, pair: str) -> None:
+    doc = nsysaudit.compare_results(analyze_real(f"{pair}/observe"), analyze_real(f"{pair}/release")).to_dict()
+    check(f"nsys2025-{pair}-compare.txt", render(comparison_renderable(doc)))
+    check(f"nsys2025-{pair}-compare.md", comparison_markdown(doc))
+
+
+@pytest.mark.parametrize("name", [*REAL_2025, "2023.4/observe", "2023.4/release"])
+def test_json_of_every_real_capture(at_repo: None, name: str) -> None:
+    """The whole JSON contract of each real capture, with its telemetry (indented for review)."""
+    if name.startswith("2023.4/"):
+        arm = name.split("/")[1]
+        result = nsysaudit.analyze(rel(H200 / f"{arm}.sqlite"), telemetry=rel(H200 / f"{arm}.telemetry.jsonl"))
+    else:
+        result = analyze_real(name)
+    doc = result.to_dict()
+    doc["tool"]["version"] = "<version>"  # the contract, not the release number
+    check(f"json/{name.replace('/', '-')}.json", canonical.dumps(doc, indent=True).decode() + "\n")

@@ -224,7 +224,10 @@ def test_sqlite_that_is_not_an_nsys_export(capsys, evidence: Path, tmp_path: Pat
 
 @pytest.mark.parametrize("table", ["StringIds", "META_DATA_EXPORT"])
 def test_export_without_a_required_table(capsys, make_export, table: str) -> None:
-    path = make_export(Export(calls=[Call("cudaMalloc_v3020", 1, 2)], omit_tables={table}))
+    # Without a metadata table an export is still read when its CUDA API table is recognisable
+    # (nsys 2020.3 wrote none; see test_evidence_rules.py); without both it is not an export.
+    omit = {table} if table == "StringIds" else {table, "CUPTI_ACTIVITY_KIND_RUNTIME"}
+    path = make_export(Export(calls=[Call("cudaMalloc_v3020", 1, 2)], omit_tables=omit))
     code, _, err = run(capsys, "analyze", str(path))
     assert_one_line_error(code, err, path, f"no {table} table")
 

@@ -15,13 +15,11 @@ import polars as pl
 
 from nsysaudit import canonical
 from nsysaudit.alignment import Alignment
-from nsysaudit.codes import display_name, return_name
+from nsysaudit.codes import display_name, is_allocation_api, is_out_of_memory, return_name
+from nsysaudit.diagnostics import NO_CAPTURE, WARNING_SEVERITIES, Capture
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]
 InputKind = Literal["sqlite", "nsys-rep"]
-
-# Capture settings (META_DATA_CAPTURE CAPTURE_EVENT_TYPE values) that show library API tracing.
-LIBRARY_CAPTURE_TYPES = frozenset({"CuBLAS", "CuDNN", "cuBLAS", "cuDNN"})
 
 
 @dataclass(frozen=True)
@@ -111,6 +109,9 @@ class AnalysisResult:
     # Set when telemetry was given (analyze(..., telemetry=...)): adds ``alignment``, ``telemetry``
     # and ``findings[].telemetry`` / ``library_calls[].telemetry`` to the JSON.
     alignment: Alignment | None = None
+    capture_bounds: Capture = NO_CAPTURE
+    library_sources: list[dict[str, Any]] = field(default_factory=list)
+    telemetry_library_failures: list[dict[str, Any]] = field(default_factory=list)
 
     # --- derived views ---------------------------------------------------------------------------
     @property
@@ -126,9 +127,14 @@ class AnalysisResult:
                     "return_code": r["return_code"],
                     "return_name": return_name(r["api"], r["return_code"]) if r["api"] is not None else None,
                     "count": r["count"],
+                    # failure | reports_earlier_error (cudaGetLastError) | not_ready_poll (a query's 600)
+                    "classification": r.get("classification"),
                 }
                 for r in _rows(nonzero.sort(["api", "return_code"], nulls_last=True))
             ],
+            "failed_calls": int(nonzero.filter(pl.col("classification") == "failure")["count"].sum())
+            if "classification" in nonzero.columns
+            else None,
         }
 
     @property
@@ -177,6 +183,11 @@ class AnalysisResult:
         libs = self.frames["library_calls"]
         if "children_complete" not in libs.columns:
             libs = libs.with_columns(pl.lit(True).alias("children_complete"))
+        if "end_known" not in libs.columns:  # frames built before coverage knew the capture's stop
+            libs = libs.with_columns(pl.col("end_ns").is_not_null().alias("end_known"))
+        for name, dtype in (("censored_reasons", pl.List(pl.String)), ("coverage_evidence", pl.String)):
+            if name not in libs.columns:
+                libs = libs.with_columns(pl.lit(None, dtype=dtype).alias(name))
         lib_names = _name_columns(
             libs.select("api").unique().with_columns(pl.lit(0, dtype=pl.Int64).alias("return_code"))
         )
@@ -196,10 +207,17 @@ class AnalysisResult:
                 pl.col("gtid").alias("global_tid"),
                 "thread_name",
                 "start_ns",
-                "end_ns",
-                (pl.col("end_ns") - pl.col("start_ns")).alias("duration_ns"),
+                # The recorded end of a range open when the capture stopped is the stop: unknown.
+                pl.when(pl.col("end_known")).then(pl.col("end_ns")).otherwise(None).alias("end_ns"),
+                pl.col("end_ns").alias("recorded_end_ns"),
+                "end_known",
+                pl.when(pl.col("end_known")).then(pl.col("end_ns") - pl.col("start_ns")).otherwise(None).alias(
+                    "duration_ns"
+                ),
                 "coverage",
                 "censored_reason",
+                "censored_reasons",
+                "coverage_evidence",
                 pl.col("api_first_ns").alias("cuda_api_first_ns"),
                 pl.col("api_last_ns").alias("cuda_api_last_ns"),
                 "children",
@@ -221,59 +239,154 @@ class AnalysisResult:
 
     @property
     def findings(self) -> list[dict[str, Any]]:
+        names = {r["gtid"]: r["thread_name"] for r in self.frames["thread_names"].to_dicts()}
+        complete = bool(self.frames["library_calls"]["children_complete"].all()) if (
+            "children_complete" in self.frames["library_calls"].columns
+        ) else True
         out = []
         for r in _rows(self.frames["findings"]):
             api = r["api"]
+            finding: dict[str, Any] = {
+                "kind": r["kind"],
+                "api": api,
+                "display_api": display_name(api),
+                "return_code": r["return_code"],
+                "return_name": return_name(api, r["return_code"]),
+                "correlation_id": r["correlation_id"],
+                "pid": r["pid"],
+                "tid": r["tid"],
+                "global_tid": r["gtid"],
+                "thread_name": r["thread_name"],
+                "start_ns": r["start_ns"],
+                "end_ns": r["end_ns"],
+                # A failed allocation has no CUDA_GPU_MEMORY_USAGE_EVENTS row: its size is unknown.
+                # Other calls request no memory (null).
+                "requested_bytes": r["bytes"] if is_allocation_api(api) else None,
+                "out_of_memory": bool(r.get("out_of_memory")),
+                "enclosing": None,
+                "enclosing_chain": r["enclosing_chain"] or [],
+                "stream_capture": None,
+            }
+            if r["lib_id"] is not None:
+                end_known = r.get("lib_end_known") is not False
+                finding["enclosing"] = {
+                    "lib_id": r["lib_id"],
+                    "api": r["lib_api"],
+                    "library": r["lib_library"],
+                    "source": r["lib_source"],
+                    "start_ns": r["lib_start_ns"],
+                    "end_ns": r["lib_end_ns"] if end_known else None,
+                    "recorded_end_ns": r["lib_end_ns"],
+                    "end_known": end_known,
+                    "coverage": r["lib_coverage"],
+                }
+                # The successful allocations nested in it before the failed call ("after 1,024 +
+                # 131,072 B"); unknown when a pair limit left successful calls unlisted.
+                each = list(r.get("allocated_before") or [])
+                finding["enclosing"]["allocations_before"] = (
+                    {
+                        "count": len(each),
+                        "bytes_each": each,
+                        "bytes": sum(each) if all(b is not None for b in each) else None,
+                    }
+                    if complete
+                    else None
+                )
+            capture = r.get("stream_capture")
+            if capture is not None:
+                g = capture["gtid"]
+                finding["stream_capture"] = {
+                    **capture,
+                    "pid": (g >> 24) & 0xFFFFFF if g is not None else None,
+                    "tid": g & 0xFFFFFF if g is not None else None,
+                    "global_tid": g,
+                    "thread_name": names.get(g),
+                    "event_records_count": len(capture["event_records"]),
+                }
+                del finding["stream_capture"]["gtid"]
+            if self.alignment is not None:
+                finding["telemetry"] = self.alignment.position(r["pid"], r["start_ns"], r["end_ns"])
+            out.append(finding)
+        return out
+
+    @property
+    def failed_calls(self) -> list[dict[str, Any]]:
+        """Failures no finding explains, grouped (see :func:`nsysaudit.failures.failed_calls`)."""
+        out = []
+        for r in _rows(self.frames.get("failed_calls", pl.DataFrame())):
+            api, rc = r["api"], r["return_code"]
             out.append(
                 {
-                    "kind": r["kind"],
                     "api": api,
-                    "display_api": display_name(api),
-                    "return_code": r["return_code"],
-                    "return_name": return_name(api, r["return_code"]),
-                    "correlation_id": r["correlation_id"],
+                    "display_api": display_name(api) if api is not None else None,
+                    "return_code": rc,
+                    "return_name": return_name(api, rc) if api is not None and rc is not None else None,
+                    "allocation": api is not None and is_allocation_api(api),
+                    "out_of_memory": api is not None and is_out_of_memory(api, rc),
                     "pid": r["pid"],
                     "tid": r["tid"],
                     "global_tid": r["gtid"],
                     "thread_name": r["thread_name"],
-                    "start_ns": r["start_ns"],
-                    "end_ns": r["end_ns"],
-                    # A failed allocation has no CUDA_GPU_MEMORY_USAGE_EVENTS row: its size is unknown.
-                    "requested_bytes": r["bytes"],
-                    "enclosing": {
-                        "lib_id": r["lib_id"],
-                        "api": r["lib_api"],
-                        "library": r["lib_library"],
-                        "source": r["lib_source"],
-                        "start_ns": r["lib_start_ns"],
-                        "end_ns": r["lib_end_ns"],
-                        "coverage": r["lib_coverage"],
-                    },
-                    "enclosing_chain": r["enclosing_chain"],
+                    "nvtx_range": r["nvtx_range"],
+                    "nvtx_domain": r["nvtx_domain"],
+                    "straddles_library_call": r["straddles_library_call"],
+                    "library_call_unexamined": r["library_call_unexamined"],
+                    "count": r["count"],
+                    "first_ns": r["first_ns"],
+                    "last_ns": r["last_ns"],
+                    "example_correlation_ids": r["example_correlation_ids"],
                 }
             )
-            if self.alignment is not None:
-                out[-1]["telemetry"] = self.alignment.position(r["pid"], r["start_ns"], r["end_ns"])
         return out
 
     @property
     def coverage(self) -> dict[str, Any]:
-        censored = [
-            {
-                "lib_id": c["lib_id"],
-                "api": c["api"],
-                "pid": c["pid"],
-                "tid": c["tid"],
-                "thread_name": c["thread_name"],
-                "start_ns": c["start_ns"],
-                "end_ns": c["end_ns"],
-                "reason": c["censored_reason"],
-                "cuda_api_first_ns": c["api_first_ns"],
-                "cuda_api_last_ns": c["api_last_ns"],
-            }
-            for c in _rows(self.frames["library_calls"].filter(pl.col("coverage") == "censored").sort("lib_id"))
-        ]
-        return {"cuda_api_trace": self.cuda_api_trace, "by_source": self.coverage_sources, "censored": censored}
+        """Where the evidence stops: the capture's bounds, nsys's own warnings, censored library calls."""
+        censored = []
+        for c in _rows(self.frames["library_calls"].filter(pl.col("coverage") == "censored").sort("lib_id")):
+            end_known = c.get("end_known") is not False
+            censored.append(
+                {
+                    "lib_id": c["lib_id"],
+                    "api": c["api"],
+                    "pid": c["pid"],
+                    "tid": c["tid"],
+                    "thread_name": c["thread_name"],
+                    "start_ns": c["start_ns"],
+                    "end_ns": c["end_ns"] if end_known else None,
+                    "recorded_end_ns": c["end_ns"],
+                    "end_known": end_known,
+                    "reason": c["censored_reason"],
+                    "reasons": c.get("censored_reasons") or [c["censored_reason"]],
+                    "cuda_api_first_ns": c["api_first_ns"],
+                    "cuda_api_last_ns": c["api_last_ns"],
+                }
+            )
+        diagnostics = self.frames.get("diagnostics")
+        said = []
+        if diagnostics is not None:
+            for d in diagnostics.filter(pl.col("severity").is_in(list(WARNING_SEVERITIES))).to_dicts():
+                gpid = d["gpid"]
+                said.append(
+                    {
+                        "timestamp_ns": d["timestamp_ns"],
+                        "severity": d["severity"],
+                        "source": d["source"],
+                        "text": d["text"],
+                        "category": d["category"],
+                        "library": d["library"],
+                        "global_pid": gpid,
+                        "pid": (gpid >> 24) & 0xFFFFFF if gpid is not None and gpid >= 0 else None,
+                    }
+                )
+        return {
+            "cuda_api_trace": self.cuda_api_trace,
+            "by_source": self.coverage_sources,
+            "censored": censored,
+            "capture": self.capture_bounds.to_dict(),
+            "nsys_diagnostics": said,
+            "library_sources": self.library_sources,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document ``nsysaudit analyze --json`` prints."""
@@ -286,6 +399,7 @@ class AnalysisResult:
             "census": self.census,
             "library_calls": library_calls,
             "findings": self.findings,
+            "failed_calls": self.failed_calls,
             "coverage": self.coverage,
             "processes": self.processes,
             "verdict": self.verdict,
@@ -294,7 +408,10 @@ class AnalysisResult:
         }
         if self.alignment is not None:
             out["alignment"] = self.alignment.to_dict()
-            out["telemetry"] = self.alignment.telemetry_summary()
+            out["telemetry"] = {
+                **self.alignment.telemetry_summary(),
+                "library_failures": self.telemetry_library_failures,
+            }
         out.update(self.extra)
         return out
 

@@ -191,6 +191,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[s
             "by_return": census["by_return"],
         },
         "findings": d["findings"],
+        "failed_calls": d["failed_calls"],
         "library_calls_total": total,
         "library_calls_listed": len(chosen_list),
         "library_calls_selection": selection,
@@ -427,15 +428,27 @@ def allocation_statement(arm: str, lc: Mapping[str, Any]) -> str:
     else:
         parts.append("no nested allocation call in the trace")
     if lc["coverage"] == "censored":
-        last = lc["cuda_api_last_ns"]
-        where = "" if last is None or lc["end_ns"] is None else f" {lc['end_ns'] - last:,} ns before the call ends"
-        parts.append(
-            f"censored ({lc['censored_reason']}): the CUDA API trace stops{where}, so allocations after "
-            "that moment are not in the trace"
-        )
+        parts.append(f"censored ({lc['censored_reason']}): {censored_words(lc)}")
     else:
         parts.append("coverage complete")
     return head + ": " + "; ".join(parts)
+
+
+def censored_words(lc: Mapping[str, Any]) -> str:
+    """Why a library call of interest is censored, in words, with its numbers."""
+    reason = lc["censored_reason"]
+    last, end = lc.get("cuda_api_last_ns"), lc.get("end_ns")
+    if reason == "capture_ended_inside":
+        return (
+            "the capture ended while it ran (its recorded end is the capture's stop), so what happened in it "
+            "after that moment is not in the trace"
+        )
+    if reason in ("nsys_warned_cuda_events_missing", "cuda_trace_degraded"):
+        return "nsys warned that CUDA events may be missing, and no CUDA API record after it shows the trace went on"
+    if reason == "cuda_api_trace_ends_inside":
+        where = "" if last is None or end is None else f" {end - last:,} ns before the call ends"
+        return f"the CUDA API trace stops{where}, so allocations after that moment are not in the trace"
+    return f"the trace does not cover it ({reason})"
 
 
 def _values(values: Mapping[str, Any]) -> str:
@@ -466,6 +479,7 @@ def position_statement(arm: str, lc: Mapping[str, Any]) -> str | None:
 def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
     return {
         "nested_alloc_failure": _failure_presence(arms),
+        "findings_by_kind": _findings_by_kind(arms),
         "library_calls": _paired_calls(arms),
         "failing_calls": {
             "census": _failing_by_code(
@@ -493,6 +507,24 @@ def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
     }
 
 
+FINDING_KINDS = (
+    "nested_alloc_failure",
+    "nested_call_failure",
+    "captured_event_wait_failure",
+    "straddling_alloc_failure",
+)
+
+
+def _findings_by_kind(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per finding kind present in either arm: how many in each."""
+    out = []
+    for kind in FINDING_KINDS:
+        counts: dict[str, Any] = {n: sum(1 for f in arms[n]["findings"] if f["kind"] == kind) for n in ARMS}
+        if any(counts.values()):
+            out.append({"kind": kind, **counts})
+    return out
+
+
 def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     counts = {n: sum(1 for f in arms[n]["findings"] if f["kind"] == "nested_alloc_failure") for n in ARMS}
     present = [n for n in ARMS if counts[n]]
@@ -501,7 +533,7 @@ def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         fs = [f for f in arms[present[0]]["findings"] if f["kind"] == "nested_alloc_failure"]
         what = "; ".join(
             f"{f['api']} returned {f['return_code']} ({f['return_name'] or 'unknown code'}) inside "
-            f"{f['enclosing']['api']}"
+            f"{f['enclosing']['api']}" + _when(f.get("telemetry"))
             for f in fs
         )
         statement = (
@@ -518,6 +550,15 @@ def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         if any(arms[n]["coverage"]["censored"] for n in ARMS):
             statement += " (but see what the comparison does not establish: coverage is censored)"
     return {**{n: counts[n] for n in ARMS}, "present_in": present, "absent_in": absent, "statement": statement}
+
+
+def _when(pos: Any) -> str:
+    """ ", 55.672 ms after backward_start (telemetry line 5)": a call's place on the application's clock."""
+    if not isinstance(pos, Mapping) or not pos.get("after"):
+        return ""
+    after = pos["after"]
+    checked = "" if pos.get("verified") else ", alignment NOT checked"
+    return f", {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 
 def _paired_calls(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -672,8 +713,9 @@ def _not_established(arms: Mapping[str, Mapping[str, Any]], differences: Mapping
                     "statement": (
                         f"The comparison cannot establish whether an allocation failed inside {api} "
                         f"({role_words(mk['thread_role'])}, call #{mk['ordinal']}) {arms_word} from the traces "
-                        f"alone: the call is censored in {where} (the CUDA API trace stops inside it), so the "
-                        "absence of a failed allocation there is not evidence that none failed"
+                        f"alone: the call is censored in {where} ("
+                        + "; ".join(f"{n}: {pair[n]['censored_reason']}" for n in undetermined)
+                        + "), so the absence of a failed allocation there is not evidence that none failed"
                     ),
                 }
             )
@@ -789,6 +831,9 @@ def _summary(
 ) -> list[str]:
     lines = [f"{n}: verdict {arms[n]['verdict']}" for n in ARMS]
     lines.append(differences["nested_alloc_failure"]["statement"])
+    for row in differences["findings_by_kind"]:
+        if row["kind"] != "nested_alloc_failure":
+            lines.append(f"{row['kind']} findings: observe {row['observe']}, release {row['release']}")
     for pair in differences["library_calls"]:
         lines.extend(pair["statements"])
     lines.extend(x["statement"] for x in not_established if x["code"] == "censored_library_call")

@@ -42,6 +42,24 @@ def num(value: int | None) -> str:
     return "unknown" if value is None else f"{value:,}"
 
 
+def ident(value: int | None) -> str:
+    """A pid, tid or correlation id: an identifier, never written with thousands separators."""
+    return "unknown" if value is None else str(value)
+
+
+def _end(end: int | None, recorded: int | None) -> str:
+    if end is None and recorded is not None:
+        return f"unknown (recorded {num(recorded)}, the capture's stop)"
+    return num(end)
+
+
+CLASSIFICATION = {
+    "failure": "failure",
+    "reports_earlier_error": "reports an earlier error",
+    "not_ready_poll": "not ready (a poll)",
+}
+
+
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """A GFM table; cells must already be escaped with :func:`md`."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -61,9 +79,10 @@ def _census(census: Mapping[str, Any]) -> list[str]:
     ]
     if census["by_return"]:
         out += table(
-            ["api", "return code", "name", "count"],
+            ["api", "return code", "name", "count", "meaning"],
             (
-                [md(r["api"]), str(r["return_code"]), md(r["return_name"]), num(r["count"])]
+                [md(r["api"]), str(r["return_code"]), md(r["return_name"]), num(r["count"]),
+                 CLASSIFICATION.get(r.get("classification") or "", "unknown")]
                 for r in census["by_return"]
             ),
         )
@@ -72,18 +91,91 @@ def _census(census: Mapping[str, Any]) -> list[str]:
 
 def _findings(findings: Sequence[Mapping[str, Any]]) -> list[str]:
     if not findings:
-        return ["No failed allocation call inside or across a library call.", ""]
+        return ["No failed call inside or across a library call, and no failed wait on a captured event.", ""]
     out = []
     for f in findings:
-        enc = f["enclosing"]
-        out.append(
-            f"- **{md(f['kind'])}**: {md(f['api'])} returned {f['return_code']} ({md(f['return_name'])}), "
-            f"correlation id {num(f['correlation_id'])}, pid {f['pid']} tid {f['tid']} thread "
-            f"{md(f['thread_name'])}, {num(f['start_ns'])} to {num(f['end_ns'])} ns, requested bytes "
-            f"{num(f['requested_bytes'])}; inside {md(enc['api'])} ({num(enc['start_ns'])} to "
-            f"{num(enc['end_ns'])} ns, coverage {md(enc.get('coverage'))})"
+        oom = " (out of memory)" if f.get("out_of_memory") else ""
+        line = (
+            f"- **{md(f['kind'])}**: {md(f['api'])} returned {f['return_code']} ({md(f['return_name'])}){oom}, "
+            f"correlation id {ident(f['correlation_id'])}, pid {ident(f['pid'])} tid {ident(f['tid'])} thread "
+            f"{md(f['thread_name'])}, {num(f['start_ns'])} to {num(f['end_ns'])} ns"
+        )
+        if f["kind"].endswith("alloc_failure"):
+            line += f", requested bytes {num(f['requested_bytes'])}"
+        enc = f.get("enclosing")
+        if enc is not None:
+            line += (
+                f"; inside {md(enc['api'])} ({num(enc['start_ns'])} to "
+                f"{_end(enc['end_ns'], enc.get('recorded_end_ns'))} ns, coverage {md(enc.get('coverage'))})"
+            )
+            before = enc.get("allocations_before")
+            if before is not None:
+                each = " + ".join(num(b) for b in before["bytes_each"])
+                line += f", after {before['count']} successful allocation(s) in it" + (
+                    f" ({each} bytes)" if before["count"] else ""
+                )
+        cap = f.get("stream_capture")
+        if cap is not None:
+            records = ", ".join(num(r["start_ns"]) for r in cap["event_records"][:8])
+            line += (
+                f"; after the stream capture on pid {ident(cap['pid'])} tid {ident(cap['tid'])} thread "
+                f"{md(cap['thread_name'])} ({md(cap['begin']['api'])} at {num(cap['begin']['start_ns'])} ns to "
+                f"{md(cap['end']['api'])} ending {num(cap['end']['end_ns'])} ns) with "
+                f"{cap['event_records_count']} event record(s) inside it (at {records} ns); the wait failed "
+                f"{cap['ns_from_capture_end'] / 1e6:.3f} ms after the capture ended"
+            )
+        out.append(line)
+    out.append("")
+    return out
+
+
+def _failed_calls(groups: Sequence[Mapping[str, Any]]) -> list[str]:
+    if not groups:
+        return ["No failed call outside the findings.", ""]
+    rows = []
+    for g in groups:
+        where = md(g["nvtx_range"]) if g["nvtx_range"] is not None else "none"
+        if g["straddles_library_call"]:
+            where += " (straddles a library call)"
+        if g["library_call_unexamined"]:
+            where += " (overlaps an unexamined library call)"
+        rows.append(
+            [num(g["count"]), md(g["api"]), str(g["return_code"]), md(g["return_name"]), ident(g["pid"]),
+             ident(g["tid"]), md(g["thread_name"]), where, num(g["first_ns"]), num(g["last_ns"]),
+             ", ".join(str(c) for c in g["example_correlation_ids"])]
+        )
+    return table(
+        ["count", "api", "return code", "name", "pid", "tid", "thread", "NVTX range", "first ns", "last ns",
+         "e.g. correlation ids"],
+        rows,
+    )
+
+
+def _capture(coverage: Mapping[str, Any]) -> list[str]:
+    cap = coverage.get("capture") or {}
+    if cap.get("stop_ns") is None:
+        out = ["Capture bounds: unknown (no DIAGNOSTIC_EVENT and no ANALYSIS_DETAILS)."]
+    else:
+        out = [f"Capture: {num(cap['start_ns'])} to {num(cap['stop_ns'])} ns on the trace clock (from "
+               f"{md(cap['stop_from'])})."]
+    if not cap.get("diagnostics_table"):
+        out[-1] += (
+            " The export has no nsys diagnostics (DIAGNOSTIC_EVENT): nsys's silence about lost events proves nothing."
         )
     out.append("")
+    for d in coverage.get("nsys_diagnostics", []):
+        who = f" (pid {ident(d['pid'])})" if d["pid"] is not None else ""
+        out.append(
+            f"- nsys {md(d['severity'])} at {num(d['timestamp_ns'])} ns{who} [{md(d['category'])}]: "
+            f"{md(d['text'], 300)}"
+        )
+    if coverage.get("nsys_diagnostics"):
+        out.append("")
+    for src in coverage.get("library_sources", []):
+        why = f": {md(src['reason'], 300)}" if src["reason"] else ""
+        out.append(f"- library {md(src['library'])}: {md(src['status'])}, {num(src['calls'])} call(s){why}")
+    if coverage.get("library_sources"):
+        out.append("")
     return out
 
 
@@ -98,9 +190,10 @@ def _coverage(coverage: Mapping[str, Any]) -> list[str]:
     if not coverage["cuda_api_trace"]:
         out += ["The export has no CUDA API trace.", ""]
     for c in coverage["censored"]:
+        reasons = ", ".join(md(r) for r in (c.get("reasons") or [c["reason"]]))
         out.append(
-            f"- censored: {md(c['api'])} (pid {c['pid']} tid {c['tid']}, {num(c['start_ns'])} to "
-            f"{num(c['end_ns'])} ns): {md(c['reason'])}; the process's CUDA API trace ends at "
+            f"- censored: {md(c['api'])} (pid {ident(c['pid'])} tid {ident(c['tid'])}, {num(c['start_ns'])} to "
+            f"{_end(c['end_ns'], c.get('recorded_end_ns'))} ns): {reasons}; the process's CUDA API trace ends at "
             f"{num(c['cuda_api_last_ns'])} ns"
         )
     if coverage["censored"]:
@@ -127,9 +220,11 @@ def _library_call(lc: Mapping[str, Any]) -> list[str]:
     role = "main" if lc["thread_role"] == "main" else "non-main"
     unknown = f", {a['bytes_unknown']} of unknown size" if a["bytes_unknown"] else ""
     out = [
-        f"#### {md(lc['api'])} on pid {lc['pid']} tid {lc['tid']} ({role} thread, name {md(lc['thread_name'])})",
+        f"#### {md(lc['api'])} on pid {ident(lc['pid'])} tid {ident(lc['tid'])} ({role} thread, name "
+        f"{md(lc['thread_name'])})",
         "",
-        f"- {md(lc['source'])}, {num(lc['start_ns'])} to {num(lc['end_ns'])} ns, coverage **{md(lc['coverage'])}**"
+        f"- {md(lc['source'])}, {num(lc['start_ns'])} to {_end(lc['end_ns'], lc.get('recorded_end_ns'))} ns, "
+        f"coverage **{md(lc['coverage'])}**"
         + (f" ({md(lc['censored_reason'])}; CUDA API trace ends at {num(lc['cuda_api_last_ns'])} ns)"
            if lc["coverage"] == "censored" else ""),
         f"- nested CUDA API calls: {num(lc['nested_calls'])}, of which {num(lc['nested_failed'])} failed",
@@ -143,7 +238,7 @@ def _library_call(lc: Mapping[str, Any]) -> list[str]:
         out += table(
             ["api", "return code", "name", "correlation id", "start ns", "end ns", "bytes"],
             (
-                [md(c["api"]), str(c["return_code"]), md(c["return_name"]), num(c["correlation_id"]),
+                [md(c["api"]), str(c["return_code"]), md(c["return_name"]), ident(c["correlation_id"]),
                  num(c["start_ns"]), num(c["end_ns"]), num(c["bytes"])]
                 for c in sorted(calls.values(), key=lambda c: (c["start_ns"], c["correlation_id"] or 0))
             ),
@@ -226,6 +321,9 @@ def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
         "### Findings",
         "",
         *_findings(arm["findings"]),
+        "### Failed calls no finding explains",
+        "",
+        *_failed_calls(arm.get("failed_calls", [])),
         f"### Library calls of interest ({len(arm['library_calls'])} of {arm['library_calls_total']})",
         "",
         f"Selection: {md(arm['library_calls_selection'])}.",
@@ -233,7 +331,7 @@ def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
     ]
     for lc in arm["library_calls"]:
         out += _library_call(lc)
-    out += ["### Coverage", "", *_coverage(arm["coverage"])]
+    out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
     out += ["### Telemetry", ""]
     tel = arm["telemetry_input"]
     if tel:
@@ -297,6 +395,16 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
         "",
         md(diff["nested_alloc_failure"]["statement"], 10_000),
         "",
+        "### Findings by kind",
+        "",
+        *(
+            table(
+                ["kind", "observe", "release"],
+                ([md(r["kind"]), num(r["observe"]), num(r["release"])] for r in diff["findings_by_kind"]),
+            )
+            if diff.get("findings_by_kind")
+            else ["No finding in either arm.", ""]
+        ),
         "### What the library calls allocated, arm by arm",
         "",
     ]
@@ -368,6 +476,9 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
         "## Findings",
         "",
         *_findings(doc["findings"]),
+        "## Failed calls no finding explains",
+        "",
+        *_failed_calls(doc.get("failed_calls", [])),
         f"## Library calls ({len(doc['library_calls'])})",
         "",
     ]
@@ -375,15 +486,16 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
         out += table(
             ["api", "pid", "tid", "thread", "start ns", "end ns", "coverage", "nested", "failed", "allocated bytes"],
             (
-                [md(lc["api"]), str(lc["pid"]), str(lc["tid"]), md(lc["thread_name"]), num(lc["start_ns"]),
-                 num(lc["end_ns"]), md(lc["coverage"]), num(len(lc["children"])), num(lc["failed_children"]),
+                [md(lc["api"]), ident(lc["pid"]), ident(lc["tid"]), md(lc["thread_name"]), num(lc["start_ns"]),
+                 _end(lc["end_ns"], lc.get("recorded_end_ns")), md(lc["coverage"]), num(len(lc["children"])),
+                 num(lc["failed_children"]),
                  num(lc["allocated_bytes"])]
                 for lc in doc["library_calls"]
             ),
         )
     else:
         out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
-    out += ["## Coverage", "", *_coverage(doc["coverage"])]
+    out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
     if "alignment" in doc:
         out += ["## Telemetry", "", *_alignment(doc.get("alignment"))]
     if doc["warnings"]:

@@ -1,0 +1,158 @@
+"""Whether the trace covers each library call: decided from evidence, never from the last row alone.
+
+A library call is ``complete`` when
+
+- its process has a CUDA API record at or after the call's end (the trace visibly went on), or
+- nsys's own diagnostics show the capture went on past the call's end ("Profiling has stopped."
+  later) and nsys never warned, for that process or the whole session, that CUDA events may be
+  missing or that CUDA tracing was degraded (``coverage_evidence`` says which).
+
+Otherwise it is ``censored``, and ``censored_reason`` says what is known (``censored_reasons``
+lists every reason that applies, most telling first):
+
+``capture_ended_inside``
+    The capture stopped while the call ran: nsys clamps ranges still open to the capture's stop,
+    so the recorded end is the stop, and the call's true end and duration are unknown.
+``capture_began_inside``
+    The call started before the capture did: what happened inside it before is not in the trace.
+``nsys_warned_cuda_events_missing`` / ``cuda_trace_degraded``
+    nsys said CUDA events might not all have been collected, or that CUDA tracing ran degraded
+    (an unsupported driver), and no CUDA API record after the call shows the trace went on.
+``cuda_api_trace_ended_before_call``
+    The process's CUDA API records end before the call begins (exports without diagnostics).
+``cuda_api_trace_ends_inside``
+    The process's CUDA API records end inside the call and no diagnostics confirm the capture
+    went on without losing events (exports without DIAGNOSTIC_EVENT, such as nsys 2023.4's).
+``no_cuda_api_trace``, ``no_cuda_api_trace_for_process``
+    The export, or the call's process, has no CUDA API records at all.
+``library_call_has_no_end``, ``library_call_has_no_start``, ``library_call_reversed``, ``library_call_has_no_thread``
+    A damaged range: nothing inside it can be checked.
+
+A process's *first* CUDA API call falling inside a library call is not censoring: libraries
+often initialize CUDA themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+from nsysaudit.diagnostics import CUDA_GAPS, Capture
+
+# Reasons a call is censored, most telling first (the order of ``censored_reasons``).
+REASONS = (
+    "no_cuda_api_trace",
+    "library_call_has_no_end",
+    "library_call_has_no_start",
+    "library_call_reversed",
+    "library_call_has_no_thread",
+    "no_cuda_api_trace_for_process",
+    "capture_ended_inside",
+    "capture_began_inside",
+    "cuda_trace_degraded",
+    "nsys_warned_cuda_events_missing",
+    "cuda_api_trace_ended_before_call",
+    "cuda_api_trace_ends_inside",
+)
+GAP_REASON = {"cuda_trace_degraded": "cuda_trace_degraded", "cuda_events_missing": "nsys_warned_cuda_events_missing"}
+
+
+def _global_pid(gtid: pl.Expr) -> pl.Expr:
+    return gtid - (gtid % (1 << 24))
+
+
+def cuda_gaps(diagnostics: pl.DataFrame, process_gpids: Iterable[int]) -> pl.DataFrame:
+    """``gpid, degraded, events_missing``: which nsys CUDA warnings apply to each process.
+
+    A message with the process's globalPid applies to it; one with no globalPid, or one that is no
+    traced process's (nsys's session-level messages), applies to every process.
+    """
+    gpids = sorted({int(g) for g in process_gpids})
+    gaps = diagnostics.filter(pl.col("category").is_in(list(CUDA_GAPS)))
+    session = gaps.filter(pl.col("gpid").is_null() | ~pl.col("gpid").is_in(gpids))
+    rows = []
+    for gpid in gpids:
+        mine = set(gaps.filter(pl.col("gpid") == gpid)["category"].to_list()) | set(session["category"].to_list())
+        rows.append((gpid, "cuda_trace_degraded" in mine, "cuda_events_missing" in mine))
+    return pl.DataFrame(
+        rows, schema={"gpid": pl.Int64, "degraded": pl.Boolean, "events_missing": pl.Boolean}, orient="row"
+    )
+
+
+def censor(
+    library_calls: pl.DataFrame,
+    api_span: pl.DataFrame,
+    *,
+    has_runtime: bool,
+    capture: Capture,
+    diagnostics: pl.DataFrame,
+    process_gpids: Iterable[int] = (),
+) -> pl.DataFrame:
+    """Add ``coverage``, ``censored_reason``, ``censored_reasons``, ``coverage_evidence``,
+    ``end_known``, ``api_first_ns`` and ``api_last_ns`` to each library call (see the module docstring).
+
+    ``process_gpids``: every process the export knows (PROCESSES, the CUDA API trace): a message
+    naming one of them applies to it alone, any other message to the whole session.
+    """
+    spans = api_span.select("gpid", pl.col("first_ns").alias("api_first_ns"), pl.col("last_ns").alias("api_last_ns"))
+    gpids = library_calls.select(_global_pid(pl.col("gtid")).alias("gpid"))["gpid"].drop_nulls().to_list()
+    gaps = cuda_gaps(diagnostics, {*gpids, *api_span["gpid"].drop_nulls().to_list(), *process_gpids})
+    out = (
+        library_calls.with_columns(_global_pid(pl.col("gtid")).alias("gpid"))
+        .join(spans, on="gpid", how="left")
+        .join(gaps, on="gpid", how="left")
+        .with_columns(pl.col("degraded").fill_null(False), pl.col("events_missing").fill_null(False))
+    )
+    start, end, last = pl.col("start_ns"), pl.col("end_ns"), pl.col("api_last_ns")
+    stop = pl.lit(capture.stop_ns, dtype=pl.Int64)
+    cap_start = pl.lit(capture.start_ns, dtype=pl.Int64)
+    # nsys's silence about lost events proves something only when it wrote its diagnostics.
+    confirmed = capture.diagnostics and capture.stop_from == "DIAGNOSTIC_EVENT"
+    damaged = end.is_null() | start.is_null() | (end < start) | pl.col("gtid").is_null()
+    record_after = last.is_not_null() & (last >= end)
+    ended_inside = stop.is_not_null() & (end >= stop)
+    capture_went_on = pl.lit(confirmed) & stop.is_not_null() & (stop > end)
+    flags = {
+        "no_cuda_api_trace": pl.lit(not has_runtime),
+        "library_call_has_no_end": end.is_null(),
+        "library_call_has_no_start": start.is_null(),
+        "library_call_reversed": end < start,
+        "library_call_has_no_thread": pl.col("gtid").is_null(),
+        "no_cuda_api_trace_for_process": last.is_null(),
+        "capture_ended_inside": ended_inside,
+        "capture_began_inside": cap_start.is_not_null() & (start < cap_start),
+        "cuda_trace_degraded": pl.col("degraded") & ~record_after,
+        "nsys_warned_cuda_events_missing": pl.col("events_missing") & ~record_after,
+        # Only when nothing else says where the trace stopped: the last record alone.
+        "cuda_api_trace_ended_before_call": ~record_after & ~capture_went_on & ~ended_inside & (last < start),
+        "cuda_api_trace_ends_inside": ~record_after & ~capture_went_on & ~ended_inside & (last >= start),
+    }
+    none = pl.lit(None, dtype=pl.String)
+    reasons = pl.concat_list(
+        [pl.when(flag.fill_null(False)).then(pl.lit(name)).otherwise(none) for name, flag in flags.items()]
+    ).list.drop_nulls()
+    if not has_runtime:
+        reasons = pl.lit(["no_cuda_api_trace"], dtype=pl.List(pl.String))
+    evidence = (
+        pl.when(pl.col("censored_reasons").list.len() > 0)
+        .then(pl.lit(None, dtype=pl.String))
+        .when(record_after)
+        .then(pl.lit("cuda_api_record_after_end"))
+        .otherwise(pl.lit("capture_continued_without_cuda_warning"))
+    )
+    return (
+        out.with_columns(reasons.alias("censored_reasons"))
+        .with_columns(
+            pl.col("censored_reasons").list.first().alias("censored_reason"),
+            pl.when(pl.col("censored_reasons").list.len() > 0)
+            .then(pl.lit("censored"))
+            .otherwise(pl.lit("complete"))
+            .alias("coverage"),
+            evidence.alias("coverage_evidence"),
+            # The recorded end of a range open at the capture's stop is the stop, not its end.
+            (~(ended_inside.fill_null(False)) & ~damaged).alias("end_known"),
+        )
+        .drop("gpid", "degraded", "events_missing")
+        .sort("lib_id")
+    )
