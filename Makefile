@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 NSYSAUDIT := $(VENV)/bin/nsysaudit
-FIX := tests/fixtures/h200-cuda13-nsys2023.4
+TORCH := tests/fixtures/h200-cuda13-nsys2025.3/torch
+OLD := tests/fixtures/h200-cuda13-nsys2023.4
 OUT ?= out
 
 .DEFAULT_GOAL := help
@@ -24,13 +25,15 @@ venv: $(VENV)/.installed ## create .venv with nsysaudit and its test tools
 nsys: ## install the real nsys CLI (Debian non-free, 2023.4.4) into .tools/nsys
 	bash scripts/install-nsys.sh
 
-demo: venv ## the main job: analyze the bundled real H200 captures, then compare them sealed into out/h200-compare
-	$(NSYSAUDIT) analyze $(FIX)/observe.sqlite
-	$(NSYSAUDIT) analyze $(FIX)/release.sqlite
-	$(NSYSAUDIT) compare $(FIX)/observe.sqlite $(FIX)/release.sqlite --out $(OUT)/h200-compare --force \
-		--observe-telemetry $(FIX)/observe.telemetry.jsonl --release-telemetry $(FIX)/release.telemetry.jsonl
-	$(NSYSAUDIT) verify $(OUT)/h200-compare --inputs $(FIX)/observe.sqlite $(FIX)/release.sqlite \
-		$(FIX)/observe.telemetry.jsonl $(FIX)/release.telemetry.jsonl
+demo: venv ## the main job: the real H200 failure (nsys 2025.3 torch pair) analyzed and compared sealed into out/torch-compare, then the censored nsys 2023.4 capture
+	$(NSYSAUDIT) analyze $(TORCH)/observe.sqlite --telemetry $(TORCH)/observe.telemetry.jsonl
+	$(NSYSAUDIT) analyze $(TORCH)/release.sqlite --telemetry $(TORCH)/release.telemetry.jsonl
+	$(NSYSAUDIT) compare $(TORCH)/observe.sqlite $(TORCH)/release.sqlite --out $(OUT)/torch-compare --force \
+		--observe-telemetry $(TORCH)/observe.telemetry.jsonl --release-telemetry $(TORCH)/release.telemetry.jsonl
+	$(NSYSAUDIT) verify $(OUT)/torch-compare --inputs $(TORCH)/observe.sqlite $(TORCH)/release.sqlite \
+		$(TORCH)/observe.telemetry.jsonl $(TORCH)/release.telemetry.jsonl
+	@echo; echo "--- the same experiment under nsys 2023.4, whose CUDA trace stops inside cublasCreate_v2: censored ---"
+	$(NSYSAUDIT) analyze $(OLD)/observe.sqlite --telemetry $(OLD)/observe.telemetry.jsonl
 
 test: venv nsys ## run the whole test suite (installs deps and the nsys CLI first)
 	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" $(PY) -m pytest -q
