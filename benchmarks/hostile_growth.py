@@ -12,6 +12,9 @@ template, so generation is fast and the file has the real nsys DDL):
   n calls: k*n overlapping pairs (quadratic), capped by ``--max-pairs`` (default 1,000,000).
 - ``one_thread``: one cublasCreate_v2 range on one thread holding n calls, every 1000th a failed
   cudaMalloc (n pairs; past the cap only the failures are listed).
+- ``reversed_failures``: n / 10 failed cudaMalloc rows whose end is before their start (damaged),
+  on a thread with n / 10 long overlapping cuBLAS ranges: their nesting is unknown and is looked
+  up in the thread's union of ranges, never by forming (row, range) pairs (issue 10, item 7).
 
 Each analysis runs in its own process (``nsysaudit analyze --json`` to /dev/null); wall time and
 peak RSS come from the child's rusage. This is a measurement, not a test: nothing here is timed
@@ -93,6 +96,11 @@ def make(shape: str, n: int, path: Path) -> None:
     elif shape == "one_thread":
         con.execute(_calls_sql(n, 100, malloc, launch, 1000))
         con.execute(_ranges_sql(1, lib, domain, "0", f"{n * 100 + 100}"))
+    elif shape == "reversed_failures":
+        k = max(1, n // 10)
+        con.execute(_calls_sql(k, 100, malloc, launch, 1))
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = start - 5')
+        con.execute(_ranges_sql(k, lib, domain, "i * 10", f"i * 10 + {k * 100 + 100}"))
     else:
         raise ValueError(shape)
     # The process's CUDA API trace must outlast the ranges (else they are censored, not joined).
@@ -121,7 +129,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--base", type=int, default=100_000)
-    parser.add_argument("--shapes", nargs="+", default=["many_ranges", "nested_ranges", "one_thread"])
+    parser.add_argument(
+        "--shapes", nargs="+", default=["many_ranges", "nested_ranges", "one_thread", "reversed_failures"]
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="nsysaudit-growth-"))

@@ -187,6 +187,29 @@ def analyze_trace(
     pairs, undecided = integrity.review(trace, pairs)
     undecided += integrity.limit_review(trace, nesting)
     libs = libs.with_columns(pl.lit(nesting.complete).alias("children_complete"))
+    too_long = libs.filter(
+        (pl.col("end_ns").cast(pl.Int128) - pl.col("start_ns").cast(pl.Int128)) > (1 << 63) - 1
+    ).height
+    if too_long:
+        trace.warn(
+            "duration_overflow",
+            too_long,
+            "library calls whose end minus start does not fit in 64 bits (a range spanning the int64 range): "
+            "their duration is unknown (null)",
+        )
+    if "memory" not in trace.tables_used and pairs.height:
+        successful_allocs = sum(
+            1
+            for api, rc in pairs.select("api", "return_code").iter_rows()
+            if rc == 0 and api is not None and is_allocation_api(api)
+        )
+        if successful_allocs:
+            trace.warn(
+                "no_memory_events",
+                successful_allocs,
+                "successful allocation calls inside library calls, but the export has no usable "
+                "CUDA_GPU_MEMORY_USAGE_EVENTS (captured without --cuda-memory-usage=true): their sizes are unknown",
+            )
 
     api_rows = failures.classify_returns(trace.api_rows)
     nested = _findings(pairs, libs, names)
@@ -329,8 +352,9 @@ def _findings(pairs: pl.DataFrame, libs: pl.DataFrame, names: pl.DataFrame) -> p
         pl.col("end_known").alias("lib_end_known"),
         pl.col("coverage").alias("lib_coverage"),
     )
+    # Int128: a range spanning the whole int64 range must sort as the longest, not wrap negative.
     enriched = failed.join(lib_cols, on="lib_id", how="left").with_columns(
-        (pl.col("lib_end_ns") - pl.col("lib_start_ns")).alias("lib_duration")
+        (pl.col("lib_end_ns").cast(pl.Int128) - pl.col("lib_start_ns").cast(pl.Int128)).alias("lib_duration")
     )
     # Nested relations first, then innermost (shortest) enclosing call first.
     enriched = enriched.with_columns((pl.col("relation") != "nested").alias("not_nested")).sort(

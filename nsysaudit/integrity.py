@@ -20,6 +20,7 @@ import polars as pl
 from nsysaudit.codes import is_allocation_api
 from nsysaudit.joins import Nesting, closed_libs
 from nsysaudit.model import Trace, global_pid
+from nsysaudit.scan import union_windows
 
 UNDECIDED_REASONS = {
     "no_thread": "no globalTid, so it cannot be placed on a thread",
@@ -56,31 +57,31 @@ def _could_fail() -> pl.Expr:
     return pl.col("return_code").is_null() | (pl.col("return_code") != 0)
 
 
-def _windows(library_calls: pl.DataFrame) -> pl.DataFrame:
-    """Closed, well-formed library calls: ``gtid, lib_start, lib_end``."""
-    return closed_libs(library_calls).drop("lib_id")
-
-
-def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
+def _time_unknown(rows: pl.DataFrame, library_calls: pl.DataFrame) -> pl.DataFrame:
     """Rows with unusable times that could still lie inside a library call of their thread.
 
     With a known start (end NULL, or end before start) that means the start lies in some library
     call; with only the end known, that some library call ends at or after it; with neither, that
-    the thread has a library call at all.
+    the thread has a library call at all. Looked up in each thread's union of library-call
+    intervals (disjoint windows, an as-of join): no (row, library call) pair is ever formed, so
+    10k reversed rows on a thread with 10k library calls cost O(n log n), not 10^8 pairs.
     """
     bad = rows.filter(
         pl.col("gtid").is_not_null()
         & (pl.col("start_ns").is_null() | pl.col("end_ns").is_null() | (pl.col("end_ns") < pl.col("start_ns")))
     )
+    windows = union_windows(library_calls)
     if bad.height == 0 or windows.height == 0:
         return bad.clear()
-    per_thread = windows.group_by("gtid").agg(pl.col("lib_end").max().alias("max_end"))
+    per_thread = windows.group_by("gtid").agg(pl.col("w_end").max().alias("max_end"))
     bad = bad.with_row_index("_row")
-    with_start = bad.filter(pl.col("start_ns").is_not_null())
     hit_start = (
-        with_start.select("_row", "gtid", "start_ns")
-        .join(windows, on="gtid", how="inner")
-        .filter((pl.col("lib_start") <= pl.col("start_ns")) & (pl.col("start_ns") <= pl.col("lib_end")))
+        bad.filter(pl.col("start_ns").is_not_null())
+        .select("_row", "gtid", "start_ns")
+        .sort("start_ns")
+        .join_asof(windows, left_on="start_ns", right_on="w_start", by="gtid", strategy="backward",
+                   check_sortedness=False)
+        .filter(pl.col("w_end") >= pl.col("start_ns"))
         .select("_row")
     )
     no_start = bad.filter(pl.col("start_ns").is_null()).join(per_thread, on="gtid", how="inner")
@@ -98,12 +99,11 @@ def undecided_calls(
     call and reason; ``reason`` is a key of :data:`UNDECIDED_REASONS`).
     """
     cols = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
-    windows = _windows(library_calls)
     suspects = api_rows.filter(_could_fail() & _allocation_or_unknown(api_rows)).select(cols)
     parts: list[pl.DataFrame] = []
-    if windows.height:
+    if closed_libs(library_calls).height:
         parts.append(suspects.filter(pl.col("gtid").is_null()).with_columns(pl.lit("no_thread").alias("reason")))
-        parts.append(_time_unknown(suspects, windows).with_columns(pl.lit("time_unknown").alias("reason")))
+        parts.append(_time_unknown(suspects, library_calls).with_columns(pl.lit("time_unknown").alias("reason")))
     nested = pairs.filter(pl.col("relation") == "nested")
     if nested.height:
         nested = nested.select(cols).unique(maintain_order=True)
@@ -177,6 +177,17 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             f"({duplicates.height} id(s), among the failed calls and the calls overlapping library calls, "
             "the rows the analysis reads): allocation bytes joined by correlation id are not shown for them",
         )
+    # An allocation event's correlation id carried by several rows anywhere in the table (the scan
+    # counts them all, read or not): the event cannot be attributed to one call.
+    shared = trace.shared_alloc_ids.join(duplicates, on=["gpid", "correlation_id"], how="anti")
+    if shared.height:
+        trace.warn(
+            "allocation_correlation_shared",
+            shared.height,
+            "allocation events whose correlation id several CUDA API rows of the process carry (including "
+            "rows the analysis does not otherwise read): their bytes are unknown (null) for every such call",
+        )
+        duplicates = pl.concat([duplicates, shared.select(duplicates.columns)])
     unsafe = _unsafe_bytes(pairs, duplicates) if pairs.height else pl.lit(False)
     hidden = pairs.filter(unsafe).height if pairs.height else 0
     if hidden:

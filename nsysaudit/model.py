@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,7 @@ from nsysaudit.codes import is_capture_begin, is_capture_end, is_event_record
 from nsysaudit.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.errors import UnusableInput
 from nsysaudit.progress import Progress
-from nsysaudit.scan import SPAN_SCHEMA, scan_runtime
+from nsysaudit.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_runtime
 from nsysaudit.source import ExportFile, Table
 
 TID_MASK = 0xFFFFFF
@@ -39,10 +40,44 @@ def q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def frame(conn: sqlite3.Connection, sql: str, schema: dict[str, Any], params: Sequence[Any] = ()) -> pl.DataFrame:
-    """Run ``sql`` and return its rows as a frame with exactly ``schema``."""
+def frame(
+    conn: sqlite3.Connection,
+    sql: str,
+    schema: dict[str, Any],
+    params: Sequence[Any] = (),
+    *,
+    mismatched: Counter[str] | None = None,
+    source: str = "",
+) -> pl.DataFrame:
+    """Run ``sql`` and return its rows as a frame with exactly ``schema``.
+
+    Columns are built strictly: polars' row constructor would turn 1.5 into 1 or 5 into "5"
+    without a word. A value whose type contradicts its column (TEXT in an integer column, an
+    integer over 64 bits, a BLOB where text belongs) becomes NULL and is counted in
+    ``mismatched[source]`` for a warning; it is never "fixed".
+    """
     rows = conn.execute(sql, params).fetchall()
-    return pl.DataFrame(rows, schema=schema, orient="row")
+    if not rows:
+        return pl.DataFrame(schema=schema)
+    series = []
+    for (name, dtype), values in zip(schema.items(), zip(*rows, strict=True), strict=True):
+        try:
+            series.append(pl.Series(name, values, dtype=dtype, strict=True))
+        except (TypeError, OverflowError, pl.exceptions.PolarsError):
+            fits = _fits(dtype)
+            cleaned = [v if v is None or fits(v) else None for v in values]
+            if mismatched is not None:
+                mismatched[source] += sum(
+                    1 for v, c in zip(values, cleaned, strict=True) if v is not None and c is None
+                )
+            series.append(pl.Series(name, cleaned, dtype=dtype, strict=True))
+    return pl.DataFrame(series)
+
+
+def _fits(dtype: Any) -> Callable[[Any], bool]:
+    if dtype == pl.String:
+        return lambda v: type(v) is str
+    return lambda v: type(v) is int and -(1 << 63) <= v < (1 << 63)
 
 
 def decode_pid(gtid: pl.Expr) -> pl.Expr:
@@ -97,6 +132,9 @@ class Trace:
     - ``library_markers``: per library table, the marker rows left out of ``library_calls``.
     - ``unattributed_allocations``: ``gpid, events, bytes`` of allocation events with correlation id
       0 or NULL (memory the driver allocates itself, such as module memory): tied to no API call.
+    - ``shared_alloc_ids``: ``gpid, correlation_id, rows``: allocation events' correlation ids that
+      several CUDA API rows of the process carry (counted over the whole table in the same scan): the
+      event cannot be attributed to one of them.
     """
 
     export: ExportFile
@@ -123,6 +161,7 @@ class Trace:
     unattributed_allocations: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64})
     )
+    shared_alloc_ids: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
 
     def warn(self, kind: str, count: int, message: str) -> None:
         self.warnings.append({"kind": kind, "count": int(count), "message": message})
@@ -210,6 +249,8 @@ def load(
 
 def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None) -> Trace:
     conn, path = export.conn, export.path
+    typed: Counter[str] = Counter()  # values of the wrong type read as NULL, per table
+    read_warnings: list[dict[str, Any]] = []
     strings = export.table("StringIds")
     assert strings is not None  # probe() guarantees it
     _require(path, strings, "id", "value")
@@ -241,6 +282,8 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
                 FROM {q(nvtx.name)} AS n {join} WHERE n.eventType IN (?, ?)""",
             NVTX_SCHEMA,
             (pushpop, startend),
+            mismatched=typed,
+            source=nvtx.name,
         )
         if nvtx.has("domainId"):
             domains = frame(
@@ -249,6 +292,8 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
                     WHERE n.eventType = ?""",
                 {"gtid": pl.Int64, "domain_id": pl.Int64, "domain": pl.String},
                 (domain_create,),
+                mismatched=typed,
+                source=nvtx.name,
             ).select(global_pid(pl.col("gtid")).alias("gpid"), "domain_id", "domain")
     else:
         nvtx_ranges = pl.DataFrame(schema=NVTX_SCHEMA)
@@ -293,6 +338,8 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
                     {marker_filter}""",
                 LIB_SCHEMA,
                 (library, table.name, *marker_params),
+                mismatched=typed,
+                source=table.name,
             )
         )
     library_calls = (
@@ -301,6 +348,52 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         .with_row_index("lib_id")
         .with_columns(pl.col("lib_id").cast(pl.Int64))
     )
+
+    # --- Memory usage events --------------------------------------------------------------------
+    mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
+    if mem is not None and mem.has("start", "globalPid", "bytes", "correlationId"):
+        tables_used["memory"] = mem.name
+        alloc_op = _enum_id(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER", "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", 0)
+        op_filter = "memoryOperationType = ?" if mem.has("memoryOperationType") else "1"
+        params = (alloc_op,) if mem.has("memoryOperationType") else ()
+        # Correlation id 0 (or NULL) marks memory the driver allocates itself (module and static
+        # memory): no API call made it, so it joins nothing and is never a duplicate.
+        grouped = frame(
+            conn,
+            # A NULL (or non-integer) size makes the call's bytes unknown, never a partial sum.
+            f"""SELECT globalPid, correlationId,
+                       CASE WHEN sum(typeof(bytes) = 'integer') = count(*) THEN sum(bytes) END, count(*)
+                FROM {q(mem.name)} WHERE {op_filter} GROUP BY globalPid, correlationId""",
+            ALLOC_SCHEMA,
+            params,
+            mismatched=typed,
+            source=mem.name,
+        )
+        (unsized,) = conn.execute(
+            f"SELECT count(*) FROM {q(mem.name)} WHERE {op_filter} AND typeof(bytes) != 'integer'", params
+        ).fetchone()
+        no_call = pl.col("correlation_id").is_null() | (pl.col("correlation_id") == 0)
+        allocations = grouped.filter(~no_call)
+        unattributed = (
+            grouped.filter(no_call)
+            .group_by("gpid")
+            .agg(pl.col("events").sum(), pl.col("bytes").sum())
+            .sort("gpid", nulls_last=True)
+        )
+        memory_span = frame(
+            conn,
+            f"SELECT globalPid, min(start), max(start), count(*) FROM {q(mem.name)} GROUP BY globalPid",
+            {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64},
+            mismatched=typed,
+            source=mem.name,
+        )
+    else:
+        allocations = pl.DataFrame(schema=ALLOC_SCHEMA)
+        unsized = 0
+        unattributed = pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64})
+        memory_span = pl.DataFrame(
+            schema={"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
+        )
 
     # --- CUDA API (runtime + driver): one streaming pass ------------------------------------------
     if runtime is not None:
@@ -315,6 +408,7 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
             string_ids,
             progress=progress,
             marked_name_ids=marked_ids,
+            alloc_keys=allocations.select("gpid", "correlation_id"),
         )
         wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
         names = _string_values(conn, strings.name, wanted.to_list())
@@ -322,47 +416,13 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         capture_calls = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
         api_total, api_span, scan_engine = scanned.total, scanned.span, scanned.engine
         scan_problems, mismatched = scanned.problems, scanned.type_mismatch_rows
+        shared_alloc_ids = scanned.alloc_rows.filter(pl.col("rows") > 1)
     else:
         api_rows = pl.DataFrame(schema=CALL_SCHEMA)
         capture_calls = pl.DataFrame(schema=CALL_SCHEMA)
+        shared_alloc_ids = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
         api_total, api_span, scan_engine = 0, pl.DataFrame(schema=SPAN_SCHEMA), "none"
         scan_problems, mismatched = {}, 0
-
-    # --- Memory usage events --------------------------------------------------------------------
-    mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
-    if mem is not None and mem.has("start", "globalPid", "bytes", "correlationId"):
-        tables_used["memory"] = mem.name
-        alloc_op = _enum_id(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER", "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", 0)
-        op_filter = "memoryOperationType = ?" if mem.has("memoryOperationType") else "1"
-        params = (alloc_op,) if mem.has("memoryOperationType") else ()
-        # Correlation id 0 (or NULL) marks memory the driver allocates itself (module and static
-        # memory): no API call made it, so it joins nothing and is never a duplicate.
-        grouped = frame(
-            conn,
-            f"""SELECT globalPid, correlationId, sum(bytes), count(*) FROM {q(mem.name)}
-                WHERE {op_filter} GROUP BY globalPid, correlationId""",
-            ALLOC_SCHEMA,
-            params,
-        )
-        no_call = pl.col("correlation_id").is_null() | (pl.col("correlation_id") == 0)
-        allocations = grouped.filter(~no_call)
-        unattributed = (
-            grouped.filter(no_call)
-            .group_by("gpid")
-            .agg(pl.col("events").sum(), pl.col("bytes").sum())
-            .sort("gpid", nulls_last=True)
-        )
-        memory_span = frame(
-            conn,
-            f"SELECT globalPid, min(start), max(start), count(*) FROM {q(mem.name)} GROUP BY globalPid",
-            {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64},
-        )
-    else:
-        allocations = pl.DataFrame(schema=ALLOC_SCHEMA)
-        unattributed = pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64})
-        memory_span = pl.DataFrame(
-            schema={"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
-        )
 
     # --- Names ----------------------------------------------------------------------------------
     tn = export.table("ThreadNames")
@@ -372,7 +432,21 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
             f"""SELECT t.globalTid, s.value FROM {q(tn.name)} AS t
                 LEFT JOIN {q(strings.name)} AS s ON s.id = t.nameId ORDER BY t.rowid""",
             {"gtid": pl.Int64, "thread_name": pl.String},
+            mismatched=typed,
+            source=tn.name,
         )
+        (unnamed,) = conn.execute(
+            f"""SELECT count(*) FROM {q(tn.name)} AS t LEFT JOIN {q(strings.name)} AS s ON s.id = t.nameId
+                WHERE t.nameId IS NOT NULL AND s.id IS NULL"""
+        ).fetchone()
+        if unnamed:
+            read_warnings.append(
+                {
+                    "kind": "dangling_thread_name",
+                    "count": unnamed,
+                    "message": f"{tn.name} rows whose nameId has no StringIds row: those threads' names are unknown",
+                }
+            )
     else:
         thread_names = pl.DataFrame(schema={"gtid": pl.Int64, "thread_name": pl.String})
     pt = export.table("PROCESSES")
@@ -381,6 +455,8 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
             conn,
             f"SELECT pid, globalPid, name FROM {q(pt.name)} ORDER BY globalPid",
             {"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String},
+            mismatched=typed,
+            source=pt.name,
         )
     else:
         processes = pl.DataFrame(schema={"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String})
@@ -389,13 +465,20 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
     session_start = None
     if session is not None and session.has("utcEpochNs"):
         row = conn.execute(f"SELECT utcEpochNs FROM {q(session.name)} LIMIT 1").fetchone()
-        session_start = int(row[0]) if row and row[0] is not None else None
+        if row and row[0] is not None:
+            if type(row[0]) is int and -(1 << 63) <= row[0] < (1 << 63):
+                session_start = row[0]
+            else:
+                typed[session.name] += 1
 
     capture: dict[str, list[str]] = {}
     cap = export.table("META_DATA_CAPTURE")
     if cap is not None and cap.has("name", "value"):
         for key, value in conn.execute(f"SELECT name, value FROM {q(cap.name)} ORDER BY rowid"):
-            capture.setdefault(str(key), []).append(str(value))
+            if isinstance(key, str) and isinstance(value, str):
+                capture.setdefault(key, []).append(value)
+            else:
+                typed[cap.name] += 1
 
     diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
 
@@ -416,13 +499,28 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         session_start_utc_ns=session_start,
         capture=capture,
         tables_used=tables_used,
-        warnings=[*export.warnings, *diagnostic_warnings],
+        warnings=[*export.warnings, *diagnostic_warnings, *read_warnings],
         capture_calls=capture_calls,
         diagnostics=diagnostics,
         capture_bounds=capture_bounds,
         library_markers=library_markers,
         unattributed_allocations=unattributed,
+        shared_alloc_ids=shared_alloc_ids,
     )
+    for table_name, count in sorted(typed.items()):
+        trace.warn(
+            "type_mismatch",
+            count,
+            f"{table_name}: values whose type contradicts their column (text in an integer column, an integer "
+            "over 64 bits, a blob where text belongs): read as unknown (NULL), never converted",
+        )
+    if unsized:
+        trace.warn(
+            "allocation_size_unknown",
+            unsized,
+            f"{mem.name if mem is not None else 'memory'}: allocation events whose bytes are NULL or not an integer "
+            "(a NOT NULL integer column): the sizes of their calls are unknown (null), never a partial sum",
+        )
     _check_runtime_rows(trace, scan_problems, mismatched)
     _check_integrity(trace)
     return trace
@@ -446,7 +544,10 @@ def _check_integrity(trace: Trace) -> None:
         if reversed_:
             trace.warn("reversed_library_range", reversed_, "library calls whose end is before their start")
     dup_names = (
-        trace.thread_names.group_by("gtid").agg(pl.col("thread_name").n_unique().alias("n")).filter(pl.col("n") > 1)
+        trace.thread_names.filter(pl.col("gtid").is_not_null())
+        .group_by("gtid")
+        .agg(pl.col("thread_name").n_unique().alias("n"))
+        .filter(pl.col("n") > 1)
     )
     if dup_names.height:
         trace.warn(

@@ -303,6 +303,10 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
             f"{len(lc['straddling'])} straddling; allocated by nested calls: "
         )
         t.append_text(nbytes(lc["allocated_bytes"]))
+        if lc["allocated_bytes"] is None:
+            t.append(f" ({lc['allocated_bytes_traced']:,} B in the trace", style="dim")
+            unknown = lc["allocations_size_unknown"]
+            t.append(f", {unknown} allocation(s) of unknown size)" if unknown else ")", style="dim")
         if "telemetry" in lc:
             t.append_text(position_text(lc["telemetry"]))
         parts.append(t)

@@ -18,6 +18,7 @@ become NULL and are counted in the warnings, never silently "fixed".
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,7 @@ ROW_SCHEMA: dict[str, Any] = {
     "correlation_id": pl.Int64,
 }
 SPAN_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
+ALLOC_ROWS_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "rows": pl.Int64}
 PROBLEMS = ("null_start", "null_end", "null_return", "null_gtid", "null_name_id", "reversed", "dangling_name_id")
 
 
@@ -53,6 +55,9 @@ class RuntimeScan:
     ``selected``: rows with a non-zero return or overlapping a library window (``ROW_SCHEMA``).
     ``marked``: the successful rows whose name id is one of ``marked_name_ids`` (the stream-capture
     calls: few, and needed whatever their return) (``ROW_SCHEMA``).
+    ``alloc_rows``: per (globalPid, correlation id) of ``alloc_keys`` (the allocation events), how many
+    rows of the whole table carry it (``ALLOC_ROWS_SCHEMA``): more than one, and the event's bytes
+    cannot be attributed to one call.
     ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``adbc`` or ``sqlite3``.
     """
 
@@ -63,6 +68,7 @@ class RuntimeScan:
     engine: str
     type_mismatch_rows: int = 0
     marked: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ROW_SCHEMA))
+    alloc_rows: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
 
 
 def closed_library_calls(library_calls: pl.DataFrame) -> pl.DataFrame:
@@ -97,10 +103,24 @@ def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+@dataclass(frozen=True)
+class _Reduced:
+    span: pl.DataFrame
+    selected: pl.DataFrame
+    problems: dict[str, int]
+    marked: pl.DataFrame
+    alloc_rows: pl.DataFrame
+
+
 def _reduce(
-    batch: pl.DataFrame, windows: pl.DataFrame, string_ids: pl.Series | None, marked_ids: pl.Series | None = None
-) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, int], pl.DataFrame]:
-    """Reduce one batch: its per-process span, its selected rows, its integrity counts, its marked rows."""
+    batch: pl.DataFrame,
+    windows: pl.DataFrame,
+    string_ids: pl.Series | None,
+    marked_ids: pl.Series | None = None,
+    alloc_keys: pl.DataFrame | None = None,
+) -> _Reduced:
+    """Reduce one batch: its per-process span, selected rows, integrity counts, marked rows and
+    the rows carrying an allocation event's correlation id (see :class:`RuntimeScan`)."""
     gpid = pl.col("gtid") - (pl.col("gtid") % (1 << 24))
     span = batch.group_by(gpid.alias("gpid")).agg(
         pl.col("start_ns").min().alias("first_ns"),
@@ -157,16 +177,40 @@ def _reduce(
         else batch.clear().select(list(ROW_SCHEMA))
     )
     selected = pl.concat([failed.select(list(ROW_SCHEMA)), candidates])
-    return span, selected, {k: int(v or 0) for k, v in problems.items()}, marked
+    alloc_rows = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
+    if alloc_keys is not None and alloc_keys.height:
+        alloc_rows = (
+            batch.select(gpid.alias("gpid"), "correlation_id")
+            .join(alloc_keys, on=["gpid", "correlation_id"], how="semi")
+            .group_by("gpid", "correlation_id")
+            .agg(pl.len().cast(pl.Int64).alias("rows"))
+        )
+    return _Reduced(span, selected, {k: int(v or 0) for k, v in problems.items()}, marked, alloc_rows)
 
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _select_sql(table: str, columns: dict[str, str]) -> str:
+# SQLite's names for a row's integer key. A declared column of one of these names hides it under
+# that name ("rowid TEXT" in a crafted export), so the scan uses the first one no column declares.
+ROWID_NAMES = ("rowid", "_rowid_", "oid")
+
+
+def rowid_name(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]) -> str | None:
+    """The name that reaches ``table``'s integer rowid, or None (WITHOUT ROWID, or every name declared)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+    if row is not None and isinstance(row[0], str) and re.search(r"\bWITHOUT\s+ROWID\b", row[0], re.IGNORECASE):
+        return None
+    declared = {c.lower() for c in columns}
+    return next((name for name in ROWID_NAMES if name not in declared), None)
+
+
+def _select_sql(table: str, columns: dict[str, str], rowid: str | None) -> str:
     cols = ", ".join(columns[c] for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId"))
-    return f"SELECT {cols} FROM {_quote(table)} WHERE rowid BETWEEN ? AND ?"
+    if rowid is None:  # no usable rowid: one partition, the whole table (the bounds are ignored)
+        return f"SELECT {cols} FROM {_quote(table)} WHERE ? IS NOT NULL AND ? IS NOT NULL"
+    return f"SELECT {cols} FROM {_quote(table)} WHERE {rowid} BETWEEN ? AND ?"
 
 
 def _adbc_batches(uri: str, sql: str, lo: int, hi: int) -> Iterator[pl.DataFrame]:
@@ -218,48 +262,43 @@ def scan_runtime(
     workers: int | None = None,
     progress: Progress | None = None,
     marked_name_ids: pl.Series | None = None,
+    alloc_keys: pl.DataFrame | None = None,
 ) -> RuntimeScan:
     """Stream the CUDA API table once and reduce it (see the module docstring)."""
     present = {
         c: _quote(c) if c in columns else "NULL"
         for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId")
     }
-    sql = _select_sql(table, present)
+    rowid = rowid_name(conn, table, columns)
+    sql = _select_sql(table, present, rowid)
     # Three statements on purpose: count(*) alone walks only the b-tree pages (SQLite's count
     # optimization) and min/max(rowid) alone are single seeks; combined they cost a full scan.
     (total,) = conn.execute(f"SELECT count(*) FROM {_quote(table)}").fetchone()
-    (lo,) = conn.execute(f"SELECT min(rowid) FROM {_quote(table)}").fetchone()
-    (hi,) = conn.execute(f"SELECT max(rowid) FROM {_quote(table)}").fetchone()
+    if rowid is None:
+        lo, hi = 0, 0
+    else:
+        (lo,) = conn.execute(f"SELECT min({rowid}) FROM {_quote(table)}").fetchone()
+        (hi,) = conn.execute(f"SELECT max({rowid}) FROM {_quote(table)}").fetchone()
     windows = union_windows(library_calls)
     if not total:
         return RuntimeScan(
             0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
         )
     n_workers = workers or (min(os.cpu_count() or 1, 4) if total >= PARALLEL_MIN_ROWS else 1)
+    if rowid is None:
+        n_workers = 1
     step = (hi - lo) // n_workers + 1
     parts = [(lo + i * step, min(hi, lo + (i + 1) * step - 1)) for i in range(n_workers)]
     uri = readonly_uri(path)  # never plain mode=ro: a WAL-mode file would get -wal/-shm beside it
 
-    def run(
-        part: tuple[int, int], use_adbc: bool, mismatches: list[int]
-    ) -> tuple[list[pl.DataFrame], list[pl.DataFrame], dict[str, int], list[pl.DataFrame]]:
-        spans: list[pl.DataFrame] = []
-        selected: list[pl.DataFrame] = []
-        marked: list[pl.DataFrame] = []
-        problems = dict.fromkeys(PROBLEMS, 0)
+    def run(part: tuple[int, int], use_adbc: bool, mismatches: list[int]) -> list[_Reduced]:
         batches = _adbc_batches(uri, sql, *part) if use_adbc else _sqlite_batches(path, sql, *part, mismatches)
+        out = []
         for batch in batches:
-            span, sel, prob, mark = _reduce(batch, windows, string_ids, marked_name_ids)
-            spans.append(span)
-            if sel.height:
-                selected.append(sel)
-            if mark.height:
-                marked.append(mark)
-            for k, v in prob.items():
-                problems[k] += v
+            out.append(_reduce(batch, windows, string_ids, marked_name_ids, alloc_keys))
             if progress is not None:
                 progress.advance(batch.height)
-        return spans, selected, problems, marked
+        return out
 
     engine = "adbc"
     mismatches: list[int] = []
@@ -277,12 +316,12 @@ def scan_runtime(
     finally:
         if progress is not None:
             progress.finish()
-    spans = [s for r in results for s in r[0]]
-    selected = [s for r in results for s in r[1]]
+    reduced = [r for part in results for r in part]
     problems = dict.fromkeys(PROBLEMS, 0)
-    for r in results:
-        for k, v in r[2].items():
+    for r in reduced:
+        for k, v in r.problems.items():
             problems[k] += v
+    spans = [r.span for r in reduced]
     span = (
         pl.concat(spans)
         .group_by("gpid")
@@ -291,15 +330,22 @@ def scan_runtime(
         if spans
         else pl.DataFrame(schema=SPAN_SCHEMA)
     )
-    rows = (
-        pl.concat(selected).sort(["gtid", "start_ns", "correlation_id"], nulls_last=True)
-        if selected
-        else pl.DataFrame(schema=ROW_SCHEMA)
+
+    def rows_of(frames: list[pl.DataFrame]) -> pl.DataFrame:
+        kept = [f for f in frames if f.height]
+        if not kept:
+            return pl.DataFrame(schema=ROW_SCHEMA)
+        return pl.concat(kept).sort(["gtid", "start_ns", "correlation_id"], nulls_last=True)
+
+    rows = rows_of([r.selected for r in reduced])
+    marked_rows = rows_of([r.marked for r in reduced])
+    alloc_parts = [r.alloc_rows for r in reduced if r.alloc_rows.height]
+    alloc_rows = (
+        pl.concat(alloc_parts)
+        .group_by("gpid", "correlation_id")
+        .agg(pl.col("rows").sum())
+        .sort("gpid", "correlation_id")
+        if alloc_parts
+        else pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
     )
-    marked = [m for r in results for m in r[3]]
-    marked_rows = (
-        pl.concat(marked).sort(["gtid", "start_ns", "correlation_id"], nulls_last=True)
-        if marked
-        else pl.DataFrame(schema=ROW_SCHEMA)
-    )
-    return RuntimeScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows)
+    return RuntimeScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows)

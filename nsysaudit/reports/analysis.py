@@ -58,24 +58,41 @@ class InputInfo:
         return out
 
 
+INT64_MAX = (1 << 63) - 1
+
+
+def duration_ns(start: str = "start_ns", end: str = "end_ns") -> pl.Expr:
+    """``end - start`` computed without wrapping: null when it does not fit in 64 bits (a call
+    spanning the whole int64 range), never a wrapped negative number."""
+    wide = pl.col(end).cast(pl.Int128) - pl.col(start).cast(pl.Int128)
+    return pl.when(wide <= INT64_MAX).then(wide).otherwise(None).cast(pl.Int64)
+
+
 def _rows(frame: pl.DataFrame) -> list[dict[str, Any]]:
     return frame.to_dicts()
 
 
 def _name_columns(keys: pl.DataFrame) -> pl.DataFrame:
-    """``api, return_code, display_api, return_name`` for each distinct (api, return_code)."""
+    """``api, return_code, display_api, return_name, allocation`` for each distinct (api, return_code)."""
     rows = [
         (
             api,
             rc,
             display_name(api) if api is not None else None,
             return_name(api, rc) if api is not None and rc is not None else None,
+            api is not None and is_allocation_api(api),
         )
         for api, rc in keys.select("api", "return_code").iter_rows()
     ]
     return pl.DataFrame(
         rows,
-        schema={"api": pl.String, "return_code": pl.Int64, "display_api": pl.String, "return_name": pl.String},
+        schema={
+            "api": pl.String,
+            "return_code": pl.Int64,
+            "display_api": pl.String,
+            "return_name": pl.String,
+            "allocation": pl.Boolean,
+        },
         orient="row",
     )
 
@@ -162,7 +179,7 @@ class AnalysisResult:
         names = _name_columns(pairs.select("api", "return_code").unique())
         call = pl.struct(
             "api", "display_api", "return_code", "return_name", "correlation_id", "start_ns", "end_ns", "bytes"
-        )
+        )  # children keep their documented fields; ``allocation`` only drives the size bookkeeping
         named = pairs.join(names, on=["api", "return_code"], how="left", nulls_equal=True).sort(
             ["lib_id", "start_ns", "correlation_id"], nulls_last=True
         )
@@ -171,7 +188,11 @@ class AnalysisResult:
             .group_by("lib_id", maintain_order=True)
             .agg(
                 call.alias("children"),
-                pl.col("bytes").sum().alias("allocated_bytes"),
+                pl.col("bytes").sum().alias("allocated_bytes_traced"),
+                (pl.col("allocation") & (pl.col("return_code") == 0) & pl.col("bytes").is_null())
+                .sum()
+                .cast(pl.Int64)
+                .alias("allocations_size_unknown"),
                 (pl.col("return_code") != 0).sum().cast(pl.Int64).alias("failed_children"),
             )
         )
@@ -211,9 +232,7 @@ class AnalysisResult:
                 pl.when(pl.col("end_known")).then(pl.col("end_ns")).otherwise(None).alias("end_ns"),
                 pl.col("end_ns").alias("recorded_end_ns"),
                 "end_known",
-                pl.when(pl.col("end_known")).then(pl.col("end_ns") - pl.col("start_ns")).otherwise(None).alias(
-                    "duration_ns"
-                ),
+                pl.when(pl.col("end_known")).then(duration_ns()).otherwise(None).alias("duration_ns"),
                 "coverage",
                 "censored_reason",
                 "censored_reasons",
@@ -222,11 +241,19 @@ class AnalysisResult:
                 pl.col("api_last_ns").alias("cuda_api_last_ns"),
                 "children",
                 "straddling",
-                # Unknown (null) when a pair limit (--max-pairs) left successful children unlisted.
-                pl.when(pl.col("children_complete"))
-                .then(pl.col("allocated_bytes").fill_null(0))
+                # Unknown (null), never a partial sum, when a pair limit (--max-pairs) left successful
+                # children unlisted, a successful nested allocation's size is unknown (no memory
+                # event, NULL bytes, a shared correlation id), or the trace does not cover the call.
+                pl.when(
+                    pl.col("children_complete")
+                    & (pl.col("allocations_size_unknown").fill_null(0) == 0)
+                    & (pl.col("coverage") == "complete")
+                )
+                .then(pl.col("allocated_bytes_traced").fill_null(0))
                 .otherwise(None)
                 .alias("allocated_bytes"),
+                pl.col("allocated_bytes_traced").fill_null(0),
+                pl.col("allocations_size_unknown").fill_null(0),
                 pl.col("failed_children").fill_null(0),
                 "children_complete",
             )

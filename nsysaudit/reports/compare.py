@@ -295,7 +295,8 @@ def _keyed(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     seen: Counter[tuple[str | None, str]] = Counter()
     out = []
-    for lc in sorted(calls, key=lambda c: (c["start_ns"], c["lib_id"])):
+    # A damaged range may have no start: it sorts last, never compared with None.
+    for lc in sorted(calls, key=lambda c: (c["start_ns"] is None, c["start_ns"] or 0, c["lib_id"])):
         role = lc["thread_role"]
         seen[(lc["api"], role)] += 1
         out.append({**lc, "match_key": {"api": lc["api"], "thread_role": role, "ordinal": seen[(lc["api"], role)]}})
@@ -316,7 +317,7 @@ def _handoff(d: Mapping[str, Any], libs: list[dict[str, Any]]) -> dict[str, Any]
     handoffs = [e for e in telemetry.get("timeline", []) if e.get("event") == "handoff"]
     if not handoffs:
         return None
-    first_start = min((lc["start_ns"] for lc in libs), default=None)
+    first_start = min((lc["start_ns"] for lc in libs if lc["start_ns"] is not None), default=None)
     placed = [
         e for e in handoffs if e["trace_ns"] is not None and first_start is not None and e["trace_ns"] <= first_start
     ]

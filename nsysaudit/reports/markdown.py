@@ -151,6 +151,14 @@ def _failed_calls(groups: Sequence[Mapping[str, Any]]) -> list[str]:
     )
 
 
+def _allocated(lc: Mapping[str, Any]) -> str:
+    """A library call's allocated bytes; when unknown, what the trace shows of them."""
+    if lc["allocated_bytes"] is not None:
+        return num(lc["allocated_bytes"])
+    traced = lc.get("allocated_bytes_traced")
+    return "unknown" if traced is None else f"unknown ({num(traced)} in the trace)"
+
+
 def _capture(coverage: Mapping[str, Any]) -> list[str]:
     cap = coverage.get("capture") or {}
     if cap.get("stop_ns") is None:
@@ -489,7 +497,7 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
                 [md(lc["api"]), ident(lc["pid"]), ident(lc["tid"]), md(lc["thread_name"]), num(lc["start_ns"]),
                  _end(lc["end_ns"], lc.get("recorded_end_ns")), md(lc["coverage"]), num(len(lc["children"])),
                  num(lc["failed_children"]),
-                 num(lc["allocated_bytes"])]
+                 _allocated(lc)]
                 for lc in doc["library_calls"]
             ),
         )

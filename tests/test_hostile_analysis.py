@@ -1,0 +1,187 @@
+"""Silent wrong answers (issue 10, items 5, 7 and 8): each crafted export is either analyzed right or
+warned about, never a wrong number without a word and never a traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from builder import Call, Export, LibCall, strip_not_null
+from scenarios import PID, WORKER, MiB, observe_nested_failure, release_three_allocations
+
+import nsysaudit
+from nsysaudit.cli import main
+
+
+def analyze_json(capsys: pytest.CaptureFixture[str], path: Path, *args: str) -> dict[str, Any]:
+    code = main(["analyze", "--json", str(path), *args])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Traceback" not in err
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+def kinds(doc: dict[str, Any]) -> list[str]:
+    return [w["kind"] for w in doc["warnings"]]
+
+
+# --- item 5: a user column named rowid, shared correlation ids, unknown sizes, int64 ranges --------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # NULL user "rowid" on the failed row: a scan by that column's range would skip it.
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME ADD COLUMN rowid INTEGER;"
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = 7; UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = NULL "
+        "WHERE returnValue = 2",
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME ADD COLUMN rowid TEXT;"
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET rowid = 'x'",
+        # Every name of the integer key declared: no rowid reachable, the table is read whole.
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME ADD COLUMN rowid INTEGER;"
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME ADD COLUMN _rowid_ INTEGER;"
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME ADD COLUMN oid INTEGER",
+    ],
+    ids=["null-user-rowid", "text-user-rowid", "every-rowid-name-declared"],
+)
+def test_a_user_rowid_column_hides_no_row(capsys, make_export, script: str) -> None:
+    spec = observe_nested_failure()
+    spec.raw_sql = [script]
+    d = analyze_json(capsys, make_export(spec))
+    assert d["census"]["cuda_api_calls"] == len(spec.calls)
+    assert [(f["kind"], f["correlation_id"]) for f in d["findings"]] == [("nested_alloc_failure", 22)]
+
+
+def test_a_without_rowid_runtime_table_is_read_whole(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.raw_sql = [
+        """CREATE TABLE r2 (start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INTEGER NOT NULL,
+           globalTid INTEGER, correlationId INTEGER NOT NULL, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL,
+           callchainId INTEGER, PRIMARY KEY (correlationId, globalTid)) WITHOUT ROWID;
+           INSERT INTO r2 SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME; DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME;
+           ALTER TABLE r2 RENAME TO CUPTI_ACTIVITY_KIND_RUNTIME;"""
+    ]
+    d = analyze_json(capsys, make_export(spec))
+    assert d["census"]["cuda_api_calls"] == len(spec.calls)
+    assert [f["correlation_id"] for f in d["findings"]] == [22]
+
+
+def test_a_correlation_id_shared_with_an_unread_row_makes_the_bytes_unknown(capsys, make_export) -> None:
+    spec = release_three_allocations()
+    # A successful cudaFree far outside any library call (a row the analysis does not read) carries
+    # correlation id 21, the id of the second nested cudaMalloc: the event may be either call's.
+    spec.calls.append(Call("cudaFree_v3020", 40_000, 40_100, PID, PID, corr=21))
+    d = analyze_json(capsys, make_export(spec))
+    assert "allocation_correlation_shared" in kinds(d)
+    [lib] = d["library_calls"]
+    assert {c["correlation_id"]: c["bytes"] for c in lib["children"]} == {20: 4 * MiB, 21: None, 22: 8 * MiB}
+    assert lib["allocated_bytes"] is None and lib["allocations_size_unknown"] == 1
+    assert lib["allocated_bytes_traced"] == 12 * MiB
+
+
+@pytest.mark.parametrize(
+    ("change", "warning"),
+    [
+        ({"omit_tables": {"CUDA_GPU_MEMORY_USAGE_EVENTS"}}, "no_memory_events"),
+        ({"raw_sql": ["ALTER TABLE CUDA_GPU_MEMORY_USAGE_EVENTS DROP COLUMN correlationId"]}, "no_memory_events"),
+        ({"raw_sql": [strip_not_null("CUDA_GPU_MEMORY_USAGE_EVENTS"),
+                      "UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET bytes = NULL WHERE correlationId = 21"]},
+         "allocation_size_unknown"),
+        ({"raw_sql": ["UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET bytes = 'big' WHERE correlationId = 21"]},
+         "allocation_size_unknown"),
+    ],
+    ids=["no-memory-table", "no-correlation-column", "null-bytes", "text-bytes"],
+)
+def test_unknown_sizes_make_allocated_bytes_unknown_never_zero_or_partial(
+    capsys, make_export, change: dict[str, Any], warning: str
+) -> None:
+    spec = release_three_allocations()
+    for key, value in change.items():
+        setattr(spec, key, value)
+    d = analyze_json(capsys, make_export(spec))
+    [lib] = d["library_calls"]
+    assert lib["coverage"] == "complete"
+    assert lib["allocated_bytes"] is None
+    assert warning in kinds(d)
+
+
+def test_a_censored_call_has_unknown_allocated_bytes_and_the_traced_sum_beside_it(capsys, make_export) -> None:
+    spec = release_three_allocations()
+    spec.calls = [c for c in spec.calls if c.start < 13_000]  # the trace stops inside cublasCreate_v2
+    [lib] = analyze_json(capsys, make_export(spec))["library_calls"]
+    assert lib["coverage"] == "censored"
+    assert (lib["allocated_bytes"], lib["allocated_bytes_traced"]) == (None, 14 * MiB)
+
+
+def test_a_range_spanning_the_int64_range_has_no_wrapped_duration(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.lib_calls.append(LibCall("cublasLtCreate", 0, 10, PID, WORKER))
+    spec.raw_sql = ['UPDATE NVTX_EVENTS SET start = -9223372036854775808, "end" = 9223372036854775807 '
+                    'WHERE start = 0 AND "end" = 10']
+    d = analyze_json(capsys, make_export(spec))
+    wide = next(lc for lc in d["library_calls"] if lc["api"] == "cublasLtCreate")
+    assert wide["duration_ns"] is None
+    assert "duration_overflow" in kinds(d)
+    [f] = d["findings"]
+    # The innermost enclosing call is the 4 us cublasCreate_v2, not the range of 2^64 ns.
+    assert f["enclosing"]["api"] == "cublasCreate_v2"
+    assert [e["api"] for e in f["enclosing_chain"]] == ["cublasCreate_v2", "cublasLtCreate"]
+
+
+# --- item 7: failed rows whose end is before their start, against many library calls ------------------
+
+
+def test_reversed_failed_rows_are_decided_without_forming_pairs(capsys, make_export) -> None:
+    n = 400
+    calls = [Call("cudaMalloc_v3020", 100_000 + 10 * i, 100_000 + 10 * i, PID, WORKER, ret=2, corr=i + 1)
+             for i in range(n)]
+    libs = [LibCall("cublasCreate_v2", 100 * i, 100 * i + 2_000_000, PID, WORKER) for i in range(n)]
+    spec = Export(calls=calls, lib_calls=libs, raw_sql=['UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = start - 5'])
+    d = analyze_json(capsys, make_export(spec), "--max-pairs", "10")
+    [undecided] = [w for w in d["warnings"] if w["kind"] == "undecided_calls"]
+    assert undecided["count"] == n and "time_unknown" in undecided["message"]
+    assert d["verdict"] == "inconclusive"
+
+
+# --- item 8: wrong-typed values are NULL with a warning, never converted, never a traceback -----------
+
+
+@pytest.mark.parametrize(
+    ("table", "script", "check"),
+    [
+        ("CUBLAS_EVENTS", "UPDATE CUBLAS_EVENTS SET start = 'x'", "library_call_without_start"),
+        ("ThreadNames", "UPDATE ThreadNames SET globalTid = 'x'", None),
+        ("TARGET_INFO_SESSION_START_TIME", "UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = 'x'", None),
+        ("NVTX_EVENTS", "UPDATE NVTX_EVENTS SET start = 9000.5 WHERE domainId = 1 AND eventType = 59",
+         "library_call_without_start"),
+        ("PROCESSES", "UPDATE PROCESSES SET pid = 18446744073709551616", None),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_null_and_warned(capsys, make_export, table: str, script: str, check) -> None:
+    spec = observe_nested_failure()
+    if table == "CUBLAS_EVENTS":
+        spec.lib_calls = [LibCall("cublasCreate_v2", 9_000, 13_000, PID, WORKER, source="table")]
+    spec.raw_sql = [script]
+    d = analyze_json(capsys, make_export(spec))
+    [w] = [w for w in d["warnings"] if w["kind"] == "type_mismatch"]
+    assert w["message"].startswith(f"{table}:") and "never converted" in w["message"]
+    if check is not None:
+        assert check in kinds(d)
+        assert d["verdict"] == "inconclusive"  # the damaged library call is censored, not "fixed"
+    if table == "TARGET_INFO_SESSION_START_TIME":
+        assert d["input"]["session_start_utc_ns"] is None
+
+
+def test_compare_with_a_library_call_without_start_is_sealed(tmp_path: Path, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.lib_calls.append(LibCall("cublasLtCreate", 9_500, 12_900, PID, WORKER))
+    spec.raw_sql = [strip_not_null("NVTX_EVENTS"), "UPDATE NVTX_EVENTS SET start = NULL WHERE start = 9500"]
+    observe = make_export(spec, "observe.sqlite")
+    release = make_export(release_three_allocations(), "release.sqlite")
+    sealed = nsysaudit.seal_compare(observe, release, tmp_path / "cmp")
+    arm = sealed.document["arms"]["observe"]
+    assert [lc["start_ns"] for lc in arm["library_calls"]][-1] is None  # sorted last, not compared
+    assert any(c["reason"] == "library_call_has_no_start" for c in arm["coverage"]["censored"])
