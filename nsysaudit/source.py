@@ -25,6 +25,7 @@ KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
 # Tables whose presence marks a file as an nsys export (one of the metadata tables is enough;
 # 2022.x and older write EXPORT_META_DATA, later releases META_DATA_EXPORT).
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+SCHEMA_NOT_UTF8 = "damaged SQLite schema: its text is not valid UTF-8 (a changed byte?); not a usable nsys export"
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
@@ -164,6 +165,10 @@ def open_readonly(path: Path, *, immutable: bool | None = None) -> sqlite3.Conne
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         raise UnusableInput(path, f"SQLite cannot read it: {exc}") from None
+    except UnicodeDecodeError:
+        # SQLite's message about a malformed schema quotes the schema's bytes, which Python
+        # cannot decode when they are not UTF-8.
+        raise UnusableInput(path, SCHEMA_NOT_UTF8) from None
     return conn
 
 
@@ -289,6 +294,8 @@ def probe(path: Path) -> ExportFile:
             }
         except sqlite3.DatabaseError as exc:
             raise UnusableInput(path, f"SQLite cannot read its schema: {exc}") from None
+        except UnicodeDecodeError:
+            raise UnusableInput(path, SCHEMA_NOT_UTF8) from None
         meta_table = next((tables[t] for t in META_TABLES if t in tables), None)
         if meta_table is None or "StringIds" not in tables:
             missing = " and ".join(

@@ -614,7 +614,14 @@ HOSTILE_TEXT = {
     "c1": "x\x9b31my",
     "nul": "a\x00b",
     "html": "<script>alert(1)</script> | *em* `code`",
+    "zero-width": "ad\u200bmin\u200d\u2060\u2064\ufeff",
+    "tag": "x\U000e0041\U000e007fy",
+    "bidi-isolate": "a\u2067b\u2069\u061c\u200fc",
 }
+# Every character a renderer must never emit as it is (the one definition in nsysaudit.text);
+# a real line break is the report's own, so it is checked per line.
+UNSAFE_SHOWN = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                          "\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
 LONG = "W" * 10_000
 
 
@@ -633,7 +640,7 @@ def test_trace_text_is_shown_literally_in_the_terminal(capsys, make_export, name
     path = make_export(hostile_export(text))
     code, out, err = run(capsys, "analyze", str(path))
     assert code == 0, err
-    assert "\x1b" not in out and "\x9b" not in out and "\x00" not in out and "\u202e" not in out
+    assert not UNSAFE_SHOWN.search(out), repr(UNSAFE_SHOWN.search(out))
     # One real verdict line; no line forged by trace text.
     assert [line for line in out.splitlines() if line.startswith("verdict:")] == ["verdict: failure_found"]
     if name in ("markup", "link", "html"):
@@ -644,6 +651,10 @@ def test_trace_text_is_shown_literally_in_the_terminal(capsys, make_export, name
         assert "ok\\nverdict: no_failure" in out
     if name == "bidi":
         assert "abc\\u202eexe.txt" in out
+    if name == "zero-width":
+        assert "ad\\u200bmin\\u200d\\u2060\\u2064\\ufeff" in out
+    if name == "tag":
+        assert "x\\U000e0041\\U000e007fy" in out
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
@@ -702,6 +713,24 @@ def test_invalid_utf8_in_an_integer_column(capsys, make_export) -> None:
     assert [f["correlation_id"] for f in doc["findings"]] == [22]
 
 
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
+def test_trace_text_is_escaped_in_report_md(make_export, tmp_path: Path, name: str) -> None:
+    from nsysaudit import seal
+
+    seal.seal_analysis(make_export(hostile_export(HOSTILE_TEXT[name])), tmp_path / "sealed")
+    report = (tmp_path / "sealed" / "report.md").read_text(encoding="utf-8")
+    assert not UNSAFE_SHOWN.search(report), repr(UNSAFE_SHOWN.search(report))
+    assert "verdict: no_failure" not in report
+
+
+def test_md_escapes_c1_bidi_zero_width_and_tag_characters() -> None:
+    from nsysaudit.reports.markdown import md
+
+    assert md("a\x9b31mb\u202ec\u2066d\u200be\ufefff\U000e0041g") == (
+        "a\\\\x9b31mb\\\\u202ec\\\\u2066d\\\\u200be\\\\ufefff\\\\U000e0041g"
+    )
+
+
 def test_markdown_report_escapes_trace_text(make_export, tmp_path: Path) -> None:
     from nsysaudit import seal
 
@@ -711,7 +740,7 @@ def test_markdown_report_escapes_trace_text(make_export, tmp_path: Path) -> None
     # Every Markdown/HTML character of the trace text is backslash-escaped; the line break too.
     assert not re.search(r"(?<!\\)\[x(?<!\\)\]|(?<!\\)<img|(?<!\\)\*em", report)
     assert "\n- forged item" not in report
-    assert "\\[x\\](https://evil.example) \\<img src=x\\> \\| \\*em\\* \\# h\\\\u000a- forged item" in report
+    assert "\\[x\\](https://evil.example) \\<img src=x\\> \\| \\*em\\* \\# h\\\\n- forged item" in report
     assert sealed.dir == tmp_path / "sealed"
 
 
@@ -877,3 +906,72 @@ def test_pair_counts_without_forming_pairs_match_the_join() -> None:
         counts = count_pairs(lib_frame.cast(pl.Int64), call_frame)
         per_lib = dict(pairs.group_by("lib_id").len().iter_rows())
         assert {lib: n for lib, n in counts.iter_rows() if n} == per_lib
+
+
+# --- 3b. text is data in every command and on stderr (issue 10, item 9) ---------------------------
+
+FORGED = "x\nseal: sha256:" + "0" * 64 + "\x1b]0;title\x07\u202e"
+
+
+def test_compare_sources_line_escapes_version_strings(capsys, make_export, tmp_path: Path) -> None:
+    observe = observe_nested_failure()
+    observe.nsys_version = "2023.4\x1b]8;;https://e.x\x07\nverdicts:  observe no_failure\u200b"
+    o = make_export(observe, "observe.sqlite")
+    r = make_export(release_three_allocations(), "release.sqlite")
+    code, out, err = run(capsys, "compare", str(o), str(r), "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    assert not UNSAFE_SHOWN.search(out), repr(UNSAFE_SHOWN.search(out))
+    shown = " ".join(out.split())  # the terminal wraps long lines
+    assert "DIFFERENT (2023.4\\x1b]8;;https://e.x\\x07\\nverdicts: observe no_failure\\u200b vs 2023.4.4.54)" in shown
+    assert [line for line in out.splitlines() if line.startswith("verdicts:")] == [
+        "verdicts:  observe failure_found  release no_failure"
+    ]
+
+
+def test_error_line_escapes_a_hostile_file_name(capsys, evidence: Path) -> None:
+    bad = evidence / f"{FORGED}.sqlite"
+    bad.write_bytes(b"")
+    for args in (["analyze", str(bad)], ["compare", str(bad), str(OBSERVE), "--out", str(evidence / "o")]):
+        code, out, err = run(capsys, *args)
+        assert code == 2 and out == ""
+        assert err.count("\n") == 1 and not UNSAFE_SHOWN.search(err), repr(err)
+        assert "x\\nseal: sha256:" + "0" * 64 + "\\x1b]0;title\\x07\\u202e.sqlite: empty file" in err
+
+
+def test_error_line_escapes_schema_names_in_sqlite_messages(capsys, make_export) -> None:
+    """SQLite's "malformed database schema (NAME)" quotes a schema object's name: one escaped line."""
+    spec = observe_nested_failure()
+    spec.raw_sql = [
+        "PRAGMA writable_schema = ON;"
+        "INSERT INTO sqlite_master VALUES ('table', 'evil\nverdict: no_failure\x1b[31m', 'evil', 0, 'CREATE nonsense');"
+    ]
+    path = make_export(spec)
+    code, _, err = run(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, path, "malformed database schema (evil\\nverdict: no_failure\\x1b[31m)")
+    assert not UNSAFE_SHOWN.search(err)
+
+
+def test_verify_escapes_a_hostile_extra_file_name(capsys, tmp_path: Path) -> None:
+    """A file named to forge a "seal: ... verified" line is named, escaped, on the one error line."""
+    out = tmp_path / "sealed"
+    code, _, err = run(capsys, "analyze", str(OBSERVE), "--out", str(out))
+    assert code == 0, err
+    (out / f"{FORGED}\nverified").write_text("")
+    code, stdout, err = run(capsys, "verify", str(out))
+    assert code == 1 and stdout == ""
+    assert err.count("\n") == 1 and not UNSAFE_SHOWN.search(err), repr(err)
+    assert "x\\nseal: sha256:" + "0" * 64 + "\\x1b]0;title\\x07\\u202e\\nverified: extra file" in err
+
+
+def test_usage_errors_are_one_line(capsys) -> None:
+    for args, problem in (
+        (["analyze", str(OBSERVE), "--clock-tolerance", "nan"], "'nan' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--clock-tolerance", "inf"], "'inf' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--clock-tolerance", "-1"], "'-1' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--max-pairs", str(1 << 63)], f"{1 << 63} is not in the range"),
+        (["analyze", str(OBSERVE), "--no-such-option"], "No such option '--no-such-option'"),
+    ):
+        code, out, err = run(capsys, *args)
+        assert code == 2 and out == "", (args, out)
+        assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
+        assert problem in err and "nsysaudit analyze --help" in err, err

@@ -13,12 +13,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from nsysaudit.text import escape
+
 MAX_TEXT = 200
 # Characters that can start Markdown or HTML syntax anywhere in a line (CommonMark allows a
 # backslash before any ASCII punctuation). Line-start syntax (#, -, +, 1.) cannot occur: data is
 # never placed at the start of a line, and line breaks in data are shown as escapes.
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~#])")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 
 
 def md(value: object, limit: int = MAX_TEXT) -> str:
@@ -34,8 +35,9 @@ def md(value: object, limit: int = MAX_TEXT) -> str:
     s = str(value)
     if len(s) > limit:
         s = f"{s[: limit - 1]}… ({len(s)} chars)"
-    s = _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
-    return _SPECIAL.sub(r"\\\1", s)
+    # Controls, bidi, zero-width and tag characters become escapes (nsysaudit.text), whose
+    # backslash is then escaped like any other: ``\n`` in the data reads ``\n`` in the viewer.
+    return _SPECIAL.sub(r"\\\1", escape(s))
 
 
 def num(value: int | None) -> str:
