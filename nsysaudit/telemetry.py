@@ -7,9 +7,9 @@ bytes, message, ...) is kept as data.
 
 A bad line (invalid JSON, not an object, no event name, a clock field that is missing or not an
 integer, or a value that could not be kept exactly: an integer outside 64 bits, NaN or an
-infinity, a lone surrogate, nesting deeper than 32 levels) is an error naming its line number, unless ``lenient`` is set: then it becomes a
-warning with its line number and the other lines are used. A file with no usable line is
-always an error.
+infinity, a lone surrogate, nesting deeper than 32 levels) is an error naming its line number,
+unless ``lenient`` is set: then it becomes a warning with its line number and the other lines
+are used. A file with no usable line is always an error.
 
 Nothing here knows about traces; :mod:`nsysaudit.alignment` maps these stamps to trace time.
 """

@@ -336,7 +336,7 @@ def test_wal_file_beside_the_export_is_refused(capsys, evidence: Path) -> None:
     (evidence / "wal.sqlite-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
     before = folder_state(evidence)
     code, _, err = run(capsys, "analyze", str(wal))
-    assert_one_line_error(code, err, wal, "non-empty wal.sqlite-wal beside it")
+    assert_one_line_error(code, err, wal, "WAL-mode SQLite with a non-empty wal.sqlite-wal beside it")
     assert folder_state(evidence) == before
 
 
@@ -347,6 +347,77 @@ def test_hot_journal_beside_the_export_is_refused(capsys, evidence: Path) -> Non
     code, _, err = run(capsys, "analyze", str(bad))
     assert_one_line_error(code, err, bad, "hot journal")
     assert folder_state(evidence) == before
+
+
+def crafted_wal(export: Path, sql: str) -> bytes:
+    """The -wal a WAL-mode copy of ``export`` holds after ``sql`` (checkpointing off): frames that
+    SQLite would apply to ``export`` too, rollback-mode header or not, if it found them beside it."""
+    work = export.with_name("wal-work.sqlite")
+    shutil.copyfile(export, work)
+    con = sqlite3.connect(work, isolation_level=None)
+    try:
+        con.execute("PRAGMA journal_mode = WAL")
+        con.execute("PRAGMA wal_autocheckpoint = 0")
+        con.execute(sql)
+        frames = work.with_name(work.name + "-wal").read_bytes()  # read while the connection keeps it
+    finally:
+        con.close()
+    for leftover in work.parent.glob("wal-work.sqlite*"):
+        leftover.unlink()
+    return frames
+
+
+def test_a_wal_beside_a_rollback_mode_export_is_ignored_and_said(capsys, make_export, evidence: Path) -> None:
+    """Same file bytes, with and without a crafted -wal: the same analysis; nothing written beside it."""
+    built = make_export(observe_nested_failure())
+    export = copy_in(evidence, built, "run.sqlite")
+    frames = crafted_wal(built, f"UPDATE {RUNTIME} SET returnValue = 0")
+    code, out, err = run(capsys, "analyze", "--json", str(export))
+    alone = json.loads(out)
+    assert code == 0 and alone["verdict"] == "failure_found" and alone["warnings"] == [], err
+    (evidence / "run.sqlite-wal").write_bytes(frames)
+    # The frames are real: plain mode=ro would read them (on a copy) and find no failure at all.
+    probe_dir = evidence.parent / "plain-ro"
+    probe_dir.mkdir()
+    for name in ("run.sqlite", "run.sqlite-wal"):
+        shutil.copyfile(evidence / name, probe_dir / name)
+    plain = sqlite3.connect(f"file:{probe_dir / 'run.sqlite'}?mode=ro", uri=True)
+    assert plain.execute(f"SELECT count(*) FROM {RUNTIME} WHERE returnValue != 0").fetchone() == (0,)
+    plain.close()
+    assert (probe_dir / "run.sqlite-shm").exists()  # and it writes beside the file it reads
+
+    before = folder_state(evidence)
+    code, out, err = run(capsys, "analyze", "--json", str(export))
+    assert code == 0, err
+    with_wal = json.loads(out)
+    assert folder_state(evidence) == before  # no -shm, the -wal untouched
+    [warning] = [w for w in with_wal["warnings"] if w["kind"] == "side_file_ignored"]
+    assert warning["message"] == (
+        f"run.sqlite-wal beside the export ({len(frames):,} bytes) is ignored, never read: the export is in "
+        "rollback mode (like every nsys export), so a WAL beside it is not part of it"
+    )
+    with_wal["warnings"].remove(warning)
+    assert with_wal == alone
+
+
+@pytest.mark.parametrize("suffix", ["-journal", "-wal"])
+def test_a_fifo_named_like_a_side_file_is_never_opened(evidence: Path, suffix: str) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: the analysis must not hang on it."""
+    export = copy_in(evidence, OBSERVE)
+    os.mkfifo(evidence / f"observe.sqlite{suffix}")
+    before = sorted(p.name for p in evidence.iterdir())
+    proc = subprocess.run(
+        [sys.executable, "-m", "nsysaudit", "analyze", "--json", str(export)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["census"]["cuda_api_calls"] == 925
+    [warning] = [w for w in doc["warnings"] if w["kind"] == "side_file_ignored"]
+    assert warning["message"] == (
+        f"observe.sqlite{suffix} beside the export is not a regular file (a FIFO): ignored, not opened"
+    )
+    assert sorted(p.name for p in evidence.iterdir()) == before
 
 
 def test_directory_and_missing_file(capsys, tmp_path: Path) -> None:
