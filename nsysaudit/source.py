@@ -26,6 +26,8 @@ KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
 # Tables whose presence marks a file as an nsys export (one of the metadata tables is enough;
 # 2022.x and older write EXPORT_META_DATA, later releases META_DATA_EXPORT).
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
+# A versioned table name: BASE_V<n>, n an ASCII number without a leading zero (re.ASCII: no other digits).
+_VARIANT = re.compile(r"(.+)_V([1-9][0-9]*)", re.ASCII)
 SCHEMA_NOT_UTF8 = "damaged SQLite schema: its text is not valid UTF-8 (a changed byte?); not a usable nsys export"
 
 
@@ -258,6 +260,7 @@ class ExportFile:
     # The read-only URI ``conn`` was opened with: other readers of the same file must use it.
     uri: str = ""
     text: TextDecoder = field(default_factory=TextDecoder)
+    _ambiguous: set[str] = field(default_factory=set, repr=False)  # bases already warned about
 
     @property
     def nsys_version(self) -> str | None:
@@ -280,19 +283,32 @@ class ExportFile:
     def table(self, base: str) -> Table | None:
         """The table for ``base``, accepting nsys's versioned variants (``NVTX_EVENTS_V2``).
 
-        When several variants exist the highest version wins; the choice is visible in the
-        report's ``input.tables``.
+        A variant is ``base`` + ``_V`` + an ASCII version number (2, 3, ...: ``\\d`` would also
+        match other scripts' digits, such as the full-width two, U+FF12). When several of them exist
+        (the base table and a variant, or several variants) the highest version is read and an
+        ``ambiguous_table`` warning names them all and the one read (once per ``base``): one of
+        them may be a shadow copy made to hide rows. The choice is also in ``input.tables``.
         """
-        if base in self.tables:
-            best: Table | None = self.tables[base]
-            best_version = 1
-        else:
-            best, best_version = None, 0
-        pattern = re.compile(re.escape(base) + r"_V(\d+)$")
+        found: list[tuple[int, Table]] = [(1, self.tables[base])] if base in self.tables else []
         for name, table in self.tables.items():
-            match = pattern.match(name)
-            if match and int(match.group(1)) > best_version:
-                best, best_version = table, int(match.group(1))
+            match = _VARIANT.fullmatch(name)
+            if match and match.group(1) == base:
+                found.append((int(match.group(2)), table))
+        if not found:
+            return None
+        found.sort(key=lambda vt: vt[0])
+        best = found[-1][1]
+        if len(found) > 1 and base not in self._ambiguous:
+            self._ambiguous.add(base)
+            names = ", ".join(t.name for _, t in found)
+            self.warnings.append(
+                {
+                    "kind": "ambiguous_table",
+                    "count": len(found),
+                    "message": f"the export has {len(found)} tables for {base} ({names}): read {best.name}, "
+                    "the highest version; the others are not read",
+                }
+            )
         return best
 
     def close(self) -> None:

@@ -674,6 +674,43 @@ def test_wrong_typed_values_are_warnings_not_crashes(capsys, make_export) -> Non
     assert [f["correlation_id"] for f in doc["findings"] if f["tid"] == WORKER] == [22]
 
 
+@pytest.mark.parametrize(
+    "shadows,read",
+    [
+        (["CUPTI_ACTIVITY_KIND_RUNTIME_V2"], "CUPTI_ACTIVITY_KIND_RUNTIME_V2"),
+        (["CUPTI_ACTIVITY_KIND_RUNTIME_V2", "CUPTI_ACTIVITY_KIND_RUNTIME_V10"], "CUPTI_ACTIVITY_KIND_RUNTIME_V10"),
+    ],
+    ids=["base-and-v2", "three-versions"],
+)
+def test_a_shadow_version_of_a_table_is_never_read_silently(
+    capsys, make_export, shadows: list[str], read: str
+) -> None:
+    """A copy of the CUDA API table without the failed call, named as a newer version of it."""
+    spec = observe_nested_failure()
+    spec.raw_sql = [f"CREATE TABLE {t} AS SELECT * FROM {RUNTIME} WHERE returnValue = 0" for t in shadows]
+    doc = analyze_json(capsys, make_export(spec))
+    assert doc["input"]["tables"]["cuda_api"] == read
+    [warning] = [w for w in doc["warnings"] if w["kind"] == "ambiguous_table"]
+    names = ", ".join([RUNTIME, *sorted(shadows, key=lambda t: int(t.rsplit("_V", 1)[1]))])
+    assert warning == {
+        "kind": "ambiguous_table",
+        "count": 1 + len(shadows),
+        "message": f"the export has {1 + len(shadows)} tables for {RUNTIME} ({names}): read {read}, the highest "
+        "version; the others are not read",
+    }
+
+
+@pytest.mark.parametrize("digit", ["\uff12", "\u0662", "02"], ids=["fullwidth", "arabic-indic", "leading-zero"])
+def test_only_ascii_version_numbers_name_a_table_variant(capsys, make_export, digit: str) -> None:
+    spec = observe_nested_failure()
+    spec.raw_sql = [f'CREATE TABLE "{RUNTIME}_V{digit}" AS SELECT * FROM {RUNTIME} WHERE returnValue = 0']
+    code, out, err = run(capsys, "analyze", "--json", str(make_export(spec)))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["input"]["tables"]["cuda_api"] == RUNTIME
+    assert doc["verdict"] == "failure_found" and doc["warnings"] == []
+
+
 # --- 3. text from traces is data ------------------------------------------------------------------
 
 HOSTILE_TEXT = {
