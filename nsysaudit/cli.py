@@ -173,8 +173,13 @@ def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
         default=None,
         metavar="DIR",
         help="Write report.json, report.md, inputs-sha256.txt, the manifests and metadata.json into DIR "
-        "and print the seal (SHA-256 of DIR/manifest-sha256.txt) as the last line.",
+        "and print the seal (SHA-256 of DIR/tagmanifest-sha256.txt) as the last line.",
     )(func)
+
+
+def with_default_domains(extra: Sequence[str]) -> tuple[str, ...]:
+    """``--library-domain`` adds to cuBLAS and cuDNN: the full set :func:`nsysaudit.analyze` takes."""
+    return tuple(dict.fromkeys([*DEFAULT_LIBRARY_DOMAINS, *extra]))
 
 
 def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -183,9 +188,10 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
         "--library-domain",
         "library_domains",
         multiple=True,
-        default=DEFAULT_LIBRARY_DOMAINS,
-        show_default=True,
-        help="NVTX domain whose ranges are library calls (repeatable).",
+        callback=lambda _ctx, _param, extra: with_default_domains(extra),
+        metavar="DOMAIN",
+        help=f"NVTX domain whose ranges are library calls too, besides {' and '.join(DEFAULT_LIBRARY_DOMAINS)} "
+        "(repeatable).",
     )(func)
     return click.option(
         "--nsys",
@@ -299,7 +305,8 @@ def compare_cmd(
     """Compare an OBSERVE arm with a RELEASE arm and write the comparison sealed into DIR.
 
     OBSERVE and RELEASE are exports (.sqlite) or reports (.nsys-rep). The last line printed is the
-    seal: the SHA-256 of DIR/manifest-sha256.txt, the one line a reviewer quotes.
+    seal: the SHA-256 of DIR/tagmanifest-sha256.txt, which pins every file of DIR: the one line a
+    reviewer quotes.
     """
     sealed = seal.seal_compare(
         observe,
@@ -333,7 +340,7 @@ def compare_cmd(
     help="The original inputs (repeatable, or several after one --inputs): check their digests and re-run "
     "the analysis with the recorded options; report.json must come out byte-identical.",
 )
-@click.option("--seal", "expected_seal", metavar="HEX", help="The quoted seal the manifest must match.")
+@click.option("--seal", "expected_seal", metavar="HEX", help="The quoted seal (SHA-256 of tagmanifest-sha256.txt).")
 @click.option(
     "--nsys",
     "nsys_path",

@@ -2,12 +2,14 @@
 
 A sealed report folder DIR holds (flat, no sub-folders)::
 
-    report.json              canonical JSON: sorted keys, stable order, no wall-clock time, no paths
+    report.json              canonical JSON: sorted keys, stable order, no wall-clock time, no paths;
+                             ``options`` holds every option that changes the analysis
     report.md                the same facts for people (trace text escaped as Markdown data)
     inputs-sha256.txt        "<sha256>  <basename>" of every input (exports, .nsys-rep, telemetry)
     manifest-sha256.txt      "<sha256>  <file>" of the three payload files above (sha256sum -c format)
     metadata.json            tool, python, polars and sqlite versions, nsys and schema versions,
-                             the command and options (relative paths only), inputs with sizes
+                             the command that makes DIR again, the recipe ``verify`` re-runs,
+                             inputs with sizes
     tagmanifest-sha256.txt   "<sha256>  <file>" of manifest-sha256.txt and metadata.json
 
 This follows the BagIt idea (RFC 8493: payload manifest, tag files, tag manifest) in a flat
@@ -17,10 +19,20 @@ pass inside DIR. The inputs live outside DIR, so their digests are in their own 
 (``inputs-sha256.txt``, checkable with ``sha256sum -c`` from the folder holding the inputs) and
 their sizes in ``report.json`` and ``metadata.json``.
 
-The **seal** is the SHA-256 of ``manifest-sha256.txt``. It covers the report and the input
-digests; it does not depend on the tool's or Python's version, on the paths the inputs were
-given by, or on the time: the same inputs and options give the same seal. The environment
-(``metadata.json``) is covered by the tag manifest, which ``verify`` checks too.
+The **seal** is the SHA-256 of ``tagmanifest-sha256.txt``, and it pins every byte of every file
+in DIR: the tag manifest holds the digests of ``manifest-sha256.txt`` and ``metadata.json``, the
+manifest those of the three payload files, and ``verify`` refuses any file, folder or manifest
+entry beyond these six. Editing any file, or adding one (even listed in a rewritten manifest),
+changes the tag manifest or makes ``verify`` fail; ``verify --seal`` then fails too. (Format 1
+sealed only ``manifest-sha256.txt``; ``verify`` refuses such folders.)
+
+The seal does not depend on the paths the inputs were given by or on the time: the recorded
+command names the inputs and DIR by basename (run it in the folder holding the inputs) and
+leaves out ``--force``, ``--json`` and ``--nsys``, which change nothing in DIR. It does depend on
+the versions in ``metadata.json``: the same inputs and options on the same tool, Python, polars
+and SQLite versions give the same bytes and the same seal, and the recorded command gives them
+again. Across versions, ``manifest-sha256.txt`` (the payload alone) is what stays the same, and
+``verify --inputs`` checks exactly that by re-running the analysis.
 
 Writes are atomic: everything is written into a fresh temporary folder beside DIR, then renamed
 to DIR. An existing DIR is refused unless ``force`` is set, and even then only a folder that is
@@ -29,6 +41,7 @@ empty or holds a ``manifest-sha256.txt`` is replaced (``--force --out ~`` delete
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -39,19 +52,21 @@ import shutil
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from decimal import Decimal
+from pathlib import Path
 from typing import Any, Literal
 
 from nsysaudit import canonical
 from nsysaudit.analysis import analyze, input_kind
 from nsysaudit.errors import BadOption, CheckFailed, OutputExists, UnusableInput
+from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.progress import Progress
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, basename, compare_results, result_paths, scrub_paths
 from nsysaudit.reports.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.source import sha256_file
-from nsysaudit.telemetry import TelemetryOptions, parse_anchor
+from nsysaudit.telemetry import CLOCK_KINDS, DEFAULT_TOLERANCE_NS, TelemetryOptions, parse_anchor
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -61,7 +76,7 @@ METADATA = "metadata.json"
 TAGMANIFEST = "tagmanifest-sha256.txt"
 PAYLOAD = (INPUTS, REPORT_JSON, REPORT_MD)
 TAG_FILES = (MANIFEST, METADATA)
-SEAL_FORMAT = "nsysaudit.seal/1"
+SEAL_FORMAT = "nsysaudit.seal/2"  # /1 sealed manifest-sha256.txt only
 ANALYSIS_FORMAT = "nsysaudit.analysis/1"
 
 ReportKind = Literal["compare", "analyze"]
@@ -148,10 +163,12 @@ class Recipe:
         return any(role.endswith("telemetry") for role, _ in self.inputs)
 
     def options(self) -> dict[str, Any]:
-        """The options as metadata.json records them (telemetry options only when telemetry was given)."""
+        """The options that change the analysis, as ``report.json`` (``options``) and metadata.json
+        record them (telemetry options only when telemetry was given)."""
         tel = self.telemetry_options or TelemetryOptions()
         return {
             "library_domains": list(self.library_domains),
+            "max_pairs": DEFAULT_MAX_PAIRS,  # a sealed analysis always runs with the default limit
             "telemetry": telemetry_options_dict(tel) if self.has_telemetry else None,
         }
 
@@ -167,18 +184,33 @@ def telemetry_options_dict(options: TelemetryOptions) -> dict[str, Any]:
 
 
 def telemetry_options_from(recorded: Mapping[str, Any] | None) -> TelemetryOptions | None:
-    """The :class:`TelemetryOptions` a metadata.json recorded (None: none recorded)."""
+    """The :class:`TelemetryOptions` a metadata.json recorded (None: none recorded).
+
+    Anything but the exact types :func:`telemetry_options_dict` writes is a failed check.
+    """
     if recorded is None:
         return None
     try:
+        clock, anchors, tolerance = recorded["clock"], recorded["anchors"], recorded["tolerance_ns"]
+        if not (
+            isinstance(recorded["event_key"], str)
+            and isinstance(recorded["lenient"], bool)
+            and type(tolerance) is int
+            and isinstance(anchors, list)
+            and all(isinstance(a, str) for a in anchors)
+            and isinstance(clock, list)
+            and all(isinstance(c, list) and len(c) == 2 and c[0] in CLOCK_KINDS and isinstance(c[1], str)
+                    for c in clock)
+        ):
+            raise TypeError("a value of the wrong type")
         return TelemetryOptions(
-            event_key=str(recorded["event_key"]),
-            clock=tuple((kind, str(name)) for kind, name in recorded["clock"]),
-            lenient=bool(recorded["lenient"]),
-            anchors=tuple(parse_anchor(str(a)) for a in recorded["anchors"]),
-            tolerance_ns=int(recorded["tolerance_ns"]),
+            event_key=recorded["event_key"],
+            clock=tuple((kind, name) for kind, name in clock),
+            lenient=recorded["lenient"],
+            anchors=tuple(parse_anchor(a) for a in anchors),
+            tolerance_ns=tolerance,
         )
-    except (KeyError, TypeError, ValueError, BadOption) as exc:
+    except (KeyError, TypeError, BadOption) as exc:
         raise CheckFailed(f"{METADATA}: unreadable telemetry options ({exc})") from None
 
 
@@ -238,6 +270,7 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
             telemetry_files[arm] = TelemetryFile(t.name, t.sha256, t.size_bytes)
     comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files)
     doc = comparison.to_dict()
+    doc["options"] = recipe.options()
     return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs), _ordered(inputs), results)
 
 
@@ -256,7 +289,7 @@ def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None
     messages) are basenames; ``tool`` (the tool
     version) and ``input.export`` (the .nsys-rep's export digest, cache state and nsys) move to
     ``metadata.json``, because they depend on the machine, not on the evidence. Added: ``format``,
-    ``kind`` and ``inputs``.
+    ``kind`` and ``inputs`` (and, by :func:`build`, ``options``).
     """
     doc: dict[str, Any] = scrub_paths(result.to_dict(), result_paths(result))
     doc.pop("tool", None)
@@ -290,6 +323,7 @@ def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
     if tel is not None:
         inputs.append(tel)
     doc = sealed_analysis_document(result, tel)
+    doc["options"] = recipe.options()
     return Built(recipe, doc, _payload(doc, analysis_markdown(doc), inputs), inputs, {"arm": result})
 
 
@@ -308,33 +342,40 @@ def _payload(doc: Mapping[str, Any], markdown: str, inputs: list[InputFile]) -> 
 # --- metadata ------------------------------------------------------------------------------------
 
 
-def _shown_path(path: str | os.PathLike[str]) -> str:
-    """A path for the recorded command: as given when relative, the basename when absolute."""
-    text = os.fspath(path)
-    return basename(text) if os.path.isabs(text) else PurePosixPath(Path(text).as_posix()).as_posix()
+def _command(recipe: Recipe, out: str | os.PathLike[str]) -> list[str]:
+    """The command that makes DIR again, run in the folder that holds the inputs.
 
-
-def _command(recipe: Recipe, out: str | os.PathLike[str], force: bool) -> list[str]:
+    Inputs and DIR are named by basename (as in ``inputs-sha256.txt``), so the command, and with
+    it the seal, does not depend on where the files were; ``--force``, ``--json`` and ``--nsys``
+    are left out: they change nothing in DIR.
+    """
     p = recipe.path
     if recipe.kind == "compare":
-        cmd = ["nsysaudit", "compare", _shown_path(p("observe") or ""), _shown_path(p("release") or "")]
-        cmd += ["--out", _shown_path(out)]
+        cmd = ["nsysaudit", "compare", basename(p("observe") or ""), basename(p("release") or "")]
+        cmd += ["--out", basename(os.fspath(out))]
         for arm in ("observe", "release"):
             tel = p(f"{arm}_telemetry")
             if tel is not None:
-                cmd += [f"--{arm}-telemetry", _shown_path(tel)]
+                cmd += [f"--{arm}-telemetry", basename(tel)]
     else:
-        cmd = ["nsysaudit", "analyze", _shown_path(p("arm") or ""), "--out", _shown_path(out)]
+        cmd = ["nsysaudit", "analyze", basename(p("arm") or ""), "--out", basename(os.fspath(out))]
         tel = p("telemetry")
         if tel is not None:
-            cmd += ["--telemetry", _shown_path(tel)]
-    if tuple(recipe.library_domains) != DEFAULT_LIBRARY_DOMAINS:
-        for d in recipe.library_domains:
+            cmd += ["--telemetry", basename(tel)]
+    for d in recipe.library_domains:  # --library-domain adds to the default domains
+        if d not in DEFAULT_LIBRARY_DOMAINS:
             cmd += ["--library-domain", d]
     cmd += _telemetry_flags(recipe.options()["telemetry"])
-    if force:
-        cmd.append("--force")
     return cmd
+
+
+def format_ms(ns: int) -> str:
+    """``ns`` as an exact decimal number of milliseconds, as ``--clock-tolerance`` reads it back.
+
+    >>> format_ms(1_234_567), format_ms(1_000_000), format_ms(5_000_000_000), format_ms(1)
+    ('1.234567', '1', '5000', '0.000001')
+    """
+    return format(Decimal(ns).scaleb(-6).normalize(), "f")
 
 
 def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
@@ -353,8 +394,8 @@ def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
     for anchor in options.get("anchors", []):
         out += ["--anchor", str(anchor)]
     tol = options.get("tolerance_ns")
-    if tol is not None and tol != 1_000_000:
-        out += ["--clock-tolerance", f"{tol / 1e6:g}"]
+    if tol is not None and tol != DEFAULT_TOLERANCE_NS:
+        out += ["--clock-tolerance", format_ms(int(tol))]
     return out
 
 
@@ -371,7 +412,7 @@ def _versions() -> dict[str, Any]:
     }
 
 
-def _metadata(built: Built, out: str | os.PathLike[str], force: bool) -> dict[str, Any]:
+def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
     arms = {}
     for role, result in sorted(built.results.items()):
         info = result.input
@@ -381,11 +422,11 @@ def _metadata(built: Built, out: str | os.PathLike[str], force: bool) -> dict[st
         arms[role] = arm
     return {
         "format": SEAL_FORMAT,
-        "seal": f"sha256 of {MANIFEST}",
+        "seal": f"sha256 of {TAGMANIFEST}",
         "report": {"kind": built.recipe.kind, "format": built.document.get("format")},
         "versions": _versions(),
         "nsys": arms,
-        "command": _command(built.recipe, out, force),
+        "command": _command(built.recipe, out),
         "recipe": {
             "kind": built.recipe.kind,
             "inputs": [{"role": role, "name": basename(path)} for role, path in built.recipe.inputs],
@@ -401,7 +442,7 @@ def _metadata(built: Built, out: str | os.PathLike[str], force: bool) -> dict[st
 
 @dataclass(frozen=True)
 class Sealed:
-    """A written report folder and its seal (SHA-256 of its manifest)."""
+    """A written report folder and its seal (SHA-256 of its tag manifest)."""
 
     dir: Path
     seal: str
@@ -462,7 +503,8 @@ def write_sealed(
         meta = canonical_json(metadata)
         _write(tmp / MANIFEST, manifest)
         _write(tmp / METADATA, meta)
-        _write(tmp / TAGMANIFEST, manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)}))
+        tags = manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)})
+        _write(tmp / TAGMANIFEST, tags)
         check_out(target, force=force)  # again: it may have appeared while we were writing
         if target.exists():
             old = _fresh_dir(parent, target.name + ".old")
@@ -477,7 +519,20 @@ def write_sealed(
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     names = tuple(sorted([*files, MANIFEST, METADATA, TAGMANIFEST]))
-    return Sealed(target, sha256_bytes(manifest), names, {})
+    return Sealed(target, sha256_bytes(tags), names, {})
+
+
+def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
+    """The library domains of a sealed report, in the order the CLI gives them: the defaults, then
+    the added ones. A set without cuBLAS or cuDNN is refused (exit 2): ``--library-domain`` only
+    adds, so the recorded command could not reproduce it."""
+    missing = [d for d in DEFAULT_LIBRARY_DOMAINS if d not in domains]
+    if missing:
+        raise BadOption(
+            f"library domains {', '.join(domains) or 'none'} leave out {', '.join(missing)}: a sealed report "
+            "always reads those (its recorded command can only add domains with --library-domain)"
+        )
+    return tuple(dict.fromkeys([*DEFAULT_LIBRARY_DOMAINS, *domains]))
 
 
 def seal(
@@ -489,9 +544,10 @@ def seal(
     progress: Progress | None = None,
 ) -> Sealed:
     """Build the report of ``recipe`` and write it sealed into ``out``."""
+    recipe = dataclasses.replace(recipe, library_domains=sealed_domains(recipe.library_domains))
     check_out(out, force=force)  # fail before the (possibly long) analysis
     built = build(recipe, nsys_path=nsys_path, progress=progress)
-    sealed = write_sealed(out, built.files, _metadata(built, out, force), force=force)
+    sealed = write_sealed(out, built.files, _metadata(built, out), force=force)
     return Sealed(sealed.dir, sealed.seal, sealed.files, built.document, built.results)
 
 
@@ -637,42 +693,15 @@ def verify(
         raise UnusableInput(root, "no such folder" if not root.exists() else "not a folder")
     if not (root / MANIFEST).exists() and not (root / MANIFEST).is_symlink():
         raise UnusableInput(root, f"no {MANIFEST}: not a sealed nsysaudit report folder")
-    problems: list[str] = []
-    manifest = _read_manifest(root, MANIFEST)
-    tags = _read_manifest(root, TAGMANIFEST)
-    for name in PAYLOAD:
-        if name not in manifest:
-            problems.append(f"{MANIFEST} does not list {name}")
-    for name in TAG_FILES:
-        if name not in tags:
-            problems.append(f"{TAGMANIFEST} does not list {name}")
-    for listing, entries in ((MANIFEST, manifest), (TAGMANIFEST, tags)):
-        for name, digest in sorted(entries.items()):
-            trouble = _check_entry(root, name)
-            if trouble is not None:
-                problems.append(f"{trouble} (listed in {listing})")
-                continue
-            actual = sha256_file(root / name)
-            if actual != digest:
-                problems.append(f"{name}: changed (sha256 {actual}, {listing} says {digest})")
-    listed = set(manifest) | set(tags) | {TAGMANIFEST}
-    for current, dirnames, filenames in os.walk(root):
-        for d in sorted(dirnames):
-            rel = (Path(current) / d).relative_to(root).as_posix()
-            problems.append(f"{rel}/: extra folder (not in {MANIFEST})")
-        dirnames.clear()
-        for f in sorted(filenames):
-            rel = (Path(current) / f).relative_to(root).as_posix()
-            if rel not in listed:
-                problems.append(f"{rel}: extra file (not in {MANIFEST})")
-    digest = sha256_file(root / MANIFEST)
+    problems = _check_files(root)
+    digest = sha256_file(root / TAGMANIFEST) if (root / TAGMANIFEST).is_file() else "none"
     if expected_seal is not None and expected_seal.lower().removeprefix("sha256:") != digest:
-        problems.append(f"{MANIFEST}: its sha256 {digest} is not the expected seal {expected_seal}")
+        problems.append(f"{TAGMANIFEST}: its sha256 {digest} is not the expected seal {expected_seal}")
     if problems:
         raise CheckFailed(f"{root}: verification failed: " + "; ".join(problems))
     meta = _metadata_of(root)
     _check_inputs_listing(root, meta)
-    files = tuple(sorted(listed))
+    files = tuple(sorted([*PAYLOAD, *TAG_FILES, TAGMANIFEST]))
     if inputs is None:
         return Verification(root, digest, files)
     given = _match_inputs(meta, [Path(p) for p in inputs])
@@ -692,7 +721,7 @@ def verify(
         old = (root / name).read_bytes()
         new = rebuilt.files[name]
         if old != new:
-            sealed_with = meta.get("versions", {}) if isinstance(meta.get("versions"), dict) else {}
+            sealed_with = meta["versions"]
             now = _versions()
             changed = [
                 f"{k} {sealed_with.get(k)} -> {now.get(k)}"
@@ -710,20 +739,108 @@ def verify(
     return Verification(root, digest, files, tuple(checked), rerun=True)
 
 
+def _check_files(root: Path) -> list[str]:
+    """Every problem with the six files: missing, changed, extra, or listed where they do not belong.
+
+    A manifest that lists anything but its own files is refused even when the listed file's
+    digest is right: the seal pins the tag manifest, and ``verify`` accepts no file it cannot pin.
+    """
+    problems: list[str] = []
+    manifest = _read_manifest(root, MANIFEST)
+    tags = _read_manifest(root, TAGMANIFEST)
+    for listing, entries, expected in ((MANIFEST, manifest, PAYLOAD), (TAGMANIFEST, tags, TAG_FILES)):
+        for name in expected:
+            if name not in entries:
+                problems.append(f"{listing} does not list {name}")
+        for name, digest in sorted(entries.items()):
+            if name not in expected:
+                problems.append(f"{listing} lists {name}, which is not one of its files ({', '.join(expected)})")
+                continue
+            trouble = _check_entry(root, name)
+            if trouble is not None:
+                problems.append(f"{trouble} (listed in {listing})")
+                continue
+            actual = sha256_file(root / name)
+            if actual != digest:
+                problems.append(f"{name}: changed (sha256 {actual}, {listing} says {digest})")
+    known = {*PAYLOAD, *TAG_FILES, TAGMANIFEST}
+    for current, dirnames, filenames in os.walk(root):
+        for d in sorted(dirnames):
+            rel = (Path(current) / d).relative_to(root).as_posix()
+            problems.append(f"{rel}/: extra folder (not in {MANIFEST})")
+        dirnames.clear()
+        for f in sorted(filenames):
+            rel = (Path(current) / f).relative_to(root).as_posix()
+            if rel not in known:
+                problems.append(f"{rel}: extra file (not in {MANIFEST})")
+    return problems
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
+_KINDS = ("sqlite", "nsys-rep", "telemetry")
+
+
 def _metadata_of(root: Path) -> dict[str, Any]:
+    """``metadata.json``, checked for every key and type ``verify`` uses: anything else is a
+    tampered folder, a failed check (exit 1), never a traceback."""
+    path = root / METADATA
     try:
-        meta = json.loads((root / METADATA).read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckFailed(f"{root / METADATA}: not readable JSON ({exc})") from None
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CheckFailed(f"{path}: not readable JSON ({exc})") from None
+    if isinstance(meta, dict) and meta.get("format") == "nsysaudit.seal/1":
+        raise CheckFailed(
+            f"{path}: an nsysaudit.seal/1 folder, whose seal does not cover {METADATA}; "
+            "make it again with this nsysaudit (its recorded command) to get a seal that pins every file"
+        )
     if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
-        raise CheckFailed(f"{root / METADATA}: not {SEAL_FORMAT} metadata")
+        raise CheckFailed(f"{path}: not {SEAL_FORMAT} metadata")
+
+    def bad(what: str) -> CheckFailed:
+        return CheckFailed(f"{path}: {what} (a tampered or foreign {METADATA})")
+
+    inputs, recipe, versions = meta.get("inputs"), meta.get("recipe"), meta.get("versions")
+    if not isinstance(versions, dict):
+        raise bad("'versions' is not an object")
+    if not isinstance(inputs, list) or not inputs:
+        raise bad("'inputs' is not a non-empty list")
+    for i, rec in enumerate(inputs):
+        ok = (
+            isinstance(rec, dict)
+            and all(isinstance(rec.get(k), str) for k in ("role", "name", "sha256", "kind"))
+            and _HEX64.fullmatch(rec["sha256"]) is not None
+            and rec["kind"] in _KINDS
+            and type(rec.get("size_bytes")) is int
+            and rec["size_bytes"] >= 0
+        )
+        if not ok:
+            raise bad(f"inputs[{i}] is not {{role, name, sha256 (hex), size_bytes (int), kind}}")
+    roles = [rec["role"] for rec in inputs]
+    if len(set(roles)) != len(roles):
+        raise bad("an input role is listed twice")
+    if not isinstance(recipe, dict) or recipe.get("kind") not in ("compare", "analyze"):
+        raise bad("no recipe to re-run ('recipe.kind' is not compare or analyze)")
+    spec_inputs = recipe.get("inputs")
+    spec_roles = [r.get("role") for r in spec_inputs if isinstance(r, dict)] if isinstance(spec_inputs, list) else []
+    if not isinstance(spec_inputs, list) or len(spec_roles) != len(spec_inputs) or set(spec_roles) != set(roles):
+        raise bad("'recipe.inputs' does not name the roles of 'inputs'")
+    options = recipe.get("options")
+    if not isinstance(options, dict):
+        raise bad("'recipe.options' is not an object")
+    domains = options.get("library_domains")
+    if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
+        raise bad("'recipe.options.library_domains' is not a list of strings")
+    telemetry = options.get("telemetry")
+    if telemetry is not None and not isinstance(telemetry, dict):
+        raise bad("'recipe.options.telemetry' is not an object")
+    telemetry_options_from(telemetry)  # raises CheckFailed naming the problem
     return meta
 
 
 def _check_inputs_listing(root: Path, meta: Mapping[str, Any]) -> None:
     """``inputs-sha256.txt`` and the metadata's inputs must name the same digests."""
-    recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta.get("inputs", []))
-    if (root / INPUTS).read_bytes().decode("utf-8") != recorded:
+    recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta["inputs"])
+    if (root / INPUTS).read_bytes() != recorded.encode("utf-8", errors="surrogateescape"):
         raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
 
 
@@ -754,15 +871,13 @@ def _match_inputs(meta: Mapping[str, Any], given: list[Path]) -> list[tuple[dict
 
 
 def _recipe_from(meta: Mapping[str, Any], paths: Mapping[str, str]) -> Recipe:
-    spec = meta.get("recipe")
-    if not isinstance(spec, Mapping) or spec.get("kind") not in ("compare", "analyze"):
-        raise CheckFailed(f"{METADATA}: no recipe to re-run")
-    options = spec.get("options") or {}
-    roles = [r["role"] for r in spec.get("inputs", [])]
+    """The recipe metadata.json records (already checked by :func:`_metadata_of`)."""
+    spec = meta["recipe"]
+    options = spec["options"]
     return Recipe(
         kind=spec["kind"],
-        inputs=tuple((role, paths[role]) for role in roles),
-        library_domains=tuple(options.get("library_domains") or DEFAULT_LIBRARY_DOMAINS),
+        inputs=tuple((r["role"], paths[r["role"]]) for r in spec["inputs"]),
+        library_domains=tuple(options["library_domains"] or DEFAULT_LIBRARY_DOMAINS),
         telemetry_options=telemetry_options_from(options.get("telemetry")),
     )
 

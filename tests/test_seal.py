@@ -8,7 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import H200
@@ -89,7 +91,7 @@ def test_compare_writes_the_sealed_folder_and_prints_the_seal_last(capsys, tmp_p
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == FILES
     last = stdout.rstrip("\n").splitlines()[-1]
-    assert last == SEAL_LINE + sha(out / "manifest-sha256.txt")
+    assert last == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
     assert "does NOT establish" in stdout and "cannot establish whether an allocation failed" in stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h200-compare"]  # no temp folder left behind
 
@@ -136,24 +138,24 @@ def test_inputs_recorded_with_digest_and_size(sealed_real: Path) -> None:
 
 
 def test_compare_twice_gives_identical_bytes(sealed_real: Path, tmp_path: Path) -> None:
-    again = tmp_path / "again"
+    again = tmp_path / "h200-compare"  # the folder's name is in the recorded command, hence in the seal
     sealed = seal.seal_compare(
         H200 / "observe.sqlite", H200 / "release.sqlite", again,
         observe_telemetry=H200 / "observe.telemetry.jsonl", release_telemetry=H200 / "release.telemetry.jsonl",
     )
-    for name in ("report.json", "report.md", "inputs-sha256.txt", "manifest-sha256.txt"):
+    for name in FILES:
         assert (again / name).read_bytes() == (sealed_real / name).read_bytes(), name
-    assert sealed.seal == sha(sealed_real / "manifest-sha256.txt")
+    assert sealed.seal == sha(sealed_real / "tagmanifest-sha256.txt")
 
 
 def test_compare_in_another_process_gives_the_same_seal(sealed_real: Path, tmp_path: Path) -> None:
-    out = tmp_path / "proc"
+    out = tmp_path / "h200-compare"
     proc = subprocess.run(
         [sys.executable, "-m", "nsysaudit", *compare_real(out, "--json")], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.encode() == (sealed_real / "report.json").read_bytes()  # --json: report.json on stdout
-    assert proc.stderr.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "manifest-sha256.txt")
+    assert proc.stderr.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "tagmanifest-sha256.txt")
 
 
 # --- existing DIR and atomic writes --------------------------------------------------------------
@@ -206,8 +208,8 @@ def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
 def test_verify_passes_and_prints_the_seal(capsys, sealed_real: Path) -> None:
     code, stdout, err = run(capsys, "verify", sealed_real)
     assert code == 0, err
-    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "manifest-sha256.txt")
-    code, _, err = run(capsys, "verify", sealed_real, "--seal", "sha256:" + sha(sealed_real / "manifest-sha256.txt"))
+    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "tagmanifest-sha256.txt")
+    code, _, err = run(capsys, "verify", sealed_real, "--seal", "sha256:" + sha(sealed_real / "tagmanifest-sha256.txt"))
     assert code == 0, err
     code, _, err = run(capsys, "verify", sealed_real, "--seal", "0" * 64)
     assert code == 1 and "not the expected seal" in err
@@ -311,7 +313,7 @@ def test_verify_with_the_wrong_number_of_inputs_exit_2(capsys, sealed_real: Path
 
 
 def test_verify_library_api_raises_typed_errors(bag: Path, tmp_path: Path) -> None:
-    assert seal.verify(bag).seal == sha(bag / "manifest-sha256.txt")
+    assert seal.verify(bag).seal == sha(bag / "tagmanifest-sha256.txt")
     (bag / "report.json").write_text("{}")
     with pytest.raises(CheckFailed, match=r"report\.json: changed"):
         seal.verify(bag)
@@ -350,7 +352,7 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
     )
     assert code == 0, err
     assert "verdict: inconclusive" in stdout
-    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "manifest-sha256.txt")
+    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
     doc = json.loads((out / "report.json").read_text())
     assert doc["kind"] == "analysis" and doc["verdict"] == "inconclusive"
     assert doc["input"]["path"] == "observe.sqlite" and doc["telemetry"]["path"] == "observe.telemetry.jsonl"
@@ -362,7 +364,7 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
     # --json keeps analyze's own JSON on stdout; the seal goes to stderr.
     code, stdout, err = run(capsys, "analyze", H200 / "observe.sqlite", "--out", out, "--force", "--json")
     assert code == 0 and json.loads(stdout)["verdict"] == "inconclusive"
-    assert err.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "manifest-sha256.txt")
+    assert err.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
 
 
 # --- .nsys-rep inputs (real nsys CLI) ------------------------------------------------------------
@@ -389,3 +391,135 @@ def test_nsys_rep_arm_seals_and_reverifies_after_a_fresh_export(
     code, stdout, err = run(capsys, "verify", out, "--inputs", cpu_report, H200 / "release.sqlite")
     assert code == 0 and "byte-identical" in stdout, err
     assert (tmp_path / "fresh-cache").exists()
+
+
+# --- the seal pins every file (issue 10, item 2) -------------------------------------------------
+
+
+def printed_seal(bag: Path) -> str:
+    return "sha256:" + sha(bag / "tagmanifest-sha256.txt")
+
+
+def edit_metadata(bag: Path, change: Callable[[dict[str, Any]], object]) -> None:
+    meta = json.loads((bag / "metadata.json").read_text())
+    change(meta)
+    (bag / "metadata.json").write_bytes(seal.canonical_json(meta))
+
+
+def test_the_seal_fails_after_a_consistent_edit_of_metadata(capsys, bag: Path) -> None:
+    """The issue's forgery: metadata.json edited (command, versions), the tag manifest re-hashed."""
+    quoted = printed_seal(bag)
+
+    def forge(meta: dict[str, Any]) -> None:
+        meta["command"] = ["nsysaudit", "compare", "other.sqlite", "release.sqlite", "--out", "x"]
+        meta["versions"]["nsysaudit"] = "9.9.9"
+
+    edit_metadata(bag, forge)
+    reseal_tags(bag)
+    assert run(capsys, "verify", bag)[0] == 0  # consistent: only the quoted seal can tell
+    code, _, err = run(capsys, "verify", bag, "--seal", quoted, "--inputs", *REAL_INPUTS)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"tagmanifest-sha256.txt: its sha256 {sha(bag / 'tagmanifest-sha256.txt')} is not the expected seal" in err
+
+
+@pytest.mark.parametrize("listing", ["tagmanifest-sha256.txt", "manifest-sha256.txt"])
+def test_a_file_added_to_a_rewritten_manifest_is_refused(capsys, bag: Path, listing: str) -> None:
+    quoted = printed_seal(bag)
+    (bag / "extra.txt").write_text("added later")
+    manifest = bag / listing
+    entries = seal.parse_manifest(manifest, manifest.read_bytes())
+    entries["extra.txt"] = sha(bag / "extra.txt")
+    manifest.write_bytes(seal.manifest_text(entries))
+    if listing == "manifest-sha256.txt":
+        reseal_tags(bag)
+    for extra in ([], ["--seal", quoted]):
+        code, _, err = run(capsys, "verify", bag, *extra)
+        assert code == 1 and err.count("\n") == 1, err
+        assert f"{listing} lists extra.txt, which is not one of its files" in err, err
+    assert "is not the expected seal" in err
+
+
+def test_sealed_payload_holds_the_options_and_metadata_cannot_change_them(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "h200-compare"
+    code, _, err = run(capsys, *compare_real(out, "--clock-tolerance", "1.234567", "--library-domain", "myLib"))
+    assert code == 0, err
+    options = json.loads((out / "report.json").read_text())["options"]
+    assert options["library_domains"] == ["cuBLAS", "cuDNN", "myLib"]
+    assert options["telemetry"]["tolerance_ns"] == 1_234_567  # '%g' wrote 1.23457 ms = 1,234,570 ns
+    assert options["max_pairs"] == 1_000_000
+    report = (out / "report.md").read_text()
+    assert "Options: library domains cuBLAS, cuDNN, myLib; max pairs 1,000,000; telemetry" in report
+    assert "clock tolerance 1,234,567 ns" in report
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["command"][-4:] == ["--library-domain", "myLib", "--clock-tolerance", "1.234567"]
+
+    def loosen(meta: dict[str, Any]) -> None:
+        meta["recipe"]["options"]["telemetry"]["tolerance_ns"] = 50_000_000
+
+    edit_metadata(out, loosen)
+    reseal_tags(out)
+    code, _, err = run(capsys, "verify", out, "--inputs", *REAL_INPUTS)
+    assert code == 1 and "re-running the analysis gives a different report.json" in err, err
+
+
+def test_the_recorded_command_reproduces_the_seal(capsys, tmp_path: Path, monkeypatch) -> None:
+    """Made with absolute paths and --force; its command, run in a folder holding the inputs,
+    writes the same six files, hence the same seal."""
+    first = tmp_path / "first" / "cmp"
+    first.mkdir(parents=True)
+    code, stdout, err = run(
+        capsys, *compare_real(first, "--force", "--clock-tolerance", "12.345678", "--anchor", "backward_start=backward")
+    )
+    assert code == 0, err
+    seal_line = stdout.rstrip("\n").splitlines()[-1]
+    command = json.loads((first / "metadata.json").read_text())["command"]
+    assert command[0] == "nsysaudit" and "--force" not in command
+    assert command[command.index("--clock-tolerance") + 1] == "12.345678"
+    again = tmp_path / "again"
+    again.mkdir()
+    for path in REAL_INPUTS:
+        shutil.copy(path, again / path.name)
+    monkeypatch.chdir(again)
+    code, stdout, err = run(capsys, *command[1:])
+    assert code == 0, err
+    assert stdout.rstrip("\n").splitlines()[-1] == seal_line == SEAL_LINE + sha(first / "tagmanifest-sha256.txt")
+    for name in FILES:
+        assert (again / "cmp" / name).read_bytes() == (first / name).read_bytes(), name
+
+
+FORGED_METADATA = {
+    "inputs-not-a-list": lambda m: m.update(inputs={"a": 1}),
+    "size-as-text": lambda m: m["inputs"][0].update(size_bytes="561152"),
+    "size-as-bool": lambda m: m["inputs"][0].update(size_bytes=True),
+    "sha256-not-hex": lambda m: m["inputs"][0].update(sha256="z" * 64),
+    "name-missing": lambda m: m["inputs"][0].pop("name"),
+    "role-twice": lambda m: m["inputs"][1].update(role="observe"),
+    "recipe-missing": lambda m: m.pop("recipe"),
+    "recipe-roles": lambda m: m["recipe"]["inputs"].pop(),
+    "recipe-input-not-object": lambda m: m["recipe"]["inputs"].__setitem__(0, "observe"),
+    "options-not-object": lambda m: m["recipe"].update(options=[]),
+    "domains-not-strings": lambda m: m["recipe"]["options"].update(library_domains=[1, 2]),
+    "tolerance-as-float": lambda m: m["recipe"]["options"]["telemetry"].update(tolerance_ns=1e400),
+    "tolerance-negative": lambda m: m["recipe"]["options"]["telemetry"].update(tolerance_ns=-1),
+    "clock-kind": lambda m: m["recipe"]["options"]["telemetry"].update(clock=[["sundial", "x"]]),
+    "anchor-bad": lambda m: m["recipe"]["options"]["telemetry"].update(anchors=["no-equals-sign"]),
+    "telemetry-not-object": lambda m: m["recipe"]["options"].update(telemetry="yes"),
+    "versions-missing": lambda m: m.pop("versions"),
+    "format-1": lambda m: m.update(format="nsysaudit.seal/1"),
+    "not-an-object": None,
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED_METADATA))
+def test_a_forged_metadata_json_is_a_failed_check(capsys, bag: Path, case: str) -> None:
+    """Made consistent (tag manifest re-hashed): a wrong type or missing key is exit 1, one line."""
+    change = FORGED_METADATA[case]
+    if change is None:
+        (bag / "metadata.json").write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        edit_metadata(bag, change)
+    reseal_tags(bag)
+    for extra in ([], ["--inputs", *REAL_INPUTS]):
+        code, _, err = run(capsys, "verify", bag, *extra)
+        assert code == 1, (case, err)
+        assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1 and "metadata.json" in err, err

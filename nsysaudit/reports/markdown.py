@@ -264,6 +264,23 @@ def _failing(title: str, block: Mapping[str, Any]) -> list[str]:
     return [f"{title}:", "", *table(["where", "api", "return code", "name", "observe", "release"], rows)]
 
 
+def _options(options: Mapping[str, Any] | None) -> list[str]:
+    """The options that changed the analysis (``options`` of a sealed document; absent otherwise)."""
+    if not options:
+        return []
+    domains = ", ".join(md(d) for d in options["library_domains"])
+    text = f"library domains {domains}; max pairs {num(options['max_pairs'])}"
+    tel = options.get("telemetry")
+    if tel:
+        anchors = ", ".join(md(a) for a in tel["anchors"]) or "the default rule"
+        clocks = ", ".join(f"{md(kind)}={md(name)}" for kind, name in tel["clock"])
+        text += (
+            f"; telemetry event key {md(tel['event_key'])}, clocks {clocks}, anchors {anchors}, "
+            f"clock tolerance {num(tel['tolerance_ns'])} ns{', lenient' if tel['lenient'] else ''}"
+        )
+    return [f"Options: {text}.", ""]
+
+
 def _values(values: Sequence[str] | None) -> str:
     """A META_DATA_CAPTURE key's values: ``absent`` when the export has no such key."""
     return "absent" if values is None else ", ".join(md(v) for v in values)
@@ -275,8 +292,8 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
     out = [
         "# nsysaudit comparison: observe arm vs release arm",
         "",
-        "The seal of this report is the SHA-256 of `manifest-sha256.txt` beside it; "
-        "`nsysaudit verify` checks every digest.",
+        "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every "
+        "file of the folder; `nsysaudit verify` checks every digest.",
         "",
         "## Inputs",
         "",
@@ -285,6 +302,7 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
             ([md(i["role"]), md(i["name"]), md(i["kind"]), num(i["size_bytes"]), f"`{i['sha256']}`"]
              for i in doc["inputs"]),
         ),
+        *_options(doc.get("options")),
         "## Summary",
         "",
         *_bullets(doc["summary"]),
@@ -354,8 +372,8 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
     out = [
         f"# nsysaudit analysis: {md(inp['path'])}",
         "",
-        "The seal of this report is the SHA-256 of `manifest-sha256.txt` beside it; "
-        "`nsysaudit verify` checks every digest.",
+        "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every "
+        "file of the folder; `nsysaudit verify` checks every digest.",
         "",
         f"Input {md(inp['path'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
         f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
@@ -364,6 +382,7 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
         "",
         *_bullets(doc["verdict_reasons"]),
         "",
+        *_options(doc.get("options")),
         "## Census",
         "",
         *_census(doc["census"]),
