@@ -162,11 +162,12 @@ def echo_telemetry_warnings(result: AnalysisResult) -> None:
         click.echo(escape(f"nsysaudit: warning: {log.path}: line {bad.line}: {bad.problem} (skipped)"), err=True)
 
 
+FORCE_HELP = "Replace DIR if it is a sealed report that verifies and holds none of the inputs."
+
+
 def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal`)."""
-    func = click.option("--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty).")(
-        func
-    )
+    func = click.option("--force", is_flag=True, help=FORCE_HELP)(func)
     return click.option(
         "--out",
         type=str,
@@ -286,7 +287,7 @@ def analyze_cmd(
 )
 @telemetry_option("--observe-telemetry", help="The observe arm's JSON Lines telemetry.")
 @telemetry_option("--release-telemetry", help="The release arm's JSON Lines telemetry.")
-@click.option("--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty).")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout (the seal goes to stderr).")
 @reading_options
 @alignment_options

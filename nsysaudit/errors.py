@@ -49,6 +49,14 @@ class OutputFailed(NsysAuditError):
         return isinstance(self.error, BrokenPipeError) or self.error.errno == errno.EPIPE
 
 
+class OutputNotWritable(BadOption):
+    """The output folder cannot be written where it was asked for (its parent is a file, read-only, ...)."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: cannot write the report folder here: {problem} (nothing was written)")
+        self.path = str(path)
+
+
 class CheckFailed(NsysAuditError):
     """A check the user asked for did not pass (for example ``verify`` found a changed file)."""
 

@@ -35,13 +35,16 @@ again. Across versions, ``manifest-sha256.txt`` (the payload alone) is what stay
 ``verify --inputs`` checks exactly that by re-running the analysis.
 
 Writes are atomic: everything is written into a fresh temporary folder beside DIR, then renamed
-to DIR. An existing DIR is refused unless ``force`` is set, and even then only a folder that is
-empty or holds a ``manifest-sha256.txt`` is replaced (``--force --out ~`` deletes nothing).
+to DIR (see :func:`_replace`). An existing DIR is refused unless ``force`` is set, and even then
+only a folder that verifies as a sealed report and holds no input is replaced (see
+:func:`check_out`; ``--force --out ~`` or ``--out`` an evidence folder deletes nothing).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import glob
 import hashlib
 import json
 import os
@@ -56,9 +59,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from nsysaudit import canonical
+from nsysaudit import canonical, fsops
 from nsysaudit.analysis import analyze, input_kind
-from nsysaudit.errors import BadOption, CheckFailed, OutputExists, UnusableInput
+from nsysaudit.errors import BadOption, CheckFailed, OutputExists, OutputNotWritable, UnusableInput
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.progress import Progress
@@ -451,22 +454,109 @@ class Sealed:
     results: dict[str, AnalysisResult] = field(default_factory=dict)
 
 
-def _looks_sealed(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink() and (not any(path.iterdir()) or (path / MANIFEST).is_file())
+def _out_path(out: str | os.PathLike[str]) -> Path:
+    """DIR as an absolute path (``.`` and ``..`` folded), so that its parent and name are real."""
+    return Path(os.path.abspath(os.fspath(out)))
 
 
-def check_out(out: str | os.PathLike[str], *, force: bool) -> None:
-    """Refuse an existing ``out`` (unless ``force`` and it is an empty or sealed report folder)."""
-    p = Path(out)
-    if not (p.exists() or p.is_symlink()):
-        return
-    if not force:
-        raise OutputExists(f"{p} already exists; pass --force to replace it (nothing was written)")
-    if not _looks_sealed(p):
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _holds_input(target: Path, inputs: Sequence[str | os.PathLike[str]], *, files: bool) -> str | None:
+    """The first input that ``target`` is or holds: by resolved path (symlinks followed), and with
+    ``files`` also by inode among the files directly in it (a hard link)."""
+    real = target.resolve()
+    inodes = {_inode(f) for f in target.iterdir()} if files else set()
+    for given in inputs:
+        resolved = Path(given).resolve()
+        if resolved == real or real in resolved.parents or _inode(resolved) in inodes:
+            return os.fspath(given)
+    return None
+
+
+def _interrupted(target: Path) -> Path | None:
+    """A folder an interrupted two-rename replacement moved aside (see :func:`_replace`)."""
+    return next((p for p in sorted(target.parent.glob(f".{glob.escape(target.name)}.*.old")) if p.is_dir()), None)
+
+
+def check_out(
+    out: str | os.PathLike[str], *, force: bool, inputs: Sequence[str | os.PathLike[str]] = ()
+) -> tuple[int, int] | None:
+    """Refuse an ``out`` that cannot or must not be written; return the inode of the folder to replace.
+
+    An existing ``out`` is refused unless ``force`` is set, and even then it must be a real folder
+    (not a symlink) that passes ``verify``'s checks of its files and metadata (a sealed report
+    folder of this tool, not merely a folder with a ``manifest-sha256.txt``, as a BagIt bag or a
+    ``sha256sum`` evidence folder has), and it must neither be nor hold any of ``inputs``
+    (compared by resolved path and by inode). An empty folder is refused too: it is no report.
+    Everything is checked before the analysis runs, and again just before the rename.
+    """
+    target = _out_path(out)
+    try:
+        exists = target.exists() or target.is_symlink()
+        leftover = None if exists else _interrupted(target)
+    except OSError as exc:
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
+    if leftover is not None:
         raise OutputExists(
-            f"{p} exists and is not a sealed nsysaudit report folder (no {MANIFEST}); "
-            "refusing to replace it, even with --force"
+            f"{target} is missing and {leftover.name} beside it holds the report an interrupted --force was "
+            f"replacing: move it back to {target.name} (or delete it), then run again (nothing was written)"
         )
+    if not exists:
+        _check_parent(target)
+        return None
+    if not force:
+        raise OutputExists(f"{target} already exists; pass --force to replace it (nothing was written)")
+    why = _not_sealed(target)
+    # By path first (no walk of a folder that may be large), by inode once it is known to be flat.
+    holder = _holds_input(target, inputs, files=why is None)
+    if holder is not None:
+        raise OutputExists(
+            f"{target} is or holds the input {holder}; refusing to replace it, even with --force (nothing was written)"
+        )
+    if why is not None:
+        raise OutputExists(
+            f"{target} exists and is not a sealed nsysaudit report folder ({why}); "
+            "refusing to replace it, even with --force (nothing was written)"
+        )
+    return _inode(target)
+
+
+def _not_sealed(target: Path) -> str | None:
+    """Why ``target`` is not a folder ``--force`` may replace, or None."""
+    if target.is_symlink() or not target.is_dir():
+        return "a symlink" if target.is_symlink() else "not a folder"
+    if not any(target.iterdir()):
+        return "an empty folder"
+    if not (target / MANIFEST).is_file():
+        return f"no {MANIFEST}"
+    try:
+        problems = _check_files(target)
+        if not problems:
+            _metadata_of(target)
+    except CheckFailed as exc:
+        problems = [str(exc)]
+    return f"verify fails: {problems[0]}" if problems else None
+
+
+def _check_parent(target: Path) -> None:
+    """The nearest existing ancestor of ``target`` must be a writable folder."""
+    for ancestor in target.parents:
+        try:
+            if not ancestor.exists():
+                continue
+        except OSError as exc:
+            raise OutputNotWritable(target, exc.strerror or str(exc)) from None
+        if not ancestor.is_dir():
+            raise OutputNotWritable(target, f"{ancestor} is not a folder")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise OutputNotWritable(target, f"{ancestor} is not writable")
+        return
 
 
 def _fresh_dir(parent: Path, stem: str) -> Path:
@@ -486,16 +576,64 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
+def _replace(tmp: Path, target: Path, replacing: tuple[int, int] | None) -> None:
+    """Move the complete folder ``tmp`` to ``target``; ``replacing`` is the inode of the folder
+    checked for replacement (None: ``target`` must not exist).
+
+    Replacing uses ``renameat2(RENAME_EXCHANGE)`` where the system has it: one atomic swap, so a
+    kill at any moment leaves either the old or the new folder at ``target``, never neither; the
+    old one, now at ``tmp``, is deleted afterwards. If what was swapped out is not the folder that
+    was checked (another process replaced it meanwhile), it is swapped back and refused. Without
+    the call it falls back to two renames (old aside to ``.DIR.<hex>.old``, new in); a kill between
+    them leaves that ``.old`` folder, which the next write into DIR reports (see :func:`check_out`)
+    instead of writing anything. A new ``target`` is moved in with ``RENAME_NOREPLACE`` (or
+    ``os.rename``, which fails on a non-empty folder), so of two runs writing the same new DIR one
+    wins and the other is refused.
+    """
+    if replacing is None:
+        try:
+            if not fsops.rename_noreplace(tmp, target):
+                os.rename(tmp, target)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise OutputExists(f"{target} was written by another process meanwhile (nothing was written)") from None
+            raise
+        return
+    if fsops.exchange(tmp, target):
+        if _inode(tmp) != replacing:
+            fsops.exchange(tmp, target)
+            raise OutputExists(f"{target} was replaced by another process meanwhile (nothing was written)")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+    os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def write_sealed(
-    out: str | os.PathLike[str], files: Mapping[str, bytes], metadata: Mapping[str, Any], *, force: bool = False
+    out: str | os.PathLike[str],
+    files: Mapping[str, bytes],
+    metadata: Mapping[str, Any],
+    *,
+    force: bool = False,
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> Sealed:
-    """Write payload ``files``, their manifest, ``metadata`` and the tag manifest into ``out``, atomically."""
-    target = Path(out)
-    check_out(target, force=force)
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_dir(parent, target.name)
-    old: Path | None = None
+    """Write payload ``files``, their manifest, ``metadata`` and the tag manifest into ``out``, atomically.
+
+    Nothing is left behind when it fails (the temporary folder is removed); see :func:`check_out`
+    for what may be replaced and :func:`_replace` for how.
+    """
+    target = _out_path(out)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _fresh_dir(target.parent, target.name)
+    except OSError as exc:
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
     try:
         for name in sorted(files):
             _write(tmp / name, files[name])
@@ -505,19 +643,15 @@ def write_sealed(
         _write(tmp / METADATA, meta)
         tags = manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)})
         _write(tmp / TAGMANIFEST, tags)
-        check_out(target, force=force)  # again: it may have appeared while we were writing
-        if target.exists():
-            old = _fresh_dir(parent, target.name + ".old")
-            old.rmdir()
-            os.rename(target, old)
-        os.rename(tmp, target)
+        # Checked here, complete folder in hand: DIR may have appeared or changed since seal() checked it.
+        replacing = check_out(target, force=force, inputs=inputs)
+        _replace(tmp, target, replacing)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and not target.exists():
-            os.rename(old, target)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     names = tuple(sorted([*files, MANIFEST, METADATA, TAGMANIFEST]))
     return Sealed(target, sha256_bytes(tags), names, {})
 
@@ -545,9 +679,10 @@ def seal(
 ) -> Sealed:
     """Build the report of ``recipe`` and write it sealed into ``out``."""
     recipe = dataclasses.replace(recipe, library_domains=sealed_domains(recipe.library_domains))
-    check_out(out, force=force)  # fail before the (possibly long) analysis
+    inputs = [path for _, path in recipe.inputs]
+    check_out(out, force=force, inputs=inputs)  # fail before the (possibly long) analysis
     built = build(recipe, nsys_path=nsys_path, progress=progress)
-    sealed = write_sealed(out, built.files, _metadata(built, out), force=force)
+    sealed = write_sealed(out, built.files, _metadata(built, _out_path(out)), force=force, inputs=inputs)
     return Sealed(sealed.dir, sealed.seal, sealed.files, built.document, built.results)
 
 

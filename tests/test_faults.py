@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -136,3 +139,59 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     err = proc.stderr.read().decode()
     assert (proc.wait(), err) == (141, "")
     assert head == b'{"census":'
+
+
+# --- where the report folder goes ----------------------------------------------------------------
+
+
+@pytest.fixture
+def read_only_folder() -> Iterator[tuple[Path, list[str]]]:
+    """A folder a command cannot write into, and the command prefix under which that holds.
+
+    As root (permissions do not apply), the command runs as ``nobody`` through ``setpriv`` in a
+    root-owned 0755 folder; otherwise the folder is made read-only (0555).
+    """
+    base = Path(tempfile.mkdtemp(prefix="nsysaudit-ro-"))  # not under pytest's 0700 tmp folders
+    base.chmod(0o755)
+    locked = base / "read-only"
+    locked.mkdir()
+    prefix: list[str] = []
+    if os.geteuid() != 0:
+        locked.chmod(0o555)
+    elif shutil.which("setpriv"):
+        prefix = [str(shutil.which("setpriv")), "--reuid=65534", "--regid=65534", "--clear-groups"]
+    else:
+        pytest.skip("running as root without setpriv: cannot make a folder read-only for this test")
+    yield locked, prefix
+    locked.chmod(0o755)
+    shutil.rmtree(base)
+
+
+def unprivileged(prefix: list[str], *args: object, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NSYSAUDIT_CACHE": str(cache)}
+    command = [*prefix, sys.executable, "-m", "nsysaudit", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+
+@pytest.mark.parametrize("where", ["file-blocked", "read-only", "too-long", "file-blocked-deeper"])
+def test_an_out_that_cannot_be_written_is_one_line(capsys, request, tmp_path: Path, where: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    if where == "read-only":
+        locked, prefix = request.getfixturevalue("read_only_folder")
+        out = locked / "sealed"
+        proc = unprivileged(prefix, "analyze", OBSERVE, "--out", out, cache=locked / "cache")
+        code, stdout, err = proc.returncode, proc.stdout, proc.stderr
+        problem = f"{locked} is not writable"
+        assert list(locked.iterdir()) == []
+    else:
+        out, problem = {
+            "file-blocked": (blocker / "sealed", f"{blocker} is not a folder"),
+            "file-blocked-deeper": (blocker / "x" / "y" / "sealed", f"{blocker} is not a folder"),
+            "too-long": (tmp_path / ("x" * 300), "File name too long"),
+        }[where]
+        code, stdout, err = run(capsys, "analyze", OBSERVE, "--out", out)
+    one_line(code, err, f"{out}: cannot write the report folder here: {problem} (nothing was written)")
+    assert stdout == ""
+    assert blocker.read_text() == "in the way"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]

@@ -20,7 +20,7 @@ from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, pr
 
 from nsysaudit import seal
 from nsysaudit.cli import main
-from nsysaudit.errors import CheckFailed, UnusableInput
+from nsysaudit.errors import CheckFailed, OutputNotWritable, UnusableInput
 
 FILES = [
     "inputs-sha256.txt",
@@ -172,19 +172,29 @@ def test_existing_dir_is_refused_without_force_and_nothing_is_written(capsys, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
-def test_force_replaces_a_sealed_folder_but_never_another_folder(capsys, sealed_real: Path, bag: Path,
-                                                                 tmp_path: Path) -> None:
-    (bag / "report.md").write_text("tampered")
-    code, _, err = run(capsys, *compare_real(bag, "--force"))
+def test_force_replaces_a_sealed_folder_but_never_another_folder(capsys, bag: Path, tmp_path: Path) -> None:
+    """--force replaces only a folder that verifies: a tampered report (it may be the evidence of
+    tampering), an empty folder or any other folder is refused, and left as it was."""
+    release = json.loads((bag / "report.json").read_text())
+    code, _, err = run(capsys, "compare", H200 / "release.sqlite", H200 / "observe.sqlite", "--out", bag, "--force")
     assert code == 0, err
-    assert (bag / "report.md").read_bytes() == (sealed_real / "report.md").read_bytes()
+    replaced = json.loads((bag / "report.json").read_text())
+    assert replaced["inputs"][0]["name"] == "release.sqlite" != release["inputs"][0]["name"]
     assert sorted(p.name for p in bag.iterdir()) == FILES
-    other = tmp_path / "home"
-    other.mkdir()
-    (other / "notes.txt").write_text("precious")
-    code, _, err = run(capsys, *compare_real(other, "--force"))
-    assert code == 2 and "not a sealed nsysaudit report folder" in err
-    assert (other / "notes.txt").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bag"]  # no temp or .old folder left behind
+    (bag / "report.md").write_text("tampered")
+    before = {p.name: p.read_bytes() for p in bag.iterdir()}
+    code, _, err = run(capsys, *compare_real(bag, "--force"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert "is not a sealed nsysaudit report folder (verify fails: report.md: changed" in err
+    assert {p.name: p.read_bytes() for p in bag.iterdir()} == before
+    for name, make in (("home", lambda d: (d / "notes.txt").write_text("precious")), ("empty", lambda d: None)):
+        other = tmp_path / name
+        other.mkdir()
+        make(other)
+        code, _, err = run(capsys, *compare_real(other, "--force"))
+        assert code == 2 and "not a sealed nsysaudit report folder" in err, err
+        assert [p.read_text() for p in other.iterdir()] == (["precious"] if name == "home" else [])
 
 
 def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
@@ -197,7 +207,7 @@ def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
         path.write_bytes(data)
 
     monkeypatch.setattr(seal, "_write", failing)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputNotWritable, match="No space left on device"):
         seal.seal_compare(H200 / "observe.sqlite", H200 / "release.sqlite", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
 
@@ -466,7 +476,6 @@ def test_the_recorded_command_reproduces_the_seal(capsys, tmp_path: Path, monkey
     """Made with absolute paths and --force; its command, run in a folder holding the inputs,
     writes the same six files, hence the same seal."""
     first = tmp_path / "first" / "cmp"
-    first.mkdir(parents=True)
     code, stdout, err = run(
         capsys, *compare_real(first, "--force", "--clock-tolerance", "12.345678", "--anchor", "backward_start=backward")
     )
@@ -523,3 +532,146 @@ def test_a_forged_metadata_json_is_a_failed_check(capsys, bag: Path, case: str) 
         code, _, err = run(capsys, "verify", bag, *extra)
         assert code == 1, (case, err)
         assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1 and "metadata.json" in err, err
+
+
+# --- --force never destroys evidence, and replaces atomically (issue 10, item 1) -----------------
+
+
+def listing(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def sha256sum_manifest(folder: Path, names: list[str]) -> None:
+    """The manifest a person makes of an evidence folder (``sha256sum * > manifest-sha256.txt``)."""
+    (folder / "manifest-sha256.txt").write_text("".join(f"{sha(folder / n)}  {n}\n" for n in names))
+
+
+@pytest.fixture
+def evidence_bag(tmp_path: Path) -> Path:
+    """A BagIt-like evidence folder: the two exports, a sha256sum manifest, bagit.txt, a tag manifest."""
+    evid = tmp_path / "evid"
+    evid.mkdir()
+    for name in ("observe.sqlite", "release.sqlite"):
+        shutil.copy(H200 / name, evid / name)
+    sha256sum_manifest(evid, ["observe.sqlite", "release.sqlite"])
+    (evid / "bagit.txt").write_text("BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n")
+    (evid / "tagmanifest-sha256.txt").write_text(
+        f"{sha(evid / 'bagit.txt')}  bagit.txt\n{sha(evid / 'manifest-sha256.txt')}  manifest-sha256.txt\n"
+    )
+    return evid
+
+
+def test_force_never_replaces_an_evidence_folder_holding_the_inputs(capsys, evidence_bag: Path) -> None:
+    before = listing(evidence_bag)
+    code, out, err = run(
+        capsys, "compare", evidence_bag / "observe.sqlite", evidence_bag / "release.sqlite", "--out", evidence_bag,
+        "--force",
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{evidence_bag} is or holds the input {evidence_bag / 'observe.sqlite'}; refusing to replace it" in err
+    assert listing(evidence_bag) == before
+    # Without an input inside, the bag is still no sealed report of this tool.
+    code, _, err = run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", evidence_bag,
+                       "--force")
+    assert code == 2 and "not a sealed nsysaudit report folder (verify fails:" in err, err
+    assert listing(evidence_bag) == before
+    if shutil.which("sha256sum"):
+        assert subprocess.run(["sha256sum", "-c", "manifest-sha256.txt"], cwd=evidence_bag).returncode == 0
+
+
+def test_force_never_replaces_a_sealed_folder_holding_an_input(capsys, tmp_path: Path) -> None:
+    """By resolved path (through a symlink) and by inode (a hard link with another name)."""
+    out = tmp_path / "sealed"
+    assert run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", out)[0] == 0
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    hard = tmp_path / "report-copy.md"
+    os.link(out / "report.md", hard)
+    before = listing(out)
+    for observe in (out / "report.json", link / "report.md", hard):
+        code, _, err = run(capsys, "compare", observe, H200 / "release.sqlite", "--out", out, "--force")
+        assert code == 2 and f"{out} is or holds the input {observe}" in err, err
+    code, _, err = run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", link, "--force")
+    assert code == 2 and "not a sealed nsysaudit report folder (a symlink)" in err, err
+    assert listing(out) == before
+
+
+KILL_AT = """
+import os, signal, sys
+from nsysaudit import fsops, seal
+from nsysaudit.cli import main
+where = sys.argv[1]
+real_exchange, real_rename = fsops.exchange, os.rename
+def exchange(a, b):
+    if where == "before-exchange":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if where == "between-renames":
+        return False  # as where renameat2 is missing: the two-rename fallback
+    done = real_exchange(a, b)
+    if where == "after-exchange":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done
+def rename(src, dst):
+    real_rename(src, dst)
+    if str(dst).endswith(".old"):
+        os.kill(os.getpid(), signal.SIGKILL)
+fsops.exchange = exchange
+seal.os.rename = rename
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("where", ["before-exchange", "after-exchange"])
+def test_a_kill_during_force_leaves_the_old_or_the_new_folder(capsys, tmp_path: Path, where: str) -> None:
+    """renameat2(RENAME_EXCHANGE): one atomic swap; a SIGKILL at either side of it leaves a DIR that verifies."""
+    out = tmp_path / "cmp"
+    code, old_out, _ = run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", out)
+    assert code == 0
+    old_seal = old_out.rstrip("\n").splitlines()[-1]
+    args = ["compare", str(H200 / "release.sqlite"), str(H200 / "observe.sqlite"), "--out", str(out), "--force"]
+    proc = subprocess.run([sys.executable, "-c", KILL_AT, where, *args], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    code, verified, err = run(capsys, "verify", out)
+    assert code == 0, err
+    now = json.loads((out / "report.json").read_text())["inputs"][0]["name"]
+    if where == "before-exchange":
+        assert verified.rstrip("\n").splitlines()[-1] == old_seal and now == "observe.sqlite"
+    else:
+        assert verified.rstrip("\n").splitlines()[-1] != old_seal and now == "release.sqlite"
+
+
+def test_a_kill_between_fallback_renames_is_reported_not_lost(capsys, tmp_path: Path) -> None:
+    """Without renameat2 the old folder is renamed aside first; a kill then leaves DIR missing and
+    the old report in .DIR.<hex>.old, which the next write names (and never overwrites)."""
+    out = tmp_path / "cmp"
+    assert run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", out)[0] == 0
+    sealed = listing(out)
+    args = ["compare", str(H200 / "release.sqlite"), str(H200 / "observe.sqlite"), "--out", str(out), "--force"]
+    proc = subprocess.run([sys.executable, "-c", KILL_AT, "between-renames", *args], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    [old] = [p for p in tmp_path.iterdir() if p.name.endswith(".old")]
+    assert not out.exists() and listing(old) == sealed
+    code, _, err = run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", out)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out} is missing and {old.name} beside it holds the report an interrupted --force was replacing" in err
+    assert listing(old) == sealed and not out.exists()
+
+
+def test_concurrent_compares_to_one_dir_one_wins(capsys, tmp_path: Path) -> None:
+    """Two runs to one new DIR: one writes it, the other is refused in one line; never a mixed folder."""
+    out = tmp_path / "cmp"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "nsysaudit", "compare", str(H200 / a), str(H200 / b), "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for a, b in (("observe.sqlite", "release.sqlite"), ("release.sqlite", "observe.sqlite"))
+    ]
+    results = [(p.wait(), *p.communicate()) for p in procs]
+    assert sorted(code for code, _, _ in results) == [0, 2], results
+    [(_, won, _)] = [r for r in results if r[0] == 0]
+    [(_, _, lost)] = [r for r in results if r[0] == 2]
+    assert lost.count("\n") == 1 and lost.startswith("nsysaudit: error: ") and str(out) in lost, lost
+    code, _, err = run(capsys, "verify", out, "--seal", won.rstrip("\n").splitlines()[-1].removeprefix("seal: "))
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp"]
