@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import H200
+from conftest import H200, unprivileged
 
 import nsysaudit
 from nsysaudit.cli import main
@@ -142,35 +139,6 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
 
 
 # --- where the report folder goes ----------------------------------------------------------------
-
-
-@pytest.fixture
-def read_only_folder() -> Iterator[tuple[Path, list[str]]]:
-    """A folder a command cannot write into, and the command prefix under which that holds.
-
-    As root (permissions do not apply), the command runs as ``nobody`` through ``setpriv`` in a
-    root-owned 0755 folder; otherwise the folder is made read-only (0555).
-    """
-    base = Path(tempfile.mkdtemp(prefix="nsysaudit-ro-"))  # not under pytest's 0700 tmp folders
-    base.chmod(0o755)
-    locked = base / "read-only"
-    locked.mkdir()
-    prefix: list[str] = []
-    if os.geteuid() != 0:
-        locked.chmod(0o555)
-    elif shutil.which("setpriv"):
-        prefix = [str(shutil.which("setpriv")), "--reuid=65534", "--regid=65534", "--clear-groups"]
-    else:
-        pytest.skip("running as root without setpriv: cannot make a folder read-only for this test")
-    yield locked, prefix
-    locked.chmod(0o755)
-    shutil.rmtree(base)
-
-
-def unprivileged(prefix: list[str], *args: object, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NSYSAUDIT_CACHE": str(cache)}
-    command = [*prefix, sys.executable, "-m", "nsysaudit", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
 
 @pytest.mark.parametrize("where", ["file-blocked", "read-only", "too-long", "file-blocked-deeper"])
