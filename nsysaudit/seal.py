@@ -956,8 +956,9 @@ def _metadata_of(root: Path) -> dict[str, Any]:
     if not isinstance(recipe, dict) or recipe.get("kind") not in ("compare", "analyze"):
         raise bad("no recipe to re-run ('recipe.kind' is not compare or analyze)")
     spec_inputs = recipe.get("inputs")
-    spec_roles = [r.get("role") for r in spec_inputs if isinstance(r, dict)] if isinstance(spec_inputs, list) else []
-    if not isinstance(spec_inputs, list) or len(spec_roles) != len(spec_inputs) or set(spec_roles) != set(roles):
+    listed = spec_inputs if isinstance(spec_inputs, list) else []
+    spec_roles = [r["role"] for r in listed if isinstance(r, dict) and isinstance(r.get("role"), str)]
+    if not isinstance(spec_inputs, list) or len(spec_roles) != len(listed) or sorted(spec_roles) != sorted(roles):
         raise bad("'recipe.inputs' does not name the roles of 'inputs'")
     options = recipe.get("options")
     if not isinstance(options, dict):
