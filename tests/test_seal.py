@@ -675,3 +675,27 @@ def test_concurrent_compares_to_one_dir_one_wins(capsys, tmp_path: Path) -> None
     code, _, err = run(capsys, "verify", out, "--seal", won.rstrip("\n").splitlines()[-1].removeprefix("seal: "))
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp"]
+
+
+def test_force_refuses_when_another_process_replaced_dir_meanwhile(capsys, tmp_path: Path, monkeypatch) -> None:
+    """The swap checks that what it swapped out is the folder it verified; if another run replaced
+    DIR in between, it swaps back (that run's report stays whole) and exits 2."""
+    from nsysaudit import fsops
+
+    out = tmp_path / "cmp"
+    other = tmp_path / "other"
+    for folder in (out, other):
+        assert run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", folder)[0] == 0
+    theirs = listing(other)
+    real = fsops.exchange
+
+    def racing(a: Path, b: Path) -> bool:
+        real(other, b)  # another process's --force lands first
+        return real(a, b)
+
+    monkeypatch.setattr(fsops, "exchange", racing)
+    code, _, err = run(capsys, "compare", H200 / "release.sqlite", H200 / "observe.sqlite", "--out", out, "--force")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out} was replaced by another process meanwhile (nothing was written)" in err
+    assert listing(out) == theirs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "other"]  # 'other' now holds the old DIR
