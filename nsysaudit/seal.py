@@ -471,7 +471,7 @@ def _holds_input(target: Path, inputs: Sequence[str | os.PathLike[str]], *, file
     """The first input that ``target`` is or holds: by resolved path (symlinks followed), and with
     ``files`` also by inode among the files directly in it (a hard link)."""
     real = target.resolve()
-    inodes = {_inode(f) for f in target.iterdir()} if files else set()
+    inodes = {ino for f in target.iterdir() if (ino := _inode(f)) is not None} if files else set()
     for given in inputs:
         resolved = Path(given).resolve()
         if resolved == real or real in resolved.parents or _inode(resolved) in inodes:
@@ -976,7 +976,7 @@ def _metadata_of(root: Path) -> dict[str, Any]:
 def _check_inputs_listing(root: Path, meta: Mapping[str, Any]) -> None:
     """``inputs-sha256.txt`` and the metadata's inputs must name the same digests."""
     recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta["inputs"])
-    if (root / INPUTS).read_bytes() != recorded.encode("utf-8", errors="surrogateescape"):
+    if (root / INPUTS).read_bytes() != recorded.encode("utf-8", errors="surrogatepass"):
         raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
 
 

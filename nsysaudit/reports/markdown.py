@@ -16,6 +16,10 @@ from typing import Any
 from nsysaudit.text import escape
 
 MAX_TEXT = 200
+SEAL_SENTENCE = (
+    "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every file of "
+    "the folder; `nsysaudit verify` checks every digest."
+)
 # Characters that can start Markdown or HTML syntax anywhere in a line (CommonMark allows a
 # backslash before any ASCII punctuation). Line-start syntax (#, -, +, 1.) cannot occur: data is
 # never placed at the start of a line, and line breaks in data are shown as escapes.
@@ -292,8 +296,7 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
     out = [
         "# nsysaudit comparison: observe arm vs release arm",
         "",
-        "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every "
-        "file of the folder; `nsysaudit verify` checks every digest.",
+        SEAL_SENTENCE,
         "",
         "## Inputs",
         "",
@@ -372,8 +375,7 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
     out = [
         f"# nsysaudit analysis: {md(inp['path'])}",
         "",
-        "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every "
-        "file of the folder; `nsysaudit verify` checks every digest.",
+        SEAL_SENTENCE,
         "",
         f"Input {md(inp['path'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
         f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
