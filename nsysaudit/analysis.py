@@ -83,9 +83,9 @@ def analyze(
                 progress.finish()
         sqlite_path = cached.sqlite
         export_info = {
-            "export_sha256": sha256_file(sqlite_path),
+            "export_sha256": cached.sha256,
             "export_cache_hit": cached.cache_hit,
-            "exported_with": nsys.nsys_version(binary),
+            "exported_with": cached.exported_with,  # the nsys that made this export, cached or not
         }
     else:
         sqlite_path = given

@@ -6,7 +6,8 @@
 >>> frame.select("path", "verdict", "error")  # doctest: +SKIP
 
 An input that cannot be analyzed is a row with its one-line ``error`` and a null verdict: it is
-reported, never dropped. Other errors (a bug, an interrupt) propagate.
+reported, never dropped; so is one whose reading failed with an OSError (an I/O error, a file that
+vanished). Other errors (a bug, an interrupt) propagate.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def audit(paths: Iterable[str | os.PathLike[str]], **options: Any) -> pl.DataFra
             result = analyze(path, **options)
         except NsysAuditError as exc:
             rows.append({"path": os.fspath(path), "error": str(exc)})
+            continue
+        except OSError as exc:  # the file or its folder failed under us (I/O error, vanished, ...)
+            where = exc.filename if exc.filename is not None else os.fspath(path)
+            rows.append({"path": os.fspath(path), "error": f"{where}: {exc.strerror or exc}"})
             continue
         kinds = result.frames["findings"]["kind"]
         libs = result.frames["library_calls"]

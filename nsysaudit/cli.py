@@ -7,17 +7,21 @@ that failed, 0 when the analysis ran whatever its verdict.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Any, BinaryIO, cast
 
 import click
 from rich.console import Console
 
 from nsysaudit import __version__, seal
 from nsysaudit.analysis import analyze
-from nsysaudit.errors import BadOption, NsysAuditError
+from nsysaudit.errors import BadOption, NsysAuditError, OutputFailed
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.progress import Progress
@@ -29,7 +33,8 @@ from nsysaudit.render import (
     verification_renderable,
 )
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
+from nsysaudit.telemetry import DEFAULT_CLOCKS, INT64_MAX, TelemetryOptions, parse_anchor, parse_clock
+from nsysaudit.text import escape
 
 
 def progress_for(as_json: bool) -> Progress | None:
@@ -47,6 +52,31 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Forensics on NVIDIA Nsight Systems exports: CUDA allocation failures nested in library calls."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
+
+
+class Milliseconds(click.ParamType[int, Any]):
+    """A duration in milliseconds, read as an exact decimal and converted to whole nanoseconds.
+
+    Decimal, not float: the recorded command of a sealed report writes the tolerance back in
+    milliseconds (:func:`nsysaudit.seal.format_ms`) and must give the same nanoseconds again.
+    NaN, infinities, negative values and values past the 64-bit nanosecond range are refused.
+    """
+
+    name = "ms"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            ms = Decimal(str(value).strip())
+        except InvalidOperation:
+            self.fail(f"{value!r} is not a number of milliseconds", param, ctx)
+        if not ms.is_finite() or ms < 0:
+            self.fail(f"{value!r} is not a finite, non-negative number of milliseconds", param, ctx)
+        ns = int((ms * 1_000_000).to_integral_value(rounding=ROUND_HALF_EVEN))
+        if ns > INT64_MAX:
+            self.fail(f"{value!r} ms is more than {INT64_MAX:,} ns", param, ctx)
+        return ns
 
 
 def telemetry_option(*param_decls: str, help: str | None = None) -> Callable[[Any], Any]:
@@ -78,7 +108,7 @@ def alignment_options(func: Callable[..., Any]) -> Callable[..., Any]:
             event_key=kwargs.pop("telemetry_event_key"),
             clock=tuple(parse_clock(c) for c in clocks) if clocks else DEFAULT_CLOCKS,
             anchors=tuple(parse_anchor(a) for a in kwargs.pop("anchors")),
-            tolerance_ns=round(kwargs.pop("clock_tolerance") * 1_000_000),
+            tolerance_ns=kwargs.pop("clock_tolerance"),
             lenient=kwargs.pop("lenient"),
         )
         return func(*args, **kwargs)
@@ -110,8 +140,8 @@ def alignment_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--clock-tolerance",
-            type=click.FloatRange(min=0),
-            default=1.0,
+            type=Milliseconds(),
+            default="1",
             show_default=True,
             metavar="MS",
             help="Milliseconds the UTC and anchor mappings, and each anchor, may disagree by.",
@@ -129,22 +159,28 @@ def echo_telemetry_warnings(result: AnalysisResult) -> None:
         return
     log = result.alignment.log
     for bad in log.bad_lines:
-        click.echo(f"nsysaudit: warning: {log.path}: line {bad.line}: {bad.problem} (skipped)", err=True)
+        click.echo(escape(f"nsysaudit: warning: {log.path}: line {bad.line}: {bad.problem} (skipped)"), err=True)
+
+
+FORCE_HELP = "Replace DIR if it is a sealed report that verifies and holds none of the inputs."
 
 
 def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal`)."""
-    func = click.option("--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty).")(
-        func
-    )
+    func = click.option("--force", is_flag=True, help=FORCE_HELP)(func)
     return click.option(
         "--out",
         type=str,
         default=None,
         metavar="DIR",
         help="Write report.json, report.md, inputs-sha256.txt, the manifests and metadata.json into DIR "
-        "and print the seal (SHA-256 of DIR/manifest-sha256.txt) as the last line.",
+        "and print the seal (SHA-256 of DIR/tagmanifest-sha256.txt) as the last line.",
     )(func)
+
+
+def with_default_domains(extra: Sequence[str]) -> tuple[str, ...]:
+    """``--library-domain`` adds to cuBLAS and cuDNN: the full set :func:`nsysaudit.analyze` takes."""
+    return tuple(dict.fromkeys([*DEFAULT_LIBRARY_DOMAINS, *extra]))
 
 
 def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -153,9 +189,10 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
         "--library-domain",
         "library_domains",
         multiple=True,
-        default=DEFAULT_LIBRARY_DOMAINS,
-        show_default=True,
-        help="NVTX domain whose ranges are library calls (repeatable).",
+        callback=lambda _ctx, _param, extra: with_default_domains(extra),
+        metavar="DOMAIN",
+        help=f"NVTX domain whose ranges are library calls too, besides {' and '.join(DEFAULT_LIBRARY_DOMAINS)} "
+        "(repeatable).",
     )(func)
     return click.option(
         "--nsys",
@@ -182,7 +219,7 @@ def echo_seal(sealed: seal.Sealed, as_json: bool) -> None:
 @out_options
 @click.option(
     "--max-pairs",
-    type=click.IntRange(min=0),
+    type=click.IntRange(min=0, max=INT64_MAX),
     default=DEFAULT_MAX_PAIRS,
     show_default=True,
     help="Most (library call, CUDA API call) pairs to form; 0 for no limit. Past it, successful nested "
@@ -226,16 +263,16 @@ def analyze_cmd(
             progress=progress_for(as_json),
         )
     echo_telemetry_warnings(result)
-    if as_json:
-        sys.stdout.flush()
-        stdout = sys.stdout.buffer
-        result.write_json(stdout)  # streamed: a large export's document is never held whole
-        stdout.write(b"\n")
-        stdout.flush()
-    else:
-        print_analysis(result, Console(highlight=False))
-    if sealed is not None:
-        echo_seal(sealed, as_json)
+    with printing() as stdout:
+        if as_json:
+            sys.stdout.flush()
+            result.write_json(cast(BinaryIO, stdout))  # streamed: a large export's document is never held whole
+            stdout.write(b"\n")
+            stdout.flush()
+        else:
+            print_analysis(result, Console(highlight=False))
+        if sealed is not None:
+            echo_seal(sealed, as_json)
 
 
 @cli.command("compare")
@@ -250,7 +287,7 @@ def analyze_cmd(
 )
 @telemetry_option("--observe-telemetry", help="The observe arm's JSON Lines telemetry.")
 @telemetry_option("--release-telemetry", help="The release arm's JSON Lines telemetry.")
-@click.option("--force", is_flag=True, help="Replace DIR if it already holds a sealed report (or is empty).")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout (the seal goes to stderr).")
 @reading_options
 @alignment_options
@@ -269,7 +306,8 @@ def compare_cmd(
     """Compare an OBSERVE arm with a RELEASE arm and write the comparison sealed into DIR.
 
     OBSERVE and RELEASE are exports (.sqlite) or reports (.nsys-rep). The last line printed is the
-    seal: the SHA-256 of DIR/manifest-sha256.txt, the one line a reviewer quotes.
+    seal: the SHA-256 of DIR/tagmanifest-sha256.txt, which pins every file of DIR: the one line a
+    reviewer quotes.
     """
     sealed = seal.seal_compare(
         observe,
@@ -285,11 +323,12 @@ def compare_cmd(
     )
     for result in sealed.results.values():
         echo_telemetry_warnings(result)
-    if as_json:
-        click.echo(seal.canonical_json(sealed.document).decode("utf-8"), nl=False)
-    else:
-        Console(highlight=False).print(comparison_renderable(sealed.document))
-    echo_seal(sealed, as_json)
+    with printing():
+        if as_json:
+            click.echo(seal.canonical_json(sealed.document).decode("utf-8"), nl=False)
+        else:
+            Console(highlight=False).print(comparison_renderable(sealed.document))
+        echo_seal(sealed, as_json)
 
 
 @cli.command("verify")
@@ -302,7 +341,7 @@ def compare_cmd(
     help="The original inputs (repeatable, or several after one --inputs): check their digests and re-run "
     "the analysis with the recorded options; report.json must come out byte-identical.",
 )
-@click.option("--seal", "expected_seal", metavar="HEX", help="The quoted seal the manifest must match.")
+@click.option("--seal", "expected_seal", metavar="HEX", help="The quoted seal (SHA-256 of tagmanifest-sha256.txt).")
 @click.option(
     "--nsys",
     "nsys_path",
@@ -319,34 +358,109 @@ def verify_cmd(
         raise click.UsageError(f"unexpected argument {more_inputs[0]!r} (inputs go after --inputs)")
     given = [*inputs, *more_inputs]
     checked = seal.verify(directory, given or None, nsys_path=nsys_path, expected_seal=expected_seal)
-    Console(highlight=False).print(
-        verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun)
-    )
-    click.echo(f"seal: sha256:{checked.seal}")
+    with printing():
+        Console(highlight=False).print(
+            verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun)
+        )
+        click.echo(f"seal: sha256:{checked.seal}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; return the exit code. The one error funnel lives here."""
+    """Run the CLI; return the exit code. The one error funnel lives here.
+
+    Every error is one line on stderr, its text escaped (:func:`nsysaudit.text.escape`): file
+    names, SQLite messages and schema names come from outside and may hold line breaks or escape
+    sequences. A reader that goes away (``nsysaudit analyze X --json | head``) ends the command
+    quietly with 141, as if killed by SIGPIPE, the exit status ``head`` users expect.
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    if sys.stdout is None:  # started with stdout closed (>&-): nothing could be shown
+        return _error("standard output is closed; nothing was done (redirect it, e.g. > report.txt)", 2)
     try:
         cli.main(args=args, prog_name="nsysaudit", standalone_mode=False)
+        with printing():  # what Python still buffers is written here, not at interpreter exit
+            pass
+    except OutputFailed as exc:
+        _detach_stdout()
+        if debug:
+            raise
+        return 141 if exc.broken_pipe else _error(str(exc), exc.exit_code)
     except NsysAuditError as exc:
         if debug:
             raise
-        click.echo(f"nsysaudit: error: {exc}", err=True)
-        return exc.exit_code
+        return _error(str(exc), exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("nsysaudit: aborted", err=True)
-        return 130
+        return _error("aborted", 130, prefix="nsysaudit: ")
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        return _error(exc.format_message() + hint, exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+        return _error(exc.format_message(), exc.exit_code)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except BrokenPipeError:
-        return 0
+    except OSError as exc:  # the environment failed somewhere no NsysAuditError names it
+        if debug:
+            raise
+        where = exc.filename if exc.filename is not None else "nsysaudit"
+        return _error(f"{where}: {exc.strerror or exc}", 2)
     return 0
+
+
+def _error(message: str, code: int, *, prefix: str = "nsysaudit: error: ") -> int:
+    click.echo(escape(prefix + message), err=True)
+    return code
+
+
+class _Stdout(io.RawIOBase):
+    """``sys.stdout.buffer`` for writers that hide the OSError they got (polars reports EPIPE as a
+    plain ``OSError("Broken pipe (os error 32)")``): the first real error is kept in ``error``."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        self.error: OSError | None = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        try:
+            return int(self._raw.write(data))
+        except OSError as exc:
+            self.error = self.error or exc
+            raise
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
+@contextlib.contextmanager
+def printing() -> Iterator[_Stdout]:
+    """Writes to stdout happen inside this block: an OSError there is about stdout, not an input.
+
+    Yields a binary stream over stdout (for streamed ``--json``); flushes stdout at the end.
+    """
+    buffer = getattr(sys.stdout, "buffer", None)
+    out = _Stdout(buffer if buffer is not None else sys.stdout)
+    try:
+        yield out
+        sys.stdout.flush()
+    except OSError as exc:
+        raise OutputFailed(out.error or exc) from None
+
+
+def _detach_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null after a failed write, so the interpreter's own
+    last flush of what is still buffered cannot fail again ("Exception ignored ... BrokenPipeError")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (tests capture stdout)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class NsysAuditError(Exception):
     """Root of every error nsysaudit raises on purpose. ``exit_code`` is what the CLI returns."""
@@ -32,6 +34,27 @@ class BadOption(NsysAuditError):
 
 class OutputExists(BadOption):
     """The output folder already exists (``--force`` replaces an earlier sealed report folder)."""
+
+
+class OutputFailed(NsysAuditError):
+    """Standard output could not be written (closed, full, or its reader went away)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(f"standard output: cannot write ({error.strerror or error}); the output is incomplete")
+        self.error = error
+
+    @property
+    def broken_pipe(self) -> bool:
+        """The reader went away (``| head``): not worth an error line."""
+        return isinstance(self.error, BrokenPipeError) or self.error.errno == errno.EPIPE
+
+
+class OutputNotWritable(BadOption):
+    """The output folder cannot be written where it was asked for (its parent is a file, read-only, ...)."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: cannot write the report folder here: {problem} (nothing was written)")
+        self.path = str(path)
 
 
 class CheckFailed(NsysAuditError):

@@ -1,19 +1,24 @@
 """Running the real ``nsys`` CLI: finding it, and exporting ``.nsys-rep`` reports to SQLite.
 
 Exports are cached in a user cache folder keyed by the report's SHA-256, so a second analysis of
-the same report does not export again, and nothing is ever written beside the evidence.
+the same report does not export again, and nothing is ever written beside the evidence. Each
+entry is bound to its report and to the nsys that exported it by a record beside it, checked on
+every use (see :func:`export_report`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from nsysaudit.errors import ExportFailed, NsysNotFound
+from nsysaudit.source import sha256_file
 
 ENV_NSYS = "NSYSAUDIT_NSYS"
 ENV_CACHE = "NSYSAUDIT_CACHE"
@@ -59,50 +64,115 @@ def nsys_version(nsys: Path) -> str | None:
 
 @dataclass(frozen=True)
 class CachedExport:
-    """An SQLite export of a report, and whether this call made it or found it cached."""
+    """An SQLite export of a report, whether this call made it or found it cached, its SHA-256
+    and the ``nsys --version`` line of the nsys that made it."""
 
     sqlite: Path
     cache_hit: bool
     nsys: Path
+    sha256: str
+    exported_with: str | None
+
+
+CACHE_FORMAT = "nsysaudit.export-cache/1"
+
+
+def _record_path(entry: Path) -> Path:
+    return entry.with_suffix(".json")
+
+
+def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> dict[str, Any] | None:
+    """The entry's record if the entry is bound to this report and this nsys, else None (stale).
+
+    The record beside the entry names the report's SHA-256, the nsys version that exported it
+    and the entry's own SHA-256 and size; any difference (another file put in its place, an
+    export by another nsys, a half-written pair) makes it stale, never trusted.
+    """
+    try:
+        if entry.is_symlink() or (entry.exists() and not entry.is_file()):
+            raise ExportFailed(
+                report,
+                f"the export cache entry {entry} is not a regular file; remove it (or point {ENV_CACHE} elsewhere)",
+            )
+        record_file = _record_path(entry)
+        if not entry.is_file() or record_file.is_symlink() or not record_file.is_file():  # never open a FIFO
+            return None
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # no record, or an unreadable one: export again
+    if not isinstance(record, dict) or record.get("format") != CACHE_FORMAT:
+        return None
+    if record.get("report_sha256") != sha256 or record.get("exported_with") != version:
+        return None
+    try:
+        if entry.stat().st_size != record.get("size_bytes") or sha256_file(entry) != record.get("sha256"):
+            return None
+    except OSError:
+        return None
+    return record
 
 
 def export_report(report: Path, sha256: str, nsys: Path, *, timeout: float = 3600.0) -> CachedExport:
     """Export ``report`` to SQLite with the real nsys CLI, or reuse the cached export.
 
-    The export is written in a private temporary folder inside the cache and moved into place
-    atomically, so an interrupted export never leaves a half-written cache entry.
+    A cache entry is ``exports/<report sha256>.sqlite`` with its record ``<report sha256>.json``
+    beside it (see :func:`_cached`); it is used only when the record binds it to this report and
+    to the version of ``nsys``, else the report is exported again. The export and its record are
+    written in a private temporary folder inside the cache and moved into place (the export
+    first, the record last), so an interrupted export never leaves an entry that is trusted. An
+    entry that is a folder, a cache that cannot be created or written: :class:`ExportFailed`
+    (one line, exit 2), never a fallback to another location.
     """
     cache = cache_dir() / "exports"
     target = cache / f"{sha256}.sqlite"
-    if target.is_file() and target.stat().st_size > 0:
-        return CachedExport(target, True, nsys)
+    version = nsys_version(nsys)
+    record = _cached(report, target, sha256, version)
+    if record is not None:
+        return CachedExport(target, True, nsys, str(record["sha256"]), version)
     try:
         cache.mkdir(parents=True, exist_ok=True)
+        staging = tempfile.TemporaryDirectory(prefix="export-", dir=cache)
     except OSError as exc:
-        raise ExportFailed(report, f"cannot create the export cache {cache}: {exc.strerror}") from None
-    with tempfile.TemporaryDirectory(prefix="export-", dir=cache) as tmp:
-        # nsys reads the report through a copy-free symlink named by digest, so that nothing it
-        # may write next to its input (it can create side files) lands beside the evidence.
-        link = Path(tmp) / f"{sha256}.nsys-rep"
-        link.symlink_to(report.resolve())
-        out = Path(tmp) / "export.sqlite"
-        cmd = [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(out), str(link)]
+        raise ExportFailed(
+            report, f"cannot write the export cache {cache}: {exc.strerror}; set {ENV_CACHE} to a writable folder"
+        ) from None
+    with staging as tmp:
+        out = _run_export(report, sha256, nsys, Path(tmp), timeout)
+        digest = sha256_file(out)
+        fresh = {
+            "format": CACHE_FORMAT,
+            "report_sha256": sha256,
+            "exported_with": version,
+            "sha256": digest,
+            "size_bytes": out.stat().st_size,
+        }
+        record_file = Path(tmp) / "record.json"
+        record_file.write_text(json.dumps(fresh, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         try:
-            proc = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-                cwd=tmp,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise ExportFailed(report, f"nsys export did not finish in {timeout:.0f} s") from None
+            os.replace(out, target)
+            os.replace(record_file, _record_path(target))
         except OSError as exc:
-            raise ExportFailed(report, f"cannot run {nsys}: {exc.strerror}") from None
-        if proc.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
-            detail = " ".join((proc.stderr or proc.stdout or "").split())[:300]
-            raise ExportFailed(report, f"nsys export failed (exit {proc.returncode}): {detail or 'no output'}")
-        os.replace(out, target)
-    return CachedExport(target, False, nsys)
+            raise ExportFailed(report, f"cannot write the export cache entry {target}: {exc.strerror}") from None
+    return CachedExport(target, False, nsys, digest, version)
+
+
+def _run_export(report: Path, sha256: str, nsys: Path, tmp: Path, timeout: float) -> Path:
+    """Run ``nsys export`` into ``tmp``; the export's path."""
+    # nsys reads the report through a copy-free symlink named by digest, so that nothing it
+    # may write next to its input (it can create side files) lands beside the evidence.
+    link = tmp / f"{sha256}.nsys-rep"
+    link.symlink_to(report.resolve())
+    out = tmp / "export.sqlite"
+    cmd = [str(nsys), "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(out), str(link)]
+    try:
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=tmp, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        raise ExportFailed(report, f"nsys export did not finish in {timeout:.0f} s") from None
+    except OSError as exc:
+        raise ExportFailed(report, f"cannot run {nsys}: {exc.strerror}") from None
+    if proc.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
+        detail = " ".join((proc.stderr or proc.stdout or "").split())[:300]
+        raise ExportFailed(report, f"nsys export failed (exit {proc.returncode}): {detail or 'no output'}")
+    return out

@@ -8,7 +8,6 @@ shortened with their length shown.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,26 +18,18 @@ from rich.table import Table
 from rich.text import Text
 
 from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.text import escape
 
 MAX_TEXT = 80
 MAX_LIBRARY_ROWS = 40
-# C0/C1 controls, DEL, line/paragraph separators and bidi controls: rich passes ESC, CSI and line
-# breaks through, so trace text could recolour the terminal, forge report lines or reorder them.
-_TERMINAL_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_NAMED_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def _escape_control(match: re.Match[str]) -> str:
-    ch = match.group()
-    return _NAMED_CONTROL.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
-
-
 def literal(value: object, limit: int = MAX_TEXT) -> Text:
     """Trace-provided text shown as-is (no markup), shortened past ``limit`` characters."""
     if value is None:
         return Text("unknown", style="dim italic")
     s = str(value)
-    shown = _TERMINAL_CONTROL.sub(_escape_control, s)
+    # rich passes ESC, CSI and line breaks through: trace text could recolour the terminal, forge
+    # report lines or reorder them (see nsysaudit.text for the characters).
+    shown = escape(s)
     if len(shown) > limit:
         shown = f"{shown[: limit - 1]}… ({len(s)} chars)"
     return Text(shown)
@@ -127,8 +118,9 @@ def _finding(f: Mapping[str, Any]) -> Text:
     if enc is not None:
         t.append("\n    inside ")
         t.append_text(literal(enc["api"]))
-        t.append(f" {_span(enc['start_ns'], enc['end_ns'], enc.get('recorded_end_ns'))} ")
-        t.append(f"({enc['source']}, coverage {enc['coverage']})")
+        t.append(f" {_span(enc['start_ns'], enc['end_ns'], enc.get('recorded_end_ns'))} (")
+        t.append_text(literal(enc["source"]))  # NVTX:<domain>: the domain name is trace text
+        t.append(f", coverage {enc['coverage']})")
         before = enc.get("allocations_before")
         if before is not None:
             each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
@@ -285,7 +277,8 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
     for lc in shown[:MAX_LIBRARY_ROWS]:
         t = Text("  ")
         t.append_text(literal(lc["api"]))
-        t.append(f"  {lc['source']}  pid ")
+        t.append("  ").append_text(literal(lc["source"]))  # NVTX:<domain>: the domain name is trace text
+        t.append("  pid ")
         t.append_text(ident(lc["pid"]))
         t.append(" tid ")
         t.append_text(ident(lc["tid"]))
@@ -490,10 +483,14 @@ def comparison_renderable(doc: Mapping[str, Any]) -> RenderableType:
     for key in ("nsys_version", "schema_version"):
         v = src[key]
         t.append(f"{key} ")
-        t.append(
-            "same" if v["same"] else f"DIFFERENT ({v['observe']} vs {v['release']})",
-            style="green" if v["same"] else "bold yellow",
-        )
+        if v["same"]:
+            t.append("same", style="green")
+        else:  # META_DATA_EXPORT strings: data like any trace text
+            t.append("DIFFERENT (", style="bold yellow")
+            t.append_text(literal(v["observe"]))
+            t.append(" vs ", style="bold yellow")
+            t.append_text(literal(v["release"]))
+            t.append(")", style="bold yellow")
         t.append("; ")
     cap = src["capture"]
     t.append(

@@ -289,7 +289,7 @@ def scan_runtime(
         n_workers = 1
     step = (hi - lo) // n_workers + 1
     parts = [(lo + i * step, min(hi, lo + (i + 1) * step - 1)) for i in range(n_workers)]
-    uri = readonly_uri(path)  # never plain mode=ro: a WAL-mode file would get -wal/-shm beside it
+    uri = readonly_uri(path)  # never plain mode=ro: SQLite would read and write side files
 
     def run(part: tuple[int, int], use_adbc: bool, mismatches: list[int]) -> list[_Reduced]:
         batches = _adbc_batches(uri, sql, *part) if use_adbc else _sqlite_batches(path, sql, *part, mismatches)

@@ -2,12 +2,14 @@
 
 A sealed report folder DIR holds (flat, no sub-folders)::
 
-    report.json              canonical JSON: sorted keys, stable order, no wall-clock time, no paths
+    report.json              canonical JSON: sorted keys, stable order, no wall-clock time, no paths;
+                             ``options`` holds every option that changes the analysis
     report.md                the same facts for people (trace text escaped as Markdown data)
     inputs-sha256.txt        "<sha256>  <basename>" of every input (exports, .nsys-rep, telemetry)
     manifest-sha256.txt      "<sha256>  <file>" of the three payload files above (sha256sum -c format)
     metadata.json            tool, python, polars and sqlite versions, nsys and schema versions,
-                             the command and options (relative paths only), inputs with sizes
+                             the command that makes DIR again, the recipe ``verify`` re-runs,
+                             inputs with sizes
     tagmanifest-sha256.txt   "<sha256>  <file>" of manifest-sha256.txt and metadata.json
 
 This follows the BagIt idea (RFC 8493: payload manifest, tag files, tag manifest) in a flat
@@ -17,18 +19,32 @@ pass inside DIR. The inputs live outside DIR, so their digests are in their own 
 (``inputs-sha256.txt``, checkable with ``sha256sum -c`` from the folder holding the inputs) and
 their sizes in ``report.json`` and ``metadata.json``.
 
-The **seal** is the SHA-256 of ``manifest-sha256.txt``. It covers the report and the input
-digests; it does not depend on the tool's or Python's version, on the paths the inputs were
-given by, or on the time: the same inputs and options give the same seal. The environment
-(``metadata.json``) is covered by the tag manifest, which ``verify`` checks too.
+The **seal** is the SHA-256 of ``tagmanifest-sha256.txt``, and it pins every byte of every file
+in DIR: the tag manifest holds the digests of ``manifest-sha256.txt`` and ``metadata.json``, the
+manifest those of the three payload files, and ``verify`` refuses any file, folder or manifest
+entry beyond these six. Editing any file, or adding one (even listed in a rewritten manifest),
+changes the tag manifest or makes ``verify`` fail; ``verify --seal`` then fails too. (Format 1
+sealed only ``manifest-sha256.txt``; ``verify`` refuses such folders.)
+
+The seal does not depend on the paths the inputs were given by or on the time: the recorded
+command names the inputs and DIR by basename (run it in the folder holding the inputs) and
+leaves out ``--force``, ``--json`` and ``--nsys``, which change nothing in DIR. It does depend on
+the versions in ``metadata.json``: the same inputs and options on the same tool, Python, polars
+and SQLite versions give the same bytes and the same seal, and the recorded command gives them
+again. Across versions, ``manifest-sha256.txt`` (the payload alone) is what stays the same, and
+``verify --inputs`` checks exactly that by re-running the analysis.
 
 Writes are atomic: everything is written into a fresh temporary folder beside DIR, then renamed
-to DIR. An existing DIR is refused unless ``force`` is set, and even then only a folder that is
-empty or holds a ``manifest-sha256.txt`` is replaced (``--force --out ~`` deletes nothing).
+to DIR (see :func:`_replace`). An existing DIR is refused unless ``force`` is set, and even then
+only a folder that verifies as a sealed report and holds no input is replaced (see
+:func:`check_out`; ``--force --out ~`` or ``--out`` an evidence folder deletes nothing).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
+import glob
 import hashlib
 import json
 import os
@@ -39,19 +55,21 @@ import shutil
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from decimal import Decimal
+from pathlib import Path
 from typing import Any, Literal
 
-from nsysaudit import canonical
+from nsysaudit import canonical, fsops
 from nsysaudit.analysis import analyze, input_kind
-from nsysaudit.errors import BadOption, CheckFailed, OutputExists, UnusableInput
+from nsysaudit.errors import BadOption, CheckFailed, OutputExists, OutputNotWritable, UnusableInput
+from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.progress import Progress
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, basename, compare_results, result_paths, scrub_paths
 from nsysaudit.reports.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.source import sha256_file
-from nsysaudit.telemetry import TelemetryOptions, parse_anchor
+from nsysaudit.telemetry import CLOCK_KINDS, DEFAULT_TOLERANCE_NS, TelemetryOptions, parse_anchor
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -61,7 +79,7 @@ METADATA = "metadata.json"
 TAGMANIFEST = "tagmanifest-sha256.txt"
 PAYLOAD = (INPUTS, REPORT_JSON, REPORT_MD)
 TAG_FILES = (MANIFEST, METADATA)
-SEAL_FORMAT = "nsysaudit.seal/1"
+SEAL_FORMAT = "nsysaudit.seal/2"  # /1 sealed manifest-sha256.txt only
 ANALYSIS_FORMAT = "nsysaudit.analysis/1"
 
 ReportKind = Literal["compare", "analyze"]
@@ -148,10 +166,12 @@ class Recipe:
         return any(role.endswith("telemetry") for role, _ in self.inputs)
 
     def options(self) -> dict[str, Any]:
-        """The options as metadata.json records them (telemetry options only when telemetry was given)."""
+        """The options that change the analysis, as ``report.json`` (``options``) and metadata.json
+        record them (telemetry options only when telemetry was given)."""
         tel = self.telemetry_options or TelemetryOptions()
         return {
             "library_domains": list(self.library_domains),
+            "max_pairs": DEFAULT_MAX_PAIRS,  # a sealed analysis always runs with the default limit
             "telemetry": telemetry_options_dict(tel) if self.has_telemetry else None,
         }
 
@@ -167,18 +187,33 @@ def telemetry_options_dict(options: TelemetryOptions) -> dict[str, Any]:
 
 
 def telemetry_options_from(recorded: Mapping[str, Any] | None) -> TelemetryOptions | None:
-    """The :class:`TelemetryOptions` a metadata.json recorded (None: none recorded)."""
+    """The :class:`TelemetryOptions` a metadata.json recorded (None: none recorded).
+
+    Anything but the exact types :func:`telemetry_options_dict` writes is a failed check.
+    """
     if recorded is None:
         return None
     try:
+        clock, anchors, tolerance = recorded["clock"], recorded["anchors"], recorded["tolerance_ns"]
+        if not (
+            isinstance(recorded["event_key"], str)
+            and isinstance(recorded["lenient"], bool)
+            and type(tolerance) is int
+            and isinstance(anchors, list)
+            and all(isinstance(a, str) for a in anchors)
+            and isinstance(clock, list)
+            and all(isinstance(c, list) and len(c) == 2 and c[0] in CLOCK_KINDS and isinstance(c[1], str)
+                    for c in clock)
+        ):
+            raise TypeError("a value of the wrong type")
         return TelemetryOptions(
-            event_key=str(recorded["event_key"]),
-            clock=tuple((kind, str(name)) for kind, name in recorded["clock"]),
-            lenient=bool(recorded["lenient"]),
-            anchors=tuple(parse_anchor(str(a)) for a in recorded["anchors"]),
-            tolerance_ns=int(recorded["tolerance_ns"]),
+            event_key=recorded["event_key"],
+            clock=tuple((kind, name) for kind, name in clock),
+            lenient=recorded["lenient"],
+            anchors=tuple(parse_anchor(a) for a in anchors),
+            tolerance_ns=tolerance,
         )
-    except (KeyError, TypeError, ValueError, BadOption) as exc:
+    except (KeyError, TypeError, BadOption) as exc:
         raise CheckFailed(f"{METADATA}: unreadable telemetry options ({exc})") from None
 
 
@@ -238,6 +273,7 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
             telemetry_files[arm] = TelemetryFile(t.name, t.sha256, t.size_bytes)
     comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files)
     doc = comparison.to_dict()
+    doc["options"] = recipe.options()
     return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs), _ordered(inputs), results)
 
 
@@ -256,7 +292,7 @@ def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None
     messages) are basenames; ``tool`` (the tool
     version) and ``input.export`` (the .nsys-rep's export digest, cache state and nsys) move to
     ``metadata.json``, because they depend on the machine, not on the evidence. Added: ``format``,
-    ``kind`` and ``inputs``.
+    ``kind`` and ``inputs`` (and, by :func:`build`, ``options``).
     """
     doc: dict[str, Any] = scrub_paths(result.to_dict(), result_paths(result))
     doc.pop("tool", None)
@@ -290,6 +326,7 @@ def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
     if tel is not None:
         inputs.append(tel)
     doc = sealed_analysis_document(result, tel)
+    doc["options"] = recipe.options()
     return Built(recipe, doc, _payload(doc, analysis_markdown(doc), inputs), inputs, {"arm": result})
 
 
@@ -308,33 +345,40 @@ def _payload(doc: Mapping[str, Any], markdown: str, inputs: list[InputFile]) -> 
 # --- metadata ------------------------------------------------------------------------------------
 
 
-def _shown_path(path: str | os.PathLike[str]) -> str:
-    """A path for the recorded command: as given when relative, the basename when absolute."""
-    text = os.fspath(path)
-    return basename(text) if os.path.isabs(text) else PurePosixPath(Path(text).as_posix()).as_posix()
+def _command(recipe: Recipe, out: str | os.PathLike[str]) -> list[str]:
+    """The command that makes DIR again, run in the folder that holds the inputs.
 
-
-def _command(recipe: Recipe, out: str | os.PathLike[str], force: bool) -> list[str]:
+    Inputs and DIR are named by basename (as in ``inputs-sha256.txt``), so the command, and with
+    it the seal, does not depend on where the files were; ``--force``, ``--json`` and ``--nsys``
+    are left out: they change nothing in DIR.
+    """
     p = recipe.path
     if recipe.kind == "compare":
-        cmd = ["nsysaudit", "compare", _shown_path(p("observe") or ""), _shown_path(p("release") or "")]
-        cmd += ["--out", _shown_path(out)]
+        cmd = ["nsysaudit", "compare", basename(p("observe") or ""), basename(p("release") or "")]
+        cmd += ["--out", basename(os.fspath(out))]
         for arm in ("observe", "release"):
             tel = p(f"{arm}_telemetry")
             if tel is not None:
-                cmd += [f"--{arm}-telemetry", _shown_path(tel)]
+                cmd += [f"--{arm}-telemetry", basename(tel)]
     else:
-        cmd = ["nsysaudit", "analyze", _shown_path(p("arm") or ""), "--out", _shown_path(out)]
+        cmd = ["nsysaudit", "analyze", basename(p("arm") or ""), "--out", basename(os.fspath(out))]
         tel = p("telemetry")
         if tel is not None:
-            cmd += ["--telemetry", _shown_path(tel)]
-    if tuple(recipe.library_domains) != DEFAULT_LIBRARY_DOMAINS:
-        for d in recipe.library_domains:
+            cmd += ["--telemetry", basename(tel)]
+    for d in recipe.library_domains:  # --library-domain adds to the default domains
+        if d not in DEFAULT_LIBRARY_DOMAINS:
             cmd += ["--library-domain", d]
     cmd += _telemetry_flags(recipe.options()["telemetry"])
-    if force:
-        cmd.append("--force")
     return cmd
+
+
+def format_ms(ns: int) -> str:
+    """``ns`` as an exact decimal number of milliseconds, as ``--clock-tolerance`` reads it back.
+
+    >>> format_ms(1_234_567), format_ms(1_000_000), format_ms(5_000_000_000), format_ms(1)
+    ('1.234567', '1', '5000', '0.000001')
+    """
+    return format(Decimal(ns).scaleb(-6).normalize(), "f")
 
 
 def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
@@ -353,8 +397,8 @@ def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
     for anchor in options.get("anchors", []):
         out += ["--anchor", str(anchor)]
     tol = options.get("tolerance_ns")
-    if tol is not None and tol != 1_000_000:
-        out += ["--clock-tolerance", f"{tol / 1e6:g}"]
+    if tol is not None and tol != DEFAULT_TOLERANCE_NS:
+        out += ["--clock-tolerance", format_ms(int(tol))]
     return out
 
 
@@ -371,7 +415,7 @@ def _versions() -> dict[str, Any]:
     }
 
 
-def _metadata(built: Built, out: str | os.PathLike[str], force: bool) -> dict[str, Any]:
+def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
     arms = {}
     for role, result in sorted(built.results.items()):
         info = result.input
@@ -381,11 +425,11 @@ def _metadata(built: Built, out: str | os.PathLike[str], force: bool) -> dict[st
         arms[role] = arm
     return {
         "format": SEAL_FORMAT,
-        "seal": f"sha256 of {MANIFEST}",
+        "seal": f"sha256 of {TAGMANIFEST}",
         "report": {"kind": built.recipe.kind, "format": built.document.get("format")},
         "versions": _versions(),
         "nsys": arms,
-        "command": _command(built.recipe, out, force),
+        "command": _command(built.recipe, out),
         "recipe": {
             "kind": built.recipe.kind,
             "inputs": [{"role": role, "name": basename(path)} for role, path in built.recipe.inputs],
@@ -401,7 +445,7 @@ def _metadata(built: Built, out: str | os.PathLike[str], force: bool) -> dict[st
 
 @dataclass(frozen=True)
 class Sealed:
-    """A written report folder and its seal (SHA-256 of its manifest)."""
+    """A written report folder and its seal (SHA-256 of its tag manifest)."""
 
     dir: Path
     seal: str
@@ -410,22 +454,109 @@ class Sealed:
     results: dict[str, AnalysisResult] = field(default_factory=dict)
 
 
-def _looks_sealed(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink() and (not any(path.iterdir()) or (path / MANIFEST).is_file())
+def _out_path(out: str | os.PathLike[str]) -> Path:
+    """DIR as an absolute path (``.`` and ``..`` folded), so that its parent and name are real."""
+    return Path(os.path.abspath(os.fspath(out)))
 
 
-def check_out(out: str | os.PathLike[str], *, force: bool) -> None:
-    """Refuse an existing ``out`` (unless ``force`` and it is an empty or sealed report folder)."""
-    p = Path(out)
-    if not (p.exists() or p.is_symlink()):
-        return
-    if not force:
-        raise OutputExists(f"{p} already exists; pass --force to replace it (nothing was written)")
-    if not _looks_sealed(p):
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _holds_input(target: Path, inputs: Sequence[str | os.PathLike[str]], *, files: bool) -> str | None:
+    """The first input that ``target`` is or holds: by resolved path (symlinks followed), and with
+    ``files`` also by inode among the files directly in it (a hard link)."""
+    real = target.resolve()
+    inodes = {ino for f in target.iterdir() if (ino := _inode(f)) is not None} if files else set()
+    for given in inputs:
+        resolved = Path(given).resolve()
+        if resolved == real or real in resolved.parents or _inode(resolved) in inodes:
+            return os.fspath(given)
+    return None
+
+
+def _interrupted(target: Path) -> Path | None:
+    """A folder an interrupted two-rename replacement moved aside (see :func:`_replace`)."""
+    return next((p for p in sorted(target.parent.glob(f".{glob.escape(target.name)}.*.old")) if p.is_dir()), None)
+
+
+def check_out(
+    out: str | os.PathLike[str], *, force: bool, inputs: Sequence[str | os.PathLike[str]] = ()
+) -> tuple[int, int] | None:
+    """Refuse an ``out`` that cannot or must not be written; return the inode of the folder to replace.
+
+    An existing ``out`` is refused unless ``force`` is set, and even then it must be a real folder
+    (not a symlink) that passes ``verify``'s checks of its files and metadata (a sealed report
+    folder of this tool, not merely a folder with a ``manifest-sha256.txt``, as a BagIt bag or a
+    ``sha256sum`` evidence folder has), and it must neither be nor hold any of ``inputs``
+    (compared by resolved path and by inode). An empty folder is refused too: it is no report.
+    Everything is checked before the analysis runs, and again just before the rename.
+    """
+    target = _out_path(out)
+    try:
+        exists = target.exists() or target.is_symlink()
+        leftover = None if exists else _interrupted(target)
+    except OSError as exc:
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
+    if leftover is not None:
         raise OutputExists(
-            f"{p} exists and is not a sealed nsysaudit report folder (no {MANIFEST}); "
-            "refusing to replace it, even with --force"
+            f"{target} is missing and {leftover.name} beside it holds the report an interrupted --force was "
+            f"replacing: move it back to {target.name} (or delete it), then run again (nothing was written)"
         )
+    if not exists:
+        _check_parent(target)
+        return None
+    if not force:
+        raise OutputExists(f"{target} already exists; pass --force to replace it (nothing was written)")
+    why = _not_sealed(target)
+    # By path first (no walk of a folder that may be large), by inode once it is known to be flat.
+    holder = _holds_input(target, inputs, files=why is None)
+    if holder is not None:
+        raise OutputExists(
+            f"{target} is or holds the input {holder}; refusing to replace it, even with --force (nothing was written)"
+        )
+    if why is not None:
+        raise OutputExists(
+            f"{target} exists and is not a sealed nsysaudit report folder ({why}); "
+            "refusing to replace it, even with --force (nothing was written)"
+        )
+    return _inode(target)
+
+
+def _not_sealed(target: Path) -> str | None:
+    """Why ``target`` is not a folder ``--force`` may replace, or None."""
+    if target.is_symlink() or not target.is_dir():
+        return "a symlink" if target.is_symlink() else "not a folder"
+    if not any(target.iterdir()):
+        return "an empty folder"
+    if not (target / MANIFEST).is_file():
+        return f"no {MANIFEST}"
+    try:
+        problems = _check_files(target)
+        if not problems:
+            _metadata_of(target)
+    except CheckFailed as exc:
+        problems = [str(exc)]
+    return f"verify fails: {problems[0]}" if problems else None
+
+
+def _check_parent(target: Path) -> None:
+    """The nearest existing ancestor of ``target`` must be a writable folder."""
+    for ancestor in target.parents:
+        try:
+            if not ancestor.exists():
+                continue
+        except OSError as exc:
+            raise OutputNotWritable(target, exc.strerror or str(exc)) from None
+        if not ancestor.is_dir():
+            raise OutputNotWritable(target, f"{ancestor} is not a folder")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise OutputNotWritable(target, f"{ancestor} is not writable")
+        return
 
 
 def _fresh_dir(parent: Path, stem: str) -> Path:
@@ -445,16 +576,64 @@ def _write(path: Path, data: bytes) -> None:
         os.fsync(handle.fileno())
 
 
+def _replace(tmp: Path, target: Path, replacing: tuple[int, int] | None) -> None:
+    """Move the complete folder ``tmp`` to ``target``; ``replacing`` is the inode of the folder
+    checked for replacement (None: ``target`` must not exist).
+
+    Replacing uses ``renameat2(RENAME_EXCHANGE)`` where the system has it: one atomic swap, so a
+    kill at any moment leaves either the old or the new folder at ``target``, never neither; the
+    old one, now at ``tmp``, is deleted afterwards. If what was swapped out is not the folder that
+    was checked (another process replaced it meanwhile), it is swapped back and refused. Without
+    the call it falls back to two renames (old aside to ``.DIR.<hex>.old``, new in); a kill between
+    them leaves that ``.old`` folder, which the next write into DIR reports (see :func:`check_out`)
+    instead of writing anything. A new ``target`` is moved in with ``RENAME_NOREPLACE`` (or
+    ``os.rename``, which fails on a non-empty folder), so of two runs writing the same new DIR one
+    wins and the other is refused.
+    """
+    if replacing is None:
+        try:
+            if not fsops.rename_noreplace(tmp, target):
+                os.rename(tmp, target)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise OutputExists(f"{target} was written by another process meanwhile (nothing was written)") from None
+            raise
+        return
+    if fsops.exchange(tmp, target):
+        if _inode(tmp) != replacing:
+            fsops.exchange(tmp, target)
+            raise OutputExists(f"{target} was replaced by another process meanwhile (nothing was written)")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+    os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def write_sealed(
-    out: str | os.PathLike[str], files: Mapping[str, bytes], metadata: Mapping[str, Any], *, force: bool = False
+    out: str | os.PathLike[str],
+    files: Mapping[str, bytes],
+    metadata: Mapping[str, Any],
+    *,
+    force: bool = False,
+    inputs: Sequence[str | os.PathLike[str]] = (),
 ) -> Sealed:
-    """Write payload ``files``, their manifest, ``metadata`` and the tag manifest into ``out``, atomically."""
-    target = Path(out)
-    check_out(target, force=force)
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = _fresh_dir(parent, target.name)
-    old: Path | None = None
+    """Write payload ``files``, their manifest, ``metadata`` and the tag manifest into ``out``, atomically.
+
+    Nothing is left behind when it fails (the temporary folder is removed); see :func:`check_out`
+    for what may be replaced and :func:`_replace` for how.
+    """
+    target = _out_path(out)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _fresh_dir(target.parent, target.name)
+    except OSError as exc:
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
     try:
         for name in sorted(files):
             _write(tmp / name, files[name])
@@ -462,22 +641,32 @@ def write_sealed(
         meta = canonical_json(metadata)
         _write(tmp / MANIFEST, manifest)
         _write(tmp / METADATA, meta)
-        _write(tmp / TAGMANIFEST, manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)}))
-        check_out(target, force=force)  # again: it may have appeared while we were writing
-        if target.exists():
-            old = _fresh_dir(parent, target.name + ".old")
-            old.rmdir()
-            os.rename(target, old)
-        os.rename(tmp, target)
+        tags = manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)})
+        _write(tmp / TAGMANIFEST, tags)
+        # Checked here, complete folder in hand: DIR may have appeared or changed since seal() checked it.
+        replacing = check_out(target, force=force, inputs=inputs)
+        _replace(tmp, target, replacing)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and old.exists() and not target.exists():
-            os.rename(old, target)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
     names = tuple(sorted([*files, MANIFEST, METADATA, TAGMANIFEST]))
-    return Sealed(target, sha256_bytes(manifest), names, {})
+    return Sealed(target, sha256_bytes(tags), names, {})
+
+
+def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
+    """The library domains of a sealed report, in the order the CLI gives them: the defaults, then
+    the added ones. A set without cuBLAS or cuDNN is refused (exit 2): ``--library-domain`` only
+    adds, so the recorded command could not reproduce it."""
+    missing = [d for d in DEFAULT_LIBRARY_DOMAINS if d not in domains]
+    if missing:
+        raise BadOption(
+            f"library domains {', '.join(domains) or 'none'} leave out {', '.join(missing)}: a sealed report "
+            "always reads those (its recorded command can only add domains with --library-domain)"
+        )
+    return tuple(dict.fromkeys([*DEFAULT_LIBRARY_DOMAINS, *domains]))
 
 
 def seal(
@@ -489,9 +678,11 @@ def seal(
     progress: Progress | None = None,
 ) -> Sealed:
     """Build the report of ``recipe`` and write it sealed into ``out``."""
-    check_out(out, force=force)  # fail before the (possibly long) analysis
+    recipe = dataclasses.replace(recipe, library_domains=sealed_domains(recipe.library_domains))
+    inputs = [path for _, path in recipe.inputs]
+    check_out(out, force=force, inputs=inputs)  # fail before the (possibly long) analysis
     built = build(recipe, nsys_path=nsys_path, progress=progress)
-    sealed = write_sealed(out, built.files, _metadata(built, out, force), force=force)
+    sealed = write_sealed(out, built.files, _metadata(built, _out_path(out)), force=force, inputs=inputs)
     return Sealed(sealed.dir, sealed.seal, sealed.files, built.document, built.results)
 
 
@@ -637,42 +828,15 @@ def verify(
         raise UnusableInput(root, "no such folder" if not root.exists() else "not a folder")
     if not (root / MANIFEST).exists() and not (root / MANIFEST).is_symlink():
         raise UnusableInput(root, f"no {MANIFEST}: not a sealed nsysaudit report folder")
-    problems: list[str] = []
-    manifest = _read_manifest(root, MANIFEST)
-    tags = _read_manifest(root, TAGMANIFEST)
-    for name in PAYLOAD:
-        if name not in manifest:
-            problems.append(f"{MANIFEST} does not list {name}")
-    for name in TAG_FILES:
-        if name not in tags:
-            problems.append(f"{TAGMANIFEST} does not list {name}")
-    for listing, entries in ((MANIFEST, manifest), (TAGMANIFEST, tags)):
-        for name, digest in sorted(entries.items()):
-            trouble = _check_entry(root, name)
-            if trouble is not None:
-                problems.append(f"{trouble} (listed in {listing})")
-                continue
-            actual = sha256_file(root / name)
-            if actual != digest:
-                problems.append(f"{name}: changed (sha256 {actual}, {listing} says {digest})")
-    listed = set(manifest) | set(tags) | {TAGMANIFEST}
-    for current, dirnames, filenames in os.walk(root):
-        for d in sorted(dirnames):
-            rel = (Path(current) / d).relative_to(root).as_posix()
-            problems.append(f"{rel}/: extra folder (not in {MANIFEST})")
-        dirnames.clear()
-        for f in sorted(filenames):
-            rel = (Path(current) / f).relative_to(root).as_posix()
-            if rel not in listed:
-                problems.append(f"{rel}: extra file (not in {MANIFEST})")
-    digest = sha256_file(root / MANIFEST)
+    problems = _check_files(root)
+    digest = sha256_file(root / TAGMANIFEST) if (root / TAGMANIFEST).is_file() else "none"
     if expected_seal is not None and expected_seal.lower().removeprefix("sha256:") != digest:
-        problems.append(f"{MANIFEST}: its sha256 {digest} is not the expected seal {expected_seal}")
+        problems.append(f"{TAGMANIFEST}: its sha256 {digest} is not the expected seal {expected_seal}")
     if problems:
         raise CheckFailed(f"{root}: verification failed: " + "; ".join(problems))
     meta = _metadata_of(root)
     _check_inputs_listing(root, meta)
-    files = tuple(sorted(listed))
+    files = tuple(sorted([*PAYLOAD, *TAG_FILES, TAGMANIFEST]))
     if inputs is None:
         return Verification(root, digest, files)
     given = _match_inputs(meta, [Path(p) for p in inputs])
@@ -692,7 +856,7 @@ def verify(
         old = (root / name).read_bytes()
         new = rebuilt.files[name]
         if old != new:
-            sealed_with = meta.get("versions", {}) if isinstance(meta.get("versions"), dict) else {}
+            sealed_with = meta["versions"]
             now = _versions()
             changed = [
                 f"{k} {sealed_with.get(k)} -> {now.get(k)}"
@@ -710,20 +874,109 @@ def verify(
     return Verification(root, digest, files, tuple(checked), rerun=True)
 
 
+def _check_files(root: Path) -> list[str]:
+    """Every problem with the six files: missing, changed, extra, or listed where they do not belong.
+
+    A manifest that lists anything but its own files is refused even when the listed file's
+    digest is right: the seal pins the tag manifest, and ``verify`` accepts no file it cannot pin.
+    """
+    problems: list[str] = []
+    manifest = _read_manifest(root, MANIFEST)
+    tags = _read_manifest(root, TAGMANIFEST)
+    for listing, entries, expected in ((MANIFEST, manifest, PAYLOAD), (TAGMANIFEST, tags, TAG_FILES)):
+        for name in expected:
+            if name not in entries:
+                problems.append(f"{listing} does not list {name}")
+        for name, digest in sorted(entries.items()):
+            if name not in expected:
+                problems.append(f"{listing} lists {name}, which is not one of its files ({', '.join(expected)})")
+                continue
+            trouble = _check_entry(root, name)
+            if trouble is not None:
+                problems.append(f"{trouble} (listed in {listing})")
+                continue
+            actual = sha256_file(root / name)
+            if actual != digest:
+                problems.append(f"{name}: changed (sha256 {actual}, {listing} says {digest})")
+    known = {*PAYLOAD, *TAG_FILES, TAGMANIFEST}
+    for current, dirnames, filenames in os.walk(root):
+        for d in sorted(dirnames):
+            rel = (Path(current) / d).relative_to(root).as_posix()
+            problems.append(f"{rel}/: extra folder (not in {MANIFEST})")
+        dirnames.clear()
+        for f in sorted(filenames):
+            rel = (Path(current) / f).relative_to(root).as_posix()
+            if rel not in known:
+                problems.append(f"{rel}: extra file (not in {MANIFEST})")
+    return problems
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
+_KINDS = ("sqlite", "nsys-rep", "telemetry")
+
+
 def _metadata_of(root: Path) -> dict[str, Any]:
+    """``metadata.json``, checked for every key and type ``verify`` uses: anything else is a
+    tampered folder, a failed check (exit 1), never a traceback."""
+    path = root / METADATA
     try:
-        meta = json.loads((root / METADATA).read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckFailed(f"{root / METADATA}: not readable JSON ({exc})") from None
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CheckFailed(f"{path}: not readable JSON ({exc})") from None
+    if isinstance(meta, dict) and meta.get("format") == "nsysaudit.seal/1":
+        raise CheckFailed(
+            f"{path}: an nsysaudit.seal/1 folder, whose seal does not cover {METADATA}; "
+            "make it again with this nsysaudit (its recorded command) to get a seal that pins every file"
+        )
     if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
-        raise CheckFailed(f"{root / METADATA}: not {SEAL_FORMAT} metadata")
+        raise CheckFailed(f"{path}: not {SEAL_FORMAT} metadata")
+
+    def bad(what: str) -> CheckFailed:
+        return CheckFailed(f"{path}: {what} (a tampered or foreign {METADATA})")
+
+    inputs, recipe, versions = meta.get("inputs"), meta.get("recipe"), meta.get("versions")
+    if not isinstance(versions, dict):
+        raise bad("'versions' is not an object")
+    if not isinstance(inputs, list) or not inputs:
+        raise bad("'inputs' is not a non-empty list")
+    for i, rec in enumerate(inputs):
+        ok = (
+            isinstance(rec, dict)
+            and all(isinstance(rec.get(k), str) for k in ("role", "name", "sha256", "kind"))
+            and _HEX64.fullmatch(rec["sha256"]) is not None
+            and rec["kind"] in _KINDS
+            and type(rec.get("size_bytes")) is int
+            and rec["size_bytes"] >= 0
+        )
+        if not ok:
+            raise bad(f"inputs[{i}] is not {{role, name, sha256 (hex), size_bytes (int), kind}}")
+    roles = [rec["role"] for rec in inputs]
+    if len(set(roles)) != len(roles):
+        raise bad("an input role is listed twice")
+    if not isinstance(recipe, dict) or recipe.get("kind") not in ("compare", "analyze"):
+        raise bad("no recipe to re-run ('recipe.kind' is not compare or analyze)")
+    spec_inputs = recipe.get("inputs")
+    listed = spec_inputs if isinstance(spec_inputs, list) else []
+    spec_roles = [r["role"] for r in listed if isinstance(r, dict) and isinstance(r.get("role"), str)]
+    if not isinstance(spec_inputs, list) or len(spec_roles) != len(listed) or sorted(spec_roles) != sorted(roles):
+        raise bad("'recipe.inputs' does not name the roles of 'inputs'")
+    options = recipe.get("options")
+    if not isinstance(options, dict):
+        raise bad("'recipe.options' is not an object")
+    domains = options.get("library_domains")
+    if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
+        raise bad("'recipe.options.library_domains' is not a list of strings")
+    telemetry = options.get("telemetry")
+    if telemetry is not None and not isinstance(telemetry, dict):
+        raise bad("'recipe.options.telemetry' is not an object")
+    telemetry_options_from(telemetry)  # raises CheckFailed naming the problem
     return meta
 
 
 def _check_inputs_listing(root: Path, meta: Mapping[str, Any]) -> None:
     """``inputs-sha256.txt`` and the metadata's inputs must name the same digests."""
-    recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta.get("inputs", []))
-    if (root / INPUTS).read_bytes().decode("utf-8") != recorded:
+    recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta["inputs"])
+    if (root / INPUTS).read_bytes() != recorded.encode("utf-8", errors="surrogatepass"):
         raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
 
 
@@ -754,15 +1007,13 @@ def _match_inputs(meta: Mapping[str, Any], given: list[Path]) -> list[tuple[dict
 
 
 def _recipe_from(meta: Mapping[str, Any], paths: Mapping[str, str]) -> Recipe:
-    spec = meta.get("recipe")
-    if not isinstance(spec, Mapping) or spec.get("kind") not in ("compare", "analyze"):
-        raise CheckFailed(f"{METADATA}: no recipe to re-run")
-    options = spec.get("options") or {}
-    roles = [r["role"] for r in spec.get("inputs", [])]
+    """The recipe metadata.json records (already checked by :func:`_metadata_of`)."""
+    spec = meta["recipe"]
+    options = spec["options"]
     return Recipe(
         kind=spec["kind"],
-        inputs=tuple((role, paths[role]) for role in roles),
-        library_domains=tuple(options.get("library_domains") or DEFAULT_LIBRARY_DOMAINS),
+        inputs=tuple((r["role"], paths[r["role"]]) for r in spec["inputs"]),
+        library_domains=tuple(options["library_domains"] or DEFAULT_LIBRARY_DOMAINS),
         telemetry_options=telemetry_options_from(options.get("telemetry")),
     )
 

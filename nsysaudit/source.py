@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import stat
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,9 @@ KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 # The CUDA API table columns that make a file without a metadata table recognisable as an export.
 RUNTIME_COLUMNS = ("start", "end", "globalTid", "nameId", "returnValue")
+# A versioned table name: BASE_V<n>, n an ASCII number without a leading zero (re.ASCII: no other digits).
+_VARIANT = re.compile(r"(.+)_V([1-9][0-9]*)", re.ASCII)
+SCHEMA_NOT_UTF8 = "damaged SQLite schema: its text is not valid UTF-8 (a changed byte?); not a usable nsys export"
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
@@ -44,7 +48,8 @@ class SqliteHeader:
 
     ``page_count`` is None when the header's count is not authoritative (a writer older than
     SQLite 3.7.0, or a crafted header): then truncation cannot be seen in the header and
-    :func:`probe` runs ``PRAGMA quick_check`` instead. ``wal`` is True for WAL-mode files.
+    :func:`probe` runs ``PRAGMA quick_check`` instead. ``wal`` is True for WAL-mode files (header
+    bytes 18/19 are 2; every nsys export is in rollback mode, 1).
     """
 
     page_size: int
@@ -107,65 +112,95 @@ def check_sqlite_file(path: Path) -> SqliteHeader:
     return SqliteHeader(page_size=page_size, page_count=page_count if trusted else None, wal=read_version == 2)
 
 
-def check_side_files(path: Path, header: SqliteHeader) -> None:
-    """Refuse exports whose content is partly in a journal beside them.
+SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
 
-    A WAL-mode file with a non-empty ``-wal`` beside it keeps its last transactions there, and a
-    rollback ``-journal`` beside a file means it was copied mid-write. Reading either would need
-    SQLite to write beside the evidence (a ``-shm`` index, a rollback), which nsysaudit never does.
+
+def check_side_files(path: Path, header: SqliteHeader) -> list[dict[str, object]]:
+    """Refuse exports whose content is partly in a journal beside them; say which side files are ignored.
+
+    SQLite itself would read (and write) files beside the evidence: a ``-wal`` (even beside a
+    rollback-mode file, whose header says no WAL: every nsys export is one), its ``-shm`` index,
+    a hot ``-journal`` (to roll it back). nsysaudit opens every export ``immutable`` (see
+    :func:`readonly_uri`), so SQLite never looks at them; this function decides what they mean
+    from their metadata alone (``lstat``, or ``stat`` of a symlink's target), never opening them:
+    a FIFO named like a journal would block a reader forever.
+
+    - a non-empty regular ``-wal`` beside a WAL-mode file holds part of its content: refused;
+    - a non-empty regular ``-journal`` beside a rollback-mode file means it was copied while being
+      written (a hot journal; the file may be half-way through a transaction): refused;
+    - any other non-empty side file (a ``-wal`` beside a rollback-mode file, which the file's
+      recorded SHA-256 does not cover; a FIFO, folder or socket by one of those names) is
+      ignored, and the returned warnings say so.
     """
-    suffix = "-wal" if header.wal else "-journal"
-    side = path.with_name(path.name + suffix)
-    try:
-        size = side.stat().st_size
-    except OSError:
-        return
-    if size == 0:
-        return
-    if header.wal:
-        raise UnusableInput(
-            path,
-            f"WAL-mode SQLite with a non-empty {side.name} beside it: part of its content is in that file "
-            "and reading it would write beside the evidence; analyze a checkpointed copy instead",
-        )
-    raise UnusableInput(
-        path,
-        f"{side.name} beside it: the file was copied while being written (hot journal) and reading it "
-        "would need a rollback; analyze a copy made after the writer finished",
-    )
+    journal = "-wal" if header.wal else "-journal"
+    warnings: list[dict[str, object]] = []
+    for suffix in SIDE_SUFFIXES:
+        side = path.with_name(path.name + suffix)
+        try:
+            # stat() of a symlink's target opens nothing; a dangling one is no side file at all
+            st = side.stat() if side.is_symlink() else side.lstat()
+        except OSError:
+            continue
+        regular = stat.S_ISREG(st.st_mode)
+        if regular and st.st_size == 0:
+            continue
+        if regular and suffix == journal:
+            if header.wal:
+                raise UnusableInput(
+                    path,
+                    f"WAL-mode SQLite with a non-empty {side.name} beside it: part of its content is in that "
+                    "file, which nsysaudit does not read; analyze a checkpointed copy instead",
+                )
+            raise UnusableInput(
+                path,
+                f"{side.name} beside it: the file was copied while being written (hot journal) and reading it "
+                "would need a rollback; analyze a copy made after the writer finished",
+            )
+        if suffix == "-shm" and regular:
+            continue  # an index of a -wal, meaningless without one
+        if not regular:
+            message = f"{side.name} beside the export is not a regular file ({_kind(st.st_mode)}): ignored, not opened"
+        elif suffix == "-wal":
+            message = (
+                f"{side.name} beside the export ({st.st_size:,} bytes) is ignored, never read: the export is in "
+                "rollback mode (like every nsys export), so a WAL beside it is not part of it"
+            )
+        else:
+            message = f"{side.name} beside the export ({st.st_size:,} bytes) is ignored: a WAL-mode file has no journal"
+        warnings.append({"kind": "side_file_ignored", "count": 1, "message": message})
+    return warnings
 
 
-def _is_wal(path: Path) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(20)
-    except OSError:
-        return False
-    return len(header) == 20 and header.startswith(SQLITE_MAGIC) and header[19] == 2
+def _kind(mode: int) -> str:
+    kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a folder", stat.S_IFSOCK: "a socket"}
+    return kinds.get(stat.S_IFMT(mode), "a device")
 
 
-def readonly_uri(path: Path, *, immutable: bool | None = None) -> str:
-    """SQLite URI that opens ``path`` read-only; ``immutable`` also skips locks and WAL files.
+def readonly_uri(path: Path) -> str:
+    """SQLite URI that opens ``path`` read-only and ``immutable``: no locks, no side files.
 
-    A WAL-mode file opened with ``mode=ro`` alone makes SQLite create ``-wal`` and ``-shm``
-    beside it, so WAL-mode exports (without a ``-wal``, see :func:`check_side_files`) are opened
-    immutable. ``immutable=None`` decides from the file's header. Every reader of an export
-    (sqlite3, ADBC) opens it through this URI.
+    ``mode=ro`` alone still makes SQLite open a ``-wal`` it finds beside the file (even beside a
+    rollback-mode file), create a ``-shm`` for it and read frames the file's digest does not
+    cover, and open a ``-journal`` to check for a hot one (a FIFO there blocks it forever).
+    ``immutable=1`` tells SQLite the file cannot change, so it reads the file's own bytes and
+    nothing beside it; :func:`check_side_files` decides beforehand what such files mean. Every
+    reader of an export (sqlite3, ADBC) opens it through this URI.
     """
-    if immutable is None:
-        immutable = _is_wal(path)
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
-    return uri + "&immutable=1" if immutable else uri
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
 
 
-def open_readonly(path: Path, *, immutable: bool | None = None) -> sqlite3.Connection:
+def open_readonly(path: Path) -> sqlite3.Connection:
     """Open ``path`` with SQLite's read-only URI mode: the evidence is never written."""
     try:
-        conn = sqlite3.connect(readonly_uri(path, immutable=immutable), uri=True, check_same_thread=False)
+        conn = sqlite3.connect(readonly_uri(path), uri=True, check_same_thread=False)
         conn.execute("PRAGMA query_only = ON")
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         raise UnusableInput(path, f"SQLite cannot read it: {exc}") from None
+    except UnicodeDecodeError:
+        # SQLite's message about a malformed schema quotes the schema's bytes, which Python
+        # cannot decode when they are not UTF-8.
+        raise UnusableInput(path, SCHEMA_NOT_UTF8) from None
     return conn
 
 
@@ -227,6 +262,7 @@ class ExportFile:
     # The read-only URI ``conn`` was opened with: other readers of the same file must use it.
     uri: str = ""
     text: TextDecoder = field(default_factory=TextDecoder)
+    _ambiguous: set[str] = field(default_factory=set, repr=False)  # bases already warned about
 
     @property
     def nsys_version(self) -> str | None:
@@ -249,19 +285,32 @@ class ExportFile:
     def table(self, base: str) -> Table | None:
         """The table for ``base``, accepting nsys's versioned variants (``NVTX_EVENTS_V2``).
 
-        When several variants exist the highest version wins; the choice is visible in the
-        report's ``input.tables``.
+        A variant is ``base`` + ``_V`` + an ASCII version number (2, 3, ...: ``\\d`` would also
+        match other scripts' digits, such as the full-width two, U+FF12). When several of them exist
+        (the base table and a variant, or several variants) the highest version is read and an
+        ``ambiguous_table`` warning names them all and the one read (once per ``base``): one of
+        them may be a shadow copy made to hide rows. The choice is also in ``input.tables``.
         """
-        if base in self.tables:
-            best: Table | None = self.tables[base]
-            best_version = 1
-        else:
-            best, best_version = None, 0
-        pattern = re.compile(re.escape(base) + r"_V(\d+)$")
+        found: list[tuple[int, Table]] = [(1, self.tables[base])] if base in self.tables else []
         for name, table in self.tables.items():
-            match = pattern.match(name)
-            if match and int(match.group(1)) > best_version:
-                best, best_version = table, int(match.group(1))
+            match = _VARIANT.fullmatch(name)
+            if match and match.group(1) == base:
+                found.append((int(match.group(2)), table))
+        if not found:
+            return None
+        found.sort(key=lambda vt: vt[0])
+        best = found[-1][1]
+        if len(found) > 1 and base not in self._ambiguous:
+            self._ambiguous.add(base)
+            names = ", ".join(t.name for _, t in found)
+            self.warnings.append(
+                {
+                    "kind": "ambiguous_table",
+                    "count": len(found),
+                    "message": f"the export has {len(found)} tables for {base} ({names}): read {best.name}, "
+                    "the highest version; the others are not read",
+                }
+            )
         return best
 
     def close(self) -> None:
@@ -275,8 +324,8 @@ def _quote(name: str) -> str:
 def probe(path: Path) -> ExportFile:
     """Check ``path`` is a whole SQLite file and an nsys export, and list what it holds."""
     header = check_sqlite_file(path)
-    check_side_files(path, header)
-    conn = open_readonly(path, immutable=header.wal)
+    side_warnings = check_side_files(path, header)
+    conn = open_readonly(path)
     decoder = TextDecoder()
     conn.text_factory = decoder
     try:
@@ -291,6 +340,8 @@ def probe(path: Path) -> ExportFile:
             }
         except sqlite3.DatabaseError as exc:
             raise UnusableInput(path, f"SQLite cannot read its schema: {exc}") from None
+        except UnicodeDecodeError:
+            raise UnusableInput(path, SCHEMA_NOT_UTF8) from None
         meta_table = next((tables[t] for t in META_TABLES if t in tables), None)
         runtime = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
         # nsys 2020.3 and older write no metadata table at all; their CUDA tables are still
@@ -316,7 +367,7 @@ def probe(path: Path) -> ExportFile:
             except sqlite3.DatabaseError as exc:
                 raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
         export = ExportFile(
-            path=path, conn=conn, tables=tables, meta=meta, uri=readonly_uri(path, immutable=header.wal), text=decoder
+            path=path, conn=conn, tables=tables, meta=meta, uri=readonly_uri(path), text=decoder, warnings=side_warnings
         )
         major = export.schema_major
         if meta_table is None:

@@ -6,9 +6,10 @@ Field names are configurable through :class:`TelemetryOptions`. Every other fiel
 bytes, message, ...) is kept as data.
 
 A bad line (invalid JSON, not an object, no event name, a clock field that is missing or not an
-integer) is an error naming its line number, unless ``lenient`` is set: then it becomes a
-warning with its line number and the other lines are used. A file with no usable line is
-always an error.
+integer, or a value that could not be kept exactly: an integer outside 64 bits, NaN or an
+infinity, a lone surrogate, nesting deeper than 32 levels) is an error naming its line number,
+unless ``lenient`` is set: then it becomes a warning with its line number and the other lines
+are used. A file with no usable line is always an error.
 
 Nothing here knows about traces; :mod:`nsysaudit.alignment` maps these stamps to trace time.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +33,13 @@ Edge = Literal["start", "end"]
 CLOCK_KINDS: tuple[ClockKind, ...] = ("monotonic", "realtime")
 DEFAULT_CLOCKS: tuple[tuple[ClockKind, str], ...] = (("monotonic", "monotonic_ns"), ("realtime", "realtime_ns"))
 DEFAULT_TOLERANCE_NS = 1_000_000
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # Identity fields read from each line when present (shown, matched against the trace's own
 # process/thread ids to choose anchors, never used to relabel trace events).
 PID_FIELD, TID_FIELD = "pid", "tid"
 MAX_ERROR_LINES = 3
+MAX_DEPTH = 32  # JSON nesting per line; orjson, which writes the report, stops at 255
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -128,8 +133,8 @@ class TelemetryOptions:
         kinds = [k for k, _ in self.clock]
         if len(set(kinds)) != len(kinds):
             raise BadOption(f"--telemetry-clock: a clock kind is given twice ({', '.join(kinds)})")
-        if self.tolerance_ns < 0:
-            raise BadOption("--clock-tolerance must not be negative")
+        if not 0 <= self.tolerance_ns <= INT64_MAX:
+            raise BadOption(f"--clock-tolerance must be between 0 and {INT64_MAX:,} ns (got {self.tolerance_ns:,} ns)")
 
     @property
     def clock_fields(self) -> dict[ClockKind, str]:
@@ -197,15 +202,66 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class _BadValue(ValueError):
+    """A JSON value nsysaudit cannot carry through exactly (raised from the decoder's hooks)."""
+
+
+def _int64(text: str) -> int:
+    value = int(text)
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise _BadValue(f"integer {text[:24]}{'...' if len(text) > 24 else ''} is outside the 64-bit range")
+    return value
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise _BadValue(f"number {text[:24]} is too large for a 64-bit float")
+    return value
+
+
+def _constant(text: str) -> float:
+    raise _BadValue(f"{text} is not a JSON number (NaN and infinities cannot be kept exactly)")
+
+
+def _decode(text: str) -> Any:
+    """``json.loads`` that refuses what could not be kept exactly: integers outside 64 bits, NaN
+    and infinities (they would become ``null`` in the JSON report), lone surrogates (they cannot
+    be written as UTF-8) and nesting deeper than :data:`MAX_DEPTH` levels."""
+    obj = json.loads(text, parse_int=_int64, parse_float=_finite, parse_constant=_constant)
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _BadValue(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, str):
+            value = [value]
+        elif isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+            value = list(value)
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+            continue
+        else:
+            continue
+        if any(_SURROGATE.search(k) for k in value if isinstance(k, str)):
+            raise _BadValue("a string holds a lone surrogate (\\ud800-\\udfff), not Unicode text")
+    return obj
+
+
 def _parse_line(raw: bytes, number: int, options: TelemetryOptions) -> TelemetryEvent | BadLine:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return BadLine(number, "not UTF-8 text")
     try:
-        obj = json.loads(text)
+        obj = _decode(text)
     except json.JSONDecodeError as exc:
         return BadLine(number, f"invalid JSON ({exc.msg} at column {exc.colno})")
+    except _BadValue as exc:
+        return BadLine(number, f"unusable JSON value: {exc}")
+    except RecursionError:
+        return BadLine(number, f"unusable JSON value: nested deeper than {MAX_DEPTH} levels")
     if not isinstance(obj, dict):
         return BadLine(number, f"not a JSON object (a JSON {type(obj).__name__})")
     key = options.event_key

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,3 +38,32 @@ def make_export(tmp_path: Path) -> Callable[..., Path]:
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep every test's .nsys-rep export cache out of the user's real cache folder."""
     monkeypatch.setenv("NSYSAUDIT_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture
+def read_only_folder() -> Iterator[tuple[Path, list[str]]]:
+    """A folder a command cannot write into, and the command prefix under which that holds.
+
+    As root (permissions do not apply), the command runs as ``nobody`` through ``setpriv`` in a
+    root-owned 0755 folder; otherwise the folder is made read-only (0555).
+    """
+    base = Path(tempfile.mkdtemp(prefix="nsysaudit-ro-"))  # not under pytest's 0700 tmp folders
+    base.chmod(0o755)
+    locked = base / "read-only"
+    locked.mkdir()
+    prefix: list[str] = []
+    if os.geteuid() != 0:
+        locked.chmod(0o555)
+    elif shutil.which("setpriv"):
+        prefix = [str(shutil.which("setpriv")), "--reuid=65534", "--regid=65534", "--clear-groups"]
+    else:
+        pytest.skip("running as root without setpriv: cannot make a folder read-only for this test")
+    yield locked, prefix
+    locked.chmod(0o755)
+    shutil.rmtree(base)
+
+
+def unprivileged(prefix: list[str], *args: object, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NSYSAUDIT_CACHE": str(cache)}
+    command = [*prefix, sys.executable, "-m", "nsysaudit", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)

@@ -186,3 +186,41 @@ def test_a_folder_given_as_an_input_file_is_a_one_line_error(capsys, tmp_path: P
     code, _, err = run(capsys, *[a.format(dir=folder, tmp=tmp_path) for a in args])
     assert code == 2
     assert err.count("\n") == 1 and str(folder) in err and "not a regular file" in err
+
+
+def test_library_domain_adds_to_cublas_and_cudnn(capsys, make_export, tmp_path: Path) -> None:
+    """issue 10, item 6: on the real capture an extra domain must not drop the censored cublasCreate_v2."""
+    code, out, err = run(capsys, "analyze", "--json", str(H200 / "observe.sqlite"), "--library-domain", "X")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "inconclusive"
+    assert [lc["api"] for lc in doc["library_calls"]] == ["cublasCreate_v2"]
+    # A call in the added domain is found beside the cuBLAS one.
+    from builder import LibCall
+
+    spec = observe_nested_failure()
+    spec.lib_calls.append(LibCall("myGemm", 30_000, 31_000, 611, 611, library="myLib"))
+    path = make_export(spec)
+    code, out, err = run(capsys, "analyze", "--json", str(path), "--library-domain", "myLib")
+    assert code == 0, err
+    assert sorted(lc["api"] for lc in json.loads(out)["library_calls"]) == ["cublasCreate_v2", "myGemm"]
+    # Sealed: the command records only the added domain and re-runs to the same report.
+    sealed = tmp_path / "sealed"
+    code, _, err = run(capsys, "analyze", str(path), "--library-domain", "myLib", "--out", str(sealed))
+    assert code == 0, err
+    meta = json.loads((sealed / "metadata.json").read_text())
+    assert meta["command"].count("--library-domain") == 1 and "myLib" in meta["command"]
+    assert json.loads((sealed / "report.json").read_text())["options"]["library_domains"] == [
+        "cuBLAS", "cuDNN", "myLib"
+    ]
+    code, _, err = run(capsys, "verify", str(sealed), "--inputs", str(path))
+    assert code == 0, err
+
+
+def test_a_sealed_report_keeps_the_default_domains(tmp_path: Path) -> None:
+    from nsysaudit import seal
+    from nsysaudit.errors import BadOption
+
+    with pytest.raises(BadOption, match="leave out cuBLAS"):
+        seal.seal_analysis(H200 / "observe.sqlite", tmp_path / "out", library_domains=["cuDNN", "X"])
+    assert not (tmp_path / "out").exists()

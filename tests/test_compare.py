@@ -259,7 +259,7 @@ def test_markdown_escapes_trace_text(make_export) -> None:
     text = comparison_markdown(doc)
     assert "<b>" not in text and "\n# h" not in text
     assert md("w*<b>x</b>|[l](http://e)\n# h") in text
-    assert r"w\*\<b\>x\</b\>\|\[l\](http://e)\\u000a\# h" in text
+    assert r"w\*\<b\>x\</b\>\|\[l\](http://e)\\n\# h" in text
 
 
 def test_comparison_is_deterministic(make_export) -> None:

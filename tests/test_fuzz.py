@@ -6,7 +6,12 @@
    limit the verdict stays sound: never ``failure_found`` without a reference finding, never
    ``no_failure`` with one. The input's bytes never change.
 2. Byte-level mutations of a small real export (header, schema page and the pages of the tables
-   the analysis reads; truncations): exit code 0 or 2, one line on stderr, never a traceback.
+   the analysis reads; truncations), through ``analyze`` and either arm of ``compare``: exit code
+   0 or 2, one line on stderr, never a traceback; a folder ``compare`` writes verifies.
+3. Sealed folders (``verify``): any changed byte of any of the six files is exit 1 (2 where the
+   folder is no longer one), one line; any value of ``metadata.json`` replaced by any JSON value
+   with the tag manifest re-hashed to match, with or without ``--inputs``: one line, never a
+   traceback.
 
 Bounded in time: about 150 examples each, no deadline per example; the whole file runs in
 well under a minute.
@@ -342,3 +347,116 @@ def test_header_check_never_fails_other_than_unusable_input(header: bytes, size:
             assert str(path) in str(exc) and "\n" not in str(exc)
         else:
             assert result.page_size >= 512 and (result.page_count is None or result.page_count > 0)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=mutations(), position=st.sampled_from(["observe", "release"]))
+def test_mutated_real_export_in_compare_exits_0_or_2_and_what_is_written_verifies(
+    capsys, data: bytes, position: str
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mutated.sqlite"
+        path.write_bytes(data)
+        arms = [str(path), str(H200 / "release.sqlite")]
+        out = Path(tmp) / "cmp"
+        code = main(["compare", *(arms if position == "observe" else arms[::-1]), "--out", str(out)])
+        _, err = capsys.readouterr()
+        assert code in (0, 2), (code, err)
+        if code == 2:
+            assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1 and str(path) in err, err
+            assert not out.exists()
+        else:
+            assert main(["verify", str(out)]) == 0, capsys.readouterr().err
+        assert path.read_bytes() == data
+
+
+# --- 3. sealed folders: any change is a failed check, never a traceback ---------------------------
+
+
+@pytest.fixture(scope="module")
+def sealed_builder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    from scenarios import observe_nested_failure, release_three_allocations
+
+    from nsysaudit.seal import seal_compare
+
+    work = tmp_path_factory.mktemp("sealed-builder")
+    inputs = [build_export(observe_nested_failure(), work / "observe.sqlite"),
+              build_export(release_three_allocations(), work / "release.sqlite")]
+    seal_compare(*inputs, work / "cmp")
+    return work / "cmp", inputs
+
+
+SEALED_FILES = ["inputs-sha256.txt", "manifest-sha256.txt", "metadata.json", "report.json", "report.md",
+                "tagmanifest-sha256.txt"]
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(name=st.sampled_from(SEALED_FILES), offset=st.integers(0, 1 << 20), value=st.integers(0, 255),
+       with_inputs=st.booleans())
+def test_a_changed_byte_of_a_sealed_folder_fails_verify_in_one_line(
+    capsys, sealed_builder: tuple[Path, list[Path]], name: str, offset: int, value: int, with_inputs: bool
+) -> None:
+    import shutil
+
+    sealed, inputs = sealed_builder
+    with tempfile.TemporaryDirectory() as tmp:
+        bag = Path(tmp) / "bag"
+        shutil.copytree(sealed, bag)
+        data = bytearray((bag / name).read_bytes())
+        i = offset % len(data)
+        data[i] = value if value != data[i] else value ^ 0xFF
+        (bag / name).write_bytes(bytes(data))
+        code = main(["verify", str(bag), *(["--inputs", *map(str, inputs)] if with_inputs else [])])
+        _, err = capsys.readouterr()
+        assert code in (1, 2), (code, err)  # 2 only when the manifest itself is unreadable as a folder
+        assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 70), 1 << 70) | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), with_inputs=st.booleans())
+def test_a_forged_metadata_value_is_a_failed_check_never_a_traceback(
+    capsys, sealed_builder: tuple[Path, list[Path]], data: st.DataObject, with_inputs: bool
+) -> None:
+    """Any value of metadata.json replaced by any JSON value, the tag manifest re-hashed to match."""
+    import shutil
+
+    from nsysaudit.seal import manifest_text
+
+    sealed, inputs = sealed_builder
+    meta = json.loads((sealed / "metadata.json").read_text())
+    where = data.draw(st.sampled_from(_paths(meta)[1:]))
+    value = data.draw(JSON_VALUES)
+    target = meta
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = value
+    with tempfile.TemporaryDirectory() as tmp:
+        bag = Path(tmp) / "bag"
+        shutil.copytree(sealed, bag)
+        (bag / "metadata.json").write_text(json.dumps(meta))
+        digests = {n: sha256(bag / n) for n in ("manifest-sha256.txt", "metadata.json")}
+        (bag / "tagmanifest-sha256.txt").write_bytes(manifest_text(digests))
+        code = main(["verify", str(bag), *(["--inputs", *map(str, inputs)] if with_inputs else [])])
+        _, err = capsys.readouterr()
+        event(f"exit {code}")
+        assert code in (0, 1, 2), (code, err)
+        if code:
+            assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err

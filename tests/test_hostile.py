@@ -339,7 +339,7 @@ def test_wal_file_beside_the_export_is_refused(capsys, evidence: Path) -> None:
     (evidence / "wal.sqlite-wal").write_bytes(b"\x37\x7f\x06\x82" + bytes(28))
     before = folder_state(evidence)
     code, _, err = run(capsys, "analyze", str(wal))
-    assert_one_line_error(code, err, wal, "non-empty wal.sqlite-wal beside it")
+    assert_one_line_error(code, err, wal, "WAL-mode SQLite with a non-empty wal.sqlite-wal beside it")
     assert folder_state(evidence) == before
 
 
@@ -350,6 +350,77 @@ def test_hot_journal_beside_the_export_is_refused(capsys, evidence: Path) -> Non
     code, _, err = run(capsys, "analyze", str(bad))
     assert_one_line_error(code, err, bad, "hot journal")
     assert folder_state(evidence) == before
+
+
+def crafted_wal(export: Path, sql: str) -> bytes:
+    """The -wal a WAL-mode copy of ``export`` holds after ``sql`` (checkpointing off): frames that
+    SQLite would apply to ``export`` too, rollback-mode header or not, if it found them beside it."""
+    work = export.with_name("wal-work.sqlite")
+    shutil.copyfile(export, work)
+    con = sqlite3.connect(work, isolation_level=None)
+    try:
+        con.execute("PRAGMA journal_mode = WAL")
+        con.execute("PRAGMA wal_autocheckpoint = 0")
+        con.execute(sql)
+        frames = work.with_name(work.name + "-wal").read_bytes()  # read while the connection keeps it
+    finally:
+        con.close()
+    for leftover in work.parent.glob("wal-work.sqlite*"):
+        leftover.unlink()
+    return frames
+
+
+def test_a_wal_beside_a_rollback_mode_export_is_ignored_and_said(capsys, make_export, evidence: Path) -> None:
+    """Same file bytes, with and without a crafted -wal: the same analysis; nothing written beside it."""
+    built = make_export(observe_nested_failure())
+    export = copy_in(evidence, built, "run.sqlite")
+    frames = crafted_wal(built, f"UPDATE {RUNTIME} SET returnValue = 0")
+    code, out, err = run(capsys, "analyze", "--json", str(export))
+    alone = json.loads(out)
+    assert code == 0 and alone["verdict"] == "failure_found" and alone["warnings"] == [], err
+    (evidence / "run.sqlite-wal").write_bytes(frames)
+    # The frames are real: plain mode=ro would read them (on a copy) and find no failure at all.
+    probe_dir = evidence.parent / "plain-ro"
+    probe_dir.mkdir()
+    for name in ("run.sqlite", "run.sqlite-wal"):
+        shutil.copyfile(evidence / name, probe_dir / name)
+    plain = sqlite3.connect(f"file:{probe_dir / 'run.sqlite'}?mode=ro", uri=True)
+    assert plain.execute(f"SELECT count(*) FROM {RUNTIME} WHERE returnValue != 0").fetchone() == (0,)
+    plain.close()
+    assert (probe_dir / "run.sqlite-shm").exists()  # and it writes beside the file it reads
+
+    before = folder_state(evidence)
+    code, out, err = run(capsys, "analyze", "--json", str(export))
+    assert code == 0, err
+    with_wal = json.loads(out)
+    assert folder_state(evidence) == before  # no -shm, the -wal untouched
+    [warning] = [w for w in with_wal["warnings"] if w["kind"] == "side_file_ignored"]
+    assert warning["message"] == (
+        f"run.sqlite-wal beside the export ({len(frames):,} bytes) is ignored, never read: the export is in "
+        "rollback mode (like every nsys export), so a WAL beside it is not part of it"
+    )
+    with_wal["warnings"].remove(warning)
+    assert with_wal == alone
+
+
+@pytest.mark.parametrize("suffix", ["-journal", "-wal"])
+def test_a_fifo_named_like_a_side_file_is_never_opened(evidence: Path, suffix: str) -> None:
+    """Opening a FIFO for reading blocks until a writer comes: the analysis must not hang on it."""
+    export = copy_in(evidence, OBSERVE)
+    os.mkfifo(evidence / f"observe.sqlite{suffix}")
+    before = sorted(p.name for p in evidence.iterdir())
+    proc = subprocess.run(
+        [sys.executable, "-m", "nsysaudit", "analyze", "--json", str(export)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["census"]["cuda_api_calls"] == 925
+    [warning] = [w for w in doc["warnings"] if w["kind"] == "side_file_ignored"]
+    assert warning["message"] == (
+        f"observe.sqlite{suffix} beside the export is not a regular file (a FIFO): ignored, not opened"
+    )
+    assert sorted(p.name for p in evidence.iterdir()) == before
 
 
 def test_directory_and_missing_file(capsys, tmp_path: Path) -> None:
@@ -606,6 +677,43 @@ def test_wrong_typed_values_are_warnings_not_crashes(capsys, make_export) -> Non
     assert [f["correlation_id"] for f in doc["findings"] if f["tid"] == WORKER] == [22]
 
 
+@pytest.mark.parametrize(
+    "shadows,read",
+    [
+        (["CUPTI_ACTIVITY_KIND_RUNTIME_V2"], "CUPTI_ACTIVITY_KIND_RUNTIME_V2"),
+        (["CUPTI_ACTIVITY_KIND_RUNTIME_V2", "CUPTI_ACTIVITY_KIND_RUNTIME_V10"], "CUPTI_ACTIVITY_KIND_RUNTIME_V10"),
+    ],
+    ids=["base-and-v2", "three-versions"],
+)
+def test_a_shadow_version_of_a_table_is_never_read_silently(
+    capsys, make_export, shadows: list[str], read: str
+) -> None:
+    """A copy of the CUDA API table without the failed call, named as a newer version of it."""
+    spec = observe_nested_failure()
+    spec.raw_sql = [f"CREATE TABLE {t} AS SELECT * FROM {RUNTIME} WHERE returnValue = 0" for t in shadows]
+    doc = analyze_json(capsys, make_export(spec))
+    assert doc["input"]["tables"]["cuda_api"] == read
+    [warning] = [w for w in doc["warnings"] if w["kind"] == "ambiguous_table"]
+    names = ", ".join([RUNTIME, *sorted(shadows, key=lambda t: int(t.rsplit("_V", 1)[1]))])
+    assert warning == {
+        "kind": "ambiguous_table",
+        "count": 1 + len(shadows),
+        "message": f"the export has {1 + len(shadows)} tables for {RUNTIME} ({names}): read {read}, the highest "
+        "version; the others are not read",
+    }
+
+
+@pytest.mark.parametrize("digit", ["\uff12", "\u0662", "02"], ids=["fullwidth", "arabic-indic", "leading-zero"])
+def test_only_ascii_version_numbers_name_a_table_variant(capsys, make_export, digit: str) -> None:
+    spec = observe_nested_failure()
+    spec.raw_sql = [f'CREATE TABLE "{RUNTIME}_V{digit}" AS SELECT * FROM {RUNTIME} WHERE returnValue = 0']
+    code, out, err = run(capsys, "analyze", "--json", str(make_export(spec)))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["input"]["tables"]["cuda_api"] == RUNTIME
+    assert doc["verdict"] == "failure_found" and doc["warnings"] == []
+
+
 # --- 3. text from traces is data ------------------------------------------------------------------
 
 HOSTILE_TEXT = {
@@ -617,7 +725,14 @@ HOSTILE_TEXT = {
     "c1": "x\x9b31my",
     "nul": "a\x00b",
     "html": "<script>alert(1)</script> | *em* `code`",
+    "zero-width": "ad\u200bmin\u200d\u2060\u2064\ufeff",
+    "tag": "x\U000e0041\U000e007fy",
+    "bidi-isolate": "a\u2067b\u2069\u061c\u200fc",
 }
+# Every character a renderer must never emit as it is (the one definition in nsysaudit.text);
+# a real line break is the report's own, so it is checked per line.
+UNSAFE_SHOWN = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                          "\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
 LONG = "W" * 10_000
 
 
@@ -636,7 +751,7 @@ def test_trace_text_is_shown_literally_in_the_terminal(capsys, make_export, name
     path = make_export(hostile_export(text))
     code, out, err = run(capsys, "analyze", str(path))
     assert code == 0, err
-    assert "\x1b" not in out and "\x9b" not in out and "\x00" not in out and "\u202e" not in out
+    assert not UNSAFE_SHOWN.search(out), repr(UNSAFE_SHOWN.search(out))
     # One real verdict line; no line forged by trace text.
     assert [line for line in out.splitlines() if line.startswith("verdict:")] == ["verdict: failure_found"]
     if name in ("markup", "link", "html"):
@@ -647,6 +762,10 @@ def test_trace_text_is_shown_literally_in_the_terminal(capsys, make_export, name
         assert "ok\\nverdict: no_failure" in out
     if name == "bidi":
         assert "abc\\u202eexe.txt" in out
+    if name == "zero-width":
+        assert "ad\\u200bmin\\u200d\\u2060\\u2064\\ufeff" in out
+    if name == "tag":
+        assert "x\\U000e0041\\U000e007fy" in out
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
@@ -705,6 +824,24 @@ def test_invalid_utf8_in_an_integer_column(capsys, make_export) -> None:
     assert [f["correlation_id"] for f in doc["findings"]] == [22]
 
 
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
+def test_trace_text_is_escaped_in_report_md(make_export, tmp_path: Path, name: str) -> None:
+    from nsysaudit import seal
+
+    seal.seal_analysis(make_export(hostile_export(HOSTILE_TEXT[name])), tmp_path / "sealed")
+    report = (tmp_path / "sealed" / "report.md").read_text(encoding="utf-8")
+    assert not UNSAFE_SHOWN.search(report), repr(UNSAFE_SHOWN.search(report))
+    assert "verdict: no_failure" not in report
+
+
+def test_md_escapes_c1_bidi_zero_width_and_tag_characters() -> None:
+    from nsysaudit.reports.markdown import md
+
+    assert md("a\x9b31mb\u202ec\u2066d\u200be\ufefff\U000e0041g") == (
+        "a\\\\x9b31mb\\\\u202ec\\\\u2066d\\\\u200be\\\\ufefff\\\\U000e0041g"
+    )
+
+
 def test_markdown_report_escapes_trace_text(make_export, tmp_path: Path) -> None:
     from nsysaudit import seal
 
@@ -714,7 +851,7 @@ def test_markdown_report_escapes_trace_text(make_export, tmp_path: Path) -> None
     # Every Markdown/HTML character of the trace text is backslash-escaped; the line break too.
     assert not re.search(r"(?<!\\)\[x(?<!\\)\]|(?<!\\)<img|(?<!\\)\*em", report)
     assert "\n- forged item" not in report
-    assert "\\[x\\](https://evil.example) \\<img src=x\\> \\| \\*em\\* \\# h\\\\u000a- forged item" in report
+    assert "\\[x\\](https://evil.example) \\<img src=x\\> \\| \\*em\\* \\# h\\\\n- forged item" in report
     assert sealed.dir == tmp_path / "sealed"
 
 
@@ -880,3 +1017,72 @@ def test_pair_counts_without_forming_pairs_match_the_join() -> None:
         counts = count_pairs(lib_frame.cast(pl.Int64), call_frame)
         per_lib = dict(pairs.group_by("lib_id").len().iter_rows())
         assert {lib: n for lib, n in counts.iter_rows() if n} == per_lib
+
+
+# --- 3b. text is data in every command and on stderr (issue 10, item 9) ---------------------------
+
+FORGED = "x\nseal: sha256:" + "0" * 64 + "\x1b]0;title\x07\u202e"
+
+
+def test_compare_sources_line_escapes_version_strings(capsys, make_export, tmp_path: Path) -> None:
+    observe = observe_nested_failure()
+    observe.nsys_version = "2023.4\x1b]8;;https://e.x\x07\nverdicts:  observe no_failure\u200b"
+    o = make_export(observe, "observe.sqlite")
+    r = make_export(release_three_allocations(), "release.sqlite")
+    code, out, err = run(capsys, "compare", str(o), str(r), "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    assert not UNSAFE_SHOWN.search(out), repr(UNSAFE_SHOWN.search(out))
+    shown = " ".join(out.split())  # the terminal wraps long lines
+    assert "DIFFERENT (2023.4\\x1b]8;;https://e.x\\x07\\nverdicts: observe no_failure\\u200b vs 2023.4.4.54)" in shown
+    assert [line for line in out.splitlines() if line.startswith("verdicts:")] == [
+        "verdicts:  observe failure_found  release no_failure"
+    ]
+
+
+def test_error_line_escapes_a_hostile_file_name(capsys, evidence: Path) -> None:
+    bad = evidence / f"{FORGED}.sqlite"
+    bad.write_bytes(b"")
+    for args in (["analyze", str(bad)], ["compare", str(bad), str(OBSERVE), "--out", str(evidence / "o")]):
+        code, out, err = run(capsys, *args)
+        assert code == 2 and out == ""
+        assert err.count("\n") == 1 and not UNSAFE_SHOWN.search(err), repr(err)
+        assert "x\\nseal: sha256:" + "0" * 64 + "\\x1b]0;title\\x07\\u202e.sqlite: empty file" in err
+
+
+def test_error_line_escapes_schema_names_in_sqlite_messages(capsys, make_export) -> None:
+    """SQLite's "malformed database schema (NAME)" quotes a schema object's name: one escaped line."""
+    spec = observe_nested_failure()
+    spec.raw_sql = [
+        "PRAGMA writable_schema = ON;"
+        "INSERT INTO sqlite_master VALUES ('table', 'evil\nverdict: no_failure\x1b[31m', 'evil', 0, 'CREATE nonsense');"
+    ]
+    path = make_export(spec)
+    code, _, err = run(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, path, "malformed database schema (evil\\nverdict: no_failure\\x1b[31m)")
+    assert not UNSAFE_SHOWN.search(err)
+
+
+def test_verify_escapes_a_hostile_extra_file_name(capsys, tmp_path: Path) -> None:
+    """A file named to forge a "seal: ... verified" line is named, escaped, on the one error line."""
+    out = tmp_path / "sealed"
+    code, _, err = run(capsys, "analyze", str(OBSERVE), "--out", str(out))
+    assert code == 0, err
+    (out / f"{FORGED}\nverified").write_text("")
+    code, stdout, err = run(capsys, "verify", str(out))
+    assert code == 1 and stdout == ""
+    assert err.count("\n") == 1 and not UNSAFE_SHOWN.search(err), repr(err)
+    assert "x\\nseal: sha256:" + "0" * 64 + "\\x1b]0;title\\x07\\u202e\\nverified: extra file" in err
+
+
+def test_usage_errors_are_one_line(capsys) -> None:
+    for args, problem in (
+        (["analyze", str(OBSERVE), "--clock-tolerance", "nan"], "'nan' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--clock-tolerance", "inf"], "'inf' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--clock-tolerance", "-1"], "'-1' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--max-pairs", str(1 << 63)], f"{1 << 63} is not in the range"),
+        (["analyze", str(OBSERVE), "--no-such-option"], "No such option '--no-such-option'"),
+    ):
+        code, out, err = run(capsys, *args)
+        assert code == 2 and out == "", (args, out)
+        assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
+        assert problem in err and "nsysaudit analyze --help" in err, err

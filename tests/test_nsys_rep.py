@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import H200, unprivileged
 from nsys_tool import find_nsys, requires_nsys
+from scenarios import observe_nested_failure
 
 import nsysaudit
 from nsysaudit.cli import main
@@ -108,3 +111,105 @@ def test_missing_nsys_is_a_one_line_error(tmp_path: Path, monkeypatch, capsys) -
     assert main(["analyze", str(report)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no nsys CLI was found" in err and str(report) in err
+
+
+# --- the export cache is bound to its source (issue 10, item 3) ----------------------------------
+
+
+def cache_entry(report: Path, cache: Path) -> Path:
+    return cache / "exports" / f"{sha256_file(report)}.sqlite"
+
+
+def one_line(code: int, err: str, *parts: str) -> None:
+    assert code == 2 and err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
+    for part in parts:
+        assert part in err, err
+
+
+@requires_nsys
+def test_a_poisoned_cache_entry_is_re_exported_never_trusted(
+    cpu_report: Path, make_export, monkeypatch, tmp_path: Path, capsys
+) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NSYSAUDIT_CACHE", str(cache))
+    monkeypatch.setenv("NSYSAUDIT_NSYS", find_nsys() or "")
+    first = nsysaudit.analyze(cpu_report).to_dict()
+    entry = cache_entry(cpu_report, cache)
+    record = json.loads(entry.with_suffix(".json").read_text())
+    assert record == {
+        "format": "nsysaudit.export-cache/1",
+        "report_sha256": sha256_file(cpu_report),
+        "exported_with": first["input"]["export"]["exported_with"],
+        "sha256": sha256_file(entry),
+        "size_bytes": entry.stat().st_size,
+    }
+    assert "2023.4" in record["exported_with"]
+    # Another export (with a nested failure) put in the entry's place.
+    poison = make_export(observe_nested_failure())
+    entry.write_bytes(poison.read_bytes())
+    again = nsysaudit.analyze(cpu_report).to_dict()
+    assert again["input"]["export"]["cache_hit"] is False
+    assert (again["verdict"], again["census"]["cuda_api_calls"]) == ("inconclusive", 0)
+    assert sha256_file(entry) == again["input"]["export"]["sha256"] != sha256_file(poison)
+    # A sealed comparison made after a poisoning is right too, and verifies.
+    entry.write_bytes(poison.read_bytes())
+    out = tmp_path / "cmp"
+    assert main(["compare", str(cpu_report), str(H200 / "release.sqlite"), "--out", str(out)]) == 0
+    assert json.loads((out / "report.json").read_text())["arms"]["observe"]["verdict"] == "inconclusive"
+    entry.write_bytes(poison.read_bytes())
+    assert main(["verify", str(out), "--inputs", str(cpu_report), str(H200 / "release.sqlite")]) == 0
+    assert "byte-identical" in capsys.readouterr().out
+
+
+@requires_nsys
+def test_an_entry_exported_by_another_nsys_is_re_exported(cpu_report: Path, monkeypatch, tmp_path: Path) -> None:
+    """A hit needs the same ``nsys --version``; ``exported_with`` always names the nsys that made the entry."""
+    real = find_nsys() or ""
+    other = tmp_path / "nsys-2099"
+    other.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2099.1.1"; exit 0; fi\n'
+        f'exec "{real}" "$@"\n'
+    )
+    other.chmod(0o755)
+    monkeypatch.setenv("NSYSAUDIT_CACHE", str(tmp_path / "cache"))
+    runs = [nsysaudit.analyze(cpu_report, nsys_path=n).to_dict()["input"]["export"] for n in (real, other, other, real)]
+    assert [(r["cache_hit"], r["exported_with"]) for r in runs] == [
+        (False, runs[0]["exported_with"]),
+        (False, "NVIDIA Nsight Systems version 2099.1.1"),
+        (True, "NVIDIA Nsight Systems version 2099.1.1"),
+        (False, runs[0]["exported_with"]),
+    ]
+    record = cache_entry(cpu_report, tmp_path / "cache").with_suffix(".json")
+    tampered = json.loads(record.read_text())
+    tampered["report_sha256"] = "0" * 64
+    record.write_text(json.dumps(tampered))
+    assert nsysaudit.analyze(cpu_report, nsys_path=real).to_dict()["input"]["export"]["cache_hit"] is False
+
+
+@requires_nsys
+def test_a_cache_entry_that_is_a_folder_is_one_line(cpu_report: Path, monkeypatch, tmp_path: Path, capsys) -> None:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NSYSAUDIT_CACHE", str(cache))
+    entry = cache_entry(cpu_report, cache)
+    entry.mkdir(parents=True)
+    code = main(["analyze", "--nsys", find_nsys() or "", str(cpu_report)])
+    one_line(code, capsys.readouterr().err, str(cpu_report), f"the export cache entry {entry} is not a regular file")
+    assert list(entry.parent.iterdir()) == [entry]
+
+
+@requires_nsys
+def test_a_file_blocked_or_read_only_cache_is_one_line(
+    cpu_report: Path, monkeypatch, tmp_path: Path, capsys, read_only_folder: tuple[Path, list[str]]
+) -> None:
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("NSYSAUDIT_CACHE", str(blocker))
+    code = main(["analyze", "--nsys", find_nsys() or "", str(cpu_report)])
+    one_line(code, capsys.readouterr().err, str(cpu_report), f"cannot write the export cache {blocker}/exports")
+    locked, prefix = read_only_folder
+    report = locked.parent / "cpu.nsys-rep"  # readable, in a folder the command may not write
+    shutil.copyfile(cpu_report, report)
+    report.chmod(0o644)
+    proc = unprivileged(prefix, "analyze", "--nsys", find_nsys() or "", report, cache=locked)
+    one_line(proc.returncode, proc.stderr, str(report), f"cannot write the export cache {locked}/exports")
+    assert list(locked.iterdir()) == []

@@ -8,7 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import H200
@@ -18,7 +20,7 @@ from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, pr
 
 from nsysaudit import seal
 from nsysaudit.cli import main
-from nsysaudit.errors import CheckFailed, UnusableInput
+from nsysaudit.errors import CheckFailed, OutputNotWritable, UnusableInput
 
 FILES = [
     "inputs-sha256.txt",
@@ -89,7 +91,7 @@ def test_compare_writes_the_sealed_folder_and_prints_the_seal_last(capsys, tmp_p
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == FILES
     last = stdout.rstrip("\n").splitlines()[-1]
-    assert last == SEAL_LINE + sha(out / "manifest-sha256.txt")
+    assert last == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
     assert "does NOT establish" in stdout and "cannot establish whether an allocation failed" in stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h200-compare"]  # no temp folder left behind
 
@@ -136,24 +138,24 @@ def test_inputs_recorded_with_digest_and_size(sealed_real: Path) -> None:
 
 
 def test_compare_twice_gives_identical_bytes(sealed_real: Path, tmp_path: Path) -> None:
-    again = tmp_path / "again"
+    again = tmp_path / "h200-compare"  # the folder's name is in the recorded command, hence in the seal
     sealed = seal.seal_compare(
         H200 / "observe.sqlite", H200 / "release.sqlite", again,
         observe_telemetry=H200 / "observe.telemetry.jsonl", release_telemetry=H200 / "release.telemetry.jsonl",
     )
-    for name in ("report.json", "report.md", "inputs-sha256.txt", "manifest-sha256.txt"):
+    for name in FILES:
         assert (again / name).read_bytes() == (sealed_real / name).read_bytes(), name
-    assert sealed.seal == sha(sealed_real / "manifest-sha256.txt")
+    assert sealed.seal == sha(sealed_real / "tagmanifest-sha256.txt")
 
 
 def test_compare_in_another_process_gives_the_same_seal(sealed_real: Path, tmp_path: Path) -> None:
-    out = tmp_path / "proc"
+    out = tmp_path / "h200-compare"
     proc = subprocess.run(
         [sys.executable, "-m", "nsysaudit", *compare_real(out, "--json")], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.encode() == (sealed_real / "report.json").read_bytes()  # --json: report.json on stdout
-    assert proc.stderr.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "manifest-sha256.txt")
+    assert proc.stderr.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "tagmanifest-sha256.txt")
 
 
 # --- existing DIR and atomic writes --------------------------------------------------------------
@@ -170,19 +172,29 @@ def test_existing_dir_is_refused_without_force_and_nothing_is_written(capsys, tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
-def test_force_replaces_a_sealed_folder_but_never_another_folder(capsys, sealed_real: Path, bag: Path,
-                                                                 tmp_path: Path) -> None:
-    (bag / "report.md").write_text("tampered")
-    code, _, err = run(capsys, *compare_real(bag, "--force"))
+def test_force_replaces_a_sealed_folder_but_never_another_folder(capsys, bag: Path, tmp_path: Path) -> None:
+    """--force replaces only a folder that verifies: a tampered report (it may be the evidence of
+    tampering), an empty folder or any other folder is refused, and left as it was."""
+    release = json.loads((bag / "report.json").read_text())
+    code, _, err = run(capsys, "compare", H200 / "release.sqlite", H200 / "observe.sqlite", "--out", bag, "--force")
     assert code == 0, err
-    assert (bag / "report.md").read_bytes() == (sealed_real / "report.md").read_bytes()
+    replaced = json.loads((bag / "report.json").read_text())
+    assert replaced["inputs"][0]["name"] == "release.sqlite" != release["inputs"][0]["name"]
     assert sorted(p.name for p in bag.iterdir()) == FILES
-    other = tmp_path / "home"
-    other.mkdir()
-    (other / "notes.txt").write_text("precious")
-    code, _, err = run(capsys, *compare_real(other, "--force"))
-    assert code == 2 and "not a sealed nsysaudit report folder" in err
-    assert (other / "notes.txt").read_text() == "precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bag"]  # no temp or .old folder left behind
+    (bag / "report.md").write_text("tampered")
+    before = {p.name: p.read_bytes() for p in bag.iterdir()}
+    code, _, err = run(capsys, *compare_real(bag, "--force"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert "is not a sealed nsysaudit report folder (verify fails: report.md: changed" in err
+    assert {p.name: p.read_bytes() for p in bag.iterdir()} == before
+    for name, make in (("home", lambda d: (d / "notes.txt").write_text("precious")), ("empty", lambda d: None)):
+        other = tmp_path / name
+        other.mkdir()
+        make(other)
+        code, _, err = run(capsys, *compare_real(other, "--force"))
+        assert code == 2 and "not a sealed nsysaudit report folder" in err, err
+        assert [p.read_text() for p in other.iterdir()] == (["precious"] if name == "home" else [])
 
 
 def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
@@ -195,7 +207,7 @@ def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
         path.write_bytes(data)
 
     monkeypatch.setattr(seal, "_write", failing)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputNotWritable, match="No space left on device"):
         seal.seal_compare(H200 / "observe.sqlite", H200 / "release.sqlite", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
 
@@ -206,8 +218,8 @@ def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
 def test_verify_passes_and_prints_the_seal(capsys, sealed_real: Path) -> None:
     code, stdout, err = run(capsys, "verify", sealed_real)
     assert code == 0, err
-    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "manifest-sha256.txt")
-    code, _, err = run(capsys, "verify", sealed_real, "--seal", "sha256:" + sha(sealed_real / "manifest-sha256.txt"))
+    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "tagmanifest-sha256.txt")
+    code, _, err = run(capsys, "verify", sealed_real, "--seal", "sha256:" + sha(sealed_real / "tagmanifest-sha256.txt"))
     assert code == 0, err
     code, _, err = run(capsys, "verify", sealed_real, "--seal", "0" * 64)
     assert code == 1 and "not the expected seal" in err
@@ -311,7 +323,7 @@ def test_verify_with_the_wrong_number_of_inputs_exit_2(capsys, sealed_real: Path
 
 
 def test_verify_library_api_raises_typed_errors(bag: Path, tmp_path: Path) -> None:
-    assert seal.verify(bag).seal == sha(bag / "manifest-sha256.txt")
+    assert seal.verify(bag).seal == sha(bag / "tagmanifest-sha256.txt")
     (bag / "report.json").write_text("{}")
     with pytest.raises(CheckFailed, match=r"report\.json: changed"):
         seal.verify(bag)
@@ -350,7 +362,7 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
     )
     assert code == 0, err
     assert "verdict: inconclusive" in stdout
-    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "manifest-sha256.txt")
+    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
     doc = json.loads((out / "report.json").read_text())
     assert doc["kind"] == "analysis" and doc["verdict"] == "inconclusive"
     assert doc["input"]["path"] == "observe.sqlite" and doc["telemetry"]["path"] == "observe.telemetry.jsonl"
@@ -362,7 +374,7 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
     # --json keeps analyze's own JSON on stdout; the seal goes to stderr.
     code, stdout, err = run(capsys, "analyze", H200 / "observe.sqlite", "--out", out, "--force", "--json")
     assert code == 0 and json.loads(stdout)["verdict"] == "inconclusive"
-    assert err.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "manifest-sha256.txt")
+    assert err.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
 
 
 # --- .nsys-rep inputs (real nsys CLI) ------------------------------------------------------------
@@ -389,3 +401,301 @@ def test_nsys_rep_arm_seals_and_reverifies_after_a_fresh_export(
     code, stdout, err = run(capsys, "verify", out, "--inputs", cpu_report, H200 / "release.sqlite")
     assert code == 0 and "byte-identical" in stdout, err
     assert (tmp_path / "fresh-cache").exists()
+
+
+# --- the seal pins every file (issue 10, item 2) -------------------------------------------------
+
+
+def printed_seal(bag: Path) -> str:
+    return "sha256:" + sha(bag / "tagmanifest-sha256.txt")
+
+
+def edit_metadata(bag: Path, change: Callable[[dict[str, Any]], object]) -> None:
+    meta = json.loads((bag / "metadata.json").read_text())
+    change(meta)
+    (bag / "metadata.json").write_bytes(seal.canonical_json(meta))
+
+
+def test_the_seal_fails_after_a_consistent_edit_of_metadata(capsys, bag: Path) -> None:
+    """The issue's forgery: metadata.json edited (command, versions), the tag manifest re-hashed."""
+    quoted = printed_seal(bag)
+
+    def forge(meta: dict[str, Any]) -> None:
+        meta["command"] = ["nsysaudit", "compare", "other.sqlite", "release.sqlite", "--out", "x"]
+        meta["versions"]["nsysaudit"] = "9.9.9"
+
+    edit_metadata(bag, forge)
+    reseal_tags(bag)
+    assert run(capsys, "verify", bag)[0] == 0  # consistent: only the quoted seal can tell
+    code, _, err = run(capsys, "verify", bag, "--seal", quoted, "--inputs", *REAL_INPUTS)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"tagmanifest-sha256.txt: its sha256 {sha(bag / 'tagmanifest-sha256.txt')} is not the expected seal" in err
+
+
+@pytest.mark.parametrize("listing", ["tagmanifest-sha256.txt", "manifest-sha256.txt"])
+def test_a_file_added_to_a_rewritten_manifest_is_refused(capsys, bag: Path, listing: str) -> None:
+    quoted = printed_seal(bag)
+    (bag / "extra.txt").write_text("added later")
+    manifest = bag / listing
+    entries = seal.parse_manifest(manifest, manifest.read_bytes())
+    entries["extra.txt"] = sha(bag / "extra.txt")
+    manifest.write_bytes(seal.manifest_text(entries))
+    if listing == "manifest-sha256.txt":
+        reseal_tags(bag)
+    for extra in ([], ["--seal", quoted]):
+        code, _, err = run(capsys, "verify", bag, *extra)
+        assert code == 1 and err.count("\n") == 1, err
+        assert f"{listing} lists extra.txt, which is not one of its files" in err, err
+    assert "is not the expected seal" in err
+
+
+def test_sealed_payload_holds_the_options_and_metadata_cannot_change_them(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "h200-compare"
+    code, _, err = run(capsys, *compare_real(out, "--clock-tolerance", "1.234567", "--library-domain", "myLib"))
+    assert code == 0, err
+    options = json.loads((out / "report.json").read_text())["options"]
+    assert options["library_domains"] == ["cuBLAS", "cuDNN", "myLib"]
+    assert options["telemetry"]["tolerance_ns"] == 1_234_567  # '%g' wrote 1.23457 ms = 1,234,570 ns
+    assert options["max_pairs"] == 1_000_000
+    report = (out / "report.md").read_text()
+    assert "Options: library domains cuBLAS, cuDNN, myLib; max pairs 1,000,000; telemetry" in report
+    assert "clock tolerance 1,234,567 ns" in report
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["command"][-4:] == ["--library-domain", "myLib", "--clock-tolerance", "1.234567"]
+
+    def loosen(meta: dict[str, Any]) -> None:
+        meta["recipe"]["options"]["telemetry"]["tolerance_ns"] = 50_000_000
+
+    edit_metadata(out, loosen)
+    reseal_tags(out)
+    code, _, err = run(capsys, "verify", out, "--inputs", *REAL_INPUTS)
+    assert code == 1 and "re-running the analysis gives a different report.json" in err, err
+
+
+def test_the_recorded_command_reproduces_the_seal(capsys, tmp_path: Path, monkeypatch) -> None:
+    """Made with absolute paths and --force; its command, run in a folder holding the inputs,
+    writes the same six files, hence the same seal."""
+    first = tmp_path / "first" / "cmp"
+    code, stdout, err = run(
+        capsys, *compare_real(first, "--force", "--clock-tolerance", "12.345678", "--anchor", "backward_start=backward")
+    )
+    assert code == 0, err
+    seal_line = stdout.rstrip("\n").splitlines()[-1]
+    command = json.loads((first / "metadata.json").read_text())["command"]
+    assert command[0] == "nsysaudit" and "--force" not in command
+    assert command[command.index("--clock-tolerance") + 1] == "12.345678"
+    again = tmp_path / "again"
+    again.mkdir()
+    for path in REAL_INPUTS:
+        shutil.copy(path, again / path.name)
+    monkeypatch.chdir(again)
+    code, stdout, err = run(capsys, *command[1:])
+    assert code == 0, err
+    assert stdout.rstrip("\n").splitlines()[-1] == seal_line == SEAL_LINE + sha(first / "tagmanifest-sha256.txt")
+    for name in FILES:
+        assert (again / "cmp" / name).read_bytes() == (first / name).read_bytes(), name
+
+
+FORGED_METADATA = {
+    "inputs-not-a-list": lambda m: m.update(inputs={"a": 1}),
+    "size-as-text": lambda m: m["inputs"][0].update(size_bytes="561152"),
+    "size-as-bool": lambda m: m["inputs"][0].update(size_bytes=True),
+    "sha256-not-hex": lambda m: m["inputs"][0].update(sha256="z" * 64),
+    "name-missing": lambda m: m["inputs"][0].pop("name"),
+    "role-twice": lambda m: m["inputs"][1].update(role="observe"),
+    "recipe-missing": lambda m: m.pop("recipe"),
+    "recipe-roles": lambda m: m["recipe"]["inputs"].pop(),
+    "recipe-input-not-object": lambda m: m["recipe"]["inputs"].__setitem__(0, "observe"),
+    "options-not-object": lambda m: m["recipe"].update(options=[]),
+    "domains-not-strings": lambda m: m["recipe"]["options"].update(library_domains=[1, 2]),
+    "tolerance-as-float": lambda m: m["recipe"]["options"]["telemetry"].update(tolerance_ns=1e400),
+    "tolerance-negative": lambda m: m["recipe"]["options"]["telemetry"].update(tolerance_ns=-1),
+    "clock-kind": lambda m: m["recipe"]["options"]["telemetry"].update(clock=[["sundial", "x"]]),
+    "anchor-bad": lambda m: m["recipe"]["options"]["telemetry"].update(anchors=["no-equals-sign"]),
+    "telemetry-not-object": lambda m: m["recipe"]["options"].update(telemetry="yes"),
+    "versions-missing": lambda m: m.pop("versions"),
+    "format-1": lambda m: m.update(format="nsysaudit.seal/1"),
+    "not-an-object": None,
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGED_METADATA))
+def test_a_forged_metadata_json_is_a_failed_check(capsys, bag: Path, case: str) -> None:
+    """Made consistent (tag manifest re-hashed): a wrong type or missing key is exit 1, one line."""
+    change = FORGED_METADATA[case]
+    if change is None:
+        (bag / "metadata.json").write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        edit_metadata(bag, change)
+    reseal_tags(bag)
+    for extra in ([], ["--inputs", *REAL_INPUTS]):
+        code, _, err = run(capsys, "verify", bag, *extra)
+        assert code == 1, (case, err)
+        assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1 and "metadata.json" in err, err
+
+
+# --- --force never destroys evidence, and replaces atomically (issue 10, item 1) -----------------
+
+
+def listing(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def sha256sum_manifest(folder: Path, names: list[str]) -> None:
+    """The manifest a person makes of an evidence folder (``sha256sum * > manifest-sha256.txt``)."""
+    (folder / "manifest-sha256.txt").write_text("".join(f"{sha(folder / n)}  {n}\n" for n in names))
+
+
+@pytest.fixture
+def evidence_bag(tmp_path: Path) -> Path:
+    """A BagIt-like evidence folder: the two exports, a sha256sum manifest, bagit.txt, a tag manifest."""
+    evid = tmp_path / "evid"
+    evid.mkdir()
+    for name in ("observe.sqlite", "release.sqlite"):
+        shutil.copy(H200 / name, evid / name)
+    sha256sum_manifest(evid, ["observe.sqlite", "release.sqlite"])
+    (evid / "bagit.txt").write_text("BagIt-Version: 1.0\nTag-File-Character-Encoding: UTF-8\n")
+    (evid / "tagmanifest-sha256.txt").write_text(
+        f"{sha(evid / 'bagit.txt')}  bagit.txt\n{sha(evid / 'manifest-sha256.txt')}  manifest-sha256.txt\n"
+    )
+    return evid
+
+
+def test_force_never_replaces_an_evidence_folder_holding_the_inputs(capsys, evidence_bag: Path) -> None:
+    before = listing(evidence_bag)
+    code, out, err = run(
+        capsys, "compare", evidence_bag / "observe.sqlite", evidence_bag / "release.sqlite", "--out", evidence_bag,
+        "--force",
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert f"{evidence_bag} is or holds the input {evidence_bag / 'observe.sqlite'}; refusing to replace it" in err
+    assert listing(evidence_bag) == before
+    # Without an input inside, the bag is still no sealed report of this tool.
+    code, _, err = run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", evidence_bag,
+                       "--force")
+    assert code == 2 and "not a sealed nsysaudit report folder (verify fails:" in err, err
+    assert listing(evidence_bag) == before
+    if shutil.which("sha256sum"):
+        assert subprocess.run(["sha256sum", "-c", "manifest-sha256.txt"], cwd=evidence_bag).returncode == 0
+
+
+def test_force_never_replaces_a_sealed_folder_holding_an_input(capsys, tmp_path: Path) -> None:
+    """By resolved path (through a symlink) and by inode (a hard link with another name)."""
+    out = tmp_path / "sealed"
+    assert run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", out)[0] == 0
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    hard = tmp_path / "report-copy.md"
+    os.link(out / "report.md", hard)
+    before = listing(out)
+    for observe in (out / "report.json", link / "report.md", hard):
+        code, _, err = run(capsys, "compare", observe, H200 / "release.sqlite", "--out", out, "--force")
+        assert code == 2 and f"{out} is or holds the input {observe}" in err, err
+    code, _, err = run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", link, "--force")
+    assert code == 2 and "not a sealed nsysaudit report folder (a symlink)" in err, err
+    assert listing(out) == before
+
+
+KILL_AT = """
+import os, signal, sys
+from nsysaudit import fsops, seal
+from nsysaudit.cli import main
+where = sys.argv[1]
+real_exchange, real_rename = fsops.exchange, os.rename
+def exchange(a, b):
+    if where == "before-exchange":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if where == "between-renames":
+        return False  # as where renameat2 is missing: the two-rename fallback
+    done = real_exchange(a, b)
+    if where == "after-exchange":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done
+def rename(src, dst):
+    real_rename(src, dst)
+    if str(dst).endswith(".old"):
+        os.kill(os.getpid(), signal.SIGKILL)
+fsops.exchange = exchange
+seal.os.rename = rename
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("where", ["before-exchange", "after-exchange"])
+def test_a_kill_during_force_leaves_the_old_or_the_new_folder(capsys, tmp_path: Path, where: str) -> None:
+    """renameat2(RENAME_EXCHANGE): one atomic swap; a SIGKILL at either side of it leaves a DIR that verifies."""
+    out = tmp_path / "cmp"
+    code, old_out, _ = run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", out)
+    assert code == 0
+    old_seal = old_out.rstrip("\n").splitlines()[-1]
+    args = ["compare", str(H200 / "release.sqlite"), str(H200 / "observe.sqlite"), "--out", str(out), "--force"]
+    proc = subprocess.run([sys.executable, "-c", KILL_AT, where, *args], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    code, verified, err = run(capsys, "verify", out)
+    assert code == 0, err
+    now = json.loads((out / "report.json").read_text())["inputs"][0]["name"]
+    if where == "before-exchange":
+        assert verified.rstrip("\n").splitlines()[-1] == old_seal and now == "observe.sqlite"
+    else:
+        assert verified.rstrip("\n").splitlines()[-1] != old_seal and now == "release.sqlite"
+
+
+def test_a_kill_between_fallback_renames_is_reported_not_lost(capsys, tmp_path: Path) -> None:
+    """Without renameat2 the old folder is renamed aside first; a kill then leaves DIR missing and
+    the old report in .DIR.<hex>.old, which the next write names (and never overwrites)."""
+    out = tmp_path / "cmp"
+    assert run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", out)[0] == 0
+    sealed = listing(out)
+    args = ["compare", str(H200 / "release.sqlite"), str(H200 / "observe.sqlite"), "--out", str(out), "--force"]
+    proc = subprocess.run([sys.executable, "-c", KILL_AT, "between-renames", *args], capture_output=True, text=True)
+    assert proc.returncode == -9, proc.stderr
+    [old] = [p for p in tmp_path.iterdir() if p.name.endswith(".old")]
+    assert not out.exists() and listing(old) == sealed
+    code, _, err = run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", out)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out} is missing and {old.name} beside it holds the report an interrupted --force was replacing" in err
+    assert listing(old) == sealed and not out.exists()
+
+
+def test_concurrent_compares_to_one_dir_one_wins(capsys, tmp_path: Path) -> None:
+    """Two runs to one new DIR: one writes it, the other is refused in one line; never a mixed folder."""
+    out = tmp_path / "cmp"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "nsysaudit", "compare", str(H200 / a), str(H200 / b), "--out", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for a, b in (("observe.sqlite", "release.sqlite"), ("release.sqlite", "observe.sqlite"))
+    ]
+    results = [(p.wait(), *p.communicate()) for p in procs]
+    assert sorted(code for code, _, _ in results) == [0, 2], results
+    [(_, won, _)] = [r for r in results if r[0] == 0]
+    [(_, _, lost)] = [r for r in results if r[0] == 2]
+    assert lost.count("\n") == 1 and lost.startswith("nsysaudit: error: ") and str(out) in lost, lost
+    code, _, err = run(capsys, "verify", out, "--seal", won.rstrip("\n").splitlines()[-1].removeprefix("seal: "))
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp"]
+
+
+def test_force_refuses_when_another_process_replaced_dir_meanwhile(capsys, tmp_path: Path, monkeypatch) -> None:
+    """The swap checks that what it swapped out is the folder it verified; if another run replaced
+    DIR in between, it swaps back (that run's report stays whole) and exits 2."""
+    from nsysaudit import fsops
+
+    out = tmp_path / "cmp"
+    other = tmp_path / "other"
+    for folder in (out, other):
+        assert run(capsys, "compare", H200 / "observe.sqlite", H200 / "release.sqlite", "--out", folder)[0] == 0
+    theirs = listing(other)
+    real = fsops.exchange
+
+    def racing(a: Path, b: Path) -> bool:
+        real(other, b)  # another process's --force lands first
+        return real(a, b)
+
+    monkeypatch.setattr(fsops, "exchange", racing)
+    code, _, err = run(capsys, "compare", H200 / "release.sqlite", H200 / "observe.sqlite", "--out", out, "--force")
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"{out} was replaced by another process meanwhile (nothing was written)" in err
+    assert listing(out) == theirs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "other"]  # 'other' now holds the old DIR

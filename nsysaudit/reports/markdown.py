@@ -13,12 +13,17 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from nsysaudit.text import escape
+
 MAX_TEXT = 200
+SEAL_SENTENCE = (
+    "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every file of "
+    "the folder; `nsysaudit verify` checks every digest."
+)
 # Characters that can start Markdown or HTML syntax anywhere in a line (CommonMark allows a
 # backslash before any ASCII punctuation). Line-start syntax (#, -, +, 1.) cannot occur: data is
 # never placed at the start of a line, and line breaks in data are shown as escapes.
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~#])")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 
 
 def md(value: object, limit: int = MAX_TEXT) -> str:
@@ -34,8 +39,9 @@ def md(value: object, limit: int = MAX_TEXT) -> str:
     s = str(value)
     if len(s) > limit:
         s = f"{s[: limit - 1]}… ({len(s)} chars)"
-    s = _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
-    return _SPECIAL.sub(r"\\\1", s)
+    # Controls, bidi, zero-width and tag characters become escapes (nsysaudit.text), whose
+    # backslash is then escaped like any other: ``\n`` in the data reads ``\n`` in the viewer.
+    return _SPECIAL.sub(r"\\\1", escape(s))
 
 
 def num(value: int | None) -> str:
@@ -368,6 +374,23 @@ def _failing(title: str, block: Mapping[str, Any]) -> list[str]:
     return [f"{title}:", "", *table(["where", "api", "return code", "name", "observe", "release"], rows)]
 
 
+def _options(options: Mapping[str, Any] | None) -> list[str]:
+    """The options that changed the analysis (``options`` of a sealed document; absent otherwise)."""
+    if not options:
+        return []
+    domains = ", ".join(md(d) for d in options["library_domains"])
+    text = f"library domains {domains}; max pairs {num(options['max_pairs'])}"
+    tel = options.get("telemetry")
+    if tel:
+        anchors = ", ".join(md(a) for a in tel["anchors"]) or "the default rule"
+        clocks = ", ".join(f"{md(kind)}={md(name)}" for kind, name in tel["clock"])
+        text += (
+            f"; telemetry event key {md(tel['event_key'])}, clocks {clocks}, anchors {anchors}, "
+            f"clock tolerance {num(tel['tolerance_ns'])} ns{', lenient' if tel['lenient'] else ''}"
+        )
+    return [f"Options: {text}.", ""]
+
+
 def _values(values: Sequence[str] | None) -> str:
     """A META_DATA_CAPTURE key's values: ``absent`` when the export has no such key."""
     return "absent" if values is None else ", ".join(md(v) for v in values)
@@ -379,8 +402,7 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
     out = [
         "# nsysaudit comparison: observe arm vs release arm",
         "",
-        "The seal of this report is the SHA-256 of `manifest-sha256.txt` beside it; "
-        "`nsysaudit verify` checks every digest.",
+        SEAL_SENTENCE,
         "",
         "## Inputs",
         "",
@@ -389,6 +411,7 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
             ([md(i["role"]), md(i["name"]), md(i["kind"]), num(i["size_bytes"]), f"`{i['sha256']}`"]
              for i in doc["inputs"]),
         ),
+        *_options(doc.get("options")),
         "## Summary",
         "",
         *_bullets(doc["summary"]),
@@ -468,8 +491,7 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
     out = [
         f"# nsysaudit analysis: {md(inp['path'])}",
         "",
-        "The seal of this report is the SHA-256 of `manifest-sha256.txt` beside it; "
-        "`nsysaudit verify` checks every digest.",
+        SEAL_SENTENCE,
         "",
         f"Input {md(inp['path'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
         f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
@@ -478,6 +500,7 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
         "",
         *_bullets(doc["verdict_reasons"]),
         "",
+        *_options(doc.get("options")),
         "## Census",
         "",
         *_census(doc["census"]),

@@ -1,0 +1,41 @@
+"""Text from traces, telemetry and file names is data: the characters never shown as they are.
+
+One definition serves every place such text is shown to a person: the terminal report
+(:func:`nsysaudit.render.literal`), ``report.md`` (:func:`nsysaudit.reports.markdown.md`) and the
+one error line on stderr (:func:`nsysaudit.cli.main`). ``--json`` keeps the exact text.
+
+>>> escape("ok\\nverdict: no_failure \\x1b[31m\\u202e\\u200b\\U000e0041")
+'ok\\\\nverdict: no_failure \\\\x1b[31m\\\\u202e\\\\u200b\\\\U000e0041'
+"""
+
+from __future__ import annotations
+
+import re
+
+# What a terminal or a Markdown viewer acts on, or what hides or reorders text:
+# - C0 controls, DEL and C1 controls (ESC and CSI start escape sequences; line breaks forge lines);
+# - the Arabic letter mark, the zero-width characters and LRM/RLM (U+200B..U+200F), the line and
+#   paragraph separators and the bidi embeddings/overrides (U+2028..U+202E), the word joiner and
+#   invisible operators (U+2060..U+2064), the bidi isolates (U+2066..U+2069), the BOM/ZWNBSP (U+FEFF);
+# - the tag characters (U+E0000..U+E007F), invisible text that some renderers hide entirely;
+# - lone surrogates (undecodable bytes of a file name, ``surrogateescape``): they cannot be encoded.
+UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+    "\ud800-\udfff\U000e0000-\U000e007f]"
+)
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_char(ch: str) -> str:
+    """One unsafe character as the escape Python would write for it (``\\n``, ``\\x1b``, ``\\u202e``)."""
+    code = ord(ch)
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escape(text: str) -> str:
+    """``text`` with every :data:`UNSAFE` character replaced by its escape: one line, shown as written."""
+    return UNSAFE.sub(lambda m: escape_char(m.group()), text)

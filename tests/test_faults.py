@@ -1,0 +1,165 @@
+"""Faults of the input and of the environment (issue 10, item 8): one line and exit 2, never a
+traceback; a reader that goes away is not an error.
+
+Output streams are tested in a real child process (closed stdout, /dev/full, a pipe closed by its
+reader), since only there does the interpreter's own final flush run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import H200, unprivileged
+
+import nsysaudit
+from nsysaudit.cli import main
+
+OBSERVE = H200 / "observe.sqlite"
+TELEMETRY = H200 / "observe.telemetry.jsonl"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(code: int, err: str, *parts: str) -> None:
+    assert code == 2, err
+    assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for part in parts:
+        assert part in err, err
+
+
+def child(*args: str, **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "nsysaudit", *args], capture_output=False, check=False, **kwargs)
+
+
+# --- input ---------------------------------------------------------------------------------------
+
+
+def test_one_changed_byte_in_the_schema_text_is_one_line(capsys, tmp_path: Path) -> None:
+    """SQLite quotes the damaged schema text in its message; Python cannot decode it (not UTF-8)."""
+    data = bytearray(OBSERVE.read_bytes())
+    data[data.index(b"CREATE TABLE") + 2] = 0xFF
+    bad = tmp_path / "schema-byte.sqlite"
+    bad.write_bytes(bytes(data))
+    code, out, err = run(capsys, "analyze", bad)
+    one_line(code, err, str(bad), "damaged SQLite schema: its text is not valid UTF-8")
+    assert out == ""
+
+
+@pytest.mark.parametrize(
+    "line,problem",
+    [
+        ('{"event": "x", "monotonic_ns": 123456789012345678901234567890}', "outside the 64-bit range"),
+        ('{"event": "x", "monotonic_ns": 1, "pid": -99999999999999999999}', "outside the 64-bit range"),
+        ('{"event": "x", "monotonic_ns": 1, "free": NaN}', "NaN is not a JSON number"),
+        ('{"event": "x", "monotonic_ns": 1, "free": -Infinity}', "-Infinity is not a JSON number"),
+        ('{"event": "x", "monotonic_ns": 1, "free": 1e999}', "too large for a 64-bit float"),
+        ('{"event": "x", "monotonic_ns": 1, "deep": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper"),
+        ('{"event": "x", "monotonic_ns": 1, "deep": ' + "[" * 40 + "]" * 40 + "}", "nested deeper than 32"),
+        ('{"event": "x", "monotonic_ns": 1, "name": "\\udc80"}', "lone surrogate"),
+    ],
+    ids=["huge-clock", "huge-pid", "nan", "infinity", "float-overflow", "recursion", "deep", "surrogate"],
+)
+def test_telemetry_values_that_cannot_be_kept_exactly(capsys, tmp_path: Path, line: str, problem: str) -> None:
+    """Reported as a bad line (never a traceback, never silently turned into null)."""
+    telemetry = tmp_path / "t.jsonl"
+    telemetry.write_text(TELEMETRY.read_text() + line + "\n")
+    number = len(TELEMETRY.read_text().splitlines()) + 1
+    code, out, err = run(capsys, "analyze", OBSERVE, "--telemetry", telemetry)
+    one_line(code, err, str(telemetry), f"line {number}: unusable JSON value", problem)
+    code, out, err = run(capsys, "analyze", OBSERVE, "--telemetry", telemetry, "--lenient", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    [warning] = [w for w in doc["warnings"] if w["kind"] == "telemetry_bad_lines"]
+    assert warning["count"] == 1 and problem in warning["message"]
+    assert "null" not in json.dumps(doc["telemetry"]["timeline"][-1]["fields"])
+
+
+def test_audit_turns_an_oserror_into_an_error_row(tmp_path: Path) -> None:
+    too_long = tmp_path / ("x" * 300 + ".sqlite")
+    frame = nsysaudit.audit([OBSERVE, too_long])
+    assert frame["verdict"].to_list() == ["inconclusive", None]
+    assert frame["error"].to_list()[1] == f"{too_long}: File name too long"
+
+
+def test_a_too_long_input_name_is_one_line(capsys, tmp_path: Path) -> None:
+    too_long = tmp_path / ("x" * 300 + ".sqlite")
+    code, _, err = run(capsys, "analyze", too_long)
+    one_line(code, err, str(too_long), "File name too long")
+
+
+# --- output streams ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", [["--json"], []], ids=["json", "terminal"])
+def test_closed_stdout_is_one_line_and_nothing_is_written(tmp_path: Path, fmt: list[str]) -> None:
+    out = tmp_path / "sealed"
+    proc = child(
+        "analyze", str(OBSERVE), *fmt, "--out", str(out), stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1)
+    )
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert err == "nsysaudit: error: standard output is closed; nothing was done (redirect it, e.g. > report.txt)\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("fmt", [["--json"], []], ids=["json", "terminal"])
+def test_full_stdout_is_one_line(fmt: list[str]) -> None:
+    with open("/dev/full", "wb") as full:
+        proc = child("analyze", str(OBSERVE), *fmt, stdout=full, stderr=subprocess.PIPE)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2, err
+    assert err == (
+        "nsysaudit: error: standard output: cannot write (No space left on device); the output is incomplete\n"
+    )
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``nsysaudit analyze X --json | head -c 10``: exit 141 (as if by SIGPIPE), nothing on stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nsysaudit", "analyze", "--json", str(OBSERVE)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    head = proc.stdout.read(10)
+    proc.stdout.close()  # the JSON (160+ KB) is larger than the pipe: the writer meets EPIPE
+    err = proc.stderr.read().decode()
+    assert (proc.wait(), err) == (141, "")
+    assert head == b'{"census":'
+
+
+# --- where the report folder goes ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["file-blocked", "read-only", "too-long", "file-blocked-deeper"])
+def test_an_out_that_cannot_be_written_is_one_line(capsys, request, tmp_path: Path, where: str) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    if where == "read-only":
+        locked, prefix = request.getfixturevalue("read_only_folder")
+        out = locked / "sealed"
+        proc = unprivileged(prefix, "analyze", OBSERVE, "--out", out, cache=locked / "cache")
+        code, stdout, err = proc.returncode, proc.stdout, proc.stderr
+        problem = f"{locked} is not writable"
+        assert list(locked.iterdir()) == []
+    else:
+        out, problem = {
+            "file-blocked": (blocker / "sealed", f"{blocker} is not a folder"),
+            "file-blocked-deeper": (blocker / "x" / "y" / "sealed", f"{blocker} is not a folder"),
+            "too-long": (tmp_path / ("x" * 300), "File name too long"),
+        }[where]
+        code, stdout, err = run(capsys, "analyze", OBSERVE, "--out", out)
+    one_line(code, err, f"{out}: cannot write the report folder here: {problem} (nothing was written)")
+    assert stdout == ""
+    assert blocker.read_text() == "in the way"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
