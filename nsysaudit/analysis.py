@@ -148,6 +148,10 @@ def _event_records(export: ExportFile, trace: Trace) -> pl.DataFrame:
 
 
 FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
+# Tables whose rows decide findings: an ambiguous one (a shadow copy beside it) is a verdict gap.
+EVIDENCE_TABLES = frozenset(
+    {"CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUBLAS_EVENTS", "CUDNN_EVENTS", "StringIds"}
+)
 # Capture settings (META_DATA_CAPTURE CAPTURE_EVENT_TYPE values) that request library API tracing.
 LIBRARY_CAPTURE_TYPES = {"cuBLAS": frozenset({"CuBLAS", "cuBLAS"}), "cuDNN": frozenset({"CuDNN", "cuDNN"})}
 
@@ -624,6 +628,14 @@ def _verdict(
             + "; ".join(lines)
             + more
         )
+    # A shadow copy of a table the joins read may hide the rows that matter: which one nsys wrote
+    # is unknown, so the absence of a failure in the one read proves nothing.
+    shadowed = sorted(trace.export.ambiguous_tables & EVIDENCE_TABLES)
+    if shadowed:
+        context.append(
+            f"the export holds several versions of {', '.join(shadowed)} (see warnings): the highest was read, "
+            "and which one nsys wrote is unknown"
+        )
     gaps_said = trace.diagnostics.filter(pl.col("category").is_in(["cuda_events_missing", "cuda_trace_degraded"]))
     for text in dict.fromkeys(gaps_said["text"].to_list()):
         context.append(f"nsys warned: {text}")
@@ -652,6 +664,11 @@ def _verdict(
             "the trace does not cover them, so a failure inside them cannot be ruled out"
         )
     gaps += list(undecided)
+    if shadowed:
+        gaps.append(
+            f"several versions of {', '.join(shadowed)} exist and only one was read: a failure in another cannot "
+            "be ruled out"
+        )
     if trace.has_runtime and not any(s["status"] == "traced" for s in sources):
         oom = sum(
             r["count"]

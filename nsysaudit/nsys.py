@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -173,6 +174,20 @@ def _run_export(report: Path, sha256: str, nsys: Path, tmp: Path, timeout: float
     except OSError as exc:
         raise ExportFailed(report, f"cannot run {nsys}: {exc.strerror}") from None
     if proc.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
-        detail = " ".join((proc.stderr or proc.stdout or "").split())[:300]
+        said = proc.stderr or proc.stdout or ""
+        if _UNPARSEABLE.search(said):
+            # What nsys prints for a report it cannot parse is a C++ exception dump; for a report
+            # made by a newer Nsight Systems (nsys 2023.4 on a 2025.3 report) it is the same.
+            found = nsys_version(nsys) or str(nsys)
+            raise ExportFailed(
+                report,
+                f"{found} cannot parse this report (ProtobufParseException): it was made by a newer Nsight "
+                "Systems, or it is damaged; export it with the nsys of the release that made it "
+                "(--nsys PATH or $NSYSAUDIT_NSYS)",
+            )
+        detail = " ".join(said.split())[:300]
         raise ExportFailed(report, f"nsys export failed (exit {proc.returncode}): {detail or 'no output'}")
     return out
+
+
+_UNPARSEABLE = re.compile(r"ProtobufParseException|Can't parse message of type")

@@ -313,6 +313,11 @@ class ExportFile:
             )
         return best
 
+    @property
+    def ambiguous_tables(self) -> frozenset[str]:
+        """The bases looked up so far that have several tables (the base and variants, or variants)."""
+        return frozenset(self._ambiguous)
+
     def close(self) -> None:
         self.conn.close()
 

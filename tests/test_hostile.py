@@ -701,6 +701,10 @@ def test_a_shadow_version_of_a_table_is_never_read_silently(
         "message": f"the export has {1 + len(shadows)} tables for {RUNTIME} ({names}): read {read}, the highest "
         "version; the others are not read",
     }
+    # The shadow holds no failed call, so the analysis of it finds none: that is never no_failure.
+    assert doc["findings"] == []
+    assert doc["verdict"] == "inconclusive"
+    assert any(r.startswith(f"several versions of {RUNTIME} exist") for r in doc["verdict_reasons"])
 
 
 @pytest.mark.parametrize("digit", ["\uff12", "\u0662", "02"], ids=["fullwidth", "arabic-indic", "leading-zero"])

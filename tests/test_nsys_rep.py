@@ -213,3 +213,23 @@ def test_a_file_blocked_or_read_only_cache_is_one_line(
     proc = unprivileged(prefix, "analyze", "--nsys", find_nsys() or "", report, cache=locked)
     one_line(proc.returncode, proc.stderr, str(report), f"cannot write the export cache {locked}/exports")
     assert list(locked.iterdir()) == []
+
+
+@requires_nsys
+def test_a_report_this_nsys_cannot_parse_names_its_version_and_asks_for_another(
+    cpu_report: Path, tmp_path: Path, capsys
+) -> None:
+    """nsys 2023.4.4 fails on an nsys 2025.3 report with a ProtobufParseException dump; a real report
+    whose header section is zeroed makes the real CLI fail the same way (no mock)."""
+    data = bytearray(cpu_report.read_bytes())
+    data[64:128] = bytes(64)
+    evidence = tmp_path / "evidence"
+    evidence.mkdir()
+    report = evidence / "newer.nsys-rep"
+    report.write_bytes(bytes(data))
+    code = main(["analyze", str(report)])
+    _, err = capsys.readouterr()
+    one_line(code, err, str(report), "cannot parse this report (ProtobufParseException)", "--nsys PATH")
+    assert "NVIDIA Nsight Systems version 2023.4.4" in err  # the nsys found, by its own --version
+    assert "Dynamic exception type" not in err and "boost::" not in err  # not the cut-off C++ dump
+    assert [p.name for p in evidence.iterdir()] == ["newer.nsys-rep"]
