@@ -112,3 +112,29 @@ def test_json_of_every_real_capture(at_repo: None, name: str) -> None:
     doc = result.to_dict()
     doc["tool"]["version"] = "<version>"  # the contract, not the release number
     check(f"json/{name.replace('/', '-')}.json", canonical.dumps(doc, indent=True).decode() + "\n")
+
+
+# --- sealed folders: what a reviewer receives (issue 11: pinned before the code was moved) ----------
+
+
+def test_sealed_single_arm_report(at_repo: None, tmp_path: Path) -> None:
+    base = H200_2025 / "torch" / "observe"
+    sealed = nsysaudit.seal_analysis(
+        rel(base.with_suffix(".sqlite")), tmp_path / "arm", telemetry=rel(base.with_name("observe.telemetry.jsonl"))
+    )
+    check("sealed-torch-observe.md", (sealed.dir / "report.md").read_text())
+    check("sealed-torch-observe.json", (sealed.dir / "report.json").read_text())
+
+
+def test_sealed_comparison_report(at_repo: None, tmp_path: Path) -> None:
+    torch = H200_2025 / "torch"
+    sealed = nsysaudit.seal_compare(
+        rel(torch / "observe.sqlite"),
+        rel(torch / "release.sqlite"),
+        tmp_path / "cmp",
+        observe_telemetry=rel(torch / "observe.telemetry.jsonl"),
+        release_telemetry=rel(torch / "release.telemetry.jsonl"),
+    )
+    check("sealed-torch-compare.md", (sealed.dir / "report.md").read_text())
+    check("sealed-torch-compare.json", (sealed.dir / "report.json").read_text())
+    check("sealed-torch-compare.inputs.txt", (sealed.dir / "inputs-sha256.txt").read_text())
