@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from nsysaudit.analysis import analyze
+from nsysaudit.analysis.run import analyze
 from nsysaudit.batch import audit
 from nsysaudit.errors import (
     BadOption,
@@ -24,10 +24,10 @@ from nsysaudit.errors import (
     OutputExists,
     UnusableInput,
 )
+from nsysaudit.read.telemetry import TelemetryOptions
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import Comparison, compare_results
-from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare, verify
-from nsysaudit.telemetry import TelemetryOptions
+from nsysaudit.seal.core import Sealed, Verification, seal_analysis, seal_compare, verify
 
 __all__ = [
     "AnalysisResult",

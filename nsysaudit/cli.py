@@ -19,13 +19,14 @@ from typing import Any, BinaryIO, cast
 import click
 from rich.console import Console
 
-from nsysaudit import __version__, seal
-from nsysaudit.analysis import analyze
+from nsysaudit import __version__
+from nsysaudit.analysis.run import analyze
 from nsysaudit.errors import BadOption, NsysAuditError, OutputFailed
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
-from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.progress import Progress
-from nsysaudit.render import (
+from nsysaudit.read.telemetry import DEFAULT_CLOCKS, INT64_MAX, TelemetryOptions, parse_anchor, parse_clock
+from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.render.terminal import (
     TerminalProgress,
     comparison_renderable,
     print_analysis,
@@ -33,7 +34,7 @@ from nsysaudit.render import (
     verification_renderable,
 )
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.telemetry import DEFAULT_CLOCKS, INT64_MAX, TelemetryOptions, parse_anchor, parse_clock
+from nsysaudit.seal import core as seal
 from nsysaudit.text import escape
 
 
@@ -58,7 +59,7 @@ class Milliseconds(click.ParamType[int, Any]):
     """A duration in milliseconds, read as an exact decimal and converted to whole nanoseconds.
 
     Decimal, not float: the recorded command of a sealed report writes the tolerance back in
-    milliseconds (:func:`nsysaudit.seal.format_ms`) and must give the same nanoseconds again.
+    milliseconds (:func:`nsysaudit.seal.core.format_ms`) and must give the same nanoseconds again.
     NaN, infinities, negative values and values past the 64-bit nanosecond range are refused.
     """
 
@@ -97,7 +98,7 @@ def alignment_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     Adds ``--telemetry-clock``, ``--telemetry-event-key``, ``--anchor``, ``--clock-tolerance`` and
     ``--lenient``; the decorated command receives them as a single
-    :class:`~nsysaudit.telemetry.TelemetryOptions` keyword argument ``telemetry_options``. Every
+    :class:`~nsysaudit.read.telemetry.TelemetryOptions` keyword argument ``telemetry_options``. Every
     command that reads telemetry uses this, so the options mean the same everywhere.
     """
 
@@ -166,7 +167,7 @@ FORCE_HELP = "Replace DIR if it is a sealed report that verifies and holds none 
 
 
 def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal`)."""
+    """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal.core`)."""
     func = click.option("--force", is_flag=True, help=FORCE_HELP)(func)
     return click.option(
         "--out",

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsysaudit.model import decode_pid, decode_tid, global_pid
-from nsysaudit.scan import closed_library_calls
+from nsysaudit.read.scan import closed_library_calls
+from nsysaudit.read.trace import decode_pid, decode_tid, global_pid
 
 PAIR_SCHEMA = {
     "lib_id": pl.Int64,

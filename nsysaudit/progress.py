@@ -1,7 +1,7 @@
 """Progress of long steps (exporting a report, scanning the CUDA API table), without rich.
 
 The library reports through this small protocol; the CLI passes a rich implementation
-(:class:`nsysaudit.render.TerminalProgress`) only when stdout is a terminal and ``--json`` is not
+(:class:`nsysaudit.render.terminal.TerminalProgress`) only when stdout is a terminal and ``--json`` is not
 given, so pipes, CI logs and JSON output stay quiet. Notebooks may pass their own.
 """
 

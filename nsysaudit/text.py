@@ -1,7 +1,7 @@
 """Text from traces, telemetry and file names is data: the characters never shown as they are.
 
 One definition serves every place such text is shown to a person: the terminal report
-(:func:`nsysaudit.render.literal`), ``report.md`` (:func:`nsysaudit.reports.markdown.md`) and the
+(:func:`nsysaudit.render.terminal.literal`), ``report.md`` (:func:`nsysaudit.render.markdown.md`) and the
 one error line on stderr (:func:`nsysaudit.cli.main`). ``--json`` keeps the exact text.
 
 >>> escape("ok\\nverdict: no_failure \\x1b[31m\\u202e\\u200b\\U000e0041")

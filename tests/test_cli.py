@@ -156,7 +156,7 @@ def test_progress_bar_draws_steps_on_a_terminal_console() -> None:
     from rich.console import Console
 
     import nsysaudit
-    from nsysaudit.render import TerminalProgress
+    from nsysaudit.render.terminal import TerminalProgress
 
     buf = io.StringIO()
     bar = TerminalProgress(Console(file=buf, force_terminal=True, width=100))

@@ -15,8 +15,8 @@ from rich.console import Console
 from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_three_allocations
 
 import nsysaudit
-from nsysaudit.render import analysis_renderable
-from nsysaudit.reports.markdown import analysis_markdown
+from nsysaudit.render.markdown import analysis_markdown
+from nsysaudit.render.terminal import analysis_renderable
 
 STARTED = Diagnostic(0, "Profiling has started.")
 

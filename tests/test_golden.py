@@ -15,8 +15,8 @@ from scenarios import observe_nested_failure, release_three_allocations
 
 import nsysaudit
 from nsysaudit import canonical
-from nsysaudit.render import analysis_renderable, comparison_renderable
-from nsysaudit.reports.markdown import analysis_markdown, comparison_markdown
+from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
+from nsysaudit.render.terminal import analysis_renderable, comparison_renderable
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).parent.parent

@@ -35,8 +35,8 @@ import nsysaudit
 from nsysaudit.cli import main
 from nsysaudit.errors import UnusableInput
 from nsysaudit.joins import count_pairs, nest
-from nsysaudit.render import print_analysis
-from nsysaudit.source import check_sqlite_file
+from nsysaudit.read.source import check_sqlite_file
+from nsysaudit.render.terminal import print_analysis
 
 REAL_EXPORTS = sorted([*H200.glob("*.sqlite"), *PUBLIC.glob("*.sqlite")])
 OBSERVE = H200 / "observe.sqlite"
@@ -839,7 +839,7 @@ def test_trace_text_is_escaped_in_report_md(make_export, tmp_path: Path, name: s
 
 
 def test_md_escapes_c1_bidi_zero_width_and_tag_characters() -> None:
-    from nsysaudit.reports.markdown import md
+    from nsysaudit.render.markdown import md
 
     assert md("a\x9b31mb\u202ec\u2066d\u200be\ufefff\U000e0041g") == (
         "a\\\\x9b31mb\\\\u202ec\\\\u2066d\\\\u200be\\\\ufefff\\\\U000e0041g"

@@ -15,7 +15,7 @@ from scenarios import observe_nested_failure
 
 import nsysaudit
 from nsysaudit.cli import main
-from nsysaudit.source import sha256_file
+from nsysaudit.read.source import sha256_file
 
 WORKLOAD = """
 import time
@@ -227,7 +227,7 @@ def test_a_report_this_nsys_cannot_parse_names_its_version_and_asks_for_another(
     evidence.mkdir()
     report = evidence / "newer.nsys-rep"
     report.write_bytes(bytes(data))
-    code = main(["analyze", str(report)])
+    code = main(["analyze", str(report), "--nsys", str(find_nsys())])
     _, err = capsys.readouterr()
     one_line(code, err, str(report), "cannot parse this report (ProtobufParseException)", "--nsys PATH")
     assert "NVIDIA Nsight Systems version 2023.4.4" in err  # the nsys found, by its own --version

@@ -14,9 +14,9 @@ from builder import Call, Export, LibCall
 from conftest import H200
 
 import nsysaudit
-from nsysaudit import scan
-from nsysaudit.model import load
-from nsysaudit.source import probe
+from nsysaudit.read import scan
+from nsysaudit.read.source import probe
+from nsysaudit.read.trace import load
 
 
 def busy_export(seed: int = 7) -> Export:

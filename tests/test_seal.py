@@ -18,9 +18,9 @@ from nsys_tool import find_nsys, requires_nsys
 from scenarios import observe_nested_failure, release_three_allocations
 from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, profiled once for this module)
 
-from nsysaudit import seal
 from nsysaudit.cli import main
 from nsysaudit.errors import CheckFailed, OutputNotWritable, UnusableInput
+from nsysaudit.seal import core as seal
 
 FILES = [
     "inputs-sha256.txt",
@@ -598,7 +598,8 @@ def test_force_never_replaces_a_sealed_folder_holding_an_input(capsys, tmp_path:
 
 KILL_AT = """
 import os, signal, sys
-from nsysaudit import fsops, seal
+from nsysaudit.seal import fsops
+from nsysaudit.seal import core as seal
 from nsysaudit.cli import main
 where = sys.argv[1]
 real_exchange, real_rename = fsops.exchange, os.rename
@@ -680,7 +681,7 @@ def test_concurrent_compares_to_one_dir_one_wins(capsys, tmp_path: Path) -> None
 def test_force_refuses_when_another_process_replaced_dir_meanwhile(capsys, tmp_path: Path, monkeypatch) -> None:
     """The swap checks that what it swapped out is the folder it verified; if another run replaced
     DIR in between, it swaps back (that run's report stays whole) and exits 2."""
-    from nsysaudit import fsops
+    from nsysaudit.seal import fsops
 
     out = tmp_path / "cmp"
     other = tmp_path / "other"

@@ -16,7 +16,7 @@ from scenarios import MAIN, PID, WORKER, observe_nested_failure
 import nsysaudit
 from nsysaudit.cli import main
 from nsysaudit.errors import BadOption, UnusableInput
-from nsysaudit.telemetry import Anchor, TelemetryOptions, load_telemetry, parse_anchor, parse_clock
+from nsysaudit.read.telemetry import Anchor, TelemetryOptions, load_telemetry, parse_anchor, parse_clock
 
 BEFORE = {"observe": "runtime_error", "release": "backward_end"}
 UTC0 = 1_796_064_718_689_501_058  # the builder's default TARGET_INFO_SESSION_START_TIME.utcEpochNs

@@ -14,9 +14,9 @@ from typing import Any, BinaryIO, Literal, cast
 import polars as pl
 
 from nsysaudit import canonical
-from nsysaudit.alignment import Alignment
+from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.codes import display_name, is_allocation_api, is_out_of_memory, return_name
-from nsysaudit.diagnostics import NO_CAPTURE, WARNING_SEVERITIES, Capture
+from nsysaudit.read.diagnostics import NO_CAPTURE, WARNING_SEVERITIES, Capture
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]
 InputKind = Literal["sqlite", "nsys-rep"]
@@ -338,7 +338,7 @@ class AnalysisResult:
 
     @property
     def failed_calls(self) -> list[dict[str, Any]]:
-        """Failures no finding explains, grouped (see :func:`nsysaudit.failures.failed_calls`)."""
+        """Failures no finding explains, grouped (see :func:`nsysaudit.analysis.failures.failed_calls`)."""
         out = []
         for r in _rows(self.frames.get("failed_calls", pl.DataFrame())):
             api, rc = r["api"], r["return_code"]

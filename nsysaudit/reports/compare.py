@@ -2,7 +2,7 @@
 
 ``compare_results(observe, release)`` takes two :class:`AnalysisResult` objects and returns a
 :class:`Comparison` whose ``to_dict()`` is the ``report.json`` document of ``nsysaudit compare``
-(see :mod:`nsysaudit.seal` for how it is written and sealed). The document holds, per arm, the
+(see :mod:`nsysaudit.seal.core` for how it is written and sealed). The document holds, per arm, the
 verdict, census, findings, the library calls of interest with their nested calls, coverage, and
 the telemetry snapshot at the handoff with the clock alignment when telemetry was given; then the
 differences between the arms, and an explicit list of what the comparison does NOT establish.

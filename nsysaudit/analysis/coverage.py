@@ -38,7 +38,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from nsysaudit.diagnostics import CUDA_GAPS, Capture
+from nsysaudit.read.diagnostics import CUDA_GAPS, Capture
 
 # Reasons a call is censored, most telling first (the order of ``censored_reasons``).
 REASONS = (

@@ -30,7 +30,7 @@ from nsysaudit.codes import (
     return_class,
 )
 from nsysaudit.joins import count_pairs
-from nsysaudit.scan import union_windows
+from nsysaudit.read.scan import union_windows
 
 CALL_COLUMNS = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
 REGION_SCHEMA: dict[str, Any] = {
@@ -117,7 +117,7 @@ def failed_waits(api_rows: pl.DataFrame) -> pl.DataFrame:
 def regions_before_waits(regions: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
     """The closed capture regions that ended, in the wait's process, before some failed wait began.
 
-    Only these need their event records read (see :func:`nsysaudit.model.event_records_in`).
+    Only these need their event records read (see :func:`nsysaudit.read.trace.event_records_in`).
     """
     closed = regions.filter(pl.col("end_end_ns").is_not_null())
     if closed.height == 0 or waits.height == 0:

@@ -1,6 +1,6 @@
 """Clock alignment: map telemetry time to trace time two independent ways, and check them.
 
-Pure functions over a parsed :class:`~nsysaudit.telemetry.TelemetryLog` and the trace's NVTX
+Pure functions over a parsed :class:`~nsysaudit.read.telemetry.TelemetryLog` and the trace's NVTX
 ranges (the ``nvtx_ranges`` frame: ``gtid, start_ns, end_ns, text, domain_id, event_type,
 domain``). No printing, no CLI.
 
@@ -32,8 +32,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from nsysaudit.model import decode_pid, decode_tid
-from nsysaudit.telemetry import (
+from nsysaudit.read.telemetry import (
     ClockKind,
     Edge,
     TelemetryEvent,
@@ -41,6 +40,7 @@ from nsysaudit.telemetry import (
     default_edge,
     default_range_name,
 )
+from nsysaudit.read.trace import decode_pid, decode_tid
 
 Method = Literal["utc", "anchors"]
 AnchorRule = Literal["default", "configured"]

@@ -17,11 +17,11 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.codes import is_capture_begin, is_capture_end, is_event_record
-from nsysaudit.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.errors import UnusableInput
 from nsysaudit.progress import Progress
-from nsysaudit.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_runtime
-from nsysaudit.source import ExportFile, Table
+from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
+from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_runtime
+from nsysaudit.read.source import ExportFile, Table
 
 TID_MASK = 0xFFFFFF
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
@@ -116,7 +116,7 @@ class Trace:
     - ``api_span``: per process ``gpid, first_ns, last_ns, rows`` of the CUDA API trace.
     - ``api_rows``: the CUDA API rows that matter (``CALL_SCHEMA``): every non-zero or NULL return and
       every call overlapping a library call of its thread (``api`` null when the nameId has no
-      StringIds row). Read in one streaming pass by :mod:`nsysaudit.scan`.
+      StringIds row). Read in one streaming pass by :mod:`nsysaudit.read.scan`.
     - ``nvtx_ranges``: NVTX push/pop and start/end ranges:
       ``gtid, start_ns, end_ns, text, domain_id, domain, event_type``.
     - ``library_calls``: library API ranges (CUBLAS_EVENTS/CUDNN_EVENTS rows and NVTX ranges in a
@@ -126,9 +126,9 @@ class Trace:
     - ``thread_names``: ``gtid, thread_name``. ``processes``: ``pid, gpid, process_name``.
     - ``memory_span``: ``gpid, first_ns, last_ns, rows`` of all memory usage events.
     - ``capture_calls``: the successful stream-capture begin/end calls (``CALL_SCHEMA``), read in the
-      same pass (:mod:`nsysaudit.failures` pairs them into capture regions).
+      same pass (:mod:`nsysaudit.analysis.failures` pairs them into capture regions).
     - ``diagnostics``: nsys's own DIAGNOSTIC_EVENT messages, classified
-      (:data:`nsysaudit.diagnostics.DIAGNOSTIC_SCHEMA`); ``capture_bounds`` the capture's start and stop.
+      (:data:`nsysaudit.read.diagnostics.DIAGNOSTIC_SCHEMA`); ``capture_bounds`` the capture's start and stop.
     - ``library_markers``: per library table, the marker rows left out of ``library_calls``.
     - ``unattributed_allocations``: ``gpid, events, bytes`` of allocation events with correlation id
       0 or NULL (memory the driver allocates itself, such as module memory): tied to no API call.

@@ -11,7 +11,7 @@ infinity, a lone surrogate, nesting deeper than 32 levels) is an error naming it
 unless ``lenient`` is set: then it becomes a warning with its line number and the other lines
 are used. A file with no usable line is always an error.
 
-Nothing here knows about traces; :mod:`nsysaudit.alignment` maps these stamps to trace time.
+Nothing here knows about traces; :mod:`nsysaudit.analysis.alignment` maps these stamps to trace time.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nsysaudit.errors import BadOption, UnusableInput
-from nsysaudit.source import sha256_file
+from nsysaudit.read.source import sha256_file
 
 ClockKind = Literal["monotonic", "realtime"]
 Edge = Literal["start", "end"]

@@ -29,7 +29,7 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.progress import Progress
-from nsysaudit.source import readonly_uri
+from nsysaudit.read.source import readonly_uri
 
 BATCH_ROWS = 1 << 18
 PARALLEL_MIN_ROWS = 1 << 20

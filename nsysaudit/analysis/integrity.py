@@ -7,7 +7,7 @@ silently dropped or "fixed": they are counted in a warning, kept out of the join
 times cannot be trusted, and when one of them could be a failed allocation inside a library call
 the verdict cannot be ``no_failure`` (see :func:`review`).
 
-Everything here works on the frames already read (:class:`~nsysaudit.model.Trace`, the pairs of
+Everything here works on the frames already read (:class:`~nsysaudit.read.trace.Trace`, the pairs of
 :func:`~nsysaudit.joins.nest`): no extra pass over the export.
 """
 
@@ -19,8 +19,8 @@ import polars as pl
 
 from nsysaudit.codes import is_allocation_api
 from nsysaudit.joins import Nesting, closed_libs
-from nsysaudit.model import Trace, global_pid
-from nsysaudit.scan import union_windows
+from nsysaudit.read.scan import union_windows
+from nsysaudit.read.trace import Trace, global_pid
 
 UNDECIDED_REASONS = {
     "no_thread": "no globalTid, so it cannot be placed on a thread",

@@ -59,17 +59,18 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from nsysaudit import canonical, fsops
-from nsysaudit.analysis import analyze, input_kind
+from nsysaudit import canonical
+from nsysaudit.analysis.run import analyze, input_kind
 from nsysaudit.errors import BadOption, CheckFailed, OutputExists, OutputNotWritable, UnusableInput
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
-from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.progress import Progress
+from nsysaudit.read.source import sha256_file
+from nsysaudit.read.telemetry import CLOCK_KINDS, DEFAULT_TOLERANCE_NS, TelemetryOptions, parse_anchor
+from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, basename, compare_results, result_paths, scrub_paths
-from nsysaudit.reports.markdown import analysis_markdown, comparison_markdown
-from nsysaudit.source import sha256_file
-from nsysaudit.telemetry import CLOCK_KINDS, DEFAULT_TOLERANCE_NS, TelemetryOptions, parse_anchor
+from nsysaudit.seal import fsops
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"

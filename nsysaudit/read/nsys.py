@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nsysaudit.errors import ExportFailed, NsysNotFound
-from nsysaudit.source import sha256_file
+from nsysaudit.read.source import sha256_file
 
 ENV_NSYS = "NSYSAUDIT_NSYS"
 ENV_CACHE = "NSYSAUDIT_CACHE"

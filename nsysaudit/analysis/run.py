@@ -11,15 +11,17 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit import coverage, failures, integrity, joins, nsys
-from nsysaudit.alignment import Alignment, align
+from nsysaudit import joins
+from nsysaudit.analysis import coverage, failures, integrity
+from nsysaudit.analysis.alignment import Alignment, align
 from nsysaudit.codes import display_name, is_allocation_api, is_out_of_memory, return_name
 from nsysaudit.errors import UnusableInput
-from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, global_pid, load
 from nsysaudit.progress import Progress
+from nsysaudit.read import nsys
+from nsysaudit.read.source import ExportFile, probe, sha256_file
+from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
+from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, global_pid, load
 from nsysaudit.reports.analysis import AnalysisResult, InputInfo, Verdict
-from nsysaudit.source import ExportFile, probe, sha256_file
-from nsysaudit.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
@@ -51,8 +53,8 @@ def analyze(
     be analyzed at all. Partly broken input is analyzed and its problems listed in ``warnings``.
 
     ``telemetry``: a JSON Lines file of the application's own receipts (see
-    :mod:`nsysaudit.telemetry`); its clocks are aligned with the trace (see
-    :mod:`nsysaudit.alignment`) and every finding and library call is placed among its lines.
+    :mod:`nsysaudit.read.telemetry`); its clocks are aligned with the trace (see
+    :mod:`nsysaudit.analysis.alignment`) and every finding and library call is placed among its lines.
     Unusable telemetry raises :class:`~nsysaudit.errors.UnusableInput` before the export is read.
 
     >>> result = analyze("tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite")  # doctest: +SKIP
@@ -341,7 +343,7 @@ def _findings(pairs: pl.DataFrame, libs: pl.DataFrame, names: pl.DataFrame) -> p
 
     A call nested in several library calls (cublasLtCreate inside cublasCreate_v2) is one finding;
     ``enclosing_chain`` lists every enclosing call, innermost first. Kinds: see
-    :func:`nsysaudit.failures.nested_failures`.
+    :func:`nsysaudit.analysis.failures.nested_failures`.
     """
     failed = failures.nested_failures(pairs)
     if failed.height == 0:
@@ -410,7 +412,7 @@ def _allocated_before(findings: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFra
 def _wait_findings(
     trace: Trace, api_rows: pl.DataFrame, event_records: pl.DataFrame | None, names: pl.DataFrame
 ) -> pl.DataFrame:
-    """``captured_event_wait_failure`` findings (see :func:`nsysaudit.failures.captured_event_waits`)."""
+    """``captured_event_wait_failure`` findings (see :func:`nsysaudit.analysis.failures.captured_event_waits`)."""
     regions = failures.capture_regions(trace.capture_calls)
     records = failures.records_in_regions(
         event_records if event_records is not None else pl.DataFrame(schema=api_rows.schema), regions

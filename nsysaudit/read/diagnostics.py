@@ -10,7 +10,7 @@ but which says nothing about lost events.
 These decide what a trace can prove. A library call whose process made no CUDA API call after it is
 covered only when nsys says profiling went on past its end and never warned that CUDA events were
 lost or CUDA tracing was degraded; without ``DIAGNOSTIC_EVENT`` that cannot be known (see
-:mod:`nsysaudit.coverage`).
+:mod:`nsysaudit.analysis.coverage`).
 
 Each message is classified by its text (nsys has no message ids) into one of :data:`CATEGORIES`.
 The patterns are the messages seen in real exports of nsys 2022.2 to 2026.2; an unrecognised
@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from nsysaudit.source import ExportFile
+from nsysaudit.read.source import ExportFile
 
 Category = Literal[
     "capture_started",
