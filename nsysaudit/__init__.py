@@ -1,19 +1,23 @@
-"""nsysaudit: forensics on NVIDIA Nsight Systems exports.
+"""nsysaudit: forensics on NVIDIA Nsight Systems traces.
 
-Finds CUDA allocation failures nested inside library calls (cuBLAS, cuDNN), says where the
-evidence stops (censored coverage), and seals what it reports.
+Finds CUDA calls that failed inside library calls (cuBLAS, cuDNN) and failed waits on events
+recorded inside a stream capture, says where the evidence stops (censored coverage, from nsys's
+own diagnostics), places them on the application's own clock, and seals what it reports.
 
 >>> import nsysaudit
->>> result = nsysaudit.analyze("tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite")  # doctest: +SKIP
->>> result.verdict, result.census["nonzero_returns"]  # doctest: +SKIP
-('inconclusive', 13)
+>>> result = nsysaudit.analyze("tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite")
+>>> result.verdict, result.census["nonzero_returns"]
+('failure_found', 28)
+>>> result  # doctest: +ELLIPSIS
+<AnalysisResult '...torch/observe.sqlite': failure_found; 1 nested_alloc_failure; 2 library call(s), ...>
+
+The public API is what ``__all__`` lists; everything else is internal and may move.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from nsysaudit.analysis.run import analyze
+from nsysaudit._version import __version__
+from nsysaudit.api import analyze
 from nsysaudit.batch import audit
 from nsysaudit.errors import (
     BadOption,
@@ -24,12 +28,18 @@ from nsysaudit.errors import (
     OutputExists,
     UnusableInput,
 )
-from nsysaudit.read.telemetry import TelemetryOptions
+from nsysaudit.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.progress import Progress
+from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
+from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import Comparison, compare_results
-from nsysaudit.seal.core import Sealed, Verification, seal_analysis, seal_compare, verify
+from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare, verify
 
 __all__ = [
+    "DEFAULT_CLOCKS",
+    "DEFAULT_LIBRARY_DOMAINS",
+    "DEFAULT_MAX_PAIRS",
     "AnalysisResult",
     "BadOption",
     "CheckFailed",
@@ -38,6 +48,7 @@ __all__ = [
     "NsysAuditError",
     "NsysNotFound",
     "OutputExists",
+    "Progress",
     "Sealed",
     "TelemetryOptions",
     "UnusableInput",
@@ -46,6 +57,8 @@ __all__ = [
     "analyze",
     "audit",
     "compare_results",
+    "parse_anchor",
+    "parse_clock",
     "seal_analysis",
     "seal_compare",
     "verify",

@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.analysis.run import analyze
+from nsysaudit.api import analyze
 from nsysaudit.errors import NsysAuditError
 
 AUDIT_SCHEMA: dict[str, Any] = {

@@ -17,42 +17,28 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any, BinaryIO, cast
 
 import click
-from rich.console import Console
 
-from nsysaudit import __version__
-from nsysaudit.analysis.run import analyze
+import nsysaudit
+from nsysaudit import render
 from nsysaudit.errors import BadOption, NsysAuditError, OutputFailed
-from nsysaudit.joins import DEFAULT_MAX_PAIRS
-from nsysaudit.progress import Progress
-from nsysaudit.read.telemetry import DEFAULT_CLOCKS, INT64_MAX, TelemetryOptions, parse_anchor, parse_clock
-from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.render.terminal import (
-    TerminalProgress,
-    comparison_renderable,
-    print_analysis,
-    sealed_text,
-    verification_renderable,
-)
-from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.seal import core as seal
-from nsysaudit.text import escape
+
+INT64_MAX = (1 << 63) - 1
 
 
-def progress_for(as_json: bool) -> Progress | None:
+def progress_for(as_json: bool) -> nsysaudit.Progress | None:
     """A progress bar on stderr only for a person at a terminal: never in --json mode or a pipe."""
     if as_json or not sys.stdout.isatty() or not sys.stderr.isatty():
         return None
-    return TerminalProgress(Console(stderr=True))
+    return render.progress_bar()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="nsysaudit")
+@click.version_option(nsysaudit.__version__, prog_name="nsysaudit")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
-@click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+@click.pass_obj
+def cli(state: dict[str, Any], debug: bool) -> None:
     """Forensics on NVIDIA Nsight Systems exports: CUDA allocation failures nested in library calls."""
-    ctx.ensure_object(dict)
-    ctx.obj["debug"] = debug
+    state["debug"] = debug  # main() reads it to decide whether an error shows its traceback
 
 
 class Milliseconds(click.ParamType[int, Any]):
@@ -105,10 +91,10 @@ def alignment_options(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         clocks = kwargs.pop("telemetry_clock")
-        kwargs["telemetry_options"] = TelemetryOptions(
+        kwargs["telemetry_options"] = nsysaudit.TelemetryOptions(
             event_key=kwargs.pop("telemetry_event_key"),
-            clock=tuple(parse_clock(c) for c in clocks) if clocks else DEFAULT_CLOCKS,
-            anchors=tuple(parse_anchor(a) for a in kwargs.pop("anchors")),
+            clock=tuple(nsysaudit.parse_clock(c) for c in clocks) if clocks else nsysaudit.DEFAULT_CLOCKS,
+            anchors=tuple(nsysaudit.parse_anchor(a) for a in kwargs.pop("anchors")),
             tolerance_ns=kwargs.pop("clock_tolerance"),
             lenient=kwargs.pop("lenient"),
         )
@@ -154,13 +140,13 @@ def alignment_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def echo_telemetry_warnings(result: AnalysisResult) -> None:
+def echo_telemetry_warnings(result: nsysaudit.AnalysisResult) -> None:
     """One stderr line per telemetry line skipped under --lenient (stdout stays one JSON document)."""
     if result.alignment is None:
         return
     log = result.alignment.log
     for bad in log.bad_lines:
-        click.echo(escape(f"nsysaudit: warning: {log.path}: line {bad.line}: {bad.problem} (skipped)"), err=True)
+        click.echo(render.escape(f"nsysaudit: warning: {log.path}: line {bad.line}: {bad.problem} (skipped)"), err=True)
 
 
 FORCE_HELP = "Replace DIR if it is a sealed report that verifies and holds none of the inputs."
@@ -181,7 +167,7 @@ def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def with_default_domains(extra: Sequence[str]) -> tuple[str, ...]:
     """``--library-domain`` adds to cuBLAS and cuDNN: the full set :func:`nsysaudit.analyze` takes."""
-    return tuple(dict.fromkeys([*DEFAULT_LIBRARY_DOMAINS, *extra]))
+    return tuple(dict.fromkeys([*nsysaudit.DEFAULT_LIBRARY_DOMAINS, *extra]))
 
 
 def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -192,8 +178,8 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
         multiple=True,
         callback=lambda _ctx, _param, extra: with_default_domains(extra),
         metavar="DOMAIN",
-        help=f"NVTX domain whose ranges are library calls too, besides {' and '.join(DEFAULT_LIBRARY_DOMAINS)} "
-        "(repeatable).",
+        help="NVTX domain whose ranges are library calls too, besides "
+        f"{' and '.join(nsysaudit.DEFAULT_LIBRARY_DOMAINS)} (repeatable).",
     )(func)
     return click.option(
         "--nsys",
@@ -204,10 +190,10 @@ def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
-def echo_seal(sealed: seal.Sealed, as_json: bool) -> None:
+def echo_seal(sealed: nsysaudit.Sealed, as_json: bool) -> None:
     """Print where the report went and, as the very last line, its seal (stderr under --json)."""
     if not as_json:
-        Console(highlight=False).print(sealed_text(str(sealed.dir), sealed.files))
+        render.show(render.sealed_text(str(sealed.dir), sealed.files))
     click.echo(f"seal: sha256:{sealed.seal}", err=as_json)
 
 
@@ -221,7 +207,7 @@ def echo_seal(sealed: seal.Sealed, as_json: bool) -> None:
 @click.option(
     "--max-pairs",
     type=click.IntRange(min=0, max=INT64_MAX),
-    default=DEFAULT_MAX_PAIRS,
+    default=nsysaudit.DEFAULT_MAX_PAIRS,
     show_default=True,
     help="Most (library call, CUDA API call) pairs to form; 0 for no limit. Past it, successful nested "
     "calls are not listed (a warning says so) and unexamined failures make the verdict inconclusive.",
@@ -232,17 +218,17 @@ def analyze_cmd(
     nsys_path: str | None,
     library_domains: Sequence[str],
     telemetry: str | None,
-    telemetry_options: TelemetryOptions,
+    telemetry_options: nsysaudit.TelemetryOptions,
     out: str | None,
     force: bool,
     max_pairs: int,
 ) -> None:
     """Analyze one export (.sqlite) or report (.nsys-rep); with --out, also write it sealed."""
     sealed = None
-    if out is not None and max_pairs != DEFAULT_MAX_PAIRS:
+    if out is not None and max_pairs != nsysaudit.DEFAULT_MAX_PAIRS:
         raise BadOption("--max-pairs cannot be combined with --out: a sealed report is verified with the default")
     if out is not None:
-        sealed = seal.seal_analysis(
+        sealed = nsysaudit.seal_analysis(
             path,
             out,
             telemetry=telemetry,
@@ -254,7 +240,7 @@ def analyze_cmd(
         )
         result = sealed.results["arm"]
     else:
-        result = analyze(
+        result = nsysaudit.analyze(
             path,
             nsys_path=nsys_path,
             library_domains=library_domains,
@@ -267,11 +253,14 @@ def analyze_cmd(
     with printing() as stdout:
         if as_json:
             sys.stdout.flush()
-            result.write_json(cast(BinaryIO, stdout))  # streamed: a large export's document is never held whole
-            stdout.write(b"\n")
+            if sealed is not None:  # the sealed report.json, as compare --json prints it
+                stdout.write(render.indented(sealed.document))
+            else:  # streamed: a large export's document is never held whole
+                render.write_analysis(result, cast(BinaryIO, stdout))
+                stdout.write(b"\n")
             stdout.flush()
         else:
-            print_analysis(result, Console(highlight=False))
+            render.show(render.analysis_renderable(result))
         if sealed is not None:
             echo_seal(sealed, as_json)
 
@@ -302,7 +291,7 @@ def compare_cmd(
     as_json: bool,
     nsys_path: str | None,
     library_domains: Sequence[str],
-    telemetry_options: TelemetryOptions,
+    telemetry_options: nsysaudit.TelemetryOptions,
 ) -> None:
     """Compare an OBSERVE arm with a RELEASE arm and write the comparison sealed into DIR.
 
@@ -310,7 +299,7 @@ def compare_cmd(
     seal: the SHA-256 of DIR/tagmanifest-sha256.txt, which pins every file of DIR: the one line a
     reviewer quotes.
     """
-    sealed = seal.seal_compare(
+    sealed = nsysaudit.seal_compare(
         observe,
         release,
         out,
@@ -326,9 +315,9 @@ def compare_cmd(
         echo_telemetry_warnings(result)
     with printing():
         if as_json:
-            click.echo(seal.canonical_json(sealed.document).decode("utf-8"), nl=False)
+            click.echo(render.indented(sealed.document).decode("utf-8"), nl=False)
         else:
-            Console(highlight=False).print(comparison_renderable(sealed.document))
+            render.show(render.comparison_renderable(sealed.document))
         echo_seal(sealed, as_json)
 
 
@@ -358,10 +347,10 @@ def verify_cmd(
     if more_inputs and not inputs:
         raise click.UsageError(f"unexpected argument {more_inputs[0]!r} (inputs go after --inputs)")
     given = [*inputs, *more_inputs]
-    checked = seal.verify(directory, given or None, nsys_path=nsys_path, expected_seal=expected_seal)
+    checked = nsysaudit.verify(directory, given or None, nsys_path=nsys_path, expected_seal=expected_seal)
     with printing():
-        Console(highlight=False).print(
-            verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun)
+        render.show(
+            render.verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun)
         )
         click.echo(f"seal: sha256:{checked.seal}")
 
@@ -375,20 +364,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     quietly with 141, as if killed by SIGPIPE, the exit status ``head`` users expect.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
+    state: dict[str, Any] = {"debug": False}  # the group's --debug, set once click has parsed it
     if sys.stdout is None:  # started with stdout closed (>&-): nothing could be shown
         return _error("standard output is closed; nothing was done (redirect it, e.g. > report.txt)", 2)
     try:
-        cli.main(args=args, prog_name="nsysaudit", standalone_mode=False)
+        cli.main(args=args, prog_name="nsysaudit", standalone_mode=False, obj=state)
         with printing():  # what Python still buffers is written here, not at interpreter exit
             pass
     except OutputFailed as exc:
         _detach_stdout()
-        if debug:
+        if state["debug"]:
             raise
         return 141 if exc.broken_pipe else _error(str(exc), exc.exit_code)
     except NsysAuditError as exc:
-        if debug:
+        if state["debug"]:
             raise
         return _error(str(exc), exc.exit_code)
     except click.exceptions.Abort:
@@ -401,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except OSError as exc:  # the environment failed somewhere no NsysAuditError names it
-        if debug:
+        if state["debug"]:
             raise
         where = exc.filename if exc.filename is not None else "nsysaudit"
         return _error(f"{where}: {exc.strerror or exc}", 2)
@@ -409,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _error(message: str, code: int, *, prefix: str = "nsysaudit: error: ") -> int:
-    click.echo(escape(prefix + message), err=True)
+    click.echo(render.escape(prefix + message), err=True)
     return code
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from typing import TypedDict
 
 
 class NsysAuditError(Exception):
@@ -61,3 +62,16 @@ class CheckFailed(NsysAuditError):
     """A check the user asked for did not pass (for example ``verify`` found a changed file)."""
 
     exit_code = 1
+
+
+class Warning(TypedDict):
+    """A problem found in the evidence that the analysis survived: ``kind``, how many, and what it means."""
+
+    kind: str
+    count: int
+    message: str
+
+
+def warning(kind: str, count: int, message: str) -> Warning:
+    """One entry of a report's ``warnings`` (a value: steps return them, nobody appends to a shared list)."""
+    return {"kind": kind, "count": int(count), "message": message}

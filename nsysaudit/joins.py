@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from nsysaudit.read.scan import closed_library_calls
-from nsysaudit.read.trace import decode_pid, decode_tid, global_pid
+from nsysaudit.ids import decode_pid, decode_tid, global_pid
+from nsysaudit.intervals import closed_library_calls
 
 PAIR_SCHEMA = {
     "lib_id": pl.Int64,

@@ -21,16 +21,3 @@ class Progress(Protocol):
 
     def finish(self) -> None:
         """The current step is over."""
-
-
-class NoProgress:
-    """The default: says nothing."""
-
-    def start(self, label: str, total: int | None) -> None:
-        return None
-
-    def advance(self, amount: int) -> None:
-        return None
-
-    def finish(self) -> None:
-        return None

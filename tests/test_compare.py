@@ -13,9 +13,9 @@ from conftest import H200
 from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_three_allocations
 
 import nsysaudit
+from nsysaudit.render.json import indented as canonical_json
 from nsysaudit.render.markdown import comparison_markdown, md
 from nsysaudit.reports.compare import FEW_LIBRARY_CALLS, compare_results
-from nsysaudit.seal.core import canonical_json
 
 MakeExport = Callable[..., Path]
 

@@ -36,7 +36,7 @@ from nsysaudit.cli import main
 from nsysaudit.errors import UnusableInput
 from nsysaudit.joins import count_pairs, nest
 from nsysaudit.read.source import check_sqlite_file
-from nsysaudit.render.terminal import print_analysis
+from nsysaudit.render.terminal import analysis_renderable
 
 REAL_EXPORTS = sorted([*H200.glob("*.sqlite"), *PUBLIC.glob("*.sqlite")])
 OBSERVE = H200 / "observe.sqlite"
@@ -788,7 +788,7 @@ def test_trace_text_in_a_colour_terminal(make_export) -> None:
     """Through a colour terminal console, rich's own styles are the only escape sequences."""
     result = nsysaudit.analyze(make_export(hostile_export(HOSTILE_TEXT["ansi"] + HOSTILE_TEXT["markup"])))
     buffer = io.StringIO()
-    print_analysis(result, Console(file=buffer, force_terminal=True, color_system="truecolor", width=120))
+    Console(file=buffer, force_terminal=True, color_system="truecolor", width=120).print(analysis_renderable(result))
     sequences = set(re.findall(r"\x1b[^a-zA-Z]*[a-zA-Z]", buffer.getvalue()))
     assert sequences and all(s.startswith("\x1b[") and s.endswith("m") for s in sequences), sequences
     assert "\x1b[2J" not in buffer.getvalue() and "\x1b]8;;https://evil" not in buffer.getvalue()

@@ -63,14 +63,14 @@ def brute_force_selected(path: Path) -> set[tuple[int, int, int, int]]:
     return out
 
 
-def selected(path: Path, **kw: object) -> tuple[scan.RuntimeScan, pl.DataFrame]:
+def selected(path: Path, **kw: object) -> tuple[scan.CudaApiScan, pl.DataFrame]:
     export = probe(path)
     try:
         trace = load(export)
         table = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
         assert table is not None
         ids = pl.Series("id", [r[0] for r in export.conn.execute("SELECT id FROM StringIds")], dtype=pl.Int64)
-        result = scan.scan_runtime(export.conn, path, table.name, table.columns, trace.library_calls, ids, **kw)  # type: ignore[arg-type]
+        result = scan.scan_cuda_api(export.conn, path, table.name, table.columns, trace.library_calls, ids, **kw)  # type: ignore[arg-type]
         return result, trace.library_calls
     finally:
         export.close()

@@ -20,6 +20,7 @@ from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, pr
 
 from nsysaudit.cli import main
 from nsysaudit.errors import CheckFailed, OutputNotWritable, UnusableInput
+from nsysaudit.render.json import indented
 from nsysaudit.seal import core as seal
 
 FILES = [
@@ -114,7 +115,7 @@ def test_manifest_is_sha256sum_format_and_checks_inside_the_folder(sealed_real: 
 def test_report_json_is_canonical_and_has_no_paths_or_time(sealed_real: Path) -> None:
     raw = (sealed_real / "report.json").read_bytes()
     doc = json.loads(raw)
-    assert seal.canonical_json(doc) == raw
+    assert indented(doc) == raw
     assert doc["format"] == "nsysaudit.compare/1"
     for name in FILES:
         text = (sealed_real / name).read_text()
@@ -371,9 +372,11 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
         capsys, "verify", out, "--inputs", H200 / "observe.sqlite", H200 / "observe.telemetry.jsonl"
     )
     assert code == 0 and "byte-identical" in stdout, err
-    # --json keeps analyze's own JSON on stdout; the seal goes to stderr.
+    # With --out, --json prints the sealed report.json, byte for byte, as compare --json does; the
+    # seal goes to stderr.
     code, stdout, err = run(capsys, "analyze", H200 / "observe.sqlite", "--out", out, "--force", "--json")
-    assert code == 0 and json.loads(stdout)["verdict"] == "inconclusive"
+    assert code == 0 and stdout.encode() == (out / "report.json").read_bytes()
+    assert json.loads(stdout)["verdict"] == "inconclusive"
     assert err.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
 
 
@@ -413,7 +416,7 @@ def printed_seal(bag: Path) -> str:
 def edit_metadata(bag: Path, change: Callable[[dict[str, Any]], object]) -> None:
     meta = json.loads((bag / "metadata.json").read_text())
     change(meta)
-    (bag / "metadata.json").write_bytes(seal.canonical_json(meta))
+    (bag / "metadata.json").write_bytes(indented(meta))
 
 
 def test_the_seal_fails_after_a_consistent_edit_of_metadata(capsys, bag: Path) -> None:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import polars as pl
 
+from nsysaudit.ids import decode_pid, decode_tid
 from nsysaudit.read.telemetry import (
     ClockKind,
     Edge,
@@ -40,7 +41,6 @@ from nsysaudit.read.telemetry import (
     default_edge,
     default_range_name,
 )
-from nsysaudit.read.trace import decode_pid, decode_tid
 
 Method = Literal["utc", "anchors"]
 AnchorRule = Literal["default", "configured"]

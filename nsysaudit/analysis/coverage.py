@@ -35,10 +35,13 @@ often initialize CUDA themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import polars as pl
 
+from nsysaudit.ids import global_pid
 from nsysaudit.read.diagnostics import CUDA_GAPS, Capture
+from nsysaudit.read.trace import Trace
 
 # Reasons a call is censored, most telling first (the order of ``censored_reasons``).
 REASONS = (
@@ -82,29 +85,31 @@ def cuda_gaps(diagnostics: pl.DataFrame, process_gpids: Iterable[int]) -> pl.Dat
 
 def censor(
     library_calls: pl.DataFrame,
-    api_span: pl.DataFrame,
+    cuda_api_span: pl.DataFrame,
     *,
-    has_runtime: bool,
+    has_cuda_api: bool,
     capture: Capture,
     diagnostics: pl.DataFrame,
     process_gpids: Iterable[int] = (),
 ) -> pl.DataFrame:
     """Add ``coverage``, ``censored_reason``, ``censored_reasons``, ``coverage_evidence``,
-    ``end_known``, ``api_first_ns`` and ``api_last_ns`` to each library call (see the module docstring).
+    ``end_known``, ``cuda_api_first_ns`` and ``cuda_api_last_ns`` to each library call (see the module docstring).
 
     ``process_gpids``: every process the export knows (PROCESSES, the CUDA API trace): a message
     naming one of them applies to it alone, any other message to the whole session.
     """
-    spans = api_span.select("gpid", pl.col("first_ns").alias("api_first_ns"), pl.col("last_ns").alias("api_last_ns"))
+    spans = cuda_api_span.select(
+        "gpid", pl.col("first_ns").alias("cuda_api_first_ns"), pl.col("last_ns").alias("cuda_api_last_ns")
+    )
     gpids = library_calls.select(_global_pid(pl.col("gtid")).alias("gpid"))["gpid"].drop_nulls().to_list()
-    gaps = cuda_gaps(diagnostics, {*gpids, *api_span["gpid"].drop_nulls().to_list(), *process_gpids})
+    gaps = cuda_gaps(diagnostics, {*gpids, *cuda_api_span["gpid"].drop_nulls().to_list(), *process_gpids})
     out = (
         library_calls.with_columns(_global_pid(pl.col("gtid")).alias("gpid"))
         .join(spans, on="gpid", how="left")
         .join(gaps, on="gpid", how="left")
         .with_columns(pl.col("degraded").fill_null(False), pl.col("events_missing").fill_null(False))
     )
-    start, end, last = pl.col("start_ns"), pl.col("end_ns"), pl.col("api_last_ns")
+    start, end, last = pl.col("start_ns"), pl.col("end_ns"), pl.col("cuda_api_last_ns")
     stop = pl.lit(capture.stop_ns, dtype=pl.Int64)
     cap_start = pl.lit(capture.start_ns, dtype=pl.Int64)
     # nsys's silence about lost events proves something only when it wrote its diagnostics.
@@ -114,7 +119,7 @@ def censor(
     ended_inside = stop.is_not_null() & (end >= stop)
     capture_went_on = pl.lit(confirmed) & stop.is_not_null() & (stop > end)
     flags = {
-        "no_cuda_api_trace": pl.lit(not has_runtime),
+        "no_cuda_api_trace": pl.lit(not has_cuda_api),
         "library_call_has_no_end": end.is_null(),
         "library_call_has_no_start": start.is_null(),
         "library_call_reversed": end < start,
@@ -132,7 +137,7 @@ def censor(
     reasons = pl.concat_list(
         [pl.when(flag.fill_null(False)).then(pl.lit(name)).otherwise(none) for name, flag in flags.items()]
     ).list.drop_nulls()
-    if not has_runtime:
+    if not has_cuda_api:
         reasons = pl.lit(["no_cuda_api_trace"], dtype=pl.List(pl.String))
     evidence = (
         pl.when(pl.col("censored_reasons").list.len() > 0)
@@ -155,4 +160,40 @@ def censor(
         )
         .drop("gpid", "degraded", "events_missing")
         .sort("lib_id")
+    )
+
+
+def by_source(trace: Trace, cuda_api_span: pl.DataFrame) -> list[dict[str, Any]]:
+    """First/last timestamp and row count per trace source and process."""
+
+    def rows(source: str, frame: pl.DataFrame) -> list[dict[str, Any]]:
+        return [
+            {
+                "source": source,
+                "pid": (r["gpid"] >> 24) & 0xFFFFFF if r["gpid"] is not None else None,
+                "global_pid": r["gpid"],
+                "first_ns": r["first_ns"],
+                "last_ns": r["last_ns"],
+                "rows": r["rows"],
+            }
+            for r in frame.sort("gpid", nulls_last=True).to_dicts()
+        ]
+
+    def span(frame: pl.DataFrame) -> pl.DataFrame:
+        return (
+            frame.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+            .group_by("gpid")
+            .agg(
+                pl.col("start_ns").min().alias("first_ns"),
+                pl.max_horizontal(pl.col("end_ns").max(), pl.col("start_ns").max()).alias("last_ns"),
+                pl.len().cast(pl.Int64).alias("rows"),
+            )
+        )
+
+    nvtx = trace.nvtx_ranges
+    return (
+        rows("cuda_api", cuda_api_span)
+        + rows("nvtx", span(nvtx))
+        + rows("library_calls", span(trace.library_calls))
+        + rows("memory_events", trace.memory_span)
     )

@@ -29,8 +29,9 @@ from nsysaudit.codes import (
     is_stream_wait,
     return_class,
 )
+from nsysaudit.intervals import overlaps
 from nsysaudit.joins import count_pairs
-from nsysaudit.read.scan import union_windows
+from nsysaudit.read.trace import Trace
 
 CALL_COLUMNS = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
 REGION_SCHEMA: dict[str, Any] = {
@@ -108,10 +109,10 @@ def _edge(call: dict[str, Any]) -> tuple[Any, ...]:
     return call["api"], call["start_ns"], call["end_ns"], call["correlation_id"]
 
 
-def failed_waits(api_rows: pl.DataFrame) -> pl.DataFrame:
-    """Failed stream waits on an event (classified rows of ``api_rows``)."""
-    waits = _names(api_rows, is_stream_wait)
-    return api_rows.filter(pl.col("api").is_in(waits) & is_failure() & pl.col("start_ns").is_not_null())
+def failed_waits(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
+    """Failed stream waits on an event (classified rows of ``cuda_api_rows``)."""
+    waits = _names(cuda_api_rows, is_stream_wait)
+    return cuda_api_rows.filter(pl.col("api").is_in(waits) & is_failure() & pl.col("start_ns").is_not_null())
 
 
 def regions_before_waits(regions: pl.DataFrame, waits: pl.DataFrame) -> pl.DataFrame:
@@ -281,27 +282,8 @@ FAILED_CALL_SCHEMA: dict[str, Any] = {
 }
 
 
-def overlaps(calls: pl.DataFrame, library_calls: pl.DataFrame) -> pl.Series:
-    """Per row of ``calls``: does it overlap one of ``library_calls`` on its thread? (O(n log n))."""
-    windows = union_windows(library_calls)
-    if windows.height == 0 or calls.height == 0:
-        return pl.Series("overlaps", [False] * calls.height, dtype=pl.Boolean)
-    keyed = calls.select("gtid", "start_ns", "end_ns").with_row_index("_row")
-    timed = keyed.filter(
-        pl.col("gtid").is_not_null() & pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
-    )
-    hit = (
-        timed.sort("end_ns")
-        .join_asof(
-            windows, left_on="end_ns", right_on="w_start", by="gtid", strategy="backward", check_sortedness=False
-        )
-        .filter(pl.col("w_end") >= pl.col("start_ns"))["_row"]
-    )
-    return keyed.select(pl.col("_row").is_in(hit.implode()).alias("overlaps"))["overlaps"]
-
-
 def failed_calls(
-    api_rows: pl.DataFrame,
+    cuda_api_rows: pl.DataFrame,
     explained: pl.DataFrame,
     straddling: pl.DataFrame,
     nvtx_ranges: pl.DataFrame,
@@ -315,7 +297,7 @@ def failed_calls(
     that cross a library call's edge; ``unexamined``: library calls a pair limit left unexamined
     (a failure overlapping one of them may be nested in it: ``library_call_unexamined``).
     """
-    rows = classify_returns(api_rows).filter(is_failure())
+    rows = classify_returns(cuda_api_rows).filter(is_failure())
     rows = rows.join(explained.select(CALL_COLUMNS).unique(), on=CALL_COLUMNS, how="anti", nulls_equal=True)
     if rows.height == 0:
         return pl.DataFrame(schema=FAILED_CALL_SCHEMA), True
@@ -346,3 +328,12 @@ def failed_calls(
         .sort("first_ns", "gtid", "api", "return_code", nulls_last=True)
     )
     return grouped.select(list(FAILED_CALL_SCHEMA)).cast(FAILED_CALL_SCHEMA), attributed  # type: ignore[arg-type]
+
+
+def regions_needing_records(trace: Trace) -> pl.DataFrame:
+    """The capture regions a failed stream wait of their process follows: only their event records
+    are read (one query, :func:`nsysaudit.read.trace.event_records_in`), and only when there are any."""
+    if trace.cuda_api_table is None or trace.capture_calls.height == 0:
+        return capture_regions(trace.capture_calls).clear()
+    regions = capture_regions(trace.capture_calls)
+    return regions_before_waits(regions, failed_waits(classify_returns(trace.cuda_api_rows)))

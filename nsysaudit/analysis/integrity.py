@@ -13,14 +13,14 @@ Everything here works on the frames already read (:class:`~nsysaudit.read.trace.
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
 from nsysaudit.codes import is_allocation_api
+from nsysaudit.errors import Warning, warning
+from nsysaudit.ids import global_pid
+from nsysaudit.intervals import union_windows
 from nsysaudit.joins import Nesting, closed_libs
-from nsysaudit.read.scan import union_windows
-from nsysaudit.read.trace import Trace, global_pid
+from nsysaudit.read.trace import Trace
 
 UNDECIDED_REASONS = {
     "no_thread": "no globalTid, so it cannot be placed on a thread",
@@ -32,13 +32,13 @@ UNDECIDED_REASONS = {
 }
 
 
-def joinable_calls(api_rows: pl.DataFrame) -> pl.DataFrame:
+def joinable_calls(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
     """The CUDA API rows whose thread and times can be used for nesting.
 
     A row without globalTid, start or end, or whose end is before its start, is left out: its
     nesting is unknown, not "not nested" (:func:`review` counts what that could hide).
     """
-    return api_rows.filter(
+    return cuda_api_rows.filter(
         pl.col("gtid").is_not_null()
         & pl.col("start_ns").is_not_null()
         & pl.col("end_ns").is_not_null()
@@ -91,7 +91,7 @@ def _time_unknown(rows: pl.DataFrame, library_calls: pl.DataFrame) -> pl.DataFra
 
 
 def undecided_calls(
-    api_rows: pl.DataFrame, library_calls: pl.DataFrame, pairs: pl.DataFrame, nvtx_ranges: pl.DataFrame
+    cuda_api_rows: pl.DataFrame, library_calls: pl.DataFrame, pairs: pl.DataFrame, nvtx_ranges: pl.DataFrame
 ) -> pl.DataFrame:
     """CUDA API rows that could be a nested allocation failure the joins cannot confirm or refute.
 
@@ -99,7 +99,7 @@ def undecided_calls(
     call and reason; ``reason`` is a key of :data:`UNDECIDED_REASONS`).
     """
     cols = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
-    suspects = api_rows.filter(_could_fail() & _allocation_or_unknown(api_rows)).select(cols)
+    suspects = cuda_api_rows.filter(_could_fail() & _allocation_or_unknown(cuda_api_rows)).select(cols)
     parts: list[pl.DataFrame] = []
     if closed_libs(library_calls).height:
         parts.append(suspects.filter(pl.col("gtid").is_null()).with_columns(pl.lit("no_thread").alias("reason")))
@@ -125,7 +125,8 @@ def undecided_calls(
         )
     parts = [p for p in parts if p.height]
     if not parts:
-        return pl.DataFrame(schema={**dict(zip(cols, api_rows.select(cols).dtypes, strict=True)), "reason": pl.String})
+        schema = dict(zip(cols, cuda_api_rows.select(cols).dtypes, strict=True))
+        return pl.DataFrame(schema={**schema, "reason": pl.String})
     return pl.concat(parts).unique(maintain_order=True)
 
 
@@ -139,10 +140,10 @@ def _unknown_domain_ranges(nvtx_ranges: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def duplicate_correlations(api_rows: pl.DataFrame) -> pl.DataFrame:
-    """``gpid, correlation_id, rows`` for correlation ids shared by several of ``api_rows`` in one process."""
+def duplicate_correlations(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
+    """``gpid, correlation_id, rows`` for correlation ids shared by several of ``cuda_api_rows`` in one process."""
     return (
-        api_rows.filter(pl.col("gtid").is_not_null() & pl.col("correlation_id").is_not_null())
+        cuda_api_rows.filter(pl.col("gtid").is_not_null() & pl.col("correlation_id").is_not_null())
         .group_by(global_pid(pl.col("gtid")).alias("gpid"), "correlation_id")
         .agg(pl.len().cast(pl.Int64).alias("rows"))
         .filter(pl.col("rows") > 1)
@@ -161,16 +162,21 @@ def _unsafe_bytes(pairs: pl.DataFrame, duplicates: pl.DataFrame) -> pl.Expr:
     return pl.col("bytes").is_not_null() & (key.is_in(dup_keys.implode()) | failed_alloc.fill_null(False))
 
 
-def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
-    """Check what the joins used; return ``pairs`` without unattributable bytes, and verdict reasons.
+def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str], list[Warning]]:
+    """Check what the joins used; return ``pairs`` without unattributable bytes, verdict reasons and warnings.
 
-    Warnings are appended to ``trace.warnings``. The returned reasons are non-empty when some row
-    could hide a nested allocation failure: the verdict is then ``inconclusive``, not ``no_failure``.
+    The reasons are non-empty when some row could hide a nested allocation failure: the verdict is
+    then ``inconclusive``, not ``no_failure``.
     """
     reasons: list[str] = []
-    duplicates = duplicate_correlations(trace.api_rows)
+    said: list[Warning] = []
+
+    def warn(kind: str, count: int, message: str) -> None:
+        said.append(warning(kind, count, message))
+
+    duplicates = duplicate_correlations(trace.cuda_api_rows)
     if duplicates.height:
-        trace.warn(
+        warn(
             "duplicate_correlation_id",
             int(duplicates["rows"].sum()),
             f"CUDA API rows sharing a correlation id with another row of the same process "
@@ -181,7 +187,7 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
     # counts them all, read or not): the event cannot be attributed to one call.
     shared = trace.shared_alloc_ids.join(duplicates, on=["gpid", "correlation_id"], how="anti")
     if shared.height:
-        trace.warn(
+        warn(
             "allocation_correlation_shared",
             shared.height,
             "allocation events whose correlation id several CUDA API rows of the process carry (including "
@@ -197,22 +203,15 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             trace.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
         )
         if failed_with_event.height:
-            trace.warn(
+            warn(
                 "allocation_event_for_failed_call",
                 failed_with_event.select("gtid", "correlation_id").unique().height,
                 "failed allocation calls whose correlation id has an allocation event (a failed allocation "
                 "allocates nothing, so the event is another call's): their bytes are unknown (null)",
             )
-    if trace.export.text.invalid:
-        trace.warn(
-            "invalid_utf8_text",
-            trace.export.text.invalid,
-            "text values (names, NVTX strings, metadata) that are not valid UTF-8: shown with U+FFFD "
-            "replacement characters where the bytes could not be decoded",
-        )
     no_start = trace.library_calls.filter(pl.col("start_ns").is_null()).height
     if no_start:
-        trace.warn(
+        warn(
             "library_call_without_start",
             no_start,
             "library calls with no start timestamp (a NULL in a NOT NULL column): nesting cannot be checked, "
@@ -220,18 +219,18 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
         )
     unknown_domain = _unknown_domain_ranges(trace.nvtx_ranges)
     if unknown_domain.height:
-        trace.warn(
+        warn(
             "unknown_nvtx_domain",
             unknown_domain.height,
             "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
             "StringIds): they are not recognised as library calls",
         )
-    undecided = undecided_calls(trace.api_rows, trace.library_calls, pairs, trace.nvtx_ranges)
+    undecided = undecided_calls(trace.cuda_api_rows, trace.library_calls, pairs, trace.nvtx_ranges)
     if undecided.height:
         by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
         detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())
         calls = undecided.select("gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code").unique().height
-        trace.warn(
+        warn(
             "undecided_calls",
             calls,
             f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
@@ -242,13 +241,13 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
             "not say (damaged name, return code, time or thread; see warnings), so a nested failure cannot be "
             "ruled out"
         )
-    return pairs, reasons
+    return pairs, reasons, said
 
 
-def limit_review(trace: Trace, nesting: Nesting) -> list[str]:
-    """Warn when the pair limit was hit; verdict reasons when it could hide a finding."""
+def limit_review(nesting: Nesting) -> tuple[list[str], list[Warning]]:
+    """A warning when the pair limit was hit; verdict reasons when it could hide a finding."""
     if nesting.complete:
-        return []
+        return [], []
     message = (
         f"{nesting.total_pairs:,} (library call, CUDA API call) pairs overlap, more than the limit of "
         f"{nesting.max_pairs:,} (--max-pairs): successful calls are not listed as library call children "
@@ -259,18 +258,10 @@ def limit_review(trace: Trace, nesting: Nesting) -> list[str]:
             f", except in {len(nesting.unexamined):,} library call(s) past the limit whose failed calls were not "
             "examined"
         )
-    trace.warn("pair_limit", nesting.total_pairs, message)
+    said = [warning("pair_limit", nesting.total_pairs, message)]
     if not nesting.unexamined:
-        return []
+        return [], said
     return [
         f"{len(nesting.unexamined):,} library call(s) hold failed calls that were not examined (the pair limit "
         f"--max-pairs {nesting.max_pairs:,} was reached), so a nested failure in them cannot be ruled out"
-    ]
-
-
-def summary(warnings: list[dict[str, Any]]) -> dict[str, int]:
-    """``kind -> count`` of a warnings list (for tests and notebooks)."""
-    out: dict[str, int] = {}
-    for w in warnings:
-        out[str(w["kind"])] = out.get(str(w["kind"]), 0) + int(w["count"])
-    return out
+    ], said

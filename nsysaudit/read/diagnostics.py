@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import polars as pl
 
+from nsysaudit.errors import Warning
 from nsysaudit.read.source import ExportFile
 
 Category = Literal[
@@ -156,13 +157,13 @@ def _enum(export: ExportFile, table: str) -> dict[int, str]:
     return out
 
 
-def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[dict[str, Any]]]:
+def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[Warning]]:
     """DIAGNOSTIC_EVENT rows (classified), the capture's bounds, and warnings about reading them.
 
     Rows whose timestamp or text is not usable (wrong type, NULL) are counted in a warning and left
     out; they never decide a bound.
     """
-    warnings: list[dict[str, Any]] = []
+    warnings: list[Warning] = []
     table = export.table("DIAGNOSTIC_EVENT")
     rows: list[tuple[Any, ...]] = []
     if table is not None and table.has("timestamp", "text"):

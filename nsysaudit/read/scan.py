@@ -28,6 +28,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysaudit.intervals import union_windows
 from nsysaudit.progress import Progress
 from nsysaudit.read.source import readonly_uri
 
@@ -48,7 +49,7 @@ PROBLEMS = ("null_start", "null_end", "null_return", "null_gtid", "null_name_id"
 
 
 @dataclass
-class RuntimeScan:
+class CudaApiScan:
     """What one pass over the CUDA API table found.
 
     ``span``: per globalPid, ``first_ns, last_ns, rows`` (gpid null for rows without globalTid).
@@ -71,38 +72,6 @@ class RuntimeScan:
     alloc_rows: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
 
 
-def closed_library_calls(library_calls: pl.DataFrame) -> pl.DataFrame:
-    """The library calls the joins can use: on a known thread, with a start and an end, end >= start.
-
-    The others (no end, no start, reversed, no thread) contain nothing that can be checked; they
-    are censored (see :func:`nsysaudit.joins.censor`), never joined.
-    """
-    return library_calls.filter(
-        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
-    )
-
-
-def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
-    """Per thread, the union of library-call intervals as disjoint sorted windows.
-
-    Columns ``gtid, w_start, w_end``. A CUDA API call overlaps some library call of its thread
-    iff it overlaps one of these windows; disjointness makes that an as-of lookup.
-    """
-    closed = closed_library_calls(library_calls).select("gtid", "start_ns", "end_ns")
-    if closed.height == 0:
-        return pl.DataFrame(schema={"gtid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64})
-    ordered = closed.sort(["gtid", "start_ns"])
-    reach = pl.col("end_ns").cum_max().over("gtid")
-    starts_new = (pl.col("start_ns") > reach.shift(1).over("gtid")).fill_null(True)
-    return (
-        ordered.with_columns(starts_new.cast(pl.Int64).cum_sum().over("gtid").alias("window"))
-        .group_by(["gtid", "window"])
-        .agg(pl.col("start_ns").min().alias("w_start"), pl.col("end_ns").max().alias("w_end"))
-        .select("gtid", "w_start", "w_end")
-        .sort(["gtid", "w_start"])
-    )
-
-
 @dataclass(frozen=True)
 class _Reduced:
     span: pl.DataFrame
@@ -120,7 +89,7 @@ def _reduce(
     alloc_keys: pl.DataFrame | None = None,
 ) -> _Reduced:
     """Reduce one batch: its per-process span, selected rows, integrity counts, marked rows and
-    the rows carrying an allocation event's correlation id (see :class:`RuntimeScan`)."""
+    the rows carrying an allocation event's correlation id (see :class:`CudaApiScan`)."""
     gpid = pl.col("gtid") - (pl.col("gtid") % (1 << 24))
     span = batch.group_by(gpid.alias("gpid")).agg(
         pl.col("start_ns").min().alias("first_ns"),
@@ -251,7 +220,7 @@ def _sqlite_batches(path: Path, sql: str, lo: int, hi: int, mismatches: list[int
         conn.close()
 
 
-def scan_runtime(
+def scan_cuda_api(
     conn: sqlite3.Connection,
     path: Path,
     table: str,
@@ -263,7 +232,7 @@ def scan_runtime(
     progress: Progress | None = None,
     marked_name_ids: pl.Series | None = None,
     alloc_keys: pl.DataFrame | None = None,
-) -> RuntimeScan:
+) -> CudaApiScan:
     """Stream the CUDA API table once and reduce it (see the module docstring)."""
     present = {
         c: _quote(c) if c in columns else "NULL"
@@ -281,7 +250,7 @@ def scan_runtime(
         (hi,) = conn.execute(f"SELECT max({rowid}) FROM {_quote(table)}").fetchone()
     windows = union_windows(library_calls)
     if not total:
-        return RuntimeScan(
+        return CudaApiScan(
             0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
         )
     n_workers = workers or (min(os.cpu_count() or 1, 4) if total >= PARALLEL_MIN_ROWS else 1)
@@ -348,4 +317,4 @@ def scan_runtime(
         if alloc_parts
         else pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
     )
-    return RuntimeScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows)
+    return CudaApiScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows)

@@ -7,8 +7,6 @@ columns does it have?" and "which nsys/schema version wrote it?" by looking at t
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
 import sqlite3
 import stat
@@ -18,7 +16,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from nsysaudit.errors import UnusableInput
+from nsysaudit.errors import UnusableInput, Warning, warning
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
@@ -31,15 +29,6 @@ RUNTIME_COLUMNS = ("start", "end", "globalTid", "nameId", "returnValue")
 # A versioned table name: BASE_V<n>, n an ASCII number without a leading zero (re.ASCII: no other digits).
 _VARIANT = re.compile(r"(.+)_V([1-9][0-9]*)", re.ASCII)
 SCHEMA_NOT_UTF8 = "damaged SQLite schema: its text is not valid UTF-8 (a changed byte?); not a usable nsys export"
-
-
-def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
-    """SHA-256 of a file's bytes, read in chunks (multi-GB exports stay out of memory)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -115,7 +104,7 @@ def check_sqlite_file(path: Path) -> SqliteHeader:
 SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
 
 
-def check_side_files(path: Path, header: SqliteHeader) -> list[dict[str, object]]:
+def check_side_files(path: Path, header: SqliteHeader) -> list[Warning]:
     """Refuse exports whose content is partly in a journal beside them; say which side files are ignored.
 
     SQLite itself would read (and write) files beside the evidence: a ``-wal`` (even beside a
@@ -133,7 +122,7 @@ def check_side_files(path: Path, header: SqliteHeader) -> list[dict[str, object]
       ignored, and the returned warnings say so.
     """
     journal = "-wal" if header.wal else "-journal"
-    warnings: list[dict[str, object]] = []
+    warnings: list[Warning] = []
     for suffix in SIDE_SUFFIXES:
         side = path.with_name(path.name + suffix)
         try:
@@ -258,11 +247,12 @@ class ExportFile:
     conn: sqlite3.Connection
     tables: dict[str, Table]
     meta: dict[str, str]
-    warnings: list[dict[str, object]] = field(default_factory=list)
+    warnings: list[Warning] = field(default_factory=list)
     # The read-only URI ``conn`` was opened with: other readers of the same file must use it.
     uri: str = ""
     text: TextDecoder = field(default_factory=TextDecoder)
-    _ambiguous: set[str] = field(default_factory=set, repr=False)  # bases already warned about
+    # base name -> its tables, lowest version first (see table_versions); built once by probe().
+    versions: dict[str, tuple[Table, ...]] = field(default_factory=dict)
 
     @property
     def nsys_version(self) -> str | None:
@@ -283,43 +273,50 @@ class ExportFile:
             return None
 
     def table(self, base: str) -> Table | None:
-        """The table for ``base``, accepting nsys's versioned variants (``NVTX_EVENTS_V2``).
-
-        A variant is ``base`` + ``_V`` + an ASCII version number (2, 3, ...: ``\\d`` would also
-        match other scripts' digits, such as the full-width two, U+FF12). When several of them exist
-        (the base table and a variant, or several variants) the highest version is read and an
-        ``ambiguous_table`` warning names them all and the one read (once per ``base``): one of
-        them may be a shadow copy made to hide rows. The choice is also in ``input.tables``.
-        """
-        found: list[tuple[int, Table]] = [(1, self.tables[base])] if base in self.tables else []
-        for name, table in self.tables.items():
-            match = _VARIANT.fullmatch(name)
-            if match and match.group(1) == base:
-                found.append((int(match.group(2)), table))
-        if not found:
-            return None
-        found.sort(key=lambda vt: vt[0])
-        best = found[-1][1]
-        if len(found) > 1 and base not in self._ambiguous:
-            self._ambiguous.add(base)
-            names = ", ".join(t.name for _, t in found)
-            self.warnings.append(
-                {
-                    "kind": "ambiguous_table",
-                    "count": len(found),
-                    "message": f"the export has {len(found)} tables for {base} ({names}): read {best.name}, "
-                    "the highest version; the others are not read",
-                }
-            )
-        return best
+        """The table for ``base``, accepting nsys's versioned variants (``NVTX_EVENTS_V2``): the highest
+        version when several exist (see :func:`table_versions`; the choice is in ``input.tables``)."""
+        found = self.versions.get(base)
+        return found[-1] if found else None
 
     @property
     def ambiguous_tables(self) -> frozenset[str]:
-        """The bases looked up so far that have several tables (the base and variants, or variants)."""
-        return frozenset(self._ambiguous)
+        """The bases that have several tables (the base and variants, or several variants)."""
+        return frozenset(base for base, found in self.versions.items() if len(found) > 1)
 
     def close(self) -> None:
         self.conn.close()
+
+
+def table_versions(tables: dict[str, Table]) -> dict[str, tuple[Table, ...]]:
+    """Every table under its base name, lowest version first: ``X`` is version 1, ``X_V2`` version 2.
+
+    A variant is ``base`` + ``_V`` + an ASCII version number without a leading zero (``\\d``
+    would also match other scripts' digits, such as the full-width two, U+FF12).
+    """
+    found: dict[str, list[tuple[int, Table]]] = {}
+    for name, table in tables.items():
+        match = _VARIANT.fullmatch(name)
+        base, version = (match.group(1), int(match.group(2))) if match else (name, 1)
+        found.setdefault(base, []).append((version, table))
+    return {base: tuple(t for _, t in sorted(v, key=lambda vt: vt[0])) for base, v in found.items()}
+
+
+def ambiguity_warnings(versions: dict[str, tuple[Table, ...]]) -> list[Warning]:
+    """One ``ambiguous_table`` warning per base with several tables: one of them may be a shadow copy
+    made to hide rows; the highest version is read."""
+    out: list[Warning] = []
+    for base, found in sorted(versions.items()):
+        if len(found) > 1:
+            names = ", ".join(t.name for t in found)
+            out.append(
+                warning(
+                    "ambiguous_table",
+                    len(found),
+                    f"the export has {len(found)} tables for {base} ({names}): read {found[-1].name}, "
+                    "the highest version; the others are not read",
+                )
+            )
+    return out
 
 
 def _quote(name: str) -> str:
@@ -347,6 +344,7 @@ def probe(path: Path) -> ExportFile:
             raise UnusableInput(path, f"SQLite cannot read its schema: {exc}") from None
         except UnicodeDecodeError:
             raise UnusableInput(path, SCHEMA_NOT_UTF8) from None
+        versions = table_versions(tables)
         meta_table = next((tables[t] for t in META_TABLES if t in tables), None)
         runtime = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
         # nsys 2020.3 and older write no metadata table at all; their CUDA tables are still
@@ -372,7 +370,14 @@ def probe(path: Path) -> ExportFile:
             except sqlite3.DatabaseError as exc:
                 raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
         export = ExportFile(
-            path=path, conn=conn, tables=tables, meta=meta, uri=readonly_uri(path), text=decoder, warnings=side_warnings
+            path=path,
+            conn=conn,
+            tables=tables,
+            meta=meta,
+            uri=readonly_uri(path),
+            text=decoder,
+            warnings=[*side_warnings, *ambiguity_warnings(versions)],
+            versions=versions,
         )
         major = export.schema_major
         if meta_table is None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nsysaudit.digests import sha256_file
 from nsysaudit.errors import BadOption, UnusableInput
-from nsysaudit.read.source import sha256_file
 
 ClockKind = Literal["monotonic", "realtime"]
 Edge = Literal["start", "end"]

@@ -17,13 +17,13 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.codes import is_capture_begin, is_capture_end, is_event_record
-from nsysaudit.errors import UnusableInput
+from nsysaudit.errors import UnusableInput, Warning, warning
+from nsysaudit.ids import global_pid
 from nsysaudit.progress import Progress
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
-from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_runtime
+from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.source import ExportFile, Table
 
-TID_MASK = 0xFFFFFF
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
 NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
@@ -80,21 +80,6 @@ def _fits(dtype: Any) -> Callable[[Any], bool]:
     return lambda v: type(v) is int and -(1 << 63) <= v < (1 << 63)
 
 
-def decode_pid(gtid: pl.Expr) -> pl.Expr:
-    """PID from a serialized globalTid/globalPid: ``(g >> 24) & 0xFFFFFF``."""
-    return (gtid // (1 << 24)) % (1 << 24)
-
-
-def decode_tid(gtid: pl.Expr) -> pl.Expr:
-    """TID from a serialized globalTid: ``g & 0xFFFFFF``."""
-    return gtid % (1 << 24)
-
-
-def global_pid(gtid: pl.Expr) -> pl.Expr:
-    """The globalPid part of a globalTid (VM and PID bits, TID bits cleared)."""
-    return gtid - (gtid % (1 << 24))
-
-
 CALL_SCHEMA = {
     "gtid": pl.Int64,
     "start_ns": pl.Int64,
@@ -112,9 +97,9 @@ class Trace:
 
     Frames (all timestamps are the export's own nanoseconds):
 
-    - ``api_total``: number of CUPTI_ACTIVITY_KIND_RUNTIME rows (runtime and driver calls).
-    - ``api_span``: per process ``gpid, first_ns, last_ns, rows`` of the CUDA API trace.
-    - ``api_rows``: the CUDA API rows that matter (``CALL_SCHEMA``): every non-zero or NULL return and
+    - ``cuda_api_total``: number of CUPTI_ACTIVITY_KIND_RUNTIME rows (runtime and driver calls).
+    - ``cuda_api_span``: per process ``gpid, first_ns, last_ns, rows`` of the CUDA API trace.
+    - ``cuda_api_rows``: the CUDA API rows that matter (``CALL_SCHEMA``): every non-zero or NULL return and
       every call overlapping a library call of its thread (``api`` null when the nameId has no
       StringIds row). Read in one streaming pass by :mod:`nsysaudit.read.scan`.
     - ``nvtx_ranges``: NVTX push/pop and start/end ranges:
@@ -138,11 +123,11 @@ class Trace:
     """
 
     export: ExportFile
-    has_runtime: bool
-    runtime_table: str | None
-    api_total: int
-    api_span: pl.DataFrame
-    api_rows: pl.DataFrame
+    has_cuda_api: bool
+    cuda_api_table: str | None
+    cuda_api_total: int
+    cuda_api_span: pl.DataFrame
+    cuda_api_rows: pl.DataFrame
     scan_engine: str
     nvtx_ranges: pl.DataFrame
     library_calls: pl.DataFrame
@@ -153,7 +138,7 @@ class Trace:
     session_start_utc_ns: int | None
     capture: dict[str, list[str]]
     tables_used: dict[str, str]
-    warnings: list[dict[str, Any]] = field(default_factory=list)
+    warnings: tuple[Warning, ...] = ()
     capture_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     diagnostics: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DIAGNOSTIC_SCHEMA))
     capture_bounds: Capture = NO_CAPTURE
@@ -163,19 +148,8 @@ class Trace:
     )
     shared_alloc_ids: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
 
-    def warn(self, kind: str, count: int, message: str) -> None:
-        self.warnings.append({"kind": kind, "count": int(count), "message": message})
 
 
-API_GROUP_SCHEMA = {
-    "gtid": pl.Int64,
-    "name_id": pl.Int64,
-    "api": pl.String,
-    "return_code": pl.Int64,
-    "count": pl.Int64,
-    "first_ns": pl.Int64,
-    "last_ns": pl.Int64,
-}
 NVTX_SCHEMA = {
     "gtid": pl.Int64,
     "start_ns": pl.Int64,
@@ -250,7 +224,7 @@ def load(
 def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None) -> Trace:
     conn, path = export.conn, export.path
     typed: Counter[str] = Counter()  # values of the wrong type read as NULL, per table
-    read_warnings: list[dict[str, Any]] = []
+    read_warnings: list[Warning] = []
     strings = export.table("StringIds")
     assert strings is not None  # probe() guarantees it
     _require(path, strings, "id", "value")
@@ -399,7 +373,7 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
     if runtime is not None:
         string_ids = pl.Series("id", [r[0] for r in conn.execute(f"SELECT id FROM {q(strings.name)}")], dtype=pl.Int64)
         marked_ids = _capture_name_ids(conn, strings.name)
-        scanned = scan_runtime(
+        scanned = scan_cuda_api(
             conn,
             path,
             runtime.name,
@@ -412,16 +386,16 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         )
         wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
         names = _string_values(conn, strings.name, wanted.to_list())
-        api_rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
+        cuda_api_rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
         capture_calls = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
-        api_total, api_span, scan_engine = scanned.total, scanned.span, scanned.engine
+        cuda_api_total, cuda_api_span, scan_engine = scanned.total, scanned.span, scanned.engine
         scan_problems, mismatched = scanned.problems, scanned.type_mismatch_rows
         shared_alloc_ids = scanned.alloc_rows.filter(pl.col("rows") > 1)
     else:
-        api_rows = pl.DataFrame(schema=CALL_SCHEMA)
+        cuda_api_rows = pl.DataFrame(schema=CALL_SCHEMA)
         capture_calls = pl.DataFrame(schema=CALL_SCHEMA)
         shared_alloc_ids = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
-        api_total, api_span, scan_engine = 0, pl.DataFrame(schema=SPAN_SCHEMA), "none"
+        cuda_api_total, cuda_api_span, scan_engine = 0, pl.DataFrame(schema=SPAN_SCHEMA), "none"
         scan_problems, mismatched = {}, 0
 
     # --- Names ----------------------------------------------------------------------------------
@@ -482,13 +456,42 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
 
     diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
 
-    trace = Trace(
+    for table_name, count in sorted(typed.items()):
+        read_warnings.append(
+            warning(
+                "type_mismatch",
+                count,
+                f"{table_name}: values whose type contradicts their column (text in an integer column, an integer "
+                "over 64 bits, a blob where text belongs): read as unknown (NULL), never converted",
+            )
+        )
+    if unsized:
+        read_warnings.append(
+            warning(
+                "allocation_size_unknown",
+                unsized,
+                f"{mem.name if mem is not None else 'memory'}: allocation events whose bytes are NULL or not an "
+                "integer (a NOT NULL integer column): the sizes of their calls are unknown (null), never a partial sum",
+            )
+        )
+    read_warnings += _cuda_api_warnings(runtime.name if runtime is not None else None, scan_problems, mismatched)
+    read_warnings += _integrity_warnings(library_calls, thread_names, allocations)
+    if export.text.invalid:  # counted by the connection's text decoder while the tables above were read
+        read_warnings.append(
+            warning(
+                "invalid_utf8_text",
+                export.text.invalid,
+                "text values (names, NVTX strings, metadata) that are not valid UTF-8: shown with U+FFFD "
+                "replacement characters where the bytes could not be decoded",
+            )
+        )
+    return Trace(
         export=export,
-        has_runtime=runtime is not None,
-        runtime_table=runtime.name if runtime is not None else None,
-        api_total=api_total,
-        api_span=api_span,
-        api_rows=api_rows,
+        has_cuda_api=runtime is not None,
+        cuda_api_table=runtime.name if runtime is not None else None,
+        cuda_api_total=cuda_api_total,
+        cuda_api_span=cuda_api_span,
+        cuda_api_rows=cuda_api_rows,
         scan_engine=scan_engine,
         nvtx_ranges=nvtx_ranges,
         library_calls=library_calls,
@@ -499,7 +502,7 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         session_start_utc_ns=session_start,
         capture=capture,
         tables_used=tables_used,
-        warnings=[*export.warnings, *diagnostic_warnings, *read_warnings],
+        warnings=(*export.warnings, *diagnostic_warnings, *read_warnings),
         capture_calls=capture_calls,
         diagnostics=diagnostics,
         capture_bounds=capture_bounds,
@@ -507,64 +510,53 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         unattributed_allocations=unattributed,
         shared_alloc_ids=shared_alloc_ids,
     )
-    for table_name, count in sorted(typed.items()):
-        trace.warn(
-            "type_mismatch",
-            count,
-            f"{table_name}: values whose type contradicts their column (text in an integer column, an integer "
-            "over 64 bits, a blob where text belongs): read as unknown (NULL), never converted",
-        )
-    if unsized:
-        trace.warn(
-            "allocation_size_unknown",
-            unsized,
-            f"{mem.name if mem is not None else 'memory'}: allocation events whose bytes are NULL or not an integer "
-            "(a NOT NULL integer column): the sizes of their calls are unknown (null), never a partial sum",
-        )
-    _check_runtime_rows(trace, scan_problems, mismatched)
-    _check_integrity(trace)
-    return trace
 
 
-def _check_integrity(trace: Trace) -> None:
-    """Record what is partly broken in the export as warnings (the analysis still runs)."""
-    lib = trace.library_calls
-    if lib.height:
-        unnamed = lib.filter(pl.col("api").is_null()).height
-        if unnamed:
-            trace.warn("dangling_library_name", unnamed, "library calls whose name is not in StringIds")
-        open_ended = lib.filter(pl.col("end_ns").is_null()).height
-        if open_ended:
-            trace.warn(
+def _integrity_warnings(lib: pl.DataFrame, thread_names: pl.DataFrame, allocations: pl.DataFrame) -> list[Warning]:
+    """What is partly broken in the library calls, thread names and allocation events (the analysis still runs)."""
+    out: list[Warning] = []
+    unnamed = lib.filter(pl.col("api").is_null()).height
+    if unnamed:
+        out.append(warning("dangling_library_name", unnamed, "library calls whose name is not in StringIds"))
+    open_ended = lib.filter(pl.col("end_ns").is_null()).height
+    if open_ended:
+        out.append(
+            warning(
                 "library_call_without_end",
                 open_ended,
                 "library calls with no end timestamp (NVTX end is NULL): nesting cannot be checked",
             )
-        reversed_ = lib.filter(pl.col("end_ns") < pl.col("start_ns")).height
-        if reversed_:
-            trace.warn("reversed_library_range", reversed_, "library calls whose end is before their start")
+        )
+    reversed_ = lib.filter(pl.col("end_ns") < pl.col("start_ns")).height
+    if reversed_:
+        out.append(warning("reversed_library_range", reversed_, "library calls whose end is before their start"))
     dup_names = (
-        trace.thread_names.filter(pl.col("gtid").is_not_null())
+        thread_names.filter(pl.col("gtid").is_not_null())
         .group_by("gtid")
         .agg(pl.col("thread_name").n_unique().alias("n"))
         .filter(pl.col("n") > 1)
     )
     if dup_names.height:
-        trace.warn(
-            "several_thread_names",
-            dup_names.height,
-            "threads with more than one ThreadNames row: the last row's name is shown",
+        out.append(
+            warning(
+                "several_thread_names",
+                dup_names.height,
+                "threads with more than one ThreadNames row: the last row's name is shown",
+            )
         )
-    dup_alloc = trace.allocations.filter(pl.col("events") > 1)
+    dup_alloc = allocations.filter(pl.col("events") > 1)
     if dup_alloc.height:
-        trace.warn(
-            "duplicate_allocation_correlation",
-            dup_alloc.height,
-            "correlation ids with more than one allocation event: their bytes are summed",
+        out.append(
+            warning(
+                "duplicate_allocation_correlation",
+                dup_alloc.height,
+                "correlation ids with more than one allocation event: their bytes are summed",
+            )
         )
+    return out
 
 
-RUNTIME_PROBLEMS = {
+CUDA_API_PROBLEMS = {
     "null_start": (
         "null_in_not_null_column",
         "CUDA API rows with NULL start (a NOT NULL column): counted in the census, excluded from coverage and joins",
@@ -598,35 +590,34 @@ RUNTIME_PROBLEMS = {
 }
 
 
-def _check_runtime_rows(trace: Trace, problems: dict[str, int], mismatched: int) -> None:
-    """Turn the streaming scan's integrity counts into warnings."""
-    for key, (kind, message) in RUNTIME_PROBLEMS.items():
+def _cuda_api_warnings(table: str | None, problems: dict[str, int], mismatched: int) -> list[Warning]:
+    """The streaming scan's integrity counts as warnings."""
+    columns = {"null_start": "start", "null_end": "end", "null_return": "returnValue", "null_name_id": "nameId"}
+    out: list[Warning] = []
+    for key, (kind, message) in CUDA_API_PROBLEMS.items():
         count = problems.get(key, 0)
         if count:
-            column = {
-                "null_start": "start",
-                "null_end": "end",
-                "null_return": "returnValue",
-                "null_name_id": "nameId",
-            }.get(key)
-            trace.warn(kind, count, f"{trace.runtime_table}: {message}" + (f" [column {column}]" if column else ""))
+            column = columns.get(key)
+            out.append(warning(kind, count, f"{table}: {message}" + (f" [column {column}]" if column else "")))
     if mismatched:
-        trace.warn(
-            "type_mismatch",
-            mismatched,
-            f"{trace.runtime_table}: rows with a non-integer value in an integer column: "
-            "those values are read as unknown (NULL)",
+        out.append(
+            warning(
+                "type_mismatch",
+                mismatched,
+                f"{table}: rows with a non-integer value in an integer column: those values are read as unknown (NULL)",
+            )
         )
+    return out
 
 
-def event_records_in(export: ExportFile, table: str, regions: pl.DataFrame) -> pl.DataFrame:
+def event_records_in(export: ExportFile, table: str | None, regions: pl.DataFrame) -> pl.DataFrame:
     """Successful event-record calls (``CALL_SCHEMA``) on the threads of ``regions``, within their span.
 
     Read with one query only when a failed stream wait follows a stream-capture region (rare), so
     the streaming scan need not keep every cudaEventRecord of a long run.
     """
     strings = export.table("StringIds")
-    if regions.height == 0 or strings is None:
+    if regions.height == 0 or strings is None or table is None:
         return pl.DataFrame(schema=CALL_SCHEMA)
     conn = export.conn
     rows = conn.execute(f"SELECT id, value FROM {q(strings.name)} WHERE value LIKE '%EventRecord%'").fetchall()

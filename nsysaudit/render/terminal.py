@@ -430,8 +430,19 @@ def _warnings(warnings: list[dict[str, Any]]) -> list[RenderableType]:
     return out
 
 
-def print_analysis(result: AnalysisResult, console: Console) -> None:
-    console.print(analysis_renderable(result))
+def console(*, stderr: bool = False) -> Console:
+    """The console reports are printed on: no highlighting of numbers or paths (trace text is data)."""
+    return Console(stderr=stderr, highlight=False)
+
+
+def show(renderable: RenderableType, *, stderr: bool = False) -> None:
+    """Print ``renderable`` on stdout (or stderr)."""
+    console(stderr=stderr).print(renderable)
+
+
+def progress_bar() -> TerminalProgress:
+    """A transient progress bar on stderr (see :class:`TerminalProgress`)."""
+    return TerminalProgress(console(stderr=True))
 
 
 # --- sealed reports: compare and verify ----------------------------------------------------------

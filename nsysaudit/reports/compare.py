@@ -28,6 +28,7 @@ from typing import Any, Literal
 import polars as pl
 
 from nsysaudit.codes import display_name, is_allocation_api, return_name
+from nsysaudit.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
 
 Arm = Literal["observe", "release"]
@@ -110,11 +111,6 @@ def compare_results(
 
 
 # --- per arm -------------------------------------------------------------------------------------
-
-
-def basename(path: str) -> str:
-    """The last component of a path as the user gave it (``/`` or ``\\`` separated)."""
-    return re.split(r"[\\/]", path.rstrip("/\\"))[-1] or path
 
 
 def input_record(result: AnalysisResult) -> dict[str, Any]:
@@ -346,20 +342,6 @@ def _telemetry(d: Mapping[str, Any], file: TelemetryFile | None) -> dict[str, An
     out = {k: v for k, v in telemetry.items() if k not in ("timeline", "path")}
     out["name"] = file.name if file else basename(str(telemetry.get("path", "")))
     return out
-
-
-def scrub_paths(value: Any, paths: Mapping[str, str]) -> Any:
-    """Replace every given path inside strings of ``value`` by its basename (no paths in reports)."""
-    if isinstance(value, str):
-        for path, name in paths.items():
-            if path and path in value:
-                value = value.replace(path, name)
-        return value
-    if isinstance(value, list):
-        return [scrub_paths(v, paths) for v in value]
-    if isinstance(value, dict):
-        return {k: scrub_paths(v, paths) for k, v in value.items()}
-    return value
 
 
 def result_paths(result: AnalysisResult) -> dict[str, str]:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import glob
-import hashlib
 import json
 import os
 import platform
@@ -59,17 +58,19 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
-from nsysaudit import canonical
-from nsysaudit.analysis.run import analyze, input_kind
+from nsysaudit.api import analyze
+from nsysaudit.digests import sha256_bytes, sha256_file
 from nsysaudit.errors import BadOption, CheckFailed, OutputExists, OutputNotWritable, UnusableInput
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.paths import basename, scrub_paths
 from nsysaudit.progress import Progress
-from nsysaudit.read.source import sha256_file
+from nsysaudit.read.inputs import input_kind
 from nsysaudit.read.telemetry import CLOCK_KINDS, DEFAULT_TOLERANCE_NS, TelemetryOptions, parse_anchor
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.render.json import indented
 from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.compare import TelemetryFile, basename, compare_results, result_paths, scrub_paths
+from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
 from nsysaudit.seal import fsops
 
 REPORT_JSON = "report.json"
@@ -88,15 +89,6 @@ _LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
 
 
 # --- canonical bytes -----------------------------------------------------------------------------
-
-
-def canonical_json(doc: Any) -> bytes:
-    """Canonical JSON bytes: sorted keys, 2-space indent, UTF-8, no NaN, one final newline."""
-    return canonical.dumps(doc, indent=True) + b"\n"
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def manifest_text(digests: Mapping[str, str]) -> bytes:
@@ -340,7 +332,7 @@ def _ordered(inputs: list[InputFile]) -> list[InputFile]:
 
 def _payload(doc: Mapping[str, Any], markdown: str, inputs: list[InputFile]) -> dict[str, bytes]:
     lines = "".join(f"{i.sha256}  {i.name}\n" for i in _ordered(inputs))
-    return {REPORT_JSON: canonical_json(doc), REPORT_MD: markdown.encode("utf-8"), INPUTS: lines.encode("utf-8")}
+    return {REPORT_JSON: indented(doc), REPORT_MD: markdown.encode("utf-8"), INPUTS: lines.encode("utf-8")}
 
 
 # --- metadata ------------------------------------------------------------------------------------
@@ -406,7 +398,7 @@ def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
 def _versions() -> dict[str, Any]:
     import polars
 
-    from nsysaudit import __version__
+    from nsysaudit._version import __version__
 
     return {
         "nsysaudit": __version__,
@@ -639,7 +631,7 @@ def write_sealed(
         for name in sorted(files):
             _write(tmp / name, files[name])
         manifest = manifest_text({name: sha256_bytes(data) for name, data in files.items()})
-        meta = canonical_json(metadata)
+        meta = indented(metadata)
         _write(tmp / MANIFEST, manifest)
         _write(tmp / METADATA, meta)
         tags = manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)})

@@ -1,0 +1,265 @@
+"""The verdict and its reasons, the libraries the capture traced, and the library failures telemetry records.
+
+Verdicts: ``failure_found`` (a finding of :data:`FAILURE_KINDS`), ``inconclusive`` (none, but a gap
+in the evidence could hide one), ``no_failure`` otherwise. The reasons always name untraced
+libraries, the failed calls outside library calls and nsys's CUDA warnings (README "Verdict").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import polars as pl
+
+from nsysaudit.analysis.alignment import Alignment
+from nsysaudit.codes import display_name, is_allocation_api, is_out_of_memory, return_name
+from nsysaudit.read.trace import Trace
+
+Verdict = Literal["failure_found", "inconclusive", "no_failure"]
+
+
+FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
+
+
+# Tables whose rows decide findings: an ambiguous one (a shadow copy beside it) is a verdict gap.
+EVIDENCE_TABLES = frozenset(
+    {"CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUBLAS_EVENTS", "CUDNN_EVENTS", "StringIds"}
+)
+
+
+# Capture settings (META_DATA_CAPTURE CAPTURE_EVENT_TYPE values) that request library API tracing.
+LIBRARY_CAPTURE_TYPES = {"cuBLAS": frozenset({"CuBLAS", "cuBLAS"}), "cuDNN": frozenset({"CuDNN", "cuDNN"})}
+
+
+def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[str]) -> list[dict[str, Any]]:
+    """Per library asked for, whether the capture traced it and how many calls it recorded.
+
+    ``status``: ``traced`` (calls recorded, or tracing requested and nsys raised no objection),
+    ``not_traced`` (requested, but nsys said it could not trace it: never read as "no calls"),
+    ``not_requested`` (the capture settings do not ask for it), ``unknown`` (no capture settings).
+    """
+    types = set(trace.capture.get("CAPTURE_EVENT_TYPE", []))
+    refused = trace.diagnostics.filter(pl.col("category") == "library_not_traced")
+    out = []
+    for library in dict.fromkeys(library_domains):
+        calls = libs.filter(pl.col("library") == library).height
+        markers = sum(n for table, n in trace.library_markers.items() if trace.tables_used.get(library) == table)
+        wanted = LIBRARY_CAPTURE_TYPES.get(library)
+        requested: bool | None = None
+        if wanted is not None and types:
+            requested = bool(wanted & types) or markers > 0
+        said = refused.filter(pl.col("library") == library)["text"].to_list()
+        if said:
+            status, reason = "not_traced", f"nsys: {said[0]}"
+        elif calls or requested:
+            status, reason = "traced", None
+        elif requested is False:
+            status, reason = "not_requested", "the capture's CAPTURE_EVENT_TYPE does not request it"
+        else:
+            status, reason = "unknown", (
+                "no capture settings say whether it was traced"
+                if wanted is not None
+                else f"NVTX domain {library}: no range recorded, so whether it was used is unknown"
+            )
+        out.append(
+            {
+                "library": library,
+                "status": status,
+                "requested": requested,
+                "calls": calls,
+                "markers": markers,
+                "reason": reason,
+            }
+        )
+    return out
+
+
+_LIBRARY_STATUS = re.compile(r"\b(CUBLAS(?:LT)?|CUDNN|CUSOLVER|CUSPARSE|CUFFT|CURAND)_STATUS_([A-Z0-9_]+)")
+
+
+_STATUS_FIELD = re.compile(r"^(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|curand)_status$", re.IGNORECASE)
+
+
+def telemetry_library_failures(
+    alignment: Alignment | None, libs: pl.DataFrame, findings: pl.DataFrame, capture: dict[str, list[str]]
+) -> list[dict[str, Any]]:
+    """Telemetry lines that record a library failure (``CUBLAS_STATUS_ALLOC_FAILED``, ``cublas_status: 3``).
+
+    ``explained``: some finding in the same process shows a failed call behind it. ``after``:
+    the library call of that process that ended last at or before the line (when the line is
+    placed on the trace clock).
+    """
+    if alignment is None:
+        return []
+    skip_keys = sorted(k for k, v in capture.items() if k.endswith("CUDA_SKIP_SOME_API_CALLS") and "true" in v)
+    found_pids = {int(p) for p in findings.filter(pl.col("kind").is_in(FAILURE_KINDS))["pid"].drop_nulls().to_list()}
+    out = []
+    for event, placement in zip(alignment.log.events, alignment.placements, strict=True):
+        statuses: list[str] = []
+        text = None
+        for key, value in event.fields.items():
+            if isinstance(value, str):
+                hits = [m.group(0) for m in _LIBRARY_STATUS.finditer(value) if m.group(2) != "SUCCESS"]
+                if hits and text is None:
+                    text = value
+                statuses += hits
+            elif _STATUS_FIELD.match(key) and type(value) is int and value != 0:
+                statuses.append(f"{key}={value}")
+        if not statuses:
+            continue
+        after = None
+        if placement.trace_ns is not None and event.pid is not None:
+            ended = libs.filter(
+                (pl.col("pid") == event.pid) & pl.col("end_ns").is_not_null() & (pl.col("end_ns") <= placement.trace_ns)
+            ).sort("end_ns")
+            if ended.height:
+                last = ended.row(-1, named=True)
+                after = {
+                    "lib_id": last["lib_id"],
+                    "api": last["api"],
+                    "tid": last["tid"],
+                    "end_ns": last["end_ns"],
+                    "ns_before_line": placement.trace_ns - last["end_ns"],
+                    "coverage": last["coverage"],
+                    "censored_reason": last["censored_reason"],
+                }
+        out.append(
+            {
+                "line": event.line,
+                "event": event.event,
+                "pid": event.pid,
+                "statuses": list(dict.fromkeys(statuses)),
+                "text": text,
+                "trace_ns": placement.trace_ns,
+                "after": after,
+                "explained": event.pid in found_pids if event.pid is not None else bool(found_pids),
+                "cuda_skip_some_api_calls": skip_keys,
+            }
+        )
+    return out
+
+
+def failed_call_line(r: dict[str, Any]) -> str:
+    thread = r["thread_name"] if r["thread_name"] is not None else "name unknown"
+    where = f" inside NVTX range {r['nvtx_range']}" if r.get("nvtx_range") is not None else ""
+    if r.get("library_call_unexamined"):
+        where += " (overlapping a library call the pair limit left unexamined)"
+    name = return_name(r["api"], r["return_code"]) if r["api"] is not None and r["return_code"] is not None else None
+    api = display_name(r["api"]) if r["api"] is not None else "an unknown API"
+    return (
+        f"{r['count']} {api} returned {r['return_code']} ({name or 'unknown code'}) on pid {r['pid']} tid "
+        f"{r['tid']} ({thread}){where}"
+    )
+
+
+def decide(
+    trace: Trace,
+    libs: pl.DataFrame,
+    findings: pl.DataFrame,
+    failed: pl.DataFrame,
+    sources: list[dict[str, Any]],
+    telemetry_failures: list[dict[str, Any]],
+    undecided: Sequence[str] = (),
+) -> tuple[Verdict, list[str]]:
+    """The verdict and its reasons. The reasons always name untraced libraries and the failed
+    calls outside library calls, so ``no_failure`` is never read as "nothing failed"."""
+    context: list[str] = []
+    for s in sources:
+        if s["status"] != "traced":
+            context.append(f"{s['library']} was not traced ({s['status']}): {s['reason']}")
+    if failed.height:
+        total = int(failed["count"].sum())
+        lines = [failed_call_line(r) for r in failed.head(5).to_dicts()]
+        more = f"; and {failed.height - 5} more group(s)" if failed.height > 5 else ""
+        context.append(
+            f"{total} failed CUDA API call(s) outside library calls, in {failed.height} group(s) (see failed_calls): "
+            + "; ".join(lines)
+            + more
+        )
+    # A shadow copy of a table the joins read may hide the rows that matter: which one nsys wrote
+    # is unknown, so the absence of a failure in the one read proves nothing.
+    shadowed = sorted(trace.export.ambiguous_tables & EVIDENCE_TABLES)
+    if shadowed:
+        context.append(
+            f"the export holds several versions of {', '.join(shadowed)} (see warnings): the highest was read, "
+            "and which one nsys wrote is unknown"
+        )
+    gaps_said = trace.diagnostics.filter(pl.col("category").is_in(["cuda_events_missing", "cuda_trace_degraded"]))
+    for text in dict.fromkeys(gaps_said["text"].to_list()):
+        context.append(f"nsys warned: {text}")
+
+    counts = {k: findings.filter(pl.col("kind") == k).height for k in FAILURE_KINDS}
+    if any(counts.values()):
+        said = {
+            "nested_alloc_failure": "failed allocation call(s) wholly inside a library call on the same thread",
+            "nested_call_failure": "other failed CUDA API call(s) wholly inside a library call on the same thread",
+            "captured_event_wait_failure": "failed stream wait(s) on an event, after events were recorded inside "
+            "a stream capture of the same process",
+        }
+        return "failure_found", [f"{n} {said[k]}" for k, n in counts.items() if n] + context
+
+    gaps: list[str] = []
+    if not trace.has_cuda_api:
+        gaps.append("the export has no CUDA API trace (no CUPTI_ACTIVITY_KIND_RUNTIME table)")
+    elif trace.cuda_api_total == 0:
+        gaps.append("the export's CUDA API table is empty")
+    censored = libs.filter(pl.col("coverage") == "censored")
+    if censored.height:
+        reasons = censored.group_by("censored_reason").len().sort("censored_reason")
+        detail = ", ".join(f"{r['len']} {r['censored_reason']}" for r in reasons.to_dicts())
+        gaps.append(
+            f"{censored.height} of {libs.height} library call(s) are censored ({detail}): "
+            "the trace does not cover them, so a failure inside them cannot be ruled out"
+        )
+    gaps += list(undecided)
+    if shadowed:
+        gaps.append(
+            f"several versions of {', '.join(shadowed)} exist and only one was read: a failure in another cannot "
+            "be ruled out"
+        )
+    if trace.has_cuda_api and not any(s["status"] == "traced" for s in sources):
+        oom = sum(
+            r["count"]
+            for r in failed.iter_rows(named=True)
+            if r["api"] is not None and (is_allocation_api(r["api"]) or is_out_of_memory(r["api"], r["return_code"]))
+        )
+        if oom:
+            gaps.append(
+                f"{oom} allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN) was traced: "
+                "whether any happened inside a library call cannot be told"
+            )
+    for t in telemetry_failures:
+        if t["explained"]:
+            continue
+        after = t["after"]
+        where = ""
+        if after is not None:
+            where = f", {after['ns_before_line'] / 1e6:.3f} ms after {after['api']} (tid {after['tid']}) ended"
+            if after["coverage"] == "censored":
+                where += f" (that call is censored, {after['censored_reason']}: the trace does not cover all of it)"
+        skipped = (
+            f"; nsys skipped some CUDA API calls (META_DATA_CAPTURE {', '.join(t['cuda_skip_some_api_calls'])}=true): "
+            "--cuda-trace-all-apis=true would record them"
+            if t["cuda_skip_some_api_calls"]
+            else ""
+        )
+        gaps.append(
+            f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}, but no traced "
+            f"CUDA API call shows its cause{skipped}"
+        )
+    if gaps:
+        return "inconclusive", gaps + context
+    traced = [s["library"] for s in sources if s["status"] == "traced"]
+    if libs.height:
+        first = (
+            f"{libs.height} library call(s), all covered by the trace; none has a failed CUDA API call wholly inside it"
+        )
+    elif traced:
+        first = f"library API tracing was on ({', '.join(traced)}) and recorded no library call"
+    elif failed.height:
+        first = "no library API was traced; none of the failed calls is an allocation or out-of-memory failure"
+    else:
+        first = f"none of the {trace.cuda_api_total:,} traced CUDA API calls failed"
+    return "no_failure", [first, *context]

@@ -1,0 +1,62 @@
+"""Library-call intervals on a thread: which can be joined, and their union as disjoint windows.
+
+Pure functions of frames with ``gtid, start_ns, end_ns`` columns (the library calls), shared by the
+streaming scan (which keeps the CUDA calls overlapping a window), the joins and the reviews.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+WINDOW_SCHEMA = {"gtid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64}
+
+
+def closed_library_calls(library_calls: pl.DataFrame) -> pl.DataFrame:
+    """The library calls the joins can use: on a known thread, with a start and an end, end >= start.
+
+    The others (no end, no start, reversed, no thread) contain nothing that can be checked; they
+    are censored (see :mod:`nsysaudit.analysis.coverage`), never joined.
+    """
+    return library_calls.filter(
+        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+    )
+
+
+def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
+    """Per thread, the union of library-call intervals as disjoint sorted windows.
+
+    Columns ``gtid, w_start, w_end``. A CUDA API call overlaps some library call of its thread
+    iff it overlaps one of these windows; disjointness makes that an as-of lookup.
+    """
+    closed = closed_library_calls(library_calls).select("gtid", "start_ns", "end_ns")
+    if closed.height == 0:
+        return pl.DataFrame(schema=WINDOW_SCHEMA)
+    ordered = closed.sort(["gtid", "start_ns"])
+    reach = pl.col("end_ns").cum_max().over("gtid")
+    starts_new = (pl.col("start_ns") > reach.shift(1).over("gtid")).fill_null(True)
+    return (
+        ordered.with_columns(starts_new.cast(pl.Int64).cum_sum().over("gtid").alias("window"))
+        .group_by(["gtid", "window"])
+        .agg(pl.col("start_ns").min().alias("w_start"), pl.col("end_ns").max().alias("w_end"))
+        .select("gtid", "w_start", "w_end")
+        .sort(["gtid", "w_start"])
+    )
+
+
+def overlaps(calls: pl.DataFrame, library_calls: pl.DataFrame) -> pl.Series:
+    """Per row of ``calls``: does it overlap one of ``library_calls`` on its thread? (O(n log n))."""
+    windows = union_windows(library_calls)
+    if windows.height == 0 or calls.height == 0:
+        return pl.Series("overlaps", [False] * calls.height, dtype=pl.Boolean)
+    keyed = calls.select("gtid", "start_ns", "end_ns").with_row_index("_row")
+    timed = keyed.filter(
+        pl.col("gtid").is_not_null() & pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
+    )
+    hit = (
+        timed.sort("end_ns")
+        .join_asof(
+            windows, left_on="end_ns", right_on="w_start", by="gtid", strategy="backward", check_sortedness=False
+        )
+        .filter(pl.col("w_end") >= pl.col("start_ns"))["_row"]
+    )
+    return keyed.select(pl.col("_row").is_in(hit.implode()).alias("overlaps"))["overlaps"]

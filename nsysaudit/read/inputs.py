@@ -1,0 +1,156 @@
+"""What the user named: an export (``.sqlite``) or a report (``.nsys-rep``, exported with the real nsys).
+
+:func:`check_input` refuses what is not a file; :func:`open_input` starts the input's SHA-256 in the
+background, exports a report through the cache (:mod:`nsysaudit.read.nsys`) and opens the export
+read-only (:func:`nsysaudit.read.source.probe`). :class:`InputInfo` describes the input in reports.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nsysaudit.digests import sha256_file
+from nsysaudit.errors import UnusableInput
+from nsysaudit.progress import Progress
+from nsysaudit.read import nsys
+from nsysaudit.read.source import ExportFile, probe
+
+InputKind = Literal["sqlite", "nsys-rep"]
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
+def input_kind(path: Path) -> InputKind:
+    """``nsys-rep`` for Nsight Systems reports (by suffix), ``sqlite`` for everything else."""
+    return "nsys-rep" if path.name.lower().endswith(REPORT_SUFFIXES) else "sqlite"
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """What was analyzed: the file the user named and, for reports, the export made from it."""
+
+    path: str
+    sha256: str
+    kind: InputKind
+    size_bytes: int
+    nsys_version: str | None
+    schema_version: str | None
+    tables: dict[str, str]
+    session_start_utc_ns: int | None
+    export_sha256: str | None = None
+    export_cache_hit: bool | None = None
+    exported_with: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": self.path,
+            "sha256": self.sha256,
+            "kind": self.kind,
+            "size_bytes": self.size_bytes,
+            "nsys_version": self.nsys_version,
+            "schema_version": self.schema_version,
+            "tables": dict(sorted(self.tables.items())),
+            "session_start_utc_ns": self.session_start_utc_ns,
+        }
+        if self.kind == "nsys-rep":
+            out["export"] = {
+                "sha256": self.export_sha256,
+                "cache_hit": self.export_cache_hit,
+                "exported_with": self.exported_with,
+            }
+        return out
+
+
+class BackgroundDigest:
+    """SHA-256 of a file computed in a daemon thread (hashlib releases the GIL; never delays an error exit)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._digest: str | None = None
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, name="nsysaudit-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._digest = sha256_file(self._path)
+        except OSError as exc:
+            self._error = exc
+
+    def result(self) -> str:
+        self._thread.join()
+        if self._error is not None:
+            raise UnusableInput(self._path, f"cannot read: {self._error.strerror}") from None
+        assert self._digest is not None
+        return self._digest
+
+
+def check_input(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a Path, or :class:`UnusableInput` when it is missing or not a regular file."""
+    given = Path(path)
+    if not given.exists():
+        raise UnusableInput(given, "no such file")
+    if not given.is_file():
+        raise UnusableInput(given, "not a regular file")
+    return given
+
+
+@dataclass
+class OpenedInput:
+    """An input opened for reading: its export (open, read-only) and what describes it."""
+
+    given: Path
+    shown_as: str
+    kind: InputKind
+    export: ExportFile
+    digest: BackgroundDigest
+    export_info: dict[str, Any] = field(default_factory=dict)
+
+    def info(self, tables: dict[str, str], session_start_utc_ns: int | None) -> InputInfo:
+        """The input's description once its export is loaded (``tables`` read, session start)."""
+        return InputInfo(
+            path=self.shown_as,
+            sha256=self.digest.result(),
+            kind=self.kind,
+            size_bytes=self.given.stat().st_size,
+            nsys_version=self.export.nsys_version,
+            schema_version=self.export.schema_version,
+            tables=tables,
+            session_start_utc_ns=session_start_utc_ns,
+            **self.export_info,
+        )
+
+
+def open_input(
+    given: Path, *, shown_as: str, nsys_path: str | os.PathLike[str] | None = None, progress: Progress | None = None
+) -> OpenedInput:
+    """Start hashing ``given``, export it when it is a report, and open the export read-only.
+
+    An ``.nsys-rep`` needs its digest first: it keys the export cache.
+    """
+    kind = input_kind(given)
+    digest = BackgroundDigest(given)
+    export_info: dict[str, Any] = {}
+    if kind == "nsys-rep":
+        if given.stat().st_size == 0:
+            raise UnusableInput(given, "empty file (0 bytes), not an Nsight Systems report")
+        binary = nsys.find_nsys(nsys_path, given)
+        if progress is not None:
+            progress.start(f"exporting {given.name} with nsys", None)
+        try:
+            cached = nsys.export_report(given, digest.result(), binary)
+        finally:
+            if progress is not None:
+                progress.finish()
+        sqlite_path = cached.sqlite
+        export_info = {
+            "export_sha256": cached.sha256,
+            "export_cache_hit": cached.cache_hit,
+            "exported_with": cached.exported_with,  # the nsys that made this export, cached or not
+        }
+    else:
+        sqlite_path = given
+    return OpenedInput(given, shown_as, kind, probe(sqlite_path), digest, export_info)
