@@ -22,13 +22,14 @@ def closed_library_calls(library_calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
-    """Per thread, the union of library-call intervals as disjoint sorted windows.
+def union_windows(closed: pl.DataFrame) -> pl.DataFrame:
+    """Per thread, the union of the intervals of ``closed`` (see :func:`closed_library_calls`) as
+    disjoint sorted windows.
 
     Columns ``gtid, w_start, w_end``. A CUDA API call overlaps some library call of its thread
     iff it overlaps one of these windows; disjointness makes that an as-of lookup.
     """
-    closed = closed_library_calls(library_calls).select("gtid", "start_ns", "end_ns")
+    closed = closed.select("gtid", "start_ns", "end_ns")
     if closed.height == 0:
         return pl.DataFrame(schema=WINDOW_SCHEMA)
     ordered = closed.sort(["gtid", "start_ns"])
@@ -43,9 +44,8 @@ def union_windows(library_calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def overlaps(calls: pl.DataFrame, library_calls: pl.DataFrame) -> pl.Series:
-    """Per row of ``calls``: does it overlap one of ``library_calls`` on its thread? (O(n log n))."""
-    windows = union_windows(library_calls)
+def overlaps(calls: pl.DataFrame, windows: pl.DataFrame) -> pl.Series:
+    """Per row of ``calls``: does it overlap one of the ``windows`` of its thread? (O(n log n))."""
     if windows.height == 0 or calls.height == 0:
         return pl.Series("overlaps", [False] * calls.height, dtype=pl.Boolean)
     keyed = calls.select("gtid", "start_ns", "end_ns").with_row_index("_row")

@@ -27,14 +27,14 @@ PAIR_SCHEMA = {
 }
 
 
-def nest(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """Every (library call, CUDA API call) pair on the same thread whose intervals overlap.
 
+    ``libs``: the joinable library calls as :func:`closed_libs` gives them.
     ``relation`` is ``"nested"`` when the call lies wholly inside the library call and
     ``"straddling"`` when it crosses one of its edges. Uses an inequality join per thread, so the
     work grows with the number of pairs found, not with the product of the two tables.
     """
-    libs = closed_libs(library_calls)
     parts: list[pl.DataFrame] = []
     if libs.height and calls.height:
         calls_by_thread = calls.partition_by("gtid", as_dict=True)
@@ -82,20 +82,20 @@ class Nesting:
 
 
 def closed_libs(library_calls: pl.DataFrame) -> pl.DataFrame:
-    """``lib_id, gtid, lib_start, lib_end`` of the library calls the joins can use."""
+    """``lib_id, gtid, lib_start, lib_end`` of the library calls the joins can use: the joins' input,
+    made once per analysis."""
     return closed_library_calls(library_calls).select(
         "lib_id", "gtid", pl.col("start_ns").alias("lib_start"), pl.col("end_ns").alias("lib_end")
     )
 
 
-def count_pairs(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """``lib_id, pairs``: how many calls of its thread overlap each closed library call.
+def count_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """``lib_id, pairs``: how many calls of its thread overlap each of ``libs`` (:func:`closed_libs`).
 
     Counted without forming the pairs, in O((n + k) log n) per thread: the calls starting at or
     before the library call's end, minus those ending before its start (a call ending before the
     start also starts before the end). ``calls`` must have ``start_ns <= end_ns`` and no nulls.
     """
-    libs = closed_libs(library_calls)
     parts: list[pl.DataFrame] = []
     if libs.height and calls.height:
         calls_by_thread = calls.select("gtid", "start_ns", "end_ns").partition_by("gtid", as_dict=True)
@@ -115,26 +115,26 @@ def count_pairs(library_calls: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFram
     return pl.concat(parts).sort("lib_id")
 
 
-def nest_bounded(library_calls: pl.DataFrame, calls: pl.DataFrame, max_pairs: int | None) -> Nesting:
-    """:func:`nest`, forming at most ``max_pairs`` pairs (None: no limit).
+def nest_bounded(libs: pl.DataFrame, calls: pl.DataFrame, max_pairs: int | None) -> Nesting:
+    """:func:`nest` of ``libs`` (:func:`closed_libs`), forming at most ``max_pairs`` pairs (None: no limit).
 
     Deeply overlapping library calls make the pairs grow as their product (k nested ranges over
     the same m calls give k*m pairs), so the count comes first. Over the limit, successful calls
     are not listed as children; failed (or unknown-return) calls still are, library call by
     library call while they fit.
     """
-    counts = count_pairs(library_calls, calls)
+    counts = count_pairs(libs, calls)
     total = int(counts["pairs"].sum() or 0)
     if max_pairs is None or total <= max_pairs:
-        return Nesting(nest(library_calls, calls), total, max_pairs, True, [])
+        return Nesting(nest(libs, calls), total, max_pairs, True, [])
     failing = calls.filter(pl.col("return_code").is_null() | (pl.col("return_code") != 0))
-    failing_counts = count_pairs(library_calls, failing).filter(pl.col("pairs") > 0)
+    failing_counts = count_pairs(libs, failing).filter(pl.col("pairs") > 0)
     fits = failing_counts.with_columns(pl.col("pairs").cum_sum().alias("running")).with_columns(
         (pl.col("running") <= max_pairs).alias("fits")
     )
     examined = fits.filter(pl.col("fits"))["lib_id"]
     unexamined = [int(i) for i in fits.filter(~pl.col("fits"))["lib_id"].to_list()]
-    pairs = nest(library_calls.filter(pl.col("lib_id").is_in(examined.implode())), failing)
+    pairs = nest(libs.filter(pl.col("lib_id").is_in(examined.implode())), failing)
     return Nesting(pairs, total, max_pairs, False, unexamined)
 
 

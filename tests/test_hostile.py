@@ -34,7 +34,7 @@ from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_th
 import nsysaudit
 from nsysaudit.cli import main
 from nsysaudit.errors import UnusableInput
-from nsysaudit.joins import count_pairs, nest
+from nsysaudit.joins import closed_libs, count_pairs, nest
 from nsysaudit.read.source import check_sqlite_file
 from nsysaudit.render.terminal import analysis_renderable
 
@@ -1017,8 +1017,9 @@ def test_pair_counts_without_forming_pairs_match_the_join() -> None:
         call_frame = pl.DataFrame(
             calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
         )
-        pairs = nest(lib_frame.cast(pl.Int64), call_frame)
-        counts = count_pairs(lib_frame.cast(pl.Int64), call_frame)
+        closed = closed_libs(lib_frame.cast(pl.Int64))
+        pairs = nest(closed, call_frame)
+        counts = count_pairs(closed, call_frame)
         per_lib = dict(pairs.group_by("lib_id").len().iter_rows())
         assert {lib: n for lib, n in counts.iter_rows() if n} == per_lib
 

@@ -14,6 +14,7 @@ from builder import Call, Export, LibCall
 from conftest import H200
 
 import nsysaudit
+from nsysaudit.intervals import union_windows
 from nsysaudit.read import scan
 from nsysaudit.read.source import probe
 from nsysaudit.read.trace import load
@@ -128,5 +129,5 @@ def test_union_windows_merges_overlapping_and_nested_calls() -> None:
         {"gtid": [1, 1, 1, 1, 2], "start_ns": [10, 12, 30, 31, 10], "end_ns": [20, 25, 40, 35, 11]},
         schema={"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
     )
-    w = scan.union_windows(libs)
+    w = union_windows(libs)
     assert w.rows() == [(1, 10, 25), (1, 30, 40), (2, 10, 11)]

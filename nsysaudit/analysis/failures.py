@@ -232,12 +232,18 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
         )
 
     closed = timed(ranges).with_row_index("range_id").with_columns(pl.col("range_id").cast(pl.Int64))
+    as_libs = closed.select(
+        pl.col("range_id").alias("lib_id"),
+        "gtid",
+        pl.col("start_ns").alias("lib_start"),
+        pl.col("end_ns").alias("lib_end"),
+    )
     keyed = calls.with_row_index("_call")
     usable_keyed = timed(keyed)
     empty = calls.with_columns(*(pl.lit(None, dtype=t).alias(c) for c, t in out_schema.items()))
     if closed.height == 0 or usable_keyed.height == 0:
         return empty, True
-    counts = count_pairs(closed.rename({"range_id": "lib_id"}), usable_keyed)
+    counts = count_pairs(as_libs, usable_keyed)
     if max_pairs is not None and int(counts["pairs"].sum() or 0) > max_pairs:
         return empty, False
     parts = []
@@ -294,8 +300,8 @@ def failed_calls(
     ranges were attributed (False past ``max_pairs``).
 
     ``explained``: calls (``CALL_COLUMNS``) that are part of a finding; ``straddling``: calls
-    that cross a library call's edge; ``unexamined``: library calls a pair limit left unexamined
-    (a failure overlapping one of them may be nested in it: ``library_call_unexamined``).
+    that cross a library call's edge; ``unexamined``: the union windows of the library calls a pair
+    limit left unexamined (a failure overlapping one may be nested in it: ``library_call_unexamined``).
     """
     rows = classify_returns(cuda_api_rows).filter(is_failure())
     rows = rows.join(explained.select(CALL_COLUMNS).unique(), on=CALL_COLUMNS, how="anti", nulls_equal=True)

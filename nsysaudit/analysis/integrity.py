@@ -18,8 +18,7 @@ import polars as pl
 from nsysaudit.codes import is_allocation_api
 from nsysaudit.errors import Warning, warning
 from nsysaudit.ids import global_pid
-from nsysaudit.intervals import union_windows
-from nsysaudit.joins import Nesting, closed_libs
+from nsysaudit.joins import Nesting
 from nsysaudit.read.trace import Trace
 
 UNDECIDED_REASONS = {
@@ -57,7 +56,7 @@ def _could_fail() -> pl.Expr:
     return pl.col("return_code").is_null() | (pl.col("return_code") != 0)
 
 
-def _time_unknown(rows: pl.DataFrame, library_calls: pl.DataFrame) -> pl.DataFrame:
+def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
     """Rows with unusable times that could still lie inside a library call of their thread.
 
     With a known start (end NULL, or end before start) that means the start lies in some library
@@ -70,7 +69,6 @@ def _time_unknown(rows: pl.DataFrame, library_calls: pl.DataFrame) -> pl.DataFra
         pl.col("gtid").is_not_null()
         & (pl.col("start_ns").is_null() | pl.col("end_ns").is_null() | (pl.col("end_ns") < pl.col("start_ns")))
     )
-    windows = union_windows(library_calls)
     if bad.height == 0 or windows.height == 0:
         return bad.clear()
     per_thread = windows.group_by("gtid").agg(pl.col("w_end").max().alias("max_end"))
@@ -91,9 +89,11 @@ def _time_unknown(rows: pl.DataFrame, library_calls: pl.DataFrame) -> pl.DataFra
 
 
 def undecided_calls(
-    cuda_api_rows: pl.DataFrame, library_calls: pl.DataFrame, pairs: pl.DataFrame, nvtx_ranges: pl.DataFrame
+    cuda_api_rows: pl.DataFrame, windows: pl.DataFrame, pairs: pl.DataFrame, nvtx_ranges: pl.DataFrame
 ) -> pl.DataFrame:
     """CUDA API rows that could be a nested allocation failure the joins cannot confirm or refute.
+
+    ``windows``: the union of the joinable library calls per thread (:func:`nsysaudit.intervals.union_windows`).
 
     Columns ``gtid, start_ns, end_ns, correlation_id, api, return_code, reason`` (one row per
     call and reason; ``reason`` is a key of :data:`UNDECIDED_REASONS`).
@@ -101,9 +101,9 @@ def undecided_calls(
     cols = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
     suspects = cuda_api_rows.filter(_could_fail() & _allocation_or_unknown(cuda_api_rows)).select(cols)
     parts: list[pl.DataFrame] = []
-    if closed_libs(library_calls).height:
+    if windows.height:
         parts.append(suspects.filter(pl.col("gtid").is_null()).with_columns(pl.lit("no_thread").alias("reason")))
-        parts.append(_time_unknown(suspects, library_calls).with_columns(pl.lit("time_unknown").alias("reason")))
+        parts.append(_time_unknown(suspects, windows).with_columns(pl.lit("time_unknown").alias("reason")))
     nested = pairs.filter(pl.col("relation") == "nested")
     if nested.height:
         nested = nested.select(cols).unique(maintain_order=True)
@@ -162,7 +162,9 @@ def _unsafe_bytes(pairs: pl.DataFrame, duplicates: pl.DataFrame) -> pl.Expr:
     return pl.col("bytes").is_not_null() & (key.is_in(dup_keys.implode()) | failed_alloc.fill_null(False))
 
 
-def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str], list[Warning]]:
+def review(
+    trace: Trace, pairs: pl.DataFrame, windows: pl.DataFrame
+) -> tuple[pl.DataFrame, list[str], list[Warning]]:
     """Check what the joins used; return ``pairs`` without unattributable bytes, verdict reasons and warnings.
 
     The reasons are non-empty when some row could hide a nested allocation failure: the verdict is
@@ -225,7 +227,7 @@ def review(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[str], 
             "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
             "StringIds): they are not recognised as library calls",
         )
-    undecided = undecided_calls(trace.cuda_api_rows, trace.library_calls, pairs, trace.nvtx_ranges)
+    undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges)
     if undecided.height:
         by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
         detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())

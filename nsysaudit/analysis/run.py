@@ -22,7 +22,7 @@ from nsysaudit.analysis.alignment import Alignment, align
 from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.codes import is_allocation_api
 from nsysaudit.errors import Warning, warning
-from nsysaudit.intervals import closed_library_calls
+from nsysaudit.intervals import closed_library_calls, union_windows
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.telemetry import TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
@@ -98,12 +98,14 @@ def analyze_trace(
     libs = joins.with_ids(libs, names).sort("lib_id")
 
     calls = integrity.joinable_calls(trace.cuda_api_rows)
-    closed = closed_library_calls(trace.library_calls)  # the calls the joins can use, computed once
-    nesting = joins.nest_bounded(closed, calls, max_pairs)
+    # The library calls the joins can use, and their union per thread: made once, used by every step.
+    closed = closed_library_calls(trace.library_calls)
+    windows = union_windows(closed)
+    nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
     pairs = joins.attach_bytes(nesting.pairs, trace.allocations)
     pairs = pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
     # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
-    pairs, undecided, review_warnings = integrity.review(trace, pairs)
+    pairs, undecided, review_warnings = integrity.review(trace, pairs, windows)
     limit_reasons, limit_warnings = integrity.limit_review(nesting)
     undecided += limit_reasons
     said += review_warnings + limit_warnings
@@ -144,7 +146,7 @@ def analyze_trace(
     straddling = pairs.filter(pl.col("relation") == "straddling").select(failures.CALL_COLUMNS)
     library = set(library_domains)
     plain_ranges = trace.nvtx_ranges.filter(pl.col("domain").is_null() | ~pl.col("domain").is_in(list(library)))
-    unexamined = trace.library_calls.filter(pl.col("lib_id").is_in(nesting.unexamined))
+    unexamined = union_windows(closed.filter(pl.col("lib_id").is_in(nesting.unexamined)))
     failed, attributed = failures.failed_calls(
         trace.cuda_api_rows, explained, straddling, plain_ranges, max_pairs, unexamined
     )

@@ -28,7 +28,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.intervals import union_windows
+from nsysaudit.intervals import closed_library_calls, union_windows
 from nsysaudit.progress import Progress
 from nsysaudit.read.source import readonly_uri
 
@@ -248,7 +248,7 @@ def scan_cuda_api(
     else:
         (lo,) = conn.execute(f"SELECT min({rowid}) FROM {_quote(table)}").fetchone()
         (hi,) = conn.execute(f"SELECT max({rowid}) FROM {_quote(table)}").fetchone()
-    windows = union_windows(library_calls)
+    windows = union_windows(closed_library_calls(library_calls))
     if not total:
         return CudaApiScan(
             0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
