@@ -345,3 +345,17 @@ def is_event_record(api: str) -> bool:
 def is_stream_wait(api: str) -> bool:
     """``cuStreamWaitEvent*`` / ``cudaStreamWaitEvent*``: a stream waits on an event."""
     return bool(_STREAM_WAIT.match(display_name(api)))
+
+
+def names(api: str | None, code: int | None) -> dict[str, str | None]:
+    """``display_api`` and ``return_name`` of a call, as every report entry carries them; None where unknown.
+
+    >>> names("cudaMalloc_v3020", 2)
+    {'display_api': 'cudaMalloc', 'return_name': 'cudaErrorMemoryAllocation'}
+    >>> names(None, 2)
+    {'display_api': None, 'return_name': None}
+    """
+    return {
+        "display_api": display_name(api) if api is not None else None,
+        "return_name": return_name(api, code) if api is not None and code is not None else None,
+    }

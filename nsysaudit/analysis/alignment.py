@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import bisect
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Literal
 
 import polars as pl
@@ -171,6 +170,25 @@ class Placement:
 
 # A placed telemetry line: (trace_ns, line number, the line, its placement).
 Bound = tuple[int, int, TelemetryEvent, Placement]
+# A process's boundaries, their times, and per index the last one carrying values (-1: none yet).
+Boundaries = tuple[list[Bound], list[int], list[int]]
+
+
+def boundaries_of(log: TelemetryLog, placements: Sequence[Placement], pid: int | None) -> Boundaries:
+    """The placed lines that bound process ``pid``: lines without a pid apply to every process,
+    lines with one only to that process."""
+    opts = log.options
+    placed = sorted(
+        ((p.trace_ns, e.line, e, p) for e, p in zip(log.events, placements, strict=True) if p.trace_ns is not None),
+        key=lambda x: (x[0], x[1]),
+    )
+    bounds = [b for b in placed if b[2].pid is None or b[2].pid == pid]
+    last_with_values, last = [], -1
+    for k, b in enumerate(bounds):
+        if b[2].values(opts.clock_fields, opts.event_key):
+            last = k
+        last_with_values.append(last)
+    return bounds, [b[0] for b in bounds], last_with_values
 
 
 @dataclass(frozen=True)
@@ -186,6 +204,9 @@ class Alignment:
     checks: tuple[Check, ...]
     placements: tuple[Placement, ...]
     notes: tuple[str, ...] = field(default=())
+    # Per traced process (and None: lines without a pid), its boundaries sorted by time; made once
+    # by align(), so placing many calls stays O(log n) each.
+    boundaries: Mapping[int | None, Boundaries] = field(default_factory=dict)
 
     @property
     def checked(self) -> bool:
@@ -269,37 +290,10 @@ class Alignment:
         }
 
     # --- positions ---------------------------------------------------------------------------
-    @cached_property
-    def _placed(self) -> list[Bound]:
-        out = [
-            (p.trace_ns, e.line, e, p)
-            for e, p in zip(self.log.events, self.placements, strict=True)
-            if p.trace_ns is not None
-        ]
-        return sorted(out, key=lambda x: (x[0], x[1]))
-
-    @cached_property
-    def _by_pid(self) -> dict[int | None, tuple[list[Bound], list[int], list[int]]]:
-        return {}
-
-    def _boundaries(self, pid: int | None) -> tuple[list[Bound], list[int], list[int]]:
-        """The boundaries of process ``pid``, their times, and per index the last one with values.
-
-        Lines without a pid apply to every process; lines with one only to that process. Built
-        once per process, so placing many calls stays O(log n) each.
-        """
-        cached = self._by_pid.get(pid)
-        if cached is None:
-            opts = self.log.options
-            bounds = [b for b in self._placed if b[2].pid is None or b[2].pid == pid]
-            last_with_values, last = [], -1
-            for k, b in enumerate(bounds):
-                if b[2].values(opts.clock_fields, opts.event_key):
-                    last = k
-                last_with_values.append(last)
-            cached = (bounds, [b[0] for b in bounds], last_with_values)
-            self._by_pid[pid] = cached
-        return cached
+    def _boundaries(self, pid: int | None) -> Boundaries:
+        """The boundaries of process ``pid`` (made by :func:`align` for every traced process)."""
+        found = self.boundaries.get(pid)
+        return found if found is not None else boundaries_of(self.log, self.placements, pid)
 
     def position(self, pid: int | None, start_ns: int | None, end_ns: int | None) -> dict[str, Any]:
         """Where ``[start_ns, end_ns]`` of process ``pid`` falls among the telemetry boundaries.
@@ -633,6 +627,7 @@ def align(
         checks=tuple(checks),
         placements=placements,
         notes=tuple(notes),
+        boundaries={pid: boundaries_of(log, placements, pid) for pid in (None, *sorted(pids))},
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import polars as pl
 
 from nsysaudit.analysis.alignment import Alignment
-from nsysaudit.codes import display_name, is_allocation_api, is_out_of_memory, return_name
+from nsysaudit.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.read.trace import Trace
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]
@@ -146,8 +146,8 @@ def failed_call_line(r: dict[str, Any]) -> str:
     where = f" inside NVTX range {r['nvtx_range']}" if r.get("nvtx_range") is not None else ""
     if r.get("library_call_unexamined"):
         where += " (overlapping a library call the pair limit left unexamined)"
-    name = return_name(r["api"], r["return_code"]) if r["api"] is not None and r["return_code"] is not None else None
-    api = display_name(r["api"]) if r["api"] is not None else "an unknown API"
+    named = names(r["api"], r["return_code"])
+    name, api = named["return_name"], named["display_api"] or "an unknown API"
     return (
         f"{r['count']} {api} returned {r['return_code']} ({name or 'unknown code'}) on pid {r['pid']} tid "
         f"{r['tid']} ({thread}){where}"

@@ -18,7 +18,7 @@ from nsysaudit._version import __version__
 from nsysaudit.analysis import Analysis
 from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.analysis.verdict import Verdict
-from nsysaudit.codes import display_name, is_allocation_api, is_out_of_memory, return_name
+from nsysaudit.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.errors import Warning
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
@@ -46,8 +46,7 @@ def _name_columns(keys: pl.DataFrame) -> pl.DataFrame:
         (
             api,
             rc,
-            display_name(api) if api is not None else None,
-            return_name(api, rc) if api is not None and rc is not None else None,
+            *names(api, rc).values(),
             api is not None and is_allocation_api(api),
         )
         for api, rc in keys.select("api", "return_code").iter_rows()
@@ -66,25 +65,23 @@ def _name_columns(keys: pl.DataFrame) -> pl.DataFrame:
 
 
 def _census(analysis: Analysis) -> dict[str, Any]:
-    nonzero = analysis.frames["census"].filter(pl.col("return_code") != 0)
+    """The census: every (api, non-zero return code), already grouped and sorted by the analysis."""
+    census = analysis.frames["census"]
     return {
         "cuda_api_calls": analysis.cuda_api_calls,
-        "nonzero_returns": int(nonzero["count"].sum()) if nonzero.height else 0,
+        "nonzero_returns": int(census["count"].sum()) if census.height else 0,
         "by_return": [
             {
                 "api": r["api"],
-                "display_api": display_name(r["api"]) if r["api"] is not None else None,
+                **names(r["api"], r["return_code"]),
                 "return_code": r["return_code"],
-                "return_name": return_name(r["api"], r["return_code"]) if r["api"] is not None else None,
                 "count": r["count"],
                 # failure | reports_earlier_error (cudaGetLastError) | not_ready_poll (a query's 600)
-                "classification": r.get("classification"),
+                "classification": r["classification"],
             }
-            for r in _rows(nonzero.sort(["api", "return_code"], nulls_last=True))
+            for r in census.iter_rows(named=True)
         ],
-        "failed_calls": int(nonzero.filter(pl.col("classification") == "failure")["count"].sum())
-        if "classification" in nonzero.columns
-        else None,
+        "failed_calls": int(census.filter(pl.col("classification") == "failure")["count"].sum()),
     }
 
 
@@ -184,7 +181,7 @@ def library_calls_table(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
 
 
 def _findings(analysis: Analysis) -> list[dict[str, Any]]:
-    names = {r["gtid"]: r["thread_name"] for r in analysis.frames["thread_names"].to_dicts()}
+    thread_names = {r["gtid"]: r["thread_name"] for r in analysis.frames["thread_names"].to_dicts()}
     complete = bool(analysis.frames["library_calls"]["children_complete"].all()) if (
         "children_complete" in analysis.frames["library_calls"].columns
     ) else True
@@ -194,9 +191,8 @@ def _findings(analysis: Analysis) -> list[dict[str, Any]]:
         finding: dict[str, Any] = {
             "kind": r["kind"],
             "api": api,
-            "display_api": display_name(api),
+            **names(api, r["return_code"]),
             "return_code": r["return_code"],
-            "return_name": return_name(api, r["return_code"]),
             "correlation_id": r["correlation_id"],
             "pid": r["pid"],
             "tid": r["tid"],
@@ -245,7 +241,7 @@ def _findings(analysis: Analysis) -> list[dict[str, Any]]:
                 "pid": (g >> 24) & 0xFFFFFF if g is not None else None,
                 "tid": g & 0xFFFFFF if g is not None else None,
                 "global_tid": g,
-                "thread_name": names.get(g),
+                "thread_name": thread_names.get(g),
                 "event_records_count": len(capture["event_records"]),
             }
             del finding["stream_capture"]["gtid"]
@@ -263,9 +259,8 @@ def _failed_calls(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
         out.append(
             {
                 "api": api,
-                "display_api": display_name(api) if api is not None else None,
+                **names(api, rc),
                 "return_code": rc,
-                "return_name": return_name(api, rc) if api is not None and rc is not None else None,
                 "allocation": api is not None and is_allocation_api(api),
                 "out_of_memory": api is not None and is_out_of_memory(api, rc),
                 "pid": r["pid"],

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from nsysaudit.codes import display_name, is_allocation_api, return_name
+from nsysaudit.codes import is_allocation_api, names
 from nsysaudit.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
 
@@ -268,9 +268,8 @@ def _library_call(lc: Mapping[str, Any]) -> dict[str, Any]:
         "nested_by_api": [
             {
                 "api": api,
-                "display_api": display_name(api) if api is not None else None,
+                **names(api, rc),
                 "return_code": rc,
-                "return_name": return_name(api, rc) if api is not None and rc is not None else None,
                 "count": n,
                 # Only allocation calls have bytes; for them None means unknown (no memory event).
                 "allocation": api is not None and is_allocation_api(api),
@@ -468,8 +467,7 @@ def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
             "census": _failing_by_code(
                 {
                     n: [
-                        (r["api"], r["return_code"], r["return_name"], r["count"])
-                        for r in arms[n]["census"]["by_return"]
+                        (r["api"], r["return_code"], r["count"]) for r in arms[n]["census"]["by_return"]
                     ]
                     for n in ARMS
                 }
@@ -477,7 +475,7 @@ def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
             "nested": _failing_by_code(
                 {
                     n: [
-                        (c["api"], c["return_code"], c["return_name"], 1)
+                        (c["api"], c["return_code"], 1)
                         for lc in arms[n]["library_calls"]
                         for c in lc["failed_calls"]
                     ]
@@ -600,21 +598,19 @@ def _paired_calls(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def _failing_by_code(rows: Mapping[str, list[tuple[Any, Any, Any, int]]]) -> dict[str, Any]:
+def _failing_by_code(rows: Mapping[str, list[tuple[Any, Any, int]]]) -> dict[str, Any]:
+    """Per (api, return code): how many calls failed so in each arm, split by where they failed."""
     counts: dict[str, Counter[tuple[str, int]]] = {n: Counter() for n in ARMS}
-    names: dict[tuple[str, int], Any] = {}
     for n in ARMS:
-        for api, rc, rname, count in rows[n]:
+        for api, rc, count in rows[n]:
             counts[n][(api, rc)] += count
-            names[(api, rc)] = rname
 
     def entries(keys: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
         return [
             {
                 "api": api,
-                "display_api": display_name(api) if api is not None else None,
+                **names(api, rc),
                 "return_code": rc,
-                "return_name": names[(api, rc)],
                 "observe": counts["observe"][(api, rc)],
                 "release": counts["release"][(api, rc)],
             }
