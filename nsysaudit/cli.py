@@ -45,7 +45,7 @@ class Milliseconds(click.ParamType[int, Any]):
     """A duration in milliseconds, read as an exact decimal and converted to whole nanoseconds.
 
     Decimal, not float: the recorded command of a sealed report writes the tolerance back in
-    milliseconds (:func:`nsysaudit.seal.core.format_ms`) and must give the same nanoseconds again.
+    milliseconds (:func:`nsysaudit.seal.format_ms`) and must give the same nanoseconds again.
     NaN, infinities, negative values and values past the 64-bit nanosecond range are refused.
     """
 
@@ -153,7 +153,7 @@ FORCE_HELP = "Replace DIR if it is a sealed report that verifies and holds none 
 
 
 def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal.core`)."""
+    """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal`)."""
     func = click.option("--force", is_flag=True, help=FORCE_HELP)(func)
     return click.option(
         "--out",

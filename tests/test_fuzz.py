@@ -377,7 +377,7 @@ def test_mutated_real_export_in_compare_exits_0_or_2_and_what_is_written_verifie
 def sealed_builder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
     from scenarios import observe_nested_failure, release_three_allocations
 
-    from nsysaudit.seal.core import seal_compare
+    from nsysaudit.seal import seal_compare
 
     work = tmp_path_factory.mktemp("sealed-builder")
     inputs = [build_export(observe_nested_failure(), work / "observe.sqlite"),
@@ -438,7 +438,7 @@ def test_a_forged_metadata_value_is_a_failed_check_never_a_traceback(
     """Any value of metadata.json replaced by any JSON value, the tag manifest re-hashed to match."""
     import shutil
 
-    from nsysaudit.seal.core import manifest_text
+    from nsysaudit.seal.layout import manifest_text
 
     sealed, inputs = sealed_builder
     meta = json.loads((sealed / "metadata.json").read_text())

@@ -18,10 +18,13 @@ from nsys_tool import find_nsys, requires_nsys
 from scenarios import observe_nested_failure, release_three_allocations
 from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, profiled once for this module)
 
+from nsysaudit import seal
 from nsysaudit.cli import main
 from nsysaudit.errors import CheckFailed, OutputNotWritable, UnusableInput
 from nsysaudit.render.json import indented
-from nsysaudit.seal import core as seal
+from nsysaudit.seal import folder as seal_folder
+from nsysaudit.seal.layout import manifest_text
+from nsysaudit.seal.verify import parse_manifest
 
 FILES = [
     "inputs-sha256.txt",
@@ -207,7 +210,7 @@ def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
             raise OSError(28, "No space left on device")
         path.write_bytes(data)
 
-    monkeypatch.setattr(seal, "_write", failing)
+    monkeypatch.setattr(seal_folder, "_write", failing)
     with pytest.raises(OutputNotWritable, match="No space left on device"):
         seal.seal_compare(H200 / "observe.sqlite", H200 / "release.sqlite", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []
@@ -309,7 +312,7 @@ def test_verify_with_inputs_catches_a_consistent_forgery(capsys, bag: Path) -> N
     report = bag / "report.json"
     report.write_bytes(report.read_bytes().replace(b'"inconclusive"', b'"no_failure"'))
     digests = {n: sha(bag / n) for n in ("inputs-sha256.txt", "report.json", "report.md")}
-    (bag / "manifest-sha256.txt").write_bytes(seal.manifest_text(digests))
+    (bag / "manifest-sha256.txt").write_bytes(manifest_text(digests))
     reseal_tags(bag)
     assert run(capsys, "verify", bag)[0] == 0
     code, _, err = run(capsys, "verify", bag, "--inputs", *REAL_INPUTS)
@@ -440,9 +443,9 @@ def test_a_file_added_to_a_rewritten_manifest_is_refused(capsys, bag: Path, list
     quoted = printed_seal(bag)
     (bag / "extra.txt").write_text("added later")
     manifest = bag / listing
-    entries = seal.parse_manifest(manifest, manifest.read_bytes())
+    entries = parse_manifest(manifest, manifest.read_bytes())
     entries["extra.txt"] = sha(bag / "extra.txt")
-    manifest.write_bytes(seal.manifest_text(entries))
+    manifest.write_bytes(manifest_text(entries))
     if listing == "manifest-sha256.txt":
         reseal_tags(bag)
     for extra in ([], ["--seal", quoted]):
@@ -602,7 +605,7 @@ def test_force_never_replaces_a_sealed_folder_holding_an_input(capsys, tmp_path:
 KILL_AT = """
 import os, signal, sys
 from nsysaudit.seal import fsops
-from nsysaudit.seal import core as seal
+from nsysaudit.seal import folder as seal
 from nsysaudit.cli import main
 where = sys.argv[1]
 real_exchange, real_rename = fsops.exchange, os.rename

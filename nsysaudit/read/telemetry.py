@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from nsysaudit.digests import sha256_file
+from nsysaudit.digests import sha256_bytes
 from nsysaudit.errors import BadOption, UnusableInput
 
 ClockKind = Literal["monotonic", "realtime"]
@@ -185,11 +185,11 @@ class TelemetryLog:
     """A parsed telemetry file: its usable events in file order and its bad lines."""
 
     path: str
-    sha256: str
+    sha256: str  # of the bytes parsed (read once)
     options: TelemetryOptions
     events: tuple[TelemetryEvent, ...]
     bad_lines: tuple[BadLine, ...] = field(default=())
-
+    size_bytes: int = 0
     @property
     def pids(self) -> list[int]:
         return sorted({e.pid for e in self.events if e.pid is not None})
@@ -326,8 +326,9 @@ def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | Non
         )
     return TelemetryLog(
         path=str(path),
-        sha256=sha256_file(given),
+        sha256=sha256_bytes(data),
         options=options,
         events=tuple(events),
         bad_lines=tuple(bad),
+        size_bytes=len(data),
     )

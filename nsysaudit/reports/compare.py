@@ -2,7 +2,7 @@
 
 ``compare_results(observe, release)`` takes two :class:`AnalysisResult` objects and returns a
 :class:`Comparison` whose ``to_dict()`` is the ``report.json`` document of ``nsysaudit compare``
-(see :mod:`nsysaudit.seal.core` for how it is written and sealed). The document holds, per arm, the
+(see :mod:`nsysaudit.seal` for how it is written and sealed). The document holds, per arm, the
 verdict, census, findings, the library calls of interest with their nested calls, coverage, and
 the telemetry snapshot at the handoff with the clock alignment when telemetry was given; then the
 differences between the arms, and an explicit list of what the comparison does NOT establish.
@@ -30,6 +30,7 @@ import polars as pl
 from nsysaudit.codes import is_allocation_api, names
 from nsysaudit.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.statements import allocation_statement, position_statement, role_words, when
 
 Arm = Literal["observe", "release"]
 ARMS: tuple[Arm, Arm] = ("observe", "release")
@@ -96,7 +97,7 @@ def compare_results(
     """Compare two analyzed arms.
 
     ``telemetry_files`` names the telemetry each arm was given; by default it is read from each
-    result's alignment (the digest of the bytes the analysis read, the file's current size).
+    result's alignment (the digest and size of the bytes the analysis read).
     """
     files: dict[str, TelemetryFile | None] = {}
     for name, result in (("observe", observe), ("release", release)):
@@ -104,7 +105,7 @@ def compare_results(
             files[name] = telemetry_files[name]
         elif result.alignment is not None:
             log = result.alignment.log
-            files[name] = TelemetryFile(basename(log.path), log.sha256, os.stat(log.path).st_size)
+            files[name] = TelemetryFile(basename(log.path), log.sha256, log.size_bytes)
         else:
             files[name] = None
     return Comparison(observe=observe, release=release, telemetry_files=files)
@@ -368,96 +369,6 @@ def _inputs(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
 # --- differences ---------------------------------------------------------------------------------
 
 
-def _fmt_bytes(values: Iterable[int | None]) -> str:
-    vals = list(values)
-    shown = " + ".join("unknown" if v is None else f"{v:,}" for v in vals)
-    known = [v for v in vals if v is not None]
-    if len(vals) > 1:
-        total = f"{sum(known):,}" + (" known" if len(known) < len(vals) else "")
-        return f"{shown} = {total} bytes"
-    return f"{shown} bytes"
-
-
-def role_words(role: str) -> str:
-    return "main thread" if role == "main" else "non-main thread"
-
-
-def _thread(lc: Mapping[str, Any]) -> str:
-    name = "name unknown" if lc["thread_name"] is None else f"thread name {lc['thread_name']}"
-    return f"{role_words(lc['thread_role'])}, pid {lc['pid']} tid {lc['tid']}, {name}"
-
-
-def allocation_statement(arm: str, lc: Mapping[str, Any]) -> str:
-    """What one library call allocated in one arm, in words a reviewer can quote."""
-    a = lc["allocations"]
-    head = f"{arm}: {lc['api']} ({_thread(lc)})"
-    parts: list[str] = []
-    failed = [c for c in lc["allocation_calls"] if c["return_code"] != 0]
-    if failed:
-        for c in failed:
-            name = c["return_name"] or "unknown code"
-            parts.append(
-                f"{c['api']} returned {c['return_code']} ({name}), requested bytes "
-                f"{'unknown' if c['bytes'] is None else format(c['bytes'], ',')}, "
-                f"after {a['succeeded_before_first_failure']} successful nested allocation(s)"
-            )
-        if a["succeeded"]:
-            parts.append(f"{a['succeeded']} successful nested allocation(s) in all: {_fmt_bytes(a['bytes_each'])}")
-        else:
-            parts.append("no successful nested allocation")
-    elif a["succeeded"]:
-        parts.append(f"{a['succeeded']} successful nested allocation(s) ({_fmt_bytes(a['bytes_each'])}), none failed")
-    else:
-        parts.append("no nested allocation call in the trace")
-    if lc["coverage"] == "censored":
-        parts.append(f"censored ({lc['censored_reason']}): {censored_words(lc)}")
-    else:
-        parts.append("coverage complete")
-    return head + ": " + "; ".join(parts)
-
-
-def censored_words(lc: Mapping[str, Any]) -> str:
-    """Why a library call of interest is censored, in words, with its numbers."""
-    reason = lc["censored_reason"]
-    last, end = lc.get("cuda_api_last_ns"), lc.get("end_ns")
-    if reason == "capture_ended_inside":
-        return (
-            "the capture ended while it ran (its recorded end is the capture's stop), so what happened in it "
-            "after that moment is not in the trace"
-        )
-    if reason in ("nsys_warned_cuda_events_missing", "cuda_trace_degraded"):
-        return "nsys warned that CUDA events may be missing, and no CUDA API record after it shows the trace went on"
-    if reason == "cuda_api_trace_ends_inside":
-        where = "" if last is None or end is None else f" {end - last:,} ns before the call ends"
-        return f"the CUDA API trace stops{where}, so allocations after that moment are not in the trace"
-    return f"the trace does not cover it ({reason})"
-
-
-def _values(values: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
-
-
-def position_statement(arm: str, lc: Mapping[str, Any]) -> str | None:
-    """Where a library call falls among its arm's telemetry lines, and the snapshot then in force."""
-    pos = lc.get("telemetry")
-    if not isinstance(pos, Mapping):
-        return None
-    parts = []
-    after, before, in_force = pos.get("after"), pos.get("before"), pos.get("in_force")
-    if after:
-        parts.append(f"starts {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']})")
-    if before:
-        parts.append(f"ends {before['ms']:.3f} ms before {before['event']} (telemetry line {before['line']})")
-    if not parts:
-        parts.append("no telemetry line before or after it")
-    text = f"{arm}: {lc['api']} " + " and ".join(parts)
-    if in_force:
-        text += f"; last telemetry snapshot before it: {in_force['event']} (line {in_force['line']}): "
-        text += _values(in_force.get("values") or {})
-    text += "; alignment checked" if pos.get("verified") else "; alignment NOT checked, positions unverified"
-    return text
-
-
 def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
     return {
         "nested_alloc_failure": _failure_presence(arms),
@@ -514,7 +425,7 @@ def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         fs = [f for f in arms[present[0]]["findings"] if f["kind"] == "nested_alloc_failure"]
         what = "; ".join(
             f"{f['api']} returned {f['return_code']} ({f['return_name'] or 'unknown code'}) inside "
-            f"{f['enclosing']['api']}" + _when(f.get("telemetry"))
+            f"{f['enclosing']['api']}" + when(f.get("telemetry"))
             for f in fs
         )
         statement = (
@@ -531,15 +442,6 @@ def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         if any(arms[n]["coverage"]["censored"] for n in ARMS):
             statement += " (but see what the comparison does not establish: coverage is censored)"
     return {**{n: counts[n] for n in ARMS}, "present_in": present, "absent_in": absent, "statement": statement}
-
-
-def _when(pos: Any) -> str:
-    """ ", 55.672 ms after backward_start (telemetry line 5)": a call's place on the application's clock."""
-    if not isinstance(pos, Mapping) or not pos.get("after"):
-        return ""
-    after = pos["after"]
-    checked = "" if pos.get("verified") else ", alignment NOT checked"
-    return f", {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 
 def _paired_calls(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

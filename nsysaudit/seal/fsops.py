@@ -6,7 +6,7 @@ neither. Linux has ``renameat2(2)`` with ``RENAME_EXCHANGE`` (swap both names in
 ``RENAME_NOREPLACE`` (fail with ``EEXIST`` rather than replace); it is called through ``ctypes``
 (glibc 2.28+). Where it is missing (another OS, an old kernel or C library, a file system that
 does not support the flag), these functions return False and the caller falls back to plain
-renames, which :mod:`nsysaudit.seal.core` makes recoverable.
+renames, which :mod:`nsysaudit.seal` makes recoverable.
 """
 
 from __future__ import annotations

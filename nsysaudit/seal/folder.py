@@ -1,0 +1,356 @@
+"""Writing a sealed report folder: atomically, never over evidence, and its seal.
+
+A sealed report folder DIR holds (flat, no sub-folders)::
+
+    report.json              canonical JSON: sorted keys, stable order, no wall-clock time, no paths;
+                             ``options`` holds every option that changes the analysis
+    report.md                the same facts for people (trace text escaped as Markdown data)
+    inputs-sha256.txt        "<sha256>  <basename>" of every input (exports, .nsys-rep, telemetry)
+    manifest-sha256.txt      "<sha256>  <file>" of the three payload files above (sha256sum -c format)
+    metadata.json            tool, python, polars and sqlite versions, nsys and schema versions,
+                             the command that makes DIR again, the recipe ``verify`` re-runs,
+                             inputs with sizes
+    tagmanifest-sha256.txt   "<sha256>  <file>" of manifest-sha256.txt and metadata.json
+
+This follows the BagIt idea (RFC 8493: payload manifest, tag files, tag manifest) in a flat
+layout; it is not a conformant bag (the payload is not under ``data/`` and there is no
+``bagit.txt``). ``sha256sum -c manifest-sha256.txt`` and ``sha256sum -c tagmanifest-sha256.txt``
+pass inside DIR. The inputs live outside DIR, so their digests are in their own file
+(``inputs-sha256.txt``, checkable with ``sha256sum -c`` from the folder holding the inputs) and
+their sizes in ``report.json`` and ``metadata.json``.
+
+The **seal** is the SHA-256 of ``tagmanifest-sha256.txt``, and it pins every byte of every file
+in DIR: the tag manifest holds the digests of ``manifest-sha256.txt`` and ``metadata.json``, the
+manifest those of the three payload files, and ``verify`` refuses any file, folder or manifest
+entry beyond these six. Editing any file, or adding one (even listed in a rewritten manifest),
+changes the tag manifest or makes ``verify`` fail; ``verify --seal`` then fails too. (Format 1
+sealed only ``manifest-sha256.txt``; ``verify`` refuses such folders.)
+
+The seal does not depend on the paths the inputs were given by or on the time: the recorded
+command names the inputs and DIR by basename (run it in the folder holding the inputs) and
+leaves out ``--force``, ``--json`` and ``--nsys``, which change nothing in DIR. It does depend on
+the versions in ``metadata.json``: the same inputs and options on the same tool, Python, polars
+and SQLite versions give the same bytes and the same seal, and the recorded command gives them
+again. Across versions, ``manifest-sha256.txt`` (the payload alone) is what stays the same, and
+``verify --inputs`` checks exactly that by re-running the analysis.
+
+Writes are atomic: everything is written into a fresh temporary folder beside DIR, then renamed
+to DIR (see :func:`_replace`). An existing DIR is refused unless ``force`` is set, and even then
+only a folder that verifies as a sealed report and holds no input is replaced (see
+:func:`check_out`; ``--force --out ~`` or ``--out`` an evidence folder deletes nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import glob
+import os
+import secrets
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nsysaudit.digests import sha256_bytes
+from nsysaudit.errors import CheckFailed, OutputExists, OutputNotWritable
+from nsysaudit.progress import Progress
+from nsysaudit.read.telemetry import TelemetryOptions
+from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.render.json import indented
+from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.seal import fsops
+from nsysaudit.seal.layout import (
+    MANIFEST,
+    METADATA,
+    TAGMANIFEST,
+    manifest_text,
+)
+from nsysaudit.seal.recipe import (
+    Recipe,
+    _metadata,
+    build,
+    sealed_domains,
+)
+from nsysaudit.seal.verify import (
+    _check_files,
+    _metadata_of,
+)
+
+
+@dataclass(frozen=True)
+class Sealed:
+    """A written report folder and its seal (SHA-256 of its tag manifest)."""
+
+    dir: Path
+    seal: str
+    files: tuple[str, ...]
+    document: dict[str, Any]
+    results: dict[str, AnalysisResult] = field(default_factory=dict)
+
+
+def _out_path(out: str | os.PathLike[str]) -> Path:
+    """DIR as an absolute path (``.`` and ``..`` folded), so that its parent and name are real."""
+    return Path(os.path.abspath(os.fspath(out)))
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _holds_input(target: Path, inputs: Sequence[str | os.PathLike[str]], *, files: bool) -> str | None:
+    """The first input that ``target`` is or holds: by resolved path (symlinks followed), and with
+    ``files`` also by inode among the files directly in it (a hard link)."""
+    real = target.resolve()
+    inodes = {ino for f in target.iterdir() if (ino := _inode(f)) is not None} if files else set()
+    for given in inputs:
+        resolved = Path(given).resolve()
+        if resolved == real or real in resolved.parents or _inode(resolved) in inodes:
+            return os.fspath(given)
+    return None
+
+
+def _interrupted(target: Path) -> Path | None:
+    """A folder an interrupted two-rename replacement moved aside (see :func:`_replace`)."""
+    return next((p for p in sorted(target.parent.glob(f".{glob.escape(target.name)}.*.old")) if p.is_dir()), None)
+
+
+def check_out(
+    out: str | os.PathLike[str], *, force: bool, inputs: Sequence[str | os.PathLike[str]] = ()
+) -> tuple[int, int] | None:
+    """Refuse an ``out`` that cannot or must not be written; return the inode of the folder to replace.
+
+    An existing ``out`` is refused unless ``force`` is set, and even then it must be a real folder
+    (not a symlink) that passes ``verify``'s checks of its files and metadata (a sealed report
+    folder of this tool, not merely a folder with a ``manifest-sha256.txt``, as a BagIt bag or a
+    ``sha256sum`` evidence folder has), and it must neither be nor hold any of ``inputs``
+    (compared by resolved path and by inode). An empty folder is refused too: it is no report.
+    Everything is checked before the analysis runs, and again just before the rename.
+    """
+    target = _out_path(out)
+    try:
+        exists = target.exists() or target.is_symlink()
+        leftover = None if exists else _interrupted(target)
+    except OSError as exc:
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
+    if leftover is not None:
+        raise OutputExists(
+            f"{target} is missing and {leftover.name} beside it holds the report an interrupted --force was "
+            f"replacing: move it back to {target.name} (or delete it), then run again (nothing was written)"
+        )
+    if not exists:
+        _check_parent(target)
+        return None
+    if not force:
+        raise OutputExists(f"{target} already exists; pass --force to replace it (nothing was written)")
+    why = _not_sealed(target)
+    # By path first (no walk of a folder that may be large), by inode once it is known to be flat.
+    holder = _holds_input(target, inputs, files=why is None)
+    if holder is not None:
+        raise OutputExists(
+            f"{target} is or holds the input {holder}; refusing to replace it, even with --force (nothing was written)"
+        )
+    if why is not None:
+        raise OutputExists(
+            f"{target} exists and is not a sealed nsysaudit report folder ({why}); "
+            "refusing to replace it, even with --force (nothing was written)"
+        )
+    return _inode(target)
+
+
+def _not_sealed(target: Path) -> str | None:
+    """Why ``target`` is not a folder ``--force`` may replace, or None."""
+    if target.is_symlink() or not target.is_dir():
+        return "a symlink" if target.is_symlink() else "not a folder"
+    if not any(target.iterdir()):
+        return "an empty folder"
+    if not (target / MANIFEST).is_file():
+        return f"no {MANIFEST}"
+    try:
+        problems = _check_files(target)
+        if not problems:
+            _metadata_of(target)
+    except CheckFailed as exc:
+        problems = [str(exc)]
+    return f"verify fails: {problems[0]}" if problems else None
+
+
+def _check_parent(target: Path) -> None:
+    """The nearest existing ancestor of ``target`` must be a writable folder."""
+    for ancestor in target.parents:
+        try:
+            if not ancestor.exists():
+                continue
+        except OSError as exc:
+            raise OutputNotWritable(target, exc.strerror or str(exc)) from None
+        if not ancestor.is_dir():
+            raise OutputNotWritable(target, f"{ancestor} is not a folder")
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            raise OutputNotWritable(target, f"{ancestor} is not writable")
+        return
+
+
+def _fresh_dir(parent: Path, stem: str) -> Path:
+    while True:
+        candidate = parent / f".{stem}.{secrets.token_hex(6)}.tmp"
+        try:
+            candidate.mkdir()  # mode 0o777 minus umask, like any folder the user makes
+        except FileExistsError:
+            continue
+        return candidate
+
+
+def _write(path: Path, data: bytes) -> None:
+    with open(path, "xb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _replace(tmp: Path, target: Path, replacing: tuple[int, int] | None) -> None:
+    """Move the complete folder ``tmp`` to ``target``; ``replacing`` is the inode of the folder
+    checked for replacement (None: ``target`` must not exist).
+
+    Replacing uses ``renameat2(RENAME_EXCHANGE)`` where the system has it: one atomic swap, so a
+    kill at any moment leaves either the old or the new folder at ``target``, never neither; the
+    old one, now at ``tmp``, is deleted afterwards. If what was swapped out is not the folder that
+    was checked (another process replaced it meanwhile), it is swapped back and refused. Without
+    the call it falls back to two renames (old aside to ``.DIR.<hex>.old``, new in); a kill between
+    them leaves that ``.old`` folder, which the next write into DIR reports (see :func:`check_out`)
+    instead of writing anything. A new ``target`` is moved in with ``RENAME_NOREPLACE`` (or
+    ``os.rename``, which fails on a non-empty folder), so of two runs writing the same new DIR one
+    wins and the other is refused.
+    """
+    if replacing is None:
+        try:
+            if not fsops.rename_noreplace(tmp, target):
+                os.rename(tmp, target)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise OutputExists(f"{target} was written by another process meanwhile (nothing was written)") from None
+            raise
+        return
+    if fsops.exchange(tmp, target):
+        if _inode(tmp) != replacing:
+            fsops.exchange(tmp, target)
+            raise OutputExists(f"{target} was replaced by another process meanwhile (nothing was written)")
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    old = target.parent / f".{target.name}.{secrets.token_hex(6)}.old"
+    os.rename(target, old)
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_sealed(
+    out: str | os.PathLike[str],
+    files: Mapping[str, bytes],
+    metadata: Mapping[str, Any],
+    *,
+    force: bool = False,
+    inputs: Sequence[str | os.PathLike[str]] = (),
+) -> Sealed:
+    """Write payload ``files``, their manifest, ``metadata`` and the tag manifest into ``out``, atomically.
+
+    Nothing is left behind when it fails (the temporary folder is removed); see :func:`check_out`
+    for what may be replaced and :func:`_replace` for how.
+    """
+    target = _out_path(out)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _fresh_dir(target.parent, target.name)
+    except OSError as exc:
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
+    try:
+        for name in sorted(files):
+            _write(tmp / name, files[name])
+        manifest = manifest_text({name: sha256_bytes(data) for name, data in files.items()})
+        meta = indented(metadata)
+        _write(tmp / MANIFEST, manifest)
+        _write(tmp / METADATA, meta)
+        tags = manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)})
+        _write(tmp / TAGMANIFEST, tags)
+        # Checked here, complete folder in hand: DIR may have appeared or changed since seal() checked it.
+        replacing = check_out(target, force=force, inputs=inputs)
+        _replace(tmp, target, replacing)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputNotWritable(target, exc.strerror or str(exc)) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    names = tuple(sorted([*files, MANIFEST, METADATA, TAGMANIFEST]))
+    return Sealed(target, sha256_bytes(tags), names, {})
+
+
+def seal(
+    recipe: Recipe,
+    out: str | os.PathLike[str],
+    *,
+    force: bool = False,
+    nsys_path: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+) -> Sealed:
+    """Build the report of ``recipe`` and write it sealed into ``out``."""
+    recipe = dataclasses.replace(recipe, library_domains=sealed_domains(recipe.library_domains))
+    inputs = [path for _, path in recipe.inputs]
+    check_out(out, force=force, inputs=inputs)  # fail before the (possibly long) analysis
+    built = build(recipe, nsys_path=nsys_path, progress=progress)
+    sealed = write_sealed(out, built.files, _metadata(built, _out_path(out)), force=force, inputs=inputs)
+    return Sealed(sealed.dir, sealed.seal, sealed.files, built.document, built.results)
+
+
+def seal_compare(
+    observe: str | os.PathLike[str],
+    release: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    observe_telemetry: str | os.PathLike[str] | None = None,
+    release_telemetry: str | os.PathLike[str] | None = None,
+    library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    telemetry_options: TelemetryOptions | None = None,
+    nsys_path: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> Sealed:
+    """Compare an observe arm and a release arm and write the sealed comparison into ``out``.
+
+    >>> sealed = seal_compare("observe.sqlite", "release.sqlite", "out/cmp")  # doctest: +SKIP
+    >>> sealed.seal  # doctest: +SKIP
+    '3f0c...'
+    """
+    roles: list[tuple[str, str]] = [("observe", os.fspath(observe)), ("release", os.fspath(release))]
+    if observe_telemetry is not None:
+        roles.append(("observe_telemetry", os.fspath(observe_telemetry)))
+    if release_telemetry is not None:
+        roles.append(("release_telemetry", os.fspath(release_telemetry)))
+    recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options)
+    return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)
+
+
+def seal_analysis(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    telemetry: str | os.PathLike[str] | None = None,
+    library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    telemetry_options: TelemetryOptions | None = None,
+    nsys_path: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> Sealed:
+    """Analyze one arm and write the sealed report into ``out``."""
+    roles: list[tuple[str, str]] = [("arm", os.fspath(path))]
+    if telemetry is not None:
+        roles.append(("telemetry", os.fspath(telemetry)))
+    recipe = Recipe("analyze", tuple(roles), tuple(library_domains), telemetry_options)
+    return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)

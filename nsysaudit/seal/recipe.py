@@ -1,0 +1,395 @@
+"""What a sealed report is made from and how: the inputs, the options, the payload files, the command
+that makes the folder again, and the metadata ``verify`` re-runs it from."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from nsysaudit.api import analyze
+from nsysaudit.digests import sha256_file
+from nsysaudit.errors import BadOption, CheckFailed, UnusableInput
+from nsysaudit.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.paths import basename, scrub_paths
+from nsysaudit.progress import Progress
+from nsysaudit.read.inputs import input_kind
+from nsysaudit.read.telemetry import CLOCK_KINDS, TelemetryOptions, parse_anchor
+from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.render.json import indented
+from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
+from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
+from nsysaudit.seal.layout import (
+    ANALYSIS_FORMAT,
+    INPUTS,
+    METADATA,
+    PAYLOAD,
+    REPORT_JSON,
+    REPORT_MD,
+    SEAL_FORMAT,
+    TAG_FILES,
+    TAGMANIFEST,
+)
+
+ReportKind = Literal["compare", "analyze"]
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input of a sealed report: its role, the path it was given by, and its digest."""
+
+    role: str
+    path: Path
+    sha256: str
+    size_bytes: int
+    kind: str
+
+    @property
+    def name(self) -> str:
+        return basename(str(self.path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "name": self.name,
+            "sha256": self.sha256,
+            "size_bytes": self.size_bytes,
+            "kind": self.kind,
+        }
+
+
+def input_file(role: str, path: str | os.PathLike[str], kind: str | None = None) -> InputFile:
+    """Hash one input; a missing or unreadable file is unusable input (exit 2)."""
+    p = Path(path)
+    if not p.is_file():
+        raise UnusableInput(p, "no such file" if not p.exists() else "not a regular file")
+    try:
+        digest = sha256_file(p)
+    except OSError as exc:
+        raise UnusableInput(p, f"cannot read: {exc.strerror}") from None
+    return InputFile(role, p, digest, p.stat().st_size, kind or input_kind(p))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a sealed report was made from and how: enough for ``verify`` to make it again.
+
+    ``inputs`` maps roles (``observe``, ``release``, ``observe_telemetry``, ``release_telemetry``
+    for ``compare``; ``arm``, ``telemetry`` for ``analyze``) to paths.
+    """
+
+    kind: ReportKind
+    inputs: tuple[tuple[str, str], ...]
+    library_domains: tuple[str, ...] = DEFAULT_LIBRARY_DOMAINS
+    telemetry_options: TelemetryOptions | None = None
+
+    def path(self, role: str) -> str | None:
+        return dict(self.inputs).get(role)
+
+    @property
+    def has_telemetry(self) -> bool:
+        return any(role.endswith("telemetry") for role, _ in self.inputs)
+
+    def options(self) -> dict[str, Any]:
+        """The options that change the analysis, as ``report.json`` (``options``) and metadata.json
+        record them (telemetry options only when telemetry was given)."""
+        tel = self.telemetry_options or TelemetryOptions()
+        return {
+            "library_domains": list(self.library_domains),
+            "max_pairs": DEFAULT_MAX_PAIRS,  # a sealed analysis always runs with the default limit
+            "telemetry": telemetry_options_dict(tel) if self.has_telemetry else None,
+        }
+
+
+def telemetry_options_dict(options: TelemetryOptions) -> dict[str, Any]:
+    return {
+        "event_key": options.event_key,
+        "clock": [[kind, name] for kind, name in options.clock],
+        "lenient": options.lenient,
+        "anchors": [str(a) for a in options.anchors],
+        "tolerance_ns": options.tolerance_ns,
+    }
+
+
+def telemetry_options_from(recorded: Mapping[str, Any] | None) -> TelemetryOptions | None:
+    """The :class:`TelemetryOptions` a metadata.json recorded (None: none recorded).
+
+    Anything but the exact types :func:`telemetry_options_dict` writes is a failed check.
+    """
+    if recorded is None:
+        return None
+    try:
+        clock, anchors, tolerance = recorded["clock"], recorded["anchors"], recorded["tolerance_ns"]
+        if not (
+            isinstance(recorded["event_key"], str)
+            and isinstance(recorded["lenient"], bool)
+            and type(tolerance) is int
+            and isinstance(anchors, list)
+            and all(isinstance(a, str) for a in anchors)
+            and isinstance(clock, list)
+            and all(isinstance(c, list) and len(c) == 2 and c[0] in CLOCK_KINDS and isinstance(c[1], str)
+                    for c in clock)
+        ):
+            raise TypeError("a value of the wrong type")
+        return TelemetryOptions(
+            event_key=recorded["event_key"],
+            clock=tuple((kind, name) for kind, name in clock),
+            lenient=recorded["lenient"],
+            anchors=tuple(parse_anchor(a) for a in anchors),
+            tolerance_ns=tolerance,
+        )
+    except (KeyError, TypeError, BadOption) as exc:
+        raise CheckFailed(f"{METADATA}: unreadable telemetry options ({exc})") from None
+
+
+@dataclass
+class Built:
+    """A report made from a recipe: the document, the payload files' bytes, the inputs."""
+
+    recipe: Recipe
+    document: dict[str, Any]
+    files: dict[str, bytes]
+    inputs: list[InputFile]
+    results: dict[str, AnalysisResult] = field(default_factory=dict)
+
+
+def _analyze(
+    path: str,
+    telemetry: str | None,
+    recipe: Recipe,
+    nsys_path: str | os.PathLike[str] | None,
+    progress: Progress | None = None,
+) -> AnalysisResult:
+    return analyze(
+        path,
+        nsys_path=nsys_path,
+        library_domains=recipe.library_domains,
+        telemetry=telemetry,
+        telemetry_options=recipe.telemetry_options if telemetry is not None else None,
+        progress=progress,
+    )
+
+
+def build(
+    recipe: Recipe, *, nsys_path: str | os.PathLike[str] | None = None, progress: Progress | None = None
+) -> Built:
+    """Analyze the recipe's inputs and make the payload files (not written anywhere)."""
+    if recipe.kind == "compare":
+        return _build_compare(recipe, nsys_path, progress)
+    return _build_analyze(recipe, nsys_path, progress)
+
+
+def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, progress: Progress | None = None) -> Built:
+    results: dict[str, AnalysisResult] = {}
+    inputs: list[InputFile] = []
+    telemetry_files: dict[str, TelemetryFile | None] = {}
+    for arm in ("observe", "release"):
+        path = recipe.path(arm)
+        if path is None:
+            raise BadOption(f"compare needs an {arm} input")
+        telemetry = recipe.path(f"{arm}_telemetry")
+        results[arm] = _analyze(path, telemetry, recipe, nsys_path, progress)
+        info = results[arm].input
+        inputs.append(InputFile(arm, Path(path), info.sha256, info.size_bytes, info.kind))
+        telemetry_files[arm] = None
+        if telemetry is not None:
+            t = _telemetry_input(f"{arm}_telemetry", telemetry, results[arm])
+            inputs.append(t)
+            telemetry_files[arm] = TelemetryFile(t.name, t.sha256, t.size_bytes)
+    comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files)
+    doc = comparison.to_dict()
+    doc["options"] = recipe.options()
+    return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs), _ordered(inputs), results)
+
+
+def _telemetry_input(role: str, path: str, result: AnalysisResult) -> InputFile:
+    """The telemetry input with the digest and size of the bytes the analysis read."""
+    if result.alignment is None:  # analyze() always aligns the telemetry it is given
+        return input_file(role, path, "telemetry")
+    log = result.alignment.log
+    return InputFile(role, Path(path), log.sha256, log.size_bytes, "telemetry")
+
+
+def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None = None) -> dict[str, Any]:
+    """The ``analyze --json`` document made fit for sealing.
+
+    Same keys as ``analyze --json`` except: paths (``input.path``, ``telemetry.path``, in
+    messages) are basenames; ``tool`` (the tool
+    version) and ``input.export`` (the .nsys-rep's export digest, cache state and nsys) move to
+    ``metadata.json``, because they depend on the machine, not on the evidence. Added: ``format``,
+    ``kind`` and ``inputs`` (and, by :func:`build`, ``options``).
+    """
+    doc: dict[str, Any] = scrub_paths(result.to_dict(), result_paths(result))
+    doc.pop("tool", None)
+    inp = dict(doc["input"])
+    inp.pop("export", None)
+    doc["input"] = inp
+    inputs = [
+        {
+            "role": "arm",
+            "name": inp["path"],
+            "sha256": inp["sha256"],
+            "size_bytes": inp["size_bytes"],
+            "kind": inp["kind"],
+        }
+    ]
+    if telemetry is not None:
+        inputs.append(telemetry.to_dict())
+    doc.update({"format": ANALYSIS_FORMAT, "kind": "analysis", "inputs": inputs})
+    return doc
+
+
+def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, progress: Progress | None = None) -> Built:
+    path = recipe.path("arm")
+    if path is None:
+        raise BadOption("analyze needs an input")
+    telemetry = recipe.path("telemetry")
+    result = _analyze(path, telemetry, recipe, nsys_path, progress)
+    info = result.input
+    inputs = [InputFile("arm", Path(path), info.sha256, info.size_bytes, info.kind)]
+    tel = _telemetry_input("telemetry", telemetry, result) if telemetry is not None else None
+    if tel is not None:
+        inputs.append(tel)
+    doc = sealed_analysis_document(result, tel)
+    doc["options"] = recipe.options()
+    return Built(recipe, doc, _payload(doc, analysis_markdown(doc), inputs), inputs, {"arm": result})
+
+
+_ROLE_ORDER = ("observe", "release", "observe_telemetry", "release_telemetry", "arm", "telemetry")
+
+
+def _ordered(inputs: list[InputFile]) -> list[InputFile]:
+    return sorted(inputs, key=lambda i: _ROLE_ORDER.index(i.role) if i.role in _ROLE_ORDER else len(_ROLE_ORDER))
+
+
+def _payload(doc: Mapping[str, Any], markdown: str, inputs: list[InputFile]) -> dict[str, bytes]:
+    lines = "".join(f"{i.sha256}  {i.name}\n" for i in _ordered(inputs))
+    return {REPORT_JSON: indented(doc), REPORT_MD: markdown.encode("utf-8"), INPUTS: lines.encode("utf-8")}
+
+
+def _command(recipe: Recipe, out: str | os.PathLike[str]) -> list[str]:
+    """The command that makes DIR again, run in the folder that holds the inputs.
+
+    Inputs and DIR are named by basename (as in ``inputs-sha256.txt``), so the command, and with
+    it the seal, does not depend on where the files were; ``--force``, ``--json`` and ``--nsys``
+    are left out: they change nothing in DIR.
+    """
+    p = recipe.path
+    if recipe.kind == "compare":
+        cmd = ["nsysaudit", "compare", basename(p("observe") or ""), basename(p("release") or "")]
+        cmd += ["--out", basename(os.fspath(out))]
+        for arm in ("observe", "release"):
+            tel = p(f"{arm}_telemetry")
+            if tel is not None:
+                cmd += [f"--{arm}-telemetry", basename(tel)]
+    else:
+        cmd = ["nsysaudit", "analyze", basename(p("arm") or ""), "--out", basename(os.fspath(out))]
+        tel = p("telemetry")
+        if tel is not None:
+            cmd += ["--telemetry", basename(tel)]
+    for d in recipe.library_domains:  # --library-domain adds to the default domains
+        if d not in DEFAULT_LIBRARY_DOMAINS:
+            cmd += ["--library-domain", d]
+    cmd += _telemetry_flags(recipe.options()["telemetry"])
+    return cmd
+
+
+def format_ms(ns: int) -> str:
+    """``ns`` as an exact decimal number of milliseconds, as ``--clock-tolerance`` reads it back.
+
+    >>> format_ms(1_234_567), format_ms(1_000_000), format_ms(5_000_000_000), format_ms(1)
+    ('1.234567', '1', '5000', '0.000001')
+    """
+    return format(Decimal(ns).scaleb(-6).normalize(), "f")
+
+
+def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
+    """The command-line flags that give ``options`` (a serialized TelemetryOptions): one per option that
+    differs from the CLI's default (``TelemetryOptions()``), so the command is as short as it can be."""
+    if not options:
+        return []
+    default = telemetry_options_dict(TelemetryOptions())
+    out: list[str] = []
+    if options.get("event_key") != default["event_key"]:
+        out += ["--telemetry-event-key", str(options["event_key"])]
+    clock = [list(c) for c in options.get("clock", [])]
+    if clock != default["clock"]:
+        for kind, name in clock:
+            out += ["--telemetry-clock", f"{kind}={name}"]
+    if options.get("lenient"):
+        out.append("--lenient")
+    for anchor in options.get("anchors", []):
+        out += ["--anchor", str(anchor)]
+    tol = options.get("tolerance_ns")
+    if tol is not None and tol != default["tolerance_ns"]:
+        out += ["--clock-tolerance", format_ms(int(tol))]
+    return out
+
+
+def _versions() -> dict[str, Any]:
+    import polars
+
+    from nsysaudit._version import __version__
+
+    return {
+        "nsysaudit": __version__,
+        "python": platform.python_version(),
+        "polars": polars.__version__,
+        "sqlite": sqlite3.sqlite_version,
+    }
+
+
+def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
+    arms = {}
+    for role, result in sorted(built.results.items()):
+        info = result.input
+        arm: dict[str, Any] = {"nsys_version": info.nsys_version, "schema_version": info.schema_version}
+        if info.kind == "nsys-rep":
+            arm["export"] = {"sha256": info.export_sha256, "exported_with": info.exported_with}
+        arms[role] = arm
+    return {
+        "format": SEAL_FORMAT,
+        "seal": f"sha256 of {TAGMANIFEST}",
+        "report": {"kind": built.recipe.kind, "format": built.document.get("format")},
+        "versions": _versions(),
+        "nsys": arms,
+        "command": _command(built.recipe, out),
+        "recipe": {
+            "kind": built.recipe.kind,
+            "inputs": [{"role": role, "name": basename(path)} for role, path in built.recipe.inputs],
+            "options": built.recipe.options(),
+        },
+        "inputs": [i.to_dict() for i in built.inputs],
+        "files": {"payload": sorted(PAYLOAD), "tags": sorted(TAG_FILES), "tag_manifest": TAGMANIFEST},
+    }
+
+
+def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
+    """The library domains of a sealed report, in the order the CLI gives them: the defaults, then
+    the added ones. A set without cuBLAS or cuDNN is refused (exit 2): ``--library-domain`` only
+    adds, so the recorded command could not reproduce it."""
+    missing = [d for d in DEFAULT_LIBRARY_DOMAINS if d not in domains]
+    if missing:
+        raise BadOption(
+            f"library domains {', '.join(domains) or 'none'} leave out {', '.join(missing)}: a sealed report "
+            "always reads those (its recorded command can only add domains with --library-domain)"
+        )
+    return tuple(dict.fromkeys([*DEFAULT_LIBRARY_DOMAINS, *domains]))
+
+
+def _recipe_from(meta: Mapping[str, Any], paths: Mapping[str, str]) -> Recipe:
+    """The recipe metadata.json records (already checked by :func:`_metadata_of`)."""
+    spec = meta["recipe"]
+    options = spec["options"]
+    return Recipe(
+        kind=spec["kind"],
+        inputs=tuple((r["role"], paths[r["role"]]) for r in spec["inputs"]),
+        library_domains=tuple(options["library_domains"] or DEFAULT_LIBRARY_DOMAINS),
+        telemetry_options=telemetry_options_from(options.get("telemetry")),
+    )

@@ -1,0 +1,313 @@
+"""``verify``: check every digest of a sealed folder, refuse what it cannot pin, and, given the inputs,
+re-run the recorded analysis: the payload must come out byte-identical."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nsysaudit.digests import sha256_file
+from nsysaudit.errors import BadOption, CheckFailed, UnusableInput
+from nsysaudit.seal.layout import (
+    _LINE,
+    INPUTS,
+    MANIFEST,
+    METADATA,
+    PAYLOAD,
+    SEAL_FORMAT,
+    TAG_FILES,
+    TAGMANIFEST,
+    manifest_text,
+)
+from nsysaudit.seal.recipe import (
+    _recipe_from,
+    _versions,
+    build,
+    input_file,
+    telemetry_options_from,
+)
+
+_HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
+
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What ``verify`` checked; it raises :class:`CheckFailed` instead of returning on any failure."""
+
+    dir: Path
+    seal: str
+    files: tuple[str, ...]
+    inputs: tuple[dict[str, Any], ...] = ()
+    rerun: bool = False
+
+
+def _safe_name(name: str) -> str | None:
+    """Why a manifest entry is refused (escapes DIR, not a plain relative path), or None."""
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        return "absolute path"
+    parts = name.split("/")
+    if ".." in parts:
+        return "'..' escapes the folder"
+    if "\\" in name:
+        return "backslash in path"
+    if any(p in ("", ".") for p in parts):
+        return "not a plain relative path"
+    return None
+
+
+def parse_manifest(path: Path, data: bytes) -> dict[str, str]:
+    """Parse a ``sha256sum`` manifest strictly; any deviation from the canonical form is a failure."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CheckFailed(f"{path}: not UTF-8 text") from None
+    if not text.endswith("\n"):
+        raise CheckFailed(f"{path}: does not end with a newline (changed or truncated)")
+    entries: dict[str, str] = {}
+    for number, line in enumerate(text[:-1].split("\n"), start=1):
+        m = _LINE.match(line)
+        if m is None:
+            raise CheckFailed(f"{path}: line {number} is not '<sha256>  <file>' (changed)")
+        digest, name = m.groups()
+        why = _safe_name(name)
+        if why is not None:
+            raise CheckFailed(f"{path}: line {number}: refusing entry {name!r}: {why}")
+        if name in entries:
+            raise CheckFailed(f"{path}: line {number}: {name} is listed twice")
+        entries[name] = digest
+    if manifest_text(entries) != data:
+        raise CheckFailed(f"{path}: not in canonical form (sorted '<sha256>  <file>' lines; changed)")
+    return entries
+
+
+def _check_entry(root: Path, name: str) -> str | None:
+    """Problem with the file an entry names (missing, symlink, not a file), or None."""
+    current = root
+    for part in name.split("/"):
+        current = current / part
+        if current.is_symlink():
+            return f"{name}: refusing a symlink ({current.relative_to(root)})"
+        if not current.exists():
+            return f"{name}: missing"
+    if not current.is_file():
+        return f"{name}: not a regular file"
+    return None
+
+
+def _read_manifest(root: Path, name: str) -> dict[str, str]:
+    path = root / name
+    if path.is_symlink():
+        raise CheckFailed(f"{path}: refusing a symlink")
+    if not path.is_file():
+        raise CheckFailed(f"{path}: missing")
+    return parse_manifest(path, path.read_bytes())
+
+
+def verify(
+    dir: str | os.PathLike[str],
+    inputs: Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    nsys_path: str | os.PathLike[str] | None = None,
+    expected_seal: str | None = None,
+) -> Verification:
+    """Check a sealed report folder; with ``inputs``, also check them and re-run the analysis.
+
+    Raises :class:`~nsysaudit.errors.UnusableInput` (exit 2) when ``dir`` is not a sealed report
+    folder at all (no manifest), and :class:`~nsysaudit.errors.CheckFailed` (exit 1) naming
+    every missing, extra or changed file, any manifest entry that escapes the folder, an input
+    whose digest differs, and a re-run whose report differs.
+    """
+    root = Path(dir)
+    if not root.is_dir():
+        raise UnusableInput(root, "no such folder" if not root.exists() else "not a folder")
+    if not (root / MANIFEST).exists() and not (root / MANIFEST).is_symlink():
+        raise UnusableInput(root, f"no {MANIFEST}: not a sealed nsysaudit report folder")
+    problems = _check_files(root)
+    digest = sha256_file(root / TAGMANIFEST) if (root / TAGMANIFEST).is_file() else "none"
+    if expected_seal is not None and expected_seal.lower().removeprefix("sha256:") != digest:
+        problems.append(f"{TAGMANIFEST}: its sha256 {digest} is not the expected seal {expected_seal}")
+    if problems:
+        raise CheckFailed(f"{root}: verification failed: " + "; ".join(problems))
+    meta = _metadata_of(root)
+    _check_inputs_listing(root, meta)
+    files = tuple(sorted([*PAYLOAD, *TAG_FILES, TAGMANIFEST]))
+    if inputs is None:
+        return Verification(root, digest, files)
+    given = _match_inputs(meta, [Path(p) for p in inputs])
+    checked = []
+    for rec, path in given:
+        found = input_file(rec["role"], path, rec["kind"])
+        if found.sha256 != rec["sha256"] or found.size_bytes != rec["size_bytes"]:
+            raise CheckFailed(
+                f"input {path} ({rec['role']}): differs from the sealed {rec['name']} "
+                f"(sha256 {found.sha256}, {found.size_bytes:,} bytes; recorded {rec['sha256']}, "
+                f"{rec['size_bytes']:,} bytes)"
+            )
+        checked.append({**rec, "path": os.fspath(path)})
+    recipe = _recipe_from(meta, {rec["role"]: os.fspath(path) for rec, path in given})
+    rebuilt = build(recipe, nsys_path=nsys_path)
+    for name in PAYLOAD:
+        old = (root / name).read_bytes()
+        new = rebuilt.files[name]
+        if old != new:
+            sealed_with = meta["versions"]
+            now = _versions()
+            changed = [
+                f"{k} {sealed_with.get(k)} -> {now.get(k)}"
+                for k in ("nsysaudit", "polars", "sqlite", "python")
+                if sealed_with.get(k) != now.get(k)
+            ]
+            context = (
+                "; sealed with other versions: " + ", ".join(changed)
+                if changed
+                else "; same versions as when sealed"
+            )
+            raise CheckFailed(
+                f"{root / name}: re-running the analysis gives a different {name} ({_first_diff(old, new)}{context})"
+            )
+    return Verification(root, digest, files, tuple(checked), rerun=True)
+
+
+def _check_files(root: Path) -> list[str]:
+    """Every problem with the six files: missing, changed, extra, or listed where they do not belong.
+
+    A manifest that lists anything but its own files is refused even when the listed file's
+    digest is right: the seal pins the tag manifest, and ``verify`` accepts no file it cannot pin.
+    """
+    problems: list[str] = []
+    manifest = _read_manifest(root, MANIFEST)
+    tags = _read_manifest(root, TAGMANIFEST)
+    for listing, entries, expected in ((MANIFEST, manifest, PAYLOAD), (TAGMANIFEST, tags, TAG_FILES)):
+        for name in expected:
+            if name not in entries:
+                problems.append(f"{listing} does not list {name}")
+        for name, digest in sorted(entries.items()):
+            if name not in expected:
+                problems.append(f"{listing} lists {name}, which is not one of its files ({', '.join(expected)})")
+                continue
+            trouble = _check_entry(root, name)
+            if trouble is not None:
+                problems.append(f"{trouble} (listed in {listing})")
+                continue
+            actual = sha256_file(root / name)
+            if actual != digest:
+                problems.append(f"{name}: changed (sha256 {actual}, {listing} says {digest})")
+    known = {*PAYLOAD, *TAG_FILES, TAGMANIFEST}
+    for current, dirnames, filenames in os.walk(root):
+        for d in sorted(dirnames):
+            rel = (Path(current) / d).relative_to(root).as_posix()
+            problems.append(f"{rel}/: extra folder (not in {MANIFEST})")
+        dirnames.clear()
+        for f in sorted(filenames):
+            rel = (Path(current) / f).relative_to(root).as_posix()
+            if rel not in known:
+                problems.append(f"{rel}: extra file (not in {MANIFEST})")
+    return problems
+
+
+_KINDS = ("sqlite", "nsys-rep", "telemetry")
+
+
+def _metadata_of(root: Path) -> dict[str, Any]:
+    """``metadata.json``, checked for every key and type ``verify`` uses: anything else is a
+    tampered folder, a failed check (exit 1), never a traceback."""
+    path = root / METADATA
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise CheckFailed(f"{path}: not readable JSON ({exc})") from None
+    if isinstance(meta, dict) and meta.get("format") == "nsysaudit.seal/1":
+        raise CheckFailed(
+            f"{path}: an nsysaudit.seal/1 folder, whose seal does not cover {METADATA}; "
+            "make it again with this nsysaudit (its recorded command) to get a seal that pins every file"
+        )
+    if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
+        raise CheckFailed(f"{path}: not {SEAL_FORMAT} metadata")
+
+    def bad(what: str) -> CheckFailed:
+        return CheckFailed(f"{path}: {what} (a tampered or foreign {METADATA})")
+
+    inputs, recipe, versions = meta.get("inputs"), meta.get("recipe"), meta.get("versions")
+    if not isinstance(versions, dict):
+        raise bad("'versions' is not an object")
+    if not isinstance(inputs, list) or not inputs:
+        raise bad("'inputs' is not a non-empty list")
+    for i, rec in enumerate(inputs):
+        ok = (
+            isinstance(rec, dict)
+            and all(isinstance(rec.get(k), str) for k in ("role", "name", "sha256", "kind"))
+            and _HEX64.fullmatch(rec["sha256"]) is not None
+            and rec["kind"] in _KINDS
+            and type(rec.get("size_bytes")) is int
+            and rec["size_bytes"] >= 0
+        )
+        if not ok:
+            raise bad(f"inputs[{i}] is not {{role, name, sha256 (hex), size_bytes (int), kind}}")
+    roles = [rec["role"] for rec in inputs]
+    if len(set(roles)) != len(roles):
+        raise bad("an input role is listed twice")
+    if not isinstance(recipe, dict) or recipe.get("kind") not in ("compare", "analyze"):
+        raise bad("no recipe to re-run ('recipe.kind' is not compare or analyze)")
+    spec_inputs = recipe.get("inputs")
+    listed = spec_inputs if isinstance(spec_inputs, list) else []
+    spec_roles = [r["role"] for r in listed if isinstance(r, dict) and isinstance(r.get("role"), str)]
+    if not isinstance(spec_inputs, list) or len(spec_roles) != len(listed) or sorted(spec_roles) != sorted(roles):
+        raise bad("'recipe.inputs' does not name the roles of 'inputs'")
+    options = recipe.get("options")
+    if not isinstance(options, dict):
+        raise bad("'recipe.options' is not an object")
+    domains = options.get("library_domains")
+    if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
+        raise bad("'recipe.options.library_domains' is not a list of strings")
+    telemetry = options.get("telemetry")
+    if telemetry is not None and not isinstance(telemetry, dict):
+        raise bad("'recipe.options.telemetry' is not an object")
+    telemetry_options_from(telemetry)  # raises CheckFailed naming the problem
+    return meta
+
+
+def _check_inputs_listing(root: Path, meta: Mapping[str, Any]) -> None:
+    """``inputs-sha256.txt`` and the metadata's inputs must name the same digests."""
+    recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta["inputs"])
+    if (root / INPUTS).read_bytes() != recorded.encode("utf-8", errors="surrogatepass"):
+        raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
+
+
+def _match_inputs(meta: Mapping[str, Any], given: list[Path]) -> list[tuple[dict[str, Any], Path]]:
+    """Pair given paths with recorded inputs: by basename, then (renamed files) in recorded order."""
+    recorded: list[dict[str, Any]] = list(meta.get("inputs", []))
+    if len(given) != len(recorded):
+        names = ", ".join(f"{r['name']} ({r['role']})" for r in recorded)
+        raise BadOption(f"--inputs: the report was made from {len(recorded)} input(s) ({names}); {len(given)} given")
+    pairs: dict[int, Path] = {}
+    rest: list[Path] = []
+    counts: dict[str, int] = {}
+    for r in recorded:
+        counts[r["name"]] = counts.get(r["name"], 0) + 1
+    for p in given:
+        idx = next(
+            (i for i, r in enumerate(recorded) if r["name"] == p.name and counts[r["name"]] == 1 and i not in pairs),
+            None,
+        )
+        if idx is None:
+            rest.append(p)
+        else:
+            pairs[idx] = p
+    free = [i for i in range(len(recorded)) if i not in pairs]
+    for i, p in zip(free, rest, strict=True):
+        pairs[i] = p
+    return [(recorded[i], pairs[i]) for i in range(len(recorded))]
+
+
+def _first_diff(old: bytes, new: bytes) -> str:
+    a, b = old.splitlines(), new.splitlines()
+    for number, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+        if x != y:
+            return f"first difference at line {number}"
+    return f"{len(a)} lines sealed, {len(b)} now"
