@@ -1,9 +1,9 @@
 """Batch audits: many exports in, one polars frame out (one row per input), for notebooks and CI.
 
 >>> import nsysaudit
->>> paths = ["tests/fixtures/h200-cuda13-nsys2023.4/observe.sqlite", "missing.sqlite"]
->>> frame = nsysaudit.audit(paths)  # doctest: +SKIP
->>> frame.select("path", "verdict", "error")  # doctest: +SKIP
+>>> paths = ["tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite", "missing.sqlite"]
+>>> nsysaudit.audit(paths).select("verdict", "error").rows()
+[('failure_found', None), (None, 'missing.sqlite: no such file')]
 
 An input that cannot be analyzed is a row with its one-line ``error`` and a null verdict: it is
 reported, never dropped; so is one whose reading failed with an OSError (an I/O error, a file that

@@ -22,7 +22,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import polars as pl
@@ -62,30 +62,46 @@ class TelemetryFile:
         return {"name": self.name, "sha256": self.sha256, "size_bytes": self.size_bytes}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
-    """An observe arm and a release arm, analyzed; ``to_dict()`` is the comparison document."""
+    """An observe arm and a release arm, analyzed, and their comparison document, built once by
+    :func:`compare_results`; ``to_dict()`` is that document (``report.json`` of ``compare``)."""
 
     observe: AnalysisResult
     release: AnalysisResult
-    telemetry_files: dict[str, TelemetryFile | None] = field(default_factory=dict)
+    telemetry_files: Mapping[str, TelemetryFile | None]
+    document: Mapping[str, Any]
 
     def arm(self, name: Arm) -> AnalysisResult:
         return self.observe if name == "observe" else self.release
 
     def to_dict(self) -> dict[str, Any]:
-        arms: dict[str, dict[str, Any]] = {name: _arm(self.arm(name), self.telemetry_files.get(name)) for name in ARMS}
-        differences = _differences(arms, {name: self.arm(name) for name in ARMS})
-        not_established = _not_established(arms, differences)
-        return {
-            "format": REPORT_FORMAT,
-            "kind": "comparison",
-            "inputs": _inputs(arms),
-            "arms": arms,
-            "differences": differences,
-            "not_established": not_established,
-            "summary": _summary(arms, differences, not_established),
-        }
+        return dict(self.document)
+
+    def __repr__(self) -> str:
+        arms = self.document["arms"]
+        return (
+            f"<Comparison observe {arms['observe']['verdict']}, release {arms['release']['verdict']}: "
+            f"{self.document['differences']['nested_alloc_failure']['statement']}>"
+        )
+
+
+def _document(
+    observe: AnalysisResult, release: AnalysisResult, files: Mapping[str, TelemetryFile | None]
+) -> dict[str, Any]:
+    results = {"observe": observe, "release": release}
+    arms: dict[str, dict[str, Any]] = {name: _arm(results[name], files.get(name)) for name in ARMS}
+    differences = _differences(arms, results)
+    not_established = _not_established(arms, differences)
+    return {
+        "format": REPORT_FORMAT,
+        "kind": "comparison",
+        "inputs": _inputs(arms),
+        "arms": arms,
+        "differences": differences,
+        "not_established": not_established,
+        "summary": _summary(arms, differences, not_established),
+    }
 
 
 def compare_results(
@@ -98,6 +114,12 @@ def compare_results(
 
     ``telemetry_files`` names the telemetry each arm was given; by default it is read from each
     result's alignment (the digest and size of the bytes the analysis read).
+
+    >>> import nsysaudit
+    >>> torch = "tests/fixtures/h200-cuda13-nsys2025.3/torch/"
+    >>> cmp = compare_results(nsysaudit.analyze(torch + "observe.sqlite"), nsysaudit.analyze(torch + "release.sqlite"))
+    >>> [cmp.to_dict()["arms"][arm]["verdict"] for arm in ("observe", "release")]
+    ['failure_found', 'no_failure']
     """
     files: dict[str, TelemetryFile | None] = {}
     for name, result in (("observe", observe), ("release", release)):
@@ -108,7 +130,7 @@ def compare_results(
             files[name] = TelemetryFile(basename(log.path), log.sha256, log.size_bytes)
         else:
             files[name] = None
-    return Comparison(observe=observe, release=release, telemetry_files=files)
+    return Comparison(observe, release, files, _document(observe, release, files))
 
 
 # --- per arm -------------------------------------------------------------------------------------

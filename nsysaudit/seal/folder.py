@@ -89,6 +89,9 @@ class Sealed:
     document: dict[str, Any]
     results: dict[str, AnalysisResult] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        return f"<Sealed {str(self.dir)!r}: seal sha256:{self.seal}, {len(self.files)} files>"
+
 
 def _out_path(out: str | os.PathLike[str]) -> Path:
     """DIR as an absolute path (``.`` and ``..`` folded), so that its parent and name are real."""
@@ -324,9 +327,12 @@ def seal_compare(
 ) -> Sealed:
     """Compare an observe arm and a release arm and write the sealed comparison into ``out``.
 
-    >>> sealed = seal_compare("observe.sqlite", "release.sqlite", "out/cmp")  # doctest: +SKIP
-    >>> sealed.seal  # doctest: +SKIP
-    '3f0c...'
+    >>> import tempfile, pathlib
+    >>> torch = "tests/fixtures/h200-cuda13-nsys2025.3/torch/"
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "cmp"
+    >>> sealed = seal_compare(torch + "observe.sqlite", torch + "release.sqlite", out)
+    >>> len(sealed.seal), sealed.document["arms"]["observe"]["verdict"]
+    (64, 'failure_found')
     """
     roles: list[tuple[str, str]] = [("observe", os.fspath(observe)), ("release", os.fspath(release))]
     if observe_telemetry is not None:

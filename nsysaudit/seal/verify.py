@@ -46,6 +46,10 @@ class Verification:
     inputs: tuple[dict[str, Any], ...] = ()
     rerun: bool = False
 
+    def __repr__(self) -> str:
+        how = ", inputs re-run byte-identical" if self.rerun else ""
+        return f"<Verification {str(self.dir)!r}: seal sha256:{self.seal} verified, {len(self.files)} files{how}>"
+
 
 def _safe_name(name: str) -> str | None:
     """Why a manifest entry is refused (escapes DIR, not a plain relative path), or None."""
