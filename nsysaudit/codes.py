@@ -259,6 +259,17 @@ def display_name(api: str) -> str:
     return _VERSION_SUFFIX.sub("", api)
 
 
+# Entry points that release device or host memory: a successful one means memory was freed, so an
+# export with such calls and no deallocation event did not record frees (see the memory ledger).
+_FREE_PREFIXES = ("cudaFree", "cuMemFree", "cuMemRelease", "cuArrayDestroy", "cuMipmappedArrayDestroy")
+
+
+@lru_cache(maxsize=4096)
+def is_free_api(api: str) -> bool:
+    """Whether ``api`` (raw or display name) releases memory (cudaFree*, cuMemFree*, cuMemRelease, ...)."""
+    return display_name(api).startswith(_FREE_PREFIXES)
+
+
 @lru_cache(maxsize=4096)
 def is_allocation_api(api: str) -> bool:
     """Whether ``api`` (raw or display name) is a CUDA device/host memory allocation call."""

@@ -39,3 +39,21 @@ def escape_char(ch: str) -> str:
 def escape(text: str) -> str:
     """``text`` with every :data:`UNSAFE` character replaced by its escape: one line, shown as written."""
     return UNSAFE.sub(lambda m: escape_char(m.group()), text)
+
+
+def byte_size(value: int) -> str:
+    """Bytes as exact digits, with a binary unit when it helps: ``16,777,216 B (16.0 MiB)``.
+
+    The digits are the number the export holds; the unit in brackets is only a reading aid, in
+    powers of 1024 as ``nvidia-smi`` and PyTorch's allocator statistics print them.
+
+    >>> byte_size(512)
+    '512 B'
+    >>> byte_size(149_412_081_522)
+    '149,412,081,522 B (139.2 GiB)'
+    """
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    v, i = float(value), 0
+    while abs(v) >= 1024 and i < len(units) - 1:
+        v, i = v / 1024, i + 1
+    return f"{value:,} B" if i == 0 else f"{value:,} B ({v:.1f} {units[i]})"

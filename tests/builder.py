@@ -244,6 +244,8 @@ class Export:
     # ANALYSIS_DETAILS.duration (the trace's length); None: no row.
     analysis_duration: int | None = None
     memory_events: list[MemoryEvent] = field(default_factory=list)
+    # TARGET_INFO_GPU rows: (device id, name, total memory in bytes or None), on VM ``vm``.
+    gpus: list[tuple[int, str, int | None]] = field(default_factory=list)
     # Escape hatch for broken evidence (tests of hostile input only): SQL scripts executed after
     # the build, each in its own connection (so a script after a ``PRAGMA writable_schema`` edit
     # sees the edited schema). Not validated. See :func:`strip_not_null` for writing NULLs into
@@ -541,6 +543,10 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
             for d in spec.diagnostics
         ]
         out.update({table: list(rows) for table, rows in DIAGNOSTIC_ENUMS.items()})
+    if spec.gpus:
+        out["TARGET_INFO_GPU"] = [
+            (VM_DEFAULT << 48, device, name, None, 1, None, total, *([None] * 34)) for device, name, total in spec.gpus
+        ]
     if spec.analysis_duration is not None:
         out["ANALYSIS_DETAILS"] = [(1 << 48, spec.analysis_duration, 1_000, 1_000 + spec.analysis_duration)]
     return out

@@ -19,9 +19,12 @@ from nsysaudit.analysis import coverage, failures, integrity
 from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
+from nsysaudit.analysis.ledger import Ledger, build_ledger
+from nsysaudit.analysis.ledger import points as ledger_points
 from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.codes import is_allocation_api
 from nsysaudit.errors import Warning, warning
+from nsysaudit.ids import gpid_of
 from nsysaudit.intervals import closed_library_calls, union_windows
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.telemetry import TelemetryLog
@@ -42,6 +45,8 @@ class Analysis:
     - ``failed_calls``: the failures no finding explains, grouped.
     - ``cuda_api_span``, ``nvtx_ranges``, ``diagnostics``: coverage material; ``cuda_api_rows``: the
       CUDA API rows read (non-zero returns and calls overlapping library calls), classified.
+    - ``memory_series``: the device-memory ledger, one row per counted memory event
+      (:data:`nsysaudit.analysis.ledger.SERIES_SCHEMA`; empty when no ledger is claimed).
     """
 
     frames: Mapping[str, pl.DataFrame]
@@ -59,6 +64,9 @@ class Analysis:
     telemetry_library_failures: tuple[dict[str, Any], ...]
     # Set when telemetry was given: places findings and library calls on the application's clock.
     alignment: Alignment | None = None
+    # The device-memory ledger, and its values at each finding, censored call and telemetry line.
+    ledger: Ledger | None = None
+    memory_points: tuple[dict[str, Any], ...] = ()
 
     def __repr__(self) -> str:
         kinds = self.frames["findings"]["kind"].value_counts(sort=True).rows()
@@ -182,6 +190,8 @@ def analyze_trace(
             "telemetry_bad_lines", len(telemetry.bad_lines), f"{telemetry.path}: skipped (--lenient): {detail}{more}"
         ))
     verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, undecided)
+    memory = build_ledger(trace.memory, trace.capture, trace.alloc_calls)
+    memory_points = ledger_points(memory, _memory_moments(findings, libs, alignment, trace.processes))
     processes = [
         {"pid": r["pid"], "global_pid": r["gpid"], "name": r["process_name"]}
         for r in trace.processes.sort("gpid").to_dicts()
@@ -198,6 +208,7 @@ def analyze_trace(
             "nvtx_ranges": trace.nvtx_ranges,
             "thread_names": names,
             "diagnostics": trace.diagnostics,
+            "memory_series": memory.series,
         },
         cuda_api_calls=trace.cuda_api_total,
         cuda_api_trace=trace.has_cuda_api and trace.cuda_api_total > 0,
@@ -212,6 +223,28 @@ def analyze_trace(
         library_sources=tuple(sources),
         telemetry_library_failures=tuple(telemetry_failures),
         alignment=alignment,
+        ledger=memory,
+        memory_points=tuple(memory_points),
     )
+
+
+def _memory_moments(
+    findings: pl.DataFrame, libs: pl.DataFrame, alignment: Alignment | None, processes: pl.DataFrame
+) -> list[tuple[str, str, int | None, int | None, dict[str, Any]]]:
+    """The moments the ledger is read at: each finding, each censored library call's start, each
+    telemetry line placed on the trace clock (for its process)."""
+    moments: list[tuple[str, str, int | None, int | None, dict[str, Any]]] = []
+    for i, f in enumerate(findings.iter_rows(named=True)):
+        moments.append(("finding", f"{f['kind']}: {f['api']}", f["start_ns"], gpid_of(f["gtid"]), {"finding": i}))
+    for lc in libs.filter(pl.col("coverage") == "censored").iter_rows(named=True):
+        moments.append(
+            ("censored_library_call", str(lc["api"]), lc["start_ns"], gpid_of(lc["gtid"]), {"lib_id": lc["lib_id"]})
+        )
+    if alignment is not None:
+        gpids = {pid: gpid for pid, gpid in processes.select("pid", "gpid").iter_rows()}
+        for event, placed in zip(alignment.log.events, alignment.placements, strict=True):
+            if event.pid is not None and event.pid in gpids:
+                moments.append(("telemetry", event.event, placed.trace_ns, gpids[event.pid], {"line": event.line}))
+    return moments
 
 

@@ -44,7 +44,12 @@ ROW_SCHEMA: dict[str, Any] = {
     "correlation_id": pl.Int64,
 }
 SPAN_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
-ALLOC_ROWS_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "rows": pl.Int64}
+ALLOC_ROWS_SCHEMA: dict[str, Any] = {
+    "gpid": pl.Int64,
+    "correlation_id": pl.Int64,
+    "rows": pl.Int64,
+    "name_id": pl.Int64,
+}
 PROBLEMS = ("null_start", "null_end", "null_return", "null_gtid", "null_name_id", "reversed", "dangling_name_id")
 
 
@@ -57,8 +62,9 @@ class CudaApiScan:
     ``marked``: the successful rows whose name id is one of ``marked_name_ids`` (the stream-capture
     calls: few, and needed whatever their return) (``ROW_SCHEMA``).
     ``alloc_rows``: per (globalPid, correlation id) of ``alloc_keys`` (the allocation events), how many
-    rows of the whole table carry it (``ALLOC_ROWS_SCHEMA``): more than one, and the event's bytes
-    cannot be attributed to one call.
+    rows of the whole table carry it and one of their name ids (``ALLOC_ROWS_SCHEMA``): more than
+    one row, and the event's bytes cannot be attributed to one call.
+    ``counted``: how many successful rows have a name id of ``counted_name_ids`` (the free calls).
     ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``adbc`` or ``sqlite3``.
     """
 
@@ -70,6 +76,7 @@ class CudaApiScan:
     type_mismatch_rows: int = 0
     marked: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ROW_SCHEMA))
     alloc_rows: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
+    counted: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class _Reduced:
     problems: dict[str, int]
     marked: pl.DataFrame
     alloc_rows: pl.DataFrame
+    counted: int
 
 
 def _reduce(
@@ -87,6 +95,7 @@ def _reduce(
     string_ids: pl.Series | None,
     marked_ids: pl.Series | None = None,
     alloc_keys: pl.DataFrame | None = None,
+    counted_ids: pl.Series | None = None,
 ) -> _Reduced:
     """Reduce one batch: its per-process span, selected rows, integrity counts, marked rows and
     the rows carrying an allocation event's correlation id (see :class:`CudaApiScan`)."""
@@ -149,12 +158,17 @@ def _reduce(
     alloc_rows = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
     if alloc_keys is not None and alloc_keys.height:
         alloc_rows = (
-            batch.select(gpid.alias("gpid"), "correlation_id")
+            batch.select(gpid.alias("gpid"), "correlation_id", "name_id")
             .join(alloc_keys, on=["gpid", "correlation_id"], how="semi")
             .group_by("gpid", "correlation_id")
-            .agg(pl.len().cast(pl.Int64).alias("rows"))
+            .agg(pl.len().cast(pl.Int64).alias("rows"), pl.col("name_id").first())
         )
-    return _Reduced(span, selected, {k: int(v or 0) for k, v in problems.items()}, marked, alloc_rows)
+    counted = (
+        batch.filter((pl.col("return_code") == 0) & pl.col("name_id").is_in(counted_ids.implode())).height
+        if counted_ids is not None and counted_ids.len()
+        else 0
+    )
+    return _Reduced(span, selected, {k: int(v or 0) for k, v in problems.items()}, marked, alloc_rows, counted)
 
 
 def _quote(name: str) -> str:
@@ -232,6 +246,7 @@ def scan_cuda_api(
     progress: Progress | None = None,
     marked_name_ids: pl.Series | None = None,
     alloc_keys: pl.DataFrame | None = None,
+    counted_name_ids: pl.Series | None = None,
 ) -> CudaApiScan:
     """Stream the CUDA API table once and reduce it (see the module docstring)."""
     present = {
@@ -264,7 +279,7 @@ def scan_cuda_api(
         batches = _adbc_batches(uri, sql, *part) if use_adbc else _sqlite_batches(path, sql, *part, mismatches)
         out = []
         for batch in batches:
-            out.append(_reduce(batch, windows, string_ids, marked_name_ids, alloc_keys))
+            out.append(_reduce(batch, windows, string_ids, marked_name_ids, alloc_keys, counted_name_ids))
             if progress is not None:
                 progress.advance(batch.height)
         return out
@@ -312,9 +327,10 @@ def scan_cuda_api(
     alloc_rows = (
         pl.concat(alloc_parts)
         .group_by("gpid", "correlation_id")
-        .agg(pl.col("rows").sum())
+        .agg(pl.col("rows").sum(), pl.col("name_id").first())
         .sort("gpid", "correlation_id")
         if alloc_parts
         else pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
     )
-    return CudaApiScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows)
+    counted = sum(r.counted for r in reduced)
+    return CudaApiScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows, counted)

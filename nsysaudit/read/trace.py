@@ -16,11 +16,12 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.codes import is_capture_begin, is_capture_end, is_event_record
+from nsysaudit.codes import is_capture_begin, is_capture_end, is_event_record, is_free_api
 from nsysaudit.errors import UnusableInput, Warning, warning
 from nsysaudit.ids import global_pid
 from nsysaudit.progress import Progress
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
+from nsysaudit.read.memory import MemoryEvidence, read_memory
 from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.source import ExportFile, Table
 
@@ -91,6 +92,9 @@ CALL_SCHEMA = {
 }
 
 
+ALLOC_CALL_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
+
+
 @dataclass
 class Trace:
     """What the analysis reads from one export.
@@ -120,6 +124,9 @@ class Trace:
     - ``shared_alloc_ids``: ``gpid, correlation_id, rows``: allocation events' correlation ids that
       several CUDA API rows of the process carry (counted over the whole table in the same scan): the
       event cannot be attributed to one of them.
+    - ``memory``: every memory usage event and each device's total (:class:`MemoryEvidence`).
+    - ``alloc_calls``: ``gpid, correlation_id, api``: the one CUDA API call behind an allocation
+      event's (process, correlation id), where exactly one row carries it.
     """
 
     export: ExportFile
@@ -147,6 +154,9 @@ class Trace:
         default_factory=lambda: pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64})
     )
     shared_alloc_ids: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
+    memory: MemoryEvidence | None = None
+    successful_frees: int | None = None  # successful free calls in the CUDA API trace (None: no trace)
+    alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
 
 
 
@@ -166,7 +176,6 @@ LIB_SCHEMA = {
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
 }
-ALLOC_SCHEMA = {"gpid": pl.Int64, "correlation_id": pl.Int64, "bytes": pl.Int64, "events": pl.Int64}
 
 
 def _enum_id(export: ExportFile, table: str, name: str, fallback: int) -> int:
@@ -189,6 +198,13 @@ def _marker_classes(export: ExportFile) -> tuple[int, ...]:
     ).fetchall()
     ids = tuple(int(r[0]) for r in rows if type(r[0]) is int)
     return ids or LIBRARY_MARKER_CLASSES
+
+
+def _name_ids(conn: sqlite3.Connection, strings: str, like: str, keep: Callable[[str], bool]) -> pl.Series:
+    """StringIds ids of the names matching SQL ``like`` (a cheap prefilter) for which ``keep`` holds."""
+    rows = conn.execute(f"SELECT id, value FROM {q(strings)} WHERE value LIKE ?", (like,)).fetchall()
+    ids = [i for i, v in rows if type(i) is int and isinstance(v, str) and keep(v)]
+    return pl.Series("name_id", ids, dtype=pl.Int64)
 
 
 def _capture_name_ids(conn: sqlite3.Connection, strings: str) -> pl.Series:
@@ -323,51 +339,17 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         .with_columns(pl.col("lib_id").cast(pl.Int64))
     )
 
-    # --- Memory usage events --------------------------------------------------------------------
-    mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
-    if mem is not None and mem.has("start", "globalPid", "bytes", "correlationId"):
-        tables_used["memory"] = mem.name
-        alloc_op = _enum_id(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER", "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", 0)
-        op_filter = "memoryOperationType = ?" if mem.has("memoryOperationType") else "1"
-        params = (alloc_op,) if mem.has("memoryOperationType") else ()
-        # Correlation id 0 (or NULL) marks memory the driver allocates itself (module and static
-        # memory): no API call made it, so it joins nothing and is never a duplicate.
-        grouped = frame(
-            conn,
-            # A NULL (or non-integer) size makes the call's bytes unknown, never a partial sum.
-            f"""SELECT globalPid, correlationId,
-                       CASE WHEN sum(typeof(bytes) = 'integer') = count(*) THEN sum(bytes) END, count(*)
-                FROM {q(mem.name)} WHERE {op_filter} GROUP BY globalPid, correlationId""",
-            ALLOC_SCHEMA,
-            params,
-            mismatched=typed,
-            source=mem.name,
-        )
-        (unsized,) = conn.execute(
-            f"SELECT count(*) FROM {q(mem.name)} WHERE {op_filter} AND typeof(bytes) != 'integer'", params
-        ).fetchone()
-        no_call = pl.col("correlation_id").is_null() | (pl.col("correlation_id") == 0)
-        allocations = grouped.filter(~no_call)
-        unattributed = (
-            grouped.filter(no_call)
-            .group_by("gpid")
-            .agg(pl.col("events").sum(), pl.col("bytes").sum())
-            .sort("gpid", nulls_last=True)
-        )
-        memory_span = frame(
-            conn,
-            f"SELECT globalPid, min(start), max(start), count(*) FROM {q(mem.name)} GROUP BY globalPid",
-            {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64},
-            mismatched=typed,
-            source=mem.name,
-        )
-    else:
-        allocations = pl.DataFrame(schema=ALLOC_SCHEMA)
-        unsized = 0
-        unattributed = pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64})
-        memory_span = pl.DataFrame(
-            schema={"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
-        )
+    # --- Memory usage events (read once: the joins' bytes and the ledger) -------------------------
+    memory = read_memory(export, frame, typed)
+    mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS") if memory.table is not None else None
+    if memory.table is not None:
+        tables_used["memory"] = memory.table
+    allocations, unattributed, memory_span, unsized = (
+        memory.allocations,
+        memory.unattributed,
+        memory.span,
+        memory.unsized,
+    )
 
     # --- CUDA API (runtime + driver): one streaming pass ------------------------------------------
     if runtime is not None:
@@ -382,19 +364,37 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
             string_ids,
             progress=progress,
             marked_name_ids=marked_ids,
-            alloc_keys=allocations.select("gpid", "correlation_id"),
+            # Every memory event's (process, correlation id): who made it, and whether it is shared.
+            alloc_keys=memory.events.select("gpid", "correlation_id")
+            .filter(pl.col("correlation_id").fill_null(0) != 0)
+            .unique(),
+            counted_name_ids=_name_ids(conn, strings.name, "%Free%", is_free_api)
+            .extend(_name_ids(conn, strings.name, "%Release%", is_free_api))
+            .extend(_name_ids(conn, strings.name, "%Destroy%", is_free_api)),
         )
+        successful_frees: int | None = scanned.counted
         wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
         names = _string_values(conn, strings.name, wanted.to_list())
         cuda_api_rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
         capture_calls = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
         cuda_api_total, cuda_api_span, scan_engine = scanned.total, scanned.span, scanned.engine
         scan_problems, mismatched = scanned.problems, scanned.type_mismatch_rows
-        shared_alloc_ids = scanned.alloc_rows.filter(pl.col("rows") > 1)
+        shared_alloc_ids = scanned.alloc_rows.filter(pl.col("rows") > 1).join(
+            allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
+        )
+        # The one API call behind each allocation event's (process, correlation id), where it is one.
+        sole = scanned.alloc_rows.filter(pl.col("rows") == 1)
+        alloc_calls = sole.join(
+            _string_values(conn, strings.name, sole["name_id"].drop_nulls().unique().to_list()),
+            on="name_id",
+            how="left",
+        ).select("gpid", "correlation_id", "api")
     else:
         cuda_api_rows = pl.DataFrame(schema=CALL_SCHEMA)
         capture_calls = pl.DataFrame(schema=CALL_SCHEMA)
         shared_alloc_ids = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
+        alloc_calls = pl.DataFrame(schema=ALLOC_CALL_SCHEMA)
+        successful_frees = None
         cuda_api_total, cuda_api_span, scan_engine = 0, pl.DataFrame(schema=SPAN_SCHEMA), "none"
         scan_problems, mismatched = {}, 0
 
@@ -509,6 +509,9 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
         library_markers=library_markers,
         unattributed_allocations=unattributed,
         shared_alloc_ids=shared_alloc_ids,
+        memory=memory,
+        successful_frees=successful_frees,
+        alloc_calls=alloc_calls,
     )
 
 

@@ -165,6 +165,62 @@ def _allocated(lc: Mapping[str, Any]) -> str:
     return "unknown" if traced is None else f"unknown ({num(traced)} in the trace)"
 
 
+def _memory(memory: Mapping[str, Any] | None) -> list[str]:
+    """The device-memory ledger: per device, and its value at each finding, censored call and telemetry line."""
+    if not memory:
+        return ["No device-memory evidence.", ""]
+    if memory["ledger"]:
+        out = [
+            f"Ledger from {num(memory['allocation_events'])} allocation and {num(memory['deallocation_events'])} "
+            "deallocation events (CUDA\\_GPU\\_MEMORY\\_USAGE\\_EVENTS).",
+            "",
+        ]
+    else:
+        out = [f"No ledger: {md(memory['why_no_ledger'], 1000)}.", ""]
+    for dev in memory.get("devices", []):
+        line = (
+            f"- device {dev['device_id']} {md(dev['name'])}: total {num(dev['total_bytes'])} bytes; allocated "
+            f"{num(dev['allocated_bytes'])} bytes in {num(dev['allocation_events'])} events"
+        )
+        if "freed_bytes" in dev:
+            line += (
+                f", freed {num(dev['freed_bytes'])}; peak device-resident live "
+                f"{num(dev['peak_device_resident_live_bytes'])} bytes at {num(dev['peak_at_ns'])} ns"
+            )
+        out.append(line)
+    if memory.get("devices"):
+        out.append("")
+    unseen = memory.get("freed_never_allocated") or {}
+    if unseen.get("events"):
+        out += [
+            f"{num(unseen['events'])} deallocation(s) ({num(unseen['bytes'])} bytes) of memory allocated before the "
+            "capture began: live bytes are a lower bound.",
+            "",
+        ]
+    rows = [
+        [md(p["point"]), md(p["label"]), num(p["t_ns"]), ident(p["pid"]), str(d["device_id"]),
+         num(d["process_live_bytes"]), num(d["device_resident_live_bytes"]), num(d["total_bytes"]),
+         num(d["free_at_most_bytes"])]
+        for p in memory.get("at", [])
+        for d in p["devices"]
+    ]
+    if rows:
+        out += table(
+            ["at", "what", "ns", "pid", "device", "process live", "all processes live", "total", "free at most"], rows
+        )
+    for p in memory.get("at", []):
+        if not p["devices"]:
+            out.append(f"- at {md(p['point'])} {md(p['label'])}: {md(p.get('unknown') or 'no traced device')}")
+        elif not any(d.get("process_has_events", True) for d in p["devices"]):
+            out.append(
+                f"- at {md(p['point'])} {md(p['label'])}: process {ident(p['pid'])} has no memory event, so its device "
+                "is unknown; every traced device is shown"
+            )
+    if memory.get("at"):
+        out += ["", "Not counted: " + "; ".join(md(x) for x in memory["not_counted"]) + ".", ""]
+    return out
+
+
 def _capture(coverage: Mapping[str, Any]) -> list[str]:
     cap = coverage.get("capture") or {}
     if cap.get("stop_ns") is None:
@@ -346,6 +402,7 @@ def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
     for lc in arm["library_calls"]:
         out += _library_call(lc)
     out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
+    out += ["### Device memory", "", *_memory(arm.get("memory"))]
     out += ["### Telemetry", ""]
     tel = arm["telemetry_input"]
     if tel:
@@ -471,6 +528,7 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
     ]
     if rows:
         out += table(["key", "observe", "release", ""], rows)
+    out += ["### Device memory (the ledger, both arms)", "", *_bullets(diff["memory"]["statements"]), ""]
     out += ["### Memory at the handoff (telemetry)", ""]
     if diff["handoff"]:
         out += table(
@@ -527,6 +585,7 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
     else:
         out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
+    out += ["## Device memory", "", *_memory(doc.get("memory"))]
     if "alignment" in doc:
         out += ["## Telemetry", "", *_alignment(doc.get("alignment"))]
     if doc["warnings"]:

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.text import escape
+from nsysaudit.text import byte_size, escape
 
 MAX_TEXT = 80
 MAX_LIBRARY_ROWS = 40
@@ -42,11 +42,15 @@ def ns(value: int | None) -> Text:
 def nbytes(value: int | None) -> Text:
     if value is None:
         return Text("unknown", style="dim italic")
-    units = ["B", "KiB", "MiB", "GiB", "TiB"]
-    v, i = float(value), 0
-    while v >= 1024 and i < len(units) - 1:
-        v, i = v / 1024, i + 1
-    return Text(f"{value:,} B" if i == 0 else f"{value:,} B ({v:.1f} {units[i]})")
+    return Text(byte_size(value))
+
+
+CALL_LABEL = {"driver": "driver-allocated (correlation id 0)", "no_single_call": "no single API call"}
+
+
+def _bytes_cell(value: int | None) -> Text:
+    """A table cell: the exact bytes, and the binary unit on a line of its own so columns stay narrow."""
+    return nbytes(value) if value is None else Text(byte_size(value).replace(" (", "\n(", 1))
 
 
 VERDICT_STYLE = {"failure_found": "bold red", "inconclusive": "bold yellow", "no_failure": "bold green"}
@@ -214,6 +218,89 @@ def _failed_calls(groups: Sequence[Mapping[str, Any]]) -> list[RenderableType]:
     return out
 
 
+def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
+    """The device-memory ledger: per device, and a short table at each finding and censored call."""
+    t = Text("\nDevice memory (CUDA_GPU_MEMORY_USAGE_EVENTS): ", style="bold")
+    if not memory.get("devices") and not memory["ledger"]:
+        t.append(f"no ledger: {memory['why_no_ledger']}", style="dim")
+        return [t]
+    if not memory["ledger"]:
+        t.append("no ledger: ", style="yellow")
+        t.append_text(literal(memory["why_no_ledger"], 400))
+    else:
+        t.append("ledger from ")
+        t.append(
+            f"{memory['allocation_events']:,} allocation and {memory['deallocation_events']:,} deallocation events"
+        )
+    for dev in memory["devices"]:
+        t.append(f"\n  device {dev['device_id']} ")
+        t.append_text(literal(dev["name"]))
+        t.append(": total ")
+        t.append_text(nbytes(dev["total_bytes"]))
+        t.append(f"; allocated {dev['allocated_bytes']:,} B in {dev['allocation_events']:,} events")
+        if "freed_bytes" in dev:
+            t.append(
+                f", freed {dev['freed_bytes']:,} B; peak device-resident live "
+                f"{dev['peak_device_resident_live_bytes']:,} B at {dev['peak_at_ns']:,} ns"
+            )
+        for proc in dev.get("processes", []):
+            t.append("\n    pid ")
+            t.append_text(ident(proc["pid"]))
+            t.append(f": live at end {proc['live_bytes_at_end']:,} B; allocations ")
+            for i, c in enumerate(proc["allocations_by_call"]):
+                t.append("; " if i else "")
+                t.append_text(literal(c["api"]) if c["api"] is not None else Text(CALL_LABEL.get(c["call"], c["call"])))
+                t.append(f" {c['events']:,} x ")
+                t.append_text(literal(c["kind"]) if c["kind"] is not None else Text("unknown kind"))
+                t.append(f" {c['bytes']:,} B")
+    unseen = memory["freed_never_allocated"]
+    if unseen["events"]:
+        t.append(
+            f"\n  {unseen['events']} deallocation(s) ({unseen['bytes']:,} B) of memory allocated before the capture "
+            "began: live bytes are a lower bound",
+            style="yellow",
+        )
+    parts: list[RenderableType] = [t]
+    points = [p for p in memory["at"] if p["point"] != "telemetry"]
+    for dev_id in dict.fromkeys(dev["device_id"] for p in points for dev in p["devices"]):
+        rows = [(p, dev) for p in points for dev in p["devices"] if dev["device_id"] == dev_id]
+        total = rows[0][1]["total_bytes"]
+        title = Text(f"  at each finding and censored library call, device {dev_id} of ")
+        title.append_text(nbytes(total))
+        table = Table(title=title, title_justify="left")
+        for col in ("at", "pid", "process live", "all processes live", "free at most"):
+            table.add_column(col, justify="left" if col == "at" else "right")
+        for p, dev in rows:
+            at = literal(p["label"], 60)
+            at.append(f"\n{p['t_ns']:,} ns")
+            free = _bytes_cell(dev["free_at_most_bytes"])
+            free.stylize("bold")
+            table.add_row(
+                at,
+                ident(p["pid"]),
+                _bytes_cell(dev["process_live_bytes"]),
+                _bytes_cell(dev["device_resident_live_bytes"]),
+                free,
+            )
+        parts.append(table)
+    for p in points:
+        if not p["devices"]:
+            line = Text("  at ")
+            line.append_text(literal(p["label"], 60))
+            line.append(": ")
+            line.append_text(literal(p.get("unknown") or "no traced device", 200))
+            parts.append(line)
+        elif not any(d.get("process_has_events", True) for d in p["devices"]):
+            line = Text("  at ")
+            line.append_text(literal(p["label"], 60))
+            line.append(f": process {p['pid']} has no memory event, so its device is unknown; ")
+            line.append("every traced device is shown")
+            parts.append(line)
+    if points:
+        parts.append(Text("  not counted: " + "; ".join(memory["not_counted"]), style="dim"))
+    return parts
+
+
 def analysis_renderable(result: AnalysisResult) -> RenderableType:
     """The whole single-arm report as one rich renderable."""
     d = result.to_dict()
@@ -267,6 +354,8 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
                           style="dim"))
     if d["failed_calls"]:
         parts.extend(_failed_calls(d["failed_calls"]))
+
+    parts.extend(_memory_parts(d["memory"]))
 
     libs = d["library_calls"]
     shown = sorted(libs, key=lambda x: (x["coverage"] != "censored", x["failed_children"] == 0, x["lib_id"]))

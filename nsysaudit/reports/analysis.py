@@ -329,6 +329,19 @@ def _coverage(analysis: Analysis) -> dict[str, Any]:
     }
 
 
+def _memory(analysis: Analysis) -> dict[str, Any]:
+    """The ``memory`` key: the ledger's summary per device and process and its value at each moment."""
+    ledger = analysis.ledger
+    if ledger is None:
+        return {"ledger": False, "why_no_ledger": "not analyzed", "at": []}
+    return {
+        **ledger.summary,
+        "ledger": ledger.claimed,
+        "why_no_ledger": ledger.why_not,
+        "at": [dict(p) for p in analysis.memory_points],
+    }
+
+
 def _head(info: InputInfo, analysis: Analysis) -> dict[str, Any]:
     """Every key of the document but ``library_calls``."""
     out: dict[str, Any] = {
@@ -343,6 +356,7 @@ def _head(info: InputInfo, analysis: Analysis) -> dict[str, Any]:
         "verdict_reasons": list(analysis.verdict_reasons),
         "warnings": [dict(w) for w in analysis.warnings],
         "limits": dict(analysis.limits),
+        "memory": _memory(analysis),
     }
     if analysis.alignment is not None:
         out["alignment"] = analysis.alignment.to_dict()

@@ -28,9 +28,10 @@ from typing import Any, Literal
 import polars as pl
 
 from nsysaudit.codes import is_allocation_api, names
+from nsysaudit.ids import gpid_of
 from nsysaudit.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.statements import allocation_statement, position_statement, role_words, when
+from nsysaudit.reports.statements import allocation_statement, memory_statement, position_statement, role_words, when
 
 Arm = Literal["observe", "release"]
 ARMS: tuple[Arm, Arm] = ("observe", "release")
@@ -198,7 +199,19 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[s
     d = scrub_paths(result.document(chosen_dicts), result_paths(result))
     chosen_list: list[dict[str, Any]] = d["library_calls"]
     census = d["census"]
-    interest = _keyed([_library_call(lc) for lc in chosen_list])
+    ledger = result.analysis.ledger
+    interest = _keyed(
+        [
+            {
+                **_library_call(lc),
+                # The device-memory ledger at the call's start (empty when no ledger is claimed).
+                "memory_at_start": ledger.at(lc["start_ns"], gpid_of(lc["global_tid"]))
+                if ledger is not None and lc["start_ns"] is not None
+                else [],
+            }
+            for lc in chosen_list
+        ]
+    )
     return {
         "input": input_record(result),
         "telemetry_input": telemetry_file.to_dict() if telemetry_file else None,
@@ -220,6 +233,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[s
         "handoff": _handoff(d, interest),
         "alignment": d.get("alignment"),
         "warnings": d["warnings"],
+        "memory": d["memory"],
     }
 
 
@@ -418,6 +432,7 @@ def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
         },
         "sources": _sources(arms, results),
         "handoff": _handoff_diff(arms),
+        "memory": _memory_diff(arms),
     }
 
 
@@ -501,8 +516,11 @@ def _paired_calls(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]
                 "bytes_unknown": a["bytes_unknown"],
                 "failed_allocations": [c for c in lc["allocation_calls"] if c["return_code"] != 0],
                 "telemetry": lc["telemetry"],
+                "memory_at_start": lc["memory_at_start"],
             }
             statements.append(allocation_statement(n, lc))
+            if lc["memory_at_start"]:
+                statements.append(memory_statement(n, f"{lc['api']}'s start", lc["memory_at_start"]))
             where = position_statement(n, lc)
             if where is not None:
                 statements.append(where)
@@ -579,6 +597,26 @@ def _sources(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, Analys
             "differs_as_expected": expected,
         },
     }
+
+
+def _memory_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Both arms' device-memory ledgers side by side: whether each claims one, and its value at the
+    telemetry handoff (the last handoff line placed on the trace clock)."""
+    out: dict[str, Any] = {"statements": []}
+    for n in ARMS:
+        memory = arms[n]["memory"]
+        at_handoff = [p for p in memory["at"] if p["point"] == "telemetry" and p["label"] == "handoff"]
+        entry = {
+            "ledger": memory["ledger"],
+            "why_no_ledger": memory["why_no_ledger"],
+            "at_handoff": at_handoff[-1] if at_handoff else None,
+        }
+        out[n] = entry
+        if not memory["ledger"]:
+            out["statements"].append(f"{n}: no device-memory ledger: {memory['why_no_ledger']}")
+        elif entry["at_handoff"] is not None:
+            out["statements"].append(memory_statement(n, "the handoff", entry["at_handoff"]["devices"]))
+    return out
 
 
 def _handoff_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -739,5 +777,6 @@ def _summary(
             lines.append(f"{row['kind']} findings: observe {row['observe']}, release {row['release']}")
     for pair in differences["library_calls"]:
         lines.extend(pair["statements"])
+    lines.extend(differences["memory"]["statements"])
     lines.extend(x["statement"] for x in not_established if x["code"] == "censored_library_call")
     return lines

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nsysaudit.text import byte_size
+
 
 def _fmt_bytes(values: Iterable[int | None]) -> str:
     vals = list(values)
@@ -107,3 +109,29 @@ def when(pos: Any) -> str:
     after = pos["after"]
     checked = "" if pos.get("verified") else ", alignment NOT checked"
     return f", {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
+
+
+def gigabytes(n: int | None) -> str:
+    """Bytes as exact digits and a binary unit, as the terminal shows them: ``16,777,216 B (16.0 MiB)``."""
+    return "unknown" if n is None else byte_size(n)
+
+
+def memory_statement(arm: str, moment: str, devices: Iterable[Mapping[str, Any]]) -> str:
+    """What the device-memory ledger says at one moment of one arm: live, released before, free at most."""
+    parts = []
+    devices = list(devices)
+    for d in devices:
+        released = f" after {gigabytes(d['freed_before_bytes'])} released" if d["freed_before_bytes"] else ""
+        total = f" of {gigabytes(d['total_bytes'])}" if d["total_bytes"] is not None else " (device total unknown)"
+        free = (
+            f", at most {gigabytes(d['free_at_most_bytes'])} free"
+            if d["free_at_most_bytes"] is not None
+            else ", free memory unknown"
+        )
+        parts.append(
+            f"device {d['device_id']}: live {gigabytes(d['device_resident_live_bytes'])}{total}{released}{free}"
+        )
+    not_counted = " (traced device memory; contexts and untraced memory not counted)"
+    if devices and not any(d.get("process_has_events", True) for d in devices):
+        not_counted += "; the process has no memory event, so its device is unknown and every traced device is shown"
+    return f"{arm}: at {moment}, " + "; ".join(parts) + not_counted

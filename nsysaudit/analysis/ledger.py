@@ -1,0 +1,325 @@
+"""The device-memory ledger: how much memory was live, and how little could have been free, at each moment.
+
+From CUDA_GPU_MEMORY_USAGE_EVENTS (an allocation event +bytes, a deallocation -bytes) the ledger
+keeps live bytes per device and per process over time, split by memory kind, on the trace clock.
+A deallocation is matched to the allocation at the same (process, device, address) that is still
+live; one with no such allocation freed memory allocated before the capture began: it is counted
+(``freed_never_allocated``) and left out, so the traced live bytes are a LOWER bound on what was
+really live, and ``total - live`` an UPPER bound on what could have been free.
+
+What the bound does not count: CUDA contexts and the driver's own reservations (no memory event),
+processes the capture did not trace, memory allocated before the capture began and never freed
+in it, managed memory (it may live on the host: shown, not subtracted). Device-resident kinds, the
+ones subtracted: Device, Array, Device Static.
+
+Completeness is stated, never assumed: whether memory-usage collection was on
+(META_DATA_CAPTURE ``COLLECT_GPU_MEMORY_USAGE``), whether any deallocation appears at all (without
+one the trace cannot show whether memory was freed: then no ledger is claimed, only allocation
+totals), devices with no total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from nsysaudit.ids import decode_pid, pid_of
+from nsysaudit.read.memory import MemoryEvidence
+
+DEVICE_RESIDENT = frozenset({"Device", "Array", "Device Static"})
+MANAGED = frozenset({"Managed", "Managed Static"})
+NOT_COUNTED = (
+    "CUDA contexts and the driver's own reservations (they have no memory event)",
+    "processes the capture did not trace",
+    "memory allocated before the capture began and not freed during it",
+    "managed memory, which may reside on the host (shown, not subtracted)",
+)
+SERIES_SCHEMA: dict[str, Any] = {
+    "start_ns": pl.Int64,
+    "vm": pl.Int64,
+    "device_id": pl.Int64,
+    "gpid": pl.Int64,
+    "pid": pl.Int64,
+    "kind": pl.String,
+    "operation": pl.String,
+    "bytes": pl.Int64,
+    "delta": pl.Int64,
+    "correlation_id": pl.Int64,
+    "api": pl.String,
+    "process_live": pl.Int64,
+    "device_resident_live": pl.Int64,
+}
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Live traced bytes over time, or why none is claimed.
+
+    ``series``: one row per counted event in time order (:data:`SERIES_SCHEMA`): ``delta`` (+ for an
+    allocation, - for a matched deallocation), ``process_live`` (the process's live bytes on that
+    device, every kind) and ``device_resident_live`` (all processes' device-resident live bytes on
+    that device) just after it. Empty when ``claimed`` is False.
+    """
+
+    claimed: bool
+    why_not: str | None
+    collected: bool | None
+    series: pl.DataFrame
+    devices: pl.DataFrame
+    summary: dict[str, Any]
+
+    def at(self, t_ns: int, gpid: int | None) -> list[dict[str, Any]]:
+        """Per device the process ``gpid`` used: its live bytes, all traced processes' device-resident
+        live bytes, the device's total and the upper bound on free memory, just after ``t_ns``.
+
+        A process with no memory event of its own does not say which device it used: then every
+        traced device is given, each with ``process_has_events`` false."""
+        if not self.claimed or gpid is None:
+            return []
+        mine = self.series.filter(pl.col("gpid") == gpid)
+        own_events = mine.height > 0
+        out = []
+        where = mine if own_events else self.series
+        for vm, device in where.select("vm", "device_id").unique().sort("vm", "device_id").iter_rows():
+            here = self.series.filter(
+                (pl.col("vm") == vm) & (pl.col("device_id") == device) & (pl.col("start_ns") <= t_ns)
+            )
+            own = here.filter(pl.col("gpid") == gpid)
+            by_kind = _live_by_kind(here)
+            resident = int(here["device_resident_live"][-1]) if here.height else 0
+            total = _total(self.devices, vm, device)
+            out.append(
+                {
+                    "vm": vm,
+                    "device_id": device,
+                    "process_has_events": own_events,
+                    "process_live_bytes": int(own["process_live"][-1]) if own.height else 0,
+                    "device_resident_live_bytes": resident,
+                    "managed_live_bytes": sum(v for k, v in by_kind.items() if k in MANAGED),
+                    "live_bytes_by_kind": by_kind,
+                    "total_bytes": total,
+                    "free_at_most_bytes": None if total is None else total - resident,
+                    "freed_before_bytes": int(-here.filter(pl.col("delta") < 0)["delta"].sum()),
+                }
+            )
+        return out
+
+
+def _allocations_by_call(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    """One process's allocation events by the CUDA API call behind them, joined by (process,
+    correlation id): ``matched`` (one call), ``driver`` (correlation id 0 or NULL: memory the driver
+    allocated itself, such as module memory) or ``no_single_call`` (a correlation id that no call or
+    several calls of the process carry)."""
+    allocs = rows.filter(pl.col("delta") > 0).with_columns(
+        pl.when(pl.col("correlation_id").fill_null(0) == 0)
+        .then(pl.lit("driver"))
+        .when(pl.col("api").is_null())
+        .then(pl.lit("no_single_call"))
+        .otherwise(pl.lit("matched"))
+        .alias("call")
+    )
+    grouped = (
+        allocs.group_by("call", "api", "kind")
+        .agg(pl.len().alias("events"), pl.col("delta").sum().alias("bytes"))
+        .sort("call", "api", "kind", nulls_last=True)
+    )
+    return [
+        {"call": c, "api": api, "kind": kind, "events": int(n), "bytes": int(b)}
+        for c, api, kind, n, b in grouped.iter_rows()
+    ]
+
+
+def _live_by_kind(rows: pl.DataFrame) -> dict[str, int]:
+    sums = rows.group_by("kind").agg(pl.col("delta").sum()).sort("kind")
+    return {str(k): int(v) for k, v in sums.iter_rows() if v}
+
+
+def _total(devices: pl.DataFrame, vm: int | None, device: int | None) -> int | None:
+    row = devices.filter((pl.col("vm") == vm) & (pl.col("device_id") == device))
+    return int(row["total_bytes"][0]) if row.height and row["total_bytes"][0] is not None else None
+
+
+def collection_on(capture: Mapping[str, list[str]]) -> bool | None:
+    """Whether the capture settings say memory-usage collection was on (None: they do not say)."""
+    values = [v for k, vs in capture.items() if k.endswith("COLLECT_GPU_MEMORY_USAGE") for v in vs]
+    if not values:
+        return None
+    return any(v.lower() == "true" for v in values)
+
+
+def build_ledger(
+    memory: MemoryEvidence | None, capture: Mapping[str, list[str]], calls: pl.DataFrame | None = None
+) -> Ledger:
+    """The ledger of ``memory`` (see the module docstring).
+
+    ``calls``: ``gpid, correlation_id, api`` of the one CUDA API call behind an event's (process,
+    correlation id); an event without one (correlation id 0: memory the driver allocates itself,
+    or a correlation shared by several rows) has ``api`` null.
+    """
+    collected = collection_on(capture)
+    empty = pl.DataFrame(schema=SERIES_SCHEMA)
+    devices = memory.devices if memory is not None else pl.DataFrame()
+    if memory is None or memory.table is None:
+        why = "the export has no CUDA_GPU_MEMORY_USAGE_EVENTS table"
+        if collected is False:
+            why = "memory-usage collection was off (--cuda-memory-usage=true turns it on)"
+        return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
+    events = memory.events.with_columns(
+        pl.col("mem_kind").replace_strict(memory.kinds, default=None, return_dtype=pl.String).alias("kind"),
+        (pl.col("gpid") // (1 << 48)).alias("vm"),
+    )
+    deallocations = events.filter(pl.col("operation") == 1).height
+    if deallocations == 0:
+        why = (
+            "the export holds allocation events only (no deallocation event): the trace cannot show whether "
+            "memory was freed, so live bytes and a free-memory bound are not claimed, only allocation totals"
+        )
+        return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
+    # A deallocation frees the live allocation at its (process, device, address): one with none
+    # before it freed memory allocated before the capture began, and is left out of the ledger.
+    keyed = events.with_row_index("_order").with_columns(
+        (pl.col("operation") == 0).cast(pl.Int64).alias("_is_alloc"),
+        (pl.col("operation") == 1).cast(pl.Int64).alias("_is_free"),
+    )
+    group = ["gpid", "device_id", "address"]
+    keyed = keyed.sort("_order").with_columns(
+        (pl.col("_is_alloc").cum_sum().over(group) - pl.col("_is_alloc")).alias("_allocs_before"),
+        (pl.col("_is_free").cum_sum().over(group) - pl.col("_is_free")).alias("_frees_before"),
+    )
+    matched = (pl.col("_is_free") == 1) & pl.col("address").is_not_null() & (
+        pl.col("_allocs_before") > pl.col("_frees_before")
+    )
+    unmatched_frees = keyed.filter((pl.col("_is_free") == 1) & ~matched)
+    counted = keyed.filter((pl.col("_is_alloc") == 1) | matched).sort("start_ns", "_order")
+    resident = pl.col("kind").is_in(list(DEVICE_RESIDENT))
+    series = (
+        counted.with_columns(
+            pl.when(pl.col("_is_alloc") == 1).then(pl.col("bytes")).otherwise(-pl.col("bytes")).alias("delta"),
+            pl.when(pl.col("_is_alloc") == 1)
+            .then(pl.lit("allocation"))
+            .otherwise(pl.lit("deallocation"))
+            .alias("operation_name"),
+        )
+        .with_columns(
+            pl.col("delta").cum_sum().over("gpid", "vm", "device_id").alias("process_live"),
+            pl.when(resident).then(pl.col("delta")).otherwise(0).cum_sum().over("vm", "device_id").alias(
+                "device_resident_live"
+            ),
+            decode_pid(pl.col("gpid")).alias("pid"),
+        )
+        .join(
+            calls if calls is not None else pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64,
+                                                                  "api": pl.String}),
+            on=["gpid", "correlation_id"],
+            how="left",
+        )
+        .sort("start_ns", "_order")
+        .select(
+            "start_ns", "vm", "device_id", "gpid", "pid", "kind", pl.col("operation_name").alias("operation"),
+            "bytes", "delta", "correlation_id", "api", "process_live", "device_resident_live",
+        )
+    )
+    sizes_unknown = series.filter(pl.col("delta").is_null()).height
+    if sizes_unknown:
+        why = f"{sizes_unknown} memory event(s) have no size: live bytes cannot be summed"
+        return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
+    summary = _summary(memory, collected, series, unmatched_frees.height, int(unmatched_frees["bytes"].sum() or 0))
+    return Ledger(True, None, collected, series, devices, summary)
+
+
+def _summary(
+    memory: MemoryEvidence | None, collected: bool | None, series: pl.DataFrame, unmatched: int, unmatched_bytes: int
+) -> dict[str, Any]:
+    """The ledger's summary per device and process (the JSON ``memory`` key, without its points)."""
+    events = memory.events if memory is not None else pl.DataFrame(schema={"operation": pl.Int64})
+    out: dict[str, Any] = {
+        "collected": collected,
+        "events": events.height,
+        "allocation_events": events.filter(pl.col("operation") == 0).height,
+        "deallocation_events": events.filter(pl.col("operation") == 1).height,
+        "freed_never_allocated": {"events": unmatched, "bytes": unmatched_bytes},
+        "not_counted": list(NOT_COUNTED),
+        "devices": [],
+    }
+    kinds = memory.kinds if memory is not None else {}
+    allocs = events.filter(pl.col("operation") == 0) if memory is not None else None
+    device_rows = memory.devices.to_dicts() if memory is not None else []
+    used = set()
+    if allocs is not None and allocs.height:
+        used = {(int(g) // (1 << 48), d) for g, d in allocs.select("gpid", "device_id").unique().iter_rows()}
+    known = {(r["vm"], r["device_id"]) for r in device_rows}
+    for vm, device in sorted(known | used, key=lambda k: (k[0] if k[0] is not None else -1, k[1] or -1)):
+        info = next((r for r in device_rows if r["vm"] == vm and r["device_id"] == device), None)
+        on = allocs.filter(((pl.col("gpid") // (1 << 48)) == vm) & (pl.col("device_id") == device)) if (
+            allocs is not None
+        ) else pl.DataFrame()
+        entry: dict[str, Any] = {
+            "vm": vm,
+            "device_id": device,
+            "name": info["name"] if info else None,
+            "total_bytes": info["total_bytes"] if info else None,
+            "allocated_bytes": int(on["bytes"].sum() or 0) if on.height else 0,
+            "allocation_events": on.height,
+            "allocated_bytes_by_kind": {
+                kinds.get(k, str(k)) if k is not None else "unknown": int(v or 0)
+                for k, v in on.group_by("mem_kind").agg(pl.col("bytes").sum()).sort("mem_kind").iter_rows()
+            }
+            if on.height
+            else {},
+        }
+        mine = series.filter((pl.col("vm") == vm) & (pl.col("device_id") == device))
+        if mine.height:
+            peak = mine.sort("device_resident_live", "start_ns", descending=[True, False]).row(0, named=True)
+            entry.update(
+                {
+                    "freed_bytes": int(-mine.filter(pl.col("delta") < 0)["delta"].sum()),
+                    "live_bytes_at_end": int(mine["delta"].sum()),
+                    "device_resident_live_bytes_at_end": int(mine["device_resident_live"][-1]),
+                    "peak_device_resident_live_bytes": peak["device_resident_live"],
+                    "peak_at_ns": peak["start_ns"],
+                    "live_bytes_by_kind_at_end": _live_by_kind(mine),
+                    "processes": [
+                        {
+                            "pid": pid_of(gpid),
+                            "global_pid": gpid,
+                            "allocated_bytes": int(rows.filter(pl.col("delta") > 0)["delta"].sum()),
+                            "freed_bytes": int(-rows.filter(pl.col("delta") < 0)["delta"].sum()),
+                            "live_bytes_at_end": int(rows["delta"].sum()),
+                            "driver_allocated_bytes": int(
+                                rows.filter((pl.col("delta") > 0) & (pl.col("correlation_id").fill_null(0) == 0))[
+                                    "delta"
+                                ].sum()
+                            ),
+                            "live_bytes_by_kind_at_end": _live_by_kind(rows),
+                            "allocations_by_call": _allocations_by_call(rows),
+                        }
+                        for (gpid,), rows in sorted(mine.partition_by("gpid", as_dict=True).items())
+                    ],
+                }
+            )
+        out["devices"].append(entry)
+    out["kinds"] = {str(k): v for k, v in sorted(kinds.items())}
+    return out
+
+
+def points(
+    ledger: Ledger, wanted: Iterable[tuple[str, str, int | None, int | None, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The ledger at each wanted moment: ``(point, label, t_ns, gpid, extra)`` (a finding, a censored
+    library call, a telemetry boundary). Empty when no ledger is claimed."""
+    if not ledger.claimed:
+        return []
+    out = []
+    for point, label, t_ns, gpid, extra in wanted:
+        entry: dict[str, Any] = {"point": point, "label": label, "t_ns": t_ns, "pid": pid_of(gpid), **extra}
+        if t_ns is None or gpid is None:
+            # Kept, not dropped: the reader sees the moment and why the ledger cannot be read there.
+            missing = "start time" if t_ns is None else "process (globalTid)"
+            entry.update(devices=[], unknown=f"the call's {missing} is unknown, so the ledger cannot be read at it")
+        else:
+            entry["devices"] = ledger.at(t_ns, gpid)
+        out.append(entry)
+    return out

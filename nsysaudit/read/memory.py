@@ -1,0 +1,186 @@
+"""Device-memory evidence: every CUDA_GPU_MEMORY_USAGE_EVENTS row, read once, and each device's total.
+
+nsys records an allocation (+) and a deallocation (-) event for every device, pinned or managed
+allocation the CUDA trace saw (``--cuda-memory-usage=true``), with its bytes, kind, device, process
+and address. From this one frame come the per-call allocation bytes the joins attach (grouped by
+(globalPid, correlationId); correlation id 0, memory the driver allocates itself, joins nothing)
+and the ledger of live bytes (:mod:`nsysaudit.analysis.ledger`). ``TARGET_INFO_GPU`` gives each
+device's total memory.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from nsysaudit.read.source import ExportFile
+
+EVENT_SCHEMA: dict[str, Any] = {
+    "start_ns": pl.Int64,
+    "gpid": pl.Int64,
+    "device_id": pl.Int64,
+    "address": pl.Int64,
+    "bytes": pl.Int64,
+    "mem_kind": pl.Int64,
+    "operation": pl.Int64,
+    "correlation_id": pl.Int64,
+}
+DEVICE_SCHEMA: dict[str, Any] = {"vm": pl.Int64, "device_id": pl.Int64, "name": pl.String, "total_bytes": pl.Int64}
+ALLOC_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "bytes": pl.Int64, "events": pl.Int64}
+SPAN_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
+# ENUM_CUDA_MEM_KIND of nsys 2022.2 through 2026.2, for exports without the enum table.
+MEM_KINDS_FALLBACK = {
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "Device Static",
+    6: "Managed Static",
+    7: "Unknown",
+}
+ALLOCATION, DEALLOCATION = 0, 1  # ENUM_CUDA_DEV_MEM_EVENT_OPER fallback
+
+
+@dataclass(frozen=True)
+class MemoryEvidence:
+    """What the export says about device memory.
+
+    - ``events``: every event (:data:`EVENT_SCHEMA`), ``operation`` normalized to 0 (allocation) / 1
+      (deallocation) / null (unknown); sorted by time.
+    - ``devices``: ``vm, device_id, name, total_bytes`` from TARGET_INFO_GPU (``total_bytes`` null
+      where the export does not say).
+    - ``kinds``: memKind id -> name (the export's ENUM_CUDA_MEM_KIND labels).
+    - ``allocations``: allocation events grouped by (globalPid, correlationId) for the joins, without
+      correlation id 0 or NULL; ``bytes`` null where any event's size is unknown.
+    - ``unattributed``: ``gpid, events, bytes`` of allocation events with correlation id 0 or NULL.
+    - ``span``: per globalPid the first and last event and the row count (coverage).
+    - ``unsized``: allocation events whose bytes are NULL or not an integer.
+    - ``table``: the table read, or None when the export has none usable.
+    """
+
+    events: pl.DataFrame
+    devices: pl.DataFrame
+    kinds: dict[int, str]
+    allocations: pl.DataFrame
+    unattributed: pl.DataFrame
+    span: pl.DataFrame
+    unsized: int
+    table: str | None
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _enum_ids(export: ExportFile, table: str) -> dict[str, int]:
+    t = export.table(table)
+    if t is None or not t.has("id", "name"):
+        return {}
+    out: dict[str, int] = {}
+    for key, name in export.conn.execute(f"SELECT id, name FROM {_q(t.name)}"):
+        if type(key) is int and isinstance(name, str):
+            out[name] = key
+    return out
+
+
+def _mem_kinds(export: ExportFile) -> dict[int, str]:
+    t = export.table("ENUM_CUDA_MEM_KIND")
+    if t is None or not t.has("id"):
+        return dict(MEM_KINDS_FALLBACK)
+    label = "label" if t.has("label") else "name"
+    kinds = {
+        key: name
+        for key, name in export.conn.execute(f"SELECT id, {_q(label)} FROM {_q(t.name)}")
+        if type(key) is int and isinstance(name, str)
+    }
+    return kinds or dict(MEM_KINDS_FALLBACK)
+
+
+def read_memory(export: ExportFile, frame: Any, typed: Counter[str]) -> MemoryEvidence:
+    """Read the memory events and device totals of ``export``.
+
+    ``frame`` is the strict frame builder of :mod:`nsysaudit.read.trace` (wrong-typed values become
+    NULL and are counted in ``typed``).
+    """
+    conn = export.conn
+    kinds = _mem_kinds(export)
+    devices = pl.DataFrame(schema=DEVICE_SCHEMA)
+    gpu = export.table("TARGET_INFO_GPU")
+    if gpu is not None and gpu.has("id"):
+        cols = [
+            "vmId / 281474976710656" if gpu.has("vmId") else "0",
+            "id",
+            "name" if gpu.has("name") else "NULL",
+            "totalMemory" if gpu.has("totalMemory") else "NULL",
+        ]
+        devices = frame(conn, f"SELECT {', '.join(cols)} FROM {_q(gpu.name)} ORDER BY 1, 2", DEVICE_SCHEMA,
+                        mismatched=typed, source=gpu.name)
+    mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
+    if mem is None or not mem.has("start", "globalPid", "bytes", "correlationId"):
+        empty = pl.DataFrame(schema=EVENT_SCHEMA)
+        return MemoryEvidence(empty, devices, kinds, pl.DataFrame(schema=ALLOC_SCHEMA),
+                              pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64}),
+                              pl.DataFrame(schema=SPAN_SCHEMA), 0, None)
+    ops = _enum_ids(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
+    alloc_op = ops.get("CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", ALLOCATION)
+    free_op = ops.get("CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", DEALLOCATION)
+    # Without memoryOperationType every row is an allocation (what the export can say).
+    op = (
+        f"CASE memoryOperationType WHEN {int(alloc_op)} THEN 0 WHEN {int(free_op)} THEN 1 END"
+        if mem.has("memoryOperationType")
+        else "0"
+    )
+    columns = ", ".join(
+        [
+            "start",
+            "globalPid",
+            "deviceId" if mem.has("deviceId") else "NULL",
+            "address" if mem.has("address") else "NULL",
+            "bytes",
+            "memKind" if mem.has("memKind") else "NULL",
+            op,
+            "correlationId",
+        ]
+    )
+    try:
+        events = frame(conn, f"SELECT {columns} FROM {_q(mem.name)} ORDER BY start, rowid", EVENT_SCHEMA,
+                       mismatched=typed, source=mem.name)
+    except sqlite3.OperationalError:  # a user column named rowid hides nothing here: order by start alone
+        events = frame(conn, f"SELECT {columns} FROM {_q(mem.name)} ORDER BY start", EVENT_SCHEMA,
+                       mismatched=typed, source=mem.name)
+    allocs = events.filter(pl.col("operation") == 0)
+    # A NULL (or non-integer) size makes the call's bytes unknown, never a partial sum.
+    grouped = allocs.group_by("gpid", "correlation_id").agg(
+        pl.when(pl.col("bytes").null_count() == 0).then(pl.col("bytes").sum()).otherwise(None).alias("bytes"),
+        pl.len().cast(pl.Int64).alias("events"),
+    )
+    # Correlation id 0 (or NULL) marks memory the driver allocates itself (module and static
+    # memory): no API call made it, so it joins nothing and is never a duplicate.
+    no_call = pl.col("correlation_id").is_null() | (pl.col("correlation_id") == 0)
+    span = (
+        events.group_by("gpid")
+        .agg(
+            pl.col("start_ns").min().alias("first_ns"),
+            pl.col("start_ns").max().alias("last_ns"),
+            pl.len().cast(pl.Int64).alias("rows"),
+        )
+        .sort("gpid", nulls_last=True)
+    )
+    return MemoryEvidence(
+        events=events,
+        devices=devices,
+        kinds=kinds,
+        allocations=grouped.filter(~no_call).select(list(ALLOC_SCHEMA)).sort("gpid", "correlation_id"),
+        unattributed=grouped.filter(no_call)
+        .group_by("gpid")
+        .agg(pl.col("events").sum(), pl.col("bytes").sum())
+        .sort("gpid", nulls_last=True),
+        span=span.cast(SPAN_SCHEMA),
+        unsized=int(allocs["bytes"].null_count()),
+        table=mem.name,
+    )
