@@ -24,6 +24,7 @@ from nsysaudit.errors import (
     OutputExists,
     UnusableInput,
 )
+from nsysaudit.fleet import BatchResult, audit_many, run_batch
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import Comparison, compare_results
 from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare, verify
@@ -32,6 +33,7 @@ from nsysaudit.telemetry import TelemetryOptions
 __all__ = [
     "AnalysisResult",
     "BadOption",
+    "BatchResult",
     "CheckFailed",
     "Comparison",
     "ExportFailed",
@@ -45,7 +47,9 @@ __all__ = [
     "__version__",
     "analyze",
     "audit",
+    "audit_many",
     "compare_results",
+    "run_batch",
     "seal_analysis",
     "seal_compare",
     "verify",
