@@ -28,6 +28,7 @@ from nsysaudit.fleet import BatchResult, audit_many, run_batch
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import Comparison, compare_results
 from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare, verify
+from nsysaudit.session import Session, open
 from nsysaudit.telemetry import TelemetryOptions
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "NsysNotFound",
     "OutputExists",
     "Sealed",
+    "Session",
     "TelemetryOptions",
     "UnusableInput",
     "Verification",
@@ -49,6 +51,7 @@ __all__ = [
     "audit",
     "audit_many",
     "compare_results",
+    "open",
     "run_batch",
     "seal_analysis",
     "seal_compare",
