@@ -41,6 +41,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -60,6 +61,10 @@ ENGINES: tuple[Engine, ...] = ("local", "dask")
 INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 BATCH_FORMAT = 1
 SCHEDULER_TIMEOUT = "10s"  # how long to try reaching a --scheduler address
+WORKER_DIED = (
+    "a worker process died (killed, or out of memory) while analyzing an input; the inputs finished "
+    "are kept in the output's parts: run the batch again to resume"
+)
 
 INPUT_SCHEMA: dict[str, Any] = {
     "path": pl.String,
@@ -305,7 +310,11 @@ def _local(paths: Sequence[str], jobs: int, options: AuditOptions, done: frozens
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    yield future.result()
+                    try:
+                        outcome = future.result()
+                    except BrokenProcessPool:
+                        raise EngineUnavailable(WORKER_DIED) from None
+                    yield outcome
                     nxt = next(queue, None)
                     if nxt is not None:
                         pending.add(pool.submit(audit_one, nxt, options, done))
@@ -346,7 +355,11 @@ def _dask(
         shared = client.scatter([done], broadcast=True)[0] if done else done
         futures = client.map(audit_one, list(paths), options=options, done=shared, pure=False)
         for future in distributed.as_completed(futures):
-            yield future.result()
+            try:
+                outcome = future.result()
+            except distributed.KilledWorker:
+                raise EngineUnavailable(WORKER_DIED) from None
+            yield outcome
             future.release()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 import pytest
+import worker_faults
 from conftest import FIXTURES, H200_2025, unprivileged
 from scenarios import observe_nested_failure
 
@@ -245,3 +246,21 @@ def test_find_inputs(tmp_path: Path) -> None:
     found = fleet.find_inputs([tmp_path, given, tmp_path / "a", tmp_path / "a" / "y.nsys-rep"])
     # sorted, suffixes in any case, the symlinked folder not followed, each file once
     assert found == [str(tmp_path / p) for p in ("a/b/x.SQLITE", "a/y.nsys-rep", "a/z.qdrep")] + [str(given)]
+
+
+def test_a_worker_that_dies_is_one_line_and_the_finished_parts_stay(capsys, tmp_path: Path, monkeypatch) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for path in REAL[:4]:
+        shutil.copyfile(path, inputs / f"a-{Path(path).parent.name}-{Path(path).name}")
+    shutil.copyfile(REAL[0], inputs / "zz-dies.sqlite")
+    monkeypatch.setattr(fleet, "audit_one", worker_faults.audit_one_or_die)
+    out = tmp_path / "batch"
+    code, _, err = run(capsys, "batch", inputs, "--out", out, "--jobs", 2)
+    assert code == 2 and err == f"nsysaudit: error: {fleet.WORKER_DIED}\n"
+    assert not (out / "inputs.parquet").exists() and (out / "parts" / "batch.json").is_file()
+    finished = {p.name.split(".")[0] for p in (out / "parts").glob("*.input.parquet")}
+    monkeypatch.undo()
+    result = fleet.run_batch([inputs], out=out, jobs=1)  # the rerun resumes what was finished
+    assert set(result.inputs.filter(pl.col("status") == "resumed")["sha256"].to_list()) == finished
+    assert result.inputs["error"].null_count() == 5
