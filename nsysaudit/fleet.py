@@ -249,12 +249,12 @@ def finding_row(sha256: str, index: int, finding: dict[str, Any]) -> dict[str, A
 
 
 def _digest(path: str) -> str:
-    try:
-        return sha256_file(path)
-    except IsADirectoryError:
-        raise UnusableInput(path, "not a regular file") from None
-    except FileNotFoundError:
-        raise UnusableInput(path, "no such file") from None
+    """SHA-256 of a regular file (never opens a FIFO or a device: that could block forever)."""
+    if not os.path.exists(path):
+        raise UnusableInput(path, "no such file")
+    if not os.path.isfile(path):
+        raise UnusableInput(path, "not a regular file")
+    return sha256_file(path)
 
 
 def _failed(row: dict[str, Any], path: str, error: str) -> dict[str, Any]:

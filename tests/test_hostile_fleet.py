@@ -3,6 +3,7 @@ traceback; the evidence untouched and nothing written beside it; names from outs
 
 from __future__ import annotations
 
+import os
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -79,3 +80,19 @@ def test_junit_into_a_read_only_folder_is_one_line_and_nothing_runs(read_only_fo
     assert proc.stderr == f"nsysaudit: error: {target}: cannot write the JUnit file here: its folder is not writable " \
         "(nothing was written)\n"
     assert list(locked.iterdir()) == []
+
+
+def test_a_fifo_named_like_an_export_is_an_error_row_even_when_resuming(tmp_path: Path) -> None:
+    from nsysaudit import fleet
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copyfile(H200_2025 / "event" / "release.sqlite", folder / "good.sqlite")
+    out = tmp_path / "batch"
+    fleet.run_batch([folder], out=out, jobs=1)  # a part exists: the rerun hashes every input first
+    os.mkfifo(folder / "pipe.sqlite")  # opening it would block forever
+    rows = fleet.run_batch([folder], out=out, jobs=1).inputs
+    assert rows.select("path", "status", "error").rows() == [
+        (str(folder / "good.sqlite"), "resumed", None),
+        (str(folder / "pipe.sqlite"), "error", f"{folder / 'pipe.sqlite'}: not a regular file"),
+    ]
