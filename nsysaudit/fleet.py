@@ -273,16 +273,21 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-@contextlib.contextmanager
-def _worker_environment(jobs: int) -> Iterator[dict[str, str]]:
+def _worker_env(jobs: int) -> dict[str, str]:
     """Environment for worker processes: polars threads shared out among the workers (every
-    worker's polars would otherwise start one thread per core). Set in ``os.environ`` only while
-    the workers start (they inherit it); the caller's own POLARS_MAX_THREADS is kept."""
-    env = {} if "POLARS_MAX_THREADS" in os.environ else {"POLARS_MAX_THREADS": str(max(1, default_jobs() // jobs))}
+    worker's polars would otherwise start one thread per core); the caller's own
+    POLARS_MAX_THREADS is kept."""
+    return {} if "POLARS_MAX_THREADS" in os.environ else {"POLARS_MAX_THREADS": str(max(1, default_jobs() // jobs))}
+
+
+@contextlib.contextmanager
+def _worker_environment(jobs: int) -> Iterator[None]:
+    """:func:`_worker_env` set in ``os.environ`` only while local workers start (they inherit it)."""
+    env = _worker_env(jobs)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        yield env
+        yield
     finally:
         for k, v in saved.items():
             if v is None:
@@ -338,18 +343,17 @@ def _dask(
             except (OSError, TimeoutError, ValueError) as exc:
                 raise EngineUnavailable(f"dask scheduler {scheduler}: cannot connect ({exc})") from None
         else:
-            with _worker_environment(jobs) as env:
-                cluster = stack.enter_context(
-                    distributed.LocalCluster(
-                        n_workers=jobs,
-                        threads_per_worker=1,
-                        processes=True,
-                        host="127.0.0.1",
-                        dashboard_address=None,
-                        silence_logs=logging.ERROR,
-                        env=env,
-                    )
+            cluster = stack.enter_context(
+                distributed.LocalCluster(
+                    n_workers=jobs,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                    env=_worker_env(jobs),  # the nannies set it before their worker starts
                 )
+            )
             client = stack.enter_context(distributed.Client(cluster))
         # one copy of the done set per worker, not one per task (scatter splits a bare collection)
         shared = client.scatter([done], broadcast=True)[0] if done else done
