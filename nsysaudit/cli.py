@@ -446,12 +446,12 @@ def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, n
     report = check(paths, expectations, jobs=jobs, nsys_path=nsys_path)
     if junit is not None:
         write_junit(report, junit)
+    lines = report.lines()
     with printing():
-        for line in report.lines():
+        for line in lines:
             click.echo(escape(line))
     if not report.passed:
-        failed = report.lines()[-1]
-        raise CheckFailed(f"{expect}: not every file meets its expectations ({failed})")
+        raise CheckFailed(f"{expect}: not every file meets its expectations ({lines[-1]})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

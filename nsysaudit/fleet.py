@@ -428,6 +428,7 @@ class BatchOutput:
             self._created.extend(missing)
             _write_atomic(self.record, json.dumps(wanted, sort_keys=True).encode())
         except OSError as exc:
+            self.abandon()
             where = exc.filename if exc.filename is not None else self.parts
             raise BatchOutputNotWritable(where, exc.strerror or str(exc)) from None
         return frozenset()
