@@ -9,7 +9,7 @@ OLD := tests/fixtures/h200-cuda13-nsys2023.4
 OUT ?= out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv nsys demo test test-fast lint golden bench clean
+.PHONY: help venv nsys demo test test-fast check-fixtures lint golden bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -17,7 +17,7 @@ help: ## list the targets
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,fleet,notebook]'
 	touch $@
 
 venv: $(VENV)/.installed ## create .venv with nsysaudit and its test tools
@@ -40,6 +40,10 @@ test: venv nsys ## run the whole test suite (installs deps and the nsys CLI firs
 
 test-fast: venv ## run the tests without installing nsys (nsys tests skip when it is absent)
 	$(PY) -m pytest -q
+
+check-fixtures: venv ## check every bundled export against tests/fixtures/expectations.toml (JUnit into out/)
+	@mkdir -p $(OUT)
+	$(NSYSAUDIT) check tests/fixtures --expect tests/fixtures/expectations.toml --junit $(OUT)/fixtures-junit.xml
 
 lint: venv ## ruff and mypy (strict on the package)
 	$(VENV)/bin/ruff check nsysaudit tests benchmarks

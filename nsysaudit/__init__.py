@@ -19,6 +19,7 @@ from __future__ import annotations
 from nsysaudit._version import __version__
 from nsysaudit.api import analyze
 from nsysaudit.batch import audit
+from nsysaudit.check import CheckReport, Expectations, check_exports
 from nsysaudit.errors import (
     BadOption,
     CheckFailed,
@@ -28,6 +29,7 @@ from nsysaudit.errors import (
     OutputExists,
     UnusableInput,
 )
+from nsysaudit.fleet import BatchResult, audit_many, run_batch
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.progress import Progress
 from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
@@ -35,6 +37,7 @@ from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import Comparison, compare_results
 from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare, verify
+from nsysaudit.session import Session, open
 
 __all__ = [
     "DEFAULT_CLOCKS",
@@ -42,23 +45,31 @@ __all__ = [
     "DEFAULT_MAX_PAIRS",
     "AnalysisResult",
     "BadOption",
+    "BatchResult",
     "CheckFailed",
+    "CheckReport",
     "Comparison",
+    "Expectations",
     "ExportFailed",
     "NsysAuditError",
     "NsysNotFound",
     "OutputExists",
     "Progress",
     "Sealed",
+    "Session",
     "TelemetryOptions",
     "UnusableInput",
     "Verification",
     "__version__",
     "analyze",
     "audit",
+    "audit_many",
+    "check_exports",
     "compare_results",
+    "open",
     "parse_anchor",
     "parse_clock",
+    "run_batch",
     "seal_analysis",
     "seal_compare",
     "verify",

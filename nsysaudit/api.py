@@ -4,15 +4,67 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
 
 from nsysaudit.analysis import analyze_trace
 from nsysaudit.analysis.failures import regions_needing_records
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.progress import Progress
-from nsysaudit.read.inputs import check_input, open_input
-from nsysaudit.read.telemetry import TelemetryOptions, load_telemetry
-from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, event_records_in, load
+from nsysaudit.read.inputs import InputInfo, check_input, open_input
+from nsysaudit.read.source import ExportFile
+from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
+from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
 from nsysaudit.reports.analysis import AnalysisResult, report_analysis
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One input read and ready to analyze: the open read-only export (the caller closes it), what
+    the analysis needs from it, and what the report says the input was."""
+
+    export: ExportFile
+    trace: Trace
+    info: InputInfo
+    event_records: pl.DataFrame
+    library_domains: tuple[str, ...]
+
+    def analyze(
+        self, *, telemetry: TelemetryLog | None = None, max_pairs: int | None = DEFAULT_MAX_PAIRS
+    ) -> AnalysisResult:
+        analysis = analyze_trace(
+            self.trace,
+            max_pairs=max_pairs,
+            telemetry=telemetry,
+            event_records=self.event_records,
+            library_domains=self.library_domains,
+        )
+        return report_analysis(self.info, analysis)
+
+
+def load_input(
+    path: str | os.PathLike[str],
+    *,
+    nsys_path: str | os.PathLike[str] | None = None,
+    library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    progress: Progress | None = None,
+) -> Loaded:
+    """Check, export (a report) and read one input; raises :class:`~nsysaudit.errors.UnusableInput`.
+
+    The returned export stays open (``Loaded.export.close()``); on any error it is closed here.
+    """
+    given = check_input(path)
+    opened = open_input(given, shown_as=os.fspath(path), nsys_path=nsys_path, progress=progress)
+    try:
+        trace = load(opened.export, library_domains, progress=progress)
+        # Event records are read (one query) only for capture regions that a failed wait follows.
+        records = event_records_in(opened.export, trace.cuda_api_table, regions_needing_records(trace))
+        info = opened.info(trace.tables_used, trace.session_start_utc_ns)
+    except BaseException:
+        opened.export.close()
+        raise
+    return Loaded(opened.export, trace, info, records, tuple(library_domains))
 
 
 def analyze(
@@ -47,17 +99,10 @@ def analyze(
     >>> [(f["kind"], f["correlation_id"], f["thread_name"]) for f in result.to_dict()["findings"]]
     [('nested_alloc_failure', 2433, 'pt_autograd_0')]
     """
-    given = check_input(path)
+    check_input(path)
     log = load_telemetry(telemetry, telemetry_options) if telemetry is not None else None
-    opened = open_input(given, shown_as=os.fspath(path), nsys_path=nsys_path, progress=progress)
+    loaded = load_input(path, nsys_path=nsys_path, library_domains=library_domains, progress=progress)
     try:
-        trace = load(opened.export, library_domains, progress=progress)
-        # Event records are read (one query) only for capture regions that a failed wait follows.
-        records = event_records_in(opened.export, trace.cuda_api_table, regions_needing_records(trace))
-        info = opened.info(trace.tables_used, trace.session_start_utc_ns)
-        analysis = analyze_trace(
-            trace, max_pairs=max_pairs, telemetry=log, event_records=records, library_domains=library_domains
-        )
-        return report_analysis(info, analysis)
+        return loaded.analyze(telemetry=log, max_pairs=max_pairs)
     finally:
-        opened.export.close()
+        loaded.export.close()

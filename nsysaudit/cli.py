@@ -20,7 +20,7 @@ import click
 
 import nsysaudit
 from nsysaudit import render
-from nsysaudit.errors import BadOption, NsysAuditError, OutputFailed
+from nsysaudit.errors import BadOption, CheckFailed, NsysAuditError, OutputFailed
 
 INT64_MAX = (1 << 63) - 1
 
@@ -353,6 +353,86 @@ def verify_cmd(
             render.verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun)
         )
         click.echo(f"seal: sha256:{checked.seal}")
+
+
+@cli.command("batch")
+@click.argument("paths", nargs=-1, required=True, type=str, metavar="PATH...")
+@click.option(
+    "--out",
+    required=True,
+    type=str,
+    metavar="DIR_OR_FILE",
+    help="A folder (inputs.parquet, findings.parquet, parts/) or FILE.parquet / FILE.csv (the inputs table; "
+    "the findings beside it as FILE.findings.*). Written as inputs finish; a rerun resumes by SHA-256.",
+)
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes (default: the cores).")
+@click.option(
+    "--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+    help="local: worker processes here; dask: dask.distributed (a LocalCluster unless --scheduler).",
+)
+@click.option("--scheduler", metavar="ADDRESS", default=None, help="A dask scheduler (with --engine dask).")
+@reading_options
+def batch_cmd(
+    paths: Sequence[str],
+    out: str,
+    jobs: int | None,
+    engine: str,
+    scheduler: str | None,
+    nsys_path: str | None,
+    library_domains: Sequence[str],
+) -> None:
+    """Audit every PATH (files, or folders searched for *.sqlite, *.nsys-rep, *.qdrep) into two tables.
+
+    One row per input (path, sha256, versions, verdict, census totals, censored calls, findings,
+    error) and one row per finding. An unusable input is a row with its one-line error (also shown
+    on stderr); it never stops the batch.
+    """
+    def warn(row: dict[str, Any]) -> None:
+        if row.get("error"):
+            click.echo(render.escape(f"nsysaudit: warning: {row['error']} (kept as a row)"), err=True)
+
+    result = nsysaudit.run_batch(
+        paths,
+        out=out,
+        jobs=jobs,
+        engine=cast(Any, engine),
+        scheduler=scheduler,
+        library_domains=library_domains,
+        nsys_path=nsys_path,
+        progress=progress_for(False),
+        on_row=warn,
+    )
+    with printing():
+        for line in result.summary_lines():
+            click.echo(render.escape(line))
+
+
+@cli.command("check")
+@click.argument("paths", nargs=-1, required=True, type=str, metavar="PATH...")
+@click.option("--expect", "expect", required=True, type=str, metavar="FILE.toml", help="The expectations file.")
+@click.option("--junit", type=str, default=None, metavar="FILE", help="Also write JUnit XML (one testcase per check).")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
+@click.option(
+    "--nsys",
+    "nsys_path",
+    type=str,
+    envvar="NSYSAUDIT_NSYS",
+    help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
+)
+def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, nsys_path: str | None) -> None:
+    """Check every PATH (files, or folders searched for *.sqlite, *.nsys-rep, *.qdrep) against FILE.toml.
+
+    One line per file (pass, or FAIL and why), then "N passed, M failed". Exit 0 when all pass, 1
+    when any fails (a file no expectation matches, or an expectation that matches no file, fails
+    too), 2 for an unusable input or expectations file.
+    """
+    report = nsysaudit.check_exports(paths, expect, junit=junit, jobs=jobs, nsys_path=nsys_path)
+    lines = report.lines()
+    with printing():
+        for line in lines:
+            click.echo(render.escape(line))
+    if not report.passed:
+        raise CheckFailed(f"{expect}: not every file meets its expectations ({lines[-1]})")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,9 +7,11 @@ Read from the bottom up (README "How the code is laid out"):
 2. ``analysis/``: pure functions on frames: coverage, findings, failed calls, verdict, alignment
 3. ``reports/``: one document per analysis or comparison, built once
 4. ``render/``: a document in, text or bytes out (the only rich code)
-5. ``api``: ``analyze(path)`` = read, then analysis, then report
+5. ``api``: ``analyze(path)`` = read, then analysis, then report; ``session``: the notebook API
+   (``open(path)``: one export read once, lazy frames, ``analyze()``)
 6. ``seal/``: sealed folders (write, manifests, verify, re-run recipe)
-7. workflows over many inputs: ``batch``
+7. workflows over many inputs: ``batch`` (``audit``), ``fleet`` (``batch`` command: parts, resumption,
+   local or dask workers), ``check`` (expectations, JUnit)
 8. the package's face (``nsysaudit/__init__.py``), ``cli.py`` (the only click code), ``__main__``
 
 Imports are read from the source (``ast``), those inside functions too.
@@ -35,8 +37,11 @@ LAYERS: dict[str, int] = {
     "nsysaudit.reports": 3,
     "nsysaudit.render": 4,
     "nsysaudit.api": 5,
+    "nsysaudit.session": 5,
     "nsysaudit.seal": 6,
     "nsysaudit.batch": 7,
+    "nsysaudit.fleet": 7,
+    "nsysaudit.check": 7,
     "nsysaudit": 8,
     "nsysaudit.cli": 8,
     "nsysaudit.__main__": 8,

@@ -233,3 +233,20 @@ def test_a_report_this_nsys_cannot_parse_names_its_version_and_asks_for_another(
     assert "NVIDIA Nsight Systems version 2023.4.4" in err  # the nsys found, by its own --version
     assert "Dynamic exception type" not in err and "boost::" not in err  # not the cut-off C++ dump
     assert [p.name for p in evidence.iterdir()] == ["newer.nsys-rep"]
+
+
+@requires_nsys
+def test_open_exports_a_report_through_the_cache_and_analyzes_it_like_analyze(
+    cpu_report: Path, monkeypatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("NSYSAUDIT_CACHE", str(tmp_path / "cache"))
+    listing = sorted(p.name for p in cpu_report.parent.iterdir())
+    with nsysaudit.open(cpu_report, nsys_path=find_nsys()) as t:
+        assert (t.input.kind, t.input.export_cache_hit) == ("nsys-rep", False)
+        assert t.cuda_api().collect().height == 0 and t.threads().collect().height > 0
+        opened = t.analyze().to_dict()
+    analyzed = nsysaudit.analyze(cpu_report, nsys_path=find_nsys()).to_dict()
+    assert analyzed["input"]["export"]["cache_hit"] is True
+    assert {k: v for k, v in opened.items() if k != "input"} == {k: v for k, v in analyzed.items() if k != "input"}
+    assert opened["input"]["sha256"] == analyzed["input"]["sha256"] == sha256_file(cpu_report)
+    assert sorted(p.name for p in cpu_report.parent.iterdir()) == listing

@@ -420,6 +420,11 @@ class AnalysisResult:
     def findings(self) -> list[dict[str, Any]]:
         return list(self.head["findings"])
 
+    @property
+    def coverage(self) -> dict[str, Any]:
+        """The document's ``coverage`` (capture bounds, sources, censored library calls)."""
+        return dict(self.head["coverage"])
+
     def library_calls_frame(self) -> pl.DataFrame:
         """``library_calls`` as one polars frame (children and straddling as lists of structs)."""
         return self.library_calls_table

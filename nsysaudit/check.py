@@ -1,0 +1,462 @@
+"""Expectations over exports: ``nsysaudit check PATH... --expect FILE.toml [--junit FILE]``.
+
+A CI job states, per file or glob, what the analysis of each export must say, and fails when it
+changes (a trainer's memory-policy regression shows up as a new nested failure, a fix as its
+disappearance). The expectations file is TOML, one ``[[expect]]`` table per file or glob::
+
+    [[expect]]
+    files = "h200-cuda13-nsys2025.3/torch/observe.sqlite"   # a path or glob, relative to this file
+    verdict = "failure_found"          # failure_found | inconclusive | no_failure
+    max_failed_calls = 28              # census.failed_calls must be at most this
+    allow_censored = []                # censoring reasons allowed (omitted: none allowed)
+    findings = [                       # exactly these findings (or an integer: their count)
+      { kind = "nested_alloc_failure", api = "cudaMalloc_v3020", return_code = 2, enclosing = "cublasCreate_v2" },
+    ]
+
+Globs: ``*``, ``?`` and ``[...]`` within one path segment, ``**`` for any number of segments.
+Each finding table may give ``count`` (default 1) and any of ``kind``, ``api``, ``return_code``,
+``enclosing`` (the innermost enclosing library call's api); the file's findings must be exactly
+these (each expected finding matched by a distinct finding, none left over). Every key is checked:
+an unknown key is an error, so a typo cannot make a check pass.
+
+Every (file, expectation whose glob matches it) pair is one check. Two more rules keep a CI job
+honest: a file that no expectation matches fails ("no expectation for this file"), so a new
+fixture cannot slip in unchecked; an expectation that matches none of the files checked fails
+("matches no file"), so a renamed fixture cannot leave its expectation silently unused.
+
+>>> from nsysaudit.check import Expectations, check
+>>> expectations = Expectations.parse('''
+... [[expect]]
+... files = "torch/observe.sqlite"
+... verdict = "failure_found"
+... findings = [{ kind = "nested_alloc_failure", return_code = 2, enclosing = "cublasCreate_v2" }]
+... max_failed_calls = 28
+... ''', base="tests/fixtures/h200-cuda13-nsys2025.3")
+>>> report = check(["tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite"], expectations)
+>>> report.lines()
+['pass tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite (failure_found, 1 finding(s))', '1 passed, 0 failed']
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tomllib
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from nsysaudit.errors import BadOption, NsysAuditError
+from nsysaudit.fleet import KIND_COLUMNS, find_inputs, run_batch
+from nsysaudit.text import escape
+
+VERDICTS = ("failure_found", "inconclusive", "no_failure")
+EXPECT_KEYS = {"files", "verdict", "findings", "allow_censored", "max_failed_calls", "name"}
+FINDING_KEYS = {"kind", "api", "return_code", "enclosing", "count"}
+
+
+class ExpectationsUnusable(NsysAuditError):
+    """The expectations file cannot be used (unreadable, not TOML, a key or value it does not know)."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+
+
+# --- the expectations file -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FindingExpectation:
+    """Expected findings: ``count`` of them, each matching every field given (None: any)."""
+
+    count: int = 1
+    kind: str | None = None
+    api: str | None = None
+    return_code: int | None = None
+    enclosing: str | None = None
+
+    def matches(self, row: dict[str, Any]) -> bool:
+        return all(
+            want is None or row[column] == want
+            for want, column in (
+                (self.kind, "kind"),
+                (self.api, "api"),
+                (self.return_code, "return_code"),
+                (self.enclosing, "enclosing_api"),
+            )
+        )
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in (("kind", self.kind), ("api", self.api), ("return_code", self.return_code),
+                                           ("enclosing", self.enclosing)) if v is not None]
+        return f"{self.count} x " + (" ".join(parts) or "any finding")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One ``[[expect]]`` table (see the module docstring); ``index`` counts from 1."""
+
+    index: int
+    files: str
+    base: Path
+    verdict: str | None = None
+    findings: tuple[FindingExpectation, ...] | int | None = None
+    allow_censored: frozenset[str] = frozenset()
+    max_failed_calls: int | None = None
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or f"expectation {self.index} (files = {self.files!r})"
+
+    def applies_to(self, path: str) -> bool:
+        return glob_match(self.files, _relative(path, self.base))
+
+    def failures(self, row: dict[str, Any], findings: pl.DataFrame) -> list[str]:
+        """Why the input ``row`` (and its ``findings`` rows) does not meet this expectation."""
+        why = []
+        if self.verdict is not None and row["verdict"] != self.verdict:
+            why.append(f"verdict is {row['verdict']}, expected {self.verdict}")
+        if self.max_failed_calls is not None and (row["failed_calls"] or 0) > self.max_failed_calls:
+            why.append(f"{row['failed_calls']} failed calls, at most {self.max_failed_calls} expected")
+        reasons = set((row["censored_reasons"] or "").split(", ")) - {""}
+        if reasons - self.allow_censored:
+            allowed = ", ".join(sorted(self.allow_censored)) or "none"
+            why.append(
+                f"{row['censored_library_calls']} censored library call(s) ({', '.join(sorted(reasons))}); "
+                f"allowed: {allowed}"
+            )
+        if isinstance(self.findings, int):
+            if findings.height != self.findings:
+                why.append(f"{findings.height} finding(s), expected {self.findings}")
+        elif self.findings is not None:
+            why += _unmatched(self.findings, findings.to_dicts())
+        return why
+
+
+def _unmatched(expected: Sequence[FindingExpectation], rows: list[dict[str, Any]]) -> list[str]:
+    """Match expected findings to distinct rows, most specific first; say what is missing or extra."""
+    left = list(rows)
+    why = []
+    specific = sorted(expected, key=lambda e: -sum(v is not None for v in (e.kind, e.api, e.return_code, e.enclosing)))
+    for want in specific:
+        hits = [r for r in left if want.matches(r)][: want.count]
+        for r in hits:
+            left.remove(r)
+        if len(hits) < want.count:
+            why.append(f"expected {want.describe()}, found {len(hits)}")
+    for r in left:
+        enclosing = f" inside {r['enclosing_api']}" if r["enclosing_api"] is not None else ""
+        why.append(f"unexpected finding {r['kind']} {r['api']} returned {r['return_code']}{enclosing}")
+    return why
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """A parsed expectations file. Globs are relative to ``base`` (the file's folder)."""
+
+    source: str
+    entries: tuple[Expectation, ...]
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Expectations:
+        """Read ``path``; raises :class:`ExpectationsUnusable` (one line) for anything it cannot use."""
+        where = Path(path)
+        try:
+            text = where.read_bytes().decode("utf-8")
+        except FileNotFoundError:
+            raise ExpectationsUnusable(where, "no such file") from None
+        except IsADirectoryError:
+            raise ExpectationsUnusable(where, "not a regular file") from None
+        except UnicodeDecodeError as exc:
+            raise ExpectationsUnusable(where, f"not UTF-8 text (byte {exc.start})") from None
+        except OSError as exc:
+            raise ExpectationsUnusable(where, f"cannot read: {exc.strerror or exc}") from None
+        return cls.parse(text, base=where.parent, source=str(where))
+
+    @classmethod
+    def parse(cls, text: str, *, base: str | os.PathLike[str] = ".", source: str = "<expectations>") -> Expectations:
+        """Parse TOML ``text`` (see the module docstring)."""
+        try:
+            doc = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ExpectationsUnusable(source, f"not valid TOML: {exc}") from None
+        unknown = set(doc) - {"expect"}
+        if unknown:
+            raise ExpectationsUnusable(
+                source, f"unknown top-level key(s) {', '.join(sorted(unknown))} (expected [[expect]])"
+            )
+        tables = doc.get("expect")
+        if not isinstance(tables, list) or not tables:
+            raise ExpectationsUnusable(source, "no [[expect]] tables")
+        return cls(source, tuple(_entry(source, i, t, Path(base)) for i, t in enumerate(tables, 1)))
+
+
+def _entry(source: str, index: int, table: Any, base: Path) -> Expectation:
+    def bad(problem: str) -> ExpectationsUnusable:
+        return ExpectationsUnusable(source, f"[[expect]] number {index}: {problem}")
+
+    if not isinstance(table, dict):
+        raise bad("not a table")
+    unknown = set(table) - EXPECT_KEYS
+    if unknown:
+        raise bad(f"unknown key(s) {', '.join(sorted(unknown))} (known: {', '.join(sorted(EXPECT_KEYS))})")
+    files = table.get("files")
+    if not isinstance(files, str) or not files:
+        raise bad("'files' must be a path or glob (a non-empty string)")
+    verdict = table.get("verdict")
+    if verdict is not None and verdict not in VERDICTS:
+        raise bad(f"verdict {verdict!r} is not one of {', '.join(VERDICTS)}")
+    allowed = table.get("allow_censored", [])
+    if not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
+        raise bad("'allow_censored' must be a list of censoring reasons (strings)")
+    max_failed = table.get("max_failed_calls")
+    if max_failed is not None and (type(max_failed) is not int or max_failed < 0):
+        raise bad("'max_failed_calls' must be a non-negative integer")
+    name = table.get("name")
+    if name is not None and not isinstance(name, str):
+        raise bad("'name' must be a string")
+    raw = table.get("findings")
+    findings: tuple[FindingExpectation, ...] | int | None
+    if raw is None:
+        findings = None
+    elif type(raw) is int and raw >= 0:
+        findings = raw
+    elif isinstance(raw, list):
+        findings = tuple(_finding(bad, n, f) for n, f in enumerate(raw, 1))
+    else:
+        raise bad("'findings' must be a count (a non-negative integer) or a list of finding tables")
+    return Expectation(index, files, base, verdict, findings, frozenset(allowed), max_failed, name)
+
+
+def _finding(bad: Any, n: int, raw: Any) -> FindingExpectation:
+    if not isinstance(raw, dict):
+        raise bad(f"finding {n} is not a table")
+    unknown = set(raw) - FINDING_KEYS
+    if unknown:
+        known = ", ".join(sorted(FINDING_KEYS))
+        raise bad(f"finding {n}: unknown key(s) {', '.join(sorted(unknown))} (known: {known})")
+    if "kind" in raw and raw["kind"] not in KIND_COLUMNS:
+        raise bad(f"finding {n}: kind {raw['kind']!r} is not one of {', '.join(KIND_COLUMNS)}")
+    for key in ("kind", "api", "enclosing"):
+        if key in raw and not isinstance(raw[key], str):
+            raise bad(f"finding {n}: {key!r} must be a string")
+    for key in ("return_code", "count"):
+        if key in raw and type(raw[key]) is not int:
+            raise bad(f"finding {n}: {key!r} must be an integer")
+    if raw.get("count", 1) < 1:
+        raise bad(f"finding {n}: 'count' must be at least 1")
+    return FindingExpectation(**raw)
+
+
+def _relative(path: str, base: Path) -> str:
+    """``path`` relative to ``base`` with ``/`` separators, when it is under it; else absolute."""
+    full = Path(os.path.abspath(path))
+    try:
+        return full.relative_to(Path(os.path.abspath(base))).as_posix()
+    except ValueError:
+        return full.as_posix()
+
+
+def glob_match(pattern: str, path: str) -> bool:
+    """``path`` (``/``-separated) matches ``pattern``: ``*``, ``?``, ``[...]`` within a segment,
+    ``**`` any number of segments (none included)."""
+    if pattern.startswith("/") != path.startswith("/"):
+        return False
+    return _match(pattern.strip("/").split("/"), path.strip("/").split("/"))
+
+
+def _match(pat: list[str], parts: list[str]) -> bool:
+    if not pat:
+        return not parts
+    if pat[0] == "**":
+        return any(_match(pat[1:], parts[i:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], pat[0]) and _match(pat[1:], parts[1:])
+
+
+# --- running the checks ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckCase:
+    """One (file, expectation) check; ``path`` is None for an expectation that matched no file
+    and ``expectation`` None for a file no expectation matched."""
+
+    path: str | None
+    expectation: Expectation | None
+    failures: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def name(self) -> str:
+        what = self.expectation.label if self.expectation is not None else "no expectation"
+        return f"{self.path} [{what}]" if self.path is not None else what
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Every check and the summary per file (one line each), in the order the files were given."""
+
+    cases: tuple[CheckCase, ...]
+    summaries: dict[str, str] = field(default_factory=dict)  # path -> "(verdict, n finding(s))"
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.cases)
+
+    def lines(self) -> list[str]:
+        """One line per file (and per expectation that matched no file), then ``N passed, M failed``."""
+        out: list[str] = []
+        groups: dict[str, list[CheckCase]] = {}  # a file's checks, or one expectation matching no file
+        for case in self.cases:
+            groups.setdefault(case.path if case.path is not None else case.name, []).append(case)
+        passed = failed = 0
+        for key, cases in groups.items():
+            reasons = [  # named by their expectation when several apply to the file
+                f"{c.expectation.label}: {'; '.join(c.failures)}" if c.expectation is not None and len(cases) > 1
+                else "; ".join(c.failures)
+                for c in cases
+                if c.failures
+            ]
+            if reasons:
+                failed += 1
+                out.append(f"FAIL {key}: {'; '.join(reasons)}")
+            else:
+                passed += 1
+                out.append(f"pass {key} {self.summaries.get(key, '')}".rstrip())
+        out.append(f"{passed} passed, {failed} failed")
+        return out
+
+    def junit(self) -> bytes:
+        """JUnit XML: one testcase per check, a ``<failure>`` with the reasons for a failed one.
+
+        Written with the standard library (``xml.etree``): the format needs no more, and text from
+        file names is escaped (:func:`nsysaudit.text.escape`), since XML 1.0 cannot hold control
+        characters at all.
+        """
+        failures = sum(not c.passed for c in self.cases)
+        suites = ET.Element("testsuites", name="nsysaudit check", tests=str(len(self.cases)), failures=str(failures))
+        suite = ET.SubElement(
+            suites, "testsuite", name="nsysaudit check", tests=str(len(self.cases)), failures=str(failures), errors="0"
+        )
+        for case in self.cases:
+            element = ET.SubElement(suite, "testcase", classname="nsysaudit.check", name=escape(case.name))
+            if case.path is not None:
+                element.set("file", escape(case.path))
+            if case.failures:
+                message = escape("; ".join(case.failures))
+                ET.SubElement(element, "failure", message=message, type="ExpectationFailed").text = message
+        ET.indent(suites)
+        return bytes(ET.tostring(suites, encoding="utf-8", xml_declaration=True)) + b"\n"
+
+
+def check(
+    paths: Iterable[str | os.PathLike[str]],
+    expectations: Expectations,
+    *,
+    jobs: int | None = 1,
+    nsys_path: str | os.PathLike[str] | None = None,
+) -> CheckReport:
+    """Analyze every input (folders searched as by ``batch``) and check it against ``expectations``.
+
+    Raises :class:`~nsysaudit.errors.UnusableInput` (or another one-line
+    :class:`~nsysaudit.errors.NsysAuditError`) for the first input that cannot be analyzed, and
+    :class:`~nsysaudit.errors.BadOption` when no input was found.
+    """
+    given = list(paths)
+    inputs = find_inputs(given)
+    if not inputs:
+        raise BadOption(f"no *.sqlite, *.nsys-rep or *.qdrep file under {', '.join(map(str, given)) or 'no path'}")
+    batch = run_batch(inputs, jobs=jobs, nsys_path=nsys_path)
+    failed = batch.inputs.filter(pl.col("error").is_not_null())
+    if failed.height:
+        raise NsysAuditError(failed["error"][0])
+    cases: list[CheckCase] = []
+    matched: set[int] = set()
+    summaries = {}
+    for row in batch.inputs.iter_rows(named=True):
+        path = row["path"]
+        findings = batch.findings.filter(pl.col("input_sha256") == row["sha256"]).sort("finding")
+        summaries[path] = f"({row['verdict']}, {row['findings']} finding(s))"
+        applying = [e for e in expectations.entries if e.applies_to(path)]
+        if not applying:
+            cases.append(CheckCase(path, None, ("no expectation for this file",)))
+        for e in applying:
+            matched.add(e.index)
+            cases.append(CheckCase(path, e, tuple(e.failures(row, findings))))
+    for e in expectations.entries:
+        if e.index not in matched:
+            cases.append(CheckCase(None, e, (f"matches no file (relative to {e.base})",)))
+    return CheckReport(tuple(cases), summaries)
+
+
+def check_exports(
+    paths: Iterable[str | os.PathLike[str]],
+    expectations: Expectations | str | os.PathLike[str],
+    *,
+    junit: str | os.PathLike[str] | None = None,
+    jobs: int | None = 1,
+    nsys_path: str | os.PathLike[str] | None = None,
+) -> CheckReport:
+    """``nsysaudit check``: load ``expectations`` (a TOML file, or :class:`Expectations`), refuse an
+    unusable ``junit`` target before any analysis, :func:`check` every input, write the JUnit XML."""
+    if not isinstance(expectations, Expectations):
+        expectations = Expectations.load(expectations)
+    if junit is not None:
+        check_writable(junit)
+    report = check(paths, expectations, jobs=jobs, nsys_path=nsys_path)
+    if junit is not None:
+        write_junit(report, junit)
+    return report
+
+
+def _is_junit(path: Path) -> bool:
+    """Whether ``path`` looks like a JUnit file (one this command may replace)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"<?xml") and b"<testsuites" in head
+
+
+def check_writable(path: str | os.PathLike[str]) -> None:
+    """Refuse a ``--junit`` target that could not be written, before any analysis runs, and one that
+    would replace a file that is not a JUnit report (an export named by mistake is evidence)."""
+    target = Path(path)
+    parent = target.parent
+    problem = None
+    if target.is_dir():
+        problem = "is a folder"
+    elif target.is_symlink() or (target.exists() and not target.is_file()):
+        problem = "is not a regular file"
+    elif target.exists() and not _is_junit(target):
+        problem = "exists and is not a JUnit XML file, so it is not replaced"
+    elif not parent.is_dir():
+        problem = "its folder does not exist" if not parent.exists() else "its parent is not a folder"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        problem = "its folder is not writable"
+    if problem is not None:
+        raise BadOption(f"{target}: cannot write the JUnit file here: {problem} (nothing was written)")
+
+
+def write_junit(report: CheckReport, path: str | os.PathLike[str]) -> None:
+    """Write ``report.junit()`` to ``path`` atomically (a temporary file beside it, then a rename)."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(report.junit())
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise BadOption(f"{target}: cannot write the JUnit file: {exc.strerror or exc} (nothing was written)") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+

@@ -1,0 +1,278 @@
+"""``nsysaudit batch`` / ``audit_many``: rows that match ``analyze --json``, on each engine, resumable."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+import worker_faults
+from conftest import FIXTURES, H200_2025, unprivileged
+from scenarios import observe_nested_failure
+
+import nsysaudit
+from nsysaudit import fleet
+from nsysaudit.cli import main
+
+REAL = sorted(str(p) for p in FIXTURES.rglob("*.sqlite"))
+TORCH = H200_2025 / "torch"
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def analyze_json(capsys: pytest.CaptureFixture[str], path: str) -> dict[str, Any]:
+    code, out, err = run(capsys, "analyze", "--json", path)
+    assert code == 0, err
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
+    """The batch's input row, computed independently from the ``analyze --json`` document."""
+    censored = doc["coverage"]["censored"]
+    kinds = [f["kind"] for f in doc["findings"]]
+    return {
+        "path": doc["input"]["path"],
+        **{k: doc["input"][k] for k in ("sha256", "kind", "size_bytes", "nsys_version", "schema_version")},
+        "verdict": doc["verdict"],
+        **{k: doc["census"][k] for k in ("cuda_api_calls", "nonzero_returns", "failed_calls")},
+        "library_calls": len(doc["library_calls"]),
+        "censored_library_calls": len(censored),
+        "censored_reasons": ", ".join(sorted({r for c in censored for r in c["reasons"]})) or None,
+        "findings": len(doc["findings"]),
+        "nested_alloc_failures": kinds.count("nested_alloc_failure"),
+        "straddling_alloc_failures": kinds.count("straddling_alloc_failure"),
+        "nested_call_failures": kinds.count("nested_call_failure"),
+        "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
+        "warnings": len(doc["warnings"]),
+        "error": None,
+        "status": "analyzed",
+    }
+
+
+def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None:
+    for key in ("kind", "api", "display_api", "return_code", "return_name", "correlation_id", "pid", "tid",
+                "global_tid", "thread_name", "start_ns", "end_ns", "requested_bytes", "out_of_memory"):
+        assert row[key] == finding[key], key
+    enclosing = finding["enclosing"] or {}
+    for key in ("api", "library", "source", "start_ns", "end_ns", "recorded_end_ns", "coverage"):
+        assert row[f"enclosing_{key}"] == enclosing.get(key), key
+    before = enclosing.get("allocations_before") or {}
+    assert (row["allocations_before"], row["allocations_before_bytes"]) == (before.get("count"), before.get("bytes"))
+    capture = finding["stream_capture"] or {}
+    assert row["stream_capture_event_records"] == capture.get("event_records_count")
+    assert row["ns_from_capture_end"] == capture.get("ns_from_capture_end")
+
+
+@pytest.mark.parametrize(("engine", "jobs"), [("local", 1), ("local", 2), ("dask", 2)])
+def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: str, jobs: int) -> None:
+    broken = tmp_path / "broken.sqlite"
+    broken.write_bytes(b"")
+    out = tmp_path / "batch"
+    code, stdout, err = run(
+        capsys, "batch", *REAL, broken, tmp_path / "missing.sqlite", "--out", out, "--jobs", jobs, "--engine", engine
+    )
+    assert code == 0, err
+    assert stdout.splitlines()[:2] == [
+        "16 input(s): 14 analyzed, 0 resumed, 2 unusable; 2 finding(s)",
+        "verdicts: failure_found 2, inconclusive 3, no_failure 9",
+    ]
+    assert err.count("\n") == 2 and "broken.sqlite: empty file" in err and "missing.sqlite: no such file" in err
+    inputs = pl.read_parquet(out / "inputs.parquet")
+    findings = pl.read_parquet(out / "findings.parquet")
+    assert inputs["path"].to_list() == [*REAL, str(broken), str(tmp_path / "missing.sqlite")]
+    for path, row in zip(REAL, inputs.head(len(REAL)).iter_rows(named=True), strict=True):
+        doc = analyze_json(capsys, path)
+        assert row == expected_input_row(doc)
+        rows = findings.filter(pl.col("input_sha256") == row["sha256"]).sort("finding").to_dicts()
+        assert len(rows) == len(doc["findings"])
+        for found, finding in zip(rows, doc["findings"], strict=True):
+            assert_finding_matches(found, finding)
+    bad = inputs.row(len(REAL), named=True)
+    assert bad["status"] == "error" and bad["verdict"] is None and bad["error"].startswith(f"{broken}: empty file")
+    assert bad["sha256"] == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # of no bytes
+    assert inputs.row(len(REAL) + 1, named=True)["sha256"] is None
+
+
+def test_csv_by_extension_and_folders_searched(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "runs.csv"
+    code, stdout, _ = run(capsys, "batch", TORCH, "--out", out, "--jobs", 1)
+    assert code == 0
+    assert stdout.splitlines()[2:] == [f"wrote {out}", f"wrote {tmp_path / 'runs.findings.csv'}"]
+    table = pl.read_csv(out)
+    assert table.select("path", "verdict").rows() == [
+        (str(TORCH / "observe.sqlite"), "failure_found"),
+        (str(TORCH / "release.sqlite"), "no_failure"),
+    ]
+    found = pl.read_csv(tmp_path / "runs.findings.csv")
+    assert found.select("kind", "api", "return_code", "enclosing_api").rows() == [
+        ("nested_alloc_failure", "cudaMalloc_v3020", 2, "cublasCreate_v2")
+    ]
+    assert (tmp_path / "runs.parts" / "batch.json").is_file()
+
+
+def seed(out: Path, done: list[str]) -> None:
+    """A batch that finished ``done`` and was interrupted: its parts, a forged verdict in each
+    (so a test can tell a re-analysis from a resumption), and no combined tables."""
+    fleet.run_batch(done, out=out, jobs=1)
+    (out / "inputs.parquet").unlink()
+    (out / "findings.parquet").unlink()
+    for part in (out / "parts").glob("*.input.parquet"):
+        pl.read_parquet(part).with_columns(pl.lit("seeded").alias("verdict")).write_parquet(part)
+
+
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_rerun_resumes_by_sha256_without_analyzing_again(tmp_path: Path, engine: str) -> None:
+    out = tmp_path / "batch"
+    done = [str(TORCH / "observe.sqlite")]
+    inputs = [*done, str(TORCH / "release.sqlite")]
+    seed(out, done)
+    # the same bytes at another path: resumed too (the parts are keyed by content)
+    copy = tmp_path / "copy-of-observe.sqlite"
+    shutil.copyfile(done[0], copy)
+    result = fleet.run_batch([*inputs, copy], out=out, jobs=2, engine=engine)  # type: ignore[arg-type]
+    table = pl.read_parquet(out / "inputs.parquet")
+    assert table.equals(result.inputs)
+    assert table.select("path", "verdict", "status").rows() == [
+        (inputs[0], "seeded", "resumed"),
+        (inputs[1], "no_failure", "analyzed"),
+        (str(copy), "seeded", "resumed"),
+    ]
+    assert pl.read_parquet(out / "findings.parquet")["kind"].to_list() == ["nested_alloc_failure"]
+
+
+def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for i, path in enumerate(REAL * 3):  # 42 inputs, 14 distinct
+        shutil.copyfile(path, inputs / f"{i:02d}-{Path(path).name}")
+    out = tmp_path / "batch"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nsysaudit", "batch", str(inputs), "--out", str(out), "--jobs", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not list((out / "parts").glob("*.input.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    finished = {p.name.split(".")[0] for p in (out / "parts").glob("*.input.parquet")}
+    assert finished and not (out / "inputs.parquet").exists()
+    result = fleet.run_batch([inputs], out=out, jobs=1)
+    resumed = result.inputs.filter(pl.col("status") == "resumed")
+    assert set(resumed["sha256"].to_list()) == finished
+    assert result.inputs.height == 42 and result.inputs["error"].null_count() == 42
+    fresh = fleet.run_batch([inputs], jobs=1).inputs
+    assert result.inputs.drop("status").equals(fresh.drop("status"))
+
+
+def test_other_options_or_a_foreign_output_are_refused(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "batch"
+    fleet.run_batch([TORCH], out=out, jobs=1)
+    code, stdout, err = run(capsys, "batch", TORCH, "--out", out, "--library-domain", "MyLib")
+    assert (code, stdout) == (2, "") and err.count("\n") == 1
+    assert f"{out / 'parts'}: its parts were made with other options" in err
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "inputs.parquet").write_bytes(b"a file of someone else")
+    for target, named in ((foreign, foreign / "inputs.parquet"), (tmp_path / "x.parquet", tmp_path / "x.parquet")):
+        if target.suffix:
+            target.write_bytes(b"mine")
+        code, stdout, err = run(capsys, "batch", TORCH, "--out", target)
+        assert (code, stdout) == (2, "") and err.count("\n") == 1
+        assert err.startswith(f"nsysaudit: error: {named}: cannot write the batch output here: exists and is not")
+    assert (foreign / "inputs.parquet").read_bytes() == b"a file of someone else"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["batch", "mine", "x.parquet"]
+
+
+def test_read_only_out_parent_is_one_line_exit_2(read_only_folder, tmp_path: Path) -> None:
+    locked, prefix = read_only_folder
+    proc = unprivileged(prefix, "batch", TORCH, "--out", locked / "batch", "--jobs", "1", cache=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert proc.stderr.startswith(f"nsysaudit: error: {locked / 'batch'}") and proc.stderr.count("\n") == 1
+    assert "Permission denied" in proc.stderr and list(locked.iterdir()) == []
+
+
+def test_engine_that_cannot_start_writes_nothing(capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleet, "SCHEDULER_TIMEOUT", "1s")
+    out = tmp_path / "batch"
+    code, stdout, err = run(capsys, "batch", TORCH, "--out", out, "--engine", "dask", "--scheduler", "tcp://127.0.0.1:9")
+    assert (code, stdout) == (2, "") and err.startswith("nsysaudit: error: dask scheduler tcp://127.0.0.1:9: cannot")
+    assert not out.exists()
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if the [fleet] extra were not installed
+    code, _, err = run(capsys, "batch", TORCH, "--out", out, "--engine", "dask")
+    assert code == 2 and "pip install 'nsysaudit[fleet]'" in err and err.count("\n") == 1
+    assert not out.exists()
+    code, _, err = run(capsys, "batch", TORCH, "--out", out, "--scheduler", "tcp://127.0.0.1:9")
+    assert code == 2 and "a scheduler address needs engine 'dask'" in err and not out.exists()
+
+
+def test_audit_many_returns_the_inputs_table_and_builder_findings(make_export) -> None:
+    built = make_export(observe_nested_failure())
+    table = nsysaudit.audit_many([built, TORCH / "release.sqlite"], jobs=1)
+    assert table.columns == list(fleet.INPUT_SCHEMA)
+    assert table.select("verdict", "nested_alloc_failures", "status").rows() == [
+        ("failure_found", 1, "analyzed"),
+        ("no_failure", 0, "analyzed"),
+    ]
+    result = nsysaudit.run_batch([built], jobs=1)
+    assert result.findings.select("api", "return_code", "enclosing_api", "allocations_before_bytes").rows() == [
+        ("cudaMalloc_v3020", 2, "cublasCreate_v2", 6 << 20)
+    ]
+    assert repr(result) == (
+        "BatchResult(1 input(s): 1 analyzed, 0 resumed, 0 unusable; 1 finding(s); "
+        "verdicts: failure_found 1, inconclusive 0, no_failure 0)"
+    )
+    assert "<li>1 input(s): 1 analyzed" in result._repr_html_()
+
+
+def test_find_inputs(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for name in ("a/b/x.SQLITE", "a/y.nsys-rep", "a/z.qdrep", "a/notes.txt", "a/b/w.sqlite-wal"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "link").symlink_to(tmp_path / "a", target_is_directory=True)
+    given = tmp_path / "given.anything"
+    found = fleet.find_inputs([tmp_path, given, tmp_path / "a", tmp_path / "a" / "y.nsys-rep"])
+    # sorted, suffixes in any case, the symlinked folder not followed, each file once
+    assert found == [str(tmp_path / p) for p in ("a/b/x.SQLITE", "a/y.nsys-rep", "a/z.qdrep")] + [str(given)]
+
+
+def test_a_folder_without_exports_is_an_unusable_input_row_not_nothing(tmp_path: Path) -> None:
+    empty = tmp_path / "no-exports"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not an export")
+    result = fleet.run_batch([empty, TORCH / "observe.sqlite"], jobs=1)
+    rows = result.inputs.select("path", "status", "error").rows()
+    assert rows == [
+        (str(empty), "error", f"{empty}: folder holds no *.sqlite, *.nsys-rep or *.qdrep file"),
+        (str(TORCH / "observe.sqlite"), "analyzed", None),
+    ]
+
+
+def test_a_worker_that_dies_is_one_line_and_the_finished_parts_stay(capsys, tmp_path: Path, monkeypatch) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for path in REAL[:4]:
+        shutil.copyfile(path, inputs / f"a-{Path(path).parent.name}-{Path(path).name}")
+    shutil.copyfile(REAL[0], inputs / "zz-dies.sqlite")
+    monkeypatch.setattr(fleet, "audit_one", worker_faults.audit_one_or_die)
+    out = tmp_path / "batch"
+    code, _, err = run(capsys, "batch", inputs, "--out", out, "--jobs", 2)
+    assert code == 2 and err == f"nsysaudit: error: {fleet.WORKER_DIED}\n"
+    assert not (out / "inputs.parquet").exists() and (out / "parts" / "batch.json").is_file()
+    finished = {p.name.split(".")[0] for p in (out / "parts").glob("*.input.parquet")}
+    monkeypatch.undo()
+    result = fleet.run_batch([inputs], out=out, jobs=1)  # the rerun resumes what was finished
+    assert set(result.inputs.filter(pl.col("status") == "resumed")["sha256"].to_list()) == finished
+    assert result.inputs["error"].null_count() == 5

@@ -1,0 +1,33 @@
+"""The example notebook runs top to bottom, as a reader would run it (nbclient, a real kernel)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK = REPO / "examples" / "explore.ipynb"
+
+
+def outputs_text(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for output in cell.get("outputs", []):
+        parts.append(output.get("text", ""))
+        parts.append(output.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+def test_example_notebook_runs_top_to_bottom() -> None:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code")  # committed without outputs
+    NotebookClient(notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+    text = [outputs_text(c) for c in notebook.cells if c.cell_type == "code"]
+    assert text[0].startswith("Session(tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite (sqlite, nsys 2025.3")
+    assert "cudaErrorMemoryAllocation" in text[1] and "pt_autograd_0" in text[1]
+    assert "cudaMalloc_v3020" in text[2]
+    assert "failure_found\nnested_alloc_failure cudaMalloc_v3020 2 inside cublasCreate_v2 after [1024, 131072] B" in (
+        text[6]
+    )
+    assert text[7].startswith("BatchResult(14 input(s): 14 analyzed, 0 resumed, 0 unusable; 2 finding(s)")
