@@ -35,6 +35,7 @@ from nsysaudit.render import (
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.telemetry import DEFAULT_CLOCKS, INT64_MAX, TelemetryOptions, parse_anchor, parse_clock
 from nsysaudit.text import escape
+from nsysaudit.timeline import DEFAULT_BOUNDARY, notes_of, parse_around, timeline
 
 
 def progress_for(as_json: bool) -> Progress | None:
@@ -363,6 +364,61 @@ def verify_cmd(
             verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun)
         )
         click.echo(f"seal: sha256:{checked.seal}")
+
+
+@cli.command("plot")
+@click.argument("path", type=str)
+@click.option("--out", required=True, type=str, metavar="FILE.svg|FILE.png", help="The picture to write (atomically).")
+@click.option(
+    "--around",
+    metavar="FINDING|TIME_NS",
+    help="Centre on finding:N (the N-th finding, from 1) or on a time in trace nanoseconds. Default: the first "
+    "finding, else the first censored library call, else the first library call after the boundary.",
+)
+@click.option(
+    "--window",
+    "window_ns",
+    type=Milliseconds(),
+    metavar="MS",
+    help="Width of the window in milliseconds, centred on the focus. Default: from the boundary to the end of "
+    "the focus's library call, widened 6% each side.",
+)
+@click.option(
+    "--boundary",
+    default=DEFAULT_BOUNDARY,
+    show_default=True,
+    metavar="EVENT",
+    help="Telemetry event at 0 on the x axis (else the start of the focus's library call).",
+)
+@reading_options
+@telemetry_option("--telemetry")
+@alignment_options
+def plot_cmd(
+    path: str,
+    out: str,
+    around: str | None,
+    window_ns: int | None,
+    boundary: str,
+    nsys_path: str | None,
+    library_domains: Sequence[str],
+    telemetry: str | None,
+    telemetry_options: TelemetryOptions,
+) -> None:
+    """Draw the timeline of one export around a finding: threads, library calls, CUDA calls, NVTX,
+    telemetry lines and what the trace does not cover."""
+    from nsysaudit import pictures  # matplotlib is imported only by the command that draws
+    kind, value = parse_around(around) if around is not None else (None, None)
+    pictures.check_picture_out(out)  # before the analysis: nothing is done for an --out that cannot be written
+    result = analyze(path, nsys_path=nsys_path, library_domains=library_domains, telemetry=telemetry,
+                     telemetry_options=telemetry_options, progress=progress_for(False))
+    echo_telemetry_warnings(result)
+    drawn = timeline(result, finding=value if kind == "finding" else None, at_ns=value if kind == "time" else None,
+                     window_ns=window_ns, boundary=boundary)
+    size = pictures.save([drawn], out)
+    with printing():
+        click.echo(escape(f"timeline: {out} ({size:,} bytes)"))
+        for note in notes_of([drawn]):
+            click.echo(escape(f"  {note}"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

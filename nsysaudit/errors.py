@@ -61,3 +61,11 @@ class CheckFailed(NsysAuditError):
     """A check the user asked for did not pass (for example ``verify`` found a changed file)."""
 
     exit_code = 1
+
+
+class PictureNotWritable(BadOption):
+    """The picture file cannot be written where it was asked for (no such folder, read-only, ...)."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: cannot write the picture here: {problem} (nothing was written)")
+        self.path = str(path)
