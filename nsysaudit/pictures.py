@@ -372,6 +372,7 @@ def _draw_ticks(
 
 def _place(ax: Axes, rows: _Rows, k: int, x: float, text: str, colour: str, view: View, scale: _Scale) -> None:
     """A label below lane ``k`` in the first free row; right-aligned at ``x`` in the right half."""
+    x = min(max(x, scale.x(view.lo_ns)), scale.x(view.hi_ns))  # a call that began before the window
     right = x > (scale.x(view.lo_ns) + scale.x(view.hi_ns)) / 2
     text = shown(text, 200)
     row = rows.place(x, text, "right" if right else "left")

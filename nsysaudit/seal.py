@@ -62,6 +62,7 @@ from typing import Any, Literal
 from nsysaudit import canonical, fsops
 from nsysaudit.analysis import analyze, input_kind
 from nsysaudit.errors import BadOption, CheckFailed, OutputExists, OutputNotWritable, UnusableInput
+from nsysaudit.html import report_html
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.model import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.progress import Progress
@@ -70,19 +71,37 @@ from nsysaudit.reports.compare import TelemetryFile, basename, compare_results, 
 from nsysaudit.reports.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.source import sha256_file
 from nsysaudit.telemetry import CLOCK_KINDS, DEFAULT_TOLERANCE_NS, TelemetryOptions, parse_anchor
+from nsysaudit.timeline import Timeline, aligned_timelines, timeline
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
 INPUTS = "inputs-sha256.txt"
 MANIFEST = "manifest-sha256.txt"
 METADATA = "metadata.json"
 TAGMANIFEST = "tagmanifest-sha256.txt"
-PAYLOAD = (INPUTS, REPORT_JSON, REPORT_MD)
 TAG_FILES = (MANIFEST, METADATA)
 SEAL_FORMAT = "nsysaudit.seal/2"  # /1 sealed manifest-sha256.txt only
 ANALYSIS_FORMAT = "nsysaudit.analysis/1"
 
 ReportKind = Literal["compare", "analyze"]
+# The timeline picture of each arm (see nsysaudit.timeline): a comparison has two, an analysis one.
+PICTURES: dict[ReportKind, tuple[str, ...]] = {
+    "compare": ("timeline-observe.svg", "timeline-release.svg"),
+    "analyze": ("timeline.svg",),
+}
+
+
+def payload(kind: ReportKind) -> tuple[str, ...]:
+    """The payload files of a sealed report of ``kind`` (what ``manifest-sha256.txt`` lists), in
+    the order ``verify --inputs`` compares them: the facts first, report.html (which holds the
+    others) last."""
+    return (INPUTS, REPORT_JSON, REPORT_MD, *PICTURES[kind], REPORT_HTML)
+
+
+def picture_name(arm: str | None) -> str:
+    return "timeline.svg" if arm is None else f"timeline-{arm}.svg"
+
 _LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
 
 
@@ -274,7 +293,8 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
     comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files)
     doc = comparison.to_dict()
     doc["options"] = recipe.options()
-    return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs), _ordered(inputs), results)
+    timelines = aligned_timelines(results["observe"], results["release"])
+    return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs, timelines), _ordered(inputs), results)
 
 
 def _telemetry_input(role: str, path: str, result: AnalysisResult) -> InputFile:
@@ -327,7 +347,8 @@ def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
         inputs.append(tel)
     doc = sealed_analysis_document(result, tel)
     doc["options"] = recipe.options()
-    return Built(recipe, doc, _payload(doc, analysis_markdown(doc), inputs), inputs, {"arm": result})
+    files = _payload(doc, analysis_markdown(doc), inputs, (timeline(result),))
+    return Built(recipe, doc, files, inputs, {"arm": result})
 
 
 _ROLE_ORDER = ("observe", "release", "observe_telemetry", "release_telemetry", "arm", "telemetry")
@@ -337,9 +358,23 @@ def _ordered(inputs: list[InputFile]) -> list[InputFile]:
     return sorted(inputs, key=lambda i: _ROLE_ORDER.index(i.role) if i.role in _ROLE_ORDER else len(_ROLE_ORDER))
 
 
-def _payload(doc: Mapping[str, Any], markdown: str, inputs: list[InputFile]) -> dict[str, bytes]:
+def _payload(
+    doc: Mapping[str, Any], markdown: str, inputs: list[InputFile], timelines: Sequence[Timeline]
+) -> dict[str, bytes]:
     lines = "".join(f"{i.sha256}  {i.name}\n" for i in _ordered(inputs))
-    return {REPORT_JSON: canonical_json(doc), REPORT_MD: markdown.encode("utf-8"), INPUTS: lines.encode("utf-8")}
+    # Each arm's timeline picture, and report.html: report.md with the pictures inline. The SVG
+    # ids are salted per arm, so that both pictures can sit in one page.
+    from nsysaudit.pictures import render  # matplotlib is imported only when a picture is drawn
+
+    pictures = [(t, render([t], ("svg",), salt=f"nsysaudit-{t.arm or 'arm'}")["svg"]) for t in timelines]
+    title = "nsysaudit comparison" if doc.get("kind") == "comparison" else "nsysaudit analysis"
+    return {
+        REPORT_JSON: canonical_json(doc),
+        REPORT_MD: markdown.encode("utf-8"),
+        INPUTS: lines.encode("utf-8"),
+        **{picture_name(t.arm): svg for t, svg in pictures},
+        REPORT_HTML: report_html(markdown, [svg for _, svg in pictures], title=title),
+    }
 
 
 # --- metadata ------------------------------------------------------------------------------------
@@ -406,12 +441,14 @@ def _versions() -> dict[str, Any]:
     import polars
 
     from nsysaudit import __version__
+    from nsysaudit.pictures import picture_version
 
     return {
         "nsysaudit": __version__,
         "python": platform.python_version(),
         "polars": polars.__version__,
         "sqlite": sqlite3.sqlite_version,
+        "matplotlib": picture_version(),  # the pictures' bytes depend on it
     }
 
 
@@ -436,7 +473,7 @@ def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
             "options": built.recipe.options(),
         },
         "inputs": [i.to_dict() for i in built.inputs],
-        "files": {"payload": sorted(PAYLOAD), "tags": sorted(TAG_FILES), "tag_manifest": TAGMANIFEST},
+        "files": {"payload": sorted(built.files), "tags": sorted(TAG_FILES), "tag_manifest": TAGMANIFEST},
     }
 
 
@@ -538,7 +575,7 @@ def _not_sealed(target: Path) -> str | None:
     try:
         problems = _check_files(target)
         if not problems:
-            _metadata_of(target)
+            _check_kind(target, _metadata_of(target))
     except CheckFailed as exc:
         problems = [str(exc)]
     return f"verify fails: {problems[0]}" if problems else None
@@ -836,7 +873,8 @@ def verify(
         raise CheckFailed(f"{root}: verification failed: " + "; ".join(problems))
     meta = _metadata_of(root)
     _check_inputs_listing(root, meta)
-    files = tuple(sorted([*PAYLOAD, *TAG_FILES, TAGMANIFEST]))
+    kind = _check_kind(root, meta)
+    files = tuple(sorted([*payload(kind), *TAG_FILES, TAGMANIFEST]))
     if inputs is None:
         return Verification(root, digest, files)
     given = _match_inputs(meta, [Path(p) for p in inputs])
@@ -852,7 +890,7 @@ def verify(
         checked.append({**rec, "path": os.fspath(path)})
     recipe = _recipe_from(meta, {rec["role"]: os.fspath(path) for rec, path in given})
     rebuilt = build(recipe, nsys_path=nsys_path)
-    for name in PAYLOAD:
+    for name in payload(kind):
         old = (root / name).read_bytes()
         new = rebuilt.files[name]
         if old != new:
@@ -860,7 +898,7 @@ def verify(
             now = _versions()
             changed = [
                 f"{k} {sealed_with.get(k)} -> {now.get(k)}"
-                for k in ("nsysaudit", "polars", "sqlite", "python")
+                for k in ("nsysaudit", "polars", "sqlite", "python", "matplotlib")
                 if sealed_with.get(k) != now.get(k)
             ]
             context = (
@@ -874,6 +912,14 @@ def verify(
     return Verification(root, digest, files, tuple(checked), rerun=True)
 
 
+def _check_kind(root: Path, meta: Mapping[str, Any]) -> ReportKind:
+    """The report's kind as ``metadata.json`` records it; the manifest must list that kind's payload."""
+    kind: ReportKind = meta["recipe"]["kind"]
+    if set(_read_manifest(root, MANIFEST)) != set(payload(kind)):
+        raise CheckFailed(f"{root}: {MANIFEST} does not list the payload of the {kind} report {METADATA} records")
+    return kind
+
+
 def _check_files(root: Path) -> list[str]:
     """Every problem with the six files: missing, changed, extra, or listed where they do not belong.
 
@@ -883,7 +929,11 @@ def _check_files(root: Path) -> list[str]:
     problems: list[str] = []
     manifest = _read_manifest(root, MANIFEST)
     tags = _read_manifest(root, TAGMANIFEST)
-    for listing, entries, expected in ((MANIFEST, manifest, PAYLOAD), (TAGMANIFEST, tags, TAG_FILES)):
+    # The payload of a comparison (both arms' pictures) or of an analysis; verify() checks that
+    # metadata.json records the same kind.
+    kind: ReportKind = "compare" if set(PICTURES["compare"]) & set(manifest) else "analyze"
+    expected_payload = payload(kind)
+    for listing, entries, expected in ((MANIFEST, manifest, expected_payload), (TAGMANIFEST, tags, TAG_FILES)):
         for name in expected:
             if name not in entries:
                 problems.append(f"{listing} does not list {name}")
@@ -898,7 +948,7 @@ def _check_files(root: Path) -> list[str]:
             actual = sha256_file(root / name)
             if actual != digest:
                 problems.append(f"{name}: changed (sha256 {actual}, {listing} says {digest})")
-    known = {*PAYLOAD, *TAG_FILES, TAGMANIFEST}
+    known = {*expected_payload, *TAG_FILES, TAGMANIFEST}
     for current, dirnames, filenames in os.walk(root):
         for d in sorted(dirnames):
             rel = (Path(current) / d).relative_to(root).as_posix()

@@ -13,11 +13,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from builder import Call, Export, LibCall
 from conftest import H200, H200_2025, unprivileged
+from scenarios import PID, WORKER, observe_nested_failure
 from test_hostile import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
 
 import nsysaudit
-from nsysaudit import pictures
+from nsysaudit import pictures, seal
 from nsysaudit.cli import main
 from nsysaudit.errors import BadOption
 from nsysaudit.timeline import aligned_timelines, parse_around, timeline
@@ -324,3 +326,31 @@ def test_plot_into_a_read_only_folder_is_one_line(read_only_folder, tmp_path: Pa
                           "writable (nothing was written)\n"
     assert not list(locked.iterdir())
 
+
+# --- damaged or odd exports still give a picture -----------------------------------------------------
+
+INT64_MAX = (1 << 63) - 1
+
+
+def odd_exports() -> dict[str, Export]:
+    wide = observe_nested_failure()
+    wide.lib_calls = [LibCall("cublasCreate_v2", -(1 << 62), INT64_MAX, PID, WORKER)]
+    wide.calls.append(Call("cudaMalloc_v3020", INT64_MAX - 10, INT64_MAX, PID, WORKER, ret=2, corr=40))
+    open_end = observe_nested_failure()
+    open_end.lib_calls = [LibCall("cublasCreate_v2", 9_000, None, PID, WORKER)]
+    instant = observe_nested_failure()
+    instant.calls = [Call("cudaMalloc_v3020", 9_000, 9_000, PID, WORKER, ret=2, corr=22)]
+    instant.lib_calls = [LibCall("cublasCreate_v2", 9_000, 9_000, PID, WORKER)]
+    nothing = Export(calls=[], lib_calls=[], thread_names={}, processes={})
+    return {"int64-wide": wide, "no-end": open_end, "zero-length": instant, "empty": nothing}
+
+
+@pytest.mark.parametrize("name", sorted(odd_exports()))
+def test_an_odd_export_still_gets_a_picture_and_a_sealed_folder(make_export, tmp_path: Path, name: str) -> None:
+    path = make_export(odd_exports()[name], f"{name}.sqlite")
+    sealed = seal.seal_analysis(path, tmp_path / "sealed")
+    svg = ET.fromstring((sealed.dir / "timeline.svg").read_bytes())
+    assert texts(svg)
+    seal.verify(sealed.dir, [path])  # and made again byte for byte
+    if name == "empty":
+        assert "no thread has anything in this window" in texts(svg)
