@@ -9,7 +9,7 @@ OLD := tests/fixtures/h200-cuda13-nsys2023.4
 OUT ?= out
 
 .DEFAULT_GOAL := help
-.PHONY: help venv nsys demo test test-fast check-fixtures lint golden bench clean
+.PHONY: help venv nsys chromium demo test test-fast check-fixtures lint golden bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -25,20 +25,26 @@ venv: $(VENV)/.installed ## create .venv with nsysaudit and its test tools
 nsys: ## install the real nsys CLI (Debian non-free, 2023.4.4) into .tools/nsys
 	bash scripts/install-nsys.sh
 
-demo: venv ## the main job: the real H200 failure (nsys 2025.3 torch pair) analyzed and compared sealed into out/torch-compare, then the censored nsys 2023.4 capture
+chromium: ## install Debian's Chromium (apt-get; the report.html browser test) unless /usr/bin/chromium runs
+	bash scripts/install-chromium.sh
+
+demo: venv ## the main job: the real H200 failure (nsys 2025.3 torch pair) analyzed and compared sealed into out/torch-compare (pictures, report.html), then the censored nsys 2023.4 capture
 	$(NSYSAUDIT) analyze $(TORCH)/observe.sqlite --telemetry $(TORCH)/observe.telemetry.jsonl
 	$(NSYSAUDIT) analyze $(TORCH)/release.sqlite --telemetry $(TORCH)/release.telemetry.jsonl
 	$(NSYSAUDIT) compare $(TORCH)/observe.sqlite $(TORCH)/release.sqlite --out $(OUT)/torch-compare --force \
 		--observe-telemetry $(TORCH)/observe.telemetry.jsonl --release-telemetry $(TORCH)/release.telemetry.jsonl
 	$(NSYSAUDIT) verify $(OUT)/torch-compare --inputs $(TORCH)/observe.sqlite $(TORCH)/release.sqlite \
 		$(TORCH)/observe.telemetry.jsonl $(TORCH)/release.telemetry.jsonl
+	@echo "open $(OUT)/torch-compare/report.html (both arms' timelines inline; also timeline-observe.svg, timeline-release.svg)"
 	@echo; echo "--- the same experiment under nsys 2023.4, whose CUDA trace stops inside cublasCreate_v2: censored ---"
 	$(NSYSAUDIT) analyze $(OLD)/observe.sqlite --telemetry $(OLD)/observe.telemetry.jsonl
+	$(NSYSAUDIT) plot $(OLD)/observe.sqlite --telemetry $(OLD)/observe.telemetry.jsonl --out $(OUT)/nsys2023-observe.png
 
-test: venv nsys ## run the whole test suite (installs deps and the nsys CLI first)
-	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" $(PY) -m pytest -q
+test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CLI and Chromium first)
+	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" NSYSAUDIT_REQUIRE_CHROMIUM=1 \
+		$(PY) -m pytest -q
 
-test-fast: venv ## run the tests without installing nsys (nsys tests skip when it is absent)
+test-fast: venv ## run the tests without installing nsys or Chromium (their tests skip when absent)
 	$(PY) -m pytest -q
 
 check-fixtures: venv ## check every bundled export against tests/fixtures/expectations.toml (JUnit into out/)

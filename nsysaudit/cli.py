@@ -435,6 +435,65 @@ def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, n
         raise CheckFailed(f"{expect}: not every file meets its expectations ({lines[-1]})")
 
 
+@cli.command("plot")
+@click.argument("path", type=str)
+@click.option("--out", required=True, type=str, metavar="FILE.svg|FILE.png", help="The picture to write (atomically).")
+@click.option(
+    "--around",
+    metavar="FINDING|TIME_NS",
+    help="Centre on finding:N (the N-th finding, from 1) or on a time in trace nanoseconds. Default: the first "
+    "finding, else the first censored library call, else the first library call after the boundary.",
+)
+@click.option(
+    "--window",
+    "window_ns",
+    type=Milliseconds(),
+    metavar="MS",
+    help="Width of the window in milliseconds, centred on the focus. Default: from the boundary to the end of "
+    "the focus's library call, widened 6% each side.",
+)
+@click.option(
+    "--boundary",
+    default=render.DEFAULT_BOUNDARY,
+    show_default=True,
+    metavar="EVENT",
+    help="Telemetry event at 0 on the x axis (else the start of the focus's library call).",
+)
+@reading_options
+@telemetry_option("--telemetry")
+@alignment_options
+def plot_cmd(
+    path: str,
+    out: str,
+    around: str | None,
+    window_ns: int | None,
+    boundary: str,
+    nsys_path: str | None,
+    library_domains: Sequence[str],
+    telemetry: str | None,
+    telemetry_options: nsysaudit.TelemetryOptions,
+) -> None:
+    """Draw the timeline of one export around a finding: threads, library calls, CUDA calls, NVTX,
+    telemetry lines and what the trace does not cover."""
+    if around is not None:
+        render.parse_around(around)  # a bad --around is refused before anything runs
+    render.check_picture_out(out)  # before the analysis: nothing is done for an --out that cannot be written
+    result = nsysaudit.analyze(
+        path,
+        nsys_path=nsys_path,
+        library_domains=library_domains,
+        telemetry=telemetry,
+        telemetry_options=telemetry_options,
+        progress=progress_for(False),
+    )
+    echo_telemetry_warnings(result)
+    size, notes = render.plot_timeline(result, out, around=around, window_ns=window_ns, boundary=boundary)
+    with printing():
+        click.echo(render.escape(f"timeline: {out} ({size:,} bytes)"))
+        for note in notes:
+            click.echo(render.escape(f"  {note}"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code. The one error funnel lives here.
 

@@ -75,3 +75,11 @@ class Warning(TypedDict):
 def warning(kind: str, count: int, message: str) -> Warning:
     """One entry of a report's ``warnings`` (a value: steps return them, nobody appends to a shared list)."""
     return {"kind": kind, "count": int(count), "message": message}
+
+
+class PictureNotWritable(BadOption):
+    """The picture file cannot be written where it was asked for (no such folder, read-only, ...)."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: cannot write the picture here: {problem} (nothing was written)")
+        self.path = str(path)

@@ -386,8 +386,8 @@ def sealed_builder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list
     return work / "cmp", inputs
 
 
-SEALED_FILES = ["inputs-sha256.txt", "manifest-sha256.txt", "metadata.json", "report.json", "report.md",
-                "tagmanifest-sha256.txt"]
+SEALED_FILES = ["inputs-sha256.txt", "manifest-sha256.txt", "metadata.json", "report.html", "report.json",
+                "report.md", "tagmanifest-sha256.txt", "timeline-observe.svg", "timeline-release.svg"]
 
 
 @settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))

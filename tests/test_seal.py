@@ -23,16 +23,19 @@ from nsysaudit.cli import main
 from nsysaudit.errors import CheckFailed, OutputNotWritable, UnusableInput
 from nsysaudit.render.json import indented
 from nsysaudit.seal import folder as seal_folder
-from nsysaudit.seal.layout import manifest_text
+from nsysaudit.seal.layout import manifest_text, payload
 from nsysaudit.seal.verify import parse_manifest
 
 FILES = [
     "inputs-sha256.txt",
     "manifest-sha256.txt",
     "metadata.json",
+    "report.html",
     "report.json",
     "report.md",
     "tagmanifest-sha256.txt",
+    "timeline-observe.svg",
+    "timeline-release.svg",
 ]
 REAL_INPUTS = [
     H200 / "observe.sqlite",
@@ -107,7 +110,9 @@ def test_manifest_is_sha256sum_format_and_checks_inside_the_folder(sealed_real: 
         proc = subprocess.run(["sha256sum", "-c", manifest], cwd=sealed_real, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
     names = [line.split("  ", 1)[1] for line in (sealed_real / "manifest-sha256.txt").read_text().splitlines()]
-    assert names == ["inputs-sha256.txt", "report.json", "report.md"]
+    assert names == [
+        "inputs-sha256.txt", "report.html", "report.json", "report.md", "timeline-observe.svg", "timeline-release.svg"
+    ]
     # The inputs' digests check from the folder that holds them.
     proc = subprocess.run(
         ["sha256sum", "-c", str(sealed_real / "inputs-sha256.txt")], cwd=H200, capture_output=True, text=True
@@ -121,8 +126,9 @@ def test_report_json_is_canonical_and_has_no_paths_or_time(sealed_real: Path) ->
     assert indented(doc) == raw
     assert doc["format"] == "nsysaudit.compare/1"
     for name in FILES:
-        text = (sealed_real / name).read_text()
-        assert str(H200) not in text and str(sealed_real) not in text and os.getcwd() not in text, name
+        data = (sealed_real / name).read_bytes()
+        for path in (str(H200), str(sealed_real), os.getcwd()):
+            assert path.encode() not in data, name
     assert "version" not in json.dumps(doc.get("tool", {}))  # tool versions live in metadata.json only
 
 
@@ -132,7 +138,7 @@ def test_inputs_recorded_with_digest_and_size(sealed_real: Path) -> None:
     for path in REAL_INPUTS:
         assert recorded[path.name]["sha256"] == sha(path)
         assert recorded[path.name]["size_bytes"] == path.stat().st_size
-    assert meta["versions"].keys() == {"nsysaudit", "python", "polars", "sqlite"}
+    assert meta["versions"].keys() == {"nsysaudit", "python", "polars", "sqlite", "matplotlib"}
     assert meta["nsys"]["observe"] == {"nsys_version": "2023.4.4.54", "schema_version": "3.7.2"}
     assert meta["command"][:2] == ["nsysaudit", "compare"]
     assert not any(os.path.isabs(a) for a in meta["command"])
@@ -311,7 +317,7 @@ def test_verify_with_inputs_catches_a_consistent_forgery(capsys, bag: Path) -> N
     """A report edited and re-hashed everywhere passes the digests; only re-running exposes it."""
     report = bag / "report.json"
     report.write_bytes(report.read_bytes().replace(b'"inconclusive"', b'"no_failure"'))
-    digests = {n: sha(bag / n) for n in ("inputs-sha256.txt", "report.json", "report.md")}
+    digests = {n: sha(bag / n) for n in payload("compare")}
     (bag / "manifest-sha256.txt").write_bytes(manifest_text(digests))
     reseal_tags(bag)
     assert run(capsys, "verify", bag)[0] == 0
@@ -538,6 +544,35 @@ def test_a_forged_metadata_json_is_a_failed_check(capsys, bag: Path, case: str) 
         code, _, err = run(capsys, "verify", bag, *extra)
         assert code == 1, (case, err)
         assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1 and "metadata.json" in err, err
+
+
+def test_a_folder_sealed_before_the_pictures_is_named_and_force_replaces_it_when_intact(
+    capsys, bag: Path, tmp_path: Path
+) -> None:
+    """An nsysaudit.seal/2 folder (no pictures, no report.html): verify names its format instead of
+    listing missing files; --force replaces it only while it is intact by its own manifests."""
+    for name in ("timeline-observe.svg", "timeline-release.svg", "report.html"):
+        (bag / name).unlink()
+    manifest = {n: d for n, d in parse_manifest(bag / "manifest-sha256.txt", (bag / "manifest-sha256.txt").read_bytes())
+                .items() if n in ("inputs-sha256.txt", "report.json", "report.md")}
+    (bag / "manifest-sha256.txt").write_bytes(manifest_text(manifest))
+    edit_metadata(bag, lambda m: m.update(format="nsysaudit.seal/2"))
+    reseal_tags(bag)
+    code, _, err = run(capsys, "verify", bag)
+    assert code == 1 and "an nsysaudit.seal/2 folder, made before the timeline pictures" in err, err
+    assert err.count("\n") == 1
+    older = tmp_path / "older"
+    shutil.copytree(bag, older)
+    (older / "report.md").write_text("edited")  # no longer intact: --force refuses it
+    args = ["compare", *map(str, REAL_INPUTS[:2]), "--observe-telemetry", str(REAL_INPUTS[2]),
+            "--release-telemetry", str(REAL_INPUTS[3]), "--force", "--out"]
+    code, _, err = run(capsys, *args, older)
+    assert code == 2 and "report.md: changed since it was sealed" in err, err
+    assert (older / "report.md").read_text() == "edited"
+    code, _, err = run(capsys, *args, bag)
+    assert code == 0, err
+    assert json.loads((bag / "metadata.json").read_text())["format"] == "nsysaudit.seal/3"
+    assert run(capsys, "verify", bag)[0] == 0
 
 
 # --- --force never destroys evidence, and replaces atomically (issue 10, item 1) -----------------

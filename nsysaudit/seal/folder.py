@@ -6,8 +6,11 @@ A sealed report folder DIR holds (flat, no sub-folders)::
                              ``options`` holds every option that changes the analysis
     report.md                the same facts for people (trace text escaped as Markdown data)
     inputs-sha256.txt        "<sha256>  <basename>" of every input (exports, .nsys-rep, telemetry)
-    manifest-sha256.txt      "<sha256>  <file>" of the three payload files above (sha256sum -c format)
-    metadata.json            tool, python, polars and sqlite versions, nsys and schema versions,
+    timeline-observe.svg     each arm's timeline picture (nsysaudit.render.pictures); an analysis
+    timeline-release.svg     has one, timeline.svg
+    report.html              report.md with the pictures inline (nsysaudit.render.html)
+    manifest-sha256.txt      "<sha256>  <file>" of the payload files above (sha256sum -c format)
+    metadata.json            tool, python, polars, sqlite and matplotlib versions, nsys and schema versions,
                              the command that makes DIR again, the recipe ``verify`` re-runs,
                              inputs with sizes
     tagmanifest-sha256.txt   "<sha256>  <file>" of manifest-sha256.txt and metadata.json
@@ -21,18 +24,20 @@ their sizes in ``report.json`` and ``metadata.json``.
 
 The **seal** is the SHA-256 of ``tagmanifest-sha256.txt``, and it pins every byte of every file
 in DIR: the tag manifest holds the digests of ``manifest-sha256.txt`` and ``metadata.json``, the
-manifest those of the three payload files, and ``verify`` refuses any file, folder or manifest
-entry beyond these six. Editing any file, or adding one (even listed in a rewritten manifest),
-changes the tag manifest or makes ``verify`` fail; ``verify --seal`` then fails too. (Format 1
-sealed only ``manifest-sha256.txt``; ``verify`` refuses such folders.)
+manifest those of the payload files, and ``verify`` refuses any file, folder or manifest entry
+beyond these. Editing any file, or adding one (even listed in a rewritten manifest), changes the
+tag manifest or makes ``verify`` fail; ``verify --seal`` then fails too. (Format 1 sealed only
+``manifest-sha256.txt``, format 2 had no pictures: ``verify`` names such folders and refuses them;
+``--force`` replaces one that is intact by its own manifests.)
 
 The seal does not depend on the paths the inputs were given by or on the time: the recorded
 command names the inputs and DIR by basename (run it in the folder holding the inputs) and
 leaves out ``--force``, ``--json`` and ``--nsys``, which change nothing in DIR. It does depend on
-the versions in ``metadata.json``: the same inputs and options on the same tool, Python, polars
-and SQLite versions give the same bytes and the same seal, and the recorded command gives them
-again. Across versions, ``manifest-sha256.txt`` (the payload alone) is what stays the same, and
-``verify --inputs`` checks exactly that by re-running the analysis.
+the versions in ``metadata.json``: the same inputs and options on the same tool, Python, polars,
+SQLite and matplotlib versions give the same bytes and the same seal, and the recorded command
+gives them again. Across versions, the reports in ``manifest-sha256.txt`` stay the same (the
+pictures, and report.html which holds them, follow matplotlib's version), and ``verify --inputs``
+checks the whole payload by re-running the analysis.
 
 Writes are atomic: everything is written into a fresh temporary folder beside DIR, then renamed
 to DIR (see :func:`_replace`). An existing DIR is refused unless ``force`` is set, and even then
@@ -75,7 +80,9 @@ from nsysaudit.seal.recipe import (
 )
 from nsysaudit.seal.verify import (
     _check_files,
+    _check_kind,
     _metadata_of,
+    older_folder_problems,
 )
 
 
@@ -175,9 +182,13 @@ def _not_sealed(target: Path) -> str | None:
     if not (target / MANIFEST).is_file():
         return f"no {MANIFEST}"
     try:
-        problems = _check_files(target)
-        if not problems:
-            _metadata_of(target)
+        older = older_folder_problems(target)
+        if older is not None:  # sealed by an earlier nsysaudit: replaced when intact by its own manifests
+            problems = older
+        else:
+            problems = _check_files(target)
+            if not problems:
+                _check_kind(target, _metadata_of(target))
     except CheckFailed as exc:
         problems = [str(exc)]
     return f"verify fails: {problems[0]}" if problems else None

@@ -4,35 +4,38 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Literal
 
 REPORT_JSON = "report.json"
-
-
 REPORT_MD = "report.md"
-
-
+REPORT_HTML = "report.html"
 INPUTS = "inputs-sha256.txt"
-
-
 MANIFEST = "manifest-sha256.txt"
-
-
 METADATA = "metadata.json"
-
-
 TAGMANIFEST = "tagmanifest-sha256.txt"
-
-
-PAYLOAD = (INPUTS, REPORT_JSON, REPORT_MD)
-
-
 TAG_FILES = (MANIFEST, METADATA)
-
-
-SEAL_FORMAT = "nsysaudit.seal/2"  # /1 sealed manifest-sha256.txt only
-
-
+# /1 sealed manifest-sha256.txt only; /2 had no pictures and no report.html.
+SEAL_FORMAT = "nsysaudit.seal/3"
 ANALYSIS_FORMAT = "nsysaudit.analysis/1"
+
+ReportKind = Literal["compare", "analyze"]
+# The timeline picture of each arm (see nsysaudit.reports.timeline): a comparison has two, an analysis one.
+PICTURES: dict[ReportKind, tuple[str, ...]] = {
+    "compare": ("timeline-observe.svg", "timeline-release.svg"),
+    "analyze": ("timeline.svg",),
+}
+
+
+def payload(kind: ReportKind) -> tuple[str, ...]:
+    """The payload files of a sealed report of ``kind`` (what ``manifest-sha256.txt`` lists), in
+    the order ``verify --inputs`` compares them: the facts first, report.html (which holds the
+    others) last."""
+    return (INPUTS, REPORT_JSON, REPORT_MD, *PICTURES[kind], REPORT_HTML)
+
+
+def picture_name(arm: str | None) -> str:
+    """The payload file of one arm's picture (``None``: the single arm of an analysis)."""
+    return "timeline.svg" if arm is None else f"timeline-{arm}.svg"
 
 
 _LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from nsysaudit.api import analyze
 from nsysaudit.digests import sha256_file
@@ -21,23 +21,25 @@ from nsysaudit.progress import Progress
 from nsysaudit.read.inputs import input_kind
 from nsysaudit.read.telemetry import CLOCK_KINDS, TelemetryOptions, parse_anchor
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.render.html import report_html
 from nsysaudit.render.json import indented
 from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
+from nsysaudit.reports.timeline import Timeline, aligned_timelines, timeline
 from nsysaudit.seal.layout import (
     ANALYSIS_FORMAT,
     INPUTS,
     METADATA,
-    PAYLOAD,
+    REPORT_HTML,
     REPORT_JSON,
     REPORT_MD,
     SEAL_FORMAT,
     TAG_FILES,
     TAGMANIFEST,
+    ReportKind,
+    picture_name,
 )
-
-ReportKind = Literal["compare", "analyze"]
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,8 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
     comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files)
     doc = comparison.to_dict()
     doc["options"] = recipe.options()
-    return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs), _ordered(inputs), results)
+    timelines = aligned_timelines(results["observe"], results["release"])
+    return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs, timelines), _ordered(inputs), results)
 
 
 def _telemetry_input(role: str, path: str, result: AnalysisResult) -> InputFile:
@@ -258,7 +261,8 @@ def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
         inputs.append(tel)
     doc = sealed_analysis_document(result, tel)
     doc["options"] = recipe.options()
-    return Built(recipe, doc, _payload(doc, analysis_markdown(doc), inputs), inputs, {"arm": result})
+    files = _payload(doc, analysis_markdown(doc), inputs, (timeline(result),))
+    return Built(recipe, doc, files, inputs, {"arm": result})
 
 
 _ROLE_ORDER = ("observe", "release", "observe_telemetry", "release_telemetry", "arm", "telemetry")
@@ -268,9 +272,23 @@ def _ordered(inputs: list[InputFile]) -> list[InputFile]:
     return sorted(inputs, key=lambda i: _ROLE_ORDER.index(i.role) if i.role in _ROLE_ORDER else len(_ROLE_ORDER))
 
 
-def _payload(doc: Mapping[str, Any], markdown: str, inputs: list[InputFile]) -> dict[str, bytes]:
+def _payload(
+    doc: Mapping[str, Any], markdown: str, inputs: list[InputFile], timelines: Sequence[Timeline]
+) -> dict[str, bytes]:
     lines = "".join(f"{i.sha256}  {i.name}\n" for i in _ordered(inputs))
-    return {REPORT_JSON: indented(doc), REPORT_MD: markdown.encode("utf-8"), INPUTS: lines.encode("utf-8")}
+    # Each arm's timeline picture, and report.html: report.md with the pictures inline. The SVG
+    # ids are salted per arm, so that both pictures can sit in one page.
+    from nsysaudit.render.pictures import render  # matplotlib is imported only when a picture is drawn
+
+    pictures = [(t, render([t], ("svg",), salt=f"nsysaudit-{t.arm or 'arm'}")["svg"]) for t in timelines]
+    title = "nsysaudit comparison" if doc.get("kind") == "comparison" else "nsysaudit analysis"
+    return {
+        REPORT_JSON: indented(doc),
+        REPORT_MD: markdown.encode("utf-8"),
+        INPUTS: lines.encode("utf-8"),
+        **{picture_name(t.arm): svg for t, svg in pictures},
+        REPORT_HTML: report_html(markdown, [svg for _, svg in pictures], title=title),
+    }
 
 
 def _command(recipe: Recipe, out: str | os.PathLike[str]) -> list[str]:
@@ -336,12 +354,14 @@ def _versions() -> dict[str, Any]:
     import polars
 
     from nsysaudit._version import __version__
+    from nsysaudit.render.pictures import picture_version
 
     return {
         "nsysaudit": __version__,
         "python": platform.python_version(),
         "polars": polars.__version__,
         "sqlite": sqlite3.sqlite_version,
+        "matplotlib": picture_version(),  # the pictures' bytes depend on it
     }
 
 
@@ -366,7 +386,7 @@ def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
             "options": built.recipe.options(),
         },
         "inputs": [i.to_dict() for i in built.inputs],
-        "files": {"payload": sorted(PAYLOAD), "tags": sorted(TAG_FILES), "tag_manifest": TAGMANIFEST},
+        "files": {"payload": sorted(built.files), "tags": sorted(TAG_FILES), "tag_manifest": TAGMANIFEST},
     }
 
 

@@ -18,11 +18,13 @@ from nsysaudit.seal.layout import (
     INPUTS,
     MANIFEST,
     METADATA,
-    PAYLOAD,
+    PICTURES,
     SEAL_FORMAT,
     TAG_FILES,
     TAGMANIFEST,
+    ReportKind,
     manifest_text,
+    payload,
 )
 from nsysaudit.seal.recipe import (
     _recipe_from,
@@ -132,6 +134,7 @@ def verify(
         raise UnusableInput(root, "no such folder" if not root.exists() else "not a folder")
     if not (root / MANIFEST).exists() and not (root / MANIFEST).is_symlink():
         raise UnusableInput(root, f"no {MANIFEST}: not a sealed nsysaudit report folder")
+    _refuse_older_format(root)
     problems = _check_files(root)
     digest = sha256_file(root / TAGMANIFEST) if (root / TAGMANIFEST).is_file() else "none"
     if expected_seal is not None and expected_seal.lower().removeprefix("sha256:") != digest:
@@ -140,7 +143,8 @@ def verify(
         raise CheckFailed(f"{root}: verification failed: " + "; ".join(problems))
     meta = _metadata_of(root)
     _check_inputs_listing(root, meta)
-    files = tuple(sorted([*PAYLOAD, *TAG_FILES, TAGMANIFEST]))
+    kind = _check_kind(root, meta)
+    files = tuple(sorted([*payload(kind), *TAG_FILES, TAGMANIFEST]))
     if inputs is None:
         return Verification(root, digest, files)
     given = _match_inputs(meta, [Path(p) for p in inputs])
@@ -156,7 +160,7 @@ def verify(
         checked.append({**rec, "path": os.fspath(path)})
     recipe = _recipe_from(meta, {rec["role"]: os.fspath(path) for rec, path in given})
     rebuilt = build(recipe, nsys_path=nsys_path)
-    for name in PAYLOAD:
+    for name in payload(kind):
         old = (root / name).read_bytes()
         new = rebuilt.files[name]
         if old != new:
@@ -164,7 +168,7 @@ def verify(
             now = _versions()
             changed = [
                 f"{k} {sealed_with.get(k)} -> {now.get(k)}"
-                for k in ("nsysaudit", "polars", "sqlite", "python")
+                for k in ("nsysaudit", "polars", "sqlite", "python", "matplotlib")
                 if sealed_with.get(k) != now.get(k)
             ]
             context = (
@@ -178,8 +182,69 @@ def verify(
     return Verification(root, digest, files, tuple(checked), rerun=True)
 
 
+OLDER_FORMATS = {
+    "nsysaudit.seal/1": f"whose seal does not cover {METADATA}",
+    "nsysaudit.seal/2": "made before the timeline pictures and report.html were sealed",
+}
+
+
+def _refuse_older_format(root: Path) -> None:
+    """A folder sealed in an older format is named as such (before its files are compared with
+    this format's list, which would only say that files are missing)."""
+    path = root / METADATA
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return  # reported by the checks that follow
+    if isinstance(meta, dict) and isinstance(meta.get("format"), str) and meta["format"] in OLDER_FORMATS:
+        fmt = meta["format"]
+        raise CheckFailed(
+            f"{path}: an {fmt} folder, {OLDER_FORMATS[fmt]}; make it again with this nsysaudit "
+            f"(its recorded command) to get an {SEAL_FORMAT} seal that pins every file"
+        )
+
+
+def older_folder_problems(root: Path) -> list[str] | None:
+    """For a folder sealed in an older format (``OLDER_FORMATS``): what is wrong with it by its own
+    manifests (a listed file missing or changed, a file no manifest lists); None for any other
+    folder. ``--force`` may replace an older folder that is intact, as it may a current one."""
+    path = root / METADATA
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    if not (isinstance(meta, dict) and meta.get("format") in OLDER_FORMATS):
+        return None
+    problems: list[str] = []
+    known = {MANIFEST, METADATA}
+    for listing in (MANIFEST, TAGMANIFEST):
+        if not (root / listing).is_file():
+            continue
+        known.add(listing)
+        for name, digest in sorted(_read_manifest(root, listing).items()):
+            trouble = _check_entry(root, name)
+            if trouble is not None:
+                problems.append(f"{trouble} (listed in {listing})")
+                continue
+            known.add(name)
+            if sha256_file(root / name) != digest:
+                problems.append(f"{name}: changed since it was sealed")
+    for entry in sorted(root.iterdir()):
+        if entry.name not in known:
+            problems.append(f"{entry.name}: extra (not in {MANIFEST})")
+    return problems
+
+
+def _check_kind(root: Path, meta: Mapping[str, Any]) -> ReportKind:
+    """The report's kind as ``metadata.json`` records it; the manifest must list that kind's payload."""
+    kind: ReportKind = meta["recipe"]["kind"]
+    if set(_read_manifest(root, MANIFEST)) != set(payload(kind)):
+        raise CheckFailed(f"{root}: {MANIFEST} does not list the payload of the {kind} report {METADATA} records")
+    return kind
+
+
 def _check_files(root: Path) -> list[str]:
-    """Every problem with the six files: missing, changed, extra, or listed where they do not belong.
+    """Every problem with the folder's files: missing, changed, extra, or listed where they do not belong.
 
     A manifest that lists anything but its own files is refused even when the listed file's
     digest is right: the seal pins the tag manifest, and ``verify`` accepts no file it cannot pin.
@@ -187,7 +252,11 @@ def _check_files(root: Path) -> list[str]:
     problems: list[str] = []
     manifest = _read_manifest(root, MANIFEST)
     tags = _read_manifest(root, TAGMANIFEST)
-    for listing, entries, expected in ((MANIFEST, manifest, PAYLOAD), (TAGMANIFEST, tags, TAG_FILES)):
+    # The payload of a comparison (both arms' pictures) or of an analysis; verify() checks that
+    # metadata.json records the same kind.
+    kind: ReportKind = "compare" if set(PICTURES["compare"]) & set(manifest) else "analyze"
+    expected_payload = payload(kind)
+    for listing, entries, expected in ((MANIFEST, manifest, expected_payload), (TAGMANIFEST, tags, TAG_FILES)):
         for name in expected:
             if name not in entries:
                 problems.append(f"{listing} does not list {name}")
@@ -202,7 +271,7 @@ def _check_files(root: Path) -> list[str]:
             actual = sha256_file(root / name)
             if actual != digest:
                 problems.append(f"{name}: changed (sha256 {actual}, {listing} says {digest})")
-    known = {*PAYLOAD, *TAG_FILES, TAGMANIFEST}
+    known = {*expected_payload, *TAG_FILES, TAGMANIFEST}
     for current, dirnames, filenames in os.walk(root):
         for d in sorted(dirnames):
             rel = (Path(current) / d).relative_to(root).as_posix()
@@ -226,11 +295,6 @@ def _metadata_of(root: Path) -> dict[str, Any]:
         meta = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CheckFailed(f"{path}: not readable JSON ({exc})") from None
-    if isinstance(meta, dict) and meta.get("format") == "nsysaudit.seal/1":
-        raise CheckFailed(
-            f"{path}: an nsysaudit.seal/1 folder, whose seal does not cover {METADATA}; "
-            "make it again with this nsysaudit (its recorded command) to get a seal that pins every file"
-        )
     if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
         raise CheckFailed(f"{path}: not {SEAL_FORMAT} metadata")
 

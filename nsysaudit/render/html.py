@@ -1,0 +1,97 @@
+"""``report.html``: ``report.md`` for a browser, with the timeline picture inline. One file, no
+network, no script.
+
+The body is ``report.md`` itself rendered by markdown-it-py (CommonMark and GFM tables), so the
+two files state the same facts by construction; the timeline section (the SVG inline, and what
+the picture chose) goes after the Summary of a comparison, before the first section of an
+analysis. Trace text arrives already escaped by :func:`nsysaudit.reports.markdown.md` (controls,
+bidi, zero-width and tag characters as ``\\x..`` escapes; every Markdown and HTML character
+backslash-escaped), which markdown-it turns into HTML-escaped text. As a second line of defence
+markdown-it is run without raw HTML, links, images, autolinks, link references and character
+entities (the report uses none of them), and the page's Content-Security-Policy allows no
+request and no script at all. The bytes depend only on the Markdown and the SVG: the same report
+gives the same file.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+from markdown_it import MarkdownIt
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+CSS = """
+body { font-family: "DejaVu Sans", "Liberation Sans", Arial, sans-serif; font-size: 14px; color: #222;
+       margin: 0; background: #fff; }
+main { max-width: 1240px; margin: 0 auto; padding: 16px 24px 48px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; border-bottom: 1px solid #ccc; padding-bottom: 2px; margin-top: 28px; }
+h3 { font-size: 15px; } h4 { font-size: 14px; }
+table { border-collapse: collapse; margin: 6px 0 12px; font-size: 12px; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; }
+code { font-family: "DejaVu Sans Mono", monospace; font-size: 12px; overflow-wrap: anywhere; }
+li, p, td { overflow-wrap: anywhere; }
+figure { margin: 8px 0; } figure svg { width: 100%; height: auto; display: block; }
+.how { font-size: 13px; color: #333; }
+""".strip()
+
+HOW_TO_READ = (
+    "One lane per thread (its name from ThreadNames, or \u201cname unknown\u201d when the export has none; "
+    "pid and tid below it). Blue bars are library calls (cuBLAS, cuDNN); the ticks on them are the CUDA API "
+    "calls the trace recorded, grey when they returned 0, green for a successful allocation, red with a "
+    "\u25bc for a failed call (labelled with its api and return code), orange for a non-zero return that is "
+    "not a failure. Violet bands are NVTX ranges. Dashed vertical lines are the application\u2019s telemetry "
+    "lines placed on the trace clock (dotted, \u201cunverified\u201d, when the clock alignment is not checked); "
+    "the solid black line is the capture\u2019s stop. Hatched grey parts are <strong>not covered</strong>: "
+    "after the capture stopped, and after a process\u2019s last CUDA API record when the analysis found its "
+    "CUDA trace censored. Nothing in a hatched part is evidence of absence. Below the context, each arm\u2019s "
+    "zoom shows the focus\u2019s library call alone, every nested call to scale."
+)
+
+
+def _markdown() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    return md.disable(["link", "image", "autolink", "html_inline", "html_block", "entity", "reference"])
+
+
+def _svg_element(svg: bytes) -> str:
+    """The ``<svg>`` element of a standalone SVG file (without its XML declaration and doctype)."""
+    text = svg.decode("utf-8")
+    return text[text.index("<svg"):].strip()
+
+
+def _sections(markdown: str) -> tuple[str, str]:
+    """``markdown`` split where the timeline goes: after the Summary section if there is one,
+    else before the first ``## `` section."""
+    lines = markdown.split("\n")
+    heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    summary = next((i for i in heads if lines[i] == "## Summary"), None)
+    if summary is not None:
+        later = [i for i in heads if i > summary]
+        cut = later[0] if later else len(lines)
+    else:
+        cut = heads[0] if heads else len(lines)
+    return "\n".join(lines[:cut]) + "\n", "\n".join(lines[cut:])
+
+
+def _figures(svgs: Sequence[bytes]) -> str:
+    figures = "".join(f"<figure>\n{_svg_element(svg)}\n</figure>\n" for svg in svgs)
+    return f'<section id="timeline">\n<h2>Timeline</h2>\n<p class="how">{HOW_TO_READ}</p>\n{figures}</section>\n'
+
+
+def report_html(markdown: str, svgs: Sequence[bytes], *, title: str) -> bytes:
+    """The self-contained ``report.html`` of a sealed report: its ``report.md`` and each arm's
+    timeline picture (as :func:`nsysaudit.pictures.render` made it), stacked in the order given."""
+    head, rest = _sections(markdown)
+    md = _markdown()
+    body = md.render(head) + _figures(svgs) + md.render(rest)
+    page = (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>\n{CSS}\n</style>\n</head>\n"
+        f"<body>\n<main>\n{body}</main>\n</body>\n</html>\n"
+    )
+    return page.encode("utf-8")

@@ -1,0 +1,672 @@
+"""What a timeline picture shows, as plain data: lanes, bars, ticks, ranges, boundaries, shading.
+
+:func:`timeline` turns one :class:`~nsysaudit.reports.analysis.AnalysisResult` into a
+:class:`Timeline`; :func:`aligned_timelines` does it for both arms of a comparison on one shared
+window. Nothing here draws (:mod:`nsysaudit.pictures` does); every item comes from rows of the
+export (the result's frames) or from its JSON document (findings, coverage, telemetry), so each
+mark of a picture can be traced back to the numbers of ``report.json``.
+
+The choices the issue leaves open, and what is chosen (each Timeline says it in ``notes``):
+
+- **Focus**: ``finding`` (1-based, in report order) or ``at_ns``; by default the first finding,
+  else the first censored library call, else the first library call at or after the boundary,
+  else the first library call, else the first failed CUDA call.
+- **Origin** (time 0 of the x axis): the last telemetry line named ``boundary`` (default
+  ``backward_start``) of the focus's process at or before the focus, else the first such line,
+  else the start of the focus's library call, else the focus itself.
+- **Window**: ``window_ns`` wide, centred on the focus; by default from the origin to the end of
+  the focus's library call (either order), widened by 6% each side.
+- **Lanes** ("relevant threads"): the focus's thread, and every thread with a library call, a
+  failed CUDA call, an NVTX range or a telemetry line in the window; at most :data:`MAX_LANES`.
+- **Zoom**: when the focus lies in a library call, a second view of that call alone, with every
+  CUDA call in it drawn to scale.
+- **Memory**: when the analysis claims a device-memory ledger (``report.json`` ``memory``), a
+  panel of the live device-resident bytes of every traced process on the focus's device (the
+  device its process allocated most on; every device's total is in the report) against that
+  device's total, over the context window, with the bound on free memory at the focus.
+- **Not covered**: after the capture's stop (``coverage.capture.stop_ns``) and before its start,
+  on every lane; after a process's last CUDA API record (``coverage.by_source``), on that
+  process's lanes, when a censored library call of it gives a reason of the CUDA trace's own
+  (the trace ended, nsys warned events were lost, tracing was degraded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import polars as pl
+
+from nsysaudit.codes import display_name, is_allocation_api, return_name
+from nsysaudit.errors import BadOption
+from nsysaudit.paths import basename
+from nsysaudit.reports.analysis import AnalysisResult
+
+DEFAULT_BOUNDARY = "backward_start"
+MAX_LANES = 10
+PAD = 0.06  # of the window's span, each side, when the window is chosen
+MIN_PAD_NS = 20_000
+# Reasons a library call is censored that speak of the process's CUDA API trace itself: after its
+# last record nothing shows the trace went on, on any thread of that process.
+CUDA_TRACE_REASONS = frozenset({
+    "cuda_api_trace_ends_inside",
+    "cuda_api_trace_ended_before_call",
+    "nsys_warned_cuda_events_missing",
+    "cuda_trace_degraded",
+    "no_cuda_api_trace",
+    "no_cuda_api_trace_for_process",
+})
+
+Outcome = Literal["ok", "allocation", "failed", "nonzero"]
+ShadeKind = Literal["capture_stopped", "capture_not_started", "cuda_trace_stopped"]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One thread: ``name`` None when ThreadNames has no row for it (shown as "name unknown")."""
+
+    gtid: int
+    pid: int
+    tid: int
+    name: str | None
+
+    @property
+    def main(self) -> bool:
+        return self.pid == self.tid
+
+
+@dataclass(frozen=True)
+class Bar:
+    """A library call; ``end_ns`` is the recorded end (the capture's stop when ``end_known`` is False)."""
+
+    lane: int
+    lib_id: int
+    api: str
+    start_ns: int
+    end_ns: int
+    end_known: bool
+    coverage: str | None
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A CUDA API call. ``outcome``: ok, allocation (successful, ``bytes`` when known), failed, or
+    nonzero (a return that is not a failure of the call: a poll's not-ready, an earlier error)."""
+
+    lane: int
+    start_ns: int
+    end_ns: int
+    api: str
+    return_code: int
+    return_name: str | None
+    correlation_id: int | None
+    outcome: Outcome
+    bytes: int | None = None
+
+    @property
+    def label(self) -> str:
+        """What the picture writes beside it: the failure, or an allocation's size."""
+        if self.outcome in ("failed", "nonzero"):
+            name = self.return_name if self.return_name is not None else "no name for this code"
+            return f"{display_name(self.api)} returned {self.return_code} ({name})"
+        if self.outcome == "allocation":
+            size = "size unknown" if self.bytes is None else f"{self.bytes:,} B"
+            return f"{display_name(self.api)} {size}"
+        return display_name(self.api)
+
+
+@dataclass(frozen=True)
+class Range:
+    """An NVTX range that is not itself a library call."""
+
+    lane: int
+    start_ns: int
+    end_ns: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A telemetry line placed on the trace clock; ``verified``: the alignment is checked."""
+
+    trace_ns: int
+    event: str
+    line: int
+    verified: bool
+    pid: int | None = None
+    tid: int | None = None
+
+
+@dataclass(frozen=True)
+class Shade:
+    """A part of the window the trace does not cover, on ``lanes`` from ``start_ns`` to ``end_ns``."""
+
+    kind: ShadeKind
+    lanes: tuple[int, ...]
+    start_ns: int
+    end_ns: int
+    label: str
+
+
+@dataclass(frozen=True)
+class View:
+    """One window on some lanes: what a panel of the picture draws."""
+
+    lo_ns: int
+    hi_ns: int
+    origin_ns: int
+    lanes: tuple[int, ...]
+    bars: tuple[Bar, ...]
+    ticks: tuple[Tick, ...]
+    ranges: tuple[Range, ...]
+    boundaries: tuple[Boundary, ...]
+    shades: tuple[Shade, ...]
+    capture_stop_ns: int | None
+    focus_tick: Tick | None
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The ledger over the context window on one device: ``steps`` are ``(trace_ns, live bytes)``
+    of all traced processes' device-resident memory (the first at the window's start, the value
+    then), ``total_bytes`` the device's total (None: unknown), ``free_at_most_bytes`` the bound at
+    the focus (None without a total)."""
+
+    device_id: int | None
+    device_name: str | None
+    total_bytes: int | None
+    steps: tuple[tuple[int, int], ...]
+    focus_ns: int
+    live_at_focus_bytes: int
+    free_at_most_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """One arm's picture: the context view, the zoom on the focus's library call (if any), and
+    the words that say what was chosen."""
+
+    arm: str | None
+    input_name: str
+    verdict: str
+    lanes: tuple[Lane, ...]
+    context: View
+    zoom: View | None
+    origin_label: str
+    zoom_label: str | None
+    focus_label: str
+    focus_position: str | None = None
+    notes: tuple[str, ...] = field(default=())
+    memory: Memory | None = None
+
+
+@dataclass(frozen=True)
+class _Focus:
+    start_ns: int
+    end_ns: int
+    gtid: int | None
+    pid: int | None
+    lib_id: int | None
+    label: str
+    correlation_id: int | None = None
+    position: str | None = None  # where the telemetry places it ("55.672 ms after backward_start")
+
+
+def parse_around(text: str) -> tuple[Literal["finding", "time"], int]:
+    """``--around``: ``finding:N`` (the N-th finding, 1-based) or a time in trace nanoseconds.
+
+    >>> parse_around("finding:1"), parse_around("4900049660")
+    (('finding', 1), ('time', 4900049660))
+    """
+    value = text.strip()
+    if value.lower().startswith("finding:"):
+        number = value.split(":", 1)[1]
+        if number.isdigit() and int(number) >= 1:
+            return "finding", int(number)
+        raise BadOption(f"--around {text!r}: write finding:N with N = 1 for the first finding")
+    if value.lstrip("-").isdigit():
+        ns = int(value)
+        if abs(ns) < 1 << 63:
+            return "time", ns
+    raise BadOption(f"--around {text!r}: give finding:N (N-th finding, from 1) or a time in trace nanoseconds")
+
+
+# --- reading the result ------------------------------------------------------------------------
+
+
+def _pid(gtid: int) -> int:
+    return (gtid >> 24) & 0xFFFFFF
+
+
+def _tid(gtid: int) -> int:
+    return gtid & 0xFFFFFF
+
+
+def _usable(frame: pl.DataFrame, *cols: str) -> pl.DataFrame:
+    return frame.drop_nulls([c for c in cols if c in frame.columns])
+
+
+def _fmt(ns: int) -> str:
+    return f"{ns:,} ns"
+
+
+def _focus(
+    result: AnalysisResult, finding: int | None, at_ns: int | None, boundary: str
+) -> _Focus:
+    findings = result.findings
+    libs = _usable(result.frames["library_calls"], "start_ns", "end_ns", "gtid").sort(["start_ns", "lib_id"])
+    if at_ns is not None:
+        return _Focus(at_ns, at_ns, None, None, None, f"trace time {_fmt(at_ns)} (--around)")
+    if finding is not None:
+        if finding > len(findings):
+            raise BadOption(f"--around finding:{finding}: the export has {len(findings)} finding(s)")
+        chosen = [findings[finding - 1]]
+        how = f"finding {finding} (--around)"
+    else:
+        chosen = [f for f in findings if f["start_ns"] is not None and f["global_tid"] is not None][:1]
+        how = "the first finding"
+    if chosen:
+        f = chosen[0]
+        enc = f.get("enclosing") or {}
+        text = f"{f['kind']}: {display_name(f['api'])} returned {f['return_code']} ({f['return_name']})"
+        start = f["start_ns"] if f["start_ns"] is not None else enc.get("start_ns") or 0
+        after = (f.get("telemetry") or {}).get("after")
+        position = None
+        if after:
+            checked = "" if f["telemetry"].get("verified") else " (alignment NOT checked)"
+            position = f"{after['ms']:.3f} ms after {after['event']}{checked}"
+        return _Focus(
+            start, f["end_ns"] if f["end_ns"] is not None else start, f["global_tid"], f["pid"],
+            enc.get("lib_id"), f"{how}, {text}", f["correlation_id"], position,
+        )
+    censored = libs.filter(pl.col("coverage") == "censored")
+    if censored.height:
+        return _lib_focus(censored.row(0, named=True), "the first censored library call")
+    origin = _boundary_lines(result, boundary, None)
+    if origin and libs.height:
+        after = libs.filter(pl.col("start_ns") >= origin[0].trace_ns)
+        if after.height:
+            return _lib_focus(after.row(0, named=True), f"the first library call after {boundary}")
+    if libs.height:
+        return _lib_focus(libs.row(0, named=True), "the first library call")
+    failed = _usable(result.frames["cuda_api_rows"], "start_ns", "gtid").filter(pl.col("classification") == "failure")
+    if failed.height:
+        row = failed.sort(["start_ns", "gtid"]).row(0, named=True)
+        end = row["end_ns"] if row["end_ns"] is not None else row["start_ns"]
+        name = display_name(row["api"]) if row["api"] is not None else "unknown api"
+        return _Focus(row["start_ns"], end, row["gtid"], _pid(row["gtid"]), None,
+                      f"the first failed CUDA call ({name})", row["correlation_id"])
+    cap = result.coverage.get("capture") or {}
+    start = cap.get("start_ns") or 0
+    return _Focus(start, start, None, None, None, "the capture's start (nothing failed, no library call)")
+
+
+def _lib_focus(row: Mapping[str, Any], how: str) -> _Focus:
+    return _Focus(row["start_ns"], row["end_ns"], row["gtid"], row["pid"], row["lib_id"], f"{how}, {row['api']}")
+
+
+def _boundary_lines(result: AnalysisResult, event: str | None, pid: int | None) -> list[Boundary]:
+    """Telemetry lines placed on the trace clock (named ``event`` when given), of process ``pid``
+    (lines without a pid apply to every process), in trace order."""
+    if result.alignment is None:
+        return []
+    verified = result.alignment.checked
+    out = []
+    for e in result.alignment.telemetry_summary()["timeline"]:
+        if e["trace_ns"] is None or (event is not None and e["event"] != event):
+            continue
+        if pid is not None and e["pid"] is not None and e["pid"] != pid:
+            continue
+        out.append(Boundary(e["trace_ns"], str(e["event"]), e["line"], verified, e["pid"], e["tid"]))
+    return sorted(out, key=lambda b: (b.trace_ns, b.line))
+
+
+def _origin(result: AnalysisResult, focus: _Focus, boundary: str) -> tuple[int, str]:
+    lines = _boundary_lines(result, boundary, focus.pid)
+    if lines:
+        before = [b for b in lines if b.trace_ns <= focus.start_ns]
+        b = before[-1] if before else lines[0]
+        how = "checked" if b.verified else "NOT checked"
+        return b.trace_ns, f"{boundary} (telemetry line {b.line}, trace {_fmt(b.trace_ns)}; alignment {how})"
+    lib = _lib_row(result, focus.lib_id)
+    why = f"no {boundary} in the telemetry" if result.alignment is not None else "no telemetry"
+    if lib is not None:
+        return lib["start_ns"], f"the start of {lib['api']} (trace {_fmt(lib['start_ns'])}; {why})"
+    return focus.start_ns, f"the focus (trace {_fmt(focus.start_ns)}; {why})"
+
+
+def _lib_row(result: AnalysisResult, lib_id: int | None) -> dict[str, Any] | None:
+    if lib_id is None:
+        return None
+    rows = _usable(result.frames["library_calls"], "start_ns", "end_ns").filter(pl.col("lib_id") == lib_id)
+    return rows.row(0, named=True) if rows.height else None
+
+
+def _auto_window(result: AnalysisResult, focus: _Focus, origin: int) -> tuple[int, int]:
+    lo, hi = min(origin, focus.start_ns), max(origin, focus.end_ns)
+    lib = _lib_row(result, focus.lib_id)
+    if lib is not None:
+        lo, hi = min(lo, lib["start_ns"]), max(hi, lib["end_ns"])
+    pad = max(int((hi - lo) * PAD), MIN_PAD_NS)
+    return lo - pad, hi + pad
+
+
+def _window(
+    result: AnalysisResult, focus: _Focus, origin: int, window_ns: int | None
+) -> tuple[int, int]:
+    if window_ns is None:
+        return _auto_window(result, focus, origin)
+    half = max(window_ns // 2, 1)
+    return focus.start_ns - half, focus.start_ns + half
+
+
+# --- building the views ------------------------------------------------------------------------
+
+
+def _overlapping(frame: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    return frame.filter((pl.col("start_ns") <= hi) & (pl.col("end_ns") >= lo))
+
+
+def _nvtx(result: AnalysisResult) -> pl.DataFrame:
+    """NVTX ranges that are not library calls (those are drawn as bars)."""
+    ranges = _usable(result.frames["nvtx_ranges"], "gtid", "start_ns", "end_ns")
+    libs = result.frames["library_calls"].select("gtid", "start_ns", pl.col("api").alias("text"))
+    return ranges.join(libs, on=["gtid", "start_ns", "text"], how="anti", nulls_equal=True).filter(
+        pl.col("end_ns") >= pl.col("start_ns")
+    )
+
+
+def _calls(result: AnalysisResult) -> pl.DataFrame:
+    """Every CUDA API row read, with the bytes of successful allocations nested in library calls."""
+    rows = _usable(result.frames["cuda_api_rows"], "gtid", "start_ns", "api", "return_code")
+    sizes = (
+        result.frames["pairs"]
+        .filter(pl.col("bytes").is_not_null())
+        .select("gtid", "correlation_id", "start_ns", "bytes")
+        .unique(["gtid", "correlation_id", "start_ns"], keep="first")
+    )
+    return (
+        rows.with_columns(pl.coalesce("end_ns", "start_ns").alias("end_ns"))
+        .join(sizes, on=["gtid", "correlation_id", "start_ns"], how="left")
+        .unique(["gtid", "start_ns", "correlation_id", "api", "return_code"], keep="first")
+        .sort(["gtid", "start_ns", "correlation_id"], nulls_last=True)
+    )
+
+
+def _outcome(api: str, rc: int, classification: str | None) -> Outcome:
+    if rc == 0:
+        return "allocation" if is_allocation_api(api) else "ok"
+    return "nonzero" if classification not in (None, "failure") else "failed"
+
+
+def _lanes(
+    result: AnalysisResult, focus: _Focus, lo: int, hi: int, calls: pl.DataFrame, nvtx: pl.DataFrame
+) -> tuple[list[Lane], list[str]]:
+    """The relevant threads of the window, in order: by process, its main thread first."""
+    libs = _overlapping(_usable(result.frames["library_calls"], "gtid", "start_ns", "end_ns"), lo, hi)
+    failed = calls.filter((pl.col("classification") == "failure") & pl.col("start_ns").is_between(lo, hi))
+    ranges = _overlapping(nvtx, lo, hi)
+    names = {g: n for g, n in result.frames["thread_names"].drop_nulls("gtid").iter_rows()}
+    wanted: dict[int, int] = {}  # gtid -> priority (lower first when lanes must be left out)
+    if focus.gtid is not None:
+        wanted[focus.gtid] = 0
+    for priority, frame in ((1, libs), (2, failed), (3, ranges)):
+        for g in frame["gtid"].unique().sort().to_list():
+            wanted.setdefault(g, priority)
+    known = sorted({*names, *wanted})
+    for b in _boundary_lines(result, None, None):
+        if lo <= b.trace_ns <= hi:  # the thread that wrote the line, when the trace knows it
+            for g in known:
+                if _pid(g) == b.pid and _tid(g) == b.tid:
+                    wanted.setdefault(g, 4)
+    chosen = sorted(wanted, key=lambda g: (wanted[g], _pid(g), _tid(g) != _pid(g), _tid(g), g))[:MAX_LANES]
+    notes = []
+    if len(wanted) > MAX_LANES:
+        notes.append(f"{len(wanted) - MAX_LANES} more thread(s) with something in the window are not shown")
+    lanes = [Lane(g, _pid(g), _tid(g), names.get(g)) for g in chosen]
+    lanes.sort(key=lambda lane: (lane.pid, not lane.main, lane.tid, lane.gtid))
+    return lanes, notes
+
+
+def _view(
+    result: AnalysisResult,
+    lanes: Sequence[Lane],
+    shown: Sequence[int],
+    lo: int,
+    hi: int,
+    origin: int,
+    calls: pl.DataFrame,
+    nvtx: pl.DataFrame,
+    focus: _Focus,
+) -> View:
+    index = {lane.gtid: i for i, lane in enumerate(lanes)}
+    gtids = [lanes[i].gtid for i in shown]
+    libs = _overlapping(
+        _usable(result.frames["library_calls"], "gtid", "start_ns", "end_ns").filter(pl.col("gtid").is_in(gtids)),
+        lo, hi,
+    ).sort(["gtid", "start_ns", "lib_id"])
+    bars = tuple(
+        Bar(index[r["gtid"]], r["lib_id"], str(r["api"]), r["start_ns"], max(r["end_ns"], r["start_ns"]),
+            r.get("end_known") is not False, r["coverage"])
+        for r in libs.iter_rows(named=True)
+    )
+    in_view = calls.filter(pl.col("gtid").is_in(gtids) & (pl.col("start_ns") <= hi) & (pl.col("end_ns") >= lo))
+    ticks = []
+    focus_tick = None
+    for r in in_view.iter_rows(named=True):
+        api, rc = str(r["api"]), int(r["return_code"])
+        tick = Tick(
+            index[r["gtid"]], r["start_ns"], max(r["end_ns"], r["start_ns"]), api, rc,
+            return_name(api, rc), r["correlation_id"], _outcome(api, rc, r["classification"]), r["bytes"],
+        )
+        ticks.append(tick)
+        if r["gtid"] == focus.gtid and r["start_ns"] == focus.start_ns and (
+            focus.correlation_id is None or r["correlation_id"] == focus.correlation_id
+        ):
+            focus_tick = tick
+    ranges = tuple(
+        Range(index[r["gtid"]], r["start_ns"], r["end_ns"], str(r["text"]))
+        for r in _overlapping(nvtx.filter(pl.col("gtid").is_in(gtids)), lo, hi)
+        .sort(["gtid", "start_ns", "end_ns"]).iter_rows(named=True)
+    )
+    pids = {lanes[i].pid for i in shown}
+    boundaries = tuple(
+        b for b in _boundary_lines(result, None, None) if lo <= b.trace_ns <= hi and b.pid in (None, *pids)
+    )
+    cap = result.coverage.get("capture") or {}
+    stop = cap.get("stop_ns")
+    return View(
+        lo, hi, origin, tuple(shown), bars, tuple(ticks), ranges, boundaries,
+        _shades(result, lanes, shown, lo, hi), stop if stop is not None and lo <= stop <= hi else None, focus_tick,
+    )
+
+
+def _shades(result: AnalysisResult, lanes: Sequence[Lane], shown: Sequence[int], lo: int, hi: int) -> tuple[Shade, ...]:
+    coverage = result.coverage
+    out: list[Shade] = []
+    every = tuple(shown)
+    cap = coverage.get("capture") or {}
+    start, stop = cap.get("start_ns"), cap.get("stop_ns")
+    if start is not None and start > lo and every:
+        out.append(Shade("capture_not_started", every, lo, min(start, hi), "not covered: capture not started"))
+    sources = coverage.get("by_source", [])
+    last_record = {s["pid"]: s["last_ns"] for s in sources if s["source"] == "cuda_api" and s["pid"] is not None}
+    stopped: dict[int, int | None] = {}
+    for c in coverage.get("censored", []):
+        reasons = set(c.get("reasons") or [c.get("reason")])
+        if reasons & CUDA_TRACE_REASONS and c["pid"] is not None:
+            stopped[c["pid"]] = last_record.get(c["pid"], c.get("cuda_api_last_ns"))
+    for pid in sorted(stopped):
+        mine = tuple(i for i in shown if lanes[i].pid == pid)
+        last = stopped[pid]
+        begin = lo if last is None else max(last, lo)
+        if mine and begin < hi:
+            where = "no CUDA API record" if last is None else f"last record {_fmt(last)}"
+            out.append(Shade("cuda_trace_stopped", mine, begin, hi,
+                             f"not covered: pid {pid}'s CUDA trace stops ({where})"))
+    if stop is not None and stop < hi and every:
+        out.append(Shade("capture_stopped", every, max(stop, lo), hi, "not covered: capture stopped"))
+    return tuple(out)
+
+
+def _build(
+    result: AnalysisResult,
+    arm: str | None,
+    focus: _Focus,
+    origin: tuple[int, str],
+    window: tuple[int, int],
+    zoom_window: tuple[int, int] | None,
+    notes: list[str],
+) -> Timeline:
+    calls, nvtx = _calls(result), _nvtx(result)
+    lo, hi = window
+    lanes, lane_notes = _lanes(result, focus, lo, hi, calls, nvtx)
+    context = _view(result, lanes, range(len(lanes)), lo, hi, origin[0], calls, nvtx, focus)
+    zoom = zoom_label = None
+    lib = _lib_row(result, focus.lib_id)
+    focus_lane = next((i for i, lane in enumerate(lanes) if lane.gtid == focus.gtid), None)
+    if lib is not None and focus_lane is not None and zoom_window is not None:
+        zlo, zhi = zoom_window
+        zoom = _view(result, lanes, [focus_lane], zlo, zhi, lib["start_ns"], calls, nvtx, focus)
+        zoom_label = f"the start of {lib['api']} (trace {_fmt(lib['start_ns'])})"
+    memory, memory_notes = _memory(result, focus, lo, hi)
+    return Timeline(
+        arm=arm,
+        input_name=basename(result.input.path),
+        verdict=result.verdict,
+        lanes=tuple(lanes),
+        context=context,
+        zoom=zoom,
+        origin_label=origin[1],
+        zoom_label=zoom_label,
+        focus_label=focus.label,
+        focus_position=focus.position,
+        notes=tuple(notes + lane_notes + memory_notes),
+        memory=memory,
+    )
+
+
+def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Memory | None, list[str]]:
+    """The ledger panel's data (see the module docstring), or None when no ledger is claimed."""
+    doc = result.head.get("memory") or {}
+    series = result.frames.get("memory_series")
+    if not doc.get("ledger") or series is None or series.height == 0:
+        return None, []
+    mine = series.filter(pl.col("pid") == focus.pid) if focus.pid is not None else series.clear()
+    pick = mine if mine.height else series
+    top = pick.group_by("vm", "device_id").agg(pl.col("delta").filter(pl.col("delta") > 0).sum().alias("b"))
+    vm, device, _ = top.sort(["b", "vm", "device_id"], descending=[True, False, False]).row(0)
+    on = series.filter((pl.col("vm") == vm) & (pl.col("device_id") == device)).select(
+        "start_ns", "device_resident_live"
+    )
+    before = on.filter(pl.col("start_ns") < lo)
+    start_value = int(before["device_resident_live"][-1]) if before.height else 0
+    inside = on.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") <= hi))
+    steps = ((lo, start_value), *((int(t), int(v)) for t, v in inside.iter_rows()))
+    at = on.filter(pl.col("start_ns") <= focus.start_ns)
+    live = int(at["device_resident_live"][-1]) if at.height else 0
+    info: dict[str, Any] = next(
+        (d for d in doc.get("devices", []) if d.get("vm") == vm and d.get("device_id") == device), {}
+    )
+    total = info.get("total_bytes")
+    memory = Memory(device, info.get("name"), total, steps, focus.start_ns, live,
+                    None if total is None else total - live)
+    why = "the device the focus's process allocated most on" if mine.height else (
+        "the focus's process has no memory event: the device with the most allocated"
+    )
+    return memory, [f"memory: device {device} ({why}); all traced processes' device-resident live bytes"]
+
+
+def _zoom_window(result: AnalysisResult, focus: _Focus) -> tuple[int, int] | None:
+    lib = _lib_row(result, focus.lib_id)
+    if lib is None:
+        return None
+    pad = max(int((lib["end_ns"] - lib["start_ns"]) * PAD), 1_000)
+    return lib["start_ns"] - pad, max(lib["end_ns"], lib["start_ns"]) + pad
+
+
+def timeline(
+    result: AnalysisResult,
+    *,
+    arm: str | None = None,
+    finding: int | None = None,
+    at_ns: int | None = None,
+    window_ns: int | None = None,
+    boundary: str = DEFAULT_BOUNDARY,
+) -> Timeline:
+    """The timeline of one analyzed export around a finding, a time, or the default focus.
+
+    >>> import nsysaudit
+    >>> torch = "tests/fixtures/h200-cuda13-nsys2025.3/torch/"
+    >>> t = timeline(nsysaudit.analyze(torch + "observe.sqlite", telemetry=torch + "observe.telemetry.jsonl"))
+    >>> [lane.name for lane in t.lanes], t.origin_label.split(" (")[0]
+    (['python3', 'pt_autograd_0'], 'backward_start')
+    >>> t.memory.free_at_most_bytes
+    697798798
+    """
+    if finding is not None and at_ns is not None:
+        raise BadOption("--around takes one finding or one time, not both")
+    if window_ns is not None and window_ns <= 0:
+        raise BadOption("--window must be more than 0 ms")
+    focus = _focus(result, finding, at_ns, boundary)
+    origin = _origin(result, focus, boundary)
+    window = _window(result, focus, origin[0], window_ns)
+    notes = _notes(focus, origin[1], window, window_ns)
+    return _build(result, arm, focus, origin, window, _zoom_window(result, focus), notes)
+
+
+def aligned_timelines(
+    observe: AnalysisResult, release: AnalysisResult, *, boundary: str = DEFAULT_BOUNDARY
+) -> tuple[Timeline, Timeline]:
+    """Both arms of a comparison on one window relative to each arm's origin (``boundary``, else
+    the start of the focus's library call), so that stacked they line up at 0."""
+    arms = (("observe", observe), ("release", release))
+    focus = {name: _focus(r, None, None, boundary) for name, r in arms}
+    origin = {name: _origin(r, focus[name], boundary) for name, r in arms}
+    rel = [tuple(x - origin[name][0] for x in _auto_window(r, focus[name], origin[name][0])) for name, r in arms]
+    lo, hi = min(w[0] for w in rel), max(w[1] for w in rel)
+    zooms = {name: _zoom_window(r, focus[name]) for name, r in arms}
+    starts = {name: _lib_row(r, focus[name].lib_id) for name, r in arms}
+    zrel = [
+        (z[0] - s["start_ns"], z[1] - s["start_ns"])
+        for name in ("observe", "release")
+        if (z := zooms[name]) is not None and (s := starts[name]) is not None
+    ]
+    out = []
+    for name, r in arms:
+        o = origin[name][0]
+        s = starts[name]
+        zoom = None
+        if zrel and s is not None:
+            zoom = (s["start_ns"] + min(z[0] for z in zrel), s["start_ns"] + max(z[1] for z in zrel))
+        notes = _notes(focus[name], origin[name][1], (o + lo, o + hi), None)
+        notes.append("both arms share one window, relative to each arm's own origin")
+        out.append(_build(r, name, focus[name], origin[name], (o + lo, o + hi), zoom, notes))
+    return out[0], out[1]
+
+
+def _notes(focus: _Focus, origin: str, window: tuple[int, int], window_ns: int | None) -> list[str]:
+    width = window[1] - window[0]
+    how = f"{window_ns / 1e6:g} ms (--window), centred on the focus" if window_ns is not None else (
+        f"{width / 1e6:.3f} ms, from the origin to the end of the focus's library call, widened {PAD:.0%} each side"
+    )
+    return [
+        f"focus: {focus.label}",
+        f"0 ms = {origin}",
+        f"window: {_fmt(window[0])} to {_fmt(window[1])} ({how})",
+        "lanes: the focus's thread and every thread with a library call, failed CUDA call, NVTX range "
+        "or telemetry line in the window",
+    ]
+
+
+
+def notes_of(timelines: Sequence[Timeline]) -> list[str]:
+    """What the picture of ``timelines`` chose, in words: each timeline's notes prefixed by its
+    arm, a note all arms share once."""
+    common = set.intersection(*(set(t.notes) for t in timelines)) if len(timelines) > 1 else set()
+    out = [note for note in timelines[0].notes if note in common] if common else []
+    for t in timelines:
+        who = f"{t.arm}: " if t.arm else ""
+        out += [who + note for note in t.notes if note not in common]
+    return out
