@@ -81,6 +81,22 @@ def keyset(frame: pl.DataFrame) -> set[tuple[int, int, int, int]]:
     return {(r[0], r[1], r[2], r[3]) for r in frame.select("gtid", "start_ns", "end_ns", "correlation_id").iter_rows()}
 
 
+@pytest.fixture(autouse=True)
+def adbc_for_small_tables(monkeypatch) -> None:
+    """The builder's exports are small: the ADBC engine is tested on them by lowering its threshold."""
+    monkeypatch.setattr(scan, "ADBC_MIN_ROWS", 0)
+
+
+def test_a_small_table_is_read_by_the_stdlib_reader_with_the_same_answer(make_export, monkeypatch) -> None:
+    path = make_export(busy_export(5))
+    fast, _ = selected(path)
+    monkeypatch.setattr(scan, "ADBC_MIN_ROWS", 10_000)
+    small, _ = selected(path)
+    assert (fast.engine, small.engine) == ("adbc", "sqlite3")
+    assert small.selected.equals(fast.selected) and small.span.equals(fast.span)
+    assert small.problems == fast.problems
+
+
 def test_selected_rows_equal_brute_force(make_export) -> None:
     path = make_export(busy_export())
     result, _ = selected(path)
