@@ -5,15 +5,21 @@ Numbers on the real captures are checked against plain SQL sums over CUDA_GPU_ME
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+import pytest
 from builder import Call, Export, LibCall, MemoryEvent
 from conftest import H200_2025
 
 import nsysaudit
 import nsysaudit.render
+from nsysaudit.analysis.ledger import build_ledger
+from nsysaudit.read.memory import DEVICE_SCHEMA, EVENT_SCHEMA, MemoryEvidence
+from nsysaudit.read.memory import MEM_KINDS_FALLBACK as MEM_KINDS
 
 TORCH, CAPI = H200_2025 / "torch", H200_2025 / "capi"
 GPU = (0, "Test GPU", 10_000_000)
@@ -248,3 +254,82 @@ def test_allocation_events_only_and_collection_off(make_export) -> None:
     spec.omit_tables = {"CUDA_GPU_MEMORY_USAGE_EVENTS"}
     m = nsysaudit.analyze(make_export(spec)).to_dict()["memory"]
     assert (m["ledger"], m["collected"]) == (False, False) and "collection was off" in m["why_no_ledger"]
+
+
+# --- the matching against a plain Python reference ------------------------------------------------
+
+
+def _reference(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], int, int, int]:
+    """The ledger's rule in plain Python over events in frame order: a deallocation is matched when
+    its address is known and more allocations than deallocations came before it at its (process,
+    device, address); allocations and matched deallocations are counted, in (start, frame) order.
+    Returns (start, gpid, device, delta, process_live, device_resident_live) per counted event, the
+    unmatched deallocations and their bytes, and the counted events without a size."""
+    allocs: dict[tuple[Any, ...], int] = {}
+    frees: dict[tuple[Any, ...], int] = {}
+    counted, unmatched, unmatched_bytes = [], 0, 0
+    for i, (start, gpid, device, address, size, kind, op, _corr) in enumerate(rows):
+        key = (gpid, device, address)
+        if op == 0:
+            counted.append((start, i, gpid, device, size, kind))
+        elif op == 1:
+            if address is not None and allocs.get(key, 0) > frees.get(key, 0):
+                counted.append((start, i, gpid, device, None if size is None else -size, kind))
+            else:
+                unmatched += 1
+                unmatched_bytes += size or 0
+        allocs[key] = allocs.get(key, 0) + (op == 0)
+        frees[key] = frees.get(key, 0) + (op == 1)
+    counted.sort(key=lambda c: (c[0], c[1]))
+    process: dict[tuple[Any, ...], int] = {}
+    device_live: dict[tuple[Any, ...], int] = {}
+    out = []
+    for start, _, gpid, device, delta, kind in counted:
+        vm = gpid // (1 << 48)
+        if delta is not None:
+            process[(gpid, vm, device)] = process.get((gpid, vm, device), 0) + delta
+            resident = MEM_KINDS.get(kind) in {"Device", "Array", "Device Static"}
+            device_live[(vm, device)] = device_live.get((vm, device), 0) + (delta if resident else 0)
+        out.append((start, gpid, device, delta, process.get((gpid, vm, device)), device_live.get((vm, device))))
+    return out, unmatched, unmatched_bytes, sum(1 for c in counted if c[4] is None)
+
+
+# Events of an unknown device (null deviceId) make _summary compare with None (a polars warning).
+@pytest.mark.filterwarnings("ignore:Comparisons with None")
+def test_the_matching_equals_a_plain_python_reference() -> None:
+    """Random events with reused addresses, frees before allocations, unknown operations, addresses,
+    devices and sizes: the ledger's series and its unmatched deallocations are the reference's."""
+    rng = random.Random(13)
+
+    def maybe(value: Any, p: float = 0.08) -> Any:
+        return None if rng.random() < p else value
+
+    gpids = [1 << 48, 2 << 48, (1 << 48) | (7 << 24)]
+    checked = 0
+    for _ in range(150):
+        rows = sorted(
+            (
+                (rng.randint(0, 30), rng.choice(gpids), maybe(rng.randint(0, 1)), maybe(rng.randint(0, 3)),
+                 maybe(rng.choice([512, 4096, 1 << 20]), 0.02), rng.choice([2, 2, 4, 5, None]),
+                 maybe(rng.choice([0, 0, 1]), 0.05), rng.randint(0, 4))
+                for _ in range(rng.randint(1, 80))
+            ),
+            key=lambda r: r[0],
+        )
+        events = pl.DataFrame(rows, schema=EVENT_SCHEMA, orient="row")
+        evidence = MemoryEvidence(events, pl.DataFrame(schema=DEVICE_SCHEMA), dict(MEM_KINDS), pl.DataFrame(),
+                                  pl.DataFrame(), pl.DataFrame(), 0, "CUDA_GPU_MEMORY_USAGE_EVENTS")
+        ledger = build_ledger(evidence, {})
+        expected, unmatched, unmatched_bytes, unsized = _reference(rows)
+        if not any(r[6] == 1 for r in rows):
+            assert not ledger.claimed
+            continue
+        if unsized:
+            assert not ledger.claimed and ledger.why_not and ledger.why_not.startswith(f"{unsized} memory event")
+            continue
+        checked += 1
+        assert ledger.claimed
+        got = ledger.series.select("start_ns", "gpid", "device_id", "delta", "process_live", "device_resident_live")
+        assert got.rows() == expected
+        assert ledger.summary["freed_never_allocated"] == {"events": unmatched, "bytes": unmatched_bytes}
+    assert checked > 50

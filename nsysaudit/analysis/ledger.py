@@ -184,10 +184,23 @@ def build_ledger(
         (pl.col("operation") == 0).cast(pl.Int64).alias("_is_alloc"),
         (pl.col("operation") == 1).cast(pl.Int64).alias("_is_free"),
     )
-    group = ["gpid", "device_id", "address"]
-    keyed = keyed.sort("_order").with_columns(
-        (pl.col("_is_alloc").cum_sum().over(group) - pl.col("_is_alloc")).alias("_allocs_before"),
-        (pl.col("_is_free").cum_sum().over(group) - pl.col("_is_free")).alias("_frees_before"),
+    # Counts before each event at its (process, device, address), in time order: the events sorted
+    # by key then time, a running count less its value where the key begins (a window
+    # ``cum_sum().over(key)`` does the same but costs ~1 s per million events with as many keys).
+    # The address leads the sort key: it has the fewest ties, which makes the sort fastest.
+    group = ["address", "gpid", "device_id"]
+    new_key = pl.int_range(pl.len()) == 0
+    for c in group:
+        new_key = new_key | pl.col(c).ne_missing(pl.col(c).shift(1))
+
+    def before_in_key(flag: str) -> pl.Expr:
+        one = pl.col(flag).fill_null(0)  # an event of unknown operation counts as neither
+        before = one.cum_sum() - one
+        return before - pl.when(new_key).then(before).forward_fill()
+
+    keyed = keyed.sort([*group, "_order"]).with_columns(
+        before_in_key("_is_alloc").alias("_allocs_before"),
+        before_in_key("_is_free").alias("_frees_before"),
     )
     matched = (pl.col("_is_free") == 1) & pl.col("address").is_not_null() & (
         pl.col("_allocs_before") > pl.col("_frees_before")
