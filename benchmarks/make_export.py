@@ -16,15 +16,25 @@ The layout follows the real H200 export in tests/fixtures/h200-cuda13-nsys2023.4
   StringIds, text/endGlobalTid NULL). On the "library" threads (the first ceil(T/2) threads of
   each process) every K-th region is such a range; it encloses 1-5 API calls of the same thread.
   The first range of each library thread is a successful ``cublasCreate_v2``.
-* CUDA_GPU_MEMORY_USAGE_EVENTS: one allocation row (memKind 2, memoryOperationType 0) per
-  successful cudaMalloc_v3020, joined to the runtime row by correlationId; failed calls have none.
+* CUDA_GPU_MEMORY_USAGE_EVENTS (memKind 2, joined to the runtime row by correlationId, its start
+  inside the call): one allocation row (memoryOperationType 0, near the end of the call) per
+  successful cudaMalloc_v3020; failed calls have none. Each successful cudaFree_v3020 frees its
+  thread's oldest allocation still live (FIFO per thread, over the whole run): a deallocation row
+  (memoryOperationType 1, just after the call starts) with that allocation's globalPid, deviceId,
+  address and bytes. A successful cudaFree with nothing live on its thread frees nothing and has
+  no row (like cudaFree(NULL)). Rows are stored in time order within each merge window. With the
+  API mix below (2 % mallocs, 1.5 % frees, sizes up to 8 GiB) live bytes grow with time: after
+  about 300,000 rows (4 x 8 threads) they exceed the device total, so the free-memory bound of
+  nsysaudit's ledger is negative from there on.
+* TARGET_INFO_GPU: one row per device used (process p on device p % 8; "NVIDIA H200",
+  150109880320 bytes, like the real export).
 * Failures: F "nested" failures, a cudaMalloc_v3020 returning 2 as the last call inside a
   ``cublasCreate_v2`` range (each followed, just after the range on the same thread, by a failing
   cudaMalloc_v3020 outside it); max(3, F) more failing cudaMalloc_v3020 outside any range;
   cudaFree_v3020 / cudaMemcpyAsync_v3020 / cudaMalloc_v3020 returning 1 outside ranges, and
   cudaEventQuery_v3020 returning 600 (cudaErrorNotReady) now and then. ``--variant release`` is
   the same file except that the mallocs of those F cublasCreate_v2 ranges succeed (return 0, with
-  a memory event).
+  a memory event; later cudaFree calls on those threads may then free other allocations).
 * StringIds, META_DATA_EXPORT, META_DATA_CAPTURE, TARGET_INFO_SESSION_START_TIME, PROCESSES and
   ThreadNames like the real export (the last thread of each process has no ThreadNames row).
 
@@ -36,8 +46,9 @@ thread, merged by start time in windows (bounded memory), encoded as SQLite reco
 serial types, as SQLite writes them) and packed into table-leaf pages written straight into the
 file after the pages SQLite allocated for the empty schema; the interior pages are built at the
 end and the table's root page is overwritten with the top of the tree (page packing and writes
-run in a background thread). The small tables (memory events and NVTX ranges, ~3 % of the rows,
+run in a background thread). The small tables (memory events and NVTX ranges, ~5 % of the rows,
 kept in memory until then) are then inserted with sqlite3, which appends its pages after ours.
+Per thread only its live allocations are carried from one batch to the next.
 Forced regions (failures, cublasCreate_v2) that do not fit in a thread's share of the rows are
 reported as WARNING in the summary line printed to stderr.
 """
@@ -64,7 +75,8 @@ SCHEMA_SQL = (Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "sche
               / "nsys-2023.4.4-export-schema.sql")
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 TABLES = ("StringIds", "META_DATA_EXPORT", "META_DATA_CAPTURE", "TARGET_INFO_SESSION_START_TIME",
-          "PROCESSES", "ThreadNames", RUNTIME, "CUDA_GPU_MEMORY_USAGE_EVENTS", "NVTX_EVENTS")
+          "TARGET_INFO_GPU", "PROCESSES", "ThreadNames", RUNTIME, "CUDA_GPU_MEMORY_USAGE_EVENTS",
+          "NVTX_EVENTS")
 
 PAGE = 4096
 GEN_ROWS = 1 << 20  # rows generated per round over all threads
@@ -75,6 +87,8 @@ DOMAIN_ID = 1
 NVTX_PUSHPOP, NVTX_DOMAIN_CREATE = 59, 75
 ERR_MEMORY_ALLOCATION, ERR_INVALID_VALUE, ERR_NOT_READY = 2, 1, 600
 MIB = 1 << 20
+GPU_NAME, GPU_TOTAL_MEMORY = "NVIDIA H200", 150_109_880_320  # TARGET_INFO_GPU of the real export
+ALLOC_OP, FREE_OP = 0, 1  # memoryOperationType
 QBITS = 12  # random bits per drawn quantity (lookup tables of 4096 quantiles)
 QMASK = (1 << QBITS) - 1
 
@@ -101,7 +115,7 @@ API = (
 API_NAMES = tuple(a[0] for a in API)
 A = {name: i for i, name in enumerate(API_NAMES)}
 API_CLASS = np.array([a[1] for a in API], np.int64)
-MALLOC, EVENT_QUERY = A["cudaMalloc_v3020"], A["cudaEventQuery_v3020"]
+MALLOC, FREE, EVENT_QUERY = A["cudaMalloc_v3020"], A["cudaFree_v3020"], A["cudaEventQuery_v3020"]
 
 LIB = ("cublasGemmEx", "cublasLtMatmul", "cublasSgemm_v2", "cublasGemmStridedBatchedEx",
        "cublasGemmBatchedEx", "cublasCreate_v2")
@@ -206,6 +220,10 @@ class _Thread:
     lost: int = 0  # forced regions that did not fit in the row budget
     calls: list[np.ndarray] = field(default_factory=list)  # start, packed
     mallocs: list[np.ndarray] = field(default_factory=list)  # start, bytes, address
+    # successful cudaFree calls: start, bytes, address of the allocation freed (bytes 0: none)
+    frees: list[np.ndarray] = field(default_factory=list)
+    # live allocations (successful cudaMalloc not yet freed), oldest first: bytes, address
+    live: list[np.ndarray] = field(default_factory=list)
     ranges: list[np.ndarray] = field(default_factory=list)  # start, end, cuBLAS function
 
     @property
@@ -334,6 +352,9 @@ def _generate(th: _Thread, nreg: int, every: int, tb: _Tables) -> None:
         addr = th.addr_base + (th.addr_cursor + np.cumsum(aligned) - aligned) % th.addr_span
         th.addr_cursor = (th.addr_cursor + int(aligned.sum())) % th.addr_span
         th.mallocs = _append(th.mallocs, [start[mi], nbytes[mi], addr])
+    else:
+        addr = np.empty(0, np.int64)
+    _free(th, start, api, rv, nbytes, mi, addr)
     lib_regs = np.flatnonzero(is_lib)
     if lib_regs.size:
         f_row = first_row[lib_regs]
@@ -341,6 +362,34 @@ def _generate(th: _Thread, nreg: int, every: int, tb: _Tables) -> None:
         th.ranges = _append(th.ranges, [start[f_row] - pre[lib_regs],
                                         start[l_row] + dur[l_row] + post[lib_regs],
                                         lib[lib_regs]])
+
+
+def _free(th: _Thread, start: np.ndarray, api: np.ndarray, rv: np.ndarray, nbytes: np.ndarray,
+          mi: np.ndarray, addr: np.ndarray) -> None:
+    """Match this batch's successful cudaFree calls to the thread's live allocations, FIFO: each
+    frees the oldest allocation still live (all made by earlier calls of the thread, so their
+    memory events are earlier); one with nothing live frees nothing (like cudaFree(NULL))."""
+    fi = np.flatnonzero((api == FREE) & (rv == 0))
+    ok = rv[mi] == 0
+    queue = _append(th.live, [nbytes[mi][ok], addr[ok]]) if mi.size else th.live
+    if fi.size == 0:
+        th.live = queue
+        return
+    # live allocations just before each free if none were freed: those live before the batch
+    # plus this batch's successful mallocs before it (a free is never a malloc: inclusive count)
+    before = len(th.live[0]) if th.live else 0
+    avail = before + np.cumsum((api == MALLOC) & (rv == 0))[fi]
+    # frees done after the i-th free (1-based): e_i = min(e_{i-1} + 1, avail_i), e_0 = 0, i.e.
+    # e_i = i + min(0, min_{j<=i} (avail_j - j))
+    i = np.arange(1, fi.size + 1)
+    done = i + np.minimum(0, np.minimum.accumulate(avail - i))
+    freed = np.diff(done, prepend=0) == 1
+    q_bytes, q_addr = queue if queue else (np.empty(0, np.int64), np.empty(0, np.int64))
+    f_bytes, f_addr = np.zeros(fi.size, np.int64), np.zeros(fi.size, np.int64)
+    f_bytes[freed], f_addr[freed] = q_bytes[done[freed] - 1], q_addr[done[freed] - 1]
+    th.frees = _append(th.frees, [start[fi], f_bytes, f_addr])
+    n = int(done[-1])
+    th.live = [q_bytes[n:], q_addr[n:]]
 
 
 def _take(buf: list[np.ndarray], limit: float) -> tuple[list[np.ndarray], int]:
@@ -679,7 +728,8 @@ class Summary:
     nested_sites: list[int] = field(default_factory=list)  # same calls, either variant
     outside_oom: int = 0  # failed cudaMalloc (returnValue 2) outside any cuBLAS range
     other_nonzero: int = 0  # other non-zero returnValues (1, 600), all outside ranges
-    memory_events: int = 0
+    memory_events: int = 0  # allocation and deallocation events
+    deallocation_events: int = 0
     unplaced: int = 0  # forced regions that did not fit (too few rows)
     size: int = 0
     seconds: float = 0.0
@@ -695,6 +745,7 @@ class Summary:
         return (f"make_export: {self.path} variant={self.variant} rows={self.rows} "
                 f"library_ranges={self.library_ranges} {nested} outside_oom={self.outside_oom} "
                 f"other_nonzero={self.other_nonzero} memory_events={self.memory_events} "
+                f"deallocation_events={self.deallocation_events} "
                 f"size={self.size / 1e6:.1f}MB seconds={self.seconds:.2f}{warn}")
 
 
@@ -817,7 +868,7 @@ def generate(out: Path | str, rows: int, processes: int = 4, threads: int = 8, s
         limit = float(min(th.t for th in live)) if live else math.inf
         target = limit + delta
 
-        calls, mallocs, ranges, m_thr, r_thr = [], [], [], [], []
+        calls, mallocs, frees, ranges, m_thr, f_thr, r_thr = [], [], [], [], [], [], []
         for th in ths:
             head, n = _take(th.calls, limit)
             if n:
@@ -826,6 +877,10 @@ def generate(out: Path | str, rows: int, processes: int = 4, threads: int = 8, s
             if n:
                 mallocs.append(head)
                 m_thr.append(np.full(n, th.index))
+            head, n = _take(th.frees, limit)
+            if n:
+                frees.append(head)
+                f_thr.append(np.full(n, th.index))
             head, n = _take(th.ranges, limit)
             if n:
                 ranges.append(head)
@@ -846,13 +901,26 @@ def generate(out: Path | str, rows: int, processes: int = 4, threads: int = 8, s
                 [start, end, API_CLASS[api], gtid[thr], corr, api_sid[api], rv, None], rowid)
             writer.add(cells, lens, rowid)
             is_malloc = api == MALLOC
-            if mallocs:
+            events = []
+            if mallocs:  # an allocation event near the end of each successful cudaMalloc
                 m_start, m_bytes, m_addr, m_thr_s = _merge(mallocs, m_thr)
                 assert m_start.size == int(is_malloc.sum())
                 ok = rv[is_malloc] == 0
                 s, e = start[is_malloc][ok], end[is_malloc][ok]
-                mem_parts.append([s + (e - s) * 9 // 10, gpid[m_thr_s[ok]], device[m_thr_s[ok]],
-                                  m_addr[ok], m_bytes[ok], corr[is_malloc][ok]])
+                events.append([s + (e - s) * 9 // 10, gpid[m_thr_s[ok]], device[m_thr_s[ok]],
+                               m_addr[ok], m_bytes[ok], corr[is_malloc][ok],
+                               np.full(s.size, ALLOC_OP)])
+            if frees:  # a deallocation event early in each cudaFree that freed an allocation
+                is_free = (api == FREE) & (rv == 0)
+                f_start, f_bytes, f_addr, f_thr_s = _merge(frees, f_thr)
+                assert f_start.size == int(is_free.sum())
+                ok = f_bytes > 0
+                s, e = start[is_free][ok], end[is_free][ok]
+                events.append([s + (e - s) // 10, gpid[f_thr_s[ok]], device[f_thr_s[ok]],
+                               f_addr[ok], f_bytes[ok], corr[is_free][ok],
+                               np.full(s.size, FREE_OP)])
+            if events:
+                mem_parts.append(_merge(events))
             nested = tag == TAG_NESTED
             summary.nested_sites += corr[nested].tolist()
             summary.nested_failures += corr[nested & (rv != 0)].tolist()
@@ -875,8 +943,9 @@ def generate(out: Path | str, rows: int, processes: int = 4, threads: int = 8, s
         con.execute(f"PRAGMA {pragma}")
     con.execute("BEGIN")
     last_end = max([int(p[1].max()) for p in nvtx_parts] + [th.t for th in ths])
+    devices = sorted({int(d) for d in device})
     _write_small_tables(con, summary, seed, variant, threads, pids, proc_t0, ths, strings,
-                        last_end, nvtx_parts, mem_parts)
+                        last_end, nvtx_parts, mem_parts, devices)
     con.execute("COMMIT")
     con.close()
     summary.size = out.stat().st_size
@@ -887,7 +956,7 @@ def generate(out: Path | str, rows: int, processes: int = 4, threads: int = 8, s
 def _write_small_tables(con: sqlite3.Connection, summary: Summary, seed: int, variant: str,
                         threads: int, pids: list[int], proc_t0: list[int], ths: list[_Thread],
                         strings: list[str], last_end: int, nvtx_parts: list[list[np.ndarray]],
-                        mem_parts: list[list[np.ndarray]]) -> None:
+                        mem_parts: list[list[np.ndarray]], devices: list[int]) -> None:
     sid = {s: i + 1 for i, s in enumerate(strings)}
     con.executemany("INSERT INTO StringIds VALUES (?,?)", [(i, s) for s, i in sid.items()])
 
@@ -950,6 +1019,8 @@ def _write_small_tables(con: sqlite3.Connection, summary: Summary, seed: int, va
                 ("APPLICATION_PID", "0"), ("RUN_DURATION_MS", str(last_end // 1_000_000 + 1)),
                 ("NVTX_OPTIONS:NVTX_DOMAIN_FILTER_STRING", "")]
     con.executemany("INSERT INTO META_DATA_CAPTURE VALUES (?,?)", capture)
+    con.executemany("INSERT INTO TARGET_INFO_GPU (vmId, id, name, totalMemory) VALUES (?,?,?,?)",
+                    [(VM << 48, d, GPU_NAME, GPU_TOTAL_MEMORY) for d in devices])
     con.executemany("INSERT INTO PROCESSES VALUES (?,?,?)",
                     [((VM << 48) | (pid << 24), pid, "python3") for pid in pids])
     names = []
@@ -979,9 +1050,10 @@ def _write_small_tables(con: sqlite3.Connection, summary: Summary, seed: int, va
     for part in mem_parts:
         con.executemany(
             "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS (start, globalPid, deviceId, contextId, "
-            "address, pc, bytes, memKind, memoryOperationType, correlationId) "
-            "VALUES (?,?,?,1,?,0,?,2,0,?)", zip(*(c.tolist() for c in part), strict=True))
+            "address, pc, bytes, memKind, correlationId, memoryOperationType) "
+            "VALUES (?,?,?,1,?,0,?,2,?,?)", zip(*(c.tolist() for c in part), strict=True))
         summary.memory_events += part[0].size
+        summary.deallocation_events += int((part[-1] == FREE_OP).sum())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,15 +5,21 @@ Numbers on the real captures are checked against plain SQL sums over CUDA_GPU_ME
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+import pytest
 from builder import Call, Export, LibCall, MemoryEvent
 from conftest import H200_2025
 
 import nsysaudit
 import nsysaudit.render
+from nsysaudit.analysis.ledger import build_ledger
+from nsysaudit.read.memory import DEVICE_SCHEMA, EVENT_SCHEMA, MemoryEvidence
+from nsysaudit.read.memory import MEM_KINDS_FALLBACK as MEM_KINDS
 
 TORCH, CAPI = H200_2025 / "torch", H200_2025 / "capi"
 GPU = (0, "Test GPU", 10_000_000)
@@ -248,3 +254,118 @@ def test_allocation_events_only_and_collection_off(make_export) -> None:
     spec.omit_tables = {"CUDA_GPU_MEMORY_USAGE_EVENTS"}
     m = nsysaudit.analyze(make_export(spec)).to_dict()["memory"]
     assert (m["ledger"], m["collected"]) == (False, False) and "collection was off" in m["why_no_ledger"]
+
+
+# --- the matching against a plain Python reference ------------------------------------------------
+
+
+def _reference(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], int, int, int]:
+    """The ledger's rule in plain Python over events in frame order: a deallocation is matched when
+    its address is known and more allocations than deallocations came before it at its (process,
+    device, address); allocations and matched deallocations are counted, in (start, frame) order.
+    Returns (start, gpid, device, delta, process_live, device_resident_live) per counted event, the
+    unmatched deallocations and their bytes, and the counted events without a size."""
+    allocs: dict[tuple[Any, ...], int] = {}
+    frees: dict[tuple[Any, ...], int] = {}
+    counted, unmatched, unmatched_bytes = [], 0, 0
+    for i, (start, gpid, device, address, size, kind, op, _corr) in enumerate(rows):
+        key = (gpid, device, address)
+        if op == 0:
+            counted.append((start, i, gpid, device, size, kind))
+        elif op == 1:
+            if address is not None and allocs.get(key, 0) > frees.get(key, 0):
+                counted.append((start, i, gpid, device, None if size is None else -size, kind))
+            else:
+                unmatched += 1
+                unmatched_bytes += size or 0
+        allocs[key] = allocs.get(key, 0) + (op == 0)
+        frees[key] = frees.get(key, 0) + (op == 1)
+    counted.sort(key=lambda c: (_none_first(c[0]), c[1]))  # no start first, as polars sorts
+    process: dict[tuple[Any, ...], int] = {}
+    device_live: dict[tuple[Any, ...], int] = {}
+    out = []
+    for start, _, gpid, device, delta, kind in counted:
+        vm = gpid // (1 << 48)
+        if delta is not None:
+            process[(gpid, vm, device)] = process.get((gpid, vm, device), 0) + delta
+            resident = MEM_KINDS.get(kind) in {"Device", "Array", "Device Static"}
+            device_live[(vm, device)] = device_live.get((vm, device), 0) + (delta if resident else 0)
+        out.append((start, gpid, device, delta, process.get((gpid, vm, device)), device_live.get((vm, device))))
+    return out, unmatched, unmatched_bytes, sum(1 for c in counted if c[4] is None)
+
+
+# Events of an unknown device (null deviceId) make _summary compare with None (a polars warning).
+@pytest.mark.filterwarnings("ignore:Comparisons with None")
+def test_the_matching_equals_a_plain_python_reference() -> None:
+    """Random events with reused addresses, frees before allocations, unknown starts, operations,
+    addresses, devices and sizes: the ledger's series, its unmatched deallocations and what it reads
+    at a moment (Ledger.at) are the reference's."""
+    rng = random.Random(13)
+
+    def maybe(value: Any, p: float = 0.08) -> Any:
+        return None if rng.random() < p else value
+
+    gpids = [1 << 48, 2 << 48, (1 << 48) | (7 << 24)]
+    checked = 0
+    for _ in range(150):
+        rows = sorted(
+            (
+                (maybe(rng.randint(0, 30), 0.03), rng.choice(gpids), maybe(rng.randint(0, 1)), maybe(rng.randint(0, 3)),
+                 maybe(rng.choice([512, 4096, 1 << 20]), 0.02), rng.choice([2, 2, 4, 5, None]),
+                 maybe(rng.choice([0, 0, 1]), 0.05), rng.randint(0, 4))
+                for _ in range(rng.randint(1, 80))
+            ),
+            key=lambda r: _none_first(r[0]),
+        )
+        events = pl.DataFrame(rows, schema=EVENT_SCHEMA, orient="row")
+        evidence = MemoryEvidence(events, pl.DataFrame(schema=DEVICE_SCHEMA), dict(MEM_KINDS), pl.DataFrame(),
+                                  pl.DataFrame(), pl.DataFrame(), 0, "CUDA_GPU_MEMORY_USAGE_EVENTS")
+        ledger = build_ledger(evidence, {})
+        expected, unmatched, unmatched_bytes, unsized = _reference(rows)
+        if not any(r[6] == 1 for r in rows):
+            assert not ledger.claimed
+            continue
+        if unsized:
+            assert not ledger.claimed and ledger.why_not and ledger.why_not.startswith(f"{unsized} memory event")
+            continue
+        checked += 1
+        assert ledger.claimed
+        got = ledger.series.select("start_ns", "gpid", "device_id", "delta", "process_live", "device_resident_live")
+        assert got.rows() == expected
+        assert ledger.summary["freed_never_allocated"] == {"events": unmatched, "bytes": unmatched_bytes}
+        series = ledger.series.to_dicts()
+        for t in (-1, 0, rng.randint(1, 29), 30):
+            for gpid in [*gpids, 3 << 48]:
+                assert ledger.at(t, gpid) == _reference_at(series, t, gpid), (t, gpid)
+    assert checked > 50
+
+
+def _none_first(value: Any) -> tuple[bool, Any]:
+    return (value is not None, value if value is not None else 0)
+
+
+def _reference_at(series: list[dict[str, Any]], t: int, gpid: int) -> list[dict[str, Any]]:
+    """Ledger.at read naively off the series rows: a device's events with a start at or before t
+    (none where its vm or id is unknown); the process's devices, or every device if it has none."""
+    mine = [r for r in series if r["gpid"] == gpid]
+    pairs = sorted({(r["vm"], r["device_id"]) for r in (mine or series)},
+                   key=lambda p: (_none_first(p[0]), _none_first(p[1])))
+    out = []
+    for vm, device in pairs:
+        here = [r for r in series if vm is not None and device is not None and r["vm"] == vm
+                and r["device_id"] == device and r["start_ns"] is not None and r["start_ns"] <= t]
+        own = [r for r in here if r["gpid"] == gpid]
+        sums: dict[Any, int] = {}
+        for r in here:
+            sums[r["kind"]] = sums.get(r["kind"], 0) + r["delta"]
+        by_kind = {str(k): v for k, v in sorted(sums.items(), key=lambda kv: _none_first(kv[0])) if v}
+        resident = here[-1]["device_resident_live"] if here else 0
+        out.append({
+            "vm": vm, "device_id": device, "process_has_events": bool(mine),
+            "process_live_bytes": own[-1]["process_live"] if own else 0,
+            "device_resident_live_bytes": resident,
+            "managed_live_bytes": sum(v for k, v in by_kind.items() if k in {"Managed", "Managed Static"}),
+            "live_bytes_by_kind": by_kind, "total_bytes": None, "free_at_most_bytes": None,
+            "freed_before_bytes": sum(-r["delta"] for r in here if r["delta"] < 0),
+        })
+    return out

@@ -89,7 +89,7 @@ def test_valid_sqlite_with_verbatim_ddl(observe: tuple[Path, str]) -> None:
     ddl = _module().load_ddl()
     tables = dict(_q(path, "SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
     assert set(tables) == {"StringIds", "META_DATA_EXPORT", "META_DATA_CAPTURE",
-                           "TARGET_INFO_SESSION_START_TIME", "PROCESSES", "ThreadNames",
+                           "TARGET_INFO_SESSION_START_TIME", "TARGET_INFO_GPU", "PROCESSES", "ThreadNames",
                            "CUPTI_ACTIVITY_KIND_RUNTIME", "CUDA_GPU_MEMORY_USAGE_EVENTS",
                            "NVTX_EVENTS"}
     for name, sql in tables.items():
@@ -175,6 +175,7 @@ def test_nested_failures_inside_cublas_create(observe: tuple[Path, str]) -> None
 
 
 def test_memory_events_only_for_successful_mallocs(observe: tuple[Path, str]) -> None:
+    """Allocation events; the deallocations (successful cudaFree) are checked in test_bench_memory.py."""
     path, _ = observe
     assert _q(path, """SELECT count(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS m
                        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r USING (correlationId)
@@ -185,8 +186,11 @@ def test_memory_events_only_for_successful_mallocs(observe: tuple[Path, str]) ->
                                sum(m.start BETWEEN r.start AND r.end), sum(m.bytes > 0),
                                sum(m.globalPid = (r.globalTid >> 24) << 24)
                         FROM CUDA_GPU_MEMORY_USAGE_EVENTS m JOIN ({RUNTIME_MALLOC}) r
-                        USING (correlationId)""") == [(ok, ok, ok, ok, ok)]
-    assert _q(path, "SELECT count(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS") == [(ok,)]
+                        USING (correlationId) WHERE m.memoryOperationType = 0""") == [(ok, ok, ok, ok, ok)]
+    assert _q(path, "SELECT count(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memoryOperationType = 0"
+              ) == [(ok,)]
+    assert _q(path, f"""SELECT count(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS m JOIN ({RUNTIME_MALLOC}) r
+                        USING (correlationId) WHERE m.memoryOperationType <> 0""") == [(0,)]
 
 
 def test_deterministic_bytes(observe: tuple[Path, str], tmp_path: Path) -> None:
