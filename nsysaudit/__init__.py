@@ -16,28 +16,70 @@ The public API is what ``__all__`` lists; everything else is internal and may mo
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from nsysaudit._version import __version__
-from nsysaudit.api import analyze
-from nsysaudit.batch import audit
-from nsysaudit.check import CheckReport, Expectations, check_exports
-from nsysaudit.errors import (
-    BadOption,
-    CheckFailed,
-    ExportFailed,
-    NsysAuditError,
-    NsysNotFound,
-    OutputExists,
-    UnusableInput,
-)
-from nsysaudit.fleet import BatchResult, audit_many, run_batch
-from nsysaudit.joins import DEFAULT_MAX_PAIRS
-from nsysaudit.progress import Progress
-from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
-from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.compare import Comparison, compare_results
-from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare, verify
-from nsysaudit.session import Session, open
+
+if TYPE_CHECKING:
+    from nsysaudit.api import analyze
+    from nsysaudit.batch import audit
+    from nsysaudit.check import CheckReport, Expectations, check_exports
+    from nsysaudit.errors import (
+        BadOption,
+        CheckFailed,
+        ExportFailed,
+        NsysAuditError,
+        NsysNotFound,
+        OutputExists,
+        UnusableInput,
+    )
+    from nsysaudit.fleet import BatchResult, audit_many, run_batch
+    from nsysaudit.joins import DEFAULT_MAX_PAIRS
+    from nsysaudit.progress import Progress
+    from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
+    from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+    from nsysaudit.reports.analysis import AnalysisResult
+    from nsysaudit.reports.compare import Comparison, compare_results
+    from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare
+    from nsysaudit.seal.verify import verify
+    from nsysaudit.session import Session, open
+
+# Where each public name lives. Imported on first use (PEP 562), so that ``nsysaudit --version`` or
+# the analysis of a small export does not pay for the seal, batch, dask or rich code it never runs.
+_HOMES = {
+    "analyze": "nsysaudit.api",
+    "audit": "nsysaudit.batch",
+    **dict.fromkeys(("CheckReport", "Expectations", "check_exports"), "nsysaudit.check"),
+    **dict.fromkeys(
+        ("BadOption", "CheckFailed", "ExportFailed", "NsysAuditError", "NsysNotFound", "OutputExists",
+         "UnusableInput"),
+        "nsysaudit.errors",
+    ),
+    **dict.fromkeys(("BatchResult", "audit_many", "run_batch"), "nsysaudit.fleet"),
+    "DEFAULT_MAX_PAIRS": "nsysaudit.joins",
+    "Progress": "nsysaudit.progress",
+    **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions", "parse_anchor", "parse_clock"), "nsysaudit.read.telemetry"),
+    "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
+    "AnalysisResult": "nsysaudit.reports.analysis",
+    **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
+    **dict.fromkeys(("Sealed", "Verification", "seal_analysis", "seal_compare", "verify"), "nsysaudit.seal"),
+    **dict.fromkeys(("Session", "open"), "nsysaudit.session"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'nsysaudit' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value  # once: later lookups do not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "DEFAULT_CLOCKS",

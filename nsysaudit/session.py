@@ -125,6 +125,18 @@ class Session:
     def warnings(self) -> list[Warning]:
         return list(self._trace.warnings)
 
+    @property
+    def database(self) -> Any:
+        """The export as a ``sqlite_utils.Database`` over the session's read-only connection, for
+        looking around the schema: ``t.database.table_names()``, ``t.database["StringIds"].count``,
+        ``.columns``, ``.rows_where(...)``. Writes fail: the connection is read-only (``immutable``).
+        sqlite-utils is imported here, on first use, not by ``open``."""
+        if self._closed:
+            raise BadOption(f"{self.input.path}: this session was closed; nsysaudit.open() it again")
+        import sqlite_utils
+
+        return sqlite_utils.Database(self._export.conn, recursive_triggers=False)
+
     # --- analysis ---------------------------------------------------------------------------------
     def analyze(
         self,

@@ -149,6 +149,21 @@ def test_session_owns_its_connection_and_shows_a_summary(tmp_path: Path) -> None
     assert copy.read_bytes() == OBSERVE.read_bytes()
 
 
+def test_database_explores_the_schema_read_only(tmp_path: Path) -> None:
+    copy = tmp_path / "observe.sqlite"
+    shutil.copyfile(OBSERVE, copy)
+    with nsysaudit.open(copy) as t:
+        db = t.database
+        assert "CUPTI_ACTIVITY_KIND_RUNTIME" in db.table_names()
+        assert db["CUPTI_ACTIVITY_KIND_RUNTIME"].count == 1229
+        assert "globalTid" in {c.name for c in db["CUPTI_ACTIVITY_KIND_RUNTIME"].columns}
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            db["StringIds"].insert({"id": 10**9, "value": "x"})
+    with pytest.raises(BadOption, match="this session was closed"):
+        _ = t.database
+    assert copy.read_bytes() == OBSERVE.read_bytes()
+
+
 def test_unusable_input_is_one_line(tmp_path: Path) -> None:
     empty = tmp_path / "empty.sqlite"
     empty.write_bytes(b"")

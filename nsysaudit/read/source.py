@@ -14,8 +14,6 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlite_utils
-
 from nsysaudit.errors import UnusableInput, Warning, warning
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -334,11 +332,13 @@ def probe(path: Path) -> ExportFile:
         if header.page_count is None:
             quick_check(path, conn)
         try:
-            # sqlite-utils over our read-only connection: it only reads sqlite_master and
-            # PRAGMA table_info here (recursive_triggers off: no PRAGMA that changes state).
-            db = sqlite_utils.Database(conn, recursive_triggers=False)
+            # The two statements sqlite-utils' Database.table_names() and Table.columns run, on the
+            # read-only connection; sqlite-utils itself is not imported here (with numpy and
+            # dateutil it costs ~0.15 s, half the start-up budget of a small export).
+            names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
             tables: dict[str, Table] = {
-                name: Table(name, tuple(c.name for c in db.table(name).columns)) for name in sorted(db.table_names())
+                name: Table(name, tuple(str(c[1]) for c in conn.execute(f"PRAGMA table_info({_quote(name)})")))
+                for name in sorted(names)
             }
         except sqlite3.DatabaseError as exc:
             raise UnusableInput(path, f"SQLite cannot read its schema: {exc}") from None

@@ -10,54 +10,46 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from nsysaudit.render.json import analysis_json, indented, write_analysis
-from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
-from nsysaudit.render.terminal import (
-    analysis_renderable,
-    comparison_renderable,
-    progress_bar,
-    sealed_text,
-    show,
-    verification_renderable,
-)
-from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.timeline import DEFAULT_BOUNDARY, notes_of, parse_around, timeline
-from nsysaudit.text import escape
-
-
-def check_picture_out(out: str | os.PathLike[str]) -> Path:
-    """Refuse a picture path that cannot be written (one line, exit 2), before any analysis runs."""
-    from nsysaudit.render import pictures
-
-    return pictures.check_picture_out(out)
-
-
-def plot_timeline(
-    result: AnalysisResult,
-    out: str | os.PathLike[str],
-    *,
-    around: str | None = None,
-    window_ns: int | None = None,
-    boundary: str = DEFAULT_BOUNDARY,
-) -> tuple[int, list[str]]:
-    """Draw ``result``'s timeline into ``out`` (``.svg`` or ``.png``, written atomically) around
-    ``around`` (``finding:N`` or a time in trace nanoseconds; see
-    :func:`nsysaudit.reports.timeline.parse_around`); return its size in bytes and the notes that
-    say what was chosen (focus, window, lanes)."""
-    from nsysaudit.render import pictures
-
-    kind, value = parse_around(around) if around is not None else (None, None)
-    drawn = timeline(
-        result,
-        finding=value if kind == "finding" else None,
-        at_ns=value if kind == "time" else None,
-        window_ns=window_ns,
-        boundary=boundary,
+if TYPE_CHECKING:
+    from nsysaudit.render.json import analysis_json, indented, write_analysis
+    from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
+    from nsysaudit.render.plot import check_picture_out, plot_timeline
+    from nsysaudit.render.terminal import (
+        analysis_renderable,
+        comparison_renderable,
+        progress_bar,
+        sealed_text,
+        show,
+        verification_renderable,
     )
-    return pictures.save([drawn], out), notes_of([drawn])
+    from nsysaudit.reports.timeline import DEFAULT_BOUNDARY, parse_around
+    from nsysaudit.text import escape
+
+# Imported on first use (PEP 562): JSON output never loads rich or the Markdown renderer.
+_HOMES = {
+    **dict.fromkeys(("analysis_json", "indented", "write_analysis"), "nsysaudit.render.json"),
+    **dict.fromkeys(("analysis_markdown", "comparison_markdown"), "nsysaudit.render.markdown"),
+    **dict.fromkeys(("check_picture_out", "plot_timeline"), "nsysaudit.render.plot"),
+    **dict.fromkeys(
+        ("analysis_renderable", "comparison_renderable", "progress_bar", "sealed_text", "show",
+         "verification_renderable"),
+        "nsysaudit.render.terminal",
+    ),
+    **dict.fromkeys(("DEFAULT_BOUNDARY", "parse_around"), "nsysaudit.reports.timeline"),
+    "escape": "nsysaudit.text",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'nsysaudit.render' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import secrets
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 import polars as pl
 
@@ -45,11 +45,19 @@ def write_analysis(result: AnalysisResult, stream: BinaryIO) -> None:
     head, tail = text.split(marker)
     stream.write(head + b'"library_calls":')
     frame = _key_sorted(result.library_calls_table)
-    if frame.height:
-        frame.write_json(cast(io.IOBase, stream))  # polars writes into any binary stream
-    else:
-        stream.write(b"[]")
+    stream.write(b"[")
+    # In slices: polars builds the whole text of what it writes (200k library calls are 200 MB),
+    # so only one slice's text is alive at a time. Rows are written alike whatever the slice.
+    for offset in range(0, frame.height, JSON_SLICE_ROWS):
+        text = frame.slice(offset, JSON_SLICE_ROWS).write_json().encode()
+        if offset:
+            stream.write(b",")
+        stream.write(text[1:-1])
+    stream.write(b"]")
     stream.write(tail)
+
+
+JSON_SLICE_ROWS = 16_384
 
 
 def _key_sorted(frame: pl.DataFrame) -> pl.DataFrame:

@@ -1,0 +1,68 @@
+"""Small exports start fast: a command imports only what it needs (issue 15).
+
+Checked by which modules a fresh process has loaded, not by timing (benchmarks/run.py times it).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+OBSERVE = ROOT / "tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite"
+HEAVY = ("rich", "sqlite_utils", "numpy", "pyarrow", "adbc_driver_sqlite", "matplotlib", "dask", "markdown_it",
+         "nsysaudit.seal", "nsysaudit.fleet", "nsysaudit.check", "nsysaudit.session")
+
+
+def loaded_after(code: str) -> set[str]:
+    probe = (
+        "import sys, io, json, contextlib\n"
+        f"{code}\n"
+        "sys.__stdout__.write(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, check=True).stdout
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY or m in HEAVY or m.startswith(HEAVY))
+
+
+def test_importing_the_package_loads_nothing_heavy() -> None:
+    modules = loaded_after("import nsysaudit")
+    assert "polars" not in modules
+    assert heavy(modules) == []
+
+
+@pytest.mark.parametrize("args", [["analyze", str(OBSERVE), "--json"], ["--version"]])
+def test_json_analysis_of_a_small_export_loads_only_what_it_uses(args: list[str]) -> None:
+    code = (
+        "from nsysaudit.cli import main\n"
+        "with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())):\n"
+        "    try:\n"
+        f"        rc = main({args!r})\n"
+        "    except SystemExit as exc:\n"
+        "        rc = exc.code\n"
+        "assert rc == 0, rc\n"
+    )
+    assert heavy(loaded_after(code)) == []
+
+
+def test_terminal_output_loads_rich_and_the_package_face_resolves_every_name() -> None:
+    import nsysaudit
+
+    modules = loaded_after(
+        "from nsysaudit.cli import main\n"
+        "with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())):\n"
+        f"    main(['analyze', {str(OBSERVE)!r}])\n"
+    )
+    assert "rich" in modules  # the test above would pass if nothing loaded at all
+    for name in nsysaudit.__all__:
+        assert getattr(nsysaudit, name) is not None, name
+    assert set(dir(nsysaudit)) >= set(nsysaudit.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        nsysaudit.nope  # noqa: B018
