@@ -7,9 +7,11 @@ NSYSAUDIT := $(VENV)/bin/nsysaudit
 TORCH := tests/fixtures/h200-cuda13-nsys2025.3/torch
 OLD := tests/fixtures/h200-cuda13-nsys2023.4
 OUT ?= out
+CC ?= cc
+NATIVE := nsysaudit/read/_native_scan.so
 
 .DEFAULT_GOAL := help
-.PHONY: help venv nsys chromium demo test test-fast check-fixtures lint golden bench clean
+.PHONY: help venv native nsys chromium demo test test-fast check-fixtures lint golden bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -20,7 +22,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,fleet,notebook]'
 	touch $@
 
-venv: $(VENV)/.installed ## create .venv with nsysaudit and its test tools
+venv: $(VENV)/.installed $(NATIVE) ## create .venv with nsysaudit and its test tools, and build the native scan
+
+$(NATIVE): native/scan.c
+	$(CC) -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ native/scan.c -lsqlite3
+
+native: $(NATIVE) ## build the native CUDA API scan (gcc and SQLite's header; nsysaudit runs without it, slower)
 
 nsys: ## install the real nsys CLI (Debian non-free, 2023.4.4) into .tools/nsys
 	bash scripts/install-nsys.sh
@@ -42,7 +49,7 @@ demo: venv ## the main job: the real H200 failure (nsys 2025.3 torch pair) analy
 
 test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CLI and Chromium first)
 	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" NSYSAUDIT_REQUIRE_CHROMIUM=1 \
-		$(PY) -m pytest -q
+		NSYSAUDIT_REQUIRE_NATIVE=1 $(PY) -m pytest -q
 
 test-fast: venv ## run the tests without installing nsys or Chromium (their tests skip when absent)
 	$(PY) -m pytest -q

@@ -3,6 +3,7 @@ rows it selects are exactly those a brute-force overlap test selects."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import sqlite3
@@ -10,12 +11,12 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from builder import Call, Export, LibCall
+from builder import Call, Export, LibCall, strip_not_null
 from conftest import H200
 
 import nsysaudit
 from nsysaudit.intervals import union_windows
-from nsysaudit.read import scan
+from nsysaudit.read import native, scan
 from nsysaudit.read.source import probe
 from nsysaudit.read.trace import load
 
@@ -83,8 +84,10 @@ def keyset(frame: pl.DataFrame) -> set[tuple[int, int, int, int]]:
 
 @pytest.fixture(autouse=True)
 def adbc_for_small_tables(monkeypatch) -> None:
-    """The builder's exports are small: the ADBC engine is tested on them by lowering its threshold."""
+    """The builder's exports are small: the ADBC engine is tested on them by lowering its threshold.
+    The polars engines are tested here; the native one where a test asks for it (``scan_with``)."""
     monkeypatch.setattr(scan, "ADBC_MIN_ROWS", 0)
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "0")
 
 
 def test_a_small_table_is_read_by_the_stdlib_reader_with_the_same_answer(make_export, monkeypatch) -> None:
@@ -147,3 +150,138 @@ def test_union_windows_merges_overlapping_and_nested_calls() -> None:
     )
     w = union_windows(libs)
     assert w.rows() == [(1, 10, 25), (1, 30, 40), (2, 10, 11)]
+
+
+# --- the native engine (native/scan.c) ---------------------------------------------------------
+
+needs_native = pytest.mark.skipif(
+    native.load() is None and os.environ.get("NSYSAUDIT_REQUIRE_NATIVE") != "1",
+    reason="native scan not built (make native)",
+)
+
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+
+
+def hostile_scan_export(make_export) -> Path:
+    """busy_export's rows plus every kind of damage the reduction counts, memory events, marked and
+    counted calls: NULLs in NOT NULL columns, reversed ranges, a dangling name id, REAL, TEXT and
+    BLOB values, a negative globalTid, rows without globalTid."""
+    spec = busy_export(11)
+    spec.raw_sql = [
+        strip_not_null(RUNTIME),
+        f"UPDATE {RUNTIME} SET start = NULL WHERE rowid % 97 = 1",
+        f'UPDATE {RUNTIME} SET "end" = NULL WHERE rowid % 89 = 2',
+        f"UPDATE {RUNTIME} SET returnValue = NULL WHERE rowid % 83 = 3",
+        f"UPDATE {RUNTIME} SET globalTid = NULL WHERE rowid % 79 = 4",
+        f"UPDATE {RUNTIME} SET nameId = NULL WHERE rowid % 73 = 5",
+        f'UPDATE {RUNTIME} SET "end" = start - 7 WHERE rowid % 71 = 6',
+        f"UPDATE {RUNTIME} SET nameId = 999999 WHERE rowid % 67 = 7",
+        f"UPDATE {RUNTIME} SET returnValue = 0.5 WHERE rowid = 30",
+        f"UPDATE {RUNTIME} SET start = 'x' WHERE rowid = 31",
+        f"UPDATE {RUNTIME} SET correlationId = x'00ff' WHERE rowid = 32",
+        f"UPDATE {RUNTIME} SET globalTid = -globalTid WHERE rowid % 61 = 8",
+        f"UPDATE {RUNTIME} SET correlationId = 5 WHERE rowid IN (40, 41, 42)",
+    ]
+    return make_export(spec)
+
+
+def scan_with(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, workers: int = 1) -> scan.CudaApiScan:
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "1" if engine == "native" else "0")
+    monkeypatch.setattr(scan, "ADBC_MIN_ROWS", 0 if engine == "adbc" else 10**9)
+    export = probe(path)
+    try:
+        trace = load(export)
+        table = export.table(RUNTIME)
+        assert table is not None
+        ids = pl.Series("id", [r[0] for r in export.conn.execute("SELECT id FROM StringIds")], dtype=pl.Int64)
+        names = dict(export.conn.execute("SELECT value, id FROM StringIds"))
+        marked = pl.Series([names["cudaMalloc_v3020"]], dtype=pl.Int64)
+        counted = pl.Series([names["cudaFree_v3020"], names["cuMemAlloc_v2"]], dtype=pl.Int64)
+        keys = pl.DataFrame(
+            {"gpid": [100 << 24, 100 << 24, 200 << 24, 100 << 24], "correlation_id": [5, 17, 900, 10**9]},
+            schema={"gpid": pl.Int64, "correlation_id": pl.Int64},
+        )
+        return scan.scan_cuda_api(
+            export.conn, path, table.name, table.columns, trace.library_calls, ids, workers=workers,
+            marked_name_ids=marked, alloc_keys=keys, counted_name_ids=counted,
+        )  # fmt: skip
+    finally:
+        export.close()
+
+
+def assert_same_scan(a: scan.CudaApiScan, b: scan.CudaApiScan) -> None:
+    assert a.total == b.total
+    assert a.selected.equals(b.selected), (a.selected, b.selected)
+    assert a.span.equals(b.span), (a.span, b.span)
+    assert a.problems == b.problems
+    assert a.marked.equals(b.marked)
+    assert a.alloc_rows.equals(b.alloc_rows), (a.alloc_rows, b.alloc_rows)
+    assert a.counted == b.counted
+    assert a.type_mismatch_rows == b.type_mismatch_rows
+
+
+@needs_native
+@pytest.mark.parametrize("workers", [1, 3])
+def test_native_engine_equals_the_polars_reduction(make_export, monkeypatch, workers: int) -> None:
+    path = make_export(busy_export(9))
+    fast = scan_with(path, "native", monkeypatch, workers)
+    assert fast.engine == "native"
+    for engine in ("sqlite3", "adbc"):
+        other = scan_with(path, engine, monkeypatch, workers)
+        assert other.engine == engine
+        assert_same_scan(fast, other)
+    assert keyset(fast.selected) == brute_force_selected(path)
+    assert fast.marked.height and fast.counted and fast.alloc_rows.height  # the comparison is not vacuous
+
+
+@needs_native
+@pytest.mark.parametrize("workers", [1, 2])
+def test_native_engine_reads_damaged_rows_as_the_tolerant_reader_does(make_export, monkeypatch, workers: int) -> None:
+    path = hostile_scan_export(make_export)
+    fast = scan_with(path, "native", monkeypatch, workers)
+    slow = scan_with(path, "sqlite3", monkeypatch, workers)
+    assert (fast.engine, slow.engine) == ("native", "sqlite3")
+    assert_same_scan(fast, slow)
+    assert fast.type_mismatch_rows == 3
+    assert all(fast.problems[k] for k in scan.PROBLEMS), fast.problems
+    assert fast.span["gpid"].null_count() == 1 and (fast.span["gpid"] < 0).any()
+    con = sqlite3.connect(path)
+    tids = [g for (g,) in con.execute(f"SELECT globalTid FROM {RUNTIME} WHERE correlationId = 5")]
+    con.close()
+    by_sql = sum(1 for g in tids if type(g) is int and g - g % (1 << 24) == 100 << 24)
+    assert by_sql >= 2
+    assert fast.alloc_rows.filter(pl.col("correlation_id") == 5)["rows"].to_list() == [by_sql]
+
+
+@needs_native
+def test_native_engine_analysis_is_byte_identical(monkeypatch) -> None:
+    from nsysaudit.render import analysis_json
+
+    outs = {}
+    for engine in ("native", "sqlite3"):
+        monkeypatch.setenv("NSYSAUDIT_NATIVE", "1" if engine == "native" else "0")
+        outs[engine] = analysis_json(nsysaudit.analyze(H200 / "observe.sqlite"))
+    assert outs["native"] == outs["sqlite3"]
+
+
+def test_a_failing_native_scan_falls_back_to_the_polars_engines(make_export, monkeypatch) -> None:
+    path = make_export(busy_export(5))
+    reference = scan_with(path, "sqlite3", monkeypatch)
+
+    def broken(*a: object, **k: object) -> None:
+        raise native.NativeScanError("step: database disk image is malformed")
+
+    monkeypatch.setattr(native, "load", lambda: object())
+    monkeypatch.setattr(native, "scan_range", broken)
+    monkeypatch.setattr(native, "read_ints", broken)
+    monkeypatch.setattr(scan, "ADBC_MIN_ROWS", 10**9)
+    export = probe(path)
+    try:
+        trace = load(export)
+        table = export.table(RUNTIME)
+        assert table is not None
+        got = scan.scan_cuda_api(export.conn, path, table.name, table.columns, trace.library_calls, None)
+    finally:
+        export.close()
+    assert got.engine == "sqlite3"
+    assert got.selected.equals(reference.selected) and got.span.equals(reference.span)

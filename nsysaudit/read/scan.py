@@ -30,6 +30,7 @@ import polars as pl
 
 from nsysaudit.intervals import closed_library_calls, union_windows
 from nsysaudit.progress import Progress
+from nsysaudit.read import native
 from nsysaudit.read.source import readonly_uri
 
 BATCH_ROWS = 1 << 18
@@ -68,7 +69,7 @@ class CudaApiScan:
     rows of the whole table carry it and one of their name ids (``ALLOC_ROWS_SCHEMA``): more than
     one row, and the event's bytes cannot be attributed to one call.
     ``counted``: how many successful rows have a name id of ``counted_name_ids`` (the free calls).
-    ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``adbc`` or ``sqlite3``.
+    ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``native``, ``adbc`` or ``sqlite3``.
     """
 
     total: int
@@ -192,8 +193,12 @@ def rowid_name(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]) -
     return next((name for name in ROWID_NAMES if name not in declared), None)
 
 
-def _select_sql(table: str, columns: dict[str, str], rowid: str | None) -> str:
+def _select_sql(table: str, columns: dict[str, str], rowid: str | None, wrap: str | None = None) -> str:
+    """The SELECT of the six columns for a rowid range; ``wrap``: the six as one function's arguments
+    (the native engine's aggregate, ``nsa_reduce``)."""
     cols = ", ".join(columns[c] for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId"))
+    if wrap is not None:
+        cols = f"{wrap}({cols})"
     if rowid is None:  # no usable rowid: one partition, the whole table (the bounds are ignored)
         return f"SELECT {cols} FROM {_quote(table)} WHERE ? IS NOT NULL AND ? IS NOT NULL"
     return f"SELECT {cols} FROM {_quote(table)} WHERE {rowid} BETWEEN ? AND ?"
@@ -287,12 +292,37 @@ def scan_cuda_api(
                 progress.advance(batch.height)
         return out
 
-    engine = "adbc" if total >= ADBC_MIN_ROWS else "sqlite3"
+    def run_native(part: tuple[int, int]) -> list[_Reduced]:
+        out = native.scan_range(uri, reduce_sql, *part, inputs, list(ROW_SCHEMA))
+        mismatches.append(out["mismatch_rows"])
+        if progress is not None:
+            progress.advance(out["rows"])
+        return [
+            _Reduced(out["span"], out["selected"], dict(zip(PROBLEMS, out["problems"], strict=True)), out["marked"],
+                     out["alloc"], out["counted"])
+        ]
+
+    engine = "native" if native.load() is not None else "adbc" if total >= ADBC_MIN_ROWS else "sqlite3"
+    if engine == "native":
+        inputs = native.prepare(windows, string_ids, marked_name_ids, counted_name_ids, alloc_keys)
+        reduce_sql = _select_sql(table, present, rowid, wrap="nsa_reduce")
     mismatches: list[int] = []
     if progress is not None:
         progress.start(f"scanning {total:,} CUDA API rows", int(total))
+    if engine == "native":
+        try:
+            with ThreadPoolExecutor(max_workers=n_workers) as pool:
+                results = list(pool.map(run_native, parts))
+        except native.NativeScanError:  # the polars engines read it (and say why they cannot, if so)
+            engine = "adbc" if total >= ADBC_MIN_ROWS else "sqlite3"
+            mismatches.clear()
+            if progress is not None:
+                progress.finish()
+                progress.start(f"scanning {total:,} CUDA API rows", int(total))
     try:
-        if engine == "sqlite3":
+        if engine == "native":
+            pass
+        elif engine == "sqlite3":
             results = [run(p, False, mismatches) for p in parts]
         else:
             try:

@@ -1,0 +1,252 @@
+"""The native CUDA API scan (``native/scan.c``, built by ``make native``), through ctypes.
+
+The same reduction as :func:`nsysaudit.read.scan._reduce`, computed inside SQLite's C API in one
+pass (an aggregate function SQLite calls for each row): no value is decoded into Arrow or Python
+except the rows kept. :func:`read_ints` reads a table of integer columns (the memory events)
+without a Python object per value. ctypes releases the GIL for
+the call, so rowid ranges run in parallel threads. When the library is not built (a plain
+``pip install``, a machine without a C compiler) :func:`load` returns None and the scan uses its
+polars engines; ``NSYSAUDIT_NATIVE=0`` turns it off. tests/test_scan.py checks both give the same
+answer.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+LIBRARY = Path(__file__).resolve().parent / "_native_scan.so"
+NCOL = 6
+I64, U8 = ctypes.c_int64, ctypes.c_uint8
+P64, PU8 = ctypes.POINTER(I64), ctypes.POINTER(U8)
+
+_lib: Any = None
+_tried = False
+
+
+def load() -> Any:
+    """The loaded library, or None (not built, or turned off by ``NSYSAUDIT_NATIVE=0``)."""
+    global _lib, _tried
+    if os.environ.get("NSYSAUDIT_NATIVE", "1") == "0":
+        return None
+    if not _tried:
+        _tried = True
+        if LIBRARY.is_file():
+            try:
+                lib = ctypes.CDLL(str(LIBRARY))
+            except OSError:
+                lib = None
+            if lib is not None:
+                _declare(lib)
+            _lib = lib
+    return _lib
+
+
+def _declare(lib: Any) -> None:
+    lib.nsa_scan.restype = ctypes.c_void_p
+    lib.nsa_scan.argtypes = [
+        ctypes.c_char_p, ctypes.c_char_p, I64, I64,
+        P64, P64, P64, I64,
+        P64, I64, ctypes.c_int,
+        P64, I64,
+        P64, I64,
+        P64, P64, I64,
+    ]
+    for name, restype in (
+        ("nsa_error", ctypes.c_char_p), ("nsa_rows", I64), ("nsa_mismatch_rows", I64), ("nsa_counted", I64),
+        ("nsa_problems", P64), ("nsa_selected_n", I64), ("nsa_selected_values", P64), ("nsa_selected_nulls", PU8),
+        ("nsa_marked_n", I64), ("nsa_marked_values", P64), ("nsa_marked_nulls", PU8), ("nsa_key_rows", P64),
+        ("nsa_key_first_name", P64), ("nsa_key_first_null", PU8), ("nsa_span_count", I64),
+    ):
+        getattr(lib, name).restype = restype
+        getattr(lib, name).argtypes = [ctypes.c_void_p]
+    lib.nsa_spans.restype = I64
+    lib.nsa_spans.argtypes = [ctypes.c_void_p, P64, PU8, P64, PU8, P64, PU8, P64]
+    lib.nsa_free.restype = None
+    lib.nsa_free.argtypes = [ctypes.c_void_p]
+    lib.nsa_read.restype = ctypes.c_void_p
+    lib.nsa_read.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+    for name, restype in (("nsa_table_error", ctypes.c_char_p), ("nsa_table_n", I64), ("nsa_table_mismatched", I64),
+                          ("nsa_table_values", P64), ("nsa_table_nulls", PU8)):
+        getattr(lib, name).restype = restype
+        getattr(lib, name).argtypes = [ctypes.c_void_p]
+    lib.nsa_table_free.restype = None
+    lib.nsa_table_free.argtypes = [ctypes.c_void_p]
+
+
+class NativeScanError(RuntimeError):
+    """The native scan could not read the range (the caller falls back to the polars engines)."""
+
+
+def _int_columns(values_ptr: Any, n: int, ncol: int, names: list[str], nulls: list[pl.Series]) -> pl.DataFrame:
+    """``n`` rows of ``ncol`` int64 values (row-major, at ``values_ptr``) as a frame of ``names``; a
+    value is NULL where its column's ``nulls`` series is true."""
+    flat = array.array("q")
+    flat.frombytes(ctypes.string_at(values_ptr, n * ncol * 8))
+    frame = pl.DataFrame([pl.Series(name, flat[c::ncol], dtype=pl.Int64) for c, name in enumerate(names)])
+    masked = [(name, z) for name, z in zip(names, nulls, strict=True) if z.any()]
+    if not masked:
+        return frame
+    return frame.with_columns(
+        pl.when(z).then(None).otherwise(pl.col(name)).alias(name) for name, z in masked
+    )
+
+
+def _rows(values_ptr: Any, nulls_ptr: Any, n: int, names: list[str]) -> pl.DataFrame:
+    if n == 0:
+        return pl.DataFrame(schema=dict.fromkeys(names, pl.Int64))
+    bits = pl.Series(array.array("B", ctypes.string_at(nulls_ptr, n)), dtype=pl.UInt8)
+    return _int_columns(values_ptr, n, NCOL, names, [(bits & (1 << c)) != 0 for c in range(NCOL)])
+
+
+def read_ints(uri: str, sql: str, schema: dict[str, Any]) -> tuple[pl.DataFrame, int]:
+    """The rows of ``sql`` (every column an integer) as a frame of ``schema``, and how many values
+    were not integers (read as NULL, as :func:`nsysaudit.read.trace.frame` reads them)."""
+    lib = load()
+    if lib is None:
+        raise NativeScanError("the native scan is not built")
+    names = list(schema)
+    handle = lib.nsa_read(uri.encode(), sql.encode(), len(names))
+    if not handle:
+        raise NativeScanError("out of memory")
+    try:
+        error = lib.nsa_table_error(handle).decode(errors="replace")
+        if error:
+            raise NativeScanError(error)
+        n = lib.nsa_table_n(handle)
+        if n == 0:
+            return pl.DataFrame(schema=schema), 0
+        ncol = len(names)
+        z = array.array("B", ctypes.string_at(lib.nsa_table_nulls(handle), n * ncol))
+        nulls = [pl.Series(z[c::ncol], dtype=pl.UInt8) == 1 for c in range(ncol)]
+        return _int_columns(lib.nsa_table_values(handle), n, ncol, names, nulls), int(lib.nsa_table_mismatched(handle))
+    finally:
+        lib.nsa_table_free(handle)
+
+
+def _i64(values: pl.Series) -> array.array[int]:
+    return array.array("q", values.to_list() or [0])  # never empty: a ctypes view needs one item
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What every rowid range's scan reads, converted once (shared by the threads, read-only)."""
+
+    windows: tuple[array.array[int], array.array[int], array.array[int]]
+    n_windows: int
+    strings: array.array[int]
+    n_strings: int
+    check_strings: bool
+    marked: array.array[int]
+    n_marked: int
+    counted: array.array[int]
+    n_counted: int
+    keys: pl.DataFrame
+    key_arrays: tuple[array.array[int], array.array[int]]
+
+
+def prepare(
+    windows: pl.DataFrame,
+    string_ids: pl.Series | None,
+    marked_ids: pl.Series | None,
+    counted_ids: pl.Series | None,
+    alloc_keys: pl.DataFrame | None,
+) -> Inputs:
+    w = windows.sort("gtid", "w_start")
+
+    def ids(series: pl.Series | None) -> pl.Series:
+        return series.drop_nulls().unique().sort() if series is not None else pl.Series([], dtype=pl.Int64)
+
+    strings, marked, counted = ids(string_ids), ids(marked_ids), ids(counted_ids)
+    keys = (
+        alloc_keys.select("gpid", "correlation_id").drop_nulls().unique(maintain_order=True)
+        if alloc_keys is not None
+        else pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64})
+    )
+    return Inputs(
+        (_i64(w["gtid"]), _i64(w["w_start"]), _i64(w["w_end"])), w.height,
+        _i64(strings), strings.len(), string_ids is not None,
+        _i64(marked), marked.len(),
+        _i64(counted), counted.len(),
+        keys, (_i64(keys["gpid"]), _i64(keys["correlation_id"])),
+    )  # fmt: skip
+
+
+def _view(values: array.array[int]) -> Any:
+    return (I64 * len(values)).from_buffer(values)
+
+
+def _series(pointer: Any, n: int, typecode: str, name: str, dtype: Any) -> pl.Series:
+    values = array.array(typecode)
+    values.frombytes(ctypes.string_at(pointer, n * values.itemsize))
+    return pl.Series(name, values, dtype=dtype)
+
+
+def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list[str]) -> dict[str, Any]:
+    """Reduce one rowid range: ``selected``, ``marked`` (frames of ``names``), ``span``
+    (``gpid, first_ns, last_ns, rows``), ``problems`` (7 counts), ``counted``, ``mismatch_rows``,
+    ``rows``, ``alloc`` (``gpid, correlation_id, rows, name_id`` of the keys seen)."""
+    lib = load()
+    if lib is None:
+        raise NativeScanError("the native scan is not built")
+    x = inputs
+    n_keys = x.keys.height
+    args = (
+        uri.encode(), sql.encode(), lo, hi,
+        *(_view(a) for a in x.windows), x.n_windows,
+        _view(x.strings), x.n_strings, int(x.check_strings),
+        _view(x.marked), x.n_marked,
+        _view(x.counted), x.n_counted,
+        _view(x.key_arrays[0]), _view(x.key_arrays[1]), n_keys,
+    )  # fmt: skip
+    handle = lib.nsa_scan(*args)
+    if not handle:
+        raise NativeScanError("out of memory")
+    try:
+        error = lib.nsa_error(handle).decode(errors="replace")
+        if error:
+            raise NativeScanError(error)
+        n_spans = lib.nsa_span_count(handle)
+        cols = [(I64 if i % 2 == 0 or i == 6 else U8) * max(n_spans, 1) for i in range(7)]
+        gpid, gpid_null, first, first_null, last, last_null, rows = (c() for c in cols)
+        lib.nsa_spans(handle, gpid, gpid_null, first, first_null, last, last_null, rows)
+        span = pl.DataFrame(
+            {
+                "gpid": [None if gpid_null[i] else gpid[i] for i in range(n_spans)],
+                "first_ns": [None if first_null[i] else first[i] for i in range(n_spans)],
+                "last_ns": [None if last_null[i] else last[i] for i in range(n_spans)],
+                "rows": rows[:n_spans],
+            },
+            schema=dict.fromkeys(("gpid", "first_ns", "last_ns", "rows"), pl.Int64),
+        )
+        problems = lib.nsa_problems(handle)[:7]
+        if n_keys:
+            alloc = x.keys.with_columns(
+                _series(lib.nsa_key_rows(handle), n_keys, "q", "rows", pl.Int64),
+                pl.when(_series(lib.nsa_key_first_null(handle), n_keys, "B", "z", pl.UInt8) == 1)
+                .then(None)
+                .otherwise(_series(lib.nsa_key_first_name(handle), n_keys, "q", "name_id", pl.Int64))
+                .alias("name_id"),
+            ).filter(pl.col("rows") > 0)
+        else:
+            alloc = pl.DataFrame(schema=dict.fromkeys(("gpid", "correlation_id", "rows", "name_id"), pl.Int64))
+        return {
+            "selected": _rows(lib.nsa_selected_values(handle), lib.nsa_selected_nulls(handle),
+                              lib.nsa_selected_n(handle), names),
+            "marked": _rows(lib.nsa_marked_values(handle), lib.nsa_marked_nulls(handle), lib.nsa_marked_n(handle),
+                            names),
+            "span": span,
+            "problems": problems,
+            "counted": int(lib.nsa_counted(handle)),
+            "mismatch_rows": int(lib.nsa_mismatch_rows(handle)),
+            "rows": int(lib.nsa_rows(handle)),
+            "alloc": alloc,
+        }
+    finally:
+        lib.nsa_free(handle)
