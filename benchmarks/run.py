@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark nsysaudit against the plainest SQL and NVIDIA's own report, on the same files.
 
-    python benchmarks/run.py [--rows 2000000 20000000] [--repeat 5] [--out benchmarks/data]
-                             [--results FILE.md]
+    python benchmarks/run.py [--rows 1000000 2000000 20000000] [--repeat 5] [--out benchmarks/data]
+                             [--results FILE.md] [--no-latency]
 
 For each size it generates (once, cached in --out) an observe and a release export with
 benchmarks/make_export.py, then times whole processes, interleaved round-robin so that the
@@ -12,9 +12,14 @@ RSS (from wait4's rusage of each child):
 - ``analyze``:  nsysaudit analyze FILE --json (stdout to /dev/null)
 - ``sql``:      sqlite3 FILE "select returnValue, count(*) from CUPTI_ACTIVITY_KIND_RUNTIME group by 1"
 - ``nsys``:     nsys stats -r cuda_api_sum --format csv FILE (the CLI from `make nsys`), when present
+- ``scan``:     benchmarks/scan_only.py FILE: nsysaudit's own census (its CUDA API scan alone), checked
+                once to print what ``sql`` prints
 - ``compare``:  nsysaudit compare OBSERVE RELEASE --out TMP --force
 
-Ratios are against ``sql`` measured in the same run. This is a benchmark, not a test: the suite
+Ratios are against ``sql`` measured in the same run. Then the small-export latency (process start
+to exit, target 0.30 s): ``analyze --json`` of a generated 1,000-row export and of the bundled real
+1,229-row torch export, beside ``python -c "import polars"`` (the floor any polars tool pays) and
+``python -c pass``. This is a benchmark, not a test: the suite
 only runs it at a tiny size to check that it works (tests/test_bench.py).
 """
 
@@ -139,11 +144,17 @@ def bench(rows: int, repeat: int, out: Path, nsysaudit: str) -> dict[str, list[S
             "false",
             str(observe),
         ]
+    commands["scan"] = [sys.executable, str(HERE / "scan_only.py"), str(observe)]
     commands["compare"] = [nsysaudit, "compare", str(observe), str(release), "--out", str(tmp / "cmp"), "--force"]
     samples: dict[str, list[Sample]] = {k: [] for k in commands}
     try:
         for cmd in commands.values():  # warm the page cache once, untimed
             run_once(cmd, env)
+        if sqlite3_cli:  # the project's census says what SQLite's says
+            ours = subprocess.run(commands["scan"], capture_output=True, check=True, env=env).stdout
+            theirs = subprocess.run(commands["sql"], capture_output=True, check=True).stdout
+            if ours != theirs:
+                raise SystemExit(f"scan_only.py and sqlite3 disagree on {observe}:\n{ours!r}\n{theirs!r}")
         for _ in range(repeat):
             for name, cmd in commands.items():
                 samples[name].append(run_once(cmd, env))
@@ -170,12 +181,51 @@ def summarize(rows: int, samples: dict[str, list[Sample]]) -> list[str]:
     return lines
 
 
+TORCH = REPO / "tests" / "fixtures" / "h200-cuda13-nsys2025.3" / "torch" / "observe.sqlite"
+
+
+def latency(repeat: int, out: Path, nsysaudit: str) -> list[str]:
+    """Process start to exit on small exports, beside the interpreter's and polars' own start-up."""
+    out.mkdir(parents=True, exist_ok=True)
+    small = out / "small-1000.sqlite"
+    if not small.exists():
+        tmp = small.with_suffix(".tmp")
+        tmp.unlink(missing_ok=True)
+        generate(tmp, 1000)
+        tmp.rename(small)
+    commands = {
+        "analyze (1,000-row generated export)": [nsysaudit, "analyze", str(small), "--json"],
+        "analyze (1,229-row real torch export)": [nsysaudit, "analyze", str(TORCH), "--json"],
+        'python -c "import polars"': [sys.executable, "-c", "import polars"],
+        "python -c pass": [sys.executable, "-c", "pass"],
+    }
+    samples: dict[str, list[Sample]] = {k: [] for k in commands}
+    for cmd in commands.values():
+        run_once(cmd)
+    for _ in range(repeat * 2):
+        for name, cmd in commands.items():
+            samples[name].append(run_once(cmd))
+    lines = [
+        "### Small exports: process start to exit (target <= 0.30 s)",
+        "",
+        "| command | median wall (s) | min (s) | runs | peak RSS (MiB) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, ss in samples.items():
+        lines.append(
+            f"| {name} | {statistics.median(x.seconds for x in ss):.3f} | {min(x.seconds for x in ss):.3f} | "
+            f"{len(ss)} | {max(x.max_rss_kb for x in ss) / 1024:.0f} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, nargs="+", default=[2_000_000, 20_000_000])
+    ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 2_000_000, 20_000_000])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", type=Path, default=HERE / "data")
     ap.add_argument("--results", type=Path, default=None, help="write the Markdown tables here")
+    ap.add_argument("--no-latency", action="store_true", help="skip the small-export latency table")
     args = ap.parse_args(argv)
     nsysaudit = shutil.which("nsysaudit", path=str(Path(sys.executable).parent)) or "nsysaudit"
     report = [f"Machine: {machine()}", ""]
@@ -190,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
             f"Growth: {big // small}x the rows took {medians[big] / medians[small]:.2f}x the time for analyze "
             "(linear would be the same factor; fixed start-up costs make it smaller)."
         )
+        report.append("")
+    if not args.no_latency:
+        report += [*latency(args.repeat, args.out, nsysaudit), ""]
     text = "\n".join(report)
     print(text)
     if args.results:

@@ -19,5 +19,7 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = results.read_text()
     assert "### 20,000 CUDA API rows" in text and "### 40,000 CUDA API rows" in text
-    assert "| analyze |" in text and "| compare |" in text
+    assert "| analyze |" in text and "| compare |" in text and "| scan |" in text
     assert "Growth:" in text
+    assert "### Small exports: process start to exit" in text
+    assert "| analyze (1,229-row real torch export) |" in text and '| python -c "import polars" |' in text

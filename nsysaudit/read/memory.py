@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 
 from nsysaudit.read import native
-from nsysaudit.read.source import ExportFile
+from nsysaudit.read.source import ExportFile, Table
 
 EVENT_SCHEMA: dict[str, Any] = {
     "start_ns": pl.Int64,
@@ -102,31 +103,13 @@ def _mem_kinds(export: ExportFile) -> dict[int, str]:
     return kinds or dict(MEM_KINDS_FALLBACK)
 
 
-def read_memory(export: ExportFile, frame: Any, typed: Counter[str]) -> MemoryEvidence:
-    """Read the memory events and device totals of ``export``.
-
-    ``frame`` is the strict frame builder of :mod:`nsysaudit.read.trace` (wrong-typed values become
-    NULL and are counted in ``typed``).
-    """
-    conn = export.conn
-    kinds = _mem_kinds(export)
-    devices = pl.DataFrame(schema=DEVICE_SCHEMA)
-    gpu = export.table("TARGET_INFO_GPU")
-    if gpu is not None and gpu.has("id"):
-        cols = [
-            "vmId / 281474976710656" if gpu.has("vmId") else "0",
-            "id",
-            "name" if gpu.has("name") else "NULL",
-            "totalMemory" if gpu.has("totalMemory") else "NULL",
-        ]
-        devices = frame(conn, f"SELECT {', '.join(cols)} FROM {_q(gpu.name)} ORDER BY 1, 2", DEVICE_SCHEMA,
-                        mismatched=typed, source=gpu.name)
+def _usable(export: ExportFile) -> Table | None:
     mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
-    if mem is None or not mem.has("start", "globalPid", "bytes", "correlationId"):
-        empty = pl.DataFrame(schema=EVENT_SCHEMA)
-        return MemoryEvidence(empty, devices, kinds, pl.DataFrame(schema=ALLOC_SCHEMA),
-                              pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64}),
-                              pl.DataFrame(schema=SPAN_SCHEMA), 0, None)
+    return mem if mem is not None and mem.has("start", "globalPid", "bytes", "correlationId") else None
+
+
+def _events_sql(export: ExportFile, mem: Table) -> str:
+    """Every event in time order (ties in rowid order): the columns of :data:`EVENT_SCHEMA`."""
     ops = _enum_ids(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
     alloc_op = ops.get("CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", ALLOCATION)
     free_op = ops.get("CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", DEALLOCATION)
@@ -148,13 +131,75 @@ def read_memory(export: ExportFile, frame: Any, typed: Counter[str]) -> MemoryEv
             "correlationId",
         ]
     )
+    return f"SELECT {columns} FROM {_q(mem.name)} ORDER BY start, rowid"
+
+
+def _read_native(export: ExportFile, sql: str) -> tuple[pl.DataFrame, int] | None:
+    """The native reader's frame and wrong-typed count (a Python object per value costs ~10x: 2 s
+    for 755k events), or None (not built, or it failed: the strict frame builder reads it and says
+    what is wrong)."""
     try:
-        # The native reader when built (a Python object per value costs ~10x: 2 s for 755k events);
-        # on any failure, the strict frame builder, which says what is wrong.
-        sql = f"SELECT {columns} FROM {_q(mem.name)} ORDER BY start, rowid"
-        read: tuple[pl.DataFrame, int] | None = native.read_ints(export.uri, sql, EVENT_SCHEMA)
+        return native.read_ints(export.uri, sql, EVENT_SCHEMA)
     except native.NativeScanError:
-        read = None
+        return None
+
+
+class Prefetch:
+    """The memory events read by the native reader on a thread of its own (it holds no GIL), while
+    the caller reads other tables; :func:`read_memory` takes the result. Nothing is read when the
+    native reader is not built or the export has no usable table."""
+
+    def __init__(self, export: ExportFile) -> None:
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Future[tuple[pl.DataFrame, int] | None] | None = None
+        mem = _usable(export)
+        if mem is None or native.load() is None:
+            return
+        sql = _events_sql(export, mem)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-memory")
+        self._future = self._pool.submit(_read_native, export, sql)
+
+    def result(self) -> tuple[pl.DataFrame, int] | None:
+        try:
+            return self._future.result() if self._future is not None else None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def read_memory(
+    export: ExportFile, frame: Any, typed: Counter[str], prefetched: Prefetch | None = None
+) -> MemoryEvidence:
+    """Read the memory events and device totals of ``export``.
+
+    ``frame`` is the strict frame builder of :mod:`nsysaudit.read.trace` (wrong-typed values become
+    NULL and are counted in ``typed``); ``prefetched``: the events already being read.
+    """
+    conn = export.conn
+    kinds = _mem_kinds(export)
+    devices = pl.DataFrame(schema=DEVICE_SCHEMA)
+    gpu = export.table("TARGET_INFO_GPU")
+    if gpu is not None and gpu.has("id"):
+        cols = [
+            "vmId / 281474976710656" if gpu.has("vmId") else "0",
+            "id",
+            "name" if gpu.has("name") else "NULL",
+            "totalMemory" if gpu.has("totalMemory") else "NULL",
+        ]
+        devices = frame(conn, f"SELECT {', '.join(cols)} FROM {_q(gpu.name)} ORDER BY 1, 2", DEVICE_SCHEMA,
+                        mismatched=typed, source=gpu.name)
+    mem = _usable(export)
+    if mem is None:
+        empty = pl.DataFrame(schema=EVENT_SCHEMA)
+        return MemoryEvidence(empty, devices, kinds, pl.DataFrame(schema=ALLOC_SCHEMA),
+                              pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64}),
+                              pl.DataFrame(schema=SPAN_SCHEMA), 0, None)
+    sql = _events_sql(export, mem)
+    read = prefetched.result() if prefetched is not None else _read_native(export, sql)
     events: pl.DataFrame | None = None
     if read is not None:
         events, wrong = read
@@ -162,11 +207,9 @@ def read_memory(export: ExportFile, frame: Any, typed: Counter[str]) -> MemoryEv
             typed[mem.name] += wrong
     try:
         if events is None:
-            events = frame(conn, f"SELECT {columns} FROM {_q(mem.name)} ORDER BY start, rowid", EVENT_SCHEMA,
-                           mismatched=typed, source=mem.name)
+            events = frame(conn, sql, EVENT_SCHEMA, mismatched=typed, source=mem.name)
     except sqlite3.OperationalError:  # a user column named rowid hides nothing here: order by start alone
-        events = frame(conn, f"SELECT {columns} FROM {_q(mem.name)} ORDER BY start", EVENT_SCHEMA,
-                       mismatched=typed, source=mem.name)
+        events = frame(conn, sql.removesuffix(", rowid"), EVENT_SCHEMA, mismatched=typed, source=mem.name)
     allocs = events.filter(pl.col("operation") == 0)
     # A NULL (or non-integer) size makes the call's bytes unknown, never a partial sum.
     grouped = allocs.group_by("gpid", "correlation_id").agg(

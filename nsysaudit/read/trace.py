@@ -21,7 +21,7 @@ from nsysaudit.errors import UnusableInput, Warning, warning
 from nsysaudit.ids import global_pid
 from nsysaudit.progress import Progress
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
-from nsysaudit.read.memory import MemoryEvidence, read_memory
+from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.source import ExportFile, Table
 
@@ -245,13 +245,20 @@ def load(
     progress: Progress | None = None,
 ) -> Trace:
     """Read every frame the analysis needs from ``export``; ``progress`` hears about the scan."""
+    prefetch: Prefetch | None = None
     try:
-        return _load(export, tuple(library_domains), progress)
+        prefetch = Prefetch(export)  # the memory events, read on a thread while the other tables are
+        return _load(export, tuple(library_domains), progress, prefetch)
     except sqlite3.DatabaseError as exc:
         raise UnusableInput(export.path, f"SQLite failed while reading the export: {exc}") from None
+    finally:
+        if prefetch is not None:
+            prefetch.close()
 
 
-def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None) -> Trace:
+def _load(
+    export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None, prefetch: Prefetch | None = None
+) -> Trace:
     conn, path = export.conn, export.path
     typed: Counter[str] = Counter()  # values of the wrong type read as NULL, per table
     read_warnings: list[Warning] = []
@@ -354,7 +361,7 @@ def _load(export: ExportFile, library_domains: tuple[str, ...], progress: Progre
     )
 
     # --- Memory usage events (read once: the joins' bytes and the ledger) -------------------------
-    memory = read_memory(export, frame, typed)
+    memory = read_memory(export, frame, typed, prefetch)
     mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS") if memory.table is not None else None
     if memory.table is not None:
         tables_used["memory"] = memory.table
