@@ -186,7 +186,6 @@ static int64_t capacity_for(int64_t n) {
     return cap;
 }
 
-
 typedef struct {
     nsa_result *r;
     wslot *wins;
@@ -208,74 +207,74 @@ static int reduce_row(ctx *x, const int64_t *v, uint8_t nulls, uint8_t wrong) {
     int64_t wcap = x->wcap, kcap = x->kcap, n_win = x->n_win, n_keys = x->n_keys;
     const int64_t *w_start = x->w_start, *w_end = x->w_end;
     int check_strings = x->check_strings;
-        r->rows++;
-        r->mismatch_rows += wrong;
-        int has_gtid = !(nulls & (1 << GTID)), has_start = !(nulls & (1 << START));
-        int has_end = !(nulls & (1 << END)), has_ret = !(nulls & (1 << RET));
-        int has_name = !(nulls & (1 << NAME)), has_corr = !(nulls & (1 << CORR));
-        int64_t gpid = 0;
-        if (has_gtid) {
-            int64_t m = v[GTID] % (1 << 24);
-            if (m < 0) m += (1 << 24);
-            gpid = v[GTID] - m;
-        }
-        span *s = has_gtid ? span_of(r, gpid) : &r->null_span;
-        if (!s) {
-            snprintf(r->error, sizeof r->error, "out of memory");
-            return -1;
-        }
-        add_to_span(s, v, nulls);
-        r->problems[P_NULL_START] += !has_start;
-        r->problems[P_NULL_END] += !has_end;
-        r->problems[P_NULL_RETURN] += !has_ret;
-        r->problems[P_NULL_GTID] += !has_gtid;
-        r->problems[P_NULL_NAME] += !has_name;
-        r->problems[P_REVERSED] += has_start && has_end && v[END] < v[START];
-        if (check_strings && has_name && !idset_has(&x->strings, v[NAME])) r->problems[P_DANGLING]++;
-        if (!has_ret || v[RET] != 0) {
-            if (push(&r->selected, v, nulls)) return -1;
-        } else {
-            if (has_gtid && has_start && has_end && n_win) {
-                uint64_t h = mix((uint64_t)v[GTID]) & (uint64_t)(wcap - 1);
-                while (wins[h].used && wins[h].gtid != v[GTID]) h = (h + 1) & (uint64_t)(wcap - 1);
-                if (wins[h].used) {
-                    /* the last window of the thread starting at or before the row's end */
-                    int64_t a = wins[h].offset, n = wins[h].count, lo_i = wins[h].pos;
-                    /* lo_i: how many windows start at or before the row's end; first the last answer
-                     * and the one after it, then a binary search */
+    r->rows++;
+    r->mismatch_rows += wrong;
+    int has_gtid = !(nulls & (1 << GTID)), has_start = !(nulls & (1 << START));
+    int has_end = !(nulls & (1 << END)), has_ret = !(nulls & (1 << RET));
+    int has_name = !(nulls & (1 << NAME)), has_corr = !(nulls & (1 << CORR));
+    int64_t gpid = 0;
+    if (has_gtid) {
+        int64_t m = v[GTID] % (1 << 24);
+        if (m < 0) m += (1 << 24);
+        gpid = v[GTID] - m;
+    }
+    span *s = has_gtid ? span_of(r, gpid) : &r->null_span;
+    if (!s) {
+        snprintf(r->error, sizeof r->error, "out of memory");
+        return -1;
+    }
+    add_to_span(s, v, nulls);
+    r->problems[P_NULL_START] += !has_start;
+    r->problems[P_NULL_END] += !has_end;
+    r->problems[P_NULL_RETURN] += !has_ret;
+    r->problems[P_NULL_GTID] += !has_gtid;
+    r->problems[P_NULL_NAME] += !has_name;
+    r->problems[P_REVERSED] += has_start && has_end && v[END] < v[START];
+    if (check_strings && has_name && !idset_has(&x->strings, v[NAME])) r->problems[P_DANGLING]++;
+    if (!has_ret || v[RET] != 0) {
+        if (push(&r->selected, v, nulls)) return -1;
+    } else {
+        if (has_gtid && has_start && has_end && n_win) {
+            uint64_t h = mix((uint64_t)v[GTID]) & (uint64_t)(wcap - 1);
+            while (wins[h].used && wins[h].gtid != v[GTID]) h = (h + 1) & (uint64_t)(wcap - 1);
+            if (wins[h].used) {
+                /* the last window of the thread starting at or before the row's end */
+                int64_t a = wins[h].offset, n = wins[h].count, lo_i = wins[h].pos;
+                /* lo_i: how many windows start at or before the row's end; first the last answer
+                 * and the one after it, then a binary search */
 #define FITS(k) (((k) == 0 || w_start[a + (k) - 1] <= v[END]) && ((k) == n || w_start[a + (k)] > v[END]))
-                    if (!FITS(lo_i)) {
-                        if (lo_i < n && FITS(lo_i + 1)) {
-                            lo_i++;
-                        } else {
-                            int64_t hi_i = n;
-                            lo_i = 0;
-                            while (lo_i < hi_i) {
-                                int64_t mid = lo_i + (hi_i - lo_i) / 2;
-                                if (w_start[a + mid] <= v[END]) lo_i = mid + 1;
-                                else hi_i = mid;
-                            }
+                if (!FITS(lo_i)) {
+                    if (lo_i < n && FITS(lo_i + 1)) {
+                        lo_i++;
+                    } else {
+                        int64_t hi_i = n;
+                        lo_i = 0;
+                        while (lo_i < hi_i) {
+                            int64_t mid = lo_i + (hi_i - lo_i) / 2;
+                            if (w_start[a + mid] <= v[END]) lo_i = mid + 1;
+                            else hi_i = mid;
                         }
-                        wins[h].pos = lo_i;
                     }
+                    wins[h].pos = lo_i;
+                }
 #undef FITS
-                    if (lo_i > 0 && w_end[a + lo_i - 1] >= v[START] && push(&r->selected, v, nulls)) return -1;
-                }
-            }
-            if (has_name && idset_has(&x->marked, v[NAME]) && push(&r->marked, v, nulls)) return -1;
-            if (has_name && idset_has(&x->counted, v[NAME])) r->counted++;
-        }
-        if (n_keys && has_gtid && has_corr && (!x->key_corrs.bits || idset_has(&x->key_corrs, v[CORR]))) {
-            uint64_t h = mix((uint64_t)gpid ^ mix((uint64_t)v[CORR])) & (uint64_t)(kcap - 1);
-            while (keys[h].used && !(keys[h].gpid == gpid && keys[h].corr == v[CORR])) h = (h + 1) & (uint64_t)(kcap - 1);
-            if (keys[h].used) {
-                int64_t k = keys[h].index;
-                if (r->key_rows[k]++ == 0) {
-                    r->key_first_name[k] = v[NAME];
-                    r->key_first_null[k] = !has_name;
-                }
+                if (lo_i > 0 && w_end[a + lo_i - 1] >= v[START] && push(&r->selected, v, nulls)) return -1;
             }
         }
+        if (has_name && idset_has(&x->marked, v[NAME]) && push(&r->marked, v, nulls)) return -1;
+        if (has_name && idset_has(&x->counted, v[NAME])) r->counted++;
+    }
+    if (n_keys && has_gtid && has_corr && (!x->key_corrs.bits || idset_has(&x->key_corrs, v[CORR]))) {
+        uint64_t h = mix((uint64_t)gpid ^ mix((uint64_t)v[CORR])) & (uint64_t)(kcap - 1);
+        while (keys[h].used && !(keys[h].gpid == gpid && keys[h].corr == v[CORR])) h = (h + 1) & (uint64_t)(kcap - 1);
+        if (keys[h].used) {
+            int64_t k = keys[h].index;
+            if (r->key_rows[k]++ == 0) {
+                r->key_first_name[k] = v[NAME];
+                r->key_first_null[k] = !has_name;
+            }
+        }
+    }
     return 0;
 }
 
