@@ -16,9 +16,9 @@ The public API is what ``__all__`` lists; everything else is internal and may mo
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from nsysaudit._lazy import lazy_attributes
 from nsysaudit._version import __version__
 
 if TYPE_CHECKING:
@@ -68,18 +68,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'nsysaudit' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value  # once: later lookups do not come here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
 
 __all__ = [
     "DEFAULT_CLOCKS",

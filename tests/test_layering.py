@@ -2,7 +2,7 @@
 
 Read from the bottom up (README "How the code is laid out"):
 
-0. shared modules: errors, ids, intervals, joins, codes, text, canonical, digests, paths, progress, _version
+0. shared modules: errors, ids, intervals, joins, codes, text, canonical, digests, paths, progress, _version, _lazy
 1. ``read/``: open an export read-only, probe it, scan it, load frames, nsys's diagnostics, telemetry
 2. ``analysis/``: pure functions on frames: coverage, findings, failed calls, verdict, alignment
 3. ``reports/``: one document per analysis or comparison, built once
@@ -30,7 +30,7 @@ LAYERS: dict[str, int] = {
     **{
         f"nsysaudit.{m}": 0
         for m in ("errors", "ids", "intervals", "joins", "codes", "text", "canonical", "digests", "paths", "progress",
-                  "_version")
+                  "_version", "_lazy")
     },
     "nsysaudit.read": 1,
     "nsysaudit.analysis": 2,
@@ -47,8 +47,8 @@ LAYERS: dict[str, int] = {
     "nsysaudit.__main__": 8,
 }
 # Within the shared bottom layer the order still matters: a shared module may use only those below it.
-SHARED_ORDER = ["errors", "_version", "codes", "text", "canonical", "digests", "paths", "progress", "ids", "intervals",
-                "joins"]
+SHARED_ORDER = ["errors", "_version", "_lazy", "codes", "text", "canonical", "digests", "paths", "progress", "ids",
+                "intervals", "joins"]
 
 
 def module_name(path: Path) -> str:

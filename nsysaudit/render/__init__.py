@@ -10,8 +10,9 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nsysaudit._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from nsysaudit.render.json import analysis_json, indented, write_analysis
@@ -43,14 +44,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'nsysaudit.render' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
-
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
 
 __all__ = [
     "DEFAULT_BOUNDARY",
