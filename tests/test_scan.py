@@ -285,3 +285,16 @@ def test_a_failing_native_scan_falls_back_to_the_polars_engines(make_export, mon
         export.close()
     assert got.engine == "sqlite3"
     assert got.selected.equals(reference.selected) and got.span.equals(reference.span)
+
+
+def test_a_library_that_does_not_load_or_lacks_the_scan_is_not_used(monkeypatch, tmp_path: Path) -> None:
+    import _sqlite3
+
+    bogus = tmp_path / "_native_scan.so"
+    bogus.write_bytes(b"not a shared object")
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "1")
+    for candidate in (bogus, Path(_sqlite3.__file__), tmp_path / "absent.so"):  # OSError, no nsa_scan, no file
+        monkeypatch.setattr(native, "LIBRARY", candidate)
+        monkeypatch.setattr(native, "_tried", False)
+        monkeypatch.setattr(native, "_lib", None)
+        assert native.load() is None, candidate

@@ -40,10 +40,9 @@ def load() -> Any:
         if LIBRARY.is_file():
             try:
                 lib = ctypes.CDLL(str(LIBRARY))
-            except OSError:
-                lib = None
-            if lib is not None:
                 _declare(lib)
+            except (OSError, AttributeError):  # not loadable here, or built from another scan.c
+                lib = None
             _lib = lib
     return _lib
 
