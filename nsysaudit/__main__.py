@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import sys
 
-# polars' allocator (jemalloc, with its background purging thread) keeps freed pages for 10 s by
-# default, so a process that builds and drops frames in turn holds the sum of them: 1.25 GiB of
-# peak RSS at 20M CUDA API rows against ~0.85 GiB when freed pages go back to the system within
-# 0.2 s (benchmarks/RESULTS.md, issue 13). Set before polars is first imported; a value the user
-# set wins. The package's own import (``nsysaudit/__init__.py``) loads no polars.
+# polars sets its allocator (jemalloc) to dirty_decay_ms:500,muzzy_decay_ms:1000 and appends
+# _RJEM_MALLOC_CONF after that, so ours wins. Freed pages are then returned within 0.2 s, instead
+# of lingering lazily freed (MADV_FREE, still counted in RSS) for up to 1.5 s. A process that builds
+# and drops frames in turn holds less: 785,532 KB of peak RSS at 20M CUDA API rows against
+# 1,026,044 KB (benchmarks/RESULTS.md, issue 13). This must be set before polars is first imported,
+# and a value the user set wins. The package's own import (``nsysaudit/__init__.py``) loads no polars.
 if "polars" not in sys.modules:
     os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:200,muzzy_decay_ms:0")
 

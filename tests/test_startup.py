@@ -6,6 +6,7 @@ Checked by which modules a fresh process has loaded, not by timing (benchmarks/r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,30 @@ def test_terminal_output_loads_rich_and_the_package_face_resolves_every_name() -
     assert set(dir(nsysaudit)) >= set(nsysaudit.__all__)
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         nsysaudit.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("preset", [None, "narenas:2"])
+def test_the_cli_asks_jemalloc_to_return_freed_memory_unless_the_user_said(preset: str | None) -> None:
+    """polars puts its own settings first and appends ``_RJEM_MALLOC_CONF`` (jemalloc reads left to
+    right, a later value wins): the CLI's, or the user's untouched."""
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if preset is not None:
+        env["_RJEM_MALLOC_CONF"] = preset
+    code = (
+        "import os, sys\n"
+        "sys.argv = ['nsysaudit', 'analyze', sys.argv[1], '--json']\n"
+        "import nsysaudit.__main__ as entry\n"
+        "try:\n"
+        "    entry.run()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert 'polars' in sys.modules\n"
+        "sys.stderr.write(os.environ['_RJEM_MALLOC_CONF'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(OBSERVE)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=True)
+    conf = out.stderr.strip().split(",")
+    if preset is None:
+        assert conf[-2:] == ["dirty_decay_ms:200", "muzzy_decay_ms:0"], conf
+    else:
+        assert conf[-1] == preset and "dirty_decay_ms:200" not in conf, conf
