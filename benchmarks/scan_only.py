@@ -15,9 +15,9 @@ from pathlib import Path
 
 import polars as pl
 
+from nsysaudit.intervals import WINDOW_SCHEMA
 from nsysaudit.read.scan import ROW_SCHEMA, scan_cuda_api
 from nsysaudit.read.source import probe
-from nsysaudit.read.trace import LIB_SCHEMA
 
 
 def census(path: Path) -> tuple[str, dict[int | None, int]]:
@@ -25,7 +25,8 @@ def census(path: Path) -> tuple[str, dict[int | None, int]]:
     try:
         table = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
         assert table is not None, f"{path}: no CUDA API table"
-        scanned = scan_cuda_api(export.conn, path, table.name, table.columns, pl.DataFrame(schema=LIB_SCHEMA), None)
+        no_windows = pl.DataFrame(schema=WINDOW_SCHEMA)
+        scanned = scan_cuda_api(export.conn, path, table.name, table.columns, no_windows, None)
     finally:
         export.close()
     failed = scanned.selected.group_by("return_code").len()

@@ -72,7 +72,7 @@ def selected(path: Path, **kw: object) -> tuple[scan.CudaApiScan, pl.DataFrame]:
         table = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
         assert table is not None
         ids = pl.Series("id", [r[0] for r in export.conn.execute("SELECT id FROM StringIds")], dtype=pl.Int64)
-        result = scan.scan_cuda_api(export.conn, path, table.name, table.columns, trace.library_calls, ids, **kw)  # type: ignore[arg-type]
+        result = scan.scan_cuda_api(export.conn, path, table.name, table.columns, trace.library_windows, ids, **kw)  # type: ignore[arg-type]
         return result, trace.library_calls
     finally:
         export.close()
@@ -202,7 +202,7 @@ def scan_with(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, workers:
             schema={"gpid": pl.Int64, "correlation_id": pl.Int64},
         )
         return scan.scan_cuda_api(
-            export.conn, path, table.name, table.columns, trace.library_calls, ids, workers=workers,
+            export.conn, path, table.name, table.columns, trace.library_windows, ids, workers=workers,
             marked_name_ids=marked, alloc_keys=keys, counted_name_ids=counted,
         )  # fmt: skip
     finally:
@@ -280,7 +280,7 @@ def test_a_failing_native_scan_falls_back_to_the_polars_engines(make_export, mon
         trace = load(export)
         table = export.table(RUNTIME)
         assert table is not None
-        got = scan.scan_cuda_api(export.conn, path, table.name, table.columns, trace.library_calls, None)
+        got = scan.scan_cuda_api(export.conn, path, table.name, table.columns, trace.library_windows, None)
     finally:
         export.close()
     assert got.engine == "sqlite3"

@@ -108,7 +108,7 @@ def analyze_trace(
     calls = integrity.joinable_calls(trace.cuda_api_rows)
     # The library calls the joins can use, and their union per thread: made once, used by every step.
     closed = closed_library_calls(trace.library_calls)
-    windows = union_windows(closed)
+    windows = trace.library_windows  # union_windows(closed), made once by the read
     nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
     pairs = joins.attach_bytes(nesting.pairs, trace.allocations)
     pairs = pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)

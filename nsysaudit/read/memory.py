@@ -14,7 +14,7 @@ import sqlite3
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -108,9 +108,19 @@ def _usable(export: ExportFile) -> Table | None:
     return mem if mem is not None and mem.has("start", "globalPid", "bytes", "correlationId") else None
 
 
-def _events_sql(export: ExportFile, mem: Table, ordered: bool = True) -> str:
-    """Every event in time order (ties in rowid order): the columns of :data:`EVENT_SCHEMA`; not
-    ``ordered``: in table order, with the rowid as a last column."""
+class _Plan(NamedTuple):
+    """How the events are read: ``ordered`` (time, then rowid: the frame builder's SQL), ``by_start``
+    (time alone, where the table has no rowid), ``unordered`` (table order with the rowid as a last
+    column, for the native reader; None where a declared column named rowid hides it)."""
+
+    ordered: str
+    by_start: str
+    unordered: str | None
+
+
+def _plan(export: ExportFile, mem: Table) -> _Plan:
+    """The columns of :data:`EVENT_SCHEMA` from ``mem``, read once (the export's enums), in each
+    order. Built on the caller's thread: it reads the export through its connection."""
     ops = _enum_ids(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER")
     alloc_op = ops.get("CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", ALLOCATION)
     free_op = ops.get("CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", DEALLOCATION)
@@ -132,21 +142,16 @@ def _events_sql(export: ExportFile, mem: Table, ordered: bool = True) -> str:
             "correlationId",
         ]
     )
-    if not ordered:
-        return f"SELECT {columns}, rowid FROM {_q(mem.name)}"
-    return f"SELECT {columns} FROM {_q(mem.name)} ORDER BY start, rowid"
+    select = f"SELECT {columns} FROM {_q(mem.name)}"
+    hidden = "rowid" in {c.lower() for c in mem.columns}
+    return _Plan(
+        f"{select} ORDER BY start, rowid",
+        f"{select} ORDER BY start",
+        None if hidden else f"SELECT {columns}, rowid FROM {_q(mem.name)}",
+    )
 
 
-def _native_plan(export: ExportFile, mem: Table) -> tuple[str, str | None]:
-    """The SQL the native reader runs: ordered by SQLite when the table declares a column named
-    rowid (as the frame builder orders it), else in table order with the rowid, for polars to sort
-    (see :func:`_read_native`). Built on the caller's thread: it reads the export's enums."""
-    if "rowid" in {c.lower() for c in mem.columns}:
-        return _events_sql(export, mem), None
-    return _events_sql(export, mem), _events_sql(export, mem, ordered=False)
-
-
-def _read_native(uri: str, plan: tuple[str, str | None]) -> tuple[pl.DataFrame, int] | None:
+def _read_native(uri: str, plan: _Plan) -> tuple[pl.DataFrame, int] | None:
     """The native reader's frame and wrong-typed count (a Python object per value costs ~10x: 2 s
     for 755k events), or None (not built, or it failed: the strict frame builder reads it and says
     what is wrong).
@@ -154,11 +159,10 @@ def _read_native(uri: str, plan: tuple[str, str | None]) -> tuple[pl.DataFrame, 
     Read in table order and sorted by polars on (start, rowid), SQLite's ``ORDER BY start, rowid``
     exactly (NULL starts first, rowids unique), without SQLite's single-threaded sorter (0.4 s of
     1.1 s at 755k events). Touches no Python sqlite3 connection: it may run on any thread."""
-    ordered, unordered = plan
     try:
-        if unordered is None:
-            return native.read_ints(uri, ordered, EVENT_SCHEMA)
-        events, wrong = native.read_ints(uri, unordered, {**EVENT_SCHEMA, "_rowid": pl.Int64})
+        if plan.unordered is None:
+            return native.read_ints(uri, plan.ordered, EVENT_SCHEMA)
+        events, wrong = native.read_ints(uri, plan.unordered, {**EVENT_SCHEMA, "_rowid": pl.Int64})
         return events.sort("start_ns", "_rowid", nulls_last=False).drop("_rowid"), wrong
     except native.NativeScanError:
         return None
@@ -173,10 +177,11 @@ class Prefetch:
         self._pool: ThreadPoolExecutor | None = None
         self._future: Future[tuple[pl.DataFrame, int] | None] | None = None
         mem = _usable(export)
-        if mem is None or native.load() is None:
+        self.plan = _plan(export, mem) if mem is not None else None
+        if self.plan is None or native.load() is None:
             return
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-memory")
-        self._future = self._pool.submit(_read_native, export.uri, _native_plan(export, mem))
+        self._future = self._pool.submit(_read_native, export.uri, self.plan)
 
     def result(self) -> tuple[pl.DataFrame, int] | None:
         try:
@@ -217,8 +222,11 @@ def read_memory(
         return MemoryEvidence(empty, devices, kinds, pl.DataFrame(schema=ALLOC_SCHEMA),
                               pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64}),
                               pl.DataFrame(schema=SPAN_SCHEMA), 0, None)
-    sql = _events_sql(export, mem)
-    read = prefetched.result() if prefetched is not None else _read_native(export.uri, _native_plan(export, mem))
+    if prefetched is not None and prefetched.plan is not None:
+        plan, read = prefetched.plan, prefetched.result()
+    else:
+        plan = _plan(export, mem)
+        read = _read_native(export.uri, plan)
     events: pl.DataFrame | None = None
     if read is not None:
         events, wrong = read
@@ -226,9 +234,9 @@ def read_memory(
             typed[mem.name] += wrong
     try:
         if events is None:
-            events = frame(conn, sql, EVENT_SCHEMA, mismatched=typed, source=mem.name)
+            events = frame(conn, plan.ordered, EVENT_SCHEMA, mismatched=typed, source=mem.name)
     except sqlite3.OperationalError:  # a user column named rowid hides nothing here: order by start alone
-        events = frame(conn, sql.removesuffix(", rowid"), EVENT_SCHEMA, mismatched=typed, source=mem.name)
+        events = frame(conn, plan.by_start, EVENT_SCHEMA, mismatched=typed, source=mem.name)
     allocs = events.filter(pl.col("operation") == 0)
     # A NULL (or non-integer) size makes the call's bytes unknown, never a partial sum.
     grouped = allocs.group_by("gpid", "correlation_id").agg(

@@ -47,36 +47,42 @@ def load() -> Any:
     return _lib
 
 
-def _declare(lib: Any) -> None:
-    lib.nsa_scan.restype = ctypes.c_void_p
-    lib.nsa_scan.argtypes = [
+# Every function of the library: (name, return type, argument types).
+VOID = ctypes.c_void_p
+SIGNATURES: tuple[tuple[str, Any, list[Any]], ...] = (
+    ("nsa_scan", VOID, [
         ctypes.c_char_p, ctypes.c_char_p, I64, I64,
         P64, P64, P64, I64,
         P64, I64, ctypes.c_int,
         P64, I64,
         P64, I64,
         P64, P64, I64,
-    ]
-    for name, restype in (
-        ("nsa_error", ctypes.c_char_p), ("nsa_rows", I64), ("nsa_mismatch_rows", I64), ("nsa_counted", I64),
-        ("nsa_problems", P64), ("nsa_selected_n", I64), ("nsa_selected_values", P64), ("nsa_selected_nulls", PU8),
-        ("nsa_marked_n", I64), ("nsa_marked_values", P64), ("nsa_marked_nulls", PU8), ("nsa_key_rows", P64),
-        ("nsa_key_first_name", P64), ("nsa_key_first_null", PU8), ("nsa_span_count", I64),
-    ):
-        getattr(lib, name).restype = restype
-        getattr(lib, name).argtypes = [ctypes.c_void_p]
-    lib.nsa_spans.restype = I64
-    lib.nsa_spans.argtypes = [ctypes.c_void_p, P64, PU8, P64, PU8, P64, PU8, P64]
-    lib.nsa_free.restype = None
-    lib.nsa_free.argtypes = [ctypes.c_void_p]
-    lib.nsa_read.restype = ctypes.c_void_p
-    lib.nsa_read.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
-    for name, restype in (("nsa_table_error", ctypes.c_char_p), ("nsa_table_n", I64), ("nsa_table_mismatched", I64),
-                          ("nsa_table_values", P64), ("nsa_table_nulls", PU8)):
-        getattr(lib, name).restype = restype
-        getattr(lib, name).argtypes = [ctypes.c_void_p]
-    lib.nsa_table_free.restype = None
-    lib.nsa_table_free.argtypes = [ctypes.c_void_p]
+    ]),
+    ("nsa_spans", I64, [VOID, P64, PU8, P64, PU8, P64, PU8, P64]),
+    ("nsa_read", VOID, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]),
+    ("nsa_free", None, [VOID]),
+    ("nsa_table_free", None, [VOID]),
+    *(
+        (name, restype, [VOID])  # accessors of a result (nsa_*) or a table (nsa_table_*)
+        for name, restype in (
+            ("nsa_error", ctypes.c_char_p), ("nsa_rows", I64), ("nsa_mismatch_rows", I64), ("nsa_counted", I64),
+            ("nsa_problems", P64), ("nsa_selected_n", I64), ("nsa_selected_values", P64),
+            ("nsa_selected_nulls", PU8), ("nsa_marked_n", I64), ("nsa_marked_values", P64),
+            ("nsa_marked_nulls", PU8), ("nsa_key_rows", P64), ("nsa_key_first_name", P64),
+            ("nsa_key_first_null", PU8), ("nsa_span_count", I64),
+            ("nsa_table_error", ctypes.c_char_p), ("nsa_table_n", I64), ("nsa_table_mismatched", I64),
+            ("nsa_table_values", P64), ("nsa_table_nulls", PU8),
+        )
+    ),
+)  # fmt: skip
+
+
+def _declare(lib: Any) -> None:
+    """Give ctypes every function's signature (AttributeError: a library built from another scan.c)."""
+    for name, restype, argtypes in SIGNATURES:
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
 
 
 class NativeScanError(RuntimeError):

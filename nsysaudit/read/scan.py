@@ -28,7 +28,6 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.intervals import closed_library_calls, union_windows
 from nsysaudit.progress import Progress
 from nsysaudit.read import native
 from nsysaudit.read.source import readonly_uri
@@ -247,7 +246,7 @@ def scan_cuda_api(
     path: Path,
     table: str,
     columns: tuple[str, ...],
-    library_calls: pl.DataFrame,
+    windows: pl.DataFrame,
     string_ids: pl.Series | None,
     *,
     workers: int | None = None,
@@ -256,7 +255,8 @@ def scan_cuda_api(
     alloc_keys: pl.DataFrame | None = None,
     counted_name_ids: pl.Series | None = None,
 ) -> CudaApiScan:
-    """Stream the CUDA API table once and reduce it (see the module docstring)."""
+    """Stream the CUDA API table once and reduce it (see the module docstring). ``windows``: the union of
+    the closed library calls per thread (``gtid, w_start, w_end``, :func:`nsysaudit.intervals.union_windows`)."""
     present = {
         c: _quote(c) if c in columns else "NULL"
         for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId")
@@ -271,7 +271,6 @@ def scan_cuda_api(
     else:
         (lo,) = conn.execute(f"SELECT min({rowid}) FROM {_quote(table)}").fetchone()
         (hi,) = conn.execute(f"SELECT max({rowid}) FROM {_quote(table)}").fetchone()
-    windows = union_windows(closed_library_calls(library_calls))
     if not total:
         return CudaApiScan(
             0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
@@ -292,39 +291,39 @@ def scan_cuda_api(
                 progress.advance(batch.height)
         return out
 
-    def run_native(part: tuple[int, int]) -> list[_Reduced]:
-        out = native.scan_range(uri, reduce_sql, *part, inputs, list(ROW_SCHEMA))
-        mismatches.append(out["mismatch_rows"])
-        if progress is not None:
-            progress.advance(out["rows"])
-        return [
-            _Reduced(out["span"], out["selected"], dict(zip(PROBLEMS, out["problems"], strict=True)), out["marked"],
-                     out["alloc"], out["counted"])
-        ]
-
-    engine = "native" if native.load() is not None else "adbc" if total >= ADBC_MIN_ROWS else "sqlite3"
-    if engine == "native":
+    def scan_native() -> list[list[_Reduced]]:
         inputs = native.prepare(windows, string_ids, marked_name_ids, counted_name_ids, alloc_keys)
         reduce_sql = _select_sql(table, present, rowid, wrap="nsa_reduce")
+
+        def run_native(part: tuple[int, int]) -> list[_Reduced]:
+            out = native.scan_range(uri, reduce_sql, *part, inputs, list(ROW_SCHEMA))
+            mismatches.append(out["mismatch_rows"])
+            if progress is not None:
+                progress.advance(out["rows"])
+            problems = dict(zip(PROBLEMS, out["problems"], strict=True))
+            return [_Reduced(out["span"], out["selected"], problems, out["marked"], out["alloc"], out["counted"])]
+
+        with ThreadPoolExecutor(max_workers=n_workers) as pool:
+            return list(pool.map(run_native, parts))
+
+    polars_engine = "adbc" if total >= ADBC_MIN_ROWS else "sqlite3"
+    engine = "native" if native.load() is not None else polars_engine
     mismatches: list[int] = []
     if progress is not None:
         progress.start(f"scanning {total:,} CUDA API rows", int(total))
-    if engine == "native":
-        try:
-            with ThreadPoolExecutor(max_workers=n_workers) as pool:
-                results = list(pool.map(run_native, parts))
-        except native.NativeScanError:  # the polars engines read it (and say why they cannot, if so)
-            engine = "adbc" if total >= ADBC_MIN_ROWS else "sqlite3"
-            mismatches.clear()
-            if progress is not None:
-                progress.finish()
-                progress.start(f"scanning {total:,} CUDA API rows", int(total))
     try:
         if engine == "native":
-            pass
-        elif engine == "sqlite3":
+            try:
+                results = scan_native()
+            except native.NativeScanError:  # the polars engines read it (and say why they cannot, if so)
+                engine = polars_engine
+                mismatches.clear()
+                if progress is not None:
+                    progress.finish()
+                    progress.start(f"scanning {total:,} CUDA API rows", int(total))
+        if engine == "sqlite3":
             results = [run(p, False, mismatches) for p in parts]
-        else:
+        elif engine == "adbc":
             try:
                 with ThreadPoolExecutor(max_workers=n_workers) as pool:
                     results = list(pool.map(lambda p: run(p, True, mismatches), parts))

@@ -19,6 +19,7 @@ import polars as pl
 from nsysaudit.codes import is_capture_begin, is_capture_end, is_event_record, is_free_api
 from nsysaudit.errors import UnusableInput, Warning, warning
 from nsysaudit.ids import global_pid
+from nsysaudit.intervals import closed_library_calls, union_windows
 from nsysaudit.progress import Progress
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
@@ -124,6 +125,8 @@ class Trace:
       ``gtid, start_ns, end_ns, text, domain_id, domain, event_type``.
     - ``library_calls``: library API ranges (CUBLAS_EVENTS/CUDNN_EVENTS rows and NVTX ranges in a
       library domain): ``lib_id, api, library, source, gtid, start_ns, end_ns``.
+    - ``library_windows``: the union of the closed library calls per thread (``gtid, w_start, w_end``,
+      :func:`nsysaudit.intervals.union_windows`): what the scan selects rows by, and the joins use.
     - ``allocations``: CUDA_GPU_MEMORY_USAGE_EVENTS allocation rows grouped by
       ``gpid, correlation_id`` with ``bytes`` (sum) and ``events`` (row count).
     - ``thread_names``: ``gtid, thread_name``. ``processes``: ``pid, gpid, process_name``.
@@ -152,6 +155,7 @@ class Trace:
     scan_engine: str
     nvtx_ranges: pl.DataFrame
     library_calls: pl.DataFrame
+    library_windows: pl.DataFrame
     allocations: pl.DataFrame
     thread_names: pl.DataFrame
     processes: pl.DataFrame
@@ -359,6 +363,7 @@ def _load(
         .with_row_index("lib_id")
         .with_columns(pl.col("lib_id").cast(pl.Int64))
     )
+    library_windows = union_windows(closed_library_calls(library_calls))
 
     # --- Memory usage events (read once: the joins' bytes and the ledger) -------------------------
     memory = read_memory(export, frame, typed, prefetch)
@@ -381,7 +386,7 @@ def _load(
             path,
             runtime.name,
             runtime.columns,
-            library_calls,
+            library_windows,
             string_ids,
             progress=progress,
             marked_name_ids=marked_ids,
@@ -516,6 +521,7 @@ def _load(
         scan_engine=scan_engine,
         nvtx_ranges=nvtx_ranges,
         library_calls=library_calls,
+        library_windows=library_windows,
         allocations=allocations,
         thread_names=thread_names,
         processes=processes,
