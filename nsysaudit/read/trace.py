@@ -23,6 +23,7 @@ from nsysaudit.intervals import closed_library_calls, union_windows
 from nsysaudit.progress import Progress
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
+from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
 from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.source import ExportFile, Table
 
@@ -178,14 +179,7 @@ class Trace:
 
 
 
-NVTX_SCHEMA = {
-    "gtid": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "text": pl.String,
-    "domain_id": pl.Int64,
-    "event_type": pl.Int64,
-}
+NVTX_SCHEMA = RANGE_SCHEMA
 LIB_SCHEMA = {
     "api": pl.String,
     "library": pl.String,
@@ -291,14 +285,19 @@ def _load(
         end_col = 'n."end"' if nvtx.has("end") else "NULL"
         text_col = "n.text" if nvtx.has("text") else "NULL"
         text_expr = text_expr.replace("n.text", text_col)
-        nvtx_ranges = frame(
-            conn,
-            f"""SELECT n.globalTid, n.start, {end_col}, {text_expr}, {domain_col}, n.eventType
-                FROM {q(nvtx.name)} AS n {join} WHERE n.eventType IN (?, ?)""",
-            NVTX_SCHEMA,
-            (pushpop, startend),
-            mismatched=typed,
-            source=nvtx.name,
+        native_ranges = read_ranges(export, nvtx, strings, (pushpop, startend), typed)
+        nvtx_ranges = (
+            native_ranges
+            if native_ranges is not None
+            else frame(
+                conn,
+                f"""SELECT n.globalTid, n.start, {end_col}, {text_expr}, {domain_col}, n.eventType
+                    FROM {q(nvtx.name)} AS n {join} WHERE n.eventType IN (?, ?)""",
+                NVTX_SCHEMA,
+                (pushpop, startend),
+                mismatched=typed,
+                source=nvtx.name,
+            )
         )
         if nvtx.has("domainId"):
             domains = frame(
