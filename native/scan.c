@@ -126,21 +126,12 @@ static inline int idset_has(const idset *s, int64_t x) {
     return sorted_has(s->a, s->n, x);
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Windows of one thread: offset and count into the window arrays (sorted by gtid, then start). */
 typedef struct {
     int64_t gtid, offset, count, pos; /* pos: the last answer, rows of a thread come mostly in time order */
     uint8_t used;
 } wslot;
 
-typedef struct {
-    int64_t gpid, corr, index;
-    uint8_t used;
-} kslot;
 
 static span *span_of(nsa_result *r, int64_t gpid) {
     if (r->span_n * 2 >= r->span_cap) {
@@ -189,22 +180,36 @@ static int64_t capacity_for(int64_t n) {
 typedef struct {
     nsa_result *r;
     wslot *wins;
-    kslot *keys;
-    int64_t wcap, kcap;
+    int64_t wcap;
     const int64_t *w_start, *w_end;
     int64_t n_win;
     idset strings, marked, counted, key_corrs;
     int check_strings;
-    int64_t n_keys;
+    const int64_t *key_gpid, *key_corr; /* sorted by correlation id (then gpid) */
+    int64_t n_keys, key_pos;            /* key_pos: the last answer, ids mostly grow with the rowid */
     int failed;
 } ctx;
+
+/* The first key index with correlation id ``corr`` (the caller knows one exists). */
+static int64_t first_key(ctx *x, int64_t corr) {
+    const int64_t *k = x->key_corr;
+    int64_t p = x->key_pos, n = x->n_keys;
+    if (p < n && k[p] == corr && (p == 0 || k[p - 1] != corr)) return p;
+    if (p + 1 < n && k[p + 1] == corr && k[p] != corr) return x->key_pos = p + 1;
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (k[mid] < corr) lo = mid + 1;
+        else hi = mid;
+    }
+    return x->key_pos = lo;
+}
 
 /* One row, as the SELECT gives it: returns nonzero when out of memory. */
 static int reduce_row(ctx *x, const int64_t *v, uint8_t nulls, uint8_t wrong) {
     nsa_result *r = x->r;
     wslot *wins = x->wins;
-    kslot *keys = x->keys;
-    int64_t wcap = x->wcap, kcap = x->kcap, n_win = x->n_win, n_keys = x->n_keys;
+    int64_t wcap = x->wcap, n_win = x->n_win, n_keys = x->n_keys;
     const int64_t *w_start = x->w_start, *w_end = x->w_end;
     int check_strings = x->check_strings;
     r->rows++;
@@ -264,15 +269,14 @@ static int reduce_row(ctx *x, const int64_t *v, uint8_t nulls, uint8_t wrong) {
         if (has_name && idset_has(&x->marked, v[NAME]) && push(&r->marked, v, nulls)) return -1;
         if (has_name && idset_has(&x->counted, v[NAME])) r->counted++;
     }
-    if (n_keys && has_gtid && has_corr && (!x->key_corrs.bits || idset_has(&x->key_corrs, v[CORR]))) {
-        uint64_t h = mix((uint64_t)gpid ^ mix((uint64_t)v[CORR])) & (uint64_t)(kcap - 1);
-        while (keys[h].used && !(keys[h].gpid == gpid && keys[h].corr == v[CORR])) h = (h + 1) & (uint64_t)(kcap - 1);
-        if (keys[h].used) {
-            int64_t k = keys[h].index;
+    if (n_keys && has_gtid && has_corr && idset_has(&x->key_corrs, v[CORR])) {
+        for (int64_t k = first_key(x, v[CORR]); k < n_keys && x->key_corr[k] == v[CORR]; k++) {
+            if (x->key_gpid[k] != gpid) continue;
             if (r->key_rows[k]++ == 0) {
                 r->key_first_name[k] = v[NAME];
                 r->key_first_null[k] = !has_name;
             }
+            break;
         }
     }
     return 0;
@@ -311,17 +315,14 @@ nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, c
     sqlite3 *db = NULL;
     sqlite3_stmt *stmt = NULL;
     wslot *wins = NULL;
-    kslot *keys = NULL;
-    int64_t *corrs = NULL;
     ctx x;
     memset(&x, 0, sizeof x);
-    int64_t wcap = capacity_for(n_win), kcap = capacity_for(n_keys);
+    int64_t wcap = capacity_for(n_win);
     wins = calloc((size_t)wcap, sizeof(wslot));
-    keys = calloc((size_t)kcap, sizeof(kslot));
     r->key_rows = calloc((size_t)(n_keys ? n_keys : 1), sizeof(int64_t));
     r->key_first_name = calloc((size_t)(n_keys ? n_keys : 1), sizeof(int64_t));
     r->key_first_null = calloc((size_t)(n_keys ? n_keys : 1), 1);
-    if (!wins || !keys || !r->key_rows || !r->key_first_name || !r->key_first_null) {
+    if (!wins || !r->key_rows || !r->key_first_name || !r->key_first_null) {
         snprintf(r->error, sizeof r->error, "out of memory");
         goto done;
     }
@@ -335,15 +336,10 @@ nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, c
         }
         wins[h].count++;
     }
-    for (int64_t i = 0; i < n_keys; i++) {
-        uint64_t h = mix((uint64_t)key_gpid[i] ^ mix((uint64_t)key_corr[i])) & (uint64_t)(kcap - 1);
-        while (keys[h].used && !(keys[h].gpid == key_gpid[i] && keys[h].corr == key_corr[i]))
-            h = (h + 1) & (uint64_t)(kcap - 1);
-        if (!keys[h].used) {
-            keys[h].used = 1;
-            keys[h].gpid = key_gpid[i];
-            keys[h].corr = key_corr[i];
-            keys[h].index = i;
+    for (int64_t i = 1; i < n_keys; i++) {
+        if (key_corr[i] < key_corr[i - 1] || (key_corr[i] == key_corr[i - 1] && key_gpid[i] <= key_gpid[i - 1])) {
+            snprintf(r->error, sizeof r->error, "allocation keys not sorted by (correlation id, gpid) and unique");
+            goto done;
         }
     }
     if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
@@ -352,26 +348,16 @@ nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, c
     }
     x.r = r;
     x.wins = wins;
-    x.keys = keys;
     x.wcap = wcap;
-    x.kcap = kcap;
     x.w_start = w_start;
     x.w_end = w_end;
     x.n_win = n_win;
     x.check_strings = check_strings;
     x.n_keys = n_keys;
-    corrs = malloc((size_t)(n_keys ? n_keys : 1) * sizeof(int64_t));
-    if (!corrs) {
-        snprintf(r->error, sizeof r->error, "out of memory");
-        goto done;
-    }
-    memcpy(corrs, key_corr, (size_t)n_keys * sizeof(int64_t));
-    qsort(corrs, (size_t)n_keys, sizeof(int64_t), cmp_i64);
-    int64_t n_corrs = 0;
-    for (int64_t i = 0; i < n_keys; i++)
-        if (i == 0 || corrs[i] != corrs[n_corrs - 1]) corrs[n_corrs++] = corrs[i];
+    x.key_gpid = key_gpid;
+    x.key_corr = key_corr;
     if (idset_init(&x.strings, strings, n_strings) || idset_init(&x.marked, marked, n_marked) ||
-        idset_init(&x.counted, counted, n_counted) || idset_init(&x.key_corrs, corrs, n_corrs)) {
+        idset_init(&x.counted, counted, n_counted) || idset_init(&x.key_corrs, key_corr, n_keys)) {
         snprintf(r->error, sizeof r->error, "out of memory");
         goto done;
     }
@@ -399,8 +385,6 @@ done:
     if (stmt) sqlite3_finalize(stmt);
     if (db) sqlite3_close(db);
     free(wins);
-    free(keys);
-    free(corrs);
     free(x.strings.bits);
     free(x.marked.bits);
     free(x.counted.bits);

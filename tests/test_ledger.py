@@ -12,7 +12,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from builder import Call, Export, LibCall, MemoryEvent
+from builder import Call, Export, LibCall, MemoryEvent, strip_not_null
 from conftest import H200_2025
 
 import nsysaudit
@@ -197,6 +197,30 @@ def test_two_processes_on_one_device_are_both_counted(make_export) -> None:
     )
     [dev] = d["memory"]["devices"]
     assert sorted((p["pid"], p["live_bytes_at_end"]) for p in dev["processes"]) == [(100, 1_000_000), (200, 6_000_000)]
+
+
+def test_events_of_an_unknown_process_or_device_are_summed_under_unknown(make_export) -> None:
+    """A NULL globalPid or deviceId (NOT NULL columns) leaves the vm or device unknown: those events
+    are their own device entry, counted, never dropped (a NULL globalPid once ended in a traceback)."""
+    spec = scenario(
+        MemoryEvent(1_000, 100, 4_000_000, corr=1, mem_kind=DEVICE, address=0x1000),
+        MemoryEvent(2_000, 100, 3_000_000, corr=2, mem_kind=DEVICE, address=0x2000),
+        MemoryEvent(2_500, 100, 1_000_000, corr=3, mem_kind=DEVICE, address=0x3000),
+        MemoryEvent(3_000, 100, 4_000_000, corr=4, mem_kind=DEVICE, address=0x1000, op=1),
+    )
+    spec.raw_sql = [
+        strip_not_null("CUDA_GPU_MEMORY_USAGE_EVENTS"),
+        "UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET globalPid = NULL WHERE start = 2000",
+        "UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET deviceId = NULL WHERE start = 2500",
+    ]
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
+    devices = {(x["vm"], x["device_id"]): x for x in d["memory"]["devices"]}
+    assert list(devices) == [(None, 0), (0, None), (0, 0)]  # unknown first, then by id
+    assert devices[(None, 0)]["allocated_bytes"] == 3_000_000 and devices[(None, 0)]["processes"][0]["pid"] is None
+    assert devices[(0, None)]["allocated_bytes"] == 1_000_000
+    assert devices[(0, None)]["processes"][0]["live_bytes_at_end"] == 1_000_000
+    assert (devices[(0, 0)]["allocated_bytes"], devices[(0, 0)]["live_bytes_at_end"]) == (4_000_000, 0)
+    assert sum(x["allocation_events"] for x in devices.values()) == d["memory"]["allocation_events"] == 3
 
 
 def test_a_failing_process_without_memory_events_sees_every_device(make_export, tmp_path) -> None:

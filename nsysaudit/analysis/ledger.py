@@ -184,28 +184,29 @@ class _SeriesReader:
         return self._processes[key]
 
 
-def _allocations_by_call(rows: pl.DataFrame) -> list[dict[str, Any]]:
-    """One process's allocation events by the CUDA API call behind them, joined by (process,
+def _by_call(rows: pl.DataFrame) -> pl.DataFrame:
+    """Allocation events by process and by the CUDA API call behind them, joined by (process,
     correlation id): ``matched`` (one call), ``driver`` (correlation id 0 or NULL: memory the driver
     allocated itself, such as module memory) or ``no_single_call`` (a correlation id that no call or
-    several calls of the process carry)."""
+    several calls of the process carry). Columns ``gpid, call, api, kind, events, bytes``."""
+    # Grouped by a code that sorts as the names do (driver < matched < no_single_call), named after.
     allocs = rows.filter(pl.col("delta") > 0).with_columns(
         pl.when(pl.col("correlation_id").fill_null(0) == 0)
-        .then(pl.lit("driver"))
+        .then(0)
         .when(pl.col("api").is_null())
-        .then(pl.lit("no_single_call"))
-        .otherwise(pl.lit("matched"))
+        .then(2)
+        .otherwise(1)
         .alias("call")
     )
-    grouped = (
-        allocs.group_by("call", "api", "kind")
+    return (
+        allocs.group_by("gpid", "call", "api", "kind")
         .agg(pl.len().alias("events"), pl.col("delta").sum().alias("bytes"))
-        .sort("call", "api", "kind", nulls_last=True)
+        .sort("gpid", "call", "api", "kind", nulls_last=True)
+        .with_columns(pl.col("call").replace_strict(CALL_NAMES, return_dtype=pl.String))
     )
-    return [
-        {"call": c, "api": api, "kind": kind, "events": int(n), "bytes": int(b)}
-        for c, api, kind, n, b in grouped.iter_rows()
-    ]
+
+
+CALL_NAMES = {0: "driver", 1: "matched", 2: "no_single_call"}
 
 
 def _live_by_kind(rows: pl.DataFrame) -> dict[str, int]:
@@ -214,6 +215,8 @@ def _live_by_kind(rows: pl.DataFrame) -> dict[str, int]:
 
 
 def _total(devices: pl.DataFrame, vm: int | None, device: int | None) -> int | None:
+    if vm is None or device is None:  # an unknown device has no known total
+        return None
     row = devices.filter((pl.col("vm") == vm) & (pl.col("device_id") == device))
     return int(row["total_bytes"][0]) if row.height and row["total_bytes"][0] is not None else None
 
@@ -292,10 +295,13 @@ def build_ledger(
         pl.when(is_free & ~pl.col("_matched")).then(pl.col("bytes")).otherwise(0).sum().alias("bytes"),
     ).row(0)
     resident = pl.col("kind").is_in(list(DEVICE_RESIDENT))
+    # Time order: (start, event order). The events come sorted by start (NULL first) from the read,
+    # and then the event order alone is that order, a cheaper sort; checked, not assumed.
+    in_time = ["_order"] if memory.events["start_ns"].is_sorted() else ["start_ns", "_order"]
     series = (
         keyed_frame.lazy()
         .filter((pl.col("_is_alloc") == 1) | pl.col("_matched"))
-        .sort("start_ns", "_order")
+        .sort(in_time)
         .with_columns(
             pl.when(pl.col("_is_alloc") == 1).then(pl.col("bytes")).otherwise(-pl.col("bytes")).alias("delta"),
             pl.when(pl.col("_is_alloc") == 1)
@@ -315,8 +321,8 @@ def build_ledger(
                                                                    "api": pl.String})).lazy(),
             on=["gpid", "correlation_id"],
             how="left",
+            maintain_order="left",
         )
-        .sort("start_ns", "_order")
         .select(
             "start_ns", "vm", "device_id", "gpid", "pid", "kind", pl.col("operation_name").alias("operation"),
             "bytes", "delta", "correlation_id", "api", "process_live", "device_resident_live",
@@ -335,29 +341,44 @@ def build_ledger(
 def _summary(
     memory: MemoryEvidence | None, collected: bool | None, series: pl.DataFrame, unmatched: int, unmatched_bytes: int
 ) -> dict[str, Any]:
-    """The ledger's summary per device and process (the JSON ``memory`` key, without its points)."""
+    """The ledger's summary per device and process (the JSON ``memory`` key, without its points).
+
+    A device is a (vm, device id) pair; either may be unknown (NULL globalPid or deviceId): such
+    events are summed under the unknown pair, never dropped. Per process, one group-by over the
+    device's rows (not one filter per process)."""
     events = memory.events if memory is not None else pl.DataFrame(schema={"operation": pl.Int64})
+    operation = events["operation"]
     out: dict[str, Any] = {
         "collected": collected,
         "events": events.height,
-        "allocation_events": events.filter(pl.col("operation") == 0).height,
-        "deallocation_events": events.filter(pl.col("operation") == 1).height,
+        "allocation_events": int((operation == 0).sum()),
+        "deallocation_events": int((operation == 1).sum()),
         "freed_never_allocated": {"events": unmatched, "bytes": unmatched_bytes},
         "not_counted": list(NOT_COUNTED),
         "devices": [],
     }
     kinds = memory.kinds if memory is not None else {}
-    allocs = events.filter(pl.col("operation") == 0) if memory is not None else None
+    allocs = (
+        events.filter(pl.col("operation") == 0).with_columns((pl.col("gpid") // (1 << 48)).alias("_vm"))
+        if memory is not None
+        else None
+    )
     device_rows = memory.devices.to_dicts() if memory is not None else []
-    used = set()
+    used: set[tuple[Any, Any]] = set()
     if allocs is not None and allocs.height:
-        used = {(int(g) // (1 << 48), d) for g, d in allocs.select("gpid", "device_id").unique().iter_rows()}
+        used = set(allocs.select("_vm", "device_id").unique().iter_rows())
     known = {(r["vm"], r["device_id"]) for r in device_rows}
-    for vm, device in sorted(known | used, key=lambda k: (k[0] if k[0] is not None else -1, k[1] or -1)):
+
+    def order(key: tuple[Any, Any]) -> tuple[bool, int, bool, int]:  # unknown first, then by id
+        vm, device = key
+        return (vm is not None, vm or 0, device is not None, device or 0)
+
+    def on_device(vm: Any, device: Any, vm_column: str) -> pl.Expr:
+        return pl.col(vm_column).eq_missing(vm) & pl.col("device_id").eq_missing(device)
+
+    for vm, device in sorted(known | used, key=order):
         info = next((r for r in device_rows if r["vm"] == vm and r["device_id"] == device), None)
-        on = allocs.filter(((pl.col("gpid") // (1 << 48)) == vm) & (pl.col("device_id") == device)) if (
-            allocs is not None
-        ) else pl.DataFrame()
+        on = allocs.filter(on_device(vm, device, "_vm")) if allocs is not None else pl.DataFrame()
         entry: dict[str, Any] = {
             "vm": vm,
             "device_id": device,
@@ -372,39 +393,66 @@ def _summary(
             if on.height
             else {},
         }
-        mine = series.filter((pl.col("vm") == vm) & (pl.col("device_id") == device))
+        mine = series.select(SUMMARY_COLUMNS).filter(on_device(vm, device, "vm"))
         if mine.height:
-            peak = mine.sort("device_resident_live", "start_ns", descending=[True, False]).row(0, named=True)
+            delta = pl.col("delta")
+            peak = int(mine["device_resident_live"].max())  # type: ignore[arg-type]
+            # The first moment at the peak; unknown when an event without a start reached it.
+            at_peak = mine.filter(pl.col("device_resident_live") == peak)["start_ns"]
             entry.update(
                 {
-                    "freed_bytes": int(-mine.filter(pl.col("delta") < 0)["delta"].sum()),
+                    "freed_bytes": int(-mine.filter(delta < 0)["delta"].sum()),
                     "live_bytes_at_end": int(mine["delta"].sum()),
                     "device_resident_live_bytes_at_end": int(mine["device_resident_live"][-1]),
-                    "peak_device_resident_live_bytes": peak["device_resident_live"],
-                    "peak_at_ns": peak["start_ns"],
+                    "peak_device_resident_live_bytes": peak,
+                    "peak_at_ns": None if at_peak.null_count() else at_peak.min(),
                     "live_bytes_by_kind_at_end": _live_by_kind(mine),
-                    "processes": [
-                        {
-                            "pid": pid_of(gpid),
-                            "global_pid": gpid,
-                            "allocated_bytes": int(rows.filter(pl.col("delta") > 0)["delta"].sum()),
-                            "freed_bytes": int(-rows.filter(pl.col("delta") < 0)["delta"].sum()),
-                            "live_bytes_at_end": int(rows["delta"].sum()),
-                            "driver_allocated_bytes": int(
-                                rows.filter((pl.col("delta") > 0) & (pl.col("correlation_id").fill_null(0) == 0))[
-                                    "delta"
-                                ].sum()
-                            ),
-                            "live_bytes_by_kind_at_end": _live_by_kind(rows),
-                            "allocations_by_call": _allocations_by_call(rows),
-                        }
-                        for (gpid,), rows in sorted(mine.partition_by("gpid", as_dict=True).items())
-                    ],
+                    "processes": _processes(mine),
                 }
             )
         out["devices"].append(entry)
     out["kinds"] = {str(k): v for k, v in sorted(kinds.items())}
     return out
+
+
+SUMMARY_COLUMNS = ("vm", "device_id", "gpid", "start_ns", "kind", "delta", "correlation_id", "api",
+                   "device_resident_live")
+
+
+def _processes(rows: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per process of one device's series rows (by globalPid): what it allocated, freed, still
+    held at the end (in all and by kind) and by which calls it allocated."""
+    delta = pl.col("delta")
+    totals = (
+        rows.group_by("gpid")
+        .agg(
+            delta.filter(delta > 0).sum().alias("allocated"),
+            (-delta.filter(delta < 0).sum()).alias("freed"),
+            delta.sum().alias("live"),
+            delta.filter((delta > 0) & (pl.col("correlation_id").fill_null(0) == 0)).sum().alias("driver"),
+        )
+        .sort("gpid")
+    )
+    by_kind: dict[Any, dict[str, int]] = {}
+    for gpid, kind, live in rows.group_by("gpid", "kind").agg(delta.sum()).sort("gpid", "kind").iter_rows():
+        if live:
+            by_kind.setdefault(gpid, {})[str(kind)] = int(live)
+    by_call: dict[Any, list[dict[str, Any]]] = {}
+    for gpid, c, api, kind, n, b in _by_call(rows).iter_rows():
+        by_call.setdefault(gpid, []).append({"call": c, "api": api, "kind": kind, "events": int(n), "bytes": int(b)})
+    return [
+        {
+            "pid": pid_of(gpid),
+            "global_pid": gpid,
+            "allocated_bytes": int(allocated),
+            "freed_bytes": int(freed),
+            "live_bytes_at_end": int(live),
+            "driver_allocated_bytes": int(driver),
+            "live_bytes_by_kind_at_end": by_kind.get(gpid, {}),
+            "allocations_by_call": by_call.get(gpid, []),
+        }
+        for gpid, allocated, freed, live, driver in totals.iter_rows()
+    ]
 
 
 def points(

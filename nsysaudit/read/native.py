@@ -170,7 +170,8 @@ def prepare(
 
     strings, marked, counted = ids(string_ids), ids(marked_ids), ids(counted_ids)
     keys = (
-        alloc_keys.select("gpid", "correlation_id").drop_nulls().unique(maintain_order=True)
+        # sorted by (correlation id, gpid): the scan finds a row's key by its correlation id
+        alloc_keys.select("gpid", "correlation_id").drop_nulls().unique().sort("correlation_id", "gpid")
         if alloc_keys is not None
         else pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64})
     )
