@@ -9,6 +9,7 @@ appended to anything shared.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,21 @@ def analyze_trace(
     ``event_records``: the event-record calls inside the capture regions a failed wait follows
     (:func:`nsysaudit.analysis.failures.regions_needing_records`).
     """
+    # The ledger needs only the trace: built on a thread of its own (polars releases the GIL) while
+    # the joins below run, and taken where its points are read. An error in it is raised there.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-ledger") as pool:
+        ledger = pool.submit(build_ledger, trace.memory, trace.capture, trace.alloc_calls)
+        return _analyze(trace, ledger, max_pairs, telemetry, event_records, library_domains)
+
+
+def _analyze(
+    trace: Trace,
+    ledger: Future[Ledger],
+    max_pairs: int | None,
+    telemetry: TelemetryLog | None,
+    event_records: pl.DataFrame | None,
+    library_domains: Sequence[str],
+) -> Analysis:
     said: list[Warning] = list(trace.warnings)
     names = trace.thread_names
     cuda_api_span = trace.cuda_api_span.filter(pl.col("gpid").is_not_null())
@@ -190,7 +206,7 @@ def analyze_trace(
             "telemetry_bad_lines", len(telemetry.bad_lines), f"{telemetry.path}: skipped (--lenient): {detail}{more}"
         ))
     verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, undecided)
-    memory = build_ledger(trace.memory, trace.capture, trace.alloc_calls)
+    memory = ledger.result()
     memory_points = ledger_points(memory, _memory_moments(findings, libs, alignment, trace.processes))
     processes = [
         {"pid": r["pid"], "global_pid": r["gpid"], "name": r["process_name"]}

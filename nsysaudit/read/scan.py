@@ -34,6 +34,7 @@ from nsysaudit.read.source import readonly_uri
 
 BATCH_ROWS = 1 << 18
 PARALLEL_MIN_ROWS = 1 << 20
+PARTS_PER_WORKER = 4
 # Below this many rows the stdlib reader is used from the start: importing ADBC and pyarrow costs
 # more (~0.3 s) than reading a small table with sqlite3. The reduction, and so the result, is the same.
 ADBC_MIN_ROWS = 50_000
@@ -278,8 +279,11 @@ def scan_cuda_api(
     n_workers = workers or (min(os.cpu_count() or 1, 4) if total >= PARALLEL_MIN_ROWS else 1)
     if rowid is None:
         n_workers = 1
-    step = (hi - lo) // n_workers + 1
-    parts = [(lo + i * step, min(hi, lo + (i + 1) * step - 1)) for i in range(n_workers)]
+    # More ranges than threads: a thread that finishes early takes the next range instead of idling
+    # while the other reads a slower stretch (the rows inside library calls are not spread evenly).
+    n_parts = n_workers * PARTS_PER_WORKER if n_workers > 1 else 1
+    step = (hi - lo) // n_parts + 1
+    parts = [(lo + i * step, min(hi, lo + (i + 1) * step - 1)) for i in range(n_parts)]
     uri = readonly_uri(path)  # never plain mode=ro: SQLite would read and write side files
 
     def run(part: tuple[int, int], use_adbc: bool, mismatches: list[int]) -> list[_Reduced]:
