@@ -301,3 +301,23 @@ def test_a_library_that_does_not_load_or_lacks_the_scan_is_not_used(monkeypatch,
         monkeypatch.setattr(native, "_tried", False)
         monkeypatch.setattr(native, "_lib", None)
         assert native.load() is None, candidate
+
+
+@needs_native
+def test_numpy_and_array_transfers_give_the_same_scan_and_memory_events(make_export, monkeypatch) -> None:
+    """Large arrays cross between C and polars through numpy, small ones through array.array: both
+    give the same frames (NULLs included), on a damaged export."""
+    path = hostile_scan_export(make_export)
+    got = {}
+    for way, threshold in (("numpy", 0), ("array", 1 << 62)):
+        monkeypatch.setattr(native, "NUMPY_MIN_VALUES", threshold)
+        export = probe(path)
+        try:
+            events = load(export).memory.events  # type: ignore[union-attr]
+        finally:
+            export.close()
+        got[way] = (scan_with(path, "native", monkeypatch, 2), events)
+    assert_same_scan(got["numpy"][0], got["array"][0])
+    assert got["numpy"][1].equals(got["array"][1])
+    assert got["numpy"][0].selected.null_count().sum_horizontal().item() > 0  # NULLs crossed too
+    assert got["numpy"][1].height > 0

@@ -389,10 +389,11 @@ def _load(
             string_ids,
             progress=progress,
             marked_name_ids=marked_ids,
-            # Every memory event's (process, correlation id): who made it, and whether it is shared.
-            alloc_keys=memory.events.select("gpid", "correlation_id")
-            .filter(pl.col("correlation_id").fill_null(0) != 0)
-            .unique(),
+            # Every memory event's (process, correlation id): who made it, and whether it is shared
+            # (repeats included: the scan takes each key once).
+            alloc_keys=memory.events.select("gpid", "correlation_id").filter(
+                pl.col("correlation_id").fill_null(0) != 0
+            ),
             counted_name_ids=_name_ids(conn, strings.name, "%Free%", is_free_api)
             .extend(_name_ids(conn, strings.name, "%Release%", is_free_api))
             .extend(_name_ids(conn, strings.name, "%Destroy%", is_free_api)),
