@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from builder import Call, Export, LibCall, strip_not_null
 from scenarios import PID, WORKER, MiB, observe_nested_failure, release_three_allocations
@@ -185,3 +186,31 @@ def test_compare_with_a_library_call_without_start_is_sealed(tmp_path: Path, mak
     arm = sealed.document["arms"]["observe"]
     assert [lc["start_ns"] for lc in arm["library_calls"]][-1] is None  # sorted last, not compared
     assert any(c["reason"] == "library_call_has_no_start" for c in arm["coverage"]["censored"])
+
+
+def test_duplicate_correlations_equal_a_group_by_over_every_row() -> None:
+    """The sort-based shared-id count equals counting every (process, correlation id) key."""
+    import random
+
+    from nsysaudit.analysis.integrity import duplicate_correlations
+    from nsysaudit.ids import global_pid
+
+    rng = random.Random(3)
+    n = 5_000
+    rows = pl.DataFrame(
+        {
+            "gtid": [rng.choice([None, (1 << 24) | 7, (1 << 24) | 8, (2 << 24) | 7, -(3 << 24)]) for _ in range(n)],
+            "correlation_id": [rng.choice([None, *range(3_000)]) for _ in range(n)],
+        },
+        schema={"gtid": pl.Int64, "correlation_id": pl.Int64},
+    )
+    reference = (
+        rows.filter(pl.col("gtid").is_not_null() & pl.col("correlation_id").is_not_null())
+        .group_by(global_pid(pl.col("gtid")).alias("gpid"), "correlation_id")
+        .agg(pl.len().cast(pl.Int64).alias("rows"))
+        .filter(pl.col("rows") > 1)
+        .sort("gpid", "correlation_id")
+    )
+    got = duplicate_correlations(rows)
+    assert got.equals(reference)
+    assert got.height > 100 and got["rows"].max() >= 3  # not vacuous: pairs and longer runs

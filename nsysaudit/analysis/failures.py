@@ -55,8 +55,10 @@ def _names(frame: pl.DataFrame, predicate: Any) -> list[str]:
 
 def classify_returns(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` (``api``, ``return_code``) with ``classification`` (null for success or unknown return)."""
-    keys = frame.select("api", "return_code").unique().filter(
-        pl.col("return_code").is_not_null() & (pl.col("return_code") != 0)
+    keys = (  # the failed rows are few: filtered before the (string-hashing) unique
+        frame.filter(pl.col("return_code").is_not_null() & (pl.col("return_code") != 0))
+        .select("api", "return_code")
+        .unique()
     )
     table = pl.DataFrame(
         [(api, rc, return_class(api, rc)) for api, rc in keys.iter_rows()],

@@ -105,17 +105,18 @@ def undecided_calls(
         parts.append(suspects.filter(pl.col("gtid").is_null()).with_columns(pl.lit("no_thread").alias("reason")))
         parts.append(_time_unknown(suspects, windows).with_columns(pl.lit("time_unknown").alias("reason")))
     nested = pairs.filter(pl.col("relation") == "nested")
-    if nested.height:
-        nested = nested.select(cols).unique(maintain_order=True)
+    if nested.height:  # each filter before its unique: the same rows (repeats are alike), far fewer hashed
         parts.append(
-            nested.filter(pl.col("api").is_null() & (pl.col("return_code") != 0)).with_columns(
-                pl.lit("name_unknown").alias("reason")
-            )
+            nested.filter(pl.col("api").is_null() & (pl.col("return_code") != 0))
+            .select(cols)
+            .unique(maintain_order=True)
+            .with_columns(pl.lit("name_unknown").alias("reason"))
         )
         parts.append(
-            nested.filter(pl.col("return_code").is_null() & _allocation_or_unknown(nested)).with_columns(
-                pl.lit("return_unknown").alias("reason")
-            )
+            nested.filter(pl.col("return_code").is_null() & _allocation_or_unknown(nested))
+            .select(cols)
+            .unique(maintain_order=True)
+            .with_columns(pl.lit("return_unknown").alias("reason"))
         )
     unknown_domain = _unknown_domain_ranges(nvtx_ranges)
     if unknown_domain.height:
@@ -142,11 +143,24 @@ def _unknown_domain_ranges(nvtx_ranges: pl.DataFrame) -> pl.DataFrame:
 
 def duplicate_correlations(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
     """``gpid, correlation_id, rows`` for correlation ids shared by several of ``cuda_api_rows`` in one process."""
-    return (
+    # Sorted by key, a shared id's rows are adjacent: only those are grouped (hashing every row's
+    # key costs ~10x more, and shared ids are rare).
+    keyed = (
         cuda_api_rows.filter(pl.col("gtid").is_not_null() & pl.col("correlation_id").is_not_null())
-        .group_by(global_pid(pl.col("gtid")).alias("gpid"), "correlation_id")
+        .select(global_pid(pl.col("gtid")).alias("gpid"), "correlation_id")
+        .sort("gpid", "correlation_id")
+    )
+
+    def same_key(step: int) -> pl.Expr:
+        return (
+            (pl.col("gpid") == pl.col("gpid").shift(step))
+            & (pl.col("correlation_id") == pl.col("correlation_id").shift(step))
+        ).fill_null(False)
+
+    return (
+        keyed.filter(same_key(1) | same_key(-1))
+        .group_by("gpid", "correlation_id")
         .agg(pl.len().cast(pl.Int64).alias("rows"))
-        .filter(pl.col("rows") > 1)
         .sort("gpid", "correlation_id")
     )
 
@@ -154,11 +168,13 @@ def duplicate_correlations(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
 def _unsafe_bytes(pairs: pl.DataFrame, duplicates: pl.DataFrame) -> pl.Expr:
     """Bytes that cannot be attributed to the call: its correlation id is shared in its process,
     or the call is a failed allocation (which has no allocation event of its own)."""
+    failed_alloc = (pl.col("return_code") != 0) & _allocation_or_unknown(pairs)
+    if not duplicates.height:  # no shared id: no key to build for every pair
+        return pl.col("bytes").is_not_null() & failed_alloc.fill_null(False)
     dup_keys = duplicates.select(
         (pl.col("gpid").cast(pl.String) + ":" + pl.col("correlation_id").cast(pl.String)).alias("k")
     )["k"]
     key = global_pid(pl.col("gtid")).cast(pl.String) + ":" + pl.col("correlation_id").cast(pl.String)
-    failed_alloc = (pl.col("return_code") != 0) & _allocation_or_unknown(pairs)
     return pl.col("bytes").is_not_null() & (key.is_in(dup_keys.implode()) | failed_alloc.fill_null(False))
 
 
