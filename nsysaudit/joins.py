@@ -42,11 +42,13 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
             thread_calls = calls_by_thread.get((gtid,))
             if thread_calls is None:
                 continue
-            joined = thread_calls.join_where(
-                thread_libs.drop("gtid"),
-                pl.col("start_ns") <= pl.col("lib_end"),
-                pl.col("end_ns") >= pl.col("lib_start"),
-            )
+            joined = _overlapping_in_sequence(thread_calls, thread_libs.drop("gtid"))
+            if joined is None:
+                joined = thread_calls.join_where(
+                    thread_libs.drop("gtid"),
+                    pl.col("start_ns") <= pl.col("lib_end"),
+                    pl.col("end_ns") >= pl.col("lib_start"),
+                )
             if joined.height:
                 parts.append(joined)
     if not parts:
@@ -58,6 +60,26 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         .select(list(PAIR_SCHEMA))
         .sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
     )
+
+
+def _overlapping_in_sequence(calls: pl.DataFrame, libs: pl.DataFrame) -> pl.DataFrame | None:
+    """The (call, library call) overlaps of one thread when its calls run one after another: sorted
+    by start, their ends never decrease (no call encloses a later one). Then the calls a library
+    call overlaps (start <= lib_end, end >= lib_start) are one run of that order, found by two
+    binary searches, and the pairs are gathered, never searched for. None when some call encloses
+    another (a runtime call around its driver call): the inequality join answers then."""
+    ordered = calls.sort("start_ns", "end_ns")
+    ends = ordered["end_ns"]
+    if not ends.is_sorted():
+        return None
+    first = ends.search_sorted(libs["lib_start"], side="left").cast(pl.Int64)  # the first ending at or after
+    past = ordered["start_ns"].search_sorted(libs["lib_end"], side="right").cast(pl.Int64)  # past the last begun
+    runs = (
+        libs.with_columns(pl.int_ranges(first, pl.max_horizontal(first, past)).alias("_call"))
+        .explode("_call")
+        .filter(pl.col("_call").is_not_null())
+    )
+    return pl.concat([ordered[runs["_call"]], runs.drop("_call")], how="horizontal")
 
 
 DEFAULT_MAX_PAIRS = 1_000_000
@@ -142,7 +164,8 @@ def attach_bytes(pairs: pl.DataFrame, allocations: pl.DataFrame) -> pl.DataFrame
     """Add ``bytes``: the allocation event's bytes for the call's (globalPid, correlationId).
 
     Correlation ids are unique per process, not per export, so the join includes the process.
-    A call without an allocation event (every failed allocation) gets ``None``: unknown.
+    A call without an allocation event (every failed allocation) gets ``None``: unknown. The pairs
+    keep their order (``allocations`` has one row per key, so no pair is repeated).
     """
     return (
         pairs.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
@@ -150,6 +173,7 @@ def attach_bytes(pairs: pl.DataFrame, allocations: pl.DataFrame) -> pl.DataFrame
             allocations.select("gpid", "correlation_id", "bytes"),
             on=["gpid", "correlation_id"],
             how="left",
+            maintain_order="left",
         )
         .drop("gpid")
     )

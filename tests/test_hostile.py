@@ -19,6 +19,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -1022,6 +1023,56 @@ def test_pair_counts_without_forming_pairs_match_the_join() -> None:
         counts = count_pairs(closed, call_frame)
         per_lib = dict(pairs.group_by("lib_id").len().iter_rows())
         assert {lib: n for lib, n in counts.iter_rows() if n} == per_lib
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways nest pairs calls: threads whose calls run one after another (binary searches) and
+    threads where a call encloses another (the inequality join) give every overlap, nothing else."""
+    import nsysaudit.joins as joins_module
+
+    ways: Counter[bool] = Counter()
+    in_sequence = joins_module._overlapping_in_sequence
+
+    def counted(*args: Any) -> Any:
+        answer = in_sequence(*args)
+        ways[answer is not None] += 1
+        return answer
+
+    monkeypatch.setattr(joins_module, "_overlapping_in_sequence", counted)
+    rng = random.Random(5 if sequential else 6)
+    for _ in range(60):
+        libs = []
+        for i in range(rng.randint(0, 12)):
+            start = rng.randint(0, 200)
+            libs.append((i, rng.choice([1, 2]), start, start + rng.randint(0, 60)))
+        calls = []
+        for thread in (1, 2):
+            t = rng.randint(0, 10)
+            for _ in range(rng.randint(0, 30)):
+                if sequential:  # back to back, some of zero length, some touching the next
+                    start, t = t, t + rng.randint(0, 12)
+                    end = t
+                    t += rng.randint(0, 3)
+                else:
+                    start = rng.randint(0, 260)
+                    end = start + rng.randint(0, 40)
+                calls.append((thread, start, end, len(calls), "cudaMalloc_v3020", 0))
+        lib_frame = pl.DataFrame(libs, schema=["lib_id", "gtid", "start_ns", "end_ns"], orient="row")
+        call_frame = pl.DataFrame(
+            calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
+        ).cast({"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
+        pairs = nest(closed_libs(lib_frame.cast(pl.Int64)), call_frame)
+        expected = {
+            (lib, corr, "nested" if ls <= s and e <= le else "straddling")
+            for lib, lg, ls, le in libs
+            for cg, s, e, corr, _, _ in calls
+            if lg == cg and s <= le and e >= ls
+        }
+        got = set(pairs.select("lib_id", "correlation_id", "relation").iter_rows())
+        assert got == expected and pairs.height == len(expected)
+        assert pairs.equals(pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True))
+    assert ways[True] > 10 and (ways[False] == 0 if sequential else ways[False] > 10)  # each way was taken
 
 
 # --- 3b. text is data in every command and on stderr (issue 10, item 9) ---------------------------

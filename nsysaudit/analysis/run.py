@@ -126,8 +126,7 @@ def _analyze(
     closed = closed_library_calls(trace.library_calls)
     windows = trace.library_windows  # union_windows(closed), made once by the read
     nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
-    pairs = joins.attach_bytes(nesting.pairs, trace.allocations)
-    pairs = pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
+    pairs = joins.attach_bytes(nesting.pairs, trace.allocations)  # in nest's order: lib_id, start, correlation
     # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
     pairs, undecided, review_warnings = integrity.review(trace, pairs, windows)
     limit_reasons, limit_warnings = integrity.limit_review(nesting)
