@@ -15,6 +15,7 @@ from __future__ import annotations
 import array
 import ctypes
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,17 +90,22 @@ class NativeScanError(RuntimeError):
     """The native scan could not read the range (the caller falls back to the polars engines)."""
 
 
-# From this many values on, arrays cross between C and polars through numpy (zero-copy views, one
-# copy per column): ~20x faster than a Python int per value, worth numpy's import (~0.06 s, paid
-# only by exports that large, never by a small one's start-up).
-NUMPY_MIN_VALUES = 1 << 16
+# Arrays cross between C and polars through numpy (zero-copy views, one copy per column, ~20x
+# faster than a Python int per value) once numpy is loaded, or from this many values on: about
+# where a Python int per value costs what numpy's import does (0.1-0.16 s here). A small or
+# mid-sized export never pays that import.
+NUMPY_MIN_VALUES = 1 << 21
+
+
+def _use_numpy(values: int) -> bool:
+    return values >= NUMPY_MIN_VALUES or "numpy" in sys.modules
 
 
 def _int_columns(values_ptr: Any, n: int, ncol: int, names: list[str], nulls: list[pl.Series]) -> pl.DataFrame:
     """``n`` rows of ``ncol`` int64 values (row-major, at ``values_ptr``) as a frame of ``names``; a
     value is NULL where its column's ``nulls`` series is true. The values are copied: the frame
     owns its memory, the C buffer may be freed after."""
-    if n * ncol >= NUMPY_MIN_VALUES:
+    if _use_numpy(n * ncol):
         import numpy as np
 
         grid = np.ctypeslib.as_array(ctypes.cast(values_ptr, P64), shape=(n, ncol))
@@ -119,7 +125,7 @@ def _int_columns(values_ptr: Any, n: int, ncol: int, names: list[str], nulls: li
 
 def _bytes(pointer: Any, n: int) -> pl.Series:
     """``n`` uint8 values at ``pointer``, copied."""
-    if n >= NUMPY_MIN_VALUES:
+    if _use_numpy(n):
         import numpy as np
 
         return pl.Series(np.ctypeslib.as_array(ctypes.cast(pointer, PU8), shape=(n,)).copy(), dtype=pl.UInt8)
@@ -162,7 +168,7 @@ def _i64(values: pl.Series) -> Any:
     """The values as a writable int64 buffer for a ctypes view (never empty: a view needs one item)."""
     if values.null_count():  # the callers drop them; a NULL must never become a number
         raise NativeScanError("a NULL among the scan's inputs")
-    if values.len() >= NUMPY_MIN_VALUES:
+    if _use_numpy(values.len()):
         import numpy as np
 
         return np.array(values.to_numpy(), dtype=np.int64, copy=True)
