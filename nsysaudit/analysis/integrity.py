@@ -143,24 +143,11 @@ def _unknown_domain_ranges(nvtx_ranges: pl.DataFrame) -> pl.DataFrame:
 
 def duplicate_correlations(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
     """``gpid, correlation_id, rows`` for correlation ids shared by several of ``cuda_api_rows`` in one process."""
-    # Sorted by key, a shared id's rows are adjacent: only those are grouped (hashing every row's
-    # key costs ~10x more, and shared ids are rare).
-    keyed = (
-        cuda_api_rows.filter(pl.col("gtid").is_not_null() & pl.col("correlation_id").is_not_null())
-        .select(global_pid(pl.col("gtid")).alias("gpid"), "correlation_id")
-        .sort("gpid", "correlation_id")
-    )
-
-    def same_key(step: int) -> pl.Expr:
-        return (
-            (pl.col("gpid") == pl.col("gpid").shift(step))
-            & (pl.col("correlation_id") == pl.col("correlation_id").shift(step))
-        ).fill_null(False)
-
     return (
-        keyed.filter(same_key(1) | same_key(-1))
-        .group_by("gpid", "correlation_id")
+        cuda_api_rows.filter(pl.col("gtid").is_not_null() & pl.col("correlation_id").is_not_null())
+        .group_by(global_pid(pl.col("gtid")).alias("gpid"), "correlation_id")
         .agg(pl.len().cast(pl.Int64).alias("rows"))
+        .filter(pl.col("rows") > 1)
         .sort("gpid", "correlation_id")
     )
 
