@@ -54,13 +54,13 @@ def write_analysis(result: AnalysisResult, stream: BinaryIO) -> None:
     # releases the GIL), written in order. Rows are written alike whatever the slice.
     offsets = range(0, frame.height, JSON_SLICE_ROWS)
     if len(offsets) <= 1:
-        slices: Iterator[bytes] = (_slice_json(frame, o) for o in offsets)
+        slices: Iterator[memoryview] = (_slice_json(frame, o) for o in offsets)
     else:
         slices = _ahead(lambda o: _slice_json(frame, o), offsets)
-    for i, text in enumerate(slices):
+    for i, part in enumerate(slices):
         if i:
             stream.write(b",")
-        stream.write(text)
+        stream.write(part)
     stream.write(b"]")
     stream.write(tail)
 
@@ -69,14 +69,19 @@ JSON_SLICE_ROWS = 16_384
 JSON_THREADS = 2
 
 
-def _slice_json(frame: pl.DataFrame, offset: int) -> bytes:
-    return frame.slice(offset, JSON_SLICE_ROWS).write_json().encode()[1:-1]
+def _slice_json(frame: pl.DataFrame, offset: int) -> memoryview:
+    """The slice's rows as JSON objects, without the array's brackets: polars writes them into a
+    buffer that is then only viewed (its text as a str, then bytes, then sliced cost three copies of
+    every slice, 0.6 GB of copying for 200 MB of JSON)."""
+    buffer = io.BytesIO()
+    frame.slice(offset, JSON_SLICE_ROWS).write_json(buffer)
+    return buffer.getbuffer()[1:-1]
 
 
-def _ahead(work: Callable[[int], bytes], items: Sequence[int]) -> Iterator[bytes]:
+def _ahead(work: Callable[[int], memoryview], items: Sequence[int]) -> Iterator[memoryview]:
     """``work`` of each item, in order, computed at most ``JSON_THREADS`` items ahead."""
     with ThreadPoolExecutor(max_workers=JSON_THREADS) as pool:
-        pending: deque[Future[bytes]] = deque()
+        pending: deque[Future[memoryview]] = deque()
         for item in items:
             pending.append(pool.submit(work, item))
             if len(pending) > JSON_THREADS:
