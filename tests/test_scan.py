@@ -321,3 +321,29 @@ def test_numpy_and_array_transfers_give_the_same_scan_and_memory_events(make_exp
     assert got["numpy"][1].equals(got["array"][1])
     assert got["numpy"][0].selected.null_count().sum_horizontal().item() > 0  # NULLs crossed too
     assert got["numpy"][1].height > 0
+
+
+@needs_native
+def test_frames_from_the_native_buffer_own_their_values(make_export, monkeypatch) -> None:
+    """The C buffers are freed once their frames are made: the frames must hold copies, also of a
+    single row (numpy calls a one-row column contiguous, so a "contiguous" view of it stayed a view
+    of the freed buffer: the failed call's thread and start read back as garbage)."""
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "1")
+    monkeypatch.setattr(native, "_use_numpy", lambda values: True)
+    path = make_export(
+        Export(
+            calls=[Call("cudaMalloc_v3020", 5_000, 5_100, 100, 100, ret=2, corr=99)],
+            lib_calls=[LibCall("cublasCreate_v2", 4_900, 5_200, 100, 100)],
+        )
+    )
+    for _ in range(20):
+        export = probe(path)
+        try:
+            rows = load(export).cuda_api_rows
+        finally:
+            export.close()
+        reuse = [bytearray(48) for _ in range(2_000)]  # what reuse of the freed buffer does
+        assert rows.select("gtid", "start_ns", "end_ns", "correlation_id", "return_code").rows() == [
+            ((100 << 24) + 100, 5_000, 5_100, 99, 2)
+        ]
+        del reuse

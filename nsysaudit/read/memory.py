@@ -161,7 +161,7 @@ def _read_native(uri: str, plan: _Plan) -> tuple[pl.DataFrame, int] | None:
     1.1 s at 755k events). Touches no Python sqlite3 connection: it may run on any thread."""
     try:
         if plan.unordered is None:
-            return native.read_ints(uri, plan.ordered, EVENT_SCHEMA)
+            return native.read_ints(uri, plan.ordered, EVENT_SCHEMA, ordered=True)
         events, wrong = native.read_ints(uri, plan.unordered, {**EVENT_SCHEMA, "_rowid": pl.Int64})
         return events.sort("start_ns", "_rowid", nulls_last=False).drop("_rowid"), wrong
     except native.NativeScanError:
