@@ -347,3 +347,20 @@ def test_frames_from_the_native_buffer_own_their_values(make_export, monkeypatch
             ((100 << 24) + 100, 5_000, 5_100, 99, 2)
         ]
         del reuse
+
+
+@needs_native
+@pytest.mark.parametrize("workers", [1, 3])
+def test_the_native_scans_own_row_count_is_the_census_where_rowids_have_gaps(make_export, monkeypatch, workers) -> None:
+    """Without a progress line the native scan counts the rows it visits instead of running
+    count(*) first: the same total, also where deleted rows left the rowid range sparse."""
+    spec = busy_export(4)
+    spec.raw_sql = [f"DELETE FROM {RUNTIME} WHERE rowid % 3 = 0 OR rowid BETWEEN 100 AND 400"]
+    path = make_export(spec)
+    con = sqlite3.connect(path)
+    (expected,) = con.execute(f"SELECT count(*) FROM {RUNTIME}").fetchone()
+    (span,) = con.execute(f"SELECT max(rowid) - min(rowid) + 1 FROM {RUNTIME}").fetchone()
+    con.close()
+    fast = scan_with(path, "native", monkeypatch, workers)
+    slow = scan_with(path, "sqlite3", monkeypatch, workers)
+    assert fast.engine == "native" and fast.total == slow.total == expected < span
