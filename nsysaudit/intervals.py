@@ -33,14 +33,16 @@ def union_windows(closed: pl.DataFrame) -> pl.DataFrame:
     if closed.height == 0:
         return pl.DataFrame(schema=WINDOW_SCHEMA)
     ordered = closed.sort(["gtid", "start_ns"])
+    # A call starts a new window where its thread begins or it starts after every earlier call of
+    # its thread has ended; the windows are then runs of rows, already in (gtid, w_start) order.
     reach = pl.col("end_ns").cum_max().over("gtid")
-    starts_new = (pl.col("start_ns") > reach.shift(1).over("gtid")).fill_null(True)
+    same_thread = pl.col("gtid") == pl.col("gtid").shift(1)
+    starts_new = ~(same_thread & (pl.col("start_ns") <= reach.shift(1))).fill_null(False)
     return (
-        ordered.with_columns(starts_new.cast(pl.Int64).cum_sum().over("gtid").alias("window"))
-        .group_by(["gtid", "window"])
-        .agg(pl.col("start_ns").min().alias("w_start"), pl.col("end_ns").max().alias("w_end"))
+        ordered.with_columns(starts_new.cum_sum().alias("window"))
+        .group_by("window", maintain_order=True)
+        .agg(pl.col("gtid").first(), pl.col("start_ns").min().alias("w_start"), pl.col("end_ns").max().alias("w_end"))
         .select("gtid", "w_start", "w_end")
-        .sort(["gtid", "w_start"])
     )
 
 
