@@ -152,6 +152,24 @@ def test_union_windows_merges_overlapping_and_nested_calls() -> None:
     assert w.rows() == [(1, 10, 25), (1, 30, 40), (2, 10, 11)]
 
 
+def test_union_windows_equal_a_plain_python_union() -> None:
+    rng = random.Random(8)
+    for _ in range(200):
+        rows = []
+        for _ in range(rng.randint(0, 30)):
+            start = rng.randint(0, 100)
+            rows.append((rng.choice([1, 2, -(5 << 24)]), start, start + rng.randint(0, 25)))
+        expected = []
+        for gtid in sorted({g for g, _, _ in rows}):
+            for start, end in sorted((s, e) for g, s, e in rows if g == gtid):
+                if expected and expected[-1][0] == gtid and start <= expected[-1][2]:  # touching merges
+                    expected[-1] = (gtid, expected[-1][1], max(expected[-1][2], end))
+                else:
+                    expected.append((gtid, start, end))
+        frame = pl.DataFrame(rows, schema={"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}, orient="row")
+        assert union_windows(frame).rows() == expected
+
+
 # --- the native engine (native/scan.c) ---------------------------------------------------------
 
 needs_native = pytest.mark.skipif(
