@@ -168,6 +168,12 @@ def _read_native(uri: str, plan: _Plan) -> tuple[pl.DataFrame, int] | None:
         return None
 
 
+def _read_and_group(uri: str, plan: _Plan) -> tuple[pl.DataFrame, int, _Grouped] | None:
+    """:func:`_read_native` and the events' groupings, on the prefetch thread."""
+    read = _read_native(uri, plan)
+    return None if read is None else (*read, _grouped(read[0]))
+
+
 class Prefetch:
     """The memory events read by the native reader on a thread of its own (it holds no GIL), while
     the caller reads other tables; :func:`read_memory` takes the result. Nothing is read when the
@@ -175,15 +181,15 @@ class Prefetch:
 
     def __init__(self, export: ExportFile) -> None:
         self._pool: ThreadPoolExecutor | None = None
-        self._future: Future[tuple[pl.DataFrame, int] | None] | None = None
+        self._future: Future[tuple[pl.DataFrame, int, _Grouped] | None] | None = None
         mem = _usable(export)
         self.plan = _plan(export, mem) if mem is not None else None
         if self.plan is None or native.load() is None:
             return
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-memory")
-        self._future = self._pool.submit(_read_native, export.uri, self.plan)
+        self._future = self._pool.submit(_read_and_group, export.uri, self.plan)
 
-    def result(self) -> tuple[pl.DataFrame, int] | None:
+    def result(self) -> tuple[pl.DataFrame, int, _Grouped] | None:
         try:
             return self._future.result() if self._future is not None else None
         finally:
@@ -222,14 +228,15 @@ def read_memory(
         return MemoryEvidence(empty, devices, kinds, pl.DataFrame(schema=ALLOC_SCHEMA),
                               pl.DataFrame(schema={"gpid": pl.Int64, "events": pl.Int64, "bytes": pl.Int64}),
                               pl.DataFrame(schema=SPAN_SCHEMA), 0, None)
+    grouped: _Grouped | None = None
     if prefetched is not None and prefetched.plan is not None:
         plan, read = prefetched.plan, prefetched.result()
     else:
         plan = _plan(export, mem)
-        read = _read_native(export.uri, plan)
+        read = _read_and_group(export.uri, plan)
     events: pl.DataFrame | None = None
     if read is not None:
-        events, wrong = read
+        events, wrong, grouped = read
         if wrong:
             typed[mem.name] += wrong
     try:
@@ -237,6 +244,31 @@ def read_memory(
             events = frame(conn, plan.ordered, EVENT_SCHEMA, mismatched=typed, source=mem.name)
     except sqlite3.OperationalError:  # a user column named rowid hides nothing here: order by start alone
         events = frame(conn, plan.by_start, EVENT_SCHEMA, mismatched=typed, source=mem.name)
+    allocations, unattributed, span, unsized = _grouped(events) if grouped is None else grouped
+    return MemoryEvidence(
+        events=events,
+        devices=devices,
+        kinds=kinds,
+        allocations=allocations,
+        unattributed=unattributed,
+        span=span,
+        unsized=unsized,
+        table=mem.name,
+    )
+
+
+class _Grouped(NamedTuple):
+    """What the joins and the coverage take from the events (see :class:`MemoryEvidence`)."""
+
+    allocations: pl.DataFrame
+    unattributed: pl.DataFrame
+    span: pl.DataFrame
+    unsized: int
+
+
+def _grouped(events: pl.DataFrame) -> _Grouped:
+    """The events grouped: allocations per (globalPid, correlationId), those tied to no call, the
+    span per process and the unsized allocations. Pure polars: it may run on any thread."""
     allocs = events.filter(pl.col("operation") == 0)
     # A NULL (or non-integer) size makes the call's bytes unknown, never a partial sum.
     grouped = allocs.group_by("gpid", "correlation_id").agg(
@@ -255,16 +287,11 @@ def read_memory(
         )
         .sort("gpid", nulls_last=True)
     )
-    return MemoryEvidence(
-        events=events,
-        devices=devices,
-        kinds=kinds,
-        allocations=grouped.filter(~no_call).select(list(ALLOC_SCHEMA)).sort("gpid", "correlation_id"),
-        unattributed=grouped.filter(no_call)
-        .group_by("gpid")
-        .agg(pl.col("events").sum(), pl.col("bytes").sum())
-        .sort("gpid", nulls_last=True),
-        span=span.cast(SPAN_SCHEMA),  # type: ignore[arg-type]
-        unsized=int(allocs["bytes"].null_count()),
-        table=mem.name,
+    return _Grouped(
+        grouped.filter(~no_call).select(list(ALLOC_SCHEMA)).sort("gpid", "correlation_id"),
+        grouped.filter(no_call).group_by("gpid").agg(pl.col("events").sum(), pl.col("bytes").sum()).sort(
+            "gpid", nulls_last=True
+        ),
+        span.cast(SPAN_SCHEMA),  # type: ignore[arg-type]
+        int(allocs["bytes"].null_count()),
     )
