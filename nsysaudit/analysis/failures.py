@@ -55,17 +55,22 @@ def _names(frame: pl.DataFrame, predicate: Any) -> list[str]:
 
 def classify_returns(frame: pl.DataFrame) -> pl.DataFrame:
     """``frame`` (``api``, ``return_code``) with ``classification`` (null for success or unknown return)."""
-    keys = (  # the failed rows are few: filtered before the (string-hashing) unique
-        frame.filter(pl.col("return_code").is_not_null() & (pl.col("return_code") != 0))
-        .select("api", "return_code")
-        .unique()
+    # Only the failed rows (few) are looked up; every other row's class is null. The frame keeps
+    # its order.
+    failed = frame.select("api", "return_code").with_row_index("_row").filter(
+        pl.col("return_code").is_not_null() & (pl.col("return_code") != 0)
     )
+    keys = failed.select("api", "return_code").unique()
     table = pl.DataFrame(
         [(api, rc, return_class(api, rc)) for api, rc in keys.iter_rows()],
         schema={"api": pl.String, "return_code": pl.Int64, "classification": pl.String},
         orient="row",
     )
-    return frame.join(table, on=["api", "return_code"], how="left", nulls_equal=True)
+    looked_up = failed.join(table, on=["api", "return_code"], how="left", nulls_equal=True)
+    classes = pl.repeat(None, frame.height, dtype=pl.String, eager=True).alias("classification")
+    if looked_up.height:
+        classes = classes.scatter(looked_up["_row"], looked_up["classification"])
+    return frame.with_columns(classes)
 
 
 def is_failure() -> pl.Expr:
