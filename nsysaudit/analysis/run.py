@@ -41,7 +41,8 @@ class Analysis:
       tid, thread_name, start_ns, end_ns, coverage, censored_reason(s), coverage_evidence, end_known,
       cuda_api_first_ns, cuda_api_last_ns, children_complete``.
     - ``pairs``: ``lib_id, gtid, start_ns, end_ns, correlation_id, api, return_code, relation,
-      bytes``: CUDA API calls nested in (or straddling) each library call.
+      bytes``: CUDA API calls nested in (or straddling) each library call, in (lib_id, start_ns,
+      correlation_id) order.
     - ``findings``: one row per explained failed call (:data:`nsysaudit.analysis.findings.FINDING_SCHEMA`).
     - ``failed_calls``: the failures no finding explains, grouped.
     - ``cuda_api_span``, ``nvtx_ranges``, ``diagnostics``: coverage material; ``cuda_api_rows``: the

@@ -95,9 +95,9 @@ def library_calls_table(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     call = pl.struct(
         "api", "display_api", "return_code", "return_name", "correlation_id", "start_ns", "end_ns", "bytes"
     )  # children keep their documented fields; ``allocation`` only drives the size bookkeeping
-    named = pairs.join(names, on=["api", "return_code"], how="left", nulls_equal=True).sort(
-        ["lib_id", "start_ns", "correlation_id"], nulls_last=True
-    )
+    # The pairs come in (lib_id, start_ns, correlation_id) order (Analysis.frames), which the
+    # children lists keep: joined in order, not sorted again.
+    named = pairs.join(names, on=["api", "return_code"], how="left", nulls_equal=True, maintain_order="left")
     nested = (
         named.filter(pl.col("relation") == "nested")
         .group_by("lib_id", maintain_order=True)
