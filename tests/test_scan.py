@@ -382,3 +382,28 @@ def test_the_native_scans_own_row_count_is_the_census_where_rowids_have_gaps(mak
     fast = scan_with(path, "native", monkeypatch, workers)
     slow = scan_with(path, "sqlite3", monkeypatch, workers)
     assert fast.engine == "native" and fast.total == slow.total == expected < span
+
+
+def test_merge_alloc_equals_grouping_the_ranges_rows() -> None:
+    """The ranges' per-key counts joined without a group-by give what grouping every range's rows
+    gives: rows summed, the nameId of the first range (rowid order) with a row, NULL kept."""
+    rng = random.Random(12)
+    keys = pl.DataFrame(
+        {"gpid": [1 << 24, 1 << 24, 2 << 24, 2 << 24, 3 << 24], "correlation_id": [5, 9, 5, 7, 1]},
+        schema={"gpid": pl.Int64, "correlation_id": pl.Int64},
+    ).sort("correlation_id", "gpid")
+    for _ in range(50):
+        ranges, frames = [], []
+        for _ in range(rng.randint(1, 4)):
+            rows = [rng.choice([0, 0, 1, 3]) for _ in range(keys.height)]
+            names = [rng.choice([None, 10, 11]) if r else 0 for r in rows]
+            counts = (pl.Series("rows", rows, dtype=pl.Int64), pl.Series("name_id", names, dtype=pl.Int64))
+            ranges.append(counts)
+            frames.append(keys.with_columns(*counts).filter(pl.col("rows") > 0))
+        reference = (
+            pl.concat(frames)
+            .group_by("gpid", "correlation_id", maintain_order=True)
+            .agg(pl.col("rows").sum(), pl.col("name_id").first())
+            .sort("gpid", "correlation_id")
+        )
+        assert native.merge_alloc(keys, [*ranges, None]).equals(reference)

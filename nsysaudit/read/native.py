@@ -242,10 +242,33 @@ def _series(pointer: Any, n: int, typecode: str, name: str, dtype: Any) -> pl.Se
     return pl.Series(name, values, dtype=dtype)
 
 
+def merge_alloc(keys: pl.DataFrame, ranges: list[tuple[pl.Series, pl.Series] | None]) -> pl.DataFrame:
+    """``gpid, correlation_id, rows, name_id`` of the keys some row carries: the rows of every range
+    summed, the nameId of the first such row (the first range, in rowid order, that has one; NULL
+    where that row's nameId is NULL), in (gpid, correlation id) order. Vectorized over the keys:
+    no group-by over the ranges' 10^5-10^6 keys."""
+    counted = [r for r in ranges if r is not None]
+    if not counted or not keys.height:
+        return pl.DataFrame(schema=dict.fromkeys(("gpid", "correlation_id", "rows", "name_id"), pl.Int64))
+    rows, name = counted[0]
+    seen = rows > 0
+    for more_rows, more_name in counted[1:]:
+        take = ~seen & (more_rows > 0)
+        name = more_name.zip_with(take, name)
+        rows = rows + more_rows
+        seen = seen | take
+    return (
+        keys.with_columns(rows.alias("rows"), name.alias("name_id"))
+        .filter(pl.col("rows") > 0)
+        .sort("gpid", "correlation_id")
+    )
+
+
 def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list[str]) -> dict[str, Any]:
     """Reduce one rowid range: ``selected``, ``marked`` (frames of ``names``), ``span``
     (``gpid, first_ns, last_ns, rows``), ``problems`` (7 counts), ``counted``, ``mismatch_rows``,
-    ``rows``, ``alloc`` (``gpid, correlation_id, rows, name_id`` of the keys seen)."""
+    ``rows``, ``alloc`` (per allocation key, in ``inputs.keys`` order: the rows carrying it and the
+    nameId of the first, as two series; None without keys; :func:`merge_alloc` joins the ranges)."""
     lib = load()
     if lib is None:
         raise NativeScanError("the native scan is not built")
@@ -280,16 +303,14 @@ def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list
             schema=dict.fromkeys(("gpid", "first_ns", "last_ns", "rows"), pl.Int64),
         )
         problems = lib.nsa_problems(handle)[:7]
+        alloc: tuple[pl.Series, pl.Series] | None = None
         if n_keys:
-            alloc = x.keys.with_columns(
-                _series(lib.nsa_key_rows(handle), n_keys, "q", "rows", pl.Int64),
-                pl.when(_series(lib.nsa_key_first_null(handle), n_keys, "B", "z", pl.UInt8) == 1)
-                .then(None)
-                .otherwise(_series(lib.nsa_key_first_name(handle), n_keys, "q", "name_id", pl.Int64))
-                .alias("name_id"),
-            ).filter(pl.col("rows") > 0)
-        else:
-            alloc = pl.DataFrame(schema=dict.fromkeys(("gpid", "correlation_id", "rows", "name_id"), pl.Int64))
+            first_null = _bytes(lib.nsa_key_first_null(handle), n_keys) == 1
+            no_null = pl.Series([False])  # (only its any() is read)
+            alloc = (
+                _int_columns(lib.nsa_key_rows(handle), n_keys, 1, ["rows"], [no_null])["rows"],
+                _int_columns(lib.nsa_key_first_name(handle), n_keys, 1, ["name_id"], [first_null])["name_id"],
+            )
         return {
             "selected": _rows(lib.nsa_selected_values(handle), lib.nsa_selected_nulls(handle),
                               lib.nsa_selected_n(handle), names),

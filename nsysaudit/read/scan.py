@@ -22,7 +22,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -308,17 +308,22 @@ def scan_cuda_api(
         inputs = native.prepare(windows, string_ids, marked_name_ids, counted_name_ids, alloc_keys)
         reduce_sql = _select_sql(table, present, rowid, wrap="nsa_reduce")
 
-        def run_native(part: tuple[int, int]) -> list[_Reduced]:
+        def run_native(part: tuple[int, int]) -> tuple[_Reduced, Any]:
             out = native.scan_range(uri, reduce_sql, *part, inputs, list(ROW_SCHEMA))
             mismatches.append(out["mismatch_rows"])
             visited.append(out["rows"])
             if progress is not None:
                 progress.advance(out["rows"])
             problems = dict(zip(PROBLEMS, out["problems"], strict=True))
-            return [_Reduced(out["span"], out["selected"], problems, out["marked"], out["alloc"], out["counted"])]
+            no_alloc = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
+            reduced = _Reduced(out["span"], out["selected"], problems, out["marked"], no_alloc, out["counted"])
+            return reduced, out["alloc"]
 
         with ThreadPoolExecutor(max_workers=n_workers) as pool:
-            return list(pool.map(run_native, parts))
+            done = list(pool.map(run_native, parts))
+        # The allocation keys' counts of every range, joined once (the first range carries them).
+        alloc = native.merge_alloc(inputs.keys, [counts for _, counts in done])
+        return [[replace(r, alloc_rows=alloc) if i == 0 else r] for i, (r, _) in enumerate(done)]
 
     polars_engine = "adbc" if size >= ADBC_MIN_ROWS else "sqlite3"
     engine = "native" if native.load() is not None else polars_engine
@@ -378,13 +383,16 @@ def scan_cuda_api(
     rows = rows_of([r.selected for r in reduced])
     marked_rows = rows_of([r.marked for r in reduced])
     alloc_parts = [r.alloc_rows for r in reduced if r.alloc_rows.height]
-    alloc_rows = (
-        pl.concat(alloc_parts)
-        .group_by("gpid", "correlation_id")
-        .agg(pl.col("rows").sum(), pl.col("name_id").first())
-        .sort("gpid", "correlation_id")
-        if alloc_parts
-        else pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
-    )
+    if len(alloc_parts) == 1:  # one part's rows are already one per key (a group-by, or merge_alloc)
+        alloc_rows = alloc_parts[0].select(list(ALLOC_ROWS_SCHEMA)).sort("gpid", "correlation_id")
+    elif alloc_parts:
+        alloc_rows = (
+            pl.concat(alloc_parts)
+            .group_by("gpid", "correlation_id")
+            .agg(pl.col("rows").sum(), pl.col("name_id").first())
+            .sort("gpid", "correlation_id")
+        )
+    else:
+        alloc_rows = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
     counted = sum(r.counted for r in reduced)
     return CudaApiScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows, counted)
