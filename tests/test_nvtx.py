@@ -64,11 +64,8 @@ DAMAGE = [
 ]
 
 
-def read_both(
-    path: Path, monkeypatch: pytest.MonkeyPatch, *, native_used: bool = True
-) -> dict[str, tuple[pl.DataFrame, int, list[object]]]:
-    """The NVTX frame, invalid-UTF-8 count and warnings read natively and by the frame builder;
-    ``native_used``: whether the native read must have answered (else it must have declined)."""
+def spy_on_native_read(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each NVTX read was answered by the native reader (True) or left to the frame builder."""
     from nsysaudit.read import nvtx
 
     answered: list[bool] = []
@@ -80,6 +77,15 @@ def read_both(
         return result
 
     monkeypatch.setattr("nsysaudit.read.trace.read_ranges", spy)
+    return answered
+
+
+def read_both(
+    path: Path, monkeypatch: pytest.MonkeyPatch, *, native_used: bool = True
+) -> dict[str, tuple[pl.DataFrame, int, list[object]]]:
+    """The NVTX frame, invalid-UTF-8 count and warnings read natively and by the frame builder;
+    ``native_used``: whether the native read must have answered (else it must have declined)."""
+    answered = spy_on_native_read(monkeypatch)
     out = {}
     for engine in ("native", "frame"):
         monkeypatch.setenv("NSYSAUDIT_NATIVE", "1" if engine == "native" else "0")
@@ -118,18 +124,9 @@ def test_native_nvtx_read_equals_the_frame_builder(make_export, monkeypatch, dam
 
 @needs_native
 def test_native_nvtx_read_is_used_and_the_analysis_is_byte_identical(monkeypatch) -> None:
-    from nsysaudit.read import nvtx
     from nsysaudit.render import analysis_json
 
-    calls = []
-    real = nvtx.read_ranges
-
-    def spy(*args: object, **kwargs: object) -> object:
-        result = real(*args, **kwargs)  # type: ignore[arg-type]
-        calls.append(result is not None)
-        return result
-
-    monkeypatch.setattr("nsysaudit.read.trace.read_ranges", spy)
+    calls = spy_on_native_read(monkeypatch)
     outs = {}
     for engine in ("native", "frame"):
         monkeypatch.setenv("NSYSAUDIT_NATIVE", "1" if engine == "native" else "0")
