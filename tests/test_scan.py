@@ -406,4 +406,4 @@ def test_merge_alloc_equals_grouping_the_ranges_rows() -> None:
             .agg(pl.col("rows").sum(), pl.col("name_id").first())
             .sort("gpid", "correlation_id")
         )
-        assert native.merge_alloc(keys, [*ranges, None]).equals(reference)
+        assert native.merge_alloc(keys, [*ranges, None]).sort("gpid", "correlation_id").equals(reference)

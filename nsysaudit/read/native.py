@@ -16,6 +16,8 @@ import array
 import ctypes
 import os
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,10 +103,12 @@ def _use_numpy(values: int) -> bool:
     return values >= NUMPY_MIN_VALUES or "numpy" in sys.modules
 
 
-def _int_columns(values_ptr: Any, n: int, ncol: int, names: list[str], nulls: list[pl.Series]) -> pl.DataFrame:
+def _int_columns(
+    values_ptr: Any, n: int, ncol: int, names: list[str], nulls: Sequence[pl.Series | None]
+) -> pl.DataFrame:
     """``n`` rows of ``ncol`` int64 values (row-major, at ``values_ptr``) as a frame of ``names``; a
-    value is NULL where its column's ``nulls`` series is true. The values are copied: the frame
-    owns its memory, the C buffer may be freed after."""
+    value is NULL where its column's ``nulls`` series is true (None: no NULL in that column). The
+    values are copied: the frame owns its memory, the C buffer may be freed after."""
     if _use_numpy(n * ncol):
         import numpy as np
 
@@ -117,7 +121,7 @@ def _int_columns(values_ptr: Any, n: int, ncol: int, names: list[str], nulls: li
         flat.frombytes(ctypes.string_at(values_ptr, n * ncol * 8))
         columns = [pl.Series(name, flat[c::ncol], dtype=pl.Int64) for c, name in enumerate(names)]
     frame = pl.DataFrame(columns)
-    masked = [(name, z) for name, z in zip(names, nulls, strict=True) if z.any()]
+    masked = [(name, z) for name, z in zip(names, nulls, strict=True) if z is not None and z.any()]
     if not masked:
         return frame
     return frame.with_columns(
@@ -141,6 +145,21 @@ def _rows(values_ptr: Any, nulls_ptr: Any, n: int, names: list[str]) -> pl.DataF
     return _int_columns(values_ptr, n, NCOL, names, [(bits & (1 << c)) != 0 for c in range(NCOL)])
 
 
+@contextmanager
+def _result(handle: Any, error: Any, free: Any) -> Iterator[Any]:
+    """A result of the library (``nsa_scan``, ``nsa_read``): raised as NativeScanError when it could
+    not be made or says what failed, freed once read."""
+    if not handle:
+        raise NativeScanError("out of memory")
+    try:
+        message = error(handle).decode(errors="replace")
+        if message:
+            raise NativeScanError(message)
+        yield handle
+    finally:
+        free(handle)
+
+
 def read_ints(uri: str, sql: str, schema: dict[str, Any], *, ordered: bool = False) -> tuple[pl.DataFrame, int]:
     """The rows of ``sql`` (every column an integer) as a frame of ``schema``, and how many values
     were not integers (read as NULL, as :func:`nsysaudit.read.trace.frame` reads them).
@@ -155,13 +174,8 @@ def read_ints(uri: str, sql: str, schema: dict[str, Any], *, ordered: bool = Fal
     if not ordered:
         columns = ", ".join(f"c{i}" for i in range(len(names)))
         sql = f"WITH q({columns}) AS ({sql}) SELECT nsa_collect({columns}) FROM q"
-    handle = lib.nsa_read(uri.encode(), sql.encode(), len(names), int(not ordered))
-    if not handle:
-        raise NativeScanError("out of memory")
-    try:
-        error = lib.nsa_table_error(handle).decode(errors="replace")
-        if error:
-            raise NativeScanError(error)
+    with _result(lib.nsa_read(uri.encode(), sql.encode(), len(names), int(not ordered)), lib.nsa_table_error,
+                 lib.nsa_table_free) as handle:
         n = lib.nsa_table_n(handle)
         if n == 0:
             return pl.DataFrame(schema=schema), 0
@@ -169,8 +183,6 @@ def read_ints(uri: str, sql: str, schema: dict[str, Any], *, ordered: bool = Fal
         z = _bytes(lib.nsa_table_nulls(handle), n * ncol)
         nulls = [z.gather_every(ncol, offset=c) == 1 for c in range(ncol)]
         return _int_columns(lib.nsa_table_values(handle), n, ncol, names, nulls), int(lib.nsa_table_mismatched(handle))
-    finally:
-        lib.nsa_table_free(handle)
 
 
 def _i64(values: pl.Series) -> Any:
@@ -236,17 +248,11 @@ def _view(values: Any) -> Any:
     return (I64 * len(values)).from_buffer(values)
 
 
-def _series(pointer: Any, n: int, typecode: str, name: str, dtype: Any) -> pl.Series:
-    values = array.array(typecode)
-    values.frombytes(ctypes.string_at(pointer, n * values.itemsize))
-    return pl.Series(name, values, dtype=dtype)
-
-
 def merge_alloc(keys: pl.DataFrame, ranges: list[tuple[pl.Series, pl.Series] | None]) -> pl.DataFrame:
     """``gpid, correlation_id, rows, name_id`` of the keys some row carries: the rows of every range
     summed, the nameId of the first such row (the first range, in rowid order, that has one; NULL
-    where that row's nameId is NULL), in (gpid, correlation id) order. Vectorized over the keys:
-    no group-by over the ranges' 10^5-10^6 keys."""
+    where that row's nameId is NULL), in ``keys`` order (the scan's merge sorts them). Vectorized
+    over the keys: no group-by over the ranges' 10^5-10^6 keys."""
     counted = [r for r in ranges if r is not None]
     if not counted or not keys.height:
         return pl.DataFrame(schema=dict.fromkeys(("gpid", "correlation_id", "rows", "name_id"), pl.Int64))
@@ -257,11 +263,7 @@ def merge_alloc(keys: pl.DataFrame, ranges: list[tuple[pl.Series, pl.Series] | N
         name = more_name.zip_with(take, name)
         rows = rows + more_rows
         seen = seen | take
-    return (
-        keys.with_columns(rows.alias("rows"), name.alias("name_id"))
-        .filter(pl.col("rows") > 0)
-        .sort("gpid", "correlation_id")
-    )
+    return keys.with_columns(rows.alias("rows"), name.alias("name_id")).filter(pl.col("rows") > 0)
 
 
 def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list[str]) -> dict[str, Any]:
@@ -282,13 +284,7 @@ def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list
         _view(x.counted), x.n_counted,
         _view(x.key_arrays[0]), _view(x.key_arrays[1]), n_keys,
     )  # fmt: skip
-    handle = lib.nsa_scan(*args)
-    if not handle:
-        raise NativeScanError("out of memory")
-    try:
-        error = lib.nsa_error(handle).decode(errors="replace")
-        if error:
-            raise NativeScanError(error)
+    with _result(lib.nsa_scan(*args), lib.nsa_error, lib.nsa_free) as handle:
         n_spans = lib.nsa_span_count(handle)
         cols = [(I64 if i % 2 == 0 or i == 6 else U8) * max(n_spans, 1) for i in range(7)]
         gpid, gpid_null, first, first_null, last, last_null, rows = (c() for c in cols)
@@ -306,9 +302,8 @@ def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list
         alloc: tuple[pl.Series, pl.Series] | None = None
         if n_keys:
             first_null = _bytes(lib.nsa_key_first_null(handle), n_keys) == 1
-            no_null = pl.Series([False])  # (only its any() is read)
             alloc = (
-                _int_columns(lib.nsa_key_rows(handle), n_keys, 1, ["rows"], [no_null])["rows"],
+                _int_columns(lib.nsa_key_rows(handle), n_keys, 1, ["rows"], [None])["rows"],
                 _int_columns(lib.nsa_key_first_name(handle), n_keys, 1, ["name_id"], [first_null])["name_id"],
             )
         return {
@@ -323,5 +318,3 @@ def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list
             "rows": int(lib.nsa_rows(handle)),
             "alloc": alloc,
         }
-    finally:
-        lib.nsa_free(handle)
