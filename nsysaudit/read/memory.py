@@ -143,11 +143,10 @@ def _plan(export: ExportFile, mem: Table) -> _Plan:
         ]
     )
     select = f"SELECT {columns} FROM {_q(mem.name)}"
-    hidden = "rowid" in {c.lower() for c in mem.columns}
     return _Plan(
         f"{select} ORDER BY start, rowid",
         f"{select} ORDER BY start",
-        None if hidden else f"SELECT {columns}, rowid FROM {_q(mem.name)}",
+        None if mem.hides_rowid else f"SELECT {columns}, rowid FROM {_q(mem.name)}",
     )
 
 

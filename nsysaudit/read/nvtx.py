@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -51,30 +51,53 @@ def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _rowid_hidden(table: Table) -> bool:
-    return "rowid" in {c.lower() for c in table.columns}
+class Source(NamedTuple):
+    """The parts of every NVTX query, from the table's columns: the frame builder's read, the
+    native one and the domains' read share one FROM and JOIN (``from_join``), so they see the same
+    rows in the same order. ``text``: the range's text (its own, else the StringIds value of its
+    textId); ``end``, ``domain``: the columns, or NULL where the export has none."""
+
+    nvtx: Table
+    strings: Table
+    from_join: str
+    text: str
+    end: str
+    domain: str
+
+
+def source(nvtx: Table, strings: Table) -> Source:
+    has_text_id = nvtx.has("textId")
+    own = "n.text" if nvtx.has("text") else "NULL"
+    return Source(
+        nvtx,
+        strings,
+        f"FROM {_q(nvtx.name)} AS n"
+        + (f" LEFT JOIN {_q(strings.name)} AS s ON s.id = n.textId" if has_text_id else ""),
+        f"coalesce({own}, s.value)" if has_text_id else own,
+        'n."end"' if nvtx.has("end") else "NULL",
+        "n.domainId" if nvtx.has("domainId") else "NULL",
+    )
 
 
 def read_ranges(
-    export: ExportFile, nvtx: Table, strings: Table, event_types: tuple[int, int], typed: Counter[str]
+    export: ExportFile, src: Source, event_types: tuple[int, int], typed: Counter[str]
 ) -> pl.DataFrame | None:
     """The NVTX push/pop and start/end ranges (:data:`RANGE_SCHEMA`), counting wrong-typed values in
     ``typed[nvtx.name]`` and invalid UTF-8 in ``export.text``; None when the frame builder must read them."""
-    if native.load() is None or _rowid_hidden(nvtx) or _rowid_hidden(strings):
+    nvtx, strings = src.nvtx, src.strings
+    if native.load() is None or nvtx.hides_rowid or strings.hides_rowid:
         return None
-    has_text_id, has_text = nvtx.has("textId"), nvtx.has("text")
-    join = f"LEFT JOIN {_q(strings.name)} AS s ON s.id = n.textId" if has_text_id else ""
     columns = [
         "n.globalTid",
         "n.start",
-        'n."end"' if nvtx.has("end") else "NULL",
-        "n.domainId" if nvtx.has("domainId") else "NULL",
+        src.end,
+        src.domain,
         "n.eventType",
-        "s.rowid" if has_text_id else "NULL",
-        "CASE WHEN n.text IS NULL THEN NULL ELSE n.rowid END" if has_text else "NULL",
+        "s.rowid" if nvtx.has("textId") else "NULL",
+        "CASE WHEN n.text IS NULL THEN NULL ELSE n.rowid END" if nvtx.has("text") else "NULL",
     ]
     kinds = ", ".join(str(int(t)) for t in event_types)
-    sql = f"SELECT {', '.join(columns)} FROM {_q(nvtx.name)} AS n {join} WHERE n.eventType IN ({kinds})"
+    sql = f"SELECT {', '.join(columns)} {src.from_join} WHERE n.eventType IN ({kinds})"
     try:
         ints, wrong = native.read_ints(export.uri, sql, _INT_SCHEMA)
     except native.NativeScanError:

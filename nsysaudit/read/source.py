@@ -236,6 +236,11 @@ class Table:
     def has(self, *columns: str) -> bool:
         return all(c in self.columns for c in columns)
 
+    @property
+    def hides_rowid(self) -> bool:
+        """A declared column named rowid (in any case) hides SQLite's row key under that name."""
+        return "rowid" in {c.lower() for c in self.columns}
+
 
 @dataclass
 class ExportFile:

@@ -24,6 +24,7 @@ from nsysaudit.progress import Progress
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
+from nsysaudit.read.nvtx import source as nvtx_source
 from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.source import ExportFile, Table
 
@@ -278,21 +279,15 @@ def _load(
     domains = pl.DataFrame(schema={"gpid": pl.Int64, "domain_id": pl.Int64, "domain": pl.String})
     if nvtx is not None and nvtx.has("start", "eventType", "globalTid"):
         tables_used["nvtx"] = nvtx.name
-        has_text_id = nvtx.has("textId")
-        text_expr = "coalesce(n.text, s.value)" if has_text_id else "n.text"
-        join = f"LEFT JOIN {q(strings.name)} AS s ON s.id = n.textId" if has_text_id else ""
-        domain_col = "n.domainId" if nvtx.has("domainId") else "NULL"
-        end_col = 'n."end"' if nvtx.has("end") else "NULL"
-        text_col = "n.text" if nvtx.has("text") else "NULL"
-        text_expr = text_expr.replace("n.text", text_col)
-        native_ranges = read_ranges(export, nvtx, strings, (pushpop, startend), typed)
+        src = nvtx_source(nvtx, strings)
+        native_ranges = read_ranges(export, src, (pushpop, startend), typed)
         nvtx_ranges = (
             native_ranges
             if native_ranges is not None
             else frame(
                 conn,
-                f"""SELECT n.globalTid, n.start, {end_col}, {text_expr}, {domain_col}, n.eventType
-                    FROM {q(nvtx.name)} AS n {join} WHERE n.eventType IN (?, ?)""",
+                f"""SELECT n.globalTid, n.start, {src.end}, {src.text}, {src.domain}, n.eventType
+                    {src.from_join} WHERE n.eventType IN (?, ?)""",
                 NVTX_SCHEMA,
                 (pushpop, startend),
                 mismatched=typed,
@@ -302,8 +297,7 @@ def _load(
         if nvtx.has("domainId"):
             domains = frame(
                 conn,
-                f"""SELECT n.globalTid, n.domainId, {text_expr} FROM {q(nvtx.name)} AS n {join}
-                    WHERE n.eventType = ?""",
+                f"""SELECT n.globalTid, n.domainId, {src.text} {src.from_join} WHERE n.eventType = ?""",
                 {"gtid": pl.Int64, "domain_id": pl.Int64, "domain": pl.String},
                 (domain_create,),
                 mismatched=typed,
