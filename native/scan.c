@@ -44,6 +44,7 @@ typedef struct {
     rowbuf selected, marked;
     int64_t problems[NPROBLEMS];
     int64_t counted, mismatch_rows, rows;
+    int64_t page_rows, handovers; /* rows reduced from the pages; ranges SQLite went on with */
     span *spans; /* open addressing, span_cap slots; the NULL-gpid span is null_span */
     int64_t span_cap, span_n;
     span null_span;
@@ -305,11 +306,301 @@ static void reduce_step(sqlite3_context *context, int argc, sqlite3_value **argv
 
 static void reduce_final(sqlite3_context *context) { sqlite3_result_null(context); }
 
+/* --- the table's own pages, read without the VDBE ---------------------------------------------
+ * SQLite's VDBE spends about 1,100 instructions a row to hand the six integers to nsa_reduce (the
+ * cursor, OP_Column six times, the aggregate's call); the reduction itself about 345. So where the
+ * table is an ordinary rowid b-tree of a rollback-mode file, its pages are read through the
+ * connection's own file handle (the VFS's xRead: no second descriptor, no mmap, so a file truncated
+ * under us is a read error, not SIGBUS) and its records decoded here. Anything this reader does not
+ * fully understand or that is not consistent (an overflow page, a record shorter than the column it
+ * needs, keys out of order, a cell outside its page, a read error) gives the whole range back to
+ * SQLite: what was reduced is reset and SQLite reads the range from its first rowid, as it always
+ * did. (Going on from the last rowid read would not do: a damaged page can hold a cell whose rowid
+ * SQLite's seek skips but its scan from the start reads.) The reader is stricter than SQLite, never
+ * looser: tests/test_pages.py compares both on every fixture and on pages damaged at random.
+ */
+#define MAX_DEPTH 20 /* SQLite's own bound on a b-tree's depth (BTCURSOR_MAX_DEPTH) */
+#define RUN_PAGES 64 /* consecutive child pages read in one call */
+#define MAX_FIELDS 256
+
+enum { WALK_ON = 0, WALK_HANDOVER = 1, WALK_PAST = 2, WALK_FAILED = -1 };
+
+typedef struct {
+    sqlite3_file *fp;
+    int64_t page_size, usable, n_pages, visited;
+    uint8_t *run;            /* run_n pages from page run_first */
+    int64_t run_first, run_n;
+    uint8_t *level[MAX_DEPTH]; /* a copy of each interior page on the path */
+    int64_t *keys[MAX_DEPTH];  /* and its keys */
+    const int32_t *layout;   /* per column of the SELECT: its field in the record, or -1 (NULL) */
+    int max_field;
+    int64_t lo, hi;
+} pages;
+
+static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static inline uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
+/* SQLite's varint at p, not reading at or past end: its length, 0 when it does not fit. */
+static inline int varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) {
+        if (p + i >= end) return 0;
+        v = (v << 7) | (p[i] & 0x7f);
+        if (!(p[i] & 0x80)) {
+            *out = v;
+            return i + 1;
+        }
+    }
+    if (p + 8 >= end) return 0;
+    *out = (v << 8) | p[8];
+    return 9;
+}
+
+/* Page pgno; ``ahead``: how many pages from pgno on the caller will want (read in one call). */
+static const uint8_t *page_at(pages *p, int64_t pgno, int64_t ahead) {
+    if (pgno >= p->run_first && pgno < p->run_first + p->run_n) return p->run + (pgno - p->run_first) * p->page_size;
+    if (ahead > p->n_pages - pgno + 1) ahead = p->n_pages - pgno + 1;
+    if (ahead < 1) ahead = 1;
+    p->run_n = 0;
+    if (p->fp->pMethods->xRead(p->fp, p->run, (int)(ahead * p->page_size), (pgno - 1) * p->page_size) != SQLITE_OK)
+        return NULL;
+    p->run_first = pgno;
+    p->run_n = ahead;
+    return p->run;
+}
+
+/* The size of a value of serial type st (10 and 11 are reserved: UINT64_MAX). */
+static inline uint64_t serial_size(uint64_t st) {
+    static const uint64_t small[12] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0, UINT64_MAX, UINT64_MAX};
+    return st >= 12 ? (st - 12) / 2 : small[st];
+}
+
+/* The serial type at *h (before end), h moved past it: 0 when it does not fit. */
+static inline int serial_type(const uint8_t **h, const uint8_t *end, uint64_t *st) {
+    if (**h < 0x80) { /* every type up to a 57-byte string: one byte */
+        *st = *(*h)++;
+        return 1;
+    }
+    int m = varint(*h, end, st);
+    *h += m;
+    return m;
+}
+
+/* One record's six values, as reduce_step reads them: 0 when done, WALK_HANDOVER when the record is
+ * not consistent (its header and its payload disagree) or lacks a field it needs. */
+static int record(const pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *nulls, uint8_t *wrong) {
+    uint64_t header, st, size;
+    int k = varint(a, a + n, &header);
+    if (!k || header < (uint64_t)k || header > n) return WALK_HANDOVER;
+    uint64_t types[MAX_FIELDS], offsets[MAX_FIELDS];
+    uint64_t off = header;
+    int fields = 0;
+    const uint8_t *h = a + k, *end = a + header;
+    for (; fields <= p->max_field && h < end; fields++) { /* the fields the columns need */
+        if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off) return WALK_HANDOVER;
+        types[fields] = st;
+        offsets[fields] = off;
+        off += size;
+    }
+    while (h < end) { /* the others: only their sizes, which must add up to the payload */
+        if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off) return WALK_HANDOVER;
+        off += size;
+    }
+    if (off != n) return WALK_HANDOVER;
+    *nulls = 0;
+    *wrong = 0;
+    for (int c = 0; c < NCOL; c++) {
+        int f = p->layout[c];
+        v[c] = 0;
+        if (f < 0) {
+            *nulls |= (uint8_t)(1 << c);
+            continue;
+        }
+        if (f >= fields) return WALK_HANDOVER; /* the column's default: SQLite knows it */
+        uint64_t t = types[f];
+        if (t == 0) {
+            *nulls |= (uint8_t)(1 << c);
+        } else if (t <= 9 && t != 7) {
+            /* an integer of 0 (types 8 and 9: the values 0 and 1) to 8 bytes, big-endian: read as 8
+             * bytes and shifted, without a branch per size (the run's buffer has 8 bytes' slack) */
+            static const int bytes[10] = {0, 1, 2, 3, 4, 6, 8, 0, 0, 0};
+            uint64_t raw;
+            memcpy(&raw, a + offsets[f], sizeof raw);
+            int64_t value = (int64_t)__builtin_bswap64(raw) >> (64 - 8 * (bytes[t] ? bytes[t] : 1));
+            v[c] = bytes[t] ? value : (int64_t)t - 8;
+        } else { /* REAL, TEXT, BLOB: read as NULL and the row counted, as reduce_step does */
+            *nulls |= (uint8_t)(1 << c);
+            *wrong = 1;
+        }
+    }
+    return 0;
+}
+
+/* The child page of cell i of an interior page of n cells (i == n: the right-most child), -1 when
+ * the cell's pointer is outside the page. */
+static int64_t child_at(const uint8_t *page, uint32_t i, uint32_t n, int64_t u) {
+    if (i == n) return be32(page + 8);
+    uint32_t pc = be16(page + 12 + 2 * i);
+    return pc < 12 + 2 * n || pc + 4 >= u ? -1 : (int64_t)be32(page + pc);
+}
+
+/* Rowids of page pgno's subtree lie in (lower, upper] (has_lower, has_upper: bounded at all). */
+static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int has_lower, int64_t lower,
+                int has_upper, int64_t upper) {
+    if (depth >= MAX_DEPTH || ++p->visited > p->n_pages || pgno < 2 || pgno > p->n_pages) return WALK_HANDOVER;
+    const uint8_t *page = page_at(p, pgno, ahead);
+    if (!page) return WALK_HANDOVER;
+    const int64_t u = p->usable;
+    uint32_t n = be16(page + 3);
+    /* SQLite's own checks: at most (page size - 8) / 6 cells; a child page, or an interior root,
+     * without any cell is damaged */
+    if (n > (uint32_t)((p->page_size - 8) / 6) || (n == 0 && (depth > 0 || page[0] != 0x0D))) return WALK_HANDOVER;
+    if (page[0] == 0x05) { /* interior table page: n cells (child, key), then the right-most child */
+        if (12 + 2 * (int64_t)n > u) return WALK_HANDOVER;
+        uint8_t *copy = p->level[depth];
+        int64_t *keys = p->keys[depth];
+        memcpy(copy, page, (size_t)u);
+        /* every key first, in order and within the page's own bounds: SQLite's seek to lo searches
+         * them all, so the child it lands in is this loop's only if they are */
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t pc = be16(copy + 12 + 2 * i);
+            uint64_t k;
+            if (pc < 12 + 2 * n || pc + 4 >= u || !varint(copy + pc + 4, copy + u, &k)) return WALK_HANDOVER;
+            keys[i] = (int64_t)k;
+            if ((i > 0 ? keys[i] <= keys[i - 1] : has_lower && keys[i] <= lower) || (has_upper && keys[i] > upper))
+                return WALK_HANDOVER;
+        }
+        for (uint32_t i = 0; i <= n; i++) {
+            int last_child = i == n;
+            /* a child whose rowids all lie below lo is skipped; past hi, the rows say when to stop
+             * (the first rowid over hi), as they do for SQLite */
+            if (!last_child && keys[i] < p->lo) continue;
+            int64_t child = child_at(copy, i, n, u);
+            /* how many of the next children are the pages after this one (read in one call) */
+            int64_t run = 1;
+            if (!(child >= p->run_first && child < p->run_first + p->run_n))
+                while (i + run <= n && run < RUN_PAGES && child_at(copy, i + (uint32_t)run, n, u) == child + run) run++;
+            int rc = walk(x, p, child, run, depth + 1, i > 0 || has_lower, i > 0 ? keys[i - 1] : lower,
+                          last_child ? has_upper : 1, last_child ? upper : keys[i]);
+            if (rc != WALK_ON) return rc;
+        }
+        return WALK_ON;
+    }
+    if (page[0] != 0x0D || 8 + 2 * (int64_t)n > u) return WALK_HANDOVER;
+    int past = 0;
+    for (uint32_t i = 0; i < n; i++) { /* leaf table page: n cells (payload size, rowid, payload) */
+        uint32_t pc = be16(page + 8 + 2 * i);
+        if (pc < 8 + 2 * n || pc >= u) return WALK_HANDOVER;
+        const uint8_t *c = page + pc, *end = page + u;
+        uint64_t size, rowid_u;
+        int a = varint(c, end, &size);
+        int b = a ? varint(c + a, end, &rowid_u) : 0;
+        if (!b) return WALK_HANDOVER;
+        int64_t rowid = (int64_t)rowid_u;
+        /* every cell's rowid in order, those past hi too: SQLite's seek searches them all */
+        if ((has_lower && rowid <= lower) || (has_upper && rowid > upper)) return WALK_HANDOVER;
+        has_lower = 1;
+        lower = rowid;
+        if (rowid > p->hi) past = 1;
+        if (past || rowid < p->lo) continue;
+        /* a payload over usable - 35 bytes spills to overflow pages: SQLite reads those */
+        if (size > (uint64_t)(u - 35) || (uint64_t)(pc + a + b) + size > (uint64_t)u) return WALK_HANDOVER;
+        int64_t v[NCOL];
+        uint8_t nulls, wrong;
+        if (record(p, c + a + b, size, v, &nulls, &wrong)) return WALK_HANDOVER;
+        if (reduce_row(x, v, nulls, wrong)) return WALK_FAILED;
+        x->r->page_rows++;
+    }
+    return past ? WALK_PAST : WALK_ON;
+}
+
+/* Reduce rowids lo..hi of the table rooted at page ``root`` from its pages. Returns WALK_ON when
+ * they are all reduced, WALK_HANDOVER when SQLite must read the range instead (the caller resets
+ * what was reduced), WALK_FAILED when out of memory. Every precondition the reader relies on is
+ * checked here first. */
+static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout, int64_t lo, int64_t hi) {
+    pages p;
+    memset(&p, 0, sizeof p);
+    sqlite3_file *fp = NULL;
+    uint8_t hdr[100];
+    sqlite3_int64 file_size = 0;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &fp) != SQLITE_OK || !fp || !fp->pMethods ||
+        fp->pMethods->xRead(fp, hdr, sizeof hdr, 0) != SQLITE_OK || fp->pMethods->xFileSize(fp, &file_size) != SQLITE_OK)
+        return WALK_HANDOVER;
+    p.page_size = be16(hdr + 16) == 1 ? 65536 : be16(hdr + 16);
+    /* SQLite 3, rollback journal (WAL would put pages elsewhere), a power-of-two page size, the
+     * header's page count (when valid) that of the file */
+    if (memcmp(hdr, "SQLite format 3", 16) != 0 || hdr[18] != 1 || hdr[19] != 1 || p.page_size < 512 ||
+        (p.page_size & (p.page_size - 1)) || file_size % p.page_size)
+        return WALK_HANDOVER;
+    p.usable = p.page_size - hdr[20];
+    p.n_pages = file_size / p.page_size;
+    if (p.usable < 480 || (be32(hdr + 24) == be32(hdr + 92) && be32(hdr + 28) != 0 && be32(hdr + 28) != p.n_pages))
+        return WALK_HANDOVER;
+    p.fp = fp;
+    p.layout = layout;
+    p.max_field = -1;
+    for (int c = 0; c < NCOL; c++) {
+        if (layout[c] >= MAX_FIELDS) return WALK_HANDOVER;
+        if (layout[c] > p.max_field) p.max_field = layout[c];
+    }
+    p.lo = lo;
+    p.hi = hi;
+    p.run_first = 0;
+    int rc = WALK_FAILED;
+    p.run = malloc((size_t)(RUN_PAGES * p.page_size) + 8); /* + 8: record() reads 8 bytes at a time */
+    if (!p.run) goto done;
+    for (int d = 0; d < MAX_DEPTH; d++)
+        if (!(p.level[d] = malloc((size_t)p.page_size)) ||
+            !(p.keys[d] = malloc((size_t)((p.page_size - 8) / 6 + 1) * sizeof(int64_t))))
+            goto done;
+    rc = walk(x, &p, root, 1, 0, 0, 0, 0, 0);
+    if (rc == WALK_PAST) rc = WALK_ON;
+done:
+    free(p.run);
+    for (int d = 0; d < MAX_DEPTH; d++) {
+        free(p.level[d]);
+        free(p.keys[d]);
+    }
+    return rc;
+}
+
+/* Back to nothing reduced (the page reader gave the range back to SQLite). */
+static void reset(nsa_result *r, int64_t n_keys) {
+    size_t keys = (size_t)(n_keys ? n_keys : 1);
+    r->selected.n = r->marked.n = 0;
+    memset(r->problems, 0, sizeof r->problems);
+    r->counted = r->mismatch_rows = r->rows = r->page_rows = 0;
+    free(r->spans); /* as if new: the spans' order is their table's */
+    r->spans = NULL;
+    r->span_cap = r->span_n = 0;
+    memset(&r->null_span, 0, sizeof r->null_span);
+    memset(r->key_rows, 0, keys * sizeof(int64_t));
+    memset(r->key_first_name, 0, keys * sizeof(int64_t));
+    memset(r->key_first_null, 0, keys);
+}
+
+/* The table's root page, or 0 (none, or not one integer). */
+static int64_t root_page(sqlite3 *db, const char *table) {
+    sqlite3_stmt *stmt = NULL;
+    int64_t root = 0;
+    if (sqlite3_prepare_v2(db, "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?1", -1, &stmt,
+                           NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(stmt, 1, table, -1, SQLITE_STATIC);
+    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) == SQLITE_INTEGER) {
+        root = sqlite3_column_int64(stmt, 0);
+        if (sqlite3_step(stmt) != SQLITE_DONE) root = 0;
+    }
+    sqlite3_finalize(stmt);
+    return root;
+}
+
 nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, const int64_t *w_gtid,
                      const int64_t *w_start, const int64_t *w_end, int64_t n_win, const int64_t *strings,
                      int64_t n_strings, int check_strings, const int64_t *marked, int64_t n_marked,
                      const int64_t *counted, int64_t n_counted, const int64_t *key_gpid, const int64_t *key_corr,
-                     int64_t n_keys) {
+                     int64_t n_keys, const char *table, const int32_t *layout) {
     nsa_result *r = calloc(1, sizeof(nsa_result));
     if (!r) return NULL;
     sqlite3 *db = NULL;
@@ -360,6 +651,19 @@ nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, c
         idset_init(&x.counted, counted, n_counted) || idset_init(&x.key_corrs, key_corr, n_keys)) {
         snprintf(r->error, sizeof r->error, "out of memory");
         goto done;
+    }
+    /* ``layout`` (where each column of the SELECT lies in the table's records) says the table is
+     * one the page reader may read; it reads what it can and SQLite the rest. */
+    int64_t root = layout && table ? root_page(db, table) : 0;
+    if (root > 1) {
+        int rc = reduce_pages(&x, db, root, layout, lo, hi);
+        if (rc == WALK_FAILED || x.failed) {
+            snprintf(r->error, sizeof r->error, "out of memory");
+            goto done;
+        }
+        if (rc == WALK_ON) goto done;
+        reset(r, n_keys);
+        r->handovers++;
     }
     if (sqlite3_create_function_v2(db, "nsa_reduce", NCOL, SQLITE_UTF8, &x, NULL, reduce_step, reduce_final, NULL) !=
         SQLITE_OK) {
@@ -432,6 +736,8 @@ const char *nsa_error(const nsa_result *r) { return r->error; }
 int64_t nsa_rows(const nsa_result *r) { return r->rows; }
 int64_t nsa_mismatch_rows(const nsa_result *r) { return r->mismatch_rows; }
 int64_t nsa_counted(const nsa_result *r) { return r->counted; }
+int64_t nsa_page_rows(const nsa_result *r) { return r->page_rows; }
+int64_t nsa_handovers(const nsa_result *r) { return r->handovers; }
 const int64_t *nsa_problems(const nsa_result *r) { return r->problems; }
 int64_t nsa_selected_n(const nsa_result *r) { return r->selected.n; }
 const int64_t *nsa_selected_values(const nsa_result *r) { return r->selected.values; }

@@ -1,8 +1,9 @@
 """The native CUDA API scan (``native/scan.c``, built by ``make native``), through ctypes.
 
-The same reduction as :func:`nsysaudit.read.scan._reduce`, computed inside SQLite's C API in one
-pass (an aggregate function SQLite calls for each row): no value is decoded into Arrow or Python
-except the rows kept. :func:`read_ints` reads a table of integer columns (the memory events)
+The same reduction as :func:`nsysaudit.read.scan._reduce`, computed in C in one pass: from the
+table's own b-tree pages where the scan can read them (``pages``, :func:`scan_range`), else
+inside SQLite's C API (an aggregate function SQLite calls for each row); no value is decoded into
+Arrow or Python except the rows kept. :func:`read_ints` reads a table of integer columns (the memory events)
 without a Python object per value. ctypes releases the GIL for
 the call, so rowid ranges run in parallel threads. When the library is not built (a plain
 ``pip install``, a machine without a C compiler) :func:`load` returns None and the scan uses its
@@ -60,6 +61,7 @@ SIGNATURES: tuple[tuple[str, Any, list[Any]], ...] = (
         P64, I64,
         P64, I64,
         P64, P64, I64,
+        ctypes.c_char_p, ctypes.POINTER(ctypes.c_int32),
     ]),
     ("nsa_spans", I64, [VOID, P64, PU8, P64, PU8, P64, PU8, P64]),
     ("nsa_read", VOID, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]),
@@ -73,6 +75,7 @@ SIGNATURES: tuple[tuple[str, Any, list[Any]], ...] = (
             ("nsa_selected_nulls", PU8), ("nsa_marked_n", I64), ("nsa_marked_values", P64),
             ("nsa_marked_nulls", PU8), ("nsa_key_rows", P64), ("nsa_key_first_name", P64),
             ("nsa_key_first_null", PU8), ("nsa_span_count", I64),
+            ("nsa_page_rows", I64), ("nsa_handovers", I64),
             ("nsa_table_error", ctypes.c_char_p), ("nsa_table_n", I64), ("nsa_table_mismatched", I64),
             ("nsa_table_values", P64), ("nsa_table_nulls", PU8),
         )
@@ -266,11 +269,24 @@ def merge_alloc(keys: pl.DataFrame, ranges: list[tuple[pl.Series, pl.Series] | N
     return keys.with_columns(rows.alias("rows"), name.alias("name_id")).filter(pl.col("rows") > 0)
 
 
-def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list[str]) -> dict[str, Any]:
+def scan_range(
+    uri: str,
+    sql: str,
+    lo: int,
+    hi: int,
+    inputs: Inputs,
+    names: list[str],
+    pages: tuple[str, Sequence[int]] | None = None,
+) -> dict[str, Any]:
     """Reduce one rowid range: ``selected``, ``marked`` (frames of ``names``), ``span``
     (``gpid, first_ns, last_ns, rows``), ``problems`` (7 counts), ``counted``, ``mismatch_rows``,
     ``rows``, ``alloc`` (per allocation key, in ``inputs.keys`` order: the rows carrying it and the
-    nameId of the first, as two series; None without keys; :func:`merge_alloc` joins the ranges)."""
+    nameId of the first, as two series; None without keys; :func:`merge_alloc` joins the ranges).
+
+    ``pages``: the table's name and where each of ``sql``'s six columns lies in its records
+    (:func:`nsysaudit.read.scan.page_layout`): the scan reads the table's pages itself and SQLite
+    only what it hands over. ``page_rows``: the rows read that way; ``handovers``: 1 when SQLite
+    went on with the range, else 0."""
     lib = load()
     if lib is None:
         raise NativeScanError("the native scan is not built")
@@ -283,6 +299,8 @@ def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list
         _view(x.marked), x.n_marked,
         _view(x.counted), x.n_counted,
         _view(x.key_arrays[0]), _view(x.key_arrays[1]), n_keys,
+        pages[0].encode() if pages else None,
+        (ctypes.c_int32 * NCOL)(*pages[1]) if pages else None,
     )  # fmt: skip
     with _result(lib.nsa_scan(*args), lib.nsa_error, lib.nsa_free) as handle:
         n_spans = lib.nsa_span_count(handle)
@@ -316,5 +334,7 @@ def scan_range(uri: str, sql: str, lo: int, hi: int, inputs: Inputs, names: list
             "counted": int(lib.nsa_counted(handle)),
             "mismatch_rows": int(lib.nsa_mismatch_rows(handle)),
             "rows": int(lib.nsa_rows(handle)),
+            "page_rows": int(lib.nsa_page_rows(handle)),
+            "handovers": int(lib.nsa_handovers(handle)),
             "alloc": alloc,
         }

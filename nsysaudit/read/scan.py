@@ -81,6 +81,7 @@ class CudaApiScan:
     marked: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ROW_SCHEMA))
     alloc_rows: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
     counted: int = 0
+    page_rows: int = 0  # rows the native scan read from the table's pages (not through SQLite's VDBE)
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,44 @@ def rowid_name(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]) -
         return None
     declared = {c.lower() for c in columns}
     return next((name for name in ROWID_NAMES if name not in declared), None)
+
+
+def _affinity(declared: str) -> str:
+    """SQLite's type affinity of a column declared ``declared`` (its rules, in their order)."""
+    t = declared.upper()
+    if "INT" in t:
+        return "INTEGER"
+    if any(w in t for w in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if "BLOB" in t or not t:
+        return "BLOB"
+    if any(w in t for w in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
+def page_layout(conn: sqlite3.Connection, table: str, present: dict[str, str]) -> list[int] | None:
+    """Where each of the scan's six columns lies in ``table``'s records (-1: a column the table lacks,
+    read as NULL), for the native scan's page reader; None where it must leave the pages to SQLite:
+    a generated or hidden column (not stored where its position says), a column that is the
+    rowid's alias (stored as NULL), or one of REAL affinity (SQLite stores an integral REAL as an
+    integer and reads it back as REAL). The C reader checks the file and each page itself."""
+    info = conn.execute("SELECT name, type, pk, hidden FROM pragma_table_xinfo(?)", (table,)).fetchall()
+    if not info or any(hidden != 0 for *_, hidden in info):
+        return None
+    position = {name: (i, declared or "", pk) for i, (name, declared, pk, _) in enumerate(info)}
+    layout = []
+    for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId"):
+        if present[c] == "NULL":
+            layout.append(-1)
+            continue
+        if c not in position:
+            return None
+        i, declared, pk = position[c]
+        if pk or not isinstance(declared, str) or _affinity(declared) == "REAL":
+            return None
+        layout.append(i)
+    return layout
 
 
 def _select_sql(table: str, columns: dict[str, str], rowid: str | None, wrap: str | None = None) -> str:
@@ -307,11 +346,14 @@ def scan_cuda_api(
     def scan_native() -> list[list[_Reduced]]:
         inputs = native.prepare(windows, string_ids, marked_name_ids, counted_name_ids, alloc_keys)
         reduce_sql = _select_sql(table, present, rowid, wrap="nsa_reduce")
+        layout = page_layout(conn, table, present) if rowid is not None else None
+        pages = (table, layout) if layout is not None else None
 
         def run_native(part: tuple[int, int]) -> tuple[_Reduced, Any]:
-            out = native.scan_range(uri, reduce_sql, *part, inputs, list(ROW_SCHEMA))
+            out = native.scan_range(uri, reduce_sql, *part, inputs, list(ROW_SCHEMA), pages)
             mismatches.append(out["mismatch_rows"])
             visited.append(out["rows"])
+            page_rows.append(out["page_rows"])
             if progress is not None:
                 progress.advance(out["rows"])
             problems = dict(zip(PROBLEMS, out["problems"], strict=True))
@@ -329,6 +371,7 @@ def scan_cuda_api(
     engine = "native" if native.load() is not None else polars_engine
     mismatches: list[int] = []
     visited: list[int] = []  # rows the native scan visited, per range
+    page_rows: list[int] = []  # of which its page reader read, per range
     if progress is not None:
         progress.start(f"scanning {size:,} CUDA API rows", int(size))
     try:
@@ -338,6 +381,7 @@ def scan_cuda_api(
             except native.NativeScanError:  # the polars engines read it (and say why they cannot, if so)
                 engine = polars_engine
                 mismatches.clear()
+                page_rows.clear()
                 if progress is not None:
                     progress.finish()
                     progress.start(f"scanning {size:,} CUDA API rows", int(size))
@@ -395,4 +439,6 @@ def scan_cuda_api(
     else:
         alloc_rows = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
     counted = sum(r.counted for r in reduced)
-    return CudaApiScan(int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows, counted)
+    return CudaApiScan(
+        int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows, counted, sum(page_rows)
+    )
