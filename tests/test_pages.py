@@ -143,6 +143,26 @@ def test_generated_tables_read_the_same_from_their_pages(tmp_path: Path, monkeyp
     assert fast.selected.height and fast.marked.height and fast.alloc_rows.height and fast.counted
 
 
+def test_pages_with_reserved_bytes_at_their_end(tmp_path: Path, monkeypatch) -> None:
+    """A file whose pages keep bytes for a VFS's own use (header byte 20): cells end before them."""
+    import ctypes
+    import ctypes.util
+
+    path = tmp_path / "t.sqlite"
+    lib = ctypes.CDLL(ctypes.util.find_library("sqlite3"))
+    db = ctypes.c_void_p()
+    assert lib.sqlite3_open(str(path).encode(), ctypes.byref(db)) == 0
+    reserve = ctypes.c_int(40)
+    assert lib.sqlite3_file_control(db, b"main", 38, ctypes.byref(reserve)) == 0  # SQLITE_FCNTL_RESERVE_BYTES
+    assert lib.sqlite3_exec(db, b"PRAGMA page_size = 1024; CREATE TABLE first (x)", None, None, None) == 0
+    lib.sqlite3_close(db)
+    make_table(path, random.Random(12), 5000)
+    assert path.read_bytes()[20] == 40 and sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    fast, plain = both_ways(monkeypatch, lambda: scan_table(path, 2))
+    assert_same_scan(fast, plain)
+    assert fast.page_rows == fast.total == 5000
+
+
 def test_columns_in_another_order_and_missing_ones(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "t.sqlite"
     columns = 'pad TEXT, returnValue INTEGER, other BLOB, "end" INTEGER, globalTid INTEGER, start INTEGER, nameId INT'

@@ -214,7 +214,10 @@ def page_layout(conn: sqlite3.Connection, table: str, present: dict[str, str]) -
     a generated or hidden column (not stored where its position says), a column that is the
     rowid's alias (stored as NULL), or one of REAL affinity (SQLite stores an integral REAL as an
     integer and reads it back as REAL). The C reader checks the file and each page itself."""
-    info = conn.execute("SELECT name, type, pk, hidden FROM pragma_table_xinfo(?)", (table,)).fetchall()
+    try:
+        info = conn.execute("SELECT name, type, pk, hidden FROM pragma_table_xinfo(?)", (table,)).fetchall()
+    except sqlite3.DatabaseError:  # an SQLite before 3.26 (no table_xinfo): SQLite reads the rows
+        return None
     if not info or any(hidden != 0 for *_, hidden in info):
         return None
     position = {name: (i, declared or "", pk) for i, (name, declared, pk, _) in enumerate(info)}
