@@ -323,7 +323,9 @@ static void reduce_final(sqlite3_context *context) { sqlite3_result_null(context
 #define RUN_PAGES 64 /* consecutive child pages read in one call */
 #define MAX_FIELDS 256
 
-enum { WALK_ON = 0, WALK_HANDOVER = 1, WALK_PAST = 2, WALK_FAILED = -1 };
+/* WALK_HANDOVER: SQLite reads the range (something this reader leaves to it); WALK_DAMAGED: the
+ * table's b-tree breaks a rule every SQLite file keeps (pages->damage says which) */
+enum { WALK_ON = 0, WALK_HANDOVER = 1, WALK_PAST = 2, WALK_DAMAGED = 3, WALK_FAILED = -1 };
 
 typedef struct {
     sqlite3_file *fp;
@@ -335,7 +337,15 @@ typedef struct {
     const int32_t *layout;   /* per column of the SELECT: its field in the record, or -1 (NULL) */
     int max_field;
     int64_t lo, hi;
+    int64_t page;            /* the page being read */
+    char damage[160];
 } pages;
+
+/* Say what is damaged on the page being read; returns WALK_DAMAGED. */
+static int damaged(pages *p, const char *what) {
+    snprintf(p->damage, sizeof p->damage, "page %lld: %s", (long long)p->page, what);
+    return WALK_DAMAGED;
+}
 
 static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
 static inline uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
@@ -386,27 +396,29 @@ static inline int serial_type(const uint8_t **h, const uint8_t *end, uint64_t *s
     return m;
 }
 
-/* One record's six values, as reduce_step reads them: 0 when done, WALK_HANDOVER when the record is
- * not consistent (its header and its payload disagree) or lacks a field it needs. */
-static int record(const pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *nulls, uint8_t *wrong) {
+/* One record's six values, as reduce_step reads them: 0 when done, WALK_DAMAGED when its header and
+ * its payload disagree, WALK_HANDOVER when it lacks a field it needs (the column's DEFAULT). */
+static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *nulls, uint8_t *wrong) {
     uint64_t header, st, size;
     int k = varint(a, a + n, &header);
-    if (!k || header < (uint64_t)k || header > n) return WALK_HANDOVER;
+    if (!k || header < (uint64_t)k || header > n) return damaged(p, "a record header larger than its record");
     uint64_t types[MAX_FIELDS], offsets[MAX_FIELDS];
     uint64_t off = header;
     int fields = 0;
     const uint8_t *h = a + k, *end = a + header;
     for (; fields <= p->max_field && h < end; fields++) { /* the fields the columns need */
-        if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off) return WALK_HANDOVER;
+        if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off)
+            return damaged(p, "a record's values do not fit in it");
         types[fields] = st;
         offsets[fields] = off;
         off += size;
     }
     while (h < end) { /* the others: only their sizes, which must add up to the payload */
-        if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off) return WALK_HANDOVER;
+        if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off)
+            return damaged(p, "a record's values do not fit in it");
         off += size;
     }
-    if (off != n) return WALK_HANDOVER;
+    if (off != n) return damaged(p, "a record's values do not fill it");
     *nulls = 0;
     *wrong = 0;
     for (int c = 0; c < NCOL; c++) {
@@ -447,16 +459,20 @@ static int64_t child_at(const uint8_t *page, uint32_t i, uint32_t n, int64_t u) 
 /* Rowids of page pgno's subtree lie in (lower, upper] (has_lower, has_upper: bounded at all). */
 static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int has_lower, int64_t lower,
                 int has_upper, int64_t upper) {
-    if (depth >= MAX_DEPTH || ++p->visited > p->n_pages || pgno < 2 || pgno > p->n_pages) return WALK_HANDOVER;
+    if (depth >= MAX_DEPTH) return damaged(p, "a child page deeper than 20 levels");
+    if (++p->visited > p->n_pages) return damaged(p, "more pages in the table than in the file (a cycle)");
+    if (pgno < 2 || pgno > p->n_pages) return damaged(p, "a page number outside the file");
+    p->page = pgno;
     const uint8_t *page = page_at(p, pgno, ahead);
-    if (!page) return WALK_HANDOVER;
+    if (!page) return WALK_HANDOVER; /* a read error: SQLite's to report */
     const int64_t u = p->usable;
     uint32_t n = be16(page + 3);
     /* SQLite's own checks: at most (page size - 8) / 6 cells; a child page, or an interior root,
      * without any cell is damaged */
-    if (n > (uint32_t)((p->page_size - 8) / 6) || (n == 0 && (depth > 0 || page[0] != 0x0D))) return WALK_HANDOVER;
+    if (n > (uint32_t)((p->page_size - 8) / 6)) return damaged(p, "more cells than a page holds");
+    if (n == 0 && (depth > 0 || page[0] != 0x0D)) return damaged(p, "a child or interior page without cells");
     if (page[0] == 0x05) { /* interior table page: n cells (child, key), then the right-most child */
-        if (12 + 2 * (int64_t)n > u) return WALK_HANDOVER;
+        if (12 + 2 * (int64_t)n > u) return damaged(p, "more cells than a page holds");
         uint8_t *copy = p->level[depth];
         int64_t *keys = p->keys[depth];
         memcpy(copy, page, (size_t)u);
@@ -465,10 +481,11 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
         for (uint32_t i = 0; i < n; i++) {
             uint32_t pc = be16(copy + 12 + 2 * i);
             uint64_t k;
-            if (pc < 12 + 2 * n || pc + 4 >= u || !varint(copy + pc + 4, copy + u, &k)) return WALK_HANDOVER;
+            if (pc < 12 + 2 * n || pc + 4 >= u || !varint(copy + pc + 4, copy + u, &k))
+                return damaged(p, "a cell outside its page");
             keys[i] = (int64_t)k;
             if ((i > 0 ? keys[i] <= keys[i - 1] : has_lower && keys[i] <= lower) || (has_upper && keys[i] > upper))
-                return WALK_HANDOVER;
+                return damaged(p, "keys out of order");
         }
         for (uint32_t i = 0; i <= n; i++) {
             int last_child = i == n;
@@ -483,31 +500,35 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
             int rc = walk(x, p, child, run, depth + 1, i > 0 || has_lower, i > 0 ? keys[i - 1] : lower,
                           last_child ? has_upper : 1, last_child ? upper : keys[i]);
             if (rc != WALK_ON) return rc;
+            p->page = pgno;
         }
         return WALK_ON;
     }
-    if (page[0] != 0x0D || 8 + 2 * (int64_t)n > u) return WALK_HANDOVER;
+    if (page[0] != 0x0D) return damaged(p, "not a table b-tree page");
+    if (8 + 2 * (int64_t)n > u) return damaged(p, "more cells than a page holds");
     int past = 0;
     for (uint32_t i = 0; i < n; i++) { /* leaf table page: n cells (payload size, rowid, payload) */
         uint32_t pc = be16(page + 8 + 2 * i);
-        if (pc < 8 + 2 * n || pc >= u) return WALK_HANDOVER;
+        if (pc < 8 + 2 * n || pc >= u) return damaged(p, "a cell outside its page");
         const uint8_t *c = page + pc, *end = page + u;
         uint64_t size, rowid_u;
         int a = varint(c, end, &size);
         int b = a ? varint(c + a, end, &rowid_u) : 0;
-        if (!b) return WALK_HANDOVER;
+        if (!b) return damaged(p, "a cell outside its page");
         int64_t rowid = (int64_t)rowid_u;
         /* every cell's rowid in order, those past hi too: SQLite's seek searches them all */
-        if ((has_lower && rowid <= lower) || (has_upper && rowid > upper)) return WALK_HANDOVER;
+        if ((has_lower && rowid <= lower) || (has_upper && rowid > upper)) return damaged(p, "rowids out of order");
         has_lower = 1;
         lower = rowid;
         if (rowid > p->hi) past = 1;
         if (past || rowid < p->lo) continue;
         /* a payload over usable - 35 bytes spills to overflow pages: SQLite reads those */
-        if (size > (uint64_t)(u - 35) || (uint64_t)(pc + a + b) + size > (uint64_t)u) return WALK_HANDOVER;
+        if (size > (uint64_t)(u - 35)) return WALK_HANDOVER;
+        if ((uint64_t)(pc + a + b) + size > (uint64_t)u) return damaged(p, "a cell runs past its page");
         int64_t v[NCOL];
         uint8_t nulls, wrong;
-        if (record(p, c + a + b, size, v, &nulls, &wrong)) return WALK_HANDOVER;
+        int rc = record(p, c + a + b, size, v, &nulls, &wrong);
+        if (rc != WALK_ON) return rc;
         if (reduce_row(x, v, nulls, wrong)) return WALK_FAILED;
         x->r->page_rows++;
     }
@@ -516,9 +537,10 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
 
 /* Reduce rowids lo..hi of the table rooted at page ``root`` from its pages. Returns WALK_ON when
  * they are all reduced, WALK_HANDOVER when SQLite must read the range instead (the caller resets
- * what was reduced), WALK_FAILED when out of memory. Every precondition the reader relies on is
- * checked here first. */
-static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout, int64_t lo, int64_t hi) {
+ * what was reduced), WALK_DAMAGED (what, in ``damage``), WALK_FAILED when out of memory. Every
+ * precondition the reader relies on is checked here first. */
+static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout, int64_t lo, int64_t hi,
+                        char *damage, size_t damage_size) {
     pages p;
     memset(&p, 0, sizeof p);
     sqlite3_file *fp = NULL;
@@ -556,6 +578,7 @@ static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout
             goto done;
     rc = walk(x, &p, root, 1, 0, 0, 0, 0, 0);
     if (rc == WALK_PAST) rc = WALK_ON;
+    if (rc == WALK_DAMAGED) snprintf(damage, damage_size, "%s", p.damage);
 done:
     free(p.run);
     for (int d = 0; d < MAX_DEPTH; d++) {
@@ -656,9 +679,14 @@ nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, c
      * one the page reader may read; it reads what it can and SQLite the rest. */
     int64_t root = layout && table ? root_page(db, table) : 0;
     if (root > 1) {
-        int rc = reduce_pages(&x, db, root, layout, lo, hi);
+        char damage[160] = "";
+        int rc = reduce_pages(&x, db, root, layout, lo, hi, damage, sizeof damage);
         if (rc == WALK_FAILED || x.failed) {
             snprintf(r->error, sizeof r->error, "out of memory");
+            goto done;
+        }
+        if (rc == WALK_DAMAGED) { /* the Python side says so, never reads on: the rows are not all there */
+            snprintf(r->error, sizeof r->error, "damaged: %s", damage);
             goto done;
         }
         if (rc == WALK_ON) goto done;

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 from test_scan import RUNTIME, assert_same_scan, needs_native, selected
 
+from nsysaudit.errors import UnusableInput
 from nsysaudit.read import native, scan
 from nsysaudit.read.source import readonly_uri
 
@@ -245,6 +246,8 @@ def range_outcome(path: Path, lo: int, hi: int, pages: bool) -> Any:
     try:
         out = native.scan_range(readonly_uri(path), sql, lo, hi, inputs, list(scan.ROW_SCHEMA),
                                 (RUNTIME, layout) if layout else None)  # fmt: skip
+    except native.DamagedPages as exc:
+        return ("damaged", str(exc))
     except native.NativeScanError as exc:
         return ("error", str(exc))
     out.pop("page_rows"), out.pop("handovers")
@@ -254,14 +257,17 @@ def range_outcome(path: Path, lo: int, hi: int, pages: bool) -> Any:
     }
 
 
-def test_damaged_pages_give_what_sqlite_gives(tmp_path: Path) -> None:
+def test_damaged_pages_give_what_sqlite_gives_or_are_called_damaged(tmp_path: Path) -> None:
     """Bytes of the table's pages overwritten at random (cell pointers, page headers, child page
-    numbers, record headers, values): for every range, the page reader's answer, or the error, is
-    SQLite's own. The reader never reads past what it checked, so nothing here may crash.
+    numbers, record headers, values): for every range, the page reader either finds the b-tree
+    damaged (a rule every SQLite file keeps is broken: the caller stops there) or gives SQLite's
+    own answer, or its error. Never another answer. The reader never reads past what it checked,
+    so nothing here may crash.
 
     SQLite 3.40 reads some damaged pages differently from one run to the next (a malformed error
     one time, rows the next: it reads bytes it did not write); such trials say nothing and are
-    left out, and there must be few of them."""
+    left out, and there must be few of them. Where the page reader handed such a range to SQLite,
+    its answer must be one SQLite gives."""
     clean = tmp_path / "clean.sqlite"
     make_table(clean, random.Random(8), 3000, page_size=512)
     data = clean.read_bytes()
@@ -271,7 +277,7 @@ def test_damaged_pages_give_what_sqlite_gives(tmp_path: Path) -> None:
     con.close()
     rng = random.Random(9)
     damaged = tmp_path / "damaged.sqlite"
-    compared = unstable = 0
+    compared = unstable = called_damaged = 0
     for trial in range(150):
         buf = bytearray(data)
         page = rng.choice([root, *range(root, len(data) // 512 + 1)])  # the root often: its header matters most
@@ -285,6 +291,92 @@ def test_damaged_pages_give_what_sqlite_gives(tmp_path: Path) -> None:
             if plain.count(plain[0]) != 3:
                 unstable += 1
                 continue
-            assert range_outcome(damaged, *part, pages=True) == plain[0], (trial, page, part)
+            fast = range_outcome(damaged, *part, pages=True)
+            if isinstance(fast, tuple) and fast[0] == "damaged":
+                called_damaged += 1
+                continue
+            if fast != plain[0]:  # handed to SQLite, whose answer here may vary: one it gives, then
+                assert fast in [range_outcome(damaged, *part, pages=False) for _ in range(8)], (trial, page, part)
+                unstable += 1
+                continue
             compared += 1
-    assert compared > 400 and unstable < 20, (compared, unstable)
+    # not vacuous: both outcomes are common (and the damage where SQLite answers was compared)
+    assert compared > 150 and called_damaged > 50 and unstable < 20, (compared, called_damaged, unstable)
+
+
+def skipping_table(tmp_path: Path) -> Path:
+    """A table whose leaf holds a rowid bumped past the table's last: SQLite, reading a rowid range
+    that ends before it, stops there without an error and never reads the rows after it; its
+    count(*) counts them."""
+    path = tmp_path / "skip.sqlite"
+    make_table(path, random.Random(13), 3000, page_size=512, gaps=False)
+    con = sqlite3.connect(path)
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (RUNTIME,)).fetchone()
+    con.close()
+    data = bytearray(path.read_bytes())
+    for page in range(root + 1, len(data) // 512 + 1):  # a leaf in the middle: its first cell
+        at = (page - 1) * 512
+        if data[at] != 0x0D:
+            continue
+        cell = at + int.from_bytes(data[at + 8 : at + 10], "big")
+        rowid = cell + (1 if data[cell] < 0x80 else 2)  # past the payload size's varint
+        two_bytes = data[rowid] >= 0x80 and data[rowid + 1] < 0x80
+        if two_bytes and 1000 < ((data[rowid] & 0x7F) << 7 | data[rowid + 1]) < 2000:
+            data[rowid], data[rowid + 1] = 0xFC, 0x00  # 16,128: past max(rowid), the same varint length
+            break
+    else:
+        raise AssertionError("no leaf to damage")
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_rows_sqlite_would_pass_by_are_called_damaged(tmp_path: Path, monkeypatch) -> None:
+    path = skipping_table(tmp_path)
+    con = sqlite3.connect(readonly_uri(path), uri=True)
+    (counted,) = con.execute(f"SELECT count(*) FROM {RUNTIME}").fetchone()
+    (by_range,) = con.execute(f"SELECT count(*) FROM {RUNTIME} WHERE rowid BETWEEN 1 AND 3000").fetchone()
+    con.close()
+    assert counted == 3000 and by_range < 3000  # SQLite alone says nothing is wrong
+    with pytest.raises(UnusableInput, match=rf"damaged SQLite file: table {RUNTIME}, page \d+: rowids out of order"):
+        scan_table(path, 1)
+    # SQLite's VDBE reads it: in 12 ranges, the one holding the bumped rowid stops there, the next
+    # seeks past the rest, and the count(*) says rows were passed by
+    without_pages(monkeypatch)
+    with pytest.raises(UnusableInput, match=r"holds 3,000 rows by SQLite's count\(\*\), but reading them by rowid"):
+        scan_table(path, 3)
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "0")  # and the polars engines
+    with pytest.raises(UnusableInput, match=r"holds 3,000 rows by SQLite's count"):
+        scan_table(path, 3)
+
+
+def test_analyze_says_a_damaged_table_in_one_line(tmp_path: Path, capsys) -> None:
+    """The real torch capture with one record header of its CUDA API table made larger than its
+    record: one line naming the file, the table and the page, exit 2, nothing printed, the file
+    untouched."""
+    import hashlib
+
+    from nsysaudit.cli import main
+
+    path = tmp_path / "observe.sqlite"
+    data = bytearray((FIXTURES / "h200-cuda13-nsys2025.3" / "torch" / "observe.sqlite").read_bytes())
+    con = sqlite3.connect(readonly_uri(FIXTURES / "h200-cuda13-nsys2025.3" / "torch" / "observe.sqlite"), uri=True)
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (RUNTIME,)).fetchone()
+    (page_size,) = con.execute("PRAGMA page_size").fetchone()
+    con.close()
+    at = (root - 1) * page_size
+    assert data[at] == 0x05  # interior: its first child is a leaf
+    leaf = int.from_bytes(data[at + 12 + 0 : at + 14], "big")
+    leaf = int.from_bytes(data[at + leaf : at + leaf + 4], "big")
+    at = (leaf - 1) * page_size
+    assert data[at] == 0x0D
+    cell = at + int.from_bytes(data[at + 8 : at + 10], "big")
+    assert data[cell] < 0x7F and data[cell + 1] < 0x80  # one-byte payload size and rowid
+    data[cell + 2] = 0x7F  # the record's header size: past the record's end
+    path.write_bytes(bytes(data))
+    digest = hashlib.sha256(data).hexdigest()
+    code = main(["analyze", str(path), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}: damaged SQLite file: table {RUNTIME}, page {leaf}: a record header larger than its record" in err
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest

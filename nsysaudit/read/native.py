@@ -95,6 +95,12 @@ class NativeScanError(RuntimeError):
     """The native scan could not read the range (the caller falls back to the polars engines)."""
 
 
+class DamagedPages(NativeScanError):
+    """The page reader found the table's b-tree breaking a rule every SQLite file keeps (keys out of
+    order, a cell outside its page, ...): rows may be missing from any reading of it, so the caller
+    must not read on with another engine."""
+
+
 # Arrays cross between C and polars through numpy (zero-copy views, one copy per column, ~20x
 # faster than a Python int per value) once numpy is loaded, or from this many values on: about
 # where a Python int per value costs what numpy's import does (0.1-0.16 s here). A small or
@@ -156,6 +162,8 @@ def _result(handle: Any, error: Any, free: Any) -> Iterator[Any]:
         raise NativeScanError("out of memory")
     try:
         message = error(handle).decode(errors="replace")
+        if message.startswith("damaged: "):
+            raise DamagedPages(message.removeprefix("damaged: "))
         if message:
             raise NativeScanError(message)
         yield handle

@@ -28,11 +28,13 @@ from typing import Any
 
 import polars as pl
 
+from nsysaudit.errors import UnusableInput
 from nsysaudit.progress import Progress
 from nsysaudit.read import native
 from nsysaudit.read.source import readonly_uri
 
 BATCH_ROWS = 1 << 18
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 PARALLEL_MIN_ROWS = 1 << 20
 PARTS_PER_WORKER = 4
 # Below this many rows the stdlib reader is used from the start: importing ADBC and pyarrow costs
@@ -322,9 +324,15 @@ def scan_cuda_api(
     else:
         (lo,) = conn.execute(f"SELECT min({rowid}) FROM {_quote(table)}").fetchone()
         (hi,) = conn.execute(f"SELECT max({rowid}) FROM {_quote(table)}").fetchone()
-    if total == 0 or lo is None:
+    if lo is None and total is None:
+        total = count_rows()  # an empty b-tree: instant (rows here would mean a damaged one)
+    if total == 0:
         return CudaApiScan(
             0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
+        )
+    if lo is None or hi < lo:
+        raise UnusableInput(
+            path, f"damaged SQLite file: table {table} holds rows, but SQLite's min and max rowid are {lo} and {hi}"
         )
     size = total if total is not None else hi - lo + 1  # at most this many rows: what the choices go by
     n_workers = workers or (min(os.cpu_count() or 1, 4) if size >= PARALLEL_MIN_ROWS else 1)
@@ -335,12 +343,18 @@ def scan_cuda_api(
     n_parts = n_workers * PARTS_PER_WORKER if n_workers > 1 else 1
     step = (hi - lo) // n_parts + 1
     parts = [(lo + i * step, min(hi, lo + (i + 1) * step - 1)) for i in range(n_parts)]
+    # The first and last ranges reach past SQLite's min and max rowid: each is one seek into the
+    # b-tree, which on a damaged one can land short of its ends, and the rows beyond would never be
+    # read. Over every rowid, every row is visited (and checked, by the page reader) exactly once.
+    parts[0] = (INT64_MIN, parts[0][1])
+    parts[-1] = (parts[-1][0], INT64_MAX)
     uri = readonly_uri(path)  # never plain mode=ro: SQLite would read and write side files
 
     def run(part: tuple[int, int], use_adbc: bool, mismatches: list[int]) -> list[_Reduced]:
         batches = _adbc_batches(uri, sql, *part) if use_adbc else _sqlite_batches(path, sql, *part, mismatches)
         out = []
         for batch in batches:
+            visited.append(batch.height)
             out.append(_reduce(batch, windows, string_ids, marked_name_ids, alloc_keys, counted_name_ids))
             if progress is not None:
                 progress.advance(batch.height)
@@ -357,6 +371,7 @@ def scan_cuda_api(
             mismatches.append(out["mismatch_rows"])
             visited.append(out["rows"])
             page_rows.append(out["page_rows"])
+            handed.append(pages is None or out["handovers"] > 0)
             if progress is not None:
                 progress.advance(out["rows"])
             problems = dict(zip(PROBLEMS, out["problems"], strict=True))
@@ -373,18 +388,23 @@ def scan_cuda_api(
     polars_engine = "adbc" if size >= ADBC_MIN_ROWS else "sqlite3"
     engine = "native" if native.load() is not None else polars_engine
     mismatches: list[int] = []
-    visited: list[int] = []  # rows the native scan visited, per range
-    page_rows: list[int] = []  # of which its page reader read, per range
+    visited: list[int] = []  # rows the scan visited, per range (native) or batch (polars engines)
+    page_rows: list[int] = []  # of which the native page reader read, per range
+    handed: list[bool] = []  # per range: SQLite's VDBE read it (not the page reader)
     if progress is not None:
         progress.start(f"scanning {size:,} CUDA API rows", int(size))
     try:
         if engine == "native":
             try:
                 results = scan_native()
+            except native.DamagedPages as exc:  # no engine can read every row of it: say so
+                raise UnusableInput(path, f"damaged SQLite file: table {table}, {exc}") from None
             except native.NativeScanError:  # the polars engines read it (and say why they cannot, if so)
                 engine = polars_engine
                 mismatches.clear()
+                visited.clear()
                 page_rows.clear()
+                handed.clear()
                 if progress is not None:
                     progress.finish()
                     progress.start(f"scanning {size:,} CUDA API rows", int(size))
@@ -400,12 +420,25 @@ def scan_cuda_api(
                     progress.finish()
                     progress.start(f"re-reading {size:,} CUDA API rows with the tolerant reader", int(size))
                 mismatches.clear()
+                visited.clear()
                 results = [run(p, False, mismatches) for p in parts]
     finally:
         if progress is not None:
             progress.finish()
+    # SQLite reading by rowid range seeks each range's start by binary search; on a damaged b-tree
+    # that seek, or the walk on from it, can pass rows by without an error. Its count(*) walks the
+    # b-tree's pages instead: where SQLite read rows, the two must agree. (The page reader checks
+    # every key and rowid it walks past, so its own count needs no second opinion.)
+    if engine != "native" or any(handed):
+        counted_rows = total if total is not None else count_rows()
+        if counted_rows != sum(visited):
+            raise UnusableInput(
+                path,
+                f"damaged SQLite file: table {table} holds {counted_rows:,} rows by SQLite's count(*), "
+                f"but reading them by rowid gives {sum(visited):,}",
+            )
     if total is None:
-        total = sum(visited) if engine == "native" else count_rows()
+        total = sum(visited)
     reduced = [r for part in results for r in part]
     problems = dict.fromkeys(PROBLEMS, 0)
     for r in reduced:
