@@ -44,7 +44,7 @@ typedef struct {
     rowbuf selected, marked;
     int64_t problems[NPROBLEMS];
     int64_t counted, mismatch_rows, rows;
-    int64_t page_rows, handovers; /* rows reduced from the pages; ranges SQLite went on with */
+    int64_t page_rows, handovers; /* rows reduced from the pages; 1 when SQLite read the range */
     span *spans; /* open addressing, span_cap slots; the NULL-gpid span is null_span */
     int64_t span_cap, span_n;
     span null_span;
@@ -691,8 +691,8 @@ nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, c
         }
         if (rc == WALK_ON) goto done;
         reset(r, n_keys);
-        r->handovers++;
     }
+    r->handovers = 1; /* SQLite reads the range (no page reader, or it gave the range back) */
     if (sqlite3_create_function_v2(db, "nsa_reduce", NCOL, SQLITE_UTF8, &x, NULL, reduce_step, reduce_final, NULL) !=
         SQLITE_OK) {
         snprintf(r->error, sizeof r->error, "create_function: %s", sqlite3_errmsg(db));

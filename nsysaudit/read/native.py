@@ -294,7 +294,7 @@ def scan_range(
     ``pages``: the table's name and where each of ``sql``'s six columns lies in its records
     (:func:`nsysaudit.read.scan.page_layout`): the scan reads the table's pages itself and SQLite
     only what it hands over. ``page_rows``: the rows read that way; ``handovers``: 1 when SQLite
-    went on with the range, else 0."""
+    read the range (no ``pages``, or the page reader gave it back), else 0."""
     lib = load()
     if lib is None:
         raise NativeScanError("the native scan is not built")

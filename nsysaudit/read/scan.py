@@ -371,7 +371,7 @@ def scan_cuda_api(
             mismatches.append(out["mismatch_rows"])
             visited.append(out["rows"])
             page_rows.append(out["page_rows"])
-            handed.append(pages is None or out["handovers"] > 0)
+            handed.append(out["handovers"] > 0)
             if progress is not None:
                 progress.advance(out["rows"])
             problems = dict(zip(PROBLEMS, out["problems"], strict=True))
