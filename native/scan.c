@@ -1,8 +1,9 @@
 /* nsysaudit's native CUDA API scan: the reduction of nsysaudit/read/scan.py (_reduce) in one pass
  * over the SQLite C API, with no value decoded into Python or Arrow.
  *
- * It runs the SELECT that scan.py builds (globalTid, start, end, returnValue, nameId, correlationId
- * for a rowid range) on its own read-only connection and keeps, as _reduce does:
+ * It reads the six columns scan.py names (globalTid, start, end, returnValue, nameId, correlationId)
+ * of a rowid range on its own read-only connection, from the table's pages where it can (below,
+ * reduce_pages), else through the SELECT that scan.py builds, and keeps, as _reduce does:
  *   - per process (globalTid less globalTid mod 2^24, floor modulo as polars computes it; NULL for
  *     rows without globalTid): min(start), max(max(end), max(start)), row count;
  *   - the rows with a NULL or non-zero return, and the successful rows on a thread with library
@@ -311,13 +312,14 @@ static void reduce_final(sqlite3_context *context) { sqlite3_result_null(context
  * cursor, OP_Column six times, the aggregate's call); the reduction itself about 345. So where the
  * table is an ordinary rowid b-tree of a rollback-mode file, its pages are read through the
  * connection's own file handle (the VFS's xRead: no second descriptor, no mmap, so a file truncated
- * under us is a read error, not SIGBUS) and its records decoded here. Anything this reader does not
- * fully understand or that is not consistent (an overflow page, a record shorter than the column it
- * needs, keys out of order, a cell outside its page, a read error) gives the whole range back to
- * SQLite: what was reduced is reset and SQLite reads the range from its first rowid, as it always
- * did. (Going on from the last rowid read would not do: a damaged page can hold a cell whose rowid
- * SQLite's seek skips but its scan from the start reads.) The reader is stricter than SQLite, never
- * looser: tests/test_pages.py compares both on every fixture and on pages damaged at random.
+ * under us is a read error, not SIGBUS) and its records decoded here. What this reader leaves to
+ * SQLite (an overflow page, a record shorter than the column it needs, a read error) gives the
+ * whole range back: what was reduced is reset and SQLite reads the range from its first rowid, as
+ * it always did. (Going on from the last rowid read would not do: a damaged page can hold a cell
+ * whose rowid SQLite's seek skips but its scan from the start reads.) A b-tree breaking a rule every
+ * SQLite file keeps (keys out of order, a cell outside its page, ...) is damage, said and not read
+ * past. The reader is stricter than SQLite, never looser: tests/test_pages.py compares both on every
+ * fixture and on pages damaged at random.
  */
 #define MAX_DEPTH 20 /* SQLite's own bound on a b-tree's depth (BTCURSOR_MAX_DEPTH) */
 #define RUN_PAGES 64 /* consecutive child pages read in one call */
@@ -332,8 +334,8 @@ typedef struct {
     int64_t page_size, usable, n_pages, visited;
     uint8_t *run;            /* run_n pages from page run_first */
     int64_t run_first, run_n;
-    uint8_t *level[MAX_DEPTH]; /* a copy of each interior page on the path */
-    int64_t *keys[MAX_DEPTH];  /* and its keys */
+    int64_t *keys[MAX_DEPTH];     /* of each interior page on the path: its keys */
+    int64_t *children[MAX_DEPTH]; /* and its child pages (one more than its keys: the right-most) */
     const int32_t *layout;   /* per column of the SELECT: its field in the record, or -1 (NULL) */
     int max_field;
     int64_t lo, hi;
@@ -369,8 +371,7 @@ static inline int varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
 /* Page pgno; ``ahead``: how many pages from pgno on the caller will want (read in one call). */
 static const uint8_t *page_at(pages *p, int64_t pgno, int64_t ahead) {
     if (pgno >= p->run_first && pgno < p->run_first + p->run_n) return p->run + (pgno - p->run_first) * p->page_size;
-    if (ahead > p->n_pages - pgno + 1) ahead = p->n_pages - pgno + 1;
-    if (ahead < 1) ahead = 1;
+    if (ahead > p->n_pages - pgno + 1) ahead = p->n_pages - pgno + 1; /* pgno <= n_pages: at least 1 */
     p->run_n = 0;
     if (p->fp->pMethods->xRead(p->fp, p->run, (int)(ahead * p->page_size), (pgno - 1) * p->page_size) != SQLITE_OK)
         return NULL;
@@ -448,14 +449,6 @@ static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *n
     return 0;
 }
 
-/* The child page of cell i of an interior page of n cells (i == n: the right-most child), -1 when
- * the cell's pointer is outside the page. */
-static int64_t child_at(const uint8_t *page, uint32_t i, uint32_t n, int64_t u) {
-    if (i == n) return be32(page + 8);
-    uint32_t pc = be16(page + 12 + 2 * i);
-    return pc < 12 + 2 * n || pc + 4 >= u ? -1 : (int64_t)be32(page + pc);
-}
-
 /* Rowids of page pgno's subtree lie in (lower, upper] (has_lower, has_upper: bounded at all). */
 static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int has_lower, int64_t lower,
                 int has_upper, int64_t upper) {
@@ -467,36 +460,36 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
     if (!page) return WALK_HANDOVER; /* a read error: SQLite's to report */
     const int64_t u = p->usable;
     uint32_t n = be16(page + 3);
-    /* SQLite's own checks: at most (page size - 8) / 6 cells; a child page, or an interior root,
-     * without any cell is damaged */
+    /* SQLite's own checks: at most (page size - 8) / 6 cells (so the cell pointers, 2 bytes each
+     * after a header of 8 or 12, lie inside the usable size, at least 480); a child page, or an
+     * interior root, without any cell is damaged */
     if (n > (uint32_t)((p->page_size - 8) / 6)) return damaged(p, "more cells than a page holds");
     if (n == 0 && (depth > 0 || page[0] != 0x0D)) return damaged(p, "a child or interior page without cells");
     if (page[0] == 0x05) { /* interior table page: n cells (child, key), then the right-most child */
-        if (12 + 2 * (int64_t)n > u) return damaged(p, "more cells than a page holds");
-        uint8_t *copy = p->level[depth];
-        int64_t *keys = p->keys[depth];
-        memcpy(copy, page, (size_t)u);
-        /* every key first, in order and within the page's own bounds: SQLite's seek to lo searches
-         * them all, so the child it lands in is this loop's only if they are */
+        int64_t *keys = p->keys[depth], *children = p->children[depth];
+        /* every cell first, its key in order and within the page's own bounds: SQLite's seek to lo
+         * searches them all, so the child it lands in is this loop's only if they are */
         for (uint32_t i = 0; i < n; i++) {
-            uint32_t pc = be16(copy + 12 + 2 * i);
+            uint32_t pc = be16(page + 12 + 2 * i);
             uint64_t k;
-            if (pc < 12 + 2 * n || pc + 4 >= u || !varint(copy + pc + 4, copy + u, &k))
+            if (pc < 12 + 2 * n || pc + 4 >= u || !varint(page + pc + 4, page + u, &k))
                 return damaged(p, "a cell outside its page");
+            children[i] = be32(page + pc);
             keys[i] = (int64_t)k;
             if ((i > 0 ? keys[i] <= keys[i - 1] : has_lower && keys[i] <= lower) || (has_upper && keys[i] > upper))
                 return damaged(p, "keys out of order");
         }
+        children[n] = be32(page + 8);
         for (uint32_t i = 0; i <= n; i++) {
             int last_child = i == n;
             /* a child whose rowids all lie below lo is skipped; past hi, the rows say when to stop
              * (the first rowid over hi), as they do for SQLite */
             if (!last_child && keys[i] < p->lo) continue;
-            int64_t child = child_at(copy, i, n, u);
+            int64_t child = children[i];
             /* how many of the next children are the pages after this one (read in one call) */
             int64_t run = 1;
             if (!(child >= p->run_first && child < p->run_first + p->run_n))
-                while (i + run <= n && run < RUN_PAGES && child_at(copy, i + (uint32_t)run, n, u) == child + run) run++;
+                while (i + run <= n && run < RUN_PAGES && children[i + run] == child + run) run++;
             int rc = walk(x, p, child, run, depth + 1, i > 0 || has_lower, i > 0 ? keys[i - 1] : lower,
                           last_child ? has_upper : 1, last_child ? upper : keys[i]);
             if (rc != WALK_ON) return rc;
@@ -505,7 +498,6 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
         return WALK_ON;
     }
     if (page[0] != 0x0D) return damaged(p, "not a table b-tree page");
-    if (8 + 2 * (int64_t)n > u) return damaged(p, "more cells than a page holds");
     int past = 0;
     for (uint32_t i = 0; i < n; i++) { /* leaf table page: n cells (payload size, rowid, payload) */
         uint32_t pc = be16(page + 8 + 2 * i);
@@ -537,10 +529,9 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
 
 /* Reduce rowids lo..hi of the table rooted at page ``root`` from its pages. Returns WALK_ON when
  * they are all reduced, WALK_HANDOVER when SQLite must read the range instead (the caller resets
- * what was reduced), WALK_DAMAGED (what, in ``damage``), WALK_FAILED when out of memory. Every
- * precondition the reader relies on is checked here first. */
-static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout, int64_t lo, int64_t hi,
-                        char *damage, size_t damage_size) {
+ * what was reduced), WALK_DAMAGED (the result's error says what: "damaged: page N: ..."),
+ * WALK_FAILED when out of memory. Every precondition the reader relies on is checked here first. */
+static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout, int64_t lo, int64_t hi) {
     pages p;
     memset(&p, 0, sizeof p);
     sqlite3_file *fp = NULL;
@@ -568,22 +559,21 @@ static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout
     }
     p.lo = lo;
     p.hi = hi;
-    p.run_first = 0;
     int rc = WALK_FAILED;
     p.run = malloc((size_t)(RUN_PAGES * p.page_size) + 8); /* + 8: record() reads 8 bytes at a time */
     if (!p.run) goto done;
+    size_t cells = (size_t)((p.page_size - 8) / 6 + 1);
     for (int d = 0; d < MAX_DEPTH; d++)
-        if (!(p.level[d] = malloc((size_t)p.page_size)) ||
-            !(p.keys[d] = malloc((size_t)((p.page_size - 8) / 6 + 1) * sizeof(int64_t))))
+        if (!(p.keys[d] = malloc(cells * sizeof(int64_t))) || !(p.children[d] = malloc(cells * sizeof(int64_t))))
             goto done;
     rc = walk(x, &p, root, 1, 0, 0, 0, 0, 0);
     if (rc == WALK_PAST) rc = WALK_ON;
-    if (rc == WALK_DAMAGED) snprintf(damage, damage_size, "%s", p.damage);
+    if (rc == WALK_DAMAGED) snprintf(x->r->error, sizeof x->r->error, "damaged: %s", p.damage);
 done:
     free(p.run);
     for (int d = 0; d < MAX_DEPTH; d++) {
-        free(p.level[d]);
         free(p.keys[d]);
+        free(p.children[d]);
     }
     return rc;
 }
@@ -676,20 +666,16 @@ nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, c
         goto done;
     }
     /* ``layout`` (where each column of the SELECT lies in the table's records) says the table is
-     * one the page reader may read; it reads what it can and SQLite the rest. */
+     * one the page reader may read; it reads the whole range, or gives it all back to SQLite. */
     int64_t root = layout && table ? root_page(db, table) : 0;
     if (root > 1) {
-        char damage[160] = "";
-        int rc = reduce_pages(&x, db, root, layout, lo, hi, damage, sizeof damage);
+        int rc = reduce_pages(&x, db, root, layout, lo, hi);
         if (rc == WALK_FAILED || x.failed) {
             snprintf(r->error, sizeof r->error, "out of memory");
             goto done;
         }
-        if (rc == WALK_DAMAGED) { /* the Python side says so, never reads on: the rows are not all there */
-            snprintf(r->error, sizeof r->error, "damaged: %s", damage);
-            goto done;
-        }
-        if (rc == WALK_ON) goto done;
+        /* damaged: the Python side says so, never reads on (the rows are not all there) */
+        if (rc == WALK_ON || rc == WALK_DAMAGED) goto done;
         reset(r, n_keys);
     }
     r->handovers = 1; /* SQLite reads the range (no page reader, or it gave the range back) */

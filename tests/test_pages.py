@@ -18,7 +18,6 @@ from nsysaudit.read import native, scan
 from nsysaudit.read.source import readonly_uri
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SIX = ("globalTid", "start", "end", "returnValue", "nameId", "correlationId")
 NSYS_COLUMNS = '''start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INTEGER NOT NULL,
     globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL,
     callchainId INTEGER'''
@@ -236,7 +235,7 @@ def range_outcome(path: Path, lo: int, hi: int, pages: bool) -> Any:
     con = sqlite3.connect(readonly_uri(path), uri=True)
     try:
         columns = tuple(r[1] for r in con.execute(f"PRAGMA table_info({RUNTIME})"))
-        present = {c: scan._quote(c) if c in columns else "NULL" for c in SIX}
+        present = {c: scan._quote(c) if c in columns else "NULL" for c in scan.COLUMNS}
         layout = scan.page_layout(con, RUNTIME, present) if pages else None
     finally:
         con.close()

@@ -41,6 +41,8 @@ PARTS_PER_WORKER = 4
 # more (~0.3 s) than reading a small table with sqlite3. The reduction, and so the result, is the same.
 ADBC_MIN_ROWS = 50_000
 
+# The table's columns the scan reads, in the order of ROW_SCHEMA's (and of the native scan's).
+COLUMNS = ("globalTid", "start", "end", "returnValue", "nameId", "correlationId")
 ROW_SCHEMA: dict[str, Any] = {
     "gtid": pl.Int64,
     "start_ns": pl.Int64,
@@ -224,14 +226,14 @@ def page_layout(conn: sqlite3.Connection, table: str, present: dict[str, str]) -
         return None
     position = {name: (i, declared or "", pk) for i, (name, declared, pk, _) in enumerate(info)}
     layout = []
-    for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId"):
+    for c in COLUMNS:
         if present[c] == "NULL":
             layout.append(-1)
             continue
         if c not in position:
             return None
         i, declared, pk = position[c]
-        if pk or not isinstance(declared, str) or _affinity(declared) == "REAL":
+        if pk or _affinity(declared) == "REAL":
             return None
         layout.append(i)
     return layout
@@ -240,7 +242,7 @@ def page_layout(conn: sqlite3.Connection, table: str, present: dict[str, str]) -
 def _select_sql(table: str, columns: dict[str, str], rowid: str | None, wrap: str | None = None) -> str:
     """The SELECT of the six columns for a rowid range; ``wrap``: the six as one function's arguments
     (the native engine's aggregate, ``nsa_reduce``)."""
-    cols = ", ".join(columns[c] for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId"))
+    cols = ", ".join(columns[c] for c in COLUMNS)
     if wrap is not None:
         cols = f"{wrap}({cols})"
     if rowid is None:  # no usable rowid: one partition, the whole table (the bounds are ignored)
@@ -304,7 +306,7 @@ def scan_cuda_api(
     the closed library calls per thread (``gtid, w_start, w_end``, :func:`nsysaudit.intervals.union_windows`)."""
     present = {
         c: _quote(c) if c in columns else "NULL"
-        for c in ("globalTid", "start", "end", "returnValue", "nameId", "correlationId")
+        for c in COLUMNS
     }
     rowid = rowid_name(conn, table, columns)
     sql = _select_sql(table, present, rowid)
