@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""What the device-memory ledger costs at scale: analyze on an export with deallocation events
-(ledger claimed) against the same file with them deleted (no ledger claimed).
+"""What the device-memory ledger costs at scale: analyze on an export with memory events (ledger
+claimed) against the same file with its memory-usage table dropped (no ledger claimed).
 
     python benchmarks/ledger_scale.py [--rows 2000000 20000000] [--repeat 3] [--out DIR]
         [--code LABEL=SRC ...] [--nsys] [--results FILE.md]
 
 For each size it generates (once, cached in --out) ``lb-N-on.sqlite`` with
 benchmarks/make_export.py and copies it to ``lb-N-off.sqlite`` with
-``DELETE FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memoryOperationType = 1`` (no VACUUM: the
-CUDA API table's pages are the same). It checks once, untimed, that ``analyze --json`` claims
-the ledger on the first and not on the second, then times whole processes interleaved
+``DROP TABLE CUDA_GPU_MEMORY_USAGE_EVENTS`` (no VACUUM: the CUDA API table's pages are the
+same; an export without deallocation events claims a ledger too: nothing freed is evidence).
+It checks once, untimed, that ``analyze --json`` claims the ledger on the first and not on the
+second, then times whole processes interleaved
 round-robin (as benchmarks/run.py does, page cache warmed by that check):
 
 - ``analyze``: ``python -P -m nsysaudit analyze FILE --json`` on each file, with this checkout's
@@ -46,7 +47,7 @@ from run import QUERY, Sample, find_nsys, machine, run_once  # noqa: E402
 
 
 def ensure_pair(out: Path, rows: int) -> tuple[Path, Path]:
-    """The export with deallocation events and its copy without them."""
+    """The export with memory events and its copy without its memory-usage table."""
     out.mkdir(parents=True, exist_ok=True)
     on, off = out / f"lb-{rows}-on.sqlite", out / f"lb-{rows}-off.sqlite"
     if not on.exists():
@@ -59,7 +60,7 @@ def ensure_pair(out: Path, rows: int) -> tuple[Path, Path]:
         tmp = off.with_suffix(".tmp")
         shutil.copyfile(on, tmp)
         con = sqlite3.connect(tmp, isolation_level=None)
-        con.execute("DELETE FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memoryOperationType = 1")
+        con.execute("DROP TABLE CUDA_GPU_MEMORY_USAGE_EVENTS")
         con.close()
         tmp.rename(off)
     return on, off

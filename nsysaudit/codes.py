@@ -259,15 +259,56 @@ def display_name(api: str) -> str:
     return _VERSION_SUFFIX.sub("", api)
 
 
-# Entry points that release device or host memory: a successful one means memory was freed, so an
-# export with such calls and no deallocation event did not record frees (see the memory ledger).
-_FREE_PREFIXES = ("cudaFree", "cuMemFree", "cuMemRelease", "cuArrayDestroy", "cuMipmappedArrayDestroy")
+# Entry points that give device memory back, each of which nsys records as a deallocation event of its
+# own correlation id when it freed something: cudaFree/cuMemFree (and their Async forms, into a
+# pool), array destruction, and cuMemUnmap (virtual memory: mapped memory is live until unmapped).
+# Host memory (cudaFreeHost, cuMemFreeHost) is not device memory. cuMemRelease is not among them: it
+# releases a physical allocation's handle, and the memory stays mapped until cuMemUnmap (the real
+# expandable-segments capture: 7,788 cuMemRelease, none with a memory event).
+_DEVICE_FREE_PREFIXES = ("cudaFree", "cuMemFree", "cuArrayDestroy", "cuMipmappedArrayDestroy", "cuMemUnmap")
+_HOST_FREE_PREFIXES = ("cudaFreeHost", "cuMemFreeHost")
 
 
 @lru_cache(maxsize=4096)
-def is_free_api(api: str) -> bool:
-    """Whether ``api`` (raw or display name) releases memory (cudaFree*, cuMemFree*, cuMemRelease, ...)."""
-    return display_name(api).startswith(_FREE_PREFIXES)
+def is_device_free_api(api: str) -> bool:
+    """Whether ``api`` (raw or display name) gives device memory back (cudaFree*, cuMemFree*, cuMemUnmap, ...)."""
+    name = display_name(api)
+    return name.startswith(_DEVICE_FREE_PREFIXES) and not name.startswith(_HOST_FREE_PREFIXES)
+
+
+# CUDA's virtual memory management calls (the driver API that PyTorch's expandable segments use), by
+# what each does to memory: ``map``/``unmap`` make physical memory accessible at an address or take it
+# away (nsys writes the allocation event at cuMemSetAccess, the deallocation at cuMemUnmap),
+# ``create``/``release`` make or drop a physical allocation's handle, ``reserve``/``address_free``
+# reserve or free a range of virtual addresses, which is not memory.
+VMM_ROLES = {
+    "cuMemMap": "map",
+    "cuMemSetAccess": "map",
+    "cuMemMapArrayAsync": "map",
+    "cuMemUnmap": "unmap",
+    "cuMemCreate": "create",
+    "cuMemRelease": "release",
+    "cuMemAddressReserve": "reserve",
+    "cuMemAddressFree": "address_free",
+}
+
+
+@lru_cache(maxsize=4096)
+def vmm_role(api: str | None) -> str | None:
+    """What a virtual memory management call does (:data:`VMM_ROLES`), or None for any other call."""
+    return None if api is None else VMM_ROLES.get(display_name(api))
+
+
+# Calls that allocate from, or free into, a CUDA memory pool (stream-ordered allocation): their memory
+# events move memory within the pool; the pool's own size is what the device holds.
+_POOL_PREFIXES = ("cudaMallocAsync", "cudaMallocFromPoolAsync", "cudaFreeAsync", "cuMemAllocAsync",
+                  "cuMemAllocFromPoolAsync", "cuMemFreeAsync")
+
+
+@lru_cache(maxsize=4096)
+def is_pool_api(api: str | None) -> bool:
+    """Whether ``api`` allocates from or frees into a CUDA memory pool (cudaMallocAsync, cudaFreeAsync, ...)."""
+    return api is not None and display_name(api).startswith(_POOL_PREFIXES)
 
 
 @lru_cache(maxsize=4096)

@@ -57,3 +57,16 @@ def byte_size(value: int) -> str:
     while abs(v) >= 1024 and i < len(units) - 1:
         v, i = v / 1024, i + 1
     return f"{value:,} B" if i == 0 else f"{value:,} B ({v:.1f} {units[i]})"
+
+
+def size_word(value: int) -> str:
+    """Bytes in one short binary unit, for a sentence: ``139.0 GiB``, ``64.3 MiB``, ``512 B``.
+
+    >>> size_word(149_283_667_968), size_word(67_373_056), size_word(223_090), size_word(512)
+    ('139.0 GiB', '64.3 MiB', '217.9 KiB', '512 B')
+    """
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
+    v, i = float(value), 0
+    while abs(v) >= 1024 and i < len(units) - 1:
+        v, i = v / 1024, i + 1
+    return f"{value} B" if i == 0 else f"{v:.1f} {units[i]}"

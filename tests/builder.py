@@ -111,6 +111,21 @@ ENUM_ROWS: dict[str, list[tuple[int, str, str]]] = {
     ],
 }
 
+# Written only with pool events (an export of nsys 2023.4 to 2025.3 that has them).
+POOL_ENUMS: dict[str, list[tuple[int, str, str]]] = {
+    "ENUM_CUDA_MEMPOOL_OPER": [
+        (0, "CUDA_MEMPOOL_OPERATION_TYPE_INVALID", "Invalid"),
+        (1, "CUDA_MEMPOOL_OPERATION_TYPE_CREATED", "Created"),
+        (2, "CUDA_MEMPOOL_OPERATION_TYPE_DESTROYED", "Destroyed"),
+        (3, "CUDA_MEMPOOL_OPERATION_TYPE_TRIMMED", "Trimmed"),
+    ],
+    "ENUM_CUDA_MEMPOOL_TYPE": [
+        (0, "CUDA_MEMPOOL_TYPE_INVALID", "Invalid"),
+        (1, "CUDA_MEMPOOL_TYPE_LOCAL", "Local"),
+        (2, "CUDA_MEMPOOL_TYPE_IMPORTED", "Imported"),
+    ],
+}
+
 # Library -> table / eventClass for the CUBLAS_EVENTS / CUDNN_EVENTS form.
 LIBRARY_TABLES: dict[str, tuple[str, int]] = {
     "cuBLAS": ("CUBLAS_EVENTS", EVENT_CLASS_CUBLAS),
@@ -200,16 +215,44 @@ class MemoryEvent:
     """A CUDA_GPU_MEMORY_USAGE_EVENTS row not tied to a :class:`Call` (op 0 allocation, 1 deallocation).
 
     ``corr`` 0 is what nsys writes for memory the driver allocates itself (module memory, memKind 5).
+    ``pool_*``: the local memory pool columns, as nsys 2025.3 writes them for a ``cudaMallocAsync``
+    allocation (the pool's size and utilized size after it) or ``cudaFreeAsync`` (size, and the
+    utilized size before it); ``imported_*``: a pool imported from process ``imported_pool_pid``.
     """
 
     start: int
     pid: int
-    bytes: int
+    bytes: int | None
     corr: int | None = 0
     mem_kind: int = 5
     op: int = 0
     device: int = 0
     address: int = 0
+    vm: int = 0
+    pool_address: int | None = None
+    pool_threshold: int | None = None
+    pool_size: int | None = None
+    pool_utilized: int | None = None
+    imported_pool_address: int | None = None
+    imported_pool_pid: int | None = None
+
+
+@dataclass
+class PoolEvent:
+    """A CUDA_GPU_MEMORY_POOL_EVENTS row: ``op`` 1 created, 2 destroyed, 3 trimmed; ``pool_type`` 1
+    local, 2 imported; ``size`` / ``utilized`` the pool's sizes after the operation."""
+
+    start: int
+    pid: int
+    address: int
+    op: int
+    size: int | None
+    utilized: int | None = 0
+    threshold: int | None = -1
+    corr: int | None = None
+    pool_type: int = 1
+    device: int = 0
+    min_bytes_to_keep: int | None = None
     vm: int = 0
 
 
@@ -244,6 +287,7 @@ class Export:
     # ANALYSIS_DETAILS.duration (the trace's length); None: no row.
     analysis_duration: int | None = None
     memory_events: list[MemoryEvent] = field(default_factory=list)
+    pool_events: list[PoolEvent] = field(default_factory=list)
     # TARGET_INFO_GPU rows: (device id, name, total memory in bytes or None), on VM ``vm``.
     gpus: list[tuple[int, str, int | None]] = field(default_factory=list)
     # Escape hatch for broken evidence (tests of hostile input only): SQL scripts executed after
@@ -447,9 +491,17 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
         memory.append(
             (
                 m.start, global_pid(m.pid, m.vm), m.device, 1, m.address, 0, m.bytes, m.mem_kind, m.op, None,
-                m.corr, None, None, None, None, None, None,
+                m.corr, m.pool_address, m.pool_threshold, m.pool_size, m.pool_utilized,
+                m.imported_pool_address, m.imported_pool_pid,
             )
         )
+    if spec.pool_events:
+        out["CUDA_GPU_MEMORY_POOL_EVENTS"] = _by_start(
+            (p.start, global_pid(p.pid, p.vm), p.device, p.address, p.op, p.pool_type, p.corr, p.min_bytes_to_keep,
+             p.threshold, p.size, p.utilized)
+            for p in spec.pool_events
+        )
+        out.update({table: list(rows) for table, rows in POOL_ENUMS.items()})
     out["CUPTI_ACTIVITY_KIND_RUNTIME"] = _by_start(runtime)
     out["CUDA_GPU_MEMORY_USAGE_EVENTS"] = _by_start(memory)
 

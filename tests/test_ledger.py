@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, MemoryEvent, strip_not_null
-from conftest import H200_2025
+from conftest import H200_2025, PUBLIC
 
 import nsysaudit
 import nsysaudit.render
@@ -113,21 +113,33 @@ def test_compare_shows_both_arms_headroom_side_by_side() -> None:
     doc = nsysaudit.compare_results(*arms).to_dict()
     [pair] = [p for p in doc["differences"]["library_calls"] if p["match_key"]["thread_role"] == "other"]
     observe, release = (pair[n]["memory_at_start"][0] for n in ("observe", "release"))
-    assert observe["free_at_most_bytes"] < 1_000_000_000 < release["free_at_most_bytes"]
+    assert observe["free_at_most_bytes"] == 697_930_894 < 1_000_000_000 < release["free_at_most_bytes"]
     assert release["freed_before_bytes"] == 148_721_631_232
-    said = [s for s in pair["statements"] if "at cublasCreate_v2's start" in s]
-    assert said[0].startswith("observe: at cublasCreate_v2's start, device 0: live 149,411,949,426 B (139.2 GiB)")
+    said = [s for s in pair["statements"] if "held at cublasCreate_v2's start" in s]
+    assert said[0].startswith("observe: 139.2 GiB of 139.8 GiB held at cublasCreate_v2's start, all by pid 683")
     assert "at most 697,930,894 B (665.6 MiB) free" in said[0]
-    assert "after 148,721,631,232 B (138.5 GiB) released" in said[1]
-    assert any(s.startswith("observe: at the handoff") for s in doc["differences"]["memory"]["statements"])
+    assert said[1].startswith("release: 738.3 MiB of 139.8 GiB held at cublasCreate_v2's start, all by pid 783")
+    # what changed, in the release arm and between the arms
+    assert ("release: between telemetry line 4 (handoff) and cublasCreate_v2's start, pid 783 freed 138.4 GiB; "
+            "139.2 GiB held before, 738.3 MiB after") in pair["statements"]
+    assert any(s.startswith("At cublasCreate_v2's start the release arm held 138.4 GiB less device memory than the "
+                            "observe arm") for s in pair["statements"])
+    assert any(s.startswith("observe: 139.2 GiB of 139.8 GiB held at telemetry line 4 (handoff)")
+               for s in doc["differences"]["memory"]["statements"])
 
 
-def test_allocation_records_only_claim_no_ledger_only_totals() -> None:
-    m = memory(CAPI / "observe.sqlite")  # 24 allocations, no deallocation event in the export
-    assert m["ledger"] is False and "allocation events only" in m["why_no_ledger"]
-    assert m["at"] == []
+def test_an_export_without_deallocation_events_is_a_ledger_of_what_was_never_freed() -> None:
+    """Zero deallocation events is evidence that nothing was freed, not a gap (issue L's rule was wrong):
+    the capi observe capture frees nothing, so every allocation up to a moment is live then."""
+    path = CAPI / "observe.sqlite"
+    m = memory(path, CAPI / "observe.telemetry.jsonl")
+    assert m["ledger"] is True and m["deallocation_events"] == 0 == sql1(
+        path, "SELECT count(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE memoryOperationType = 1")
     assert m["devices"][0]["allocated_bytes"] == 149_524_840_448
-    assert "free_at_most_bytes" not in str(m["devices"])
+    handoff = next(p for p in m["at"] if p["point"] == "telemetry" and p["label"] == "handoff")
+    [at] = handoff["devices"]
+    live = sql1(path, "SELECT sum(bytes) FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE start <= ?", handoff["t_ns"])
+    assert at["device_resident_live_bytes"] == live and at["free_at_most_bytes"] == 150_109_880_320 - live
 
 
 def test_the_series_is_a_polars_frame_with_each_events_call() -> None:
@@ -187,7 +199,8 @@ def test_two_processes_on_one_device_are_both_counted(make_export) -> None:
     spec = scenario(
         MemoryEvent(1_000, 100, 2_000_000, corr=1, mem_kind=DEVICE, address=0x1000),
         MemoryEvent(1_500, 200, 6_000_000, corr=1, mem_kind=DEVICE, address=0x5000),
-        MemoryEvent(1_800, 100, 1_000_000, corr=2, mem_kind=DEVICE, address=0x1000, op=1),
+        MemoryEvent(1_800, 100, 2_000_000, corr=2, mem_kind=DEVICE, address=0x1000, op=1),
+        MemoryEvent(1_900, 100, 1_000_000, corr=3, mem_kind=DEVICE, address=0x2000),
     )
     spec.processes = {100: "trainer", 200: "neighbour"}
     d = nsysaudit.analyze(make_export(spec)).to_dict()
@@ -195,8 +208,38 @@ def test_two_processes_on_one_device_are_both_counted(make_export) -> None:
     assert (at["process_live_bytes"], at["device_resident_live_bytes"], at["free_at_most_bytes"]) == (
         1_000_000, 7_000_000, 3_000_000
     )
+    assert [(p["pid"], p["resident_bytes"]) for p in at["processes"]] == [(200, 6_000_000), (100, 1_000_000)]
     [dev] = d["memory"]["devices"]
     assert sorted((p["pid"], p["live_bytes_at_end"]) for p in dev["processes"]) == [(100, 1_000_000), (200, 6_000_000)]
+    [point] = [p for p in d["memory"]["at"] if p["point"] == "finding"]
+    assert point["holder"].startswith(
+        "6.7 MiB of 9.5 MiB held at the failure by 2 traced processes: pid 200 (neighbour): 5.7 MiB allocated "
+        "(cudaMalloc, cuMemAlloc); pid 100 (trainer, the failing process): 976.6 KiB allocated"
+    )
+
+
+def test_a_free_subtracts_the_allocation_it_frees_and_a_size_that_differs_is_warned(make_export) -> None:
+    spec = scenario(
+        MemoryEvent(1_000, 100, 2_000_000, corr=1, mem_kind=DEVICE, address=0x1000),
+        MemoryEvent(1_800, 100, 1_000_000, corr=2, mem_kind=DEVICE, address=0x1000, op=1),  # says 1 MB
+    )
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
+    assert at_finding(d)["device_resident_live_bytes"] == 0  # the whole 2 MB allocation is gone
+    [w] = [w for w in d["warnings"] if w["kind"] == "deallocation_size_differs"]
+    assert w["count"] == 1
+
+
+def test_a_free_before_an_allocation_at_its_address_does_not_leave_the_allocation_live(make_export) -> None:
+    """Memory allocated before the capture, freed in it, then allocated and freed again at the same
+    address: the second free frees the second allocation (the first free matched nothing)."""
+    spec = scenario(
+        MemoryEvent(1_000, 100, 3_000_000, corr=1, mem_kind=DEVICE, address=0x1000, op=1),
+        MemoryEvent(1_200, 100, 2_000_000, corr=2, mem_kind=DEVICE, address=0x1000),
+        MemoryEvent(1_400, 100, 2_000_000, corr=3, mem_kind=DEVICE, address=0x1000, op=1),
+    )
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
+    assert d["memory"]["freed_never_allocated"] == {"events": 1, "bytes": 3_000_000}
+    assert at_finding(d)["device_resident_live_bytes"] == 0
 
 
 def test_events_of_an_unknown_process_or_device_are_summed_under_unknown(make_export) -> None:
@@ -272,7 +315,7 @@ def test_a_device_without_a_total_has_no_bound(make_export) -> None:
 
 def test_allocation_events_only_and_collection_off(make_export) -> None:
     d = nsysaudit.analyze(make_export(scenario(MemoryEvent(1_000, 100, 2_000_000, mem_kind=DEVICE)))).to_dict()
-    assert d["memory"]["ledger"] is False and "allocation events only" in d["memory"]["why_no_ledger"]
+    assert d["memory"]["ledger"] is True and at_finding(d)["device_resident_live_bytes"] == 2_000_000
     spec = scenario()
     spec.capture_meta = {"PROCESS_0:COLLECT_GPU_MEMORY_USAGE": "false"}
     spec.omit_tables = {"CUDA_GPU_MEMORY_USAGE_EVENTS"}
@@ -280,30 +323,39 @@ def test_allocation_events_only_and_collection_off(make_export) -> None:
     assert (m["ledger"], m["collected"]) == (False, False) and "collection was off" in m["why_no_ledger"]
 
 
+def test_an_empty_memory_table_without_capture_settings_claims_no_ledger() -> None:
+    """nsys 2022.2 writes CUDA_GPU_MEMORY_USAGE_EVENTS empty when collection is off and has no
+    META_DATA_CAPTURE: pipit's saxpy export has 15 cudaMalloc calls and not one memory event."""
+    path = PUBLIC / "pipit_saxpy_2022.2.sqlite"
+    assert sql1(path, "SELECT count(*) FROM CUDA_GPU_MEMORY_USAGE_EVENTS") == 0
+    m = memory(path)
+    assert m["ledger"] is False and m["collected"] is None
+    assert "is empty and the capture settings do not say memory-usage collection was on" in m["why_no_ledger"]
+
+
 # --- the matching against a plain Python reference ------------------------------------------------
 
 
 def _reference(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], int, int, int]:
-    """The ledger's rule in plain Python over events in frame order: a deallocation is matched when
-    its address is known and more allocations than deallocations came before it at its (process,
-    device, address); allocations and matched deallocations are counted, in (start, frame) order.
-    Returns (start, gpid, device, delta, process_live, device_resident_live) per counted event, the
-    unmatched deallocations and their bytes, and the counted events without a size."""
-    allocs: dict[tuple[Any, ...], int] = {}
-    frees: dict[tuple[Any, ...], int] = {}
+    """The ledger's rule in plain Python over events in frame order: a deallocation whose address is
+    known frees the oldest allocation still live at its (process, device, address), if there is one,
+    and subtracts that allocation's size; allocations and matched deallocations are counted, in
+    (start, frame) order. Returns (start, gpid, device, delta, process_live, device_resident_live) per
+    counted event, the unmatched deallocations and their bytes, and the counted events without a size."""
+    live: dict[tuple[Any, ...], list[Any]] = {}
     counted, unmatched, unmatched_bytes = [], 0, 0
     for i, (start, gpid, device, address, size, kind, op, _corr) in enumerate(rows):
         key = (gpid, device, address)
         if op == 0:
             counted.append((start, i, gpid, device, size, kind))
+            live.setdefault(key, []).append(size)
         elif op == 1:
-            if address is not None and allocs.get(key, 0) > frees.get(key, 0):
-                counted.append((start, i, gpid, device, None if size is None else -size, kind))
+            if address is not None and live.get(key):
+                freed = live[key].pop(0)
+                counted.append((start, i, gpid, device, None if freed is None else -freed, kind))
             else:
                 unmatched += 1
                 unmatched_bytes += size or 0
-        allocs[key] = allocs.get(key, 0) + (op == 0)
-        frees[key] = frees.get(key, 0) + (op == 1)
     counted.sort(key=lambda c: (_none_first(c[0]), c[1]))  # no start first, as polars sorts
     process: dict[tuple[Any, ...], int] = {}
     device_live: dict[tuple[Any, ...], int] = {}
@@ -341,14 +393,11 @@ def test_the_matching_equals_a_plain_python_reference() -> None:
             ),
             key=lambda r: _none_first(r[0]),
         )
-        events = pl.DataFrame(rows, schema=EVENT_SCHEMA, orient="row")
+        events = pl.DataFrame([(*r, *([None] * 6)) for r in rows], schema=EVENT_SCHEMA, orient="row")
         evidence = MemoryEvidence(events, pl.DataFrame(schema=DEVICE_SCHEMA), dict(MEM_KINDS), pl.DataFrame(),
                                   pl.DataFrame(), pl.DataFrame(), 0, "CUDA_GPU_MEMORY_USAGE_EVENTS")
-        ledger = build_ledger(evidence, {})
+        ledger = build_ledger(evidence, {"PROCESS_0:COLLECT_GPU_MEMORY_USAGE": ["true"]})
         expected, unmatched, unmatched_bytes, unsized = _reference(rows)
-        if not any(r[6] == 1 for r in rows):
-            assert not ledger.claimed
-            continue
         if unsized:
             assert not ledger.claimed and ledger.why_not and ledger.why_not.startswith(f"{unsized} memory event")
             continue
@@ -369,27 +418,49 @@ def _none_first(value: Any) -> tuple[bool, Any]:
 
 
 def _reference_at(series: list[dict[str, Any]], t: int, gpid: int) -> list[dict[str, Any]]:
-    """Ledger.at read naively off the series rows: a device's events with a start at or before t
-    (none where its vm or id is unknown); the process's devices, or every device if it has none."""
+    """Ledger.at read naively off the series rows: a device's events with a start at or before t, and
+    its deallocations without a start (none where its vm or id is unknown), held bytes clamped at
+    zero; the process's devices, or every device if it has none."""
     mine = [r for r in series if r["gpid"] == gpid]
     pairs = sorted({(r["vm"], r["device_id"]) for r in (mine or series)},
                    key=lambda p: (_none_first(p[0]), _none_first(p[1])))
     out = []
     for vm, device in pairs:
         here = [r for r in series if vm is not None and device is not None and r["vm"] == vm
-                and r["device_id"] == device and r["start_ns"] is not None and r["start_ns"] <= t]
+                and r["device_id"] == device
+                and ((r["start_ns"] is not None and r["start_ns"] <= t) or (r["start_ns"] is None and r["delta"] < 0))]
         own = [r for r in here if r["gpid"] == gpid]
         sums: dict[Any, int] = {}
         for r in here:
             sums[r["kind"]] = sums.get(r["kind"], 0) + r["delta"]
-        by_kind = {str(k): v for k, v in sorted(sums.items(), key=lambda kv: _none_first(kv[0])) if v}
-        resident = here[-1]["device_resident_live"] if here else 0
+        by_kind = {str(k): v for k, v in sorted(sums.items(), key=lambda kv: str(kv[0])) if v > 0}
+        resident = max(0, sum(r["resident_delta"] for r in here))
+        processes: dict[int, dict[str, int]] = {}
+        for r in here:
+            mech = processes.setdefault(r["gpid"], {})
+            mech[r["mechanism"]] = mech.get(r["mechanism"], 0) + (
+                r["resident_delta"] if r["mechanism"] in ("segments", "mapped", "static") else r["delta"]
+            )
+        listed = []
+        for g, mech in processes.items():
+            held = {m: max(0, mech.get(m, 0)) for m in ("segments", "mapped", "static")}
+            entry = {"pid": (g >> 24) & 0xFFFFFF, "global_pid": g, "resident_bytes": sum(held.values()),
+                     "by_mechanism": {**held, "pool_reserved": 0, "pool_utilized": 0},
+                     "managed_bytes": max(0, mech.get("managed", 0)), "imported_pool_bytes": 0}
+            if entry["resident_bytes"] or entry["managed_bytes"] or g == gpid:
+                listed.append(entry)
+        listed.sort(key=lambda p: (-p["resident_bytes"], p["global_pid"]))
         out.append({
             "vm": vm, "device_id": device, "process_has_events": bool(mine),
-            "process_live_bytes": own[-1]["process_live"] if own else 0,
+            "process_live_bytes": max(0, sum(r["delta"] for r in own)),
             "device_resident_live_bytes": resident,
             "managed_live_bytes": sum(v for k, v in by_kind.items() if k in {"Managed", "Managed Static"}),
             "live_bytes_by_kind": by_kind, "total_bytes": None, "free_at_most_bytes": None,
             "freed_before_bytes": sum(-r["delta"] for r in here if r["delta"] < 0),
+            "by_mechanism": {
+                m: sum(p["by_mechanism"][m] for p in listed)
+                for m in ("segments", "mapped", "pool_reserved", "pool_utilized", "static")
+            },
+            "processes": listed,
         })
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from builder import Call, Export, LibCall
-from conftest import H200, H200_2025, unprivileged
+from conftest import H200, H200_2025, PUBLIC, unprivileged
 from scenarios import PID, WORKER, observe_nested_failure
 from test_hostile import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
 
@@ -144,8 +144,8 @@ def test_each_arm_has_a_memory_panel_of_the_ledger_against_the_device_total(torc
 
 
 def test_no_memory_panel_without_a_ledger() -> None:
-    # The nsys 2023.4 captures hold allocation events only: no ledger is claimed, so no panel.
-    result = nsysaudit.analyze(H200 / "observe.sqlite")
+    # A capture made without --cuda-memory-usage=true: no ledger is claimed, so no panel.
+    result = nsysaudit.analyze(PUBLIC / "nsys-ai_mock_2026.1.sqlite")
     assert result.to_dict()["memory"]["ledger"] is False
     t = timeline(result)
     assert t.memory is None

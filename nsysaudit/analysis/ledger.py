@@ -1,43 +1,74 @@
-"""The device-memory ledger: how much memory was live, and how little could have been free, at each moment.
+"""The device-memory ledger: who held the device's memory, and how little could have been free, at each moment.
 
-From CUDA_GPU_MEMORY_USAGE_EVENTS (an allocation event +bytes, a deallocation -bytes) the ledger
-keeps live bytes per device and per process over time, split by memory kind, on the trace clock.
-A deallocation is matched to the allocation at the same (process, device, address) that is still
-live; one with no such allocation freed memory allocated before the capture began: it is counted
-(``freed_never_allocated``) and left out, so the traced live bytes are a LOWER bound on what was
-really live, and ``total - live`` an UPPER bound on what could have been free.
+From CUDA_GPU_MEMORY_USAGE_EVENTS (and CUDA_GPU_MEMORY_POOL_EVENTS) the ledger keeps, per device and
+per process, the bytes held on the trace clock, by the **mechanism** that holds them:
+
+- ``segments``: plain allocations (``cudaMalloc*``, ``cuMemAlloc*``, PyTorch's default caching
+  allocator), live from their allocation event to the deallocation event of ``cudaFree*`` /
+  ``cuMemFree*`` at the same (process, device, address).
+- ``mapped``: virtual memory management (PyTorch's expandable segments): physical memory is live
+  from the moment it is mapped and made accessible (nsys writes the allocation event at
+  ``cuMemSetAccess``) until ``cuMemUnmap`` (the deallocation event). ``cuMemCreate`` and
+  ``cuMemRelease`` make and drop handles and have no memory event: releasing a handle frees nothing
+  while the memory is mapped. Address ranges reserved with ``cuMemAddressReserve`` are not memory.
+- ``pool``: CUDA memory pools (``cudaMallocAsync``, PyTorch's ``backend:cudaMallocAsync``): what a
+  pool holds on the device is its size, from the pool columns of each event and from the pool's own
+  events (created, trimmed, destroyed); its allocations and frees only change how much of it is in
+  use (``pool_utilized``). A free into a pool gives nothing back to the device; a trim does.
+  Memory of a pool imported from another process counts once, in its owner (``imported_pool``).
+- ``static``: memory the driver allocates itself (module memory, correlation id 0).
+- ``managed`` (may reside on the host: shown, never subtracted) and ``host`` (pinned or pageable
+  host memory, and kinds nsys does not name) are not device-resident.
+
+A deallocation frees the oldest live allocation at its (process, device, address), and subtracts
+that allocation's bytes; one with no live allocation there freed memory allocated before the capture
+began: it is counted (``freed_never_allocated``) and left out. So the traced live bytes are a LOWER
+bound on what was really held, never below zero, and ``total - held`` an UPPER bound on what could
+have been free, never above the device's total.
 
 What the bound does not count: CUDA contexts and the driver's own reservations (no memory event),
-processes the capture did not trace, memory allocated before the capture began and never freed
-in it, managed memory (it may live on the host: shown, not subtracted). Device-resident kinds, the
-ones subtracted: Device, Array, Device Static.
+processes the capture did not trace, memory allocated before the capture began and never freed in
+it, managed memory. And it holds only if every successful free the trace shows freed nothing it does
+not record: a free call with no deallocation event of its own correlation id (``cudaFree(NULL)``,
+which PyTorch and cuBLAS call to initialize a context and which frees nothing, is the usual one) is
+counted (``free_calls_without_event``) and named at each moment it precedes.
 
-Completeness is stated, never assumed: whether memory-usage collection was on
-(META_DATA_CAPTURE ``COLLECT_GPU_MEMORY_USAGE``), whether any deallocation appears at all (without
-one the trace cannot show whether memory was freed: then no ledger is claimed, only allocation
-totals), devices with no total.
+Completeness is stated, never assumed: no ledger is claimed (``claimed`` False, ``why_not``) only
+where the evidence is missing: no usage table, collection off (META_DATA_CAPTURE
+``COLLECT_GPU_MEMORY_USAGE``), events without a usable size, or pool allocations without the pool's
+size. An export without any deallocation event is evidence that nothing was freed, not a gap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import polars as pl
 
+from nsysaudit.codes import is_device_free_api, is_pool_api, vmm_role
+from nsysaudit.errors import Warning, warning
 from nsysaudit.ids import decode_pid, pid_of
-from nsysaudit.read.memory import MemoryEvidence
+from nsysaudit.read.memory import POOL_CREATED, POOL_DESTROYED, POOL_EVENT_SCHEMA, POOL_TRIMMED, MemoryEvidence
 
 DEVICE_RESIDENT = frozenset({"Device", "Array", "Device Static"})
 MANAGED = frozenset({"Managed", "Managed Static"})
+# The mechanisms a device-resident byte is held by, in the order they are shown; ``pool_utilized``
+# is the part of ``pool_reserved`` in use, not more memory.
+HELD = ("segments", "mapped", "pool_reserved", "static")
+BY_MECHANISM = ("segments", "mapped", "pool_reserved", "pool_utilized", "static")
+MECHANISMS = ("segments", "mapped", "pool", "imported_pool", "static", "managed", "host")
 NOT_COUNTED = (
     "CUDA contexts and the driver's own reservations (they have no memory event)",
     "processes the capture did not trace",
     "memory allocated before the capture began and not freed during it",
     "managed memory, which may reside on the host (shown, not subtracted)",
+    "memory of a pool imported from another process, except in that process (counted once, in its owner)",
 )
+# Sizes past this are damage (no device holds 4 EiB): their sums are not formed in 64 bits.
+SIZE_LIMIT = 1 << 62
 SERIES_SCHEMA: dict[str, Any] = {
     "start_ns": pl.Int64,
     "vm": pl.Int64,
@@ -52,17 +83,29 @@ SERIES_SCHEMA: dict[str, Any] = {
     "api": pl.String,
     "process_live": pl.Int64,
     "device_resident_live": pl.Int64,
+    "mechanism": pl.String,
+    "resident_delta": pl.Int64,
+    "utilized_delta": pl.Int64,
+    "pool_address": pl.Int64,
+    "pool_size": pl.Int64,
 }
+GAP_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "start_ns": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
+EXAMPLES = 5
+GAP_EXAMPLES_AT = 3
 
 
 @dataclass(frozen=True)
 class Ledger:
-    """Live traced bytes over time, or why none is claimed.
+    """Bytes held over time by process and mechanism, or why none is claimed.
 
-    ``series``: one row per counted event in time order (:data:`SERIES_SCHEMA`): ``delta`` (+ for an
-    allocation, - for a matched deallocation), ``process_live`` (the process's live bytes on that
-    device, every kind) and ``device_resident_live`` (all processes' device-resident live bytes on
-    that device) just after it. Empty when ``claimed`` is False.
+    ``series``: one row per counted event in time order (:data:`SERIES_SCHEMA`): ``delta`` (the change
+    in bytes the process holds: + an allocation, - a matched deallocation, a pool's size change),
+    ``resident_delta`` (the device-resident part of it), ``utilized_delta`` (a pool's change in use),
+    ``mechanism``, ``process_live`` (the process's held bytes on that device, every kind) and
+    ``device_resident_live`` (all processes' device-resident bytes on that device) just after it.
+    Pool operations (created, trimmed, destroyed) are rows too, with ``bytes`` null. Empty when
+    ``claimed`` is False. ``gaps``: the successful free calls with no deallocation event of their own
+    correlation id (:data:`GAP_SCHEMA`), in time order.
     """
 
     claimed: bool
@@ -71,78 +114,156 @@ class Ledger:
     series: pl.DataFrame
     devices: pl.DataFrame
     summary: dict[str, Any]
+    gaps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=GAP_SCHEMA))
+    warnings: tuple[Warning, ...] = ()
 
     def at(self, t_ns: int, gpid: int | None) -> list[dict[str, Any]]:
-        """Per device the process ``gpid`` used: its live bytes, all traced processes' device-resident
-        live bytes, the device's total and the upper bound on free memory, just after ``t_ns``.
+        """Per device the process ``gpid`` used, just after ``t_ns``: its held bytes, every traced
+        process's device-resident bytes by mechanism, their total, the device's total and the upper
+        bound on free memory (see :meth:`at_many`)."""
+        return self.at_many([(t_ns, gpid)])[0]
+
+    def at_many(self, moments: Sequence[tuple[int, int | None]]) -> list[list[dict[str, Any]]]:
+        """:meth:`at` for each ``(t_ns, gpid)``, read off running sums by binary search, all moments
+        of a device at once.
 
         A process with no memory event of its own does not say which device it used: then every
         traced device is given, each with ``process_has_events`` false."""
-        if not self.claimed or gpid is None:
-            return []
+        if not self.claimed:
+            return [[] for _ in moments]
         reader = self._reader
-        pairs = reader.pairs(gpid)
-        own_events = bool(pairs)
+        wanted: dict[tuple[int, int], set[int]] = {}
+        plans: list[list[tuple[Any, Any, bool]]] = []
+        for t, gpid in moments:
+            if gpid is None:
+                plans.append([])
+                continue
+            pairs = reader.pairs(gpid)
+            own = bool(pairs)
+            plan = [(vm, device, own) for vm, device in (pairs if own else reader.pairs(None))]
+            plans.append(plan)
+            for vm, device, _ in plan:
+                if vm is not None and device is not None:
+                    wanted.setdefault((vm, device), set()).add(t)
+        values = {key: reader.device(*key).read(sorted(ts)) for key, ts in wanted.items()}
         out = []
-        for vm, device in pairs if own_events else reader.pairs(None):
-            # The events of the device up to t_ns (none when its vm or id is unknown).
-            curve = reader.device(vm, device) if vm is not None and device is not None else None
-            n = curve.events_upto(t_ns) if curve is not None else 0
-            if curve is not None and n:
-                row = curve.values.row(n - 1)
-                resident, freed = int(row[0]), int(row[1])
-                by_kind = {str(k): int(v) for k, v in zip(curve.kinds, row[2:], strict=True) if v}
-                own = reader.process(vm, device, gpid)
-                m = own.events_upto(t_ns)
-                process_live = int(own.values.row(m - 1)[0]) if m else 0
-            else:
-                resident, freed, by_kind, process_live = 0, 0, {}, 0
-            total = _total(self.devices, vm, device)
-            out.append(
-                {
-                    "vm": vm,
-                    "device_id": device,
-                    "process_has_events": own_events,
-                    "process_live_bytes": process_live,
-                    "device_resident_live_bytes": resident,
-                    "managed_live_bytes": sum(v for k, v in by_kind.items() if k in MANAGED),
-                    "live_bytes_by_kind": by_kind,
-                    "total_bytes": total,
-                    "free_at_most_bytes": None if total is None else total - resident,
-                    "freed_before_bytes": freed,
-                }
-            )
+        for (t, gpid), plan in zip(moments, plans, strict=True):
+            entries = []
+            for vm, device, own in plan:
+                state = values[(vm, device)][t] if (vm, device) in values else _State()
+                entries.append(self._entry(vm, device, own, gpid, state))
+            out.append(entries)
         return out
+
+    def _entry(self, vm: Any, device: Any, own: bool, gpid: int | None, state: _State) -> dict[str, Any]:
+        total = _total(self.devices, vm, device)
+        resident = state.resident
+        processes: list[dict[str, Any]] = [
+            {
+                "pid": pid_of(g),
+                "global_pid": g,
+                "resident_bytes": sum(mech.get(m, 0) for m in HELD),
+                "by_mechanism": {m: mech.get(m, 0) for m in BY_MECHANISM},
+                "managed_bytes": mech.get("managed", 0),
+                "imported_pool_bytes": mech.get("imported_pool", 0),
+            }
+            for g, mech in state.by_process.items()
+        ]
+        processes.sort(key=lambda p: (-p["resident_bytes"], p["global_pid"]))
+        entry: dict[str, Any] = {
+            "vm": vm,
+            "device_id": device,
+            "process_has_events": own,
+            "process_live_bytes": state.process_live.get(gpid, 0),
+            "device_resident_live_bytes": resident,
+            "managed_live_bytes": sum(v for k, v in state.by_kind.items() if k in MANAGED),
+            "live_bytes_by_kind": dict(state.by_kind),
+            "total_bytes": total,
+            "free_at_most_bytes": None if total is None or resident > total else total - resident,
+            "freed_before_bytes": state.freed,
+            "by_mechanism": {m: sum(p["by_mechanism"][m] for p in processes) for m in BY_MECHANISM},
+            "processes": [p for p in processes if p["resident_bytes"] or p["managed_bytes"]
+                          or p["imported_pool_bytes"] or p["global_pid"] == gpid],
+        }
+        if total is not None and resident > total:
+            entry["bound_unknown"] = (
+                f"the traced device-resident bytes ({resident:,} B) exceed the device's total ({total:,} B): "
+                "the sizes or the total are damaged, so no bound on free memory is claimed"
+            )
+        return entry
+
+    def free_calls_without_event_before(self, t_ns: int) -> tuple[int, list[int]]:
+        """How many successful free calls without a deallocation event of their own began at or
+        before ``t_ns``, and the correlation ids of the first few."""
+        before = self.gaps.filter(pl.col("start_ns") <= t_ns)
+        return before.height, before.head(GAP_EXAMPLES_AT)["correlation_id"].to_list()
 
     @cached_property
     def _reader(self) -> _SeriesReader:
         return _SeriesReader(self.series)
 
 
+@dataclass
+class _State:
+    """A device's running values at one moment (see :meth:`_Curve.read`)."""
+
+    resident: int = 0
+    freed: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    by_process: dict[int, dict[str, int]] = field(default_factory=dict)
+    process_live: dict[int | None, int] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class _Curve:
-    """Values after each event, for events in time order (``start``: their times, ascending)."""
+    """One device's events with a start, grouped by (process, mechanism, kind): per group the
+    events' times (ascending) and the running sums after each."""
 
-    start: pl.Series
-    values: pl.DataFrame
-    kinds: tuple[str | None, ...] = ()
+    groups: tuple[tuple[int, str, str | None], ...]
+    start: tuple[pl.Series, ...]
+    sums: tuple[pl.DataFrame, ...]
 
-    def events_upto(self, t_ns: int) -> int:
-        """How many of the events happened at or before ``t_ns``."""
-        return int(self.start.search_sorted(t_ns, side="right")) if self.start.len() else 0
+    def read(self, times: list[int]) -> dict[int, _State]:
+        """The device's state just after each of ``times`` (events at that very time included)."""
+        at = pl.Series("t", times, dtype=pl.Int64)
+        states = {t: _State() for t in times}
+        for (gpid, mechanism, kind), start, sums in zip(self.groups, self.start, self.sums, strict=True):
+            n = start.search_sorted(at, side="right").cast(pl.Int64)
+            picked = sums.select(pl.all().gather((n - 1).clip(lower_bound=0)))
+            for t, seen, (delta, resident, utilized, freed) in zip(times, n.to_list(), picked.iter_rows(), strict=True):
+                if not seen:  # no event of the group yet
+                    continue
+                s = states[t]
+                s.resident += resident
+                s.freed += freed
+                if delta:
+                    s.by_kind[str(kind)] = s.by_kind.get(str(kind), 0) + delta
+                s.process_live[gpid] = s.process_live.get(gpid, 0) + delta
+                mech = s.by_process.setdefault(gpid, {})
+                held = "pool_reserved" if mechanism == "pool" else mechanism
+                mech[held] = mech.get(held, 0) + (
+                    resident if held in HELD else utilized if held == "imported_pool" else delta
+                )
+                if mechanism == "pool":
+                    mech["pool_utilized"] = mech.get("pool_utilized", 0) + utilized
+        for s in states.values():  # a free of an allocation not yet counted never makes held bytes negative
+            s.resident = max(s.resident, 0)
+            s.by_kind = {k: v for k, v in sorted(s.by_kind.items()) if v > 0}
+            s.process_live = {g: max(v, 0) for g, v in s.process_live.items()}
+            s.by_process = {g: {m: max(v, 0) for m, v in mech.items()} for g, mech in s.by_process.items()}
+        return states
 
 
 class _SeriesReader:
-    """Reads the ledger's series at a moment by binary search over per-device running sums (built
-    once per device and process), instead of filtering the whole series at each moment: the same
-    numbers as summing the device's events with ``start_ns <= t`` (events without a start never
-    count there; they do in the running live columns, as in the series)."""
+    """Reads the ledger's series at moments by binary search over per-group running sums (built once
+    per device): the same numbers as summing the device's events with ``start_ns <= t``, held bytes
+    never below zero (of the events without a start, the deallocations count at every moment and the
+    allocations at none; the series' running columns count them all first)."""
 
     def __init__(self, series: pl.DataFrame) -> None:
         self.series = series
         self._pairs: dict[int | None, list[tuple[Any, Any]]] = {}
         self._devices: dict[tuple[int, int], _Curve] = {}
-        self._processes: dict[tuple[int, int, int], _Curve] = {}
 
     def pairs(self, gpid: int | None) -> list[tuple[Any, Any]]:
         """The (vm, device) pairs of the process's events (every process's when None), sorted."""
@@ -151,37 +272,33 @@ class _SeriesReader:
             self._pairs[gpid] = rows.select("vm", "device_id").unique().sort("vm", "device_id").rows()
         return self._pairs[gpid]
 
-    def _timed(self, vm: int, device: int) -> pl.DataFrame:
-        return self.series.filter(
-            (pl.col("vm") == vm) & (pl.col("device_id") == device) & pl.col("start_ns").is_not_null()
-        )
-
     def device(self, vm: int, device: int) -> _Curve:
-        """Device-resident live bytes, bytes freed so far, and live bytes of each kind (kinds sorted
-        as ``_live_by_kind`` sorts them)."""
         key = (vm, device)
         if key not in self._devices:
-            rows = self._timed(vm, device)
-            kinds = tuple(rows["kind"].unique().sort().to_list())
+            # An event without a start (a damaged row) is counted so that the bound stays an upper
+            # bound: a deallocation as if before every moment, an allocation at none.
+            rows = self.series.filter(
+                (pl.col("vm") == vm) & (pl.col("device_id") == device)
+                & (pl.col("start_ns").is_not_null() | (pl.col("delta") < 0))
+            ).with_columns(pl.col("start_ns").fill_null(-(1 << 63))).sort("start_ns", maintain_order=True)
             delta = pl.col("delta")
-            values = rows.select(
-                "device_resident_live",
-                pl.when(delta < 0).then(-delta).otherwise(0).cum_sum().alias("_freed"),
-                *(
-                    pl.when(pl.col("kind").eq_missing(k)).then(delta).otherwise(0).cum_sum().alias(f"_kind{i}")
-                    for i, k in enumerate(kinds)
-                ),
-            )
-            self._devices[key] = _Curve(rows["start_ns"], values, kinds)
+            parts = rows.partition_by("gpid", "mechanism", "kind", maintain_order=True, as_dict=True)
+            groups, starts, sums = [], [], []
+            for (gpid, mechanism, kind), part in sorted(parts.items(), key=lambda kv: _order_key(kv[0])):
+                groups.append((gpid, mechanism, kind))
+                starts.append(part["start_ns"])
+                sums.append(part.select(
+                    delta.cum_sum().alias("delta"),
+                    pl.col("resident_delta").cum_sum().alias("resident"),
+                    pl.col("utilized_delta").cum_sum().alias("utilized"),
+                    pl.when(delta < 0).then(-delta).otherwise(0).cum_sum().alias("freed"),
+                ))
+            self._devices[key] = _Curve(tuple(groups), tuple(starts), tuple(sums))
         return self._devices[key]
 
-    def process(self, vm: int, device: int, gpid: int) -> _Curve:
-        """The process's live bytes on the device."""
-        key = (vm, device, gpid)
-        if key not in self._processes:
-            rows = self._timed(vm, device).filter(pl.col("gpid") == gpid)
-            self._processes[key] = _Curve(rows["start_ns"], rows.select("process_live"))
-        return self._processes[key]
+
+def _order_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((v is not None, v if v is not None else 0) for v in key)
 
 
 def _by_call(rows: pl.DataFrame) -> pl.DataFrame:
@@ -190,7 +307,7 @@ def _by_call(rows: pl.DataFrame) -> pl.DataFrame:
     allocated itself, such as module memory) or ``no_single_call`` (a correlation id that no call or
     several calls of the process carry). Columns ``gpid, call, api, kind, events, bytes``."""
     # Grouped by a code that sorts as the names do (driver < matched < no_single_call), named after.
-    allocs = rows.filter(pl.col("delta") > 0).with_columns(
+    allocs = rows.filter((pl.col("operation") == "allocation") & pl.col("bytes").is_not_null()).with_columns(
         pl.when(pl.col("correlation_id").fill_null(0) == 0)
         .then(0)
         .when(pl.col("api").is_null())
@@ -200,7 +317,7 @@ def _by_call(rows: pl.DataFrame) -> pl.DataFrame:
     )
     return (
         allocs.group_by("gpid", "call", "api", "kind")
-        .agg(pl.len().alias("events"), pl.col("delta").sum().alias("bytes"))
+        .agg(pl.len().alias("events"), pl.col("bytes").cast(pl.Int128).sum().alias("bytes"))
         .sort("gpid", "call", "api", "kind", nulls_last=True)
         .with_columns(pl.col("call").replace_strict(CALL_NAMES, return_dtype=pl.String))
     )
@@ -209,13 +326,8 @@ def _by_call(rows: pl.DataFrame) -> pl.DataFrame:
 CALL_NAMES = {0: "driver", 1: "matched", 2: "no_single_call"}
 
 
-def _live_by_kind(rows: pl.DataFrame) -> dict[str, int]:
-    sums = rows.group_by("kind").agg(pl.col("delta").sum()).sort("kind")
-    return {str(k): int(v) for k, v in sums.iter_rows() if v}
-
-
 def _total(devices: pl.DataFrame, vm: int | None, device: int | None) -> int | None:
-    if vm is None or device is None:  # an unknown device has no known total
+    if vm is None or device is None or not devices.height:  # an unknown device has no known total
         return None
     row = devices.filter((pl.col("vm") == vm) & (pl.col("device_id") == device))
     return int(row["total_bytes"][0]) if row.height and row["total_bytes"][0] is not None else None
@@ -229,14 +341,83 @@ def collection_on(capture: Mapping[str, list[str]]) -> bool | None:
     return any(v.lower() == "true" for v in values)
 
 
+def exact_sum(values: pl.Series | pl.Expr) -> Any:
+    """A sum that cannot wrap around: in 128 bits (a polars Int64 sum wraps silently past 2^63)."""
+    return values.cast(pl.Int128).sum()
+
+
+# --- classification ------------------------------------------------------------------------------
+
+
+def _apis_where(apis: pl.Series, keep: Callable[[str], bool]) -> pl.Expr:
+    """Whether an event's ``api`` is one of the names in ``apis`` for which ``keep`` holds (each
+    distinct name asked once, not each event)."""
+    names = [a for a in apis.drop_nulls().unique().to_list() if keep(a)]
+    return pl.col("api").is_in(names).fill_null(False)
+
+
+def _mechanism(apis: pl.Series) -> pl.Expr:
+    """The mechanism of each usage event (see the module docstring): by its kind, then whether the
+    driver made it, then its pool columns, then the call behind it."""
+    kind = pl.col("kind")
+    vmm = _apis_where(apis, lambda a: vmm_role(a) in ("map", "unmap"))
+    return (
+        pl.when(kind.is_in(list(MANAGED)))
+        .then(pl.lit("managed"))
+        .when(kind.is_null() | ~kind.is_in(list(DEVICE_RESIDENT)))
+        .then(pl.lit("host"))
+        .when(pl.col("correlation_id").fill_null(0) == 0)
+        .then(pl.lit("static"))
+        .when(pl.col("imported_pool_address").is_not_null())
+        .then(pl.lit("imported_pool"))
+        .when(pl.col("pool_address").is_not_null())
+        .then(pl.lit("pool"))
+        .when(vmm)
+        .then(pl.lit("mapped"))
+        .otherwise(pl.lit("segments"))
+    )
+
+
+def _refusal(events: pl.DataFrame, memory: MemoryEvidence) -> tuple[str | None, Warning | None]:
+    """Why no ledger can be summed from these events (None: it can), and the warning damage gives:
+    sizes past any device, or pool allocations without the pool's size. (Events of unknown size are
+    refused once matched: only the counted ones matter.)"""
+    too_big = events.filter(pl.col("bytes") >= SIZE_LIMIT).height
+    sizes = pl.concat([events["pool_size"], memory.pool_events["pool_size"]]).drop_nulls()
+    too_big += int((sizes >= SIZE_LIMIT).sum()) + int((sizes < 0).sum())
+    total = int(exact_sum(events["bytes"]) or 0)
+    if too_big or total >= SIZE_LIMIT:
+        why = (f"the memory events' sizes add up to {total:,} B, past any device (2^62 B): damaged sizes, so live "
+               "bytes are not summed")
+        return why, warning("memory_size_overflow", too_big or 1, f"{memory.table}: {why}")
+    pooled = events.filter(
+        _apis_where(events["api"], is_pool_api) & pl.col("pool_address").is_null()
+        & pl.col("imported_pool_address").is_null()
+    ).height
+    if pooled:
+        return (
+            f"{pooled} memory event(s) of CUDA memory pool calls (cudaMallocAsync, cudaFreeAsync) carry no pool "
+            "address or size: what the pool held on the device is unknown"
+        ), None
+    return None, None
+
+
+# --- the build -----------------------------------------------------------------------------------
+
+
 def build_ledger(
-    memory: MemoryEvidence | None, capture: Mapping[str, list[str]], calls: pl.DataFrame | None = None
+    memory: MemoryEvidence | None,
+    capture: Mapping[str, list[str]],
+    calls: pl.DataFrame | None = None,
+    memory_calls: pl.DataFrame | None = None,
 ) -> Ledger:
     """The ledger of ``memory`` (see the module docstring).
 
     ``calls``: ``gpid, correlation_id, api`` of the one CUDA API call behind an event's (process,
     correlation id); an event without one (correlation id 0: memory the driver allocates itself,
-    or a correlation shared by several rows) has ``api`` null.
+    or a correlation shared by several rows) has ``api`` null. ``memory_calls``: the successful free
+    and virtual memory management calls (``gtid, start_ns, correlation_id, api``, as
+    :attr:`nsysaudit.read.trace.Trace.memory_calls`).
     """
     collected = collection_on(capture)
     empty = pl.DataFrame(schema=SERIES_SCHEMA)
@@ -246,96 +427,281 @@ def build_ledger(
         if collected is False:
             why = "memory-usage collection was off (--cuda-memory-usage=true turns it on)"
         return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
-    events = memory.events.with_columns(
-        pl.col("mem_kind").replace_strict(memory.kinds, default=None, return_dtype=pl.String).alias("kind"),
-        (pl.col("gpid") // (1 << 48)).alias("vm"),
-    )
-    deallocations = events.filter(pl.col("operation") == 1).height
-    if deallocations == 0:
-        why = (
-            "the export holds allocation events only (no deallocation event): the trace cannot show whether "
-            "memory was freed, so live bytes and a free-memory bound are not claimed, only allocation totals"
-        )
+    if memory.events.height == 0 and collected is not True:
+        # nsys 2022.x writes the table empty when memory-usage collection is off, and such an export
+        # has no capture settings to say so: an empty table is then no evidence that nothing was held.
+        why = (f"{memory.table} is empty and the capture settings do not say memory-usage collection was on "
+               "(--cuda-memory-usage=true turns it on)")
         return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
-    # A deallocation frees the live allocation at its (process, device, address): one with none
-    # before it freed memory allocated before the capture began, and is left out of the ledger.
-    # Lazy, so that polars frees each intermediate column as soon as the plan no longer needs it
-    # (at 755k events, the eager chain held ~300 MB of intermediates at once).
-    keyed = events.lazy().with_row_index("_order").with_columns(
-        (pl.col("operation") == 0).cast(pl.Int64).alias("_is_alloc"),
-        (pl.col("operation") == 1).cast(pl.Int64).alias("_is_free"),
+    no_calls = pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String})
+    events = (
+        memory.events.with_row_index("_order")
+        .with_columns(
+            pl.col("mem_kind").replace_strict(memory.kinds, default=None, return_dtype=pl.String).alias("kind"),
+            (pl.col("gpid") // (1 << 48)).alias("vm"),
+        )
+        .join(calls if calls is not None else no_calls, on=["gpid", "correlation_id"], how="left",
+              maintain_order="left")
     )
-    # Counts before each event at its (process, device, address), in time order: the events sorted
-    # by key then time, a running count less its value where the key begins (a window
-    # ``cum_sum().over(key)`` does the same but costs ~1 s per million events with as many keys).
-    # The address leads the sort key: it has the fewest ties, which makes the sort fastest.
+    events = events.with_columns(_mechanism(events["api"]).alias("mechanism"))
+    said: list[Warning] = []
+    negative = events.filter(pl.col("bytes") < 0).height
+    if negative:  # a damaged size is an unknown one, never a negative amount of memory
+        said.append(warning(
+            "memory_negative_size", negative,
+            f"memory events with a negative size in {memory.table} (a damaged export): their size is unknown (null)",
+        ))
+        events = events.with_columns(pl.when(pl.col("bytes") < 0).then(None).otherwise(pl.col("bytes")).alias("bytes"))
+    gaps = _gaps(memory.events, memory_calls)
+    extra = _vmm_and_gaps(events, memory_calls, gaps)
+
+    def refused(why: str) -> Ledger:
+        return Ledger(False, why, collected, empty, devices, {**_summary(memory, collected, empty, 0, 0), **extra},
+                      gaps, tuple(said))
+
+    refusal, damage = _refusal(events, memory)
+    if damage is not None:
+        said.append(damage)
+    if refusal is not None:
+        return refused(refusal)
+    plain, unmatched, unmatched_bytes, mismatched = _matched(events.filter(pl.col("mechanism") != "pool"))
+    sizes_unknown = plain.filter(pl.col("delta").is_null()).height
+    if sizes_unknown:
+        return refused(f"{sizes_unknown} memory event(s) have no size: live bytes cannot be summed")
+    if mismatched:
+        said.append(warning(
+            "deallocation_size_differs", mismatched,
+            "deallocation events whose size differs from the allocation they free (same process, device and "
+            "address): the allocation's size is subtracted",
+        ))
+    pooled = _pool_rows(events.filter(pl.col("mechanism") == "pool"), memory.pool_events, calls)
+    unsized_pools = pooled.filter(pl.col("_pool_known").not_()).select("gpid", "pool_address").unique().height
+    if unsized_pools:
+        return refused(f"{unsized_pools} CUDA memory pool(s) with no size information in the export: what they "
+                       "held on the device is unknown")
+    series = _series(pl.concat([plain, pooled.drop("_pool_known")], how="diagonal_relaxed"))
+    summary = {**_summary(memory, collected, series, unmatched, unmatched_bytes), **extra,
+               "pools": _pools(series)}
+    return Ledger(True, None, collected, series, devices, summary, gaps, tuple(said))
+
+
+def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
+    """The allocations and the deallocations that free one of them, as series rows (without the
+    running columns), and the unmatched deallocations (count, bytes) and size mismatches.
+
+    A deallocation frees the oldest allocation still live at its (process, device, address): it is
+    matched when the key's live count just before it is above zero, the count clamped at zero (a
+    free of memory allocated before the capture began makes nothing live negative). The live count
+    of a key after each event is its running sum (+1 allocation, -1 free) less the running minimum
+    of that sum, 0 included; the j-th matched free of a key frees its j-th allocation."""
     group = ["address", "gpid", "device_id"]
+    alloc = pl.col("operation") == 0
+    free = (pl.col("operation") == 1) & pl.col("address").is_not_null()
     new_key = pl.int_range(pl.len()) == 0
     for c in group:
         new_key = new_key | pl.col(c).ne_missing(pl.col(c).shift(1))
-
-    def before_in_key(flag: str) -> pl.Expr:
-        one = pl.col(flag).fill_null(0)  # an event of unknown operation counts as neither
-        before = one.cum_sum() - one
-        return before - pl.when(new_key).then(before).forward_fill()
-
-    is_free = pl.col("_is_free") == 1
-    matched = is_free & pl.col("address").is_not_null() & (
-        before_in_key("_is_alloc") > before_in_key("_is_free")
+    keyed = events.sort([*group, "_order"]).with_columns(
+        new_key.cast(pl.Int64).cum_sum().alias("_key"),
+        pl.when(alloc).then(1).when(free).then(-1).otherwise(0).alias("_step"),
     )
-    keyed_frame = (
-        keyed.sort([*group, "_order"])
-        .with_columns(matched.alias("_matched"))
-        .select("_order", "start_ns", "vm", "device_id", "gpid", "kind", "bytes", "correlation_id",
-                "_is_alloc", "_is_free", "_matched")
-        .collect()
+    # Running sums per key without a window per key: one global running sum less its value where the
+    # key begins; the running minimum per key from one global running minimum over the sums, each key
+    # moved below every earlier key (a window per key costs ~1 s per million events with as many keys).
+    n = keyed.height + 1
+    within = pl.col("_step").cum_sum() - pl.col("_step")  # the sum before each event, from the start
+    first = pl.col("_key").ne(pl.col("_key").shift(1)).fill_null(True)
+    before = within - pl.when(first).then(within).forward_fill()  # the key's sum before the event
+    keyed = keyed.with_columns(before.alias("_before"))
+    shifted = pl.col("_before") - pl.col("_key") * (2 * n)
+    keyed = keyed.with_columns(
+        (
+            pl.col("_before")
+            - pl.min_horizontal(pl.lit(0), shifted.cum_min() + pl.col("_key") * (2 * n))
+        ).alias("_live_before")
     )
-    unmatched_frees = keyed_frame.select(
-        (is_free & ~pl.col("_matched")).sum().alias("events"),
-        pl.when(is_free & ~pl.col("_matched")).then(pl.col("bytes")).otherwise(0).sum().alias("bytes"),
-    ).row(0)
-    resident = pl.col("kind").is_in(list(DEVICE_RESIDENT))
-    # Time order: (start, event order). The events come sorted by start (NULL first) from the read,
-    # and then the event order alone is that order, a cheaper sort; checked, not assumed.
-    in_time = ["_order"] if memory.events["start_ns"].is_sorted() else ["start_ns", "_order"]
-    series = (
-        keyed_frame.lazy()
-        .filter((pl.col("_is_alloc") == 1) | pl.col("_matched"))
-        .sort(in_time)
-        .with_columns(
-            pl.when(pl.col("_is_alloc") == 1).then(pl.col("bytes")).otherwise(-pl.col("bytes")).alias("delta"),
-            pl.when(pl.col("_is_alloc") == 1)
-            .then(pl.lit("allocation"))
-            .otherwise(pl.lit("deallocation"))
-            .alias("operation_name"),
-        )
+    keyed = keyed.with_columns((free & (pl.col("_live_before") > 0)).alias("_matched"))
+    allocs = keyed.filter(alloc).with_columns(pl.int_range(pl.len()).over("_key").alias("_j"))
+    frees = keyed.filter(pl.col("_matched")).with_columns(pl.int_range(pl.len()).over("_key").alias("_j"))
+    frees = frees.join(allocs.select("_key", "_j", pl.col("bytes").alias("_allocated")), on=["_key", "_j"],
+                       how="left")
+    unmatched = keyed.filter((pl.col("operation") == 1) & ~pl.col("_matched"))
+    mismatched = frees.filter(pl.col("bytes").ne_missing(pl.col("_allocated"))).height
+    rows = pl.concat(
+        [
+            allocs.with_columns(pl.col("bytes").alias("delta"), pl.lit("allocation").alias("operation_name")),
+            frees.with_columns((-pl.col("_allocated")).alias("delta"), pl.lit("deallocation").alias("operation_name")),
+        ],
+        how="diagonal_relaxed",
+    )
+    resident = pl.col("mechanism").is_in(["segments", "mapped", "static"])
+    rows = rows.with_columns(
+        pl.when(pl.col("mechanism") == "imported_pool").then(0).otherwise(pl.col("delta")).alias("delta"),
+        pl.when(resident).then(pl.col("delta")).otherwise(0).alias("resident_delta"),
+        pl.when(pl.col("mechanism") == "imported_pool").then(pl.col("delta")).otherwise(0).alias("utilized_delta"),
+    ).select(_ROW_COLUMNS)
+    return rows, unmatched.height, int(exact_sum(unmatched["bytes"]) or 0), mismatched
+
+
+_ROW_COLUMNS = ("_order", "start_ns", "vm", "device_id", "gpid", "kind", "operation_name", "bytes", "delta",
+                "correlation_id", "api", "mechanism", "resident_delta", "utilized_delta", "pool_address",
+                "pool_size")
+
+
+def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame, calls: pl.DataFrame | None) -> pl.DataFrame:
+    """Series rows of the pools: each usage event of a pool (its bytes move within the pool) and each
+    pool operation, with ``delta`` the change of the pool's size there and ``utilized_delta`` the
+    change of its utilized size.
+
+    What the real exports show (nsys 2025.3, ``async/``): an allocation event carries the pool's size
+    and utilized size after it; a deallocation event (``cudaFreeAsync``) the size and the utilized
+    size before it, so it is less the freed bytes after; a pool event (created, trimmed) the sizes
+    after it. A destroyed pool holds nothing."""
+    usage = events.select(
+        "_order", "start_ns", "vm", "device_id", "gpid", "kind",
+        pl.when(pl.col("operation") == 0).then(pl.lit("allocation")).when(pl.col("operation") == 1)
+        .then(pl.lit("deallocation")).otherwise(None).alias("operation_name"),
+        "bytes", "correlation_id", "api", "mechanism", "pool_address", "pool_size",
+        pl.when(pl.col("operation") == 1).then(pl.col("pool_utilized") - pl.col("bytes"))
+        .otherwise(pl.col("pool_utilized")).alias("_utilized"),
+        pl.lit(0, dtype=pl.Int64).alias("_source"),
+    )
+    names = {POOL_CREATED: "pool_created", POOL_TRIMMED: "pool_trimmed", POOL_DESTROYED: "pool_destroyed"}
+    destroyed = pl.col("operation") == POOL_DESTROYED
+    ops = pool_events.cast(POOL_EVENT_SCHEMA).with_row_index("_order").join(  # type: ignore[arg-type]
+        (calls if calls is not None else pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64,
+                                                             "api": pl.String})),
+        on=["gpid", "correlation_id"], how="left", maintain_order="left",
+    ).select(
+        pl.col("_order").cast(pl.Int64), "start_ns", (pl.col("gpid") // (1 << 48)).alias("vm"), "device_id", "gpid",
+        pl.lit("Device").alias("kind"),
+        pl.col("operation").replace_strict(names, default="pool_event", return_dtype=pl.String)
+        .alias("operation_name"),
+        pl.lit(None, dtype=pl.Int64).alias("bytes"), "correlation_id", "api", pl.lit("pool").alias("mechanism"),
+        pl.col("address").alias("pool_address"),
+        pl.when(destroyed).then(0).otherwise(pl.col("pool_size")).alias("pool_size"),
+        pl.when(destroyed).then(0).otherwise(pl.col("pool_utilized")).alias("_utilized"),
+        pl.lit(1, dtype=pl.Int64).alias("_source"),
+    ).filter(pl.col("operation_name") != "pool_event")
+    rows = pl.concat([usage.with_columns(pl.col("_order").cast(pl.Int64)), ops], how="vertical_relaxed")
+    pool = ["gpid", "device_id", "pool_address"]
+    rows = rows.sort([*pool, "start_ns", "_source", "_order"], nulls_last=False).with_columns(
+        pl.col("pool_size").forward_fill().over(pool).alias("_size"),
+        pl.col("_utilized").forward_fill().over(pool).alias("_util"),
+    )
+    return rows.with_columns(
+        (pl.col("_size").fill_null(0) - pl.col("_size").shift(1).over(pool).fill_null(0)).alias("delta"),
+        (pl.col("_util").fill_null(0) - pl.col("_util").shift(1).over(pool).fill_null(0)).alias("utilized_delta"),
+        pl.col("_size").is_not_null().any().over(pool).alias("_pool_known"),
+    ).with_columns(
+        pl.col("delta").alias("resident_delta"),
+        pl.col("_size").alias("pool_size"),
+        # After the usage events: a pool operation at the same moment sorts after them.
+        (pl.col("_order") + pl.col("_source") * (1 << 40)).alias("_order"),
+    ).select(*_ROW_COLUMNS, "_pool_known")
+
+
+def _series(rows: pl.DataFrame) -> pl.DataFrame:
+    """The series: ``rows`` in time order (start, event order; pool operations after the usage events
+    of the same moment) with the running columns."""
+    return (
+        rows.sort("start_ns", "_order", nulls_last=False)
         .with_columns(
             pl.col("delta").cum_sum().over("gpid", "vm", "device_id").alias("process_live"),
-            pl.when(resident).then(pl.col("delta")).otherwise(0).cum_sum().over("vm", "device_id").alias(
-                "device_resident_live"
-            ),
+            pl.col("resident_delta").cum_sum().over("vm", "device_id").alias("device_resident_live"),
             decode_pid(pl.col("gpid")).alias("pid"),
+            pl.col("operation_name").alias("operation"),
         )
-        .join(
-            (calls if calls is not None else pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64,
-                                                                   "api": pl.String})).lazy(),
-            on=["gpid", "correlation_id"],
-            how="left",
-            maintain_order="left",
-        )
-        .select(
-            "start_ns", "vm", "device_id", "gpid", "pid", "kind", pl.col("operation_name").alias("operation"),
-            "bytes", "delta", "correlation_id", "api", "process_live", "device_resident_live",
-        )
-        .collect()
+        .select(list(SERIES_SCHEMA))
+        .cast(SERIES_SCHEMA)  # type: ignore[arg-type]  # polars' stubs want its own mapping type
     )
-    del keyed_frame
-    sizes_unknown = series.filter(pl.col("delta").is_null()).height
-    if sizes_unknown:
-        why = f"{sizes_unknown} memory event(s) have no size: live bytes cannot be summed"
-        return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
-    summary = _summary(memory, collected, series, int(unmatched_frees[0] or 0), int(unmatched_frees[1] or 0))
-    return Ledger(True, None, collected, series, devices, summary)
+
+
+def _gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None) -> pl.DataFrame:
+    """The successful free calls without a deallocation event of their own (process, correlation id)."""
+    if memory_calls is None or not memory_calls.height:
+        return pl.DataFrame(schema=GAP_SCHEMA)
+    frees = memory_calls.filter(
+        pl.col("api").map_elements(is_device_free_api, return_dtype=pl.Boolean, skip_nulls=True).fill_null(False)
+    ).select((pl.col("gtid") - pl.col("gtid") % (1 << 24)).alias("gpid"), "start_ns", "correlation_id", "api")
+    freed = events.filter(pl.col("operation") == 1).select("gpid", "correlation_id").unique()
+    gaps = frees.join(freed, on=["gpid", "correlation_id"], how="anti")
+    return gaps.sort("start_ns", "correlation_id", nulls_last=True).cast(GAP_SCHEMA)  # type: ignore[arg-type]
+
+
+def _vmm_and_gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None, gaps: pl.DataFrame) -> dict[str, Any]:
+    """The summary's ``virtual_memory``, ``free_calls_without_event`` and ``mechanisms`` keys."""
+    roles: dict[str, int] = {}
+    if memory_calls is not None:
+        for api, n in memory_calls.group_by("api").len().iter_rows():
+            role = vmm_role(api)
+            if role is not None:
+                roles[role] = roles.get(role, 0) + int(n)
+    mapped = events.filter(pl.col("mechanism") == "mapped")
+    by_api: dict[str, int] = {}
+    for api, n in gaps.group_by("api").len().sort("api").iter_rows():
+        by_api[str(api)] = int(n)
+    examples = gaps.head(EXAMPLES)["correlation_id"].to_list()
+    mechanisms: dict[str, dict[str, int]] = {}
+    for mechanism, op, n, b in (
+        events.group_by("mechanism", "operation").agg(pl.len(), exact_sum(pl.col("bytes")))
+        .sort("mechanism", "operation", nulls_last=True).iter_rows()
+    ):
+        entry = mechanisms.setdefault(mechanism, {"allocation_events": 0, "deallocation_events": 0,
+                                                  "allocated_bytes": 0})
+        if op == 0:
+            entry["allocation_events"], entry["allocated_bytes"] = int(n), int(b or 0)
+        elif op == 1:
+            entry["deallocation_events"] = int(n)
+    return {
+        "mechanisms": {m: mechanisms[m] for m in MECHANISMS if m in mechanisms},
+        "virtual_memory": {
+            "mapped_events": int((mapped["operation"] == 0).sum()),
+            "unmapped_events": int((mapped["operation"] == 1).sum()),
+            "handles_created": roles.get("create", 0),
+            "handles_released": roles.get("release", 0),
+            "address_reservations": roles.get("reserve", 0),
+            "address_frees": roles.get("address_free", 0),
+            "note": "handles (cuMemCreate, cuMemRelease) and reserved address ranges (cuMemAddressReserve) are "
+            "not memory held on the device: mapped memory is, from cuMemSetAccess to cuMemUnmap; the sizes of "
+            "reserved ranges are not in the trace",
+        },
+        "free_calls_without_event": {
+            "count": gaps.height,
+            "by_api": by_api,
+            "example_correlation_ids": examples,
+            "note": "successful calls that give device memory back with no deallocation event of their own "
+            "correlation id: cudaFree(NULL), which frees nothing, is the usual one; if any of them freed "
+            "memory, more could have been free than the bound after them says",
+        },
+    }
+
+
+def _pools(series: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per CUDA memory pool (process, device, address): its size and use at the end and at its largest."""
+    rows = series.filter(pl.col("mechanism") == "pool")
+    if not rows.height:
+        return []
+    out = []
+    pool = ["gpid", "device_id", "pool_address"]
+    for (gpid, device, address), part in rows.partition_by(pool, maintain_order=True, as_dict=True).items():
+        utilized = part["utilized_delta"].cum_sum()
+        size = part["delta"].cum_sum()
+        ops = part["operation"]
+        out.append({
+            "pid": pid_of(gpid),
+            "global_pid": gpid,
+            "device_id": device,
+            "address": address,
+            "size_at_end_bytes": int(size[-1]),
+            "utilized_at_end_bytes": int(utilized[-1]),
+            "peak_size_bytes": int(size.max()),  # type: ignore[arg-type]
+            "allocation_events": int((ops == "allocation").sum()),
+            "deallocation_events": int((ops == "deallocation").sum()),
+            "trims": int((ops == "pool_trimmed").sum()),
+            "created": bool((ops == "pool_created").any()),
+            "destroyed": bool((ops == "pool_destroyed").any()),
+        })
+    return sorted(out, key=lambda p: _order_key((p["global_pid"], p["device_id"], p["address"])))
 
 
 def _summary(
@@ -345,7 +711,7 @@ def _summary(
 
     A device is a (vm, device id) pair; either may be unknown (NULL globalPid or deviceId): such
     events are summed under the unknown pair, never dropped. Per process, one group-by over the
-    device's rows (not one filter per process)."""
+    device's rows (not one filter per process). Sums are exact (128 bits): damaged sizes cannot wrap."""
     events = memory.events if memory is not None else pl.DataFrame(schema={"operation": pl.Int64})
     operation = events["operation"]
     out: dict[str, Any] = {
@@ -369,14 +735,10 @@ def _summary(
         used = set(allocs.select("_vm", "device_id").unique().iter_rows())
     known = {(r["vm"], r["device_id"]) for r in device_rows}
 
-    def order(key: tuple[Any, Any]) -> tuple[bool, int, bool, int]:  # unknown first, then by id
-        vm, device = key
-        return (vm is not None, vm or 0, device is not None, device or 0)
-
     def on_device(vm: Any, device: Any, vm_column: str) -> pl.Expr:
         return pl.col(vm_column).eq_missing(vm) & pl.col("device_id").eq_missing(device)
 
-    for vm, device in sorted(known | used, key=order):
+    for vm, device in sorted(known | used, key=_order_key):
         info = next((r for r in device_rows if r["vm"] == vm and r["device_id"] == device), None)
         on = allocs.filter(on_device(vm, device, "_vm")) if allocs is not None else pl.DataFrame()
         entry: dict[str, Any] = {
@@ -384,11 +746,11 @@ def _summary(
             "device_id": device,
             "name": info["name"] if info else None,
             "total_bytes": info["total_bytes"] if info else None,
-            "allocated_bytes": int(on["bytes"].sum() or 0) if on.height else 0,
+            "allocated_bytes": int(exact_sum(on["bytes"]) or 0) if on.height else 0,
             "allocation_events": on.height,
             "allocated_bytes_by_kind": {
                 kinds.get(k, str(k)) if k is not None else "unknown": int(v or 0)
-                for k, v in on.group_by("mem_kind").agg(pl.col("bytes").sum()).sort("mem_kind").iter_rows()
+                for k, v in on.group_by("mem_kind").agg(exact_sum(pl.col("bytes"))).sort("mem_kind").iter_rows()
             }
             if on.height
             else {},
@@ -407,6 +769,7 @@ def _summary(
                     "peak_device_resident_live_bytes": peak,
                     "peak_at_ns": None if at_peak.null_count() else at_peak.min(),
                     "live_bytes_by_kind_at_end": _live_by_kind(mine),
+                    "held_by_mechanism_at_end": _held_by_mechanism(mine),
                     "processes": _processes(mine),
                 }
             )
@@ -415,21 +778,41 @@ def _summary(
     return out
 
 
-SUMMARY_COLUMNS = ("vm", "device_id", "gpid", "start_ns", "kind", "delta", "correlation_id", "api",
-                   "device_resident_live")
+SUMMARY_COLUMNS = ("vm", "device_id", "gpid", "start_ns", "kind", "operation", "bytes", "delta", "correlation_id",
+                   "api", "device_resident_live", "mechanism", "resident_delta", "utilized_delta")
+
+
+def _live_by_kind(rows: pl.DataFrame) -> dict[str, int]:
+    sums = rows.group_by("kind").agg(pl.col("delta").sum()).sort("kind")
+    return {str(k): int(v) for k, v in sums.iter_rows() if v}
+
+
+def _held_by_mechanism(rows: pl.DataFrame) -> dict[str, int]:
+    """Device-resident bytes held at the end by mechanism (:data:`BY_MECHANISM`)."""
+    sums = dict(rows.group_by("mechanism").agg(pl.col("resident_delta").sum()).iter_rows())
+    utilized = int(rows.filter(pl.col("mechanism") == "pool")["utilized_delta"].sum())
+    return {
+        "segments": int(sums.get("segments", 0)),
+        "mapped": int(sums.get("mapped", 0)),
+        "pool_reserved": int(sums.get("pool", 0)),
+        "pool_utilized": utilized,
+        "static": int(sums.get("static", 0)),
+    }
 
 
 def _processes(rows: pl.DataFrame) -> list[dict[str, Any]]:
     """Per process of one device's series rows (by globalPid): what it allocated, freed, still
-    held at the end (in all and by kind) and by which calls it allocated."""
+    held at the end (in all, by kind and by mechanism) and by which calls it allocated."""
     delta = pl.col("delta")
+    size = pl.col("bytes")
+    is_alloc = pl.col("operation") == "allocation"
     totals = (
         rows.group_by("gpid")
         .agg(
-            delta.filter(delta > 0).sum().alias("allocated"),
+            size.filter(is_alloc).sum().alias("allocated"),
             (-delta.filter(delta < 0).sum()).alias("freed"),
             delta.sum().alias("live"),
-            delta.filter((delta > 0) & (pl.col("correlation_id").fill_null(0) == 0)).sum().alias("driver"),
+            size.filter(is_alloc & (pl.col("correlation_id").fill_null(0) == 0)).sum().alias("driver"),
         )
         .sort("gpid")
     )
@@ -440,15 +823,17 @@ def _processes(rows: pl.DataFrame) -> list[dict[str, Any]]:
     by_call: dict[Any, list[dict[str, Any]]] = {}
     for gpid, c, api, kind, n, b in _by_call(rows).iter_rows():
         by_call.setdefault(gpid, []).append({"call": c, "api": api, "kind": kind, "events": int(n), "bytes": int(b)})
+    held = {g: _held_by_mechanism(part) for (g,), part in rows.partition_by("gpid", as_dict=True).items()}
     return [
         {
             "pid": pid_of(gpid),
             "global_pid": gpid,
-            "allocated_bytes": int(allocated),
-            "freed_bytes": int(freed),
+            "allocated_bytes": int(allocated or 0),
+            "freed_bytes": int(freed or 0),
             "live_bytes_at_end": int(live),
-            "driver_allocated_bytes": int(driver),
+            "driver_allocated_bytes": int(driver or 0),
             "live_bytes_by_kind_at_end": by_kind.get(gpid, {}),
+            "held_by_mechanism_at_end": held.get(gpid, {}),
             "allocations_by_call": by_call.get(gpid, []),
         }
         for gpid, allocated, freed, live, driver in totals.iter_rows()
@@ -458,18 +843,25 @@ def _processes(rows: pl.DataFrame) -> list[dict[str, Any]]:
 def points(
     ledger: Ledger, wanted: Iterable[tuple[str, str, int | None, int | None, dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """The ledger at each wanted moment: ``(point, label, t_ns, gpid, extra)`` (a finding, a censored
-    library call, a telemetry boundary). Empty when no ledger is claimed."""
+    """The ledger at each wanted moment: ``(point, label, t_ns, gpid, extra)`` (a finding, a library
+    call of interest, a censored library call, a telemetry boundary). Empty when no ledger is claimed."""
     if not ledger.claimed:
         return []
+    wanted = list(wanted)
+    readable = [(t, g) for _, _, t, g, _ in wanted if t is not None and g is not None]
+    read = iter(ledger.at_many(readable))
     out = []
     for point, label, t_ns, gpid, extra in wanted:
-        entry: dict[str, Any] = {"point": point, "label": label, "t_ns": t_ns, "pid": pid_of(gpid), **extra}
+        entry: dict[str, Any] = {"point": point, "label": label, "t_ns": t_ns, "pid": pid_of(gpid),
+                                 "global_pid": gpid, **extra}
         if t_ns is None or gpid is None:
-            # Kept, not dropped: the reader sees the moment and why the ledger cannot be read there.
+            # Kept, not dropped: the reader sees the moment and why the ledger cannot be read at it.
             missing = "start time" if t_ns is None else "process (globalTid)"
             entry.update(devices=[], unknown=f"the call's {missing} is unknown, so the ledger cannot be read at it")
         else:
-            entry["devices"] = ledger.at(t_ns, gpid)
+            entry["devices"] = next(read)
+            gaps, examples = ledger.free_calls_without_event_before(t_ns)
+            entry["free_calls_without_event_before"] = gaps
+            entry["free_calls_without_event_examples"] = examples
         out.append(entry)
     return out

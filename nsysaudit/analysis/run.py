@@ -20,6 +20,7 @@ from nsysaudit.analysis import coverage, failures, integrity
 from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
+from nsysaudit.analysis.interest import of_interest
 from nsysaudit.analysis.ledger import Ledger, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
 from nsysaudit.analysis.verdict import Verdict
@@ -97,7 +98,7 @@ def analyze_trace(
     # The ledger needs only the trace: built on a thread of its own (polars releases the GIL) while
     # the joins below run, and taken where its points are read. An error in it is raised there.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-ledger") as pool:
-        ledger = pool.submit(build_ledger, trace.memory, trace.capture, trace.alloc_calls)
+        ledger = pool.submit(build_ledger, trace.memory, trace.capture, trace.alloc_calls, trace.memory_calls)
         return _analyze(trace, ledger, max_pairs, telemetry, event_records, library_domains)
 
 
@@ -207,7 +208,13 @@ def _analyze(
         ))
     verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, undecided)
     memory = ledger.result()
-    memory_points = ledger_points(memory, _memory_moments(findings, libs, alignment, trace.processes))
+    said += memory.warnings
+    failed_ids = pairs.filter((pl.col("relation") == "nested") & (pl.col("return_code") != 0))["lib_id"].unique()
+    interest = of_interest(libs, failed_ids.to_list(), findings["lib_id"].drop_nulls().to_list())
+    memory_points = _covered(
+        ledger_points(memory, _memory_moments(findings, libs, interest.frame, alignment, trace.processes)),
+        trace, cuda_api_span,
+    )
     processes = [
         {"pid": r["pid"], "global_pid": r["gpid"], "name": r["process_name"]}
         for r in trace.processes.sort("gpid").to_dicts()
@@ -245,22 +252,79 @@ def _analyze(
 
 
 def _memory_moments(
-    findings: pl.DataFrame, libs: pl.DataFrame, alignment: Alignment | None, processes: pl.DataFrame
+    findings: pl.DataFrame, libs: pl.DataFrame, interest: pl.DataFrame, alignment: Alignment | None,
+    processes: pl.DataFrame,
 ) -> list[tuple[str, str, int | None, int | None, dict[str, Any]]]:
-    """The moments the ledger is read at: each finding, each censored library call's start, each
-    telemetry line placed on the trace clock (for its process)."""
+    """The moments the ledger is read at: each finding, the start of each library call of interest
+    (:mod:`nsysaudit.analysis.interest`) and of each censored one, each telemetry line placed on the
+    trace clock (for its process)."""
     moments: list[tuple[str, str, int | None, int | None, dict[str, Any]]] = []
     for i, f in enumerate(findings.iter_rows(named=True)):
         moments.append(("finding", f"{f['kind']}: {f['api']}", f["start_ns"], gpid_of(f["gtid"]), {"finding": i}))
+    for lc in interest.filter(pl.col("coverage") != "censored").iter_rows(named=True):
+        moments.append(("library_call", str(lc["api"]), lc["start_ns"], gpid_of(lc["gtid"]), {"lib_id": lc["lib_id"]}))
     for lc in libs.filter(pl.col("coverage") == "censored").iter_rows(named=True):
         moments.append(
             ("censored_library_call", str(lc["api"]), lc["start_ns"], gpid_of(lc["gtid"]), {"lib_id": lc["lib_id"]})
         )
     if alignment is not None:
         gpids = {pid: gpid for pid, gpid in processes.select("pid", "gpid").iter_rows()}
-        for event, placed in zip(alignment.log.events, alignment.placements, strict=True):
-            if event.pid is not None and event.pid in gpids:
-                moments.append(("telemetry", event.event, placed.trace_ns, gpids[event.pid], {"line": event.line}))
+        lines = [(event, placed) for event, placed in zip(alignment.log.events, alignment.placements, strict=True)
+                 if event.pid is not None and event.pid in gpids]
+        for event, placed in telemetry_moments(lines):
+            moments.append(("telemetry", event.event, placed.trace_ns, gpids[event.pid], {"line": event.line}))
     return moments
+
+
+def _covered(points: list[dict[str, Any]], trace: Trace, cuda_api_span: pl.DataFrame) -> list[dict[str, Any]]:
+    """Each ledger point with ``covered``: whether the trace covers its moment, by the rule that
+    decides a library call's coverage (:func:`nsysaudit.analysis.coverage.censor`, the moment as a call
+    of no length). Past the evidence (after the capture stopped, after the process's CUDA trace ended
+    with nothing to confirm it went on) a free could be missing, and a missing free would make the
+    bound too small: there no bound is claimed."""
+    if not points:
+        return points
+    moments = pl.DataFrame(
+        {
+            "lib_id": list(range(len(points))),
+            "gtid": [p.get("global_pid") for p in points],
+            "start_ns": [p.get("t_ns") for p in points],
+            "end_ns": [p.get("t_ns") for p in points],
+        },
+        schema={"lib_id": pl.Int64, "gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
+    )
+    judged = coverage.censor(
+        moments, cuda_api_span, has_cuda_api=trace.has_cuda_api, capture=trace.capture_bounds,
+        diagnostics=trace.diagnostics, process_gpids=trace.processes["gpid"].drop_nulls().to_list(),
+    )
+    out = []
+    for point, (state, reasons) in zip(points, judged.select("coverage", "censored_reasons").iter_rows(), strict=True):
+        point = {**point, "covered": state == "complete"}
+        if state != "complete" and point["devices"]:
+            point["censored_reasons"] = list(reasons)
+            why = (f"the trace does not cover this moment ({', '.join(reasons)}): a free after its evidence ends would "
+                   "be missing, so no bound on free memory is claimed")
+            point["devices"] = [{**d, "free_at_most_bytes": None, "bound_unknown": why} for d in point["devices"]]
+        out.append(point)
+    return out
+
+
+MAX_TELEMETRY_POINTS = 64
+PHASE_REPEATS = 4
+TELEMETRY_POINTS_RULE = (
+    f"every telemetry line of a traced process when there are at most {MAX_TELEMETRY_POINTS}; otherwise the "
+    f"first {MAX_TELEMETRY_POINTS} lines whose event occurs at most {PHASE_REPEATS} times (phases such as "
+    "handoff, not a log of calls)"
+)
+
+
+def telemetry_moments(lines: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """The telemetry lines the ledger is read at (:data:`TELEMETRY_POINTS_RULE`)."""
+    if len(lines) <= MAX_TELEMETRY_POINTS:
+        return list(lines)
+    counts: dict[str, int] = {}
+    for event, _ in lines:
+        counts[event.event] = counts.get(event.event, 0) + 1
+    return [(e, p) for e, p in lines if counts[e.event] <= PHASE_REPEATS][:MAX_TELEMETRY_POINTS]
 
 

@@ -2,10 +2,13 @@
 
 nsys records an allocation (+) and a deallocation (-) event for every device, pinned or managed
 allocation the CUDA trace saw (``--cuda-memory-usage=true``), with its bytes, kind, device, process
-and address. From this one frame come the per-call allocation bytes the joins attach (grouped by
-(globalPid, correlationId); correlation id 0, memory the driver allocates itself, joins nothing)
-and the ledger of live bytes (:mod:`nsysaudit.analysis.ledger`). ``TARGET_INFO_GPU`` gives each
-device's total memory.
+and address; an allocation from a CUDA memory pool (``cudaMallocAsync``) also carries the pool's
+address, release threshold, size and utilized size at that event, and one from a pool imported from
+another process that pool's address and owner. From this one frame come the per-call allocation
+bytes the joins attach (grouped by (globalPid, correlationId); correlation id 0, memory the driver
+allocates itself, joins nothing) and the ledger of live bytes (:mod:`nsysaudit.analysis.ledger`).
+``CUDA_GPU_MEMORY_POOL_EVENTS`` says when a pool was created, trimmed or destroyed, with its size
+then; ``TARGET_INFO_GPU`` gives each device's total memory.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import polars as pl
@@ -30,7 +33,39 @@ EVENT_SCHEMA: dict[str, Any] = {
     "mem_kind": pl.Int64,
     "operation": pl.Int64,
     "correlation_id": pl.Int64,
+    # The pool columns (NULL for memory outside a pool, and where the export has no such column).
+    "pool_address": pl.Int64,
+    "pool_threshold": pl.Int64,
+    "pool_size": pl.Int64,
+    "pool_utilized": pl.Int64,
+    "imported_pool_address": pl.Int64,
+    "imported_pool_pid": pl.Int64,
 }
+POOL_COLUMNS = {
+    "pool_address": "localMemoryPoolAddress",
+    "pool_threshold": "localMemoryPoolReleaseThreshold",
+    "pool_size": "localMemoryPoolSize",
+    "pool_utilized": "localMemoryPoolUtilizedSize",
+    "imported_pool_address": "importedMemoryPoolAddress",
+    "imported_pool_pid": "importedMemoryPoolProcessId",
+}
+# CUDA_GPU_MEMORY_POOL_EVENTS, ``operation`` normalized to POOL_CREATED / POOL_DESTROYED / POOL_TRIMMED
+# (null: another or unknown operation) and ``pool_type`` to 1 local / 2 imported (null: unknown).
+POOL_EVENT_SCHEMA: dict[str, Any] = {
+    "start_ns": pl.Int64,
+    "gpid": pl.Int64,
+    "device_id": pl.Int64,
+    "address": pl.Int64,
+    "operation": pl.Int64,
+    "pool_type": pl.Int64,
+    "correlation_id": pl.Int64,
+    "min_bytes_to_keep": pl.Int64,
+    "pool_threshold": pl.Int64,
+    "pool_size": pl.Int64,
+    "pool_utilized": pl.Int64,
+}
+POOL_CREATED, POOL_DESTROYED, POOL_TRIMMED = 1, 2, 3  # ENUM_CUDA_MEMPOOL_OPER of nsys 2023.4 to 2025.3
+POOL_LOCAL, POOL_IMPORTED = 1, 2  # ENUM_CUDA_MEMPOOL_TYPE
 DEVICE_SCHEMA: dict[str, Any] = {"vm": pl.Int64, "device_id": pl.Int64, "name": pl.String, "total_bytes": pl.Int64}
 ALLOC_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "bytes": pl.Int64, "events": pl.Int64}
 SPAN_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
@@ -63,6 +98,9 @@ class MemoryEvidence:
     - ``span``: per globalPid the first and last event and the row count (coverage).
     - ``unsized``: allocation events whose bytes are NULL or not an integer.
     - ``table``: the table read, or None when the export has none usable.
+    - ``pool_events``: CUDA_GPU_MEMORY_POOL_EVENTS (:data:`POOL_EVENT_SCHEMA`), sorted by time; empty
+      where the export has no such table (``pool_table`` None).
+    - ``pool_columns``: whether the usage table has the pool columns (``localMemoryPoolSize``...).
     """
 
     events: pl.DataFrame
@@ -73,6 +111,9 @@ class MemoryEvidence:
     span: pl.DataFrame
     unsized: int
     table: str | None
+    pool_events: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=POOL_EVENT_SCHEMA))
+    pool_table: str | None = None
+    pool_columns: bool = False
 
 
 def _q(name: str) -> str:
@@ -140,6 +181,7 @@ def _plan(export: ExportFile, mem: Table) -> _Plan:
             "memKind" if mem.has("memKind") else "NULL",
             op,
             "correlationId",
+            *(column if mem.has(column) else "NULL" for column in POOL_COLUMNS.values()),
         ]
     )
     select = f"SELECT {columns} FROM {_q(mem.name)}"
@@ -244,6 +286,10 @@ def read_memory(
     except sqlite3.OperationalError:  # a user column named rowid hides nothing here: order by start alone
         events = frame(conn, plan.by_start, EVENT_SCHEMA, mismatched=typed, source=mem.name)
     allocations, unattributed, span, unsized = _grouped(events) if grouped is None else grouped
+    pools = export.table("CUDA_GPU_MEMORY_POOL_EVENTS")
+    pool_events = pl.DataFrame(schema=POOL_EVENT_SCHEMA)
+    if pools is not None and pools.has("start", "globalPid", "address"):
+        pool_events = frame(conn, _pool_sql(export, pools), POOL_EVENT_SCHEMA, mismatched=typed, source=pools.name)
     return MemoryEvidence(
         events=events,
         devices=devices,
@@ -253,7 +299,37 @@ def read_memory(
         span=span,
         unsized=unsized,
         table=mem.name,
+        pool_events=pool_events,
+        pool_table=pools.name if pools is not None and pools.has("start", "globalPid", "address") else None,
+        pool_columns=mem.has("localMemoryPoolSize"),
     )
+
+
+def _pool_sql(export: ExportFile, pools: Table) -> str:
+    """The SELECT of :data:`POOL_EVENT_SCHEMA` from CUDA_GPU_MEMORY_POOL_EVENTS, its enums mapped."""
+    ops = _enum_ids(export, "ENUM_CUDA_MEMPOOL_OPER")
+    types = _enum_ids(export, "ENUM_CUDA_MEMPOOL_TYPE")
+
+    def case(column: str, ids: dict[str, int], wanted: dict[str, int]) -> str:
+        if not pools.has(column):
+            return "NULL"
+        whens = " ".join(f"WHEN {int(ids.get(name, fallback))} THEN {fallback}" for name, fallback in wanted.items())
+        return f"CASE {_q(column)} {whens} END"
+
+    def col(name: str) -> str:
+        return _q(name) if pools.has(name) else "NULL"
+
+    columns = [
+        "start", "globalPid", col("deviceId"), "address",
+        case("operationType", ops, {"CUDA_MEMPOOL_OPERATION_TYPE_CREATED": POOL_CREATED,
+                                    "CUDA_MEMPOOL_OPERATION_TYPE_DESTROYED": POOL_DESTROYED,
+                                    "CUDA_MEMPOOL_OPERATION_TYPE_TRIMMED": POOL_TRIMMED}),
+        case("poolType", types, {"CUDA_MEMPOOL_TYPE_LOCAL": POOL_LOCAL, "CUDA_MEMPOOL_TYPE_IMPORTED": POOL_IMPORTED}),
+        col("correlationId"), col("minBytesToKeep"), col("localMemoryPoolReleaseThreshold"),
+        col("localMemoryPoolSize"), col("localMemoryPoolUtilizedSize"),
+    ]
+    order = "start, rowid" if not pools.hides_rowid else "start"
+    return f"SELECT {', '.join(columns)} FROM {_q(pools.name)} ORDER BY {order}"
 
 
 class _Grouped(NamedTuple):

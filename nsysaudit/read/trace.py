@@ -16,7 +16,14 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.codes import is_capture_begin, is_capture_end, is_event_record, is_free_api
+from nsysaudit.codes import (
+    VMM_ROLES,
+    display_name,
+    is_capture_begin,
+    is_capture_end,
+    is_device_free_api,
+    is_event_record,
+)
 from nsysaudit.errors import UnusableInput, Warning, warning
 from nsysaudit.ids import global_pid
 from nsysaudit.intervals import closed_library_calls, union_windows
@@ -146,6 +153,10 @@ class Trace:
     - ``memory``: every memory usage event and each device's total (:class:`MemoryEvidence`).
     - ``alloc_calls``: ``gpid, correlation_id, api``: the one CUDA API call behind an allocation
       event's (process, correlation id), where exactly one row carries it.
+    - ``memory_calls``: the successful calls that give device memory back (cudaFree*, cuMemFree*,
+      cuMemUnmap, ...) and the virtual memory management calls (cuMemCreate, cuMemRelease,
+      cuMemAddressReserve, ...) (``CALL_SCHEMA``), read in the same pass: the ledger checks each free
+      against its own deallocation event and counts handles and reserved address ranges.
     """
 
     export: ExportFile
@@ -175,7 +186,7 @@ class Trace:
     )
     shared_alloc_ids: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
     memory: MemoryEvidence | None = None
-    successful_frees: int | None = None  # successful free calls in the CUDA API trace (None: no trace)
+    memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
 
 
@@ -213,19 +224,26 @@ def _marker_classes(export: ExportFile) -> tuple[int, ...]:
     return ids or LIBRARY_MARKER_CLASSES
 
 
-def _name_ids(conn: sqlite3.Connection, strings: str, like: str, keep: Callable[[str], bool]) -> pl.Series:
-    """StringIds ids of the names matching SQL ``like`` (a cheap prefilter) for which ``keep`` holds."""
-    rows = conn.execute(f"SELECT id, value FROM {q(strings)} WHERE value LIKE ?", (like,)).fetchall()
-    ids = [i for i, v in rows if type(i) is int and isinstance(v, str) and keep(v)]
-    return pl.Series("name_id", ids, dtype=pl.Int64)
-
-
 def _capture_name_ids(conn: sqlite3.Connection, strings: str) -> pl.Series:
     """StringIds ids of the stream-capture begin/end API names (cuStreamBeginCapture_v2, ...)."""
     rows = conn.execute(
         f"SELECT id, value FROM {q(strings)} WHERE value LIKE '%StreamBeginCapture%' OR value LIKE '%StreamEndCapture%'"
     ).fetchall()
     ids = [i for i, v in rows if type(i) is int and isinstance(v, str) and (is_capture_begin(v) or is_capture_end(v))]
+    return pl.Series("name_id", ids, dtype=pl.Int64)
+
+
+def _memory_call_ids(conn: sqlite3.Connection, strings: str) -> pl.Series:
+    """StringIds ids of the calls that give device memory back and of the virtual memory management
+    calls (see :attr:`Trace.memory_calls`)."""
+    rows = conn.execute(
+        f"SELECT id, value FROM {q(strings)} WHERE value LIKE '%Free%' OR value LIKE '%Destroy%' "
+        "OR value LIKE 'cuMem%'"
+    ).fetchall()
+    ids = [
+        i for i, v in rows
+        if type(i) is int and isinstance(v, str) and (is_device_free_api(v) or display_name(v) in VMM_ROLES)
+    ]
     return pl.Series("name_id", ids, dtype=pl.Int64)
 
 
@@ -373,7 +391,9 @@ def _load(
     # --- CUDA API (runtime + driver): one streaming pass ------------------------------------------
     if runtime is not None:
         string_ids = pl.Series("id", [r[0] for r in conn.execute(f"SELECT id FROM {q(strings.name)}")], dtype=pl.Int64)
-        marked_ids = _capture_name_ids(conn, strings.name)
+        capture_ids = _capture_name_ids(conn, strings.name)
+        memory_call_ids = _memory_call_ids(conn, strings.name)
+        marked_ids = pl.concat([capture_ids, memory_call_ids]).unique().sort()
         scanned = scan_cuda_api(
             conn,
             path,
@@ -388,15 +408,13 @@ def _load(
             alloc_keys=memory.events.select("gpid", "correlation_id").filter(
                 pl.col("correlation_id").fill_null(0) != 0
             ),
-            counted_name_ids=_name_ids(conn, strings.name, "%Free%", is_free_api)
-            .extend(_name_ids(conn, strings.name, "%Release%", is_free_api))
-            .extend(_name_ids(conn, strings.name, "%Destroy%", is_free_api)),
         )
-        successful_frees: int | None = scanned.counted
         wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
         names = _string_values(conn, strings.name, wanted.to_list())
         cuda_api_rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
-        capture_calls = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
+        marked = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
+        capture_calls = marked.filter(pl.col("name_id").is_in(capture_ids.implode()))
+        memory_calls = marked.filter(pl.col("name_id").is_in(memory_call_ids.implode()))
         cuda_api_total, cuda_api_span, scan_engine = scanned.total, scanned.span, scanned.engine
         scan_problems, mismatched = scanned.problems, scanned.type_mismatch_rows
         shared_alloc_ids = scanned.alloc_rows.filter(pl.col("rows") > 1).join(
@@ -412,9 +430,9 @@ def _load(
     else:
         cuda_api_rows = pl.DataFrame(schema=CALL_SCHEMA)
         capture_calls = pl.DataFrame(schema=CALL_SCHEMA)
+        memory_calls = pl.DataFrame(schema=CALL_SCHEMA)
         shared_alloc_ids = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
         alloc_calls = pl.DataFrame(schema=ALLOC_CALL_SCHEMA)
-        successful_frees = None
         cuda_api_total, cuda_api_span, scan_engine = 0, pl.DataFrame(schema=SPAN_SCHEMA), "none"
         scan_problems, mismatched = {}, 0
 
@@ -531,7 +549,7 @@ def _load(
         unattributed_allocations=unattributed,
         shared_alloc_ids=shared_alloc_ids,
         memory=memory,
-        successful_frees=successful_frees,
+        memory_calls=memory_calls,
         alloc_calls=alloc_calls,
     )
 

@@ -95,11 +95,13 @@ def _census(census: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _findings(findings: Sequence[Mapping[str, Any]]) -> list[str]:
+def _findings(findings: Sequence[Mapping[str, Any]], memory: Mapping[str, Any] | None = None) -> list[str]:
     if not findings:
         return ["No failed call inside or across a library call, and no failed wait on a captured event.", ""]
+    holders = {p["finding"]: p["holder"] for p in (memory or {}).get("at", [])
+               if p["point"] == "finding" and "holder" in p}
     out = []
-    for f in findings:
+    for i, f in enumerate(findings):
         oom = " (out of memory)" if f.get("out_of_memory") else ""
         line = (
             f"- **{md(f['kind'])}**: {md(f['api'])} returned {f['return_code']} ({md(f['return_name'])}){oom}, "
@@ -131,6 +133,8 @@ def _findings(findings: Sequence[Mapping[str, Any]]) -> list[str]:
                 f"{cap['ns_from_capture_end'] / 1e6:.3f} ms after the capture ended"
             )
         out.append(line)
+        if i in holders:
+            out.append(f"- {md(holders[i], 4000)}")
     out.append("")
     return out
 
@@ -184,11 +188,42 @@ def _memory(memory: Mapping[str, Any] | None) -> list[str]:
         )
         if "freed_bytes" in dev:
             line += (
-                f", freed {num(dev['freed_bytes'])}; peak device-resident live "
+                f", released to the device {num(dev['freed_bytes'])}; peak device-resident live "
                 f"{num(dev['peak_device_resident_live_bytes'])} bytes at {num(dev['peak_at_ns'])} ns"
             )
         out.append(line)
     if memory.get("devices"):
+        out.append("")
+    mechanisms = memory.get("mechanisms") or {}
+    if mechanisms:
+        out += table(
+            ["mechanism", "allocation events", "allocated bytes", "deallocation events"],
+            ([md(MECHANISM.get(m, m)), num(v["allocation_events"]), num(v["allocated_bytes"]),
+              num(v["deallocation_events"])] for m, v in mechanisms.items()),
+        )
+    for pool in memory.get("pools") or []:
+        out.append(
+            f"- CUDA memory pool of pid {ident(pool['pid'])} at {pool['address']:#x} on device {pool['device_id']}: "
+            f"size at end {num(pool['size_at_end_bytes'])} bytes (peak {num(pool['peak_size_bytes'])}), "
+            f"{num(pool['utilized_at_end_bytes'])} in use; {pool['trims']} trim(s)"
+            + (", destroyed" if pool["destroyed"] else "")
+        )
+    vmm = memory.get("virtual_memory") or {}
+    if vmm.get("mapped_events") or vmm.get("handles_created") or vmm.get("address_reservations"):
+        out.append(
+            f"- virtual memory: {num(vmm['mapped_events'])} mapping(s), {num(vmm['unmapped_events'])} unmapping(s); "
+            f"{num(vmm['handles_created'])} handle(s) created, {num(vmm['handles_released'])} released; "
+            f"{num(vmm['address_reservations'])} address range(s) reserved (not memory; sizes not in the trace)"
+        )
+    gaps = memory.get("free_calls_without_event") or {}
+    if gaps.get("count"):
+        out.append(
+            f"- {num(gaps['count'])} successful free call(s) without a deallocation event ("
+            + ", ".join(f"{num(n)} x {md(api)}" for api, n in gaps["by_api"].items())
+            + "; e.g. correlation " + ", ".join(str(c) for c in gaps["example_correlation_ids"])
+            + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory"
+        )
+    if memory.get("pools") or gaps.get("count") or vmm.get("mapped_events") or vmm.get("handles_created"):
         out.append("")
     unseen = memory.get("freed_never_allocated") or {}
     if unseen.get("events"):
@@ -216,9 +251,23 @@ def _memory(memory: Mapping[str, Any] | None) -> list[str]:
                 f"- at {md(p['point'])} {md(p['label'])}: process {ident(p['pid'])} has no memory event, so its device "
                 "is unknown; every traced device is shown"
             )
+    said = [p for p in memory.get("at", []) if p.get("holder") and p["point"] != "telemetry"]
+    if said:
+        out += ["", *(f"- {md(p['holder'], 4000)}" for p in said)]
     if memory.get("at"):
         out += ["", "Not counted: " + "; ".join(md(x) for x in memory["not_counted"]) + ".", ""]
     return out
+
+
+MECHANISM = {
+    "segments": "plain allocations (cudaMalloc, cuMemAlloc)",
+    "mapped": "mapped (virtual memory: cuMemSetAccess to cuMemUnmap)",
+    "pool": "CUDA memory pool allocations (cudaMallocAsync)",
+    "imported_pool": "allocations from an imported pool",
+    "static": "driver module memory (correlation id 0)",
+    "managed": "managed memory",
+    "host": "host or unknown kinds",
+}
 
 
 def _capture(coverage: Mapping[str, Any]) -> list[str]:
@@ -390,7 +439,7 @@ def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
         *_census(arm["census"]),
         "### Findings",
         "",
-        *_findings(arm["findings"]),
+        *_findings(arm["findings"], arm.get("memory")),
         "### Failed calls no finding explains",
         "",
         *_failed_calls(arm.get("failed_calls", [])),
@@ -564,7 +613,7 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
         *_census(doc["census"]),
         "## Findings",
         "",
-        *_findings(doc["findings"]),
+        *_findings(doc["findings"], doc.get("memory")),
         "## Failed calls no finding explains",
         "",
         *_failed_calls(doc.get("failed_calls", [])),

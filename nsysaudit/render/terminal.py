@@ -98,7 +98,7 @@ def _span(start: int | None, end: int | None, recorded_end: int | None = None) -
     return f"[{s} .. {e}] ns"
 
 
-def _finding(f: Mapping[str, Any]) -> Text:
+def _finding(f: Mapping[str, Any], holder: str | None = None) -> Text:
     t = Text("  ")
     t.append(f["kind"], style=FINDING_STYLE.get(f["kind"], "yellow"))
     t.append(": ")
@@ -153,7 +153,26 @@ def _finding(f: Mapping[str, Any]) -> Text:
             t.append(f" ({cap['regions_with_records_before']} such captures before it; the latest is shown)")
     if "telemetry" in f:
         t.append_text(position_text(f["telemetry"]))
+    if holder is not None:
+        t.append("\n    held: ", style="bold")
+        t.append_text(literal(holder, 4000))  # names processes: trace text
     return t
+
+
+def _holders(memory: Mapping[str, Any]) -> dict[int, str]:
+    """The ledger's holder sentence at each finding, by the finding's index."""
+    return {p["finding"]: p["holder"] for p in memory.get("at", []) if p["point"] == "finding" and "holder" in p}
+
+
+MECHANISM_LABEL = {
+    "segments": "plain allocations",
+    "mapped": "mapped (virtual memory)",
+    "pool": "CUDA memory pool allocations",
+    "imported_pool": "imported pool allocations",
+    "static": "driver module memory",
+    "managed": "managed memory",
+    "host": "host or unknown kinds",
+}
 
 
 def _capture_parts(cov: Mapping[str, Any]) -> list[RenderableType]:
@@ -240,7 +259,7 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
         t.append(f"; allocated {dev['allocated_bytes']:,} B in {dev['allocation_events']:,} events")
         if "freed_bytes" in dev:
             t.append(
-                f", freed {dev['freed_bytes']:,} B; peak device-resident live "
+                f", released to the device {dev['freed_bytes']:,} B; peak device-resident live "
                 f"{dev['peak_device_resident_live_bytes']:,} B at {dev['peak_at_ns']:,} ns"
             )
         for proc in dev.get("processes", []):
@@ -253,6 +272,35 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
                 t.append(f" {c['events']:,} x ")
                 t.append_text(literal(c["kind"]) if c["kind"] is not None else Text("unknown kind"))
                 t.append(f" {c['bytes']:,} B")
+    mechanisms = memory.get("mechanisms") or {}
+    if mechanisms:
+        t.append("\n  by mechanism: ")
+        t.append("; ".join(
+            f"{MECHANISM_LABEL.get(m, m)} {v['allocation_events']:,} allocation(s) of {v['allocated_bytes']:,} B, "
+            f"{v['deallocation_events']:,} deallocation(s)"
+            for m, v in mechanisms.items()
+        ))
+    for pool in memory.get("pools") or []:
+        t.append(f"\n  CUDA memory pool of pid {pool['pid']} at {pool['address']:#x} on device {pool['device_id']}: ")
+        t.append(f"size at end {pool['size_at_end_bytes']:,} B (peak {pool['peak_size_bytes']:,} B), "
+                 f"{pool['utilized_at_end_bytes']:,} B in use; {pool['trims']} trim(s)"
+                 + (", destroyed" if pool["destroyed"] else ""))
+    vmm = memory.get("virtual_memory") or {}
+    if vmm.get("mapped_events") or vmm.get("handles_created") or vmm.get("address_reservations"):
+        t.append(
+            f"\n  virtual memory: {vmm['mapped_events']:,} mapping(s), {vmm['unmapped_events']:,} unmapping(s); "
+            f"{vmm['handles_created']:,} handle(s) created, {vmm['handles_released']:,} released; "
+            f"{vmm['address_reservations']:,} address range(s) reserved (not memory; sizes not in the trace)"
+        )
+    gaps = memory.get("free_calls_without_event") or {}
+    if gaps.get("count"):
+        t.append(
+            f"\n  {gaps['count']} successful free call(s) without a deallocation event ("
+            + ", ".join(f"{n} x {api}" for api, n in gaps["by_api"].items())
+            + "; e.g. correlation " + ", ".join(str(c) for c in gaps["example_correlation_ids"])
+            + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory",
+            style="yellow",
+        )
     unseen = memory["freed_never_allocated"]
     if unseen["events"]:
         t.append(
@@ -265,7 +313,7 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
     for dev_id in dict.fromkeys(dev["device_id"] for p in points for dev in p["devices"]):
         rows = [(p, dev) for p in points for dev in p["devices"] if dev["device_id"] == dev_id]
         total = rows[0][1]["total_bytes"]
-        title = Text(f"  at each finding and censored library call, device {dev_id} of ")
+        title = Text(f"  at each finding and library call of interest, device {dev_id} of ")
         title.append_text(nbytes(total))
         table = Table(title=title, title_justify="left")
         for col in ("at", "pid", "process live", "all processes live", "free at most"):
@@ -295,6 +343,11 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
             line.append_text(literal(p["label"], 60))
             line.append(f": process {p['pid']} has no memory event, so its device is unknown; ")
             line.append("every traced device is shown")
+            parts.append(line)
+    for p in points:
+        if p["point"] != "finding" and p.get("holder"):
+            line = Text("  ")
+            line.append_text(literal(p["holder"], 4000))
             parts.append(line)
     if points:
         parts.append(Text("  not counted: " + "; ".join(memory["not_counted"]), style="dim"))
@@ -348,7 +401,8 @@ def analysis_renderable(result: AnalysisResult) -> RenderableType:
     parts.append(census)
 
     parts.append(Text(f"\nFindings: {len(d['findings'])}", style="bold"))
-    parts.extend(_finding(f) for f in d["findings"])
+    holders = _holders(d["memory"])
+    parts.extend(_finding(f, holders.get(i)) for i, f in enumerate(d["findings"]))
     if not d["findings"]:
         parts.append(Text("  no failed call inside or across a library call, and no failed wait on a captured event",
                           style="dim"))

@@ -17,11 +17,13 @@ import polars as pl
 from nsysaudit._version import __version__
 from nsysaudit.analysis import Analysis
 from nsysaudit.analysis.alignment import Alignment
+from nsysaudit.analysis.run import TELEMETRY_POINTS_RULE
 from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.errors import Warning
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
+from nsysaudit.reports.statements import holder_statement
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
 
@@ -334,12 +336,27 @@ def _memory(analysis: Analysis) -> dict[str, Any]:
     ledger = analysis.ledger
     if ledger is None:
         return {"ledger": False, "why_no_ledger": "not analyzed", "at": []}
-    return {
+    names = {p["global_pid"]: p["name"] for p in analysis.processes}
+    at = []
+    for p in analysis.memory_points:
+        point = dict(p)
+        in_force = None
+        if analysis.alignment is not None and p["t_ns"] is not None:
+            in_force = analysis.alignment.position(p["pid"], p["t_ns"], p["t_ns"])["in_force"]
+        point["holder"] = holder_statement(point, names, gap_examples=p.get("free_calls_without_event_examples", ()),
+                                           in_force=in_force)
+        at.append(point)
+    out = {
         **ledger.summary,
         "ledger": ledger.claimed,
         "why_no_ledger": ledger.why_not,
-        "at": [dict(p) for p in analysis.memory_points],
+        "at": at,
     }
+    if analysis.alignment is not None:
+        lines = sum(1 for e in analysis.alignment.log.events if e.pid is not None)
+        out["telemetry_points"] = {"lines": lines, "read_at": sum(1 for p in at if p["point"] == "telemetry"),
+                                   "rule": TELEMETRY_POINTS_RULE}
+    return out
 
 
 def _head(info: InputInfo, analysis: Analysis) -> dict[str, Any]:

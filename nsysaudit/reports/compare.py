@@ -27,17 +27,23 @@ from typing import Any, Literal
 
 import polars as pl
 
+from nsysaudit.analysis.interest import of_interest
 from nsysaudit.codes import is_allocation_api, names
-from nsysaudit.ids import gpid_of
 from nsysaudit.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.statements import allocation_statement, memory_statement, position_statement, role_words, when
+from nsysaudit.reports.statements import (
+    allocation_statement,
+    arms_memory_statement,
+    change_statement,
+    moment_words,
+    position_statement,
+    role_words,
+    when,
+)
 
 Arm = Literal["observe", "release"]
 ARMS: tuple[Arm, Arm] = ("observe", "release")
 REPORT_FORMAT = "nsysaudit.compare/1"
-FEW_LIBRARY_CALLS = 10
-MAX_LIBRARY_CALLS_LISTED = 200
 
 # META_DATA_CAPTURE keys that differ between any two runs by construction. They are reported
 # under ``differs_as_expected`` (with the reason), never silently dropped.
@@ -154,64 +160,28 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[s
     # Library calls are selected on their frame, and only the chosen ones become Python objects:
     # a large export has 10^5+ of them.
     frame = result.library_calls_frame()
-    total = frame.height
-    enclosing_ids = sorted({int(i) for i in result.frames["findings"]["lib_id"].drop_nulls().to_list()})
-    encloses = pl.col("lib_id").is_in(enclosing_ids)
-    if total <= FEW_LIBRARY_CALLS:
-        selection = f"all library calls (this arm has {total}, at most {FEW_LIBRARY_CALLS})"
-        chosen = frame
-    else:
-        selection = (
-            f"library calls on a thread other than the process's main thread, censored, with a failed "
-            f"nested call, or enclosing a finding (this arm has {total} library calls, more than "
-            f"{FEW_LIBRARY_CALLS})"
-        )
-        chosen = frame.filter(
-            (pl.col("tid") != pl.col("pid"))
-            | (pl.col("coverage") == "censored")
-            | (pl.col("failed_children") > 0)
-            | encloses
-        )
-    if chosen.height > MAX_LIBRARY_CALLS_LISTED:
-        # Keep the report readable and bounded: the most telling first (enclosing a finding, a
-        # failed nested call, censored, handle creation), then by time; the rest are counted,
-        # and all are in `analyze --json`.
-        handle = pl.col("api").fill_null("").str.starts_with("cublasCreate") | pl.col("api").fill_null("").str.contains(
-            r"^(cublasLtCreate|cudnnCreate)"
-        )
-        kept = (
-            chosen.with_columns(
-                (~encloses).alias("_r0"),
-                (pl.col("failed_children") == 0).alias("_r1"),
-                (pl.col("coverage") != "censored").alias("_r2"),
-                (~handle).alias("_r3"),
-            )
-            .sort(["_r0", "_r1", "_r2", "_r3", "lib_id"])
-            .head(MAX_LIBRARY_CALLS_LISTED)["lib_id"]
-        )
-        selection += (
-            f"; {chosen.height} match, the first {MAX_LIBRARY_CALLS_LISTED} are listed (enclosing a finding, "
-            "with a failed nested call, censored, handle creation first, then by time); "
-            "`nsysaudit analyze --json` lists them all"
-        )
-        chosen = chosen.filter(pl.col("lib_id").is_in(kept.implode()))
+    enclosing_ids = [int(i) for i in result.frames["findings"]["lib_id"].drop_nulls().to_list()]
+    failed_ids = frame.filter(pl.col("failed_children") > 0)["lib_id"].to_list()
+    interest_of = of_interest(frame, failed_ids, enclosing_ids)
+    chosen, total, selection = interest_of.frame, interest_of.total, interest_of.selection
     chosen_dicts = result.library_call_dicts(chosen.sort("lib_id"))
     d = scrub_paths(result.document(chosen_dicts), result_paths(result))
     chosen_list: list[dict[str, Any]] = d["library_calls"]
     census = d["census"]
-    ledger = result.analysis.ledger
-    interest = _keyed(
-        [
-            {
-                **_library_call(lc),
-                # The device-memory ledger at the call's start (empty when no ledger is claimed).
-                "memory_at_start": ledger.at(lc["start_ns"], gpid_of(lc["global_tid"]))
-                if ledger is not None and lc["start_ns"] is not None
-                else [],
-            }
-            for lc in chosen_list
-        ]
-    )
+    # The device-memory ledger at each call's start, as the analysis read it (empty when no ledger is claimed).
+    at_start = {
+        p["lib_id"]: p
+        for p in d["memory"]["at"]
+        if p["point"] in ("library_call", "censored_library_call") and "lib_id" in p
+    }
+    interest = _keyed([
+        {
+            **_library_call(lc),
+            "memory_at_start": at_start[lc["lib_id"]]["devices"] if lc["lib_id"] in at_start else [],
+            "holder_at_start": at_start[lc["lib_id"]].get("holder") if lc["lib_id"] in at_start else None,
+        }
+        for lc in chosen_list
+    ])
     return {
         "input": input_record(result),
         "telemetry_input": telemetry_file.to_dict() if telemetry_file else None,
@@ -517,14 +487,22 @@ def _paired_calls(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]
                 "failed_allocations": [c for c in lc["allocation_calls"] if c["return_code"] != 0],
                 "telemetry": lc["telemetry"],
                 "memory_at_start": lc["memory_at_start"],
+                "holder_at_start": lc["holder_at_start"],
             }
             statements.append(allocation_statement(n, lc))
-            if lc["memory_at_start"]:
-                statements.append(memory_statement(n, f"{lc['api']}'s start", lc["memory_at_start"]))
+            if lc["holder_at_start"]:
+                statements.append(f"{n}: {lc['holder_at_start']}")
+                handoff = _handoff_point(arms[n])
+                if handoff is not None and handoff["t_ns"] <= (lc["start_ns"] or 0):
+                    statements.append(change_statement(n, moment_words(handoff), handoff["devices"],
+                                                       f"{lc['api']}'s start", lc["memory_at_start"]))
             where = position_statement(n, lc)
             if where is not None:
                 statements.append(where)
         if entry["observe"] is not None and entry["release"] is not None:
+            if entry["observe"]["memory_at_start"] and entry["release"]["memory_at_start"]:
+                statements.append(arms_memory_statement(f"{k[0]}'s start", entry["observe"]["memory_at_start"],
+                                                        entry["release"]["memory_at_start"]))
             same = by_arm["observe"][k]["nested_by_api"] == by_arm["release"][k]["nested_by_api"]
             entry["nested_calls_same"] = same
             calls = by_arm["observe"][k]["nested_calls"]
@@ -605,18 +583,27 @@ def _memory_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"statements": []}
     for n in ARMS:
         memory = arms[n]["memory"]
-        at_handoff = [p for p in memory["at"] if p["point"] == "telemetry" and p["label"] == "handoff"]
         entry = {
             "ledger": memory["ledger"],
             "why_no_ledger": memory["why_no_ledger"],
-            "at_handoff": at_handoff[-1] if at_handoff else None,
+            "at_handoff": _handoff_point(arms[n]),
         }
         out[n] = entry
         if not memory["ledger"]:
             out["statements"].append(f"{n}: no device-memory ledger: {memory['why_no_ledger']}")
         elif entry["at_handoff"] is not None:
-            out["statements"].append(memory_statement(n, "the handoff", entry["at_handoff"]["devices"]))
+            out["statements"].append(f"{n}: {entry['at_handoff']['holder']}")
+    if out["observe"]["at_handoff"] is not None and out["release"]["at_handoff"] is not None:
+        out["statements"].append(arms_memory_statement("the handoff", out["observe"]["at_handoff"]["devices"],
+                                                       out["release"]["at_handoff"]["devices"]))
     return out
+
+
+def _handoff_point(arm: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ledger at the arm's telemetry handoff (the last handoff line placed on the trace clock)."""
+    at = [p for p in arm["memory"]["at"] if p["point"] == "telemetry" and p["label"] == "handoff"
+          and p["t_ns"] is not None and p["devices"]]
+    return at[-1] if at else None
 
 
 def _handoff_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:

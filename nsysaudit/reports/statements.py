@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nsysaudit.text import byte_size
+from nsysaudit.text import byte_size, size_word
 
 
 def _fmt_bytes(values: Iterable[int | None]) -> str:
@@ -116,22 +116,171 @@ def gigabytes(n: int | None) -> str:
     return "unknown" if n is None else byte_size(n)
 
 
-def memory_statement(arm: str, moment: str, devices: Iterable[Mapping[str, Any]]) -> str:
-    """What the device-memory ledger says at one moment of one arm: live, released before, free at most."""
+def moment_words(point: Mapping[str, Any]) -> str:
+    """A ledger point's moment in words: "the failure", "cublasCreate_v2's start", "telemetry line 4 (handoff)"."""
+    kind, label = point["point"], point["label"]
+    if kind == "finding":
+        return "the failure"
+    if kind == "library_call":
+        return f"{label}'s start"
+    if kind == "censored_library_call":
+        return f"{label}'s start (a censored call)"
+    if kind == "telemetry":
+        return f"telemetry line {point.get('line')} ({label})"
+    return f"{kind} {label}"
+
+
+def _held(p: Mapping[str, Any], *, pool_first: bool) -> list[str]:
+    """What one process holds on a device, by mechanism, most first."""
+    m = p["by_mechanism"]
     parts = []
-    devices = list(devices)
+    if m["pool_reserved"]:
+        parts.append(f"{size_word(m['pool_reserved'])} in its CUDA memory pool ({size_word(m['pool_utilized'])} of it "
+                     "in use)")
+    if m["mapped"]:
+        parts.append(f"{size_word(m['mapped'])} mapped (virtual memory: cuMemMap, cuMemSetAccess)")
+    if m["segments"]:
+        outside = " outside it" if m["pool_reserved"] and pool_first else ""
+        parts.append(f"{size_word(m['segments'])} allocated{outside} (cudaMalloc, cuMemAlloc)")
+    if m["static"]:
+        parts.append(f"{size_word(m['static'])} of the driver's module memory")
+    if p.get("imported_pool_bytes"):
+        parts.append(f"{size_word(p['imported_pool_bytes'])} from a pool imported from another process (counted there)")
+    return parts or ["nothing on the device"]
+
+
+def holder_statement(
+    point: Mapping[str, Any],
+    names: Mapping[int, str | None],
+    *,
+    gap_examples: Iterable[int] = (),
+    in_force: Mapping[str, Any] | None = None,
+) -> str:
+    """Who held the device at one ledger point, in one sentence: how much of the device's total was
+    held, by which traced process and mechanism, the bound on free memory and what it assumes; the
+    allocator's own reserved-but-unused figure when the telemetry line in force carries one.
+
+    ``names``: process names by global pid (trace text: escaped where shown)."""
+    moment = moment_words(point)
+    sentences = []
+    devices = list(point.get("devices") or [])
+    role = {"finding": "the failing process", "library_call": "the calling process",
+            "censored_library_call": "the calling process"}.get(point["point"])
+
+    def who(p: Mapping[str, Any], several: bool) -> str:
+        name = names.get(p["global_pid"])
+        mine = several and role is not None and p["pid"] == point.get("pid")
+        extra = ", ".join(x for x in (name, role if mine else None) if x)
+        return f"pid {p['pid']}" + (f" ({extra})" if extra else "")
+
     for d in devices:
-        released = f" after {gigabytes(d['freed_before_bytes'])} released" if d["freed_before_bytes"] else ""
-        total = f" of {gigabytes(d['total_bytes'])}" if d["total_bytes"] is not None else " (device total unknown)"
-        free = (
-            f", at most {gigabytes(d['free_at_most_bytes'])} free"
-            if d["free_at_most_bytes"] is not None
-            else ", free memory unknown"
-        )
-        parts.append(
-            f"device {d['device_id']}: live {gigabytes(d['device_resident_live_bytes'])}{total}{released}{free}"
-        )
-    not_counted = " (traced device memory; contexts and untraced memory not counted)"
-    if devices and not any(d.get("process_has_events", True) for d in devices):
-        not_counted += "; the process has no memory event, so its device is unknown and every traced device is shown"
-    return f"{arm}: at {moment}, " + "; ".join(parts) + not_counted
+        total = d["total_bytes"]
+        held = d["device_resident_live_bytes"]
+        procs = [p for p in d["processes"] if p["resident_bytes"] or p.get("imported_pool_bytes")]
+        of_total = f" of {size_word(total)}" if total is not None else ""
+        prefix = f"device {d['device_id']}: " if len(devices) > 1 else ""
+
+        head = f"{prefix}{size_word(held)}{of_total} held at {moment}"
+        if not procs:
+            text = f"{head}: no traced process held device memory then"
+        elif len(procs) == 1:
+            text = f"{head}, all by {who(procs[0], False)}: " + ", ".join(_held(procs[0], pool_first=True))
+        else:
+            text = f"{head} by {len(procs)} traced processes: " + "; ".join(
+                f"{who(p, True)}: " + ", ".join(_held(p, pool_first=True)) for p in procs
+            )
+        if d.get("bound_unknown"):
+            text += f"; {d['bound_unknown']}"
+        elif d["free_at_most_bytes"] is not None:
+            text += f"; at most {byte_size(d['free_at_most_bytes'])} free"
+        else:
+            text += "; the device's total is unknown, so free memory is unknown"
+        managed = d.get("managed_live_bytes") or 0
+        if managed:
+            text += f" (managed memory, {size_word(managed)}, may reside on the host: not counted)"
+        if not d.get("process_has_events", True):
+            text += (f"; pid {point.get('pid')} has no memory event, so the trace does not say which device it used: "
+                     "every traced device is shown")
+        sentences.append(text)
+    if not sentences:
+        return f"At {moment} the ledger cannot be read: {point.get('unknown', 'no device is known')}."
+    out = "; ".join(sentences)
+    gaps = point.get("free_calls_without_event_before") or 0
+    if gaps:
+        ids = ", ".join(str(i) for i in gap_examples)
+        out += (f". The bound assumes that the {gaps} earlier free call(s) without a deallocation event"
+                f"{f' (correlation {ids})' if ids else ''} freed nothing, as cudaFree(NULL) does")
+    values = (in_force or {}).get("values") or {}
+    reserved, allocated = values.get("reserved"), values.get("allocated")
+    if in_force is not None and type(reserved) is int and type(allocated) is int:
+        out += (f". Telemetry line {in_force['line']} ({in_force['event']}), the allocator's own figures: reserved but "
+                f"unused {size_word(reserved - allocated)} (reserved {reserved:,} B, allocated {allocated:,} B)")
+    return out + "."
+
+
+_VERBS = {
+    "pool_reserved": ("grew its CUDA memory pool by", "trimmed its CUDA memory pool by"),
+    "segments": ("allocated", "freed"),
+    "mapped": ("mapped", "unmapped"),
+}
+
+
+def _by_pid(devices: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, Any], dict[str, Any]]:
+    return {(d["device_id"], p["global_pid"]): p for d in devices for p in d.get("processes", [])}
+
+
+def change_statement(
+    arm: str, before: str, before_devices: Iterable[Mapping[str, Any]], after: str,
+    after_devices: Iterable[Mapping[str, Any]],
+) -> str:
+    """What the traced processes of one arm took or gave back between two ledger points, by mechanism:
+    "release: between telemetry line 4 (handoff) and cublasCreate_v2's start, pid 845 trimmed its CUDA
+    memory pool by 138.3 GiB; held 139.1 GiB then, 768.3 MiB after"."""
+    before_devices, after_devices = list(before_devices), list(after_devices)
+    was, now = _by_pid(before_devices), _by_pid(after_devices)
+    said = []
+    for key in sorted(set(was) | set(now), key=lambda k: (str(k[0]), k[1])):
+        old = (was.get(key) or {}).get("by_mechanism") or {}
+        new = (now.get(key) or {}).get("by_mechanism") or {}
+        verbs = []
+        for mechanism, (up, down) in _VERBS.items():
+            change = new.get(mechanism, 0) - old.get(mechanism, 0)
+            if change:
+                verbs.append(f"{up if change > 0 else down} {size_word(abs(change))}")
+        if verbs:
+            pid = (now.get(key) or was.get(key) or {}).get("pid")
+            said.append(f"pid {pid} " + ", ".join(verbs))
+    held = [sum(d["device_resident_live_bytes"] for d in ds) for ds in (before_devices, after_devices)]
+    tail = f"{size_word(held[0])} held before, {size_word(held[1])} after"
+    what = "; ".join(said) if said else "no traced process took or gave back device memory"
+    return f"{arm}: between {before} and {after}, {what}; {tail}"
+
+
+def arms_memory_statement(
+    moment: str, observe: Iterable[Mapping[str, Any]], release: Iterable[Mapping[str, Any]]
+) -> str:
+    """How the two arms' device memory differed at the same moment: held in all, by mechanism, and
+    the bound on free memory."""
+    arms = {"observe": list(observe), "release": list(release)}
+    held = {n: sum(d["device_resident_live_bytes"] for d in ds) for n, ds in arms.items()}
+    free = {n: [d["free_at_most_bytes"] for d in ds] for n, ds in arms.items()}
+    diff = held["release"] - held["observe"]
+    head = (
+        f"At {moment} the release arm held {size_word(abs(diff))} {'less' if diff < 0 else 'more'} device memory "
+        f"than the observe arm ({size_word(held['release'])} against {size_word(held['observe'])})"
+        if diff
+        else f"At {moment} both arms held the same device memory ({size_word(held['observe'])})"
+    )
+    parts = []
+    for mechanism, label in (("pool_reserved", "CUDA memory pools"), ("segments", "plain allocations"),
+                             ("mapped", "mapped memory")):
+        o, r = (sum(d["by_mechanism"][mechanism] for d in arms[n]) for n in ("observe", "release"))
+        if o != r:
+            parts.append(f"{label} {size_word(abs(r - o))} {'smaller' if r < o else 'larger'}")
+    if parts:
+        head += ": " + ", ".join(parts)
+    known = {n: [v for v in vs if v is not None] for n, vs in free.items()}
+    if all(len(known[n]) == len(free[n]) > 0 for n in free):
+        head += (f"; at most {byte_size(sum(known['release']))} free in release against "
+                 f"{byte_size(sum(known['observe']))} in observe")
+    return head

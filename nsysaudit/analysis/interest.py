@@ -1,0 +1,69 @@
+"""Which library calls are "of interest": the ones a report lists and reads the memory ledger at.
+
+Every library call when there are at most :data:`FEW_LIBRARY_CALLS`; otherwise each one that runs on
+a thread other than its process's main thread, is censored, has a failed nested call, or encloses
+a finding. At most :data:`MAX_LISTED` of them, the most telling first (enclosing a finding, with a
+failed nested call, censored, handle creation), then by time. The rule applied is said in words
+(``selection``), since a report that selects must say how.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import polars as pl
+
+FEW_LIBRARY_CALLS = 10
+MAX_LISTED = 200
+
+
+@dataclass(frozen=True)
+class Interest:
+    """The library calls of interest (``frame``: the rows chosen, in ``lib_id`` order), how many
+    there are in all, and the rule in words."""
+
+    frame: pl.DataFrame
+    total: int
+    selection: str
+
+
+def of_interest(libs: pl.DataFrame, failed_ids: Iterable[int], enclosing_ids: Iterable[int]) -> Interest:
+    """The library calls of interest among ``libs`` (columns ``lib_id, pid, tid, coverage, api``):
+    ``failed_ids`` are those with a failed nested call, ``enclosing_ids`` those enclosing a finding."""
+    total = libs.height
+    failed = pl.col("lib_id").is_in(sorted(set(failed_ids)))
+    encloses = pl.col("lib_id").is_in(sorted(set(enclosing_ids)))
+    if total <= FEW_LIBRARY_CALLS:
+        return Interest(libs.sort("lib_id"), total,
+                        f"all library calls (this arm has {total}, at most {FEW_LIBRARY_CALLS})")
+    selection = (
+        f"library calls on a thread other than the process's main thread, censored, with a failed "
+        f"nested call, or enclosing a finding (this arm has {total} library calls, more than "
+        f"{FEW_LIBRARY_CALLS})"
+    )
+    chosen = libs.filter(
+        (pl.col("tid") != pl.col("pid")) | (pl.col("coverage") == "censored") | failed | encloses
+    )
+    if chosen.height > MAX_LISTED:
+        # Readable and bounded: the most telling first, then by time; the rest are counted, and all
+        # are in `analyze --json`.
+        api = pl.col("api").fill_null("")
+        handle = api.str.starts_with("cublasCreate") | api.str.contains(r"^(cublasLtCreate|cudnnCreate)")
+        kept = (
+            chosen.with_columns(
+                (~encloses).alias("_r0"),
+                (~failed).alias("_r1"),
+                (pl.col("coverage") != "censored").alias("_r2"),
+                (~handle).alias("_r3"),
+            )
+            .sort(["_r0", "_r1", "_r2", "_r3", "lib_id"])
+            .head(MAX_LISTED)["lib_id"]
+        )
+        selection += (
+            f"; {chosen.height} match, the first {MAX_LISTED} are listed (enclosing a finding, "
+            "with a failed nested call, censored, handle creation first, then by time); "
+            "`nsysaudit analyze --json` lists them all"
+        )
+        chosen = chosen.filter(pl.col("lib_id").is_in(kept.implode()))
+    return Interest(chosen.sort("lib_id"), total, selection)
