@@ -128,7 +128,9 @@ def test_each_arm_has_a_memory_panel_of_the_ledger_against_the_device_total(torc
     for arm, result in zip(("observe", "release"), torch_pair, strict=True):
         svg = torch_svgs[arm]
         group(svg, f"{arm}-memory-live")
+        group(svg, f"{arm}-memory-free")  # the bound on free memory, on a log axis: 0.7 GB of 150 GB shows
         group(svg, f"{arm}-memory-total")
+        assert "red: at most this much free, blue: held by traced processes (log scale)" in " ".join(texts(svg))
         bound = "".join(group(svg, f"{arm}-memory-bound").itertext())
         # The numbers are the ledger's at the focus, as report.json has them.
         [point] = [p for p in result.to_dict()["memory"]["at"] if p["point"] == "finding"] or [None]

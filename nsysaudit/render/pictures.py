@@ -32,7 +32,7 @@ from typing import Any, Literal, cast
 
 from nsysaudit.errors import BadOption, PictureNotWritable
 from nsysaudit.reports.timeline import Timeline, View, notes_of
-from nsysaudit.text import escape
+from nsysaudit.text import escape, size_word
 
 
 def _quietly_import_matplotlib() -> None:
@@ -224,7 +224,7 @@ def _panels(timelines: Sequence[Timeline]) -> list[_PanelSpec]:
         if t.memory is not None:
             title = f"{t.arm} arm · " if t.arm else ""
             name = f" {shown(t.memory.device_name, 40)}" if t.memory.device_name else ""
-            title += f"device memory, device {t.memory.device_id}{name}: traced live bytes against the device's total"
+            title += f"device memory, device {t.memory.device_id}{name}: how little could have been free"
             specs.append(_PanelSpec(_draw_memory, t, t.context, title, 1, lanes_tall=3))
     return specs
 
@@ -233,10 +233,15 @@ def _gib(n: int) -> float:
     return n / (1 << 30)
 
 
+MEMORY_FLOOR = 1 << 20  # the memory panel's log axis starts at 1 MiB free: less is drawn there
+
+
 def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
-    """The ledger on the context window's x axis: live device-resident bytes of every traced
-    process (a step line), the device's total (a dashed line), and at the focus the bound on free
-    memory (total minus traced live). SVG ids ``<arm>-memory-<what>``."""
+    """The ledger on the context window's x axis: where the device's total is known, the bound on
+    free memory (the device's total less every traced process's device-resident bytes) as a step
+    line on a log axis, so that 0.7 GB free of 150 GB stands out as far from zero as 70 GB does,
+    and the bytes held (a thin line near the top); without a total, the bytes held on a linear
+    axis. At the focus, the exact numbers. SVG ids ``<arm>-memory-<what>``."""
     memory = t.memory
     assert memory is not None
     scale = _scale(view)
@@ -244,32 +249,48 @@ def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
     lo, hi = scale.x(view.lo_ns), scale.x(view.hi_ns)
     ax.set_xlim(lo, hi)
     xs = [scale.x(ns) for ns, _ in memory.steps] + [hi]
-    ys = [_gib(v) for _, v in memory.steps]
-    ys.append(ys[-1])
-    top = max([*ys, _gib(memory.total_bytes) if memory.total_bytes is not None else 0.0, 1e-9]) * 1.12
-    ax.set_ylim(0, top)
-    ax.step(xs, ys, where="post", color=COLOURS["library"], lw=1.2, gid=f"{ids}-live")
-    ax.fill_between(xs, ys, step="post", color=COLOURS["library"], alpha=0.15, lw=0)
-    if memory.total_bytes is not None:
-        total = _gib(memory.total_bytes)
-        ax.axhline(total, color=COLOURS["capture"], lw=0.9, ls="--", gid=f"{ids}-total")
-        _label(ax, lo, total + top * 0.05, f"device total {memory.total_bytes:,} B ({total:.1f} GiB)",
-               COLOURS["text"], size=6.5)
+    live = [v for _, v in memory.steps]
+    live.append(live[-1])
     x = scale.x(memory.focus_ns)
+    if memory.total_bytes is not None:
+        total = memory.total_bytes
+        free = [max(total - v, MEMORY_FLOOR) for v in live]
+        ax.set_yscale("log")
+        ax.set_ylim(MEMORY_FLOOR * 0.7, total * 12)  # room above the total for its label
+        ax.step(xs, free, where="post", color=COLOURS["failed"], lw=1.3, gid=f"{ids}-free")
+        ax.fill_between(xs, free, MEMORY_FLOOR * 0.7, step="post", color=COLOURS["failed"], alpha=0.12, lw=0)
+        ax.step(xs, [max(v, MEMORY_FLOOR) for v in live], where="post", color=COLOURS["library"], lw=0.8,
+                alpha=0.7, gid=f"{ids}-live")
+        ax.axhline(total, color=COLOURS["capture"], lw=0.9, ls="--", gid=f"{ids}-total")
+        _label(ax, lo, total * 3, f" device total {total:,} B ({_gib(total):.1f} GiB); "
+               "red: at most this much free, blue: held by traced processes (log scale)", COLOURS["text"], size=6.5)
+        levels = [b for b in (1 << 20, 10 << 20, 100 << 20, 1 << 30, 10 << 30, 100 << 30, 1 << 40) if b <= total * 1.6]
+        ax.set_yticks(levels, labels=[size_word(b) for b in levels], fontproperties=_font(7))
+        ax.minorticks_off()
+        ax.set_ylabel("free at most", fontproperties=_font(7), color=COLOURS["note"])
+        at = max(min(memory.free_at_most_bytes or MEMORY_FLOOR, total), MEMORY_FLOOR)
+        bound_y = at / 5 if at > total / 20 else at * 1.8  # beside the free line, inside the axes
+    else:
+        ys = [_gib(v) for v in live]
+        top = max([*ys, 1e-9]) * 1.12
+        ax.set_ylim(0, top)
+        ax.step(xs, ys, where="post", color=COLOURS["library"], lw=1.2, gid=f"{ids}-live")
+        ax.fill_between(xs, ys, step="post", color=COLOURS["library"], alpha=0.15, lw=0)
+        yticks = [v for v in MaxNLocator(nbins=4).tick_values(0, top) if 0 <= v <= top]
+        ax.set_yticks(yticks, labels=[_number(v) for v in yticks], fontproperties=_font(7))
+        ax.set_ylabel("GiB live (device total unknown)", fontproperties=_font(7), color=COLOURS["note"])
+        bound_y = top * 0.45
     if lo <= x <= hi:
         ax.axvline(x, color=COLOURS["failed"], lw=0.8, ls=":", gid=f"{ids}-focus")
         said = f"at the focus: live {memory.live_at_focus_bytes:,} B"
         if memory.free_at_most_bytes is not None:
             said += f", at most {memory.free_at_most_bytes:,} B free"
         right = x > (lo + hi) / 2
-        _label(ax, x, top * 0.45, ("" if right else " ") + said + (" " if right else ""), COLOURS["failed"],
+        _label(ax, x, bound_y, ("" if right else " ") + said + (" " if right else ""), COLOURS["failed"],
                size=6.5, ha="right" if right else "left", weight="bold", gid=f"{ids}-bound")
     ticks = MaxNLocator(nbins=10).tick_values(lo, hi)
     ticks = [v for v in ticks if lo <= v <= hi]
     ax.set_xticks(ticks, labels=[_number(v) for v in ticks], fontproperties=_font(7))
-    yticks = [v for v in MaxNLocator(nbins=4).tick_values(0, top) if 0 <= v <= top]
-    ax.set_yticks(yticks, labels=[_number(v) for v in yticks], fontproperties=_font(7))
-    ax.set_ylabel("GiB live", fontproperties=_font(7), color=COLOURS["note"])
     ax.set_xlabel(shown(f"{scale.unit} from {t.origin_label}", 200), fontproperties=_font(7.5),
                   color=COLOURS["note"], labelpad=2)
     for spine in ("top", "right"):
