@@ -77,7 +77,8 @@ def test_comparison_of_builder_arms(make_export: Callable[..., Path], at_repo: N
 # --- the real nsys 2025.3 captures ------------------------------------------------------------------
 
 REAL_2025 = ["torch/observe", "torch/release", "capi/observe", "capi/release", "event/observe", "event/release",
-             "capture-stop/stop"]
+             "capture-stop/stop", "async/observe", "async/release", "expandable/observe", "expandable/release",
+             "shared/observe", "shared/release"]
 
 
 def analyze_real(name: str) -> nsysaudit.AnalysisResult:
@@ -94,7 +95,7 @@ def test_reports_of_real_nsys2025_captures(at_repo: None, name: str) -> None:
     check(f"{stem}.md", analysis_markdown(result.to_dict()))
 
 
-@pytest.mark.parametrize("pair", ["torch", "event", "capi"])
+@pytest.mark.parametrize("pair", ["torch", "event", "capi", "async", "expandable", "shared"])
 def test_comparisons_of_real_nsys2025_pairs(at_repo: None, pair: str) -> None:
     doc = nsysaudit.compare_results(analyze_real(f"{pair}/observe"), analyze_real(f"{pair}/release")).to_dict()
     check(f"nsys2025-{pair}-compare.txt", render(comparison_renderable(doc)))

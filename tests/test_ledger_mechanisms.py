@@ -422,3 +422,28 @@ def test_the_bound_never_exceeds_the_device_total_nor_goes_below_zero() -> None:
                 assert free is None or 0 <= free <= total
                 assert (free is None) == (dev["device_resident_live_bytes"] > total)
     assert checked > 1000
+
+
+# --- the holder sentence in every output ---------------------------------------------------------------
+
+
+def test_every_output_says_who_held_the_memory(tmp_path: Path) -> None:
+    """The terminal, report.md, report.html, the picture and compare all carry the finding's sentence."""
+    result = nsysaudit.analyze(ASYNC / "observe.sqlite", telemetry=ASYNC / "observe.telemetry.jsonl")
+    holder = finding_point(result.to_dict())["holder"]
+    from rich.console import Console
+
+    console = Console(width=4000, color_system=None, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115
+    console.print(nsysaudit.render.analysis_renderable(result))
+    assert f"held: {holder}" in console.export_text()
+    assert f"- {holder}" in nsysaudit.render.analysis_markdown(result.to_dict())
+    sealed = nsysaudit.seal_analysis(ASYNC / "observe.sqlite", tmp_path / "sealed",
+                                     telemetry=ASYNC / "observe.telemetry.jsonl")
+    page = (sealed.dir / "report.html").read_text("utf-8")
+    assert "139.1 GiB of 139.8 GiB held at the failure, all by pid 729 (python3)" in page
+    svg = (sealed.dir / "timeline.svg").read_text("utf-8")
+    assert "held at the focus: 139.1 GiB of 139.8 GiB held at the failure" in svg
+    doc = nsysaudit.compare_results(result, nsysaudit.analyze(ASYNC / "release.sqlite")).to_dict()
+    assert holder in nsysaudit.render.comparison_markdown(doc).replace("\\", "")
+    assert any(s.startswith("observe: 139.1 GiB of 139.8 GiB held at cublasCreate_v2's start")
+               for p in doc["differences"]["library_calls"] for s in p["statements"])

@@ -23,6 +23,7 @@ import io
 import logging
 import os
 import secrets
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -101,6 +102,7 @@ AXIS = 0.5
 GAP = 0.12
 LEGEND = 0.45
 NOTE_LINE = 0.15
+NOTE_WIDTH = 200  # characters of a note line at 6.5 pt across the picture
 MAX_TEXT = 60
 
 
@@ -502,7 +504,9 @@ def _panel_height(spec: _PanelSpec) -> float:
 def figure(timelines: Sequence[Timeline]) -> Figure:
     """The figure of one or more arms' timelines (build inside :func:`style`)."""
     specs = _panels(timelines)
-    notes = [shown(note, 400) for note in notes_of(timelines)]
+    # A long note (the ledger's sentence) wraps onto lines of its own rather than being cut.
+    notes = [line for note in notes_of(timelines)
+             for line in textwrap.wrap(shown(note, 2000), NOTE_WIDTH, subsequent_indent="    ")]
     heights = [_panel_height(s) for s in specs]
     total = sum(heights) + GAP * len(specs) + LEGEND + NOTE_LINE * len(notes) + 0.15
     fig = Figure(figsize=(WIDTH, total))

@@ -180,6 +180,7 @@ class Memory:
     focus_ns: int
     live_at_focus_bytes: int
     free_at_most_bytes: int | None
+    holder: str | None = None  # the ledger's sentence at the focus (a finding or library call's start)
 
 
 @dataclass(frozen=True)
@@ -570,12 +571,17 @@ def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Me
         (d for d in doc.get("devices", []) if d.get("vm") == vm and d.get("device_id") == device), {}
     )
     total = info.get("total_bytes")
+    point = next((p for p in doc.get("at", []) if p["t_ns"] == focus.start_ns and p["pid"] == focus.pid
+                  and p["point"] != "telemetry"), None)
     memory = Memory(device, info.get("name"), total, steps, focus.start_ns, live,
-                    None if total is None else total - live)
+                    None if total is None else total - live, point.get("holder") if point else None)
     why = "the device the focus's process allocated most on" if mine.height else (
         "the focus's process has no memory event: the device with the most allocated"
     )
-    return memory, [f"memory: device {device} ({why}); all traced processes' device-resident live bytes"]
+    notes = [f"memory: device {device} ({why}); all traced processes' device-resident live bytes"]
+    if memory.holder:
+        notes.append(f"held at the focus: {memory.holder}")
+    return memory, notes
 
 
 def _zoom_window(result: AnalysisResult, focus: _Focus) -> tuple[int, int] | None:
