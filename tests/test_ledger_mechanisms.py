@@ -447,3 +447,35 @@ def test_every_output_says_who_held_the_memory(tmp_path: Path) -> None:
     assert holder in nsysaudit.render.comparison_markdown(doc).replace("\\", "")
     assert any(s.startswith("observe: 139.1 GiB of 139.8 GiB held at cublasCreate_v2's start")
                for p in doc["differences"]["library_calls"] for s in p["statements"])
+
+
+def test_a_telemetry_log_of_calls_is_read_at_its_phases_not_at_every_line() -> None:
+    """The event capture's telemetry logs every driver call (284 lines): the ledger is read at the
+    lines whose event occurs at most 4 times (its phases), and the document says so."""
+    event = H200_2025 / "event"
+    m = analyzed(event / "observe.sqlite", event / "observe.telemetry.jsonl")["memory"]
+    lines = (event / "observe.telemetry.jsonl").read_text().splitlines()
+    assert m["telemetry_points"]["lines"] == len(lines) == 284
+    read = [p["label"] for p in m["at"] if p["point"] == "telemetry"]
+    assert read == ["warmup", "capture_start", "capture_end", "train_start", "train_end", "eval_start", "eval_error",
+                    "exit"]
+    assert m["telemetry_points"]["read_at"] == len(read)
+    assert "event occurs at most 4 times" in m["telemetry_points"]["rule"]
+    torch = analyzed(TORCH / "observe.sqlite", TORCH / "observe.telemetry.jsonl")["memory"]
+    assert [p["line"] for p in torch["at"] if p["point"] == "telemetry"] == [1, 2, 3, 4, 5, 6, 7]  # all of 7
+
+
+def test_no_bound_where_the_trace_does_not_cover_the_moment() -> None:
+    """nsys 2023.4's CUDA trace stops inside cublasCreate_v2: at the telemetry lines after it, a free
+    could be missing from the trace, so no bound is claimed there (the same rule that censors a call)."""
+    from conftest import H200
+
+    m = analyzed(H200 / "observe.sqlite", H200 / "observe.telemetry.jsonl")["memory"]
+    after = {p["label"]: p for p in m["at"] if p["point"] == "telemetry" and p["label"] in ("runtime_error", "exit")}
+    for p in after.values():
+        assert p["covered"] is False and p["censored_reasons"] == ["cuda_api_trace_ended_before_call"]
+        [dev] = p["devices"]
+        assert dev["free_at_most_bytes"] is None and "does not cover this moment" in dev["bound_unknown"]
+        assert "does not cover this moment" in p["holder"]
+    handoff = next(p for p in m["at"] if p["label"] == "handoff")
+    assert handoff["covered"] is True and handoff["devices"][0]["free_at_most_bytes"] == 585_039_872
