@@ -474,7 +474,9 @@ def build_ledger(
             "deallocation events whose size differs from the allocation they free (same process, device and "
             "address): the allocation's size is subtracted",
         ))
-    pooled = _pool_rows(events.filter(pl.col("mechanism") == "pool"), memory.pool_events, calls)
+    in_pools = events.filter(pl.col("mechanism") == "pool")
+    pooled = (_pool_rows(in_pools, memory.pool_events, calls) if in_pools.height or memory.pool_events.height
+              else pl.DataFrame(schema={**{c: plain.schema[c] for c in _ROW_COLUMNS}, "_pool_known": pl.Boolean}))
     unsized_pools = pooled.filter(pl.col("_pool_known").not_()).select("gpid", "pool_address").unique().height
     if unsized_pools:
         return refused(f"{unsized_pools} CUDA memory pool(s) with no size information in the export: what they "
@@ -492,7 +494,7 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
     A deallocation frees the oldest allocation still live at its (process, device, address): it is
     matched when the key's live count just before it is above zero, the count clamped at zero (a
     free of memory allocated before the capture began makes nothing live negative). The live count
-    of a key after each event is its running sum (+1 allocation, -1 free) less the running minimum
+    of a key before each event is its running sum (+1 allocation, -1 free) less the running minimum
     of that sum, 0 included; the j-th matched free of a key frees its j-th allocation."""
     group = ["address", "gpid", "device_id"]
     alloc = pl.col("operation") == 0
@@ -500,30 +502,40 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
     new_key = pl.int_range(pl.len()) == 0
     for c in group:
         new_key = new_key | pl.col(c).ne_missing(pl.col(c).shift(1))
-    keyed = events.sort([*group, "_order"]).with_columns(
-        new_key.cast(pl.Int64).cum_sum().alias("_key"),
-        pl.when(alloc).then(1).when(free).then(-1).otherwise(0).alias("_step"),
+    first = pl.col("_first")
+
+    def before_in_key(flag: pl.Expr) -> pl.Expr:
+        """A running sum of ``flag`` before each event, within its key: one global running sum less
+        its value where the key begins (a window per key costs ~1 s per million events with as many
+        keys)."""
+        one = flag.cast(pl.Int64).fill_null(0)  # an event of unknown operation counts as neither
+        within = one.cum_sum() - one
+        return within - pl.when(first).then(within).forward_fill()
+
+    # The running minimum per key from one global running minimum: each key's sums moved below every
+    # earlier key's (a sum before an event lies in [-n, n]; key k is moved down by 2n k).
+    n = events.height + 1
+    moved = pl.col("_before") - pl.col("_key") * (2 * n)
+    keyed = (
+        events.lazy()
+        .sort([*group, "_order"])
+        .with_columns(new_key.alias("_first"), new_key.cast(pl.Int64).cum_sum().alias("_key"))
+        .with_columns(
+            before_in_key(pl.when(alloc).then(1).when(free).then(-1).otherwise(0)).alias("_before"),
+            before_in_key(alloc).alias("_alloc_j"),
+        )
+        .with_columns(
+            (free & ((pl.col("_before") - pl.min_horizontal(pl.lit(0), moved.cum_min() + pl.col("_key") * (2 * n)))
+                     > 0)).fill_null(False).alias("_matched")
+        )
+        .with_columns(before_in_key(pl.col("_matched")).alias("_free_j"))
+        .collect()
     )
-    # Running sums per key without a window per key: one global running sum less its value where the
-    # key begins; the running minimum per key from one global running minimum over the sums, each key
-    # moved below every earlier key (a window per key costs ~1 s per million events with as many keys).
-    n = keyed.height + 1
-    within = pl.col("_step").cum_sum() - pl.col("_step")  # the sum before each event, from the start
-    first = pl.col("_key").ne(pl.col("_key").shift(1)).fill_null(True)
-    before = within - pl.when(first).then(within).forward_fill()  # the key's sum before the event
-    keyed = keyed.with_columns(before.alias("_before"))
-    shifted = pl.col("_before") - pl.col("_key") * (2 * n)
-    keyed = keyed.with_columns(
-        (
-            pl.col("_before")
-            - pl.min_horizontal(pl.lit(0), shifted.cum_min() + pl.col("_key") * (2 * n))
-        ).alias("_live_before")
+    allocs = keyed.filter(alloc)
+    frees = keyed.filter(pl.col("_matched")).join(
+        allocs.select("_key", pl.col("_alloc_j").alias("_free_j"), pl.col("bytes").alias("_allocated")),
+        on=["_key", "_free_j"], how="left",
     )
-    keyed = keyed.with_columns((free & (pl.col("_live_before") > 0)).alias("_matched"))
-    allocs = keyed.filter(alloc).with_columns(pl.int_range(pl.len()).over("_key").alias("_j"))
-    frees = keyed.filter(pl.col("_matched")).with_columns(pl.int_range(pl.len()).over("_key").alias("_j"))
-    frees = frees.join(allocs.select("_key", "_j", pl.col("bytes").alias("_allocated")), on=["_key", "_j"],
-                       how="left")
     unmatched = keyed.filter((pl.col("operation") == 1) & ~pl.col("_matched"))
     mismatched = frees.filter(pl.col("bytes").ne_missing(pl.col("_allocated"))).height
     rows = pl.concat(
@@ -534,10 +546,11 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
         how="diagonal_relaxed",
     )
     resident = pl.col("mechanism").is_in(["segments", "mapped", "static"])
+    imported = pl.col("mechanism") == "imported_pool"
     rows = rows.with_columns(
-        pl.when(pl.col("mechanism") == "imported_pool").then(0).otherwise(pl.col("delta")).alias("delta"),
+        pl.when(imported).then(0).otherwise(pl.col("delta")).alias("delta"),
         pl.when(resident).then(pl.col("delta")).otherwise(0).alias("resident_delta"),
-        pl.when(pl.col("mechanism") == "imported_pool").then(pl.col("delta")).otherwise(0).alias("utilized_delta"),
+        pl.when(imported).then(pl.col("delta")).otherwise(0).alias("utilized_delta"),
     ).select(_ROW_COLUMNS)
     return rows, unmatched.height, int(exact_sum(unmatched["bytes"]) or 0), mismatched
 
@@ -620,9 +633,7 @@ def _gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None) -> pl.DataFra
     """The successful free calls without a deallocation event of their own (process, correlation id)."""
     if memory_calls is None or not memory_calls.height:
         return pl.DataFrame(schema=GAP_SCHEMA)
-    frees = memory_calls.filter(
-        pl.col("api").map_elements(is_device_free_api, return_dtype=pl.Boolean, skip_nulls=True).fill_null(False)
-    ).select((pl.col("gtid") - pl.col("gtid") % (1 << 24)).alias("gpid"), "start_ns", "correlation_id", "api")
+    frees = memory_calls.filter(_apis_where(memory_calls["api"], is_device_free_api)).select((pl.col("gtid") - pl.col("gtid") % (1 << 24)).alias("gpid"), "start_ns", "correlation_id", "api")
     freed = events.filter(pl.col("operation") == 1).select("gpid", "correlation_id").unique()
     gaps = frees.join(freed, on=["gpid", "correlation_id"], how="anti")
     return gaps.sort("start_ns", "correlation_id", nulls_last=True).cast(GAP_SCHEMA)  # type: ignore[arg-type]
