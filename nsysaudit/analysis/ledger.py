@@ -349,18 +349,21 @@ def exact_sum(values: pl.Series | pl.Expr) -> Any:
 # --- classification ------------------------------------------------------------------------------
 
 
+CALL_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
+
+
 def _apis_where(apis: pl.Series, keep: Callable[[str], bool]) -> pl.Expr:
-    """Whether an event's ``api`` is one of the names in ``apis`` for which ``keep`` holds (each
-    distinct name asked once, not each event)."""
+    """Whether a row's ``api`` is one of the names in ``apis`` for which ``keep`` holds (each
+    distinct name asked once, not each row)."""
     names = [a for a in apis.drop_nulls().unique().to_list() if keep(a)]
     return pl.col("api").is_in(names).fill_null(False)
 
 
-def _mechanism(apis: pl.Series) -> pl.Expr:
+def _mechanism() -> pl.Expr:
     """The mechanism of each usage event (see the module docstring): by its kind, then whether the
-    driver made it, then its pool columns, then the call behind it."""
+    driver made it, then its pool columns, then the call behind it (the ``_vmm`` flag)."""
     kind = pl.col("kind")
-    vmm = _apis_where(apis, lambda a: vmm_role(a) in ("map", "unmap"))
+    vmm = pl.col("_vmm")
     return (
         pl.when(kind.is_in(list(MANAGED)))
         .then(pl.lit("managed"))
@@ -391,8 +394,7 @@ def _refusal(events: pl.DataFrame, memory: MemoryEvidence) -> tuple[str | None, 
                "bytes are not summed")
         return why, warning("memory_size_overflow", too_big or 1, f"{memory.table}: {why}")
     pooled = events.filter(
-        _apis_where(events["api"], is_pool_api) & pl.col("pool_address").is_null()
-        & pl.col("imported_pool_address").is_null()
+        pl.col("_pool_api") & pl.col("pool_address").is_null() & pl.col("imported_pool_address").is_null()
     ).height
     if pooled:
         return (
@@ -433,17 +435,23 @@ def build_ledger(
         why = (f"{memory.table} is empty and the capture settings do not say memory-usage collection was on "
                "(--cuda-memory-usage=true turns it on)")
         return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
-    no_calls = pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String})
+    calls = calls if calls is not None else pl.DataFrame(schema=CALL_SCHEMA)
+    # The call behind an event matters to its mechanism only where it is a virtual memory or a pool
+    # call: those keys (few) are joined as flags; every event's call name joins the series, last.
+    flagged = calls.with_columns(
+        _apis_where(calls["api"], lambda a: vmm_role(a) in ("map", "unmap")).alias("_vmm"),
+        _apis_where(calls["api"], is_pool_api).alias("_pool_api"),
+    ).filter(pl.col("_vmm") | pl.col("_pool_api")).select("gpid", "correlation_id", "_vmm", "_pool_api")
     events = (
         memory.events.with_row_index("_order")
         .with_columns(
             pl.col("mem_kind").replace_strict(memory.kinds, default=None, return_dtype=pl.String).alias("kind"),
             (pl.col("gpid") // (1 << 48)).alias("vm"),
         )
-        .join(calls if calls is not None else no_calls, on=["gpid", "correlation_id"], how="left",
-              maintain_order="left")
+        .join(flagged, on=["gpid", "correlation_id"], how="left", maintain_order="left")
+        .with_columns(pl.col("_vmm").fill_null(False), pl.col("_pool_api").fill_null(False))
     )
-    events = events.with_columns(_mechanism(events["api"]).alias("mechanism"))
+    events = events.with_columns(_mechanism().alias("mechanism")).drop("_vmm")
     said: list[Warning] = []
     negative = events.filter(pl.col("bytes") < 0).height
     if negative:  # a damaged size is an unknown one, never a negative amount of memory
@@ -464,7 +472,9 @@ def build_ledger(
         said.append(damage)
     if refusal is not None:
         return refused(refusal)
-    plain, unmatched, unmatched_bytes, mismatched = _matched(events.filter(pl.col("mechanism") != "pool"))
+    plain, unmatched, unmatched_bytes, mismatched = _matched(
+        events.filter(pl.col("mechanism") != "pool").select(_MATCH_COLUMNS)
+    )
     sizes_unknown = plain.filter(pl.col("delta").is_null()).height
     if sizes_unknown:
         return refused(f"{sizes_unknown} memory event(s) have no size: live bytes cannot be summed")
@@ -475,13 +485,14 @@ def build_ledger(
             "address): the allocation's size is subtracted",
         ))
     in_pools = events.filter(pl.col("mechanism") == "pool")
-    pooled = (_pool_rows(in_pools, memory.pool_events, calls) if in_pools.height or memory.pool_events.height
+    pooled = (_pool_rows(in_pools, memory.pool_events) if in_pools.height or memory.pool_events.height
               else pl.DataFrame(schema={**{c: plain.schema[c] for c in _ROW_COLUMNS}, "_pool_known": pl.Boolean}))
     unsized_pools = pooled.filter(pl.col("_pool_known").not_()).select("gpid", "pool_address").unique().height
     if unsized_pools:
         return refused(f"{unsized_pools} CUDA memory pool(s) with no size information in the export: what they "
                        "held on the device is unknown")
-    series = _series(pl.concat([plain, pooled.drop("_pool_known")], how="diagonal_relaxed"))
+    del events
+    series = _series(pl.concat([plain, pooled.drop("_pool_known")], how="diagonal_relaxed"), calls)
     summary = {**_summary(memory, collected, series, unmatched, unmatched_bytes), **extra,
                "pools": _pools(series)}
     return Ledger(True, None, collected, series, devices, summary, gaps, tuple(said))
@@ -551,16 +562,20 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
         pl.when(imported).then(0).otherwise(pl.col("delta")).alias("delta"),
         pl.when(resident).then(pl.col("delta")).otherwise(0).alias("resident_delta"),
         pl.when(imported).then(pl.col("delta")).otherwise(0).alias("utilized_delta"),
+        pl.lit(None, dtype=pl.Int64).alias("pool_address"),
+        pl.lit(None, dtype=pl.Int64).alias("pool_size"),
     ).select(_ROW_COLUMNS)
     return rows, unmatched.height, int(exact_sum(unmatched["bytes"]) or 0), mismatched
 
 
+# What the matching reads, and the series' rows before their running columns and call names.
+_MATCH_COLUMNS = ("_order", "start_ns", "vm", "device_id", "gpid", "address", "kind", "bytes", "operation",
+                  "correlation_id", "mechanism")
 _ROW_COLUMNS = ("_order", "start_ns", "vm", "device_id", "gpid", "kind", "operation_name", "bytes", "delta",
-                "correlation_id", "api", "mechanism", "resident_delta", "utilized_delta", "pool_address",
-                "pool_size")
+                "correlation_id", "mechanism", "resident_delta", "utilized_delta", "pool_address", "pool_size")
 
 
-def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame, calls: pl.DataFrame | None) -> pl.DataFrame:
+def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame) -> pl.DataFrame:
     """Series rows of the pools: each usage event of a pool (its bytes move within the pool) and each
     pool operation, with ``delta`` the change of the pool's size there and ``utilized_delta`` the
     change of its utilized size.
@@ -573,23 +588,19 @@ def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame, calls: pl.DataFr
         "_order", "start_ns", "vm", "device_id", "gpid", "kind",
         pl.when(pl.col("operation") == 0).then(pl.lit("allocation")).when(pl.col("operation") == 1)
         .then(pl.lit("deallocation")).otherwise(None).alias("operation_name"),
-        "bytes", "correlation_id", "api", "mechanism", "pool_address", "pool_size",
+        "bytes", "correlation_id", "mechanism", "pool_address", "pool_size",
         pl.when(pl.col("operation") == 1).then(pl.col("pool_utilized") - pl.col("bytes"))
         .otherwise(pl.col("pool_utilized")).alias("_utilized"),
         pl.lit(0, dtype=pl.Int64).alias("_source"),
     )
     names = {POOL_CREATED: "pool_created", POOL_TRIMMED: "pool_trimmed", POOL_DESTROYED: "pool_destroyed"}
     destroyed = pl.col("operation") == POOL_DESTROYED
-    ops = pool_events.cast(POOL_EVENT_SCHEMA).with_row_index("_order").join(  # type: ignore[arg-type]
-        (calls if calls is not None else pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64,
-                                                             "api": pl.String})),
-        on=["gpid", "correlation_id"], how="left", maintain_order="left",
-    ).select(
+    ops = pool_events.cast(POOL_EVENT_SCHEMA).with_row_index("_order").select(  # type: ignore[arg-type]
         pl.col("_order").cast(pl.Int64), "start_ns", (pl.col("gpid") // (1 << 48)).alias("vm"), "device_id", "gpid",
         pl.lit("Device").alias("kind"),
         pl.col("operation").replace_strict(names, default="pool_event", return_dtype=pl.String)
         .alias("operation_name"),
-        pl.lit(None, dtype=pl.Int64).alias("bytes"), "correlation_id", "api", pl.lit("pool").alias("mechanism"),
+        pl.lit(None, dtype=pl.Int64).alias("bytes"), "correlation_id", pl.lit("pool").alias("mechanism"),
         pl.col("address").alias("pool_address"),
         pl.when(destroyed).then(0).otherwise(pl.col("pool_size")).alias("pool_size"),
         pl.when(destroyed).then(0).otherwise(pl.col("pool_utilized")).alias("_utilized"),
@@ -613,19 +624,23 @@ def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame, calls: pl.DataFr
     ).select(*_ROW_COLUMNS, "_pool_known")
 
 
-def _series(rows: pl.DataFrame) -> pl.DataFrame:
+def _series(rows: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """The series: ``rows`` in time order (start, event order; pool operations after the usage events
-    of the same moment) with the running columns."""
+    of the same moment) with the running columns and each row's call name. Lazy, so that polars
+    frees each intermediate column as soon as the plan no longer needs it."""
     return (
-        rows.sort("start_ns", "_order", nulls_last=False)
+        rows.lazy()
+        .sort("start_ns", "_order", nulls_last=False)
         .with_columns(
             pl.col("delta").cum_sum().over("gpid", "vm", "device_id").alias("process_live"),
             pl.col("resident_delta").cum_sum().over("vm", "device_id").alias("device_resident_live"),
             decode_pid(pl.col("gpid")).alias("pid"),
             pl.col("operation_name").alias("operation"),
         )
+        .join(calls.lazy(), on=["gpid", "correlation_id"], how="left", maintain_order="left")
         .select(list(SERIES_SCHEMA))
         .cast(SERIES_SCHEMA)  # type: ignore[arg-type]  # polars' stubs want its own mapping type
+        .collect()
     )
 
 
@@ -633,7 +648,9 @@ def _gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None) -> pl.DataFra
     """The successful free calls without a deallocation event of their own (process, correlation id)."""
     if memory_calls is None or not memory_calls.height:
         return pl.DataFrame(schema=GAP_SCHEMA)
-    frees = memory_calls.filter(_apis_where(memory_calls["api"], is_device_free_api)).select((pl.col("gtid") - pl.col("gtid") % (1 << 24)).alias("gpid"), "start_ns", "correlation_id", "api")
+    frees = memory_calls.filter(_apis_where(memory_calls["api"], is_device_free_api)).select(
+        (pl.col("gtid") - pl.col("gtid") % (1 << 24)).alias("gpid"), "start_ns", "correlation_id", "api"
+    )
     freed = events.filter(pl.col("operation") == 1).select("gpid", "correlation_id").unique()
     gaps = frees.join(freed, on=["gpid", "correlation_id"], how="anti")
     return gaps.sort("start_ns", "correlation_id", nulls_last=True).cast(GAP_SCHEMA)  # type: ignore[arg-type]
