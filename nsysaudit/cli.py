@@ -200,6 +200,8 @@ def echo_seal(sealed: nsysaudit.Sealed, as_json: bool) -> None:
 @cli.command("analyze")
 @click.argument("path", type=str)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+@click.option("--details", "-v", "details", is_flag=True,
+              help="After the answer, every section: census, findings' calls, memory, library calls, coverage.")
 @reading_options
 @telemetry_option("--telemetry")
 @alignment_options
@@ -222,6 +224,7 @@ def analyze_cmd(
     out: str | None,
     force: bool,
     max_pairs: int,
+    details: bool,
 ) -> None:
     """Analyze one export (.sqlite) or report (.nsys-rep); with --out, also write it sealed."""
     sealed = None
@@ -260,7 +263,7 @@ def analyze_cmd(
                 stdout.write(b"\n")
             stdout.flush()
         else:
-            render.show(render.analysis_renderable(result))
+            render.show(render.analysis_renderable(result, details=details))
         if sealed is not None:
             echo_seal(sealed, as_json)
 
@@ -279,6 +282,8 @@ def analyze_cmd(
 @telemetry_option("--release-telemetry", help="The release arm's JSON Lines telemetry.")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout (the seal goes to stderr).")
+@click.option("--details", "-v", "details", is_flag=True,
+              help="After the answer, every difference: library calls, failing calls, sources, memory.")
 @reading_options
 @alignment_options
 def compare_cmd(
@@ -289,6 +294,7 @@ def compare_cmd(
     release_telemetry: str | None,
     force: bool,
     as_json: bool,
+    details: bool,
     nsys_path: str | None,
     library_domains: Sequence[str],
     telemetry_options: nsysaudit.TelemetryOptions,
@@ -317,7 +323,7 @@ def compare_cmd(
         if as_json:
             click.echo(render.indented(sealed.document).decode("utf-8"), nl=False)
         else:
-            render.show(render.comparison_renderable(sealed.document))
+            render.show(render.comparison_renderable(sealed.document, details=details))
         echo_seal(sealed, as_json)
 
 

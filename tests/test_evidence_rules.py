@@ -287,7 +287,7 @@ def test_no_metadata_and_no_cuda_table_is_still_not_an_export(make_export) -> No
 def render(d: dict[str, Any], spec: Export, make_export: Any) -> str:
     result = nsysaudit.analyze(make_export(spec))
     console = Console(width=200, color_system=None, force_terminal=False, record=True, file=io.StringIO())
-    console.print(analysis_renderable(result))
+    console.print(analysis_renderable(result, details=True))
     return console.export_text() + analysis_markdown(result.to_dict())
 
 

@@ -135,7 +135,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     proc.stdout.close()  # the JSON (160+ KB) is larger than the pipe: the writer meets EPIPE
     err = proc.stderr.read().decode()
     assert (proc.wait(), err) == (141, "")
-    assert head == b'{"census":'
+    assert head == b'{"answer":'
 
 
 # --- where the report folder goes ----------------------------------------------------------------

@@ -51,7 +51,7 @@ def rel(path: Path) -> str:
 @pytest.mark.parametrize("arm", ["observe", "release"])
 def test_terminal_report_of_real_capture_with_telemetry(at_repo: None, arm: str) -> None:
     result = nsysaudit.analyze(rel(H200 / f"{arm}.sqlite"), telemetry=rel(H200 / f"{arm}.telemetry.jsonl"))
-    check(f"h200-{arm}.txt", render(analysis_renderable(result)))
+    check(f"h200-{arm}.txt", render(analysis_renderable(result, details=True)))
     check(f"h200-{arm}.md", analysis_markdown(result.to_dict()))
 
 
@@ -87,11 +87,23 @@ def analyze_real(name: str) -> nsysaudit.AnalysisResult:
     return nsysaudit.analyze(rel(base.with_suffix(".sqlite")), telemetry=rel(telemetry))
 
 
+def render_at(renderable: object, width: int) -> str:
+    console = Console(width=width, color_system=None, force_terminal=False, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+@pytest.mark.parametrize("name", ["torch/observe", "async/observe", "capture-stop/stop"])
+def test_the_answer_first_at_80_columns(at_repo: None, name: str) -> None:
+    """What a newcomer sees without --details: the answer, in 80 columns, hanging indents."""
+    check(f"answer-{name.replace('/', '-')}.txt", render_at(analysis_renderable(analyze_real(name)), 80))
+
+
 @pytest.mark.parametrize("name", REAL_2025)
 def test_reports_of_real_nsys2025_captures(at_repo: None, name: str) -> None:
     result = analyze_real(name)
     stem = "nsys2025-" + name.replace("/", "-")
-    check(f"{stem}.txt", render(analysis_renderable(result)))
+    check(f"{stem}.txt", render(analysis_renderable(result, details=True)))
     check(f"{stem}.md", analysis_markdown(result.to_dict()))
 
 

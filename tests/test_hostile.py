@@ -754,7 +754,10 @@ def hostile_export(text: str) -> Export:
 def test_trace_text_is_shown_literally_in_the_terminal(capsys, make_export, name: str) -> None:
     text = HOSTILE_TEXT[name]
     path = make_export(hostile_export(text))
-    code, out, err = run(capsys, "analyze", str(path))
+    code, brief, err = run(capsys, "analyze", str(path))  # the answer alone: escaped as well
+    assert code == 0, err
+    assert not UNSAFE_SHOWN.search(brief), repr(UNSAFE_SHOWN.search(brief))
+    code, out, err = run(capsys, "analyze", str(path), "--details")
     assert code == 0, err
     assert not UNSAFE_SHOWN.search(out), repr(UNSAFE_SHOWN.search(out))
     # One real verdict line; no line forged by trace text.
@@ -789,7 +792,8 @@ def test_trace_text_in_a_colour_terminal(make_export) -> None:
     """Through a colour terminal console, rich's own styles are the only escape sequences."""
     result = nsysaudit.analyze(make_export(hostile_export(HOSTILE_TEXT["ansi"] + HOSTILE_TEXT["markup"])))
     buffer = io.StringIO()
-    Console(file=buffer, force_terminal=True, color_system="truecolor", width=120).print(analysis_renderable(result))
+    console = Console(file=buffer, force_terminal=True, color_system="truecolor", width=120)
+    console.print(analysis_renderable(result, details=True))
     sequences = set(re.findall(r"\x1b[^a-zA-Z]*[a-zA-Z]", buffer.getvalue()))
     assert sequences and all(s.startswith("\x1b[") and s.endswith("m") for s in sequences), sequences
     assert "\x1b[2J" not in buffer.getvalue() and "\x1b]8;;https://evil" not in buffer.getvalue()
@@ -798,7 +802,7 @@ def test_trace_text_in_a_colour_terminal(make_export) -> None:
 
 def test_very_long_trace_text_is_shortened_with_its_length(capsys, make_export) -> None:
     path = make_export(hostile_export(LONG))
-    code, out, err = run(capsys, "analyze", str(path))
+    code, out, err = run(capsys, "analyze", str(path), "--details")
     assert code == 0, err
     assert "(10000 chars)" in out and LONG not in out
     assert max(len(line) for line in out.splitlines()) < 500
@@ -1085,7 +1089,7 @@ def test_compare_sources_line_escapes_version_strings(capsys, make_export, tmp_p
     observe.nsys_version = "2023.4\x1b]8;;https://e.x\x07\nverdicts:  observe no_failure\u200b"
     o = make_export(observe, "observe.sqlite")
     r = make_export(release_three_allocations(), "release.sqlite")
-    code, out, err = run(capsys, "compare", str(o), str(r), "--out", str(tmp_path / "cmp"))
+    code, out, err = run(capsys, "compare", str(o), str(r), "--out", str(tmp_path / "cmp"), "--details")
     assert code == 0, err
     assert not UNSAFE_SHOWN.search(out), repr(UNSAFE_SHOWN.search(out))
     shown = " ".join(out.split())  # the terminal wraps long lines

@@ -99,8 +99,12 @@ def test_compare_writes_the_sealed_folder_and_prints_the_seal_last(capsys, tmp_p
     assert sorted(p.name for p in out.iterdir()) == FILES
     last = stdout.rstrip("\n").splitlines()[-1]
     assert last == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
-    assert "does NOT establish" in stdout and "cannot establish whether an allocation failed" in stdout
+    # the answer first: what the comparison cannot establish is part of it
+    assert "not established: The comparison cannot establish whether an allocation failed" in stdout
+    assert "the full report: " in stdout and "report.html" in stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h200-compare"]  # no temp folder left behind
+    code, stdout, err = run(capsys, *compare_real(out, "--force", "--details"))
+    assert code == 0 and "does NOT establish" in stdout, err
 
 
 def test_manifest_is_sha256sum_format_and_checks_inside_the_folder(sealed_real: Path) -> None:
@@ -371,7 +375,7 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
         capsys, "analyze", H200 / "observe.sqlite", "--telemetry", H200 / "observe.telemetry.jsonl", "--out", out
     )
     assert code == 0, err
-    assert "verdict: inconclusive" in stdout
+    assert "\ninconclusive: 1 of 1 library call(s) are censored" in stdout
     assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
     doc = json.loads((out / "report.json").read_text())
     assert doc["kind"] == "analysis" and doc["verdict"] == "inconclusive"

@@ -213,7 +213,7 @@ def test_a_constant_monotonic_offset_is_absorbed_by_the_anchors(tmp_path: Path) 
 
 def test_shifted_telemetry_cli_text_report_says_not_checked(capsys, tmp_path: Path) -> None:
     shifted = rewrite(telemetry_of("release"), tmp_path / "s.jsonl", shift_from("handoff", "monotonic_ns", -40_000_000))
-    code, out, _ = run(capsys, "analyze", str(H200 / "release.sqlite"), "--telemetry", str(shifted))
+    code, out, _ = run(capsys, "analyze", str(H200 / "release.sqlite"), "--telemetry", str(shifted), "--details")
     assert code == 0
     out = " ".join(out.split())
     assert "Clock alignment: NOT checked" in out
@@ -281,7 +281,9 @@ def test_lenient_text_report_shows_the_warning(capsys, tmp_path: Path) -> None:
     lines = real_lines()
     lines.insert(1, "{oops")
     path = write_lines(tmp_path / "bad.jsonl", lines)
-    code, out, _ = run(capsys, "analyze", str(H200 / "observe.sqlite"), "--telemetry", str(path), "--lenient")
+    code, out, _ = run(
+        capsys, "analyze", str(H200 / "observe.sqlite"), "--telemetry", str(path), "--lenient", "--details"
+    )
     assert code == 0
     out = " ".join(out.split())
     assert "warning: telemetry_bad_lines (1)" in out and "line 2: invalid JSON" in out
@@ -489,7 +491,7 @@ def test_terminal_report_shows_alignment_positions_and_keeps_markup_literal(caps
             json.dumps({"event": "[red]boom[/red]", "pid": PID, "tid": MAIN, "realtime_ns": UTC0 + 11_000}),
         ],
     )
-    code, out, _ = run(capsys, "analyze", str(export), "--telemetry", str(tel))
+    code, out, _ = run(capsys, "analyze", str(export), "--telemetry", str(tel), "--details")
     assert code == 0
     out = " ".join(out.split())
     assert "Clock alignment: NOT checked" in out
@@ -497,7 +499,8 @@ def test_terminal_report_shows_alignment_positions_and_keeps_markup_literal(caps
 
 
 def test_real_capture_terminal_report(capsys) -> None:
-    code, out, _ = run(capsys, "analyze", str(H200 / "observe.sqlite"), "--telemetry", str(telemetry_of("observe")))
+    telemetry = str(telemetry_of("observe"))
+    code, out, _ = run(capsys, "analyze", str(H200 / "observe.sqlite"), "--telemetry", telemetry, "--details")
     assert code == 0
     out = " ".join(out.split())  # the console wraps at its width
     assert "Clock alignment: checked" in out

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.statements import CENSORED_WORDS
 from nsysaudit.text import byte_size, escape
 
 MAX_TEXT = 80
@@ -71,21 +72,7 @@ CLASSIFICATION_LABEL = {
     "reports_earlier_error": "reports an earlier error",
     "not_ready_poll": "not ready (a poll)",
 }
-CENSORED_LABEL = {
-    "capture_ended_inside": "the capture ended inside it: its true end and duration are unknown",
-    "capture_began_inside": "it began before the capture started",
-    "cuda_trace_degraded": "nsys warned that CUDA tracing was degraded",
-    "nsys_warned_cuda_events_missing": "nsys warned that not all CUDA events might have been collected",
-    "cuda_api_trace_ended_before_call": "the process's CUDA API trace ended before it began",
-    "cuda_api_trace_ends_inside": "the process's CUDA API trace ends inside it, and no nsys diagnostics confirm "
-    "the capture went on without losing events",
-    "no_cuda_api_trace": "the export has no CUDA API trace",
-    "no_cuda_api_trace_for_process": "its process has no CUDA API records",
-    "library_call_has_no_end": "the range has no end",
-    "library_call_has_no_start": "the range has no start",
-    "library_call_reversed": "the range ends before it starts",
-    "library_call_has_no_thread": "the range has no thread",
-}
+CENSORED_LABEL = CENSORED_WORDS  # worded once, in nsysaudit.reports.statements
 
 
 def _span(start: int | None, end: int | None, recorded_end: int | None = None) -> str:
@@ -354,22 +341,98 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
     return parts
 
 
-def analysis_renderable(result: AnalysisResult) -> RenderableType:
-    """The whole single-arm report as one rich renderable."""
-    d = result.to_dict()
-    parts: list[RenderableType] = []
+def hanging(lead: str, body: Text, *, indent: int = 2, style: str | None = None) -> Table:
+    """``lead`` then ``body`` wrapped by rich at the console's width, every wrapped line indented
+    under the body's start (a hanging indent), never back at column 0."""
+    grid = Table.grid(padding=0)
+    grid.add_column(width=indent + len(lead), no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    grid.add_row(Text(" " * indent + lead, style=style or ""), body)
+    return grid
+
+
+def short_hash(sha256: str | None) -> str:
+    """A digest as a person reads it: its first 12 hex digits (the whole one is in --json and the seal)."""
+    return "unknown" if sha256 is None else f"{sha256[:12]}…"
+
+
+def input_head(d: Mapping[str, Any], command: str = "analyze") -> Text:
     inp = d["input"]
     head = Text()
-    head.append("nsysaudit analyze ", style="bold")
+    head.append(f"nsysaudit {command} ", style="bold")
     head.append_text(literal(inp["path"], 400))
-    head.append(f"\n  {inp['kind']}, sha256 {inp['sha256']}\n  nsys ")
+    head.append(f"\n  {inp['kind']}, sha256 {short_hash(inp['sha256'])}, nsys ")
     head.append_text(literal(inp["nsys_version"]))  # META_DATA_EXPORT text: data like any trace string
-    head.append("  schema ")
+    head.append(", schema ")
     head.append_text(literal(inp["schema_version"]))
     if inp["kind"] == "nsys-rep":
         exp = inp["export"]
-        head.append(f"\n  export sha256 {exp['sha256']} ({'cache hit' if exp['cache_hit'] else 'exported now'})")
-    parts.append(head)
+        hit = "cache hit" if exp["cache_hit"] else "exported now"
+        head.append(f"\n  export sha256 {short_hash(exp['sha256'])} ({hit})")
+    return head
+
+
+def answer_parts(answer: Mapping[str, Any], *, numbered: bool = True) -> list[RenderableType]:
+    """The answer first (:mod:`nsysaudit.reports.answer`): the verdict and its sentence, each finding
+    (what, when, who held the memory), what limits the verdict. Sentences quote trace text: escaped."""
+    verdict = answer["verdict"]
+    parts: list[RenderableType] = [Text("")]
+    line = Text()
+    line.append(verdict, style=VERDICT_STYLE.get(verdict, "bold"))
+    parts.append(hanging("", Text.assemble(line, ": ", literal(answer["summary"], 4000)), indent=0))
+    for n, f in enumerate(answer["findings"], 1):
+        lead = f"{n}. " if numbered else "- "
+        body = Text()
+        body.append(f["kind"], style=FINDING_STYLE.get(f["kind"], "yellow"))
+        body.append(": ")
+        body.append_text(literal(f["what"], 4000))
+        if f["when"]:
+            body.append("; ")
+            body.append_text(literal(f["when"], 400))
+        parts.append(hanging(lead, body))
+        if f["held"]:
+            parts.append(hanging("held: ", literal(f["held"], 4000), indent=2 + len(lead), style="bold"))
+    for c in answer.get("censored", []):
+        parts.append(hanging("censored: ", literal(c["what"], 4000), style="yellow"))
+        if c["held"]:
+            parts.append(hanging("held: ", literal(c["held"], 4000), indent=12, style="bold"))
+    more = answer.get("censored_total", 0) - len(answer.get("censored", []))
+    if more > 0:
+        parts.append(Text(f"  and {more} more censored library call(s) (--details)", style="yellow"))
+    if answer["limits"]:
+        parts.append(Text("  also:", style="dim"))
+        for limit in answer["limits"]:
+            parts.append(hanging("- ", literal(limit, 4000), indent=4))
+    return parts
+
+
+def glance(d: Mapping[str, Any]) -> list[RenderableType]:
+    """One line each of what the details hold, so a person knows what --details would show."""
+    c, libs, memory = d["census"], d["library_calls"], d["memory"]
+    censored = sum(1 for lc in libs if lc["coverage"] == "censored")
+    lines = [f"census: {c['cuda_api_calls']:,} CUDA API calls, {c['nonzero_returns']:,} non-zero returns; "
+             f"{len(libs):,} library call(s), {censored} censored"]
+    if memory.get("ledger"):
+        lines.append(f"device memory: ledger of {memory['events']:,} events, read at {len(memory['at'])} moment(s)")
+    else:
+        lines.append(f"device memory: no ledger ({memory.get('why_no_ledger')})")
+    if "alignment" in d:
+        checked = "checked" if d["alignment"].get("checked") else "NOT checked"
+        lines.append(f"telemetry: {d['telemetry']['events']:,} line(s), clock alignment {checked}")
+    out: list[RenderableType] = [Text("")]
+    out += [hanging("", literal(line, 2000), style="dim") for line in lines]
+    out.append(hanging("", Text("the full report: --details (census, calls, memory, library calls, coverage, "
+                                "alignment); every value: --json", style="dim")))
+    return out
+
+
+def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> RenderableType:
+    """The single-arm report as one rich renderable: the answer first; with ``details`` every section."""
+    d = result.to_dict()
+    parts: list[RenderableType] = [input_head(d), *answer_parts(d["answer"])]
+    if not details:
+        return Group(*parts, *_warnings(d["warnings"]), *glance(d))
+    parts.append(Text("\n--- details ---", style="dim"))
 
     verdict = Text("\nverdict: ")
     verdict.append(d["verdict"], style=VERDICT_STYLE.get(d["verdict"], "bold"))
@@ -591,15 +654,39 @@ def progress_bar() -> TerminalProgress:
 # --- sealed reports: compare and verify ----------------------------------------------------------
 
 
-def comparison_renderable(doc: Mapping[str, Any]) -> RenderableType:
-    """The comparison document (``report.json`` of ``nsysaudit compare``) for the terminal."""
+def comparison_answer_parts(doc: Mapping[str, Any]) -> list[RenderableType]:
+    """The comparison's answer: the failure in one arm or both, each arm's answer, what the memory
+    did differently at the call that failed, and what the comparison cannot establish."""
+    answer = doc.get("answer")
+    if answer is None:  # a report.json of an earlier format
+        return []
+    parts: list[RenderableType] = [Text(""), hanging("", literal(answer["summary"], 4000), indent=0, style="bold")]
+    for name in ("observe", "release"):
+        arm = answer["arms"][name]
+        parts.append(Text(f"\n{name} arm", style="bold"))
+        parts.extend(answer_parts(arm)[1:])
+    if answer["memory"]:
+        parts.append(Text("\nmemory at the call", style="bold"))
+        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["memory"])
+    for s in answer["not_established"]:
+        parts.append(hanging("not established: ", literal(s, 4000), style="yellow"))
+    return parts
+
+
+def comparison_renderable(doc: Mapping[str, Any], *, details: bool = True) -> RenderableType:
+    """The comparison document (``report.json`` of ``nsysaudit compare``) for the terminal: its
+    answer first, then (``details``) the differences."""
     parts: list[RenderableType] = []
     head = Text("nsysaudit compare", style="bold")
     for i in doc["inputs"]:
         head.append(f"\n  {i['role']}: ")
         head.append_text(literal(i["name"], 200))
-        head.append(f"  sha256 {i['sha256']}  {i['size_bytes']:,} bytes")
+        head.append(f"  sha256 {short_hash(i['sha256'])}  {i['size_bytes']:,} bytes")
     parts.append(head)
+    parts.extend(comparison_answer_parts(doc))
+    if not details:
+        return Group(*parts)
+    parts.append(Text("\n--- details ---", style="dim"))
     verdicts = Text("\nverdicts:")
     for name in ("observe", "release"):
         v = doc["arms"][name]["verdict"]
@@ -686,6 +773,10 @@ def sealed_text(directory: str, files: Sequence[str]) -> Text:
     t = Text("\nsealed report: ", style="bold")
     t.append_text(literal(directory, 300))
     t.append(f"\n  {', '.join(files)}")
+    if "report.html" in files:
+        t.append("\n  the full report: ")
+        t.append_text(literal(f"{directory.rstrip('/')}/report.html", 300))
+        t.append(" (a browser), report.md, report.json")
     return t
 
 

@@ -23,6 +23,7 @@ from nsysaudit.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.errors import Warning
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
+from nsysaudit.reports.answer import answer
 from nsysaudit.reports.statements import holder_statement
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
@@ -381,6 +382,7 @@ def _head(info: InputInfo, analysis: Analysis) -> dict[str, Any]:
             **analysis.alignment.telemetry_summary(),
             "library_failures": list(analysis.telemetry_library_failures),
         }
+    out["answer"] = answer(out)
     return out
 
 

@@ -108,6 +108,27 @@ def _document(
         "differences": differences,
         "not_established": not_established,
         "summary": _summary(arms, differences, not_established),
+        "answer": _answer(arms, differences, not_established),
+    }
+
+
+def _answer(
+    arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any], not_established: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What a person reads first: each arm's answer, whether the failure is in one arm only, and
+    what the memory did differently at the call that failed (the first pair of library calls off
+    the main thread), with what the comparison cannot establish."""
+    memory: list[str] = []
+    for pair in differences["library_calls"]:
+        said = [s for s in pair["statements"] if s.startswith("At ") or ": between " in s]
+        if said:
+            memory = said
+            break
+    return {
+        "summary": differences["nested_alloc_failure"]["statement"],
+        "arms": {n: arms[n]["answer"] for n in ARMS},
+        "memory": memory,
+        "not_established": [x["statement"] for x in not_established if x["code"] == "censored_library_call"],
     }
 
 
@@ -204,6 +225,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[s
         "alignment": d.get("alignment"),
         "warnings": d["warnings"],
         "memory": d["memory"],
+        "answer": d["answer"],
     }
 
 

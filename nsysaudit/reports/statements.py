@@ -77,6 +77,24 @@ def censored_words(lc: Mapping[str, Any]) -> str:
     return f"the trace does not cover it ({reason})"
 
 
+# Why a library call is censored, in words (the reasons of nsysaudit.analysis.coverage); worded once.
+CENSORED_WORDS = {
+    "capture_ended_inside": "the capture ended inside it: its true end and duration are unknown",
+    "capture_began_inside": "it began before the capture started",
+    "cuda_trace_degraded": "nsys warned that CUDA tracing was degraded",
+    "nsys_warned_cuda_events_missing": "nsys warned that not all CUDA events might have been collected",
+    "cuda_api_trace_ended_before_call": "the process's CUDA API trace ended before it began",
+    "cuda_api_trace_ends_inside": "the process's CUDA API trace ends inside it, and no nsys diagnostics confirm "
+    "the capture went on without losing events",
+    "no_cuda_api_trace": "the export has no CUDA API trace",
+    "no_cuda_api_trace_for_process": "its process has no CUDA API records",
+    "library_call_has_no_end": "the range has no end",
+    "library_call_has_no_start": "the range has no start",
+    "library_call_reversed": "the range ends before it starts",
+    "library_call_has_no_thread": "the range has no thread",
+}
+
+
 def _values(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
 
@@ -161,6 +179,30 @@ def holder_statement(
     allocator's own reserved-but-unused figure when the telemetry line in force carries one.
 
     ``names``: process names by global pid (trace text: escaped where shown)."""
+    out = held_words(point, names)
+    gaps = point.get("free_calls_without_event_before") or 0
+    if gaps:
+        ids = ", ".join(str(i) for i in gap_examples)
+        out += (f" The bound assumes that the {gaps} earlier free call(s) without a deallocation event"
+                f"{f' (correlation {ids})' if ids else ''} freed nothing, as cudaFree(NULL) does.")
+    allocator = allocator_words(in_force)
+    return out + (f" {allocator}" if allocator else "")
+
+
+def allocator_words(in_force: Mapping[str, Any] | None) -> str | None:
+    """What the allocator itself said in the telemetry line in force, when it carries PyTorch's
+    ``reserved`` and ``allocated``: "Telemetry line 4 (handoff), the allocator's own figures: reserved
+    but unused 138.5 GiB (reserved ... B, allocated ... B)." None otherwise."""
+    values = (in_force or {}).get("values") or {}
+    reserved, allocated = values.get("reserved"), values.get("allocated")
+    if in_force is None or type(reserved) is not int or type(allocated) is not int:
+        return None
+    return (f"Telemetry line {in_force['line']} ({in_force['event']}), the allocator's own figures: reserved but "
+            f"unused {size_word(reserved - allocated)} (reserved {reserved:,} B, allocated {allocated:,} B).")
+
+
+def held_words(point: Mapping[str, Any], names: Mapping[int, str | None]) -> str:
+    """The first sentence of :func:`holder_statement`: held, by whom and how, and the bound."""
     moment = moment_words(point)
     sentences = []
     devices = list(point.get("devices") or [])
@@ -204,18 +246,7 @@ def holder_statement(
         sentences.append(text)
     if not sentences:
         return f"At {moment} the ledger cannot be read: {point.get('unknown', 'no device is known')}."
-    out = "; ".join(sentences)
-    gaps = point.get("free_calls_without_event_before") or 0
-    if gaps:
-        ids = ", ".join(str(i) for i in gap_examples)
-        out += (f". The bound assumes that the {gaps} earlier free call(s) without a deallocation event"
-                f"{f' (correlation {ids})' if ids else ''} freed nothing, as cudaFree(NULL) does")
-    values = (in_force or {}).get("values") or {}
-    reserved, allocated = values.get("reserved"), values.get("allocated")
-    if in_force is not None and type(reserved) is int and type(allocated) is int:
-        out += (f". Telemetry line {in_force['line']} ({in_force['event']}), the allocator's own figures: reserved but "
-                f"unused {size_word(reserved - allocated)} (reserved {reserved:,} B, allocated {allocated:,} B)")
-    return out + "."
+    return "; ".join(sentences) + "."
 
 
 _VERBS = {

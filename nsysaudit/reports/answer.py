@@ -1,0 +1,116 @@
+"""The answer: what a person reads first, worded once for every output.
+
+``answer(doc)`` takes an analysis document (the ``analyze --json`` keys) and returns its ``answer``
+key: the verdict, one sentence that says it, each finding in words (what failed, inside which call,
+on which thread, when on the application's clock, who held the memory then), and what limits or
+qualifies the verdict. The terminal, report.md, report.html and ``make demo`` show these sentences
+first; the details follow. Every number in them is one of the document's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nsysaudit.reports.statements import CENSORED_WORDS, allocator_words, held_words
+
+MAX_CENSORED = 5
+
+def _thread(f: Mapping[str, Any]) -> str:
+    name = f.get("thread_name")
+    return f"thread {name if name is not None else '(name unknown)'} (pid {f['pid']}, tid {f['tid']})"
+
+
+def when_words(position: Any) -> str | None:
+    """ "55.672 ms after backward_start (telemetry line 5)": a moment on the application's clock, or
+    None without telemetry (``verified`` false adds that the alignment is not checked)."""
+    if not isinstance(position, Mapping) or not position.get("after"):
+        return None
+    after = position["after"]
+    checked = "" if position.get("verified") else ", clock alignment NOT checked"
+    return f"{after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
+
+
+def finding_words(f: Mapping[str, Any]) -> str:
+    """One finding in a sentence: the call, its return, where and on which thread, and what it follows."""
+    api = f.get("display_api") or f["api"]
+    failed = f"{api} returned {f['return_code']} ({f['return_name'] or 'unknown code'})"
+    enc = f.get("enclosing")
+    if enc is not None:
+        text = f"{failed} inside {enc['api']}, on {_thread(f)}, correlation {f['correlation_id']}"
+        before = enc.get("allocations_before")
+        if before is not None and before["count"]:
+            each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
+            text += f", after {before['count']} successful allocation(s) in it ({each} B)"
+        elif before is not None:
+            text += ", the first allocation in it"
+        return text
+    cap = f.get("stream_capture")
+    text = f"{failed} on {_thread(f)}, correlation {f['correlation_id']}"
+    if cap is not None:
+        text += (f", {cap['ns_from_capture_end'] / 1e6:.3f} ms after a stream capture that recorded "
+                 f"{cap['event_records_count']} event(s) ({cap['begin']['api']} .. {cap['end']['api']}); the trace "
+                 "does not say which event the wait used")
+    return text
+
+
+def _short(f: Mapping[str, Any]) -> str:
+    """A finding in a few words, for the one sentence that says the verdict."""
+    api = f.get("display_api") or f["api"]
+    text = f"{api} returned {f['return_code']} ({f['return_name'] or 'unknown code'})"
+    thread = f.get("thread_name") or f"tid {f['tid']} (thread name unknown)"
+    enc = f.get("enclosing")
+    if enc is not None:
+        return f"{text} inside {enc['api']} on {thread}"
+    if f.get("stream_capture") is not None:
+        return f"{text} on {thread}, after events were recorded inside a stream capture"
+    return f"{text} on {thread}"
+
+
+def answer(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``answer`` key of an analysis document (see the module docstring)."""
+    findings: Sequence[Mapping[str, Any]] = doc["findings"]
+    reasons: list[str] = list(doc["verdict_reasons"])
+    names = {p["global_pid"]: p.get("name") for p in doc.get("processes", [])}
+    points = {p["finding"]: p for p in (doc.get("memory") or {}).get("at", []) if p["point"] == "finding"}
+    said = []
+    for i, f in enumerate(findings):
+        point = points.get(i)
+        position = f.get("telemetry")
+        held = None
+        if point is not None and point.get("devices"):
+            held = held_words(point, names)
+            allocator = allocator_words(position.get("in_force") if isinstance(position, Mapping) else None)
+            if allocator:
+                held += f" {allocator}"
+        said.append({
+            "finding": i,
+            "kind": f["kind"],
+            "what": finding_words(f),
+            "when": when_words(position),
+            "held": held,
+        })
+    censored = []
+    at_call = {p["lib_id"]: p for p in (doc.get("memory") or {}).get("at", [])
+               if p["point"] == "censored_library_call" and "lib_id" in p}
+    for c in doc["coverage"]["censored"][:MAX_CENSORED]:
+        why = c.get("reasons") or [c["reason"]]
+        point = at_call.get(c["lib_id"])
+        censored.append({
+            "lib_id": c["lib_id"],
+            "what": f"{c['api']} on {_thread(c)}: " + "; ".join(CENSORED_WORDS.get(r, r) for r in why),
+            "held": held_words(point, names) if point is not None and point.get("devices") else None,
+        })
+    if findings:
+        first = said[0]
+        summary = _short(findings[0])
+        if first["when"]:
+            summary += f", {first['when']}"
+        if len(findings) > 1:
+            summary += f" ({len(findings) - 1} more finding(s) below)"
+        limits = reasons[1:] if reasons else []
+    else:
+        summary = reasons[0] if reasons else f"verdict {doc['verdict']}"
+        limits = reasons[1:]
+    return {"verdict": doc["verdict"], "summary": summary, "findings": said, "censored": censored,
+            "censored_total": len(doc["coverage"]["censored"]), "limits": limits}
