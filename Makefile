@@ -38,17 +38,17 @@ nsys: ## install the real nsys CLI (Debian non-free, 2023.4.4) into .tools/nsys
 chromium: ## install Debian's Chromium (apt-get; the report.html browser test) unless /usr/bin/chromium runs
 	bash scripts/install-chromium.sh
 
-demo: venv ## the main job: the real H200 failure (nsys 2025.3 torch pair) analyzed and compared sealed into out/torch-compare (pictures, report.html), then the censored nsys 2023.4 capture
-	$(NSYSAUDIT) analyze $(TORCH)/observe.sqlite --telemetry $(TORCH)/observe.telemetry.jsonl
-	$(NSYSAUDIT) analyze $(TORCH)/release.sqlite --telemetry $(TORCH)/release.telemetry.jsonl
-	$(NSYSAUDIT) compare $(TORCH)/observe.sqlite $(TORCH)/release.sqlite --out $(OUT)/torch-compare --force \
+demo: venv ## the main job on the bundled real H200 captures: the censored nsys 2023.4 case, then the nsys 2025.3 failure analyzed and its observe/release pair compared, sealed into out/torch-compare (report.html) and verified
+	@echo "--- the experiment under nsys 2023.4, whose CUDA trace stops inside cublasCreate_v2 (censored) ---"
+	@$(NSYSAUDIT) analyze $(OLD)/observe.sqlite --telemetry $(OLD)/observe.telemetry.jsonl
+	@echo; echo "--- the same failure under nsys 2025.3, which traces inside cublasCreate_v2 ---"
+	@$(NSYSAUDIT) analyze $(TORCH)/observe.sqlite --telemetry $(TORCH)/observe.telemetry.jsonl
+	@echo; echo "--- its observe and release arms compared, sealed ---"
+	@$(NSYSAUDIT) compare $(TORCH)/observe.sqlite $(TORCH)/release.sqlite --out $(OUT)/torch-compare --force \
 		--observe-telemetry $(TORCH)/observe.telemetry.jsonl --release-telemetry $(TORCH)/release.telemetry.jsonl
-	$(NSYSAUDIT) verify $(OUT)/torch-compare --inputs $(TORCH)/observe.sqlite $(TORCH)/release.sqlite \
+	@$(NSYSAUDIT) verify $(OUT)/torch-compare --inputs $(TORCH)/observe.sqlite $(TORCH)/release.sqlite \
 		$(TORCH)/observe.telemetry.jsonl $(TORCH)/release.telemetry.jsonl
-	@echo "open $(OUT)/torch-compare/report.html (both arms' timelines inline; also timeline-observe.svg, timeline-release.svg)"
-	@echo; echo "--- the same experiment under nsys 2023.4, whose CUDA trace stops inside cublasCreate_v2: censored ---"
-	$(NSYSAUDIT) analyze $(OLD)/observe.sqlite --telemetry $(OLD)/observe.telemetry.jsonl
-	$(NSYSAUDIT) plot $(OLD)/observe.sqlite --telemetry $(OLD)/observe.telemetry.jsonl --out $(OUT)/nsys2023-observe.png
+	@echo; echo "open $(OUT)/torch-compare/report.html: the whole report, both arms' timelines inline (nsysaudit analyze ... --details in the terminal)"
 
 test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CLI and Chromium first)
 	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" NSYSAUDIT_REQUIRE_CHROMIUM=1 \
