@@ -276,3 +276,44 @@ def test_report_html_renders_in_headless_chromium_without_errors(sealed_torch: P
     assert red > 200 and blue > 200, (red, blue)
     packed = (r << 16 | g << 8 | b)[::4, ::4]
     assert len(np.unique(packed)) > 50  # a drawing, not a flat page
+
+
+@pytest.mark.parametrize("width", [800, 1400])
+def test_the_answer_box_and_the_picture_are_on_the_first_screen(sealed_torch: Path, tmp_path: Path,
+                                                                width: int) -> None:
+    """At 800 and 1400 px (900 tall): the verdict box whole without scrolling, the observe picture
+    starting on the same screen, the pictures' text at the same size at both widths (the SVG keeps
+    its own size and scrolls, it does not shrink), and no number in a table cell wrapped."""
+    sync_playwright = browser()
+    url = (sealed_torch / "report.html").as_uri()
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": width, "height": 900},
+        )
+        try:
+            page = context.new_page()
+            page.goto(url, wait_until="load")
+            box = page.evaluate("(() => { const r = document.querySelector('section.answer').getBoundingClientRect();"
+                                " return [r.top, r.bottom, getComputedStyle(document.querySelector('section.answer'))"
+                                ".borderTopColor]; })()")
+            figure_top = page.evaluate("document.querySelector('figure').getBoundingClientRect().top")
+            svg_text = page.evaluate(
+                "(() => { const t = [...document.querySelectorAll('figure svg text')]"
+                ".find(e => e.textContent.includes('pt_autograd_0')); return t.getBoundingClientRect().height; })()")
+            wrapped = page.evaluate(
+                "[...document.querySelectorAll('td')].filter(td => /^[0-9][0-9,]*$/.test(td.innerText.trim()))"
+                ".filter(td => td.getClientRects()[0].height > 2 * parseFloat(getComputedStyle(td).fontSize))"
+                ".map(td => td.innerText)")
+            page.screenshot(path=str(tmp_path / f"first-screen-{width}.png"))
+        finally:
+            context.close()
+    top, bottom, colour = box
+    assert 0 <= top < bottom <= 900, box
+    assert colour == "rgb(214, 39, 40)"  # the failure_found box (#d62728)
+    assert figure_top < 900
+    assert 8 < svg_text < 16, svg_text  # a lane label of about 9 pt, whatever the window's width
+    assert wrapped == []
+    keep = os.environ.get("NSYSAUDIT_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(tmp_path / f"first-screen-{width}.png", Path(keep) / f"report-html-{width}.png")

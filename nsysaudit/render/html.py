@@ -2,9 +2,9 @@
 network, no script.
 
 The body is ``report.md`` itself rendered by markdown-it-py (CommonMark and GFM tables), so the
-two files state the same facts by construction; the timeline section (the SVG inline, and what
-the picture chose) goes after the Summary of a comparison, before the first section of an
-analysis. Trace text arrives already escaped by :func:`nsysaudit.reports.markdown.md` (controls,
+two files state the same facts by construction; the answer section is a box at the top, the timeline
+section (the SVG inline at its own size, and what the picture chose) right after it, on the first
+screen. Trace text arrives already escaped by :func:`nsysaudit.reports.markdown.md` (controls,
 bidi, zero-width and tag characters as ``\\x..`` escapes; every Markdown and HTML character
 backslash-escaped), which markdown-it turns into HTML-escaped text. As a second line of defence
 markdown-it is run without raw HTML, links, images, autolinks, link references and character
@@ -21,19 +21,26 @@ from collections.abc import Sequence
 from markdown_it import MarkdownIt
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+VERDICTS = ("failure_found", "inconclusive", "no_failure")
 CSS = """
 body { font-family: "DejaVu Sans", "Liberation Sans", Arial, sans-serif; font-size: 14px; color: #222;
        margin: 0; background: #fff; }
 main { max-width: 1240px; margin: 0 auto; padding: 16px 24px 48px; }
 h1 { font-size: 22px; } h2 { font-size: 18px; border-bottom: 1px solid #ccc; padding-bottom: 2px; margin-top: 28px; }
 h3 { font-size: 15px; } h4 { font-size: 14px; }
-table { border-collapse: collapse; margin: 6px 0 12px; font-size: 12px; }
-th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; }
+table { border-collapse: collapse; margin: 6px 0 12px; font-size: 12px; display: block; overflow-x: auto;
+        max-width: 100%; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; vertical-align: top; white-space: nowrap; }
 th { background: #f2f2f2; }
 code { font-family: "DejaVu Sans Mono", monospace; font-size: 12px; overflow-wrap: anywhere; }
-li, p, td { overflow-wrap: anywhere; }
-figure { margin: 8px 0; } figure svg { width: 100%; height: auto; display: block; }
+li, p { overflow-wrap: break-word; }
+figure { margin: 8px 0; overflow-x: auto; } figure svg { max-width: none; height: auto; display: block; }
 .how { font-size: 13px; color: #333; }
+.answer { border: 2px solid #888; border-radius: 6px; padding: 2px 18px 6px; margin: 12px 0 18px; }
+.answer h2 { border: none; margin-top: 10px; }
+.answer.failure_found { border-color: #d62728; background: #fdf1f1; }
+.answer.inconclusive { border-color: #d9a400; background: #fff8e5; }
+.answer.no_failure { border-color: #2ca02c; background: #f0f9f0; }
 """.strip()
 
 HOW_TO_READ = (
@@ -61,31 +68,37 @@ def _svg_element(svg: bytes) -> str:
     return text[text.index("<svg"):].strip()
 
 
-def _sections(markdown: str) -> tuple[str, str]:
-    """``markdown`` split where the timeline goes: after the Summary section if there is one,
-    else before the first ``## `` section."""
+def _sections(markdown: str) -> tuple[str, str, str]:
+    """``markdown`` split in three: the title, the Answer section (empty without one), and the rest;
+    the answer goes in a box and the timeline right after it, on the first screen."""
     lines = markdown.split("\n")
     heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
-    summary = next((i for i in heads if lines[i] == "## Summary"), None)
-    if summary is not None:
-        later = [i for i in heads if i > summary]
-        cut = later[0] if later else len(lines)
-    else:
+    answer = next((i for i in heads if lines[i] == "## Answer"), None)
+    if answer is None:
         cut = heads[0] if heads else len(lines)
-    return "\n".join(lines[:cut]) + "\n", "\n".join(lines[cut:])
+        return "\n".join(lines[:cut]) + "\n", "", "\n".join(lines[cut:])
+    later = [i for i in heads if i > answer]
+    end = later[0] if later else len(lines)
+    # The seal sentence and what follows it until the next section stay with the rest.
+    return ("\n".join(lines[:answer]) + "\n", "\n".join(lines[answer:end]) + "\n",
+            "\n".join(lines[end:]))
 
 
 def _figures(svgs: Sequence[bytes]) -> str:
     figures = "".join(f"<figure>\n{_svg_element(svg)}\n</figure>\n" for svg in svgs)
-    return f'<section id="timeline">\n<h2>Timeline</h2>\n<p class="how">{HOW_TO_READ}</p>\n{figures}</section>\n'
+    return f'<section id="timeline">\n<h2>Timeline</h2>\n{figures}<p class="how">{HOW_TO_READ}</p>\n</section>\n'
 
 
 def report_html(markdown: str, svgs: Sequence[bytes], *, title: str) -> bytes:
     """The self-contained ``report.html`` of a sealed report: its ``report.md`` and each arm's
     timeline picture (as :func:`nsysaudit.pictures.render` made it), stacked in the order given."""
-    head, rest = _sections(markdown)
+    head, answer, rest = _sections(markdown)
     md = _markdown()
-    body = md.render(head) + _figures(svgs) + md.render(rest)
+    # The box's colour: the first verdict the answer states (failure_found before the others).
+    stated = [v for v in VERDICTS if f"**{v.replace('_', chr(92) + '_')}**" in answer]
+    verdict = stated[0] if stated else ""
+    box = f'<section class="answer {verdict}">\n{md.render(answer)}</section>\n' if answer else ""
+    body = md.render(head) + box + _figures(svgs) + md.render(rest)
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

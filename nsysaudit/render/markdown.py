@@ -78,6 +78,27 @@ def _bullets(items: Iterable[str]) -> list[str]:
     return [f"- {md(x, 10_000)}" for x in items]
 
 
+def answer_lines(answer: Mapping[str, Any], *, limits: bool = True) -> list[str]:
+    """The answer (:mod:`nsysaudit.reports.answer`) as Markdown: the verdict and its sentence, each
+    finding with who held the memory, censored calls, and (``limits``) what else limits the verdict."""
+    out = [f"**{md(answer['verdict'])}**: {md(answer['summary'], 10_000)}", ""]
+    for n, f in enumerate(answer["findings"], 1):
+        when = f"; {md(f['when'], 1000)}" if f["when"] else ""
+        out.append(f"- finding {n}, **{md(f['kind'])}**: {md(f['what'], 10_000)}{when}")
+        if f["held"]:
+            out.append(f"- held: {md(f['held'], 10_000)}")
+    for c in answer.get("censored", []):
+        out.append(f"- censored: {md(c['what'], 10_000)}")
+        if c["held"]:
+            out.append(f"- held at its start: {md(c['held'], 10_000)}")
+    more = answer.get("censored_total", 0) - len(answer.get("censored", []))
+    if more > 0:
+        out.append(f"- and {more} more censored library call(s) (see Coverage)")
+    if limits and answer["limits"]:
+        out += ["", "Also:", "", *_bullets(answer["limits"])]
+    return [*out, ""]
+
+
 def _census(census: Mapping[str, Any]) -> list[str]:
     out = [
         f"{num(census['cuda_api_calls'])} CUDA API calls, {num(census['nonzero_returns'])} with a non-zero return.",
@@ -502,15 +523,30 @@ def _values(values: Sequence[str] | None) -> str:
     return "absent" if values is None else ", ".join(md(v) for v in values)
 
 
+def _comparison_answer(answer: Mapping[str, Any] | None) -> list[str]:
+    """The comparison's answer: grouped per arm, then what the memory did differently at the call."""
+    if answer is None:  # a document of an earlier format
+        return []
+    out = ["## Answer", "", f"**{md(answer['summary'], 10_000)}**", ""]
+    for name in ("observe", "release"):
+        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False)]
+    if answer["memory"]:
+        out += ["### Memory at the call", "", *_bullets(answer["memory"]), ""]
+    if answer["not_established"]:
+        out += ["### Not established", "", *_bullets(answer["not_established"]), ""]
+    return out
+
+
 def comparison_markdown(doc: Mapping[str, Any]) -> str:
     """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`)."""
     diff = doc["differences"]
     out = [
         "# nsysaudit comparison: observe arm vs release arm",
         "",
-        SEAL_SENTENCE,
-        "",
+        *_comparison_answer(doc.get("answer")),
         "## Inputs",
+        "",
+        SEAL_SENTENCE,
         "",
         *table(
             ["role", "file", "kind", "bytes", "sha256"],
@@ -518,10 +554,6 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
              for i in doc["inputs"]),
         ),
         *_options(doc.get("options")),
-        "## Summary",
-        "",
-        *_bullets(doc["summary"]),
-        "",
         "## What this comparison does NOT establish",
         "",
         *_bullets(x["statement"] for x in doc["not_established"]),
@@ -597,6 +629,9 @@ def analysis_markdown(doc: Mapping[str, Any]) -> str:
     inp = doc["input"]
     out = [
         f"# nsysaudit analysis: {md(inp['path'])}",
+        "",
+        *(["## Answer", "", *answer_lines(doc["answer"])] if "answer" in doc else []),
+        "## Input",
         "",
         SEAL_SENTENCE,
         "",
