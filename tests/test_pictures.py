@@ -400,3 +400,17 @@ def test_an_odd_export_still_gets_a_picture_and_a_sealed_folder(make_export, tmp
     seal.verify(sealed.dir, [path])  # and made again byte for byte
     if name == "empty":
         assert "no thread has anything in this window" in texts(svg)
+
+
+def test_a_picture_with_nothing_to_focus_on_says_so_and_shows_the_whole_capture() -> None:
+    """No finding, no library call, no failed call (the event capture's release arm): the picture says
+    there is nothing to focus on and spans the capture, never a "focus's library call" that is not there."""
+    result = nsysaudit.analyze(H200_2025 / "event" / "release.sqlite")
+    t = timeline(result)
+    cap = result.coverage["capture"]
+    assert t.whole_capture and t.context.lo_ns < cap["start_ns"] < cap["stop_ns"] < t.context.hi_ns
+    svg = ET.fromstring(pictures.render([t], ("svg",))["svg"])
+    shown = " ".join(texts(svg))
+    assert "nothing to focus on (nothing failed, no library call): the whole capture" in shown
+    assert "focus's library call" not in shown and "finding" not in shown
+    assert "at the end of the capture: live" in shown

@@ -215,6 +215,8 @@ def _panels(timelines: Sequence[Timeline]) -> list[_PanelSpec]:
     for t in timelines:
         title = f"{t.arm} arm · " if t.arm else ""
         title += f"{shown(t.input_name)} · verdict {t.verdict}"
+        if t.whole_capture:
+            title += " · nothing to focus on (nothing failed, no library call): the whole capture"
         specs.append(_PanelSpec(_draw_view, t, t.context, title, _label_rows(t.context, _scale(t.context))))
     for t in timelines:
         if t.zoom is not None:
@@ -284,7 +286,7 @@ def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
         bound_y = top * 0.45
     if lo <= x <= hi:
         ax.axvline(x, color=COLOURS["failed"], lw=0.8, ls=":", gid=f"{ids}-focus")
-        said = f"at the focus: live {memory.live_at_focus_bytes:,} B"
+        said = f"{memory.at_words}: live {memory.live_at_focus_bytes:,} B"
         if memory.free_at_most_bytes is not None:
             said += f", at most {memory.free_at_most_bytes:,} B free"
         right = x > (lo + hi) / 2

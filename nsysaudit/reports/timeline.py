@@ -181,6 +181,7 @@ class Memory:
     live_at_focus_bytes: int
     free_at_most_bytes: int | None
     holder: str | None = None  # the ledger's sentence at the focus (a finding or library call's start)
+    at_words: str = "at the focus"  # where the numbers are read ("at the end of the capture")
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,7 @@ class Timeline:
     focus_position: str | None = None
     notes: tuple[str, ...] = field(default=())
     memory: Memory | None = None
+    whole_capture: bool = False  # nothing to focus on: the context is the whole capture
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,7 @@ class _Focus:
     label: str
     correlation_id: int | None = None
     position: str | None = None  # where the telemetry places it ("55.672 ms after backward_start")
+    whole: bool = False  # nothing to focus on: the picture shows the whole capture
 
 
 def parse_around(text: str) -> tuple[Literal["finding", "time"], int]:
@@ -298,9 +301,21 @@ def _focus(
         name = display_name(row["api"]) if row["api"] is not None else "unknown api"
         return _Focus(row["start_ns"], end, row["gtid"], _pid(row["gtid"]), None,
                       f"the first failed CUDA call ({name})", row["correlation_id"])
+    lo, hi = _capture_span(result)
+    return _Focus(lo, hi, None, None, None, "nothing to focus on (nothing failed, no library call): the whole capture",
+                  whole=True)
+
+
+def _capture_span(result: AnalysisResult) -> tuple[int, int]:
+    """The capture's bounds on the trace clock, else the span of the rows the trace holds, else 0."""
     cap = result.coverage.get("capture") or {}
-    start = cap.get("start_ns") or 0
-    return _Focus(start, start, None, None, None, "the capture's start (nothing failed, no library call)")
+    if cap.get("start_ns") is not None and cap.get("stop_ns") is not None and cap["stop_ns"] > cap["start_ns"]:
+        return cap["start_ns"], cap["stop_ns"]
+    rows = [(s["first_ns"], s["last_ns"]) for s in result.coverage.get("by_source", [])
+            if s["first_ns"] is not None and s["last_ns"] is not None]
+    if rows:
+        return min(a for a, _ in rows), max(b for _, b in rows)
+    return 0, 0
 
 
 def _lib_focus(row: Mapping[str, Any], how: str) -> _Focus:
@@ -334,7 +349,8 @@ def _origin(result: AnalysisResult, focus: _Focus, boundary: str) -> tuple[int, 
     why = f"no {boundary} in the telemetry" if result.alignment is not None else "no telemetry"
     if lib is not None:
         return lib["start_ns"], f"the start of {lib['api']} (trace {_fmt(lib['start_ns'])}; {why})"
-    return focus.start_ns, f"the focus (trace {_fmt(focus.start_ns)}; {why})"
+    what = "the capture's start" if focus.whole else "the focus"
+    return focus.start_ns, f"{what} (trace {_fmt(focus.start_ns)}; {why})"
 
 
 def _lib_row(result: AnalysisResult, lib_id: int | None) -> dict[str, Any] | None:
@@ -345,6 +361,9 @@ def _lib_row(result: AnalysisResult, lib_id: int | None) -> dict[str, Any] | Non
 
 
 def _auto_window(result: AnalysisResult, focus: _Focus, origin: int) -> tuple[int, int]:
+    if focus.whole:
+        pad = max(int((focus.end_ns - focus.start_ns) * PAD), MIN_PAD_NS)
+        return focus.start_ns - pad, focus.end_ns + pad
     lo, hi = min(origin, focus.start_ns), max(origin, focus.end_ns)
     lib = _lib_row(result, focus.lib_id)
     if lib is not None:
@@ -545,6 +564,7 @@ def _build(
         focus_position=focus.position,
         notes=tuple(notes + lane_notes + memory_notes),
         memory=memory,
+        whole_capture=focus.whole,
     )
 
 
@@ -565,7 +585,8 @@ def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Me
     start_value = int(before["device_resident_live"][-1]) if before.height else 0
     inside = on.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") <= hi))
     steps = ((lo, start_value), *((int(t), int(v)) for t, v in inside.iter_rows()))
-    at = on.filter(pl.col("start_ns") <= focus.start_ns)
+    read_at = focus.end_ns if focus.whole else focus.start_ns  # with nothing to focus on: the capture's end
+    at = on.filter(pl.col("start_ns") <= read_at)
     live = int(at["device_resident_live"][-1]) if at.height else 0
     info: dict[str, Any] = next(
         (d for d in doc.get("devices", []) if d.get("vm") == vm and d.get("device_id") == device), {}
@@ -573,8 +594,9 @@ def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Me
     total = info.get("total_bytes")
     point = next((p for p in doc.get("at", []) if p["t_ns"] == focus.start_ns and p["pid"] == focus.pid
                   and p["point"] != "telemetry"), None)
-    memory = Memory(device, info.get("name"), total, steps, focus.start_ns, live,
-                    None if total is None else total - live, point.get("holder") if point else None)
+    memory = Memory(device, info.get("name"), total, steps, read_at, live,
+                    None if total is None else total - live, point.get("holder") if point else None,
+                    "at the end of the capture" if focus.whole else "at the focus")
     why = "the device the focus's process allocated most on" if mine.height else (
         "the focus's process has no memory event: the device with the most allocated"
     )
@@ -654,15 +676,19 @@ def aligned_timelines(
 
 def _notes(focus: _Focus, origin: str, window: tuple[int, int], window_ns: int | None) -> list[str]:
     width = window[1] - window[0]
-    how = f"{window_ns / 1e6:g} ms (--window), centred on the focus" if window_ns is not None else (
-        f"{width / 1e6:.3f} ms, from the origin to the end of the focus's library call, widened {PAD:.0%} each side"
-    )
+    to = "the end of the focus's library call" if focus.lib_id is not None else "the end of the focus"
+    if window_ns is not None:
+        how = f"{window_ns / 1e6:g} ms (--window), centred on the focus"
+    elif focus.whole:
+        how = f"{width / 1e6:.3f} ms, the whole capture, widened {PAD:.0%} each side"
+    else:
+        how = f"{width / 1e6:.3f} ms, from the origin to {to}, widened {PAD:.0%} each side"
     return [
         f"focus: {focus.label}",
         f"0 ms = {origin}",
         f"window: {_fmt(window[0])} to {_fmt(window[1])} ({how})",
-        "lanes: the focus's thread and every thread with a library call, failed CUDA call, NVTX range "
-        "or telemetry line in the window",
+        ("lanes: every thread" if focus.whole or focus.gtid is None else "lanes: the focus's thread and every thread")
+        + " with a library call, failed CUDA call, NVTX range or telemetry line in the window",
     ]
 
 
