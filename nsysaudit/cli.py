@@ -37,7 +37,15 @@ def progress_for(as_json: bool) -> nsysaudit.Progress | None:
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
 @click.pass_obj
 def cli(state: dict[str, Any], debug: bool) -> None:
-    """Forensics on NVIDIA Nsight Systems exports: CUDA allocation failures nested in library calls."""
+    """Forensics on NVIDIA Nsight Systems reports: which CUDA call failed, inside which library call
+    (cuBLAS, cuDNN) or after which stream capture, on which thread, and who held the device's memory,
+    from the trace alone; where the evidence stops, it says so.
+
+    \b
+    Start with:
+      nsysaudit analyze run.nsys-rep          (or its SQLite export)
+      nsysaudit COMMAND --help                (each command, with examples)
+    """
     state["debug"] = debug  # main() reads it to decide whether an error shows its traceback
 
 
@@ -197,7 +205,7 @@ def echo_seal(sealed: nsysaudit.Sealed, as_json: bool) -> None:
     click.echo(f"seal: sha256:{sealed.seal}", err=as_json)
 
 
-@cli.command("analyze")
+@cli.command("analyze", short_help="What failed, inside which library call, who held the memory.")
 @click.argument("path", type=str)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
 @click.option("--details", "-v", "details", is_flag=True,
@@ -226,7 +234,16 @@ def analyze_cmd(
     max_pairs: int,
     details: bool,
 ) -> None:
-    """Analyze one export (.sqlite) or report (.nsys-rep); with --out, also write it sealed."""
+    """Analyze one export (.sqlite) or report (.nsys-rep): the answer first (what failed, inside which
+    library call, on which thread, when, who held the device's memory), --details for every section,
+    --json for the whole document; with --out, also write it sealed.
+
+    \b
+    Examples:
+      nsysaudit analyze run.nsys-rep
+      nsysaudit analyze run.sqlite --telemetry app.jsonl --details
+      nsysaudit analyze run.sqlite --json | jq .answer
+    """
     sealed = None
     if out is not None and max_pairs != nsysaudit.DEFAULT_MAX_PAIRS:
         raise BadOption("--max-pairs cannot be combined with --out: a sealed report is verified with the default")
@@ -268,7 +285,7 @@ def analyze_cmd(
             echo_seal(sealed, as_json)
 
 
-@cli.command("compare")
+@cli.command("compare", short_help="Compare an observe arm with a release arm, sealed into a folder.")
 @click.argument("observe", type=str)
 @click.argument("release", type=str)
 @click.option(
@@ -304,6 +321,11 @@ def compare_cmd(
     OBSERVE and RELEASE are exports (.sqlite) or reports (.nsys-rep). The last line printed is the
     seal: the SHA-256 of DIR/tagmanifest-sha256.txt, which pins every file of DIR: the one line a
     reviewer quotes.
+
+    \b
+    Example:
+      nsysaudit compare observe.sqlite release.sqlite --out cmp \\
+          --observe-telemetry o.jsonl --release-telemetry r.jsonl
     """
     sealed = nsysaudit.seal_compare(
         observe,
@@ -327,7 +349,7 @@ def compare_cmd(
         echo_seal(sealed, as_json)
 
 
-@cli.command("verify")
+@cli.command("verify", short_help="Check a sealed report folder, and re-run it from its inputs.")
 @click.argument("directory", metavar="DIR", type=str)
 @click.option(
     "--inputs",
@@ -349,7 +371,13 @@ def compare_cmd(
 def verify_cmd(
     directory: str, inputs: Sequence[str], expected_seal: str | None, nsys_path: str | None, more_inputs: Sequence[str]
 ) -> None:
-    """Check every digest of the sealed report folder DIR (exit 1 naming any changed, missing or extra file)."""
+    """Check every digest of the sealed report folder DIR (exit 1 naming any changed, missing or extra file).
+
+    \b
+    Examples:
+      nsysaudit verify cmp --seal 146325f6...
+      nsysaudit verify cmp --inputs observe.sqlite release.sqlite o.jsonl r.jsonl
+    """
     if more_inputs and not inputs:
         raise click.UsageError(f"unexpected argument {more_inputs[0]!r} (inputs go after --inputs)")
     given = [*inputs, *more_inputs]
@@ -361,7 +389,7 @@ def verify_cmd(
         click.echo(f"seal: sha256:{checked.seal}")
 
 
-@cli.command("batch")
+@cli.command("batch", short_help="Audit many reports into one table (parquet or csv).")
 @click.argument("paths", nargs=-1, required=True, type=str, metavar="PATH...")
 @click.option(
     "--out",
@@ -392,6 +420,11 @@ def batch_cmd(
     One row per input (path, sha256, versions, verdict, census totals, censored calls, findings,
     error) and one row per finding. An unusable input is a row with its one-line error (also shown
     on stderr); it never stops the batch.
+
+    \b
+    Examples:
+      nsysaudit batch /runs/job-1234 --out audit/
+      nsysaudit batch /runs --out audit.csv --jobs 8
     """
     def warn(row: dict[str, Any]) -> None:
         if row.get("error"):
@@ -413,7 +446,7 @@ def batch_cmd(
             click.echo(render.escape(line))
 
 
-@cli.command("check")
+@cli.command("check", short_help="Hold exports to expectations in a TOML file (CI; JUnit XML).")
 @click.argument("paths", nargs=-1, required=True, type=str, metavar="PATH...")
 @click.option("--expect", "expect", required=True, type=str, metavar="FILE.toml", help="The expectations file.")
 @click.option("--junit", type=str, default=None, metavar="FILE", help="Also write JUnit XML (one testcase per check).")
@@ -431,6 +464,10 @@ def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, n
     One line per file (pass, or FAIL and why), then "N passed, M failed". Exit 0 when all pass, 1
     when any fails (a file no expectation matches, or an expectation that matches no file, fails
     too), 2 for an unusable input or expectations file.
+
+    \b
+    Example:
+      nsysaudit check tests/fixtures --expect tests/fixtures/expectations.toml --junit junit.xml
     """
     report = nsysaudit.check_exports(paths, expect, junit=junit, jobs=jobs, nsys_path=nsys_path)
     lines = report.lines()
@@ -441,7 +478,7 @@ def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, n
         raise CheckFailed(f"{expect}: not every file meets its expectations ({lines[-1]})")
 
 
-@cli.command("plot")
+@cli.command("plot", short_help="Draw the timeline around a finding (SVG or PNG).")
 @click.argument("path", type=str)
 @click.option("--out", required=True, type=str, metavar="FILE.svg|FILE.png", help="The picture to write (atomically).")
 @click.option(
@@ -480,7 +517,13 @@ def plot_cmd(
     telemetry_options: nsysaudit.TelemetryOptions,
 ) -> None:
     """Draw the timeline of one export around a finding: threads, library calls, CUDA calls, NVTX,
-    telemetry lines and what the trace does not cover."""
+    telemetry lines, the memory's headroom and what the trace does not cover.
+
+    \b
+    Examples:
+      nsysaudit plot run.sqlite --telemetry app.jsonl --out timeline.svg
+      nsysaudit plot run.sqlite --around finding:2 --window 5 --out finding2.png
+    """
     if around is not None:
         render.parse_around(around)  # a bad --around is refused before anything runs
     render.check_picture_out(out)  # before the analysis: nothing is done for an --out that cannot be written
@@ -513,6 +556,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (>&-): nothing could be shown
         return _error("standard output is closed; nothing was done (redirect it, e.g. > report.txt)", 2)
     try:
+        if not [a for a in args if a != "--debug"]:  # bare `nsysaudit`: its help, on stdout, exit 0
+            with click.Context(cli, info_name="nsysaudit", **cli.context_settings) as ctx:
+                click.echo(ctx.get_help())
+            return 0
         cli.main(args=args, prog_name="nsysaudit", standalone_mode=False, obj=state)
         with printing():  # what Python still buffers is written here, not at interpreter exit
             pass

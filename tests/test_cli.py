@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -226,3 +227,34 @@ def test_a_sealed_report_keeps_the_default_domains(tmp_path: Path) -> None:
     with pytest.raises(BadOption, match="leave out cuBLAS"):
         seal.seal_analysis(H200 / "observe.sqlite", tmp_path / "out", library_domains=["cuDNN", "X"])
     assert not (tmp_path / "out").exists()
+
+
+def test_bare_nsysaudit_prints_its_help_on_stdout_and_exits_0(capsys) -> None:
+    code, out, err = run(capsys)
+    assert (code, err) == (0, "")
+    assert out.startswith("Usage: nsysaudit [OPTIONS] COMMAND [ARGS]...") and "\\n" not in out.replace("\n", "")
+    assert "nsysaudit analyze run.nsys-rep" in out
+
+
+def test_every_command_has_an_uncut_summary_and_an_example(capsys) -> None:
+    from click.testing import CliRunner
+
+    from nsysaudit.cli import cli
+
+    listing = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+    for name, command in cli.commands.items():
+        summary = command.get_short_help_str(limit=200)
+        assert not summary.endswith("...") and re.search(rf"\n  {name} +{re.escape(summary)}\n", listing), name
+        text = CliRunner().invoke(cli, [name, "--help"], terminal_width=100, obj={"debug": False}).output
+        assert "Example" in text and f"nsysaudit {name} " in text.split("Example", 1)[1], name
+
+
+def test_a_report_without_nsys_says_what_to_install(capsys, tmp_path: Path, monkeypatch) -> None:
+    report = tmp_path / "run.qdrep"
+    report.write_bytes(b"not really a report")
+    monkeypatch.delenv("NSYSAUDIT_NSYS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nsys on PATH
+    code, out, err = run(capsys, "analyze", str(report))
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert "is an Nsight Systems report (.qdrep) and no nsys CLI was found" in err
+    assert "install Nsight Systems" in err and "--nsys PATH" in err and "nsys export --type sqlite" in err

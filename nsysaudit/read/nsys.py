@@ -48,9 +48,16 @@ def find_nsys(explicit: str | os.PathLike[str] | None, report: Path) -> Path:
         return Path(found).absolute()
     raise NsysNotFound(
         report,
-        "is an .nsys-rep and no nsys CLI was found to export it "
-        "(run `make nsys`, or pass --nsys PATH / set NSYSAUDIT_NSYS)",
+        f"is an Nsight Systems report ({report.suffix or 'no suffix'}) and no nsys CLI was found to export it: "
+        "install Nsight Systems (its nsys on PATH), pass --nsys PATH or set NSYSAUDIT_NSYS, or give its "
+        "SQLite export (nsys export --type sqlite)" + _checkout_hint(),
     )
+
+
+def _checkout_hint() -> str:
+    """In a checkout of nsysaudit (not a pip install), the make target that installs Debian's nsys."""
+    installer = Path(__file__).resolve().parents[2] / "scripts" / "install-nsys.sh"
+    return "; in this checkout, `make nsys` installs Debian's" if installer.is_file() else ""
 
 
 def nsys_version(nsys: Path) -> str | None:
