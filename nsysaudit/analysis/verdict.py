@@ -180,7 +180,7 @@ def decide(
         )
     # A shadow copy of a table the joins read may hide the rows that matter: which one nsys wrote
     # is unknown, so the absence of a failure in the one read proves nothing.
-    shadowed = sorted(trace.export.ambiguous_tables & EVIDENCE_TABLES)
+    shadowed = sorted(t for t in EVIDENCE_TABLES if trace.export.is_ambiguous(t))
     if shadowed:
         context.append(
             f"the export holds several versions of {', '.join(shadowed)} (see warnings): the highest was read, "
