@@ -355,3 +355,61 @@ def test_string_ids_without_a_primary_key_but_unique_are_read(capsys, tmp_path: 
     )
     d = analyze_json(capsys, path)
     assert d["census"]["failed_calls"] == 28 and d["verdict"] == "failure_found"
+
+
+# --- issue 24, item 2: a damaged timestamp is never evidence of absence --------------------------------
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_damaged_start_on_the_failed_call_is_inconclusive_not_no_failure(
+    capsys, monkeypatch, tmp_path: Path, native: str
+) -> None:
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", native)
+    path = mutated(
+        tmp_path,
+        f"UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = {INT64_MIN} WHERE correlationId = {FAILED_CORRELATION}",
+    )
+    d = analyze_json(capsys, path)
+    assert d["verdict"] == "inconclusive" and d["findings"] == []
+    assert all(c["correlation_id"] != FAILED_CORRELATION for lc in d["library_calls"] for c in lc["children"])
+    assert all(c["correlation_id"] != FAILED_CORRELATION for lc in d["library_calls"] for c in lc["straddling"])
+    [damaged] = [w for w in d["warnings"] if w["kind"] == "damaged_time_range"]
+    assert damaged["count"] == 1 and "before the capture began (0 ns)" in damaged["message"]
+    [undecided] = [w for w in d["warnings"] if w["kind"] == "undecided_calls"]
+    assert undecided["count"] == 1 and "[time_damaged]" in undecided["message"]
+    assert d["verdict_reasons"][0].startswith("1 CUDA API row(s) could be a failed allocation inside a library call")
+    assert d["census"]["failed_calls"] == 28  # still counted
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "analysis_duration"),
+    [
+        (-1, 12_400, 50_000),  # starts before the capture (ANALYSIS_DETAILS: it starts at 0)
+        (INT64_MIN, 12_400, None),  # capture start unknown: end - start overflows int64
+        (-5, -2, 50_000),  # wholly before the capture: its end says nothing either
+    ],
+    ids=["start-before-capture", "duration-overflows", "wholly-before-capture"],
+)
+def test_a_damaged_failed_allocation_is_undecided(
+    capsys, make_export, start: int, end: int, analysis_duration: int | None
+) -> None:
+    spec = observe_nested_failure()
+    spec.analysis_duration = analysis_duration
+    spec.raw_sql = [f'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = {start}, "end" = {end} WHERE correlationId = 22']
+    d = analyze_json(capsys, make_export(spec))
+    assert d["verdict"] == "inconclusive" and d["findings"] == []
+    assert [c["correlation_id"] for c in d["library_calls"][0]["children"]] == [20, 21]
+    assert "damaged_time_range" in kinds(d)
+    [undecided] = [w for w in d["warnings"] if w["kind"] == "undecided_calls"]
+    assert "[time_damaged]" in undecided["message"]
+
+
+def test_a_start_at_the_capture_start_is_not_damaged(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.analysis_duration = 50_000
+    spec.lib_calls[0].start = 0
+    spec.raw_sql = ['UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 0 WHERE correlationId = 22']
+    d = analyze_json(capsys, make_export(spec))
+    assert [f["correlation_id"] for f in d["findings"]] == [22] and "damaged_time_range" not in kinds(d)

@@ -122,7 +122,7 @@ def _analyze(
     )
     libs = joins.with_ids(libs, names).sort("lib_id")
 
-    calls = integrity.joinable_calls(trace.cuda_api_rows)
+    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds.start_ns)
     # The library calls the joins can use, and their union per thread: made once, used by every step.
     closed = closed_library_calls(trace.library_calls)
     windows = trace.library_windows  # union_windows(closed), made once by the read
