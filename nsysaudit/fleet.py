@@ -38,6 +38,7 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -386,6 +387,8 @@ class BatchOutput:
     findings: Path
     parts: Path
     format: Literal["parquet", "csv"]
+    # out names a folder the batch owns (not FILE.parquet / FILE.csv in a folder of the user's)
+    folder_form: bool = False
     _created: list[Path] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
@@ -396,22 +399,64 @@ class BatchOutput:
             stem = path.name[: -len(suffix)]
             return cls(path, path.with_name(f"{stem}.findings{suffix}"), path.with_name(f"{stem}.parts"),
                        "parquet" if suffix == ".parquet" else "csv")
-        return cls(path / "inputs.parquet", path / "findings.parquet", path / "parts", "parquet")
+        return cls(path / "inputs.parquet", path / "findings.parquet", path / "parts", "parquet", folder_form=True)
 
     @property
     def record(self) -> Path:
         return self.parts / "batch.json"
 
+    def refuse_evidence(self, inputs: Sequence[str]) -> None:
+        """Refuse an output that would be written beside the evidence (nothing is written yet).
+
+        ``inputs``: the paths given and the inputs found in them. A folder ``out`` that is, or holds
+        at any depth, one of them (``batch ev --out ev``, ``--out .`` in the inputs' folder); a
+        ``FILE.parquet`` / ``FILE.csv`` in the folder of an input file (the tables, their parts
+        folder and temporary files would lie beside it). Paths are compared resolved.
+        """
+        given = [(p, os.path.realpath(p)) for p in dict.fromkeys(inputs) if os.path.lexists(p)]
+        if self.folder_form:
+            root = os.path.realpath(self.inputs.parent)
+            held = next((p for p, real in given if _within(real, root)), None)
+            if held is not None:
+                raise BatchOutputNotWritable(
+                    self.inputs.parent, f"it holds the input {held}: a batch never writes beside its evidence"
+                )
+            return
+        folder = os.path.realpath(self.inputs.parent)
+        beside = next((p for p, real in given if not os.path.isdir(real) and os.path.dirname(real) == folder), None)
+        if beside is not None:
+            raise BatchOutputNotWritable(
+                self.inputs, f"its folder holds the input {beside}: a batch never writes beside its evidence"
+            )
+
+    def _refuse_foreign(self) -> None:
+        """Refuse an output folder (or parts folder) that holds anything a batch does not write."""
+        checks = [(self.parts, _PART_NAME)]
+        if self.folder_form:
+            checks.insert(0, (self.inputs.parent, _TABLE_NAME))
+        for folder, allowed in checks:
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            foreign = sorted(e.name for e in os.scandir(folder) if not allowed.fullmatch(e.name))
+            if foreign:
+                shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+                raise BatchOutputNotWritable(
+                    folder,
+                    f"holds files or folders no nsysaudit batch wrote ({shown}): choose an empty or new --out",
+                )
+
     def prepare(self, options: AuditOptions) -> frozenset[str]:
         """Create the parts folder (or check it belongs to a batch with the same options); return
-        the SHA-256s already done. Refuses to write over files another program made.
+        the SHA-256s already done. Refuses to write over files another program made, and into a
+        folder holding anything a batch does not write.
         :meth:`abandon` removes what this call created, when the batch stops before any part."""
         wanted = {"format": BATCH_FORMAT, "options": options.recorded()}
         try:
+            self._refuse_foreign()
             if self.record.is_file():
                 try:
                     recorded = json.loads(self.record.read_text(encoding="utf-8"))
-                except (ValueError, UnicodeDecodeError):
+                except (ValueError, UnicodeDecodeError, RecursionError):
                     raise BatchOutputNotWritable(self.record, "not a batch record (unreadable JSON)") from None
                 if recorded != wanted:
                     raise BadOption(
@@ -467,6 +512,20 @@ class BatchOutput:
     def write_tables(self, inputs: pl.DataFrame, findings: pl.DataFrame) -> None:
         _write_frame(findings, self.findings, self.format)
         _write_frame(inputs, self.inputs, self.format)
+
+
+# What a batch writes into its folder and its parts folder (and the temporary names it writes them
+# under, left behind by a kill): nothing else may be there.
+_TMP = r"\.{}\.[0-9a-f]{{12}}\.tmp"
+_TABLE_NAME = re.compile("|".join(["inputs\\.parquet", "findings\\.parquet", "parts",
+                                   _TMP.format("(inputs|findings)\\.parquet")]))
+_PART_NAME = re.compile("|".join(["batch\\.json", "[0-9a-f]{64}\\.(input|findings)\\.parquet",
+                                  _TMP.format("(batch\\.json|[0-9a-f]{64}\\.(input|findings)\\.parquet)")]))
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether resolved ``path`` is ``folder`` or lies under it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
@@ -576,8 +635,11 @@ def run_batch(
     if jobs is not None and jobs < 1:
         raise BadOption(f"jobs must be at least 1, not {jobs}")
     options = AuditOptions(tuple(library_domains), max_pairs, None if nsys_path is None else os.fspath(nsys_path))
-    inputs = find_inputs(paths)
+    given = [os.fspath(p) for p in paths]
+    inputs = find_inputs(given)
     output = BatchOutput.at(out) if out is not None else None
+    if output is not None:
+        output.refuse_evidence([*inputs, *given])
     done = output.prepare(options) if output is not None else frozenset()
     workers = jobs or default_jobs()
     outcomes = _dask(inputs, workers, scheduler, options, done) if engine == "dask" else _local(
