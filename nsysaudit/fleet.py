@@ -53,6 +53,7 @@ from nsysaudit.api import analyze
 from nsysaudit.digests import sha256_file
 from nsysaudit.errors import BadOption, NsysAuditError, UnusableInput
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.paths import storable
 from nsysaudit.progress import Progress
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.text import escape
@@ -529,7 +530,8 @@ def _within(path: str, folder: str) -> bool:
 
 
 def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
-    full = [{k: r.get(k) for k in schema} for r in rows]
+    # A path found in a folder, and the error that names it, may hold bytes that are not UTF-8.
+    full = [{k: storable(v) if isinstance(v := r.get(k), str) else v for k in schema} for r in rows]
     return pl.DataFrame(full, schema=schema, orient="row") if full else pl.DataFrame(schema=schema)
 
 

@@ -1142,3 +1142,54 @@ def test_usage_errors_are_one_line(capsys) -> None:
         assert code == 2 and out == "", (args, out)
         assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
         assert problem in err and "nsysaudit analyze --help" in err, err
+
+
+# --- 3c. sealed input names: escaped where shown, sha256sum's own form in inputs-sha256.txt (issue 24, item 4)
+
+
+def test_hostile_input_names_are_sealed_exactly_and_verified_escaped(capsys, evidence: Path, tmp_path: Path) -> None:
+    observe = copy_in(evidence, H200 / "observe.sqlite", "run\\1.sqlite")  # a backslash is part of a POSIX name
+    release = copy_in(evidence, H200 / "release.sqlite", f"{FORGED}.sqlite")
+    out = tmp_path / "sealed"
+    code, _, err = run(capsys, "compare", str(observe), str(release), "--out", str(out))
+    assert code == 0, err
+    digest = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (observe, release)}
+    escaped = FORGED.replace("\n", "\\n")  # sha256sum escapes \\, \n and \r only (after a leading \)
+    assert (out / "inputs-sha256.txt").read_bytes() == (
+        f"\\{digest[observe]}  run\\\\1.sqlite\n\\{digest[release]}  {escaped}.sqlite\n"
+    ).encode()
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["command"] == ["nsysaudit", "compare", "run\\1.sqlite", f"{FORGED}.sqlite", "--out", "sealed"]
+    assert [i["name"] for i in meta["inputs"]] == ["run\\1.sqlite", f"{FORGED}.sqlite"]
+    if shutil.which("sha256sum"):
+        check = subprocess.run(["sha256sum", "-c", str(out / "inputs-sha256.txt")], cwd=evidence,
+                               capture_output=True, text=True, check=False)
+        assert check.returncode == 0 and check.stdout.count(": OK\n") == 2, check.stdout + check.stderr
+    code, stdout, err = run(capsys, "verify", str(out), "--inputs", str(observe), str(release))
+    assert code == 0, err
+    assert not UNSAFE_SHOWN.search(stdout), repr(stdout)
+    assert [line for line in stdout.splitlines() if line.startswith("seal:")] == [stdout.splitlines()[-1]]
+    shown = "".join(stdout.split())  # the terminal wraps long lines
+    assert "(release)matchesthesealedx\\nseal:sha256:" + "0" * 64 + "\\x1b]0;title\\x07\\u202e.sqlite:" in shown
+    assert "(observe)matchesthesealedrun\\1.sqlite:" in shown
+
+
+def test_a_sealed_name_forged_into_metadata_is_shown_escaped(capsys, evidence: Path, tmp_path: Path) -> None:
+    """metadata.json's role and name are shown by verify --inputs: a forged one is text, not a line."""
+    from nsysaudit.render.terminal import verification_renderable
+
+    forged = {"path": "o.sqlite", "role": FORGED, "name": FORGED, "sha256": "0" * 64, "size_bytes": 1}
+    console = Console(width=400, file=io.StringIO(), color_system=None)
+    console.print(verification_renderable("DIR", ["a"], [forged], rerun=False))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert len(text.splitlines()) == 3 and not UNSAFE_SHOWN.search(text)
+
+
+def test_a_path_that_is_not_utf8_is_one_line_exit_2(capsys, evidence: Path) -> None:
+    bad = Path(os.fsdecode(os.fsencode(evidence) + b"/bad\xff.sqlite"))
+    shutil.copyfile(OBSERVE, bad)
+    for args in (["analyze", "--json", str(bad)], ["compare", str(bad), str(OBSERVE), "--out", str(evidence / "o")]):
+        code, out, err = run(capsys, *args)
+        assert_one_line_error(code, err, Path(str(bad).replace("\udcff", "\\udcff")), "its path is not valid UTF-8")
+        assert out == ""
+    assert sorted(os.listdir(os.fsencode(evidence))) == [b"bad\xff.sqlite"]

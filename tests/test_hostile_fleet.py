@@ -156,3 +156,14 @@ def test_batch_out_that_may_be_written(capsys, monkeypatch, evidence: Path, tmp_
     assert stdout.startswith("1 input(s): 0 analyzed, 1 resumed")
     assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == ["findings.parquet", "inputs.parquet", "parts"]
     assert sorted(p.name for p in evidence.iterdir()) == ["good.sqlite"]
+
+
+def test_a_name_that_is_not_utf8_is_an_error_row_with_its_bytes_escaped(capsys, evidence: Path, tmp_path: Path) -> None:
+    bad = os.fsdecode(os.fsencode(evidence) + b"/bad\xff.sqlite")
+    shutil.copyfile(OBSERVE, bad)
+    code, out, err = run(capsys, "batch", evidence, "--out", tmp_path / "b", "--jobs", 1)
+    assert code == 0 and out.startswith("2 input(s): 1 analyzed, 0 resumed, 1 unusable"), err
+    row = pl.read_parquet(tmp_path / "b" / "inputs.parquet").filter(pl.col("status") == "error").row(0, named=True)
+    assert row["path"] == f"{evidence}/bad\\xff.sqlite"  # the byte as \xff: a table holds UTF-8 only
+    assert row["error"] == f"{evidence}/bad\\xff.sqlite: its path is not valid UTF-8, so no report can name it " \
+        "exactly; give it a UTF-8 name (a link under one is enough)"

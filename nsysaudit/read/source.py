@@ -7,6 +7,7 @@ columns does it have?" and "which nsys/schema version wrote it?" by looking at t
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import stat
@@ -182,7 +183,8 @@ def readonly_uri(path: Path) -> str:
     nothing beside it; :func:`check_side_files` decides beforehand what such files mean. Every
     reader of an export (sqlite3, ADBC) opens it through this URI.
     """
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+    # The path's own bytes (a POSIX name need not be UTF-8: its undecodable bytes are surrogates here).
+    return "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"
 
 
 def open_readonly(path: Path) -> sqlite3.Connection:

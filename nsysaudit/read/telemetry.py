@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from nsysaudit.digests import sha256_bytes
 from nsysaudit.errors import BadOption, UnusableInput
+from nsysaudit.paths import refuse_undecodable_name
 
 ClockKind = Literal["monotonic", "realtime"]
 Edge = Literal["start", "end"]
@@ -299,6 +300,7 @@ def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | Non
     """
     options = options or TelemetryOptions()
     given = Path(path)
+    refuse_undecodable_name(given)
     if not given.exists():
         raise UnusableInput(given, "no such file (telemetry)")
     if not given.is_file():

@@ -23,6 +23,7 @@ from nsysaudit.seal.layout import (
     TAG_FILES,
     TAGMANIFEST,
     ReportKind,
+    checksum_line,
     manifest_text,
     payload,
 )
@@ -342,8 +343,8 @@ def _metadata_of(root: Path) -> dict[str, Any]:
 
 def _check_inputs_listing(root: Path, meta: Mapping[str, Any]) -> None:
     """``inputs-sha256.txt`` and the metadata's inputs must name the same digests."""
-    recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta["inputs"])
-    if (root / INPUTS).read_bytes() != recorded.encode("utf-8", errors="surrogatepass"):
+    recorded = b"".join(checksum_line(i["sha256"], i["name"]) for i in meta["inputs"])
+    if (root / INPUTS).read_bytes() != recorded:
         raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
 
 
