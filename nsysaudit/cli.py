@@ -20,7 +20,7 @@ import click
 
 import nsysaudit
 from nsysaudit import render
-from nsysaudit.errors import BadOption, CheckFailed, NsysAuditError, OutputFailed
+from nsysaudit.errors import BadOption, CheckFailed, NsysAuditError, OutputFailed, Terminated
 
 INT64_MAX = (1 << 63) - 1
 
@@ -521,6 +521,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(exc), exc.exit_code)
     except click.exceptions.Abort:
         return _error("aborted", 130, prefix="nsysaudit: ")
+    except Terminated:
+        return _error("terminated (SIGTERM); what a batch finished is kept in its parts", Terminated.exit_code,
+                      prefix="nsysaudit: ")
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         return _error(exc.format_message() + hint, exc.exit_code)

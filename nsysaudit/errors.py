@@ -58,6 +58,14 @@ class OutputNotWritable(BadOption):
         self.path = str(path)
 
 
+class Terminated(BaseException):
+    """The process was asked to stop (SIGTERM) while worker processes ran: raised in the main thread
+    so that the workers are stopped on the way out. Not an ``Exception``: nothing may catch it as an
+    error of one input. The CLI exits with 143, as a process killed by SIGTERM would."""
+
+    exit_code = 143
+
+
 class CheckFailed(NsysAuditError):
     """A check the user asked for did not pass (for example ``verify`` found a changed file)."""
 

@@ -40,6 +40,9 @@ import multiprocessing
 import os
 import re
 import secrets
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -51,7 +54,7 @@ import polars as pl
 
 from nsysaudit.api import analyze
 from nsysaudit.digests import sha256_file
-from nsysaudit.errors import BadOption, NsysAuditError, UnusableInput
+from nsysaudit.errors import BadOption, NsysAuditError, Terminated, UnusableInput
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.paths import storable
 from nsysaudit.progress import Progress
@@ -301,15 +304,66 @@ def _worker_environment(jobs: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the thread that made it ends
+
+
+def _worker_start(parent: int) -> None:
+    """Each local worker's first step: on Linux, ask for SIGTERM when the driver ends (even by
+    SIGKILL), so that no worker outlives it holding its stdout; a driver already gone ends it now."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's worker processes now (their current inputs are abandoned)."""
+    stop = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if stop is not None:
+        stop()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            process.terminate()
+
+
+@contextlib.contextmanager
+def _terminated_raises() -> Iterator[None]:
+    """While worker processes run, SIGTERM raises :class:`Terminated` in the main thread (instead of
+    ending the driver at once, leaving its workers and the resource tracker alive, holding stdout),
+    so that the workers are stopped on the way out. The earlier handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    earlier = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, earlier)
+
+
 def _local(paths: Sequence[str], jobs: int, options: AuditOptions, done: frozenset[str]) -> Iterator[dict[str, Any]]:
     if jobs == 1 or len(paths) <= 1:
         for path in paths:
             yield audit_one(path, options, done)
         return
     workers = min(jobs, len(paths))
-    with _worker_environment(workers):
+    with _worker_environment(workers), _terminated_raises():
         # spawn, not fork: polars' thread pool is not fork-safe.
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_start,
+            initargs=(os.getpid(),),
+        )
+        stopping = True  # until every input is done: an exception (Terminated too) stops the workers
         try:
             pending: set[Future[dict[str, Any]]] = set()
             queue = iter(paths)
@@ -328,7 +382,10 @@ def _local(paths: Sequence[str], jobs: int, options: AuditOptions, done: frozens
                     nxt = next(queue, None)
                     if nxt is not None:
                         pending.add(pool.submit(audit_one, nxt, options, done))
+            stopping = False
         finally:
+            if stopping:
+                _stop_workers(pool)
             pool.shutdown(wait=True, cancel_futures=True)
 
 
