@@ -11,7 +11,9 @@ import contextlib
 import functools
 import io
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any, BinaryIO, cast
@@ -20,7 +22,7 @@ import click
 
 import nsysaudit
 from nsysaudit import render
-from nsysaudit.errors import BadOption, CheckFailed, NsysAuditError, OutputFailed, Terminated
+from nsysaudit.errors import BadOption, CheckFailed, Interrupted, NsysAuditError, OutputFailed, Terminated
 
 INT64_MAX = (1 << 63) - 1
 
@@ -506,6 +508,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     state: dict[str, Any] = {"debug": False}  # the group's --debug, set once click has parsed it
     if sys.stdout is None:  # started with stdout closed (>&-): nothing could be shown
         return _error("standard output is closed; nothing was done (redirect it, e.g. > report.txt)", 2)
+    with _interrupt_raises():
+        return _run(args, state)
+
+
+@contextlib.contextmanager
+def _interrupt_raises() -> Iterator[None]:
+    """SIGINT raises :class:`Interrupted` (not ``KeyboardInterrupt``) in the main thread while the
+    command runs; the earlier handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupted(signum: int, frame: Any) -> None:
+        raise Interrupted()
+
+    earlier = signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, earlier)
+
+
+def _run(args: list[str], state: dict[str, Any]) -> int:
     try:
         cli.main(args=args, prog_name="nsysaudit", standalone_mode=False, obj=state)
         with printing():  # what Python still buffers is written here, not at interpreter exit
@@ -521,6 +546,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(exc), exc.exit_code)
     except click.exceptions.Abort:
         return _error("aborted", 130, prefix="nsysaudit: ")
+    except (Interrupted, KeyboardInterrupt):
+        return _error("aborted", Interrupted.exit_code, prefix="nsysaudit: ")
     except Terminated:
         return _error("terminated (SIGTERM); what a batch finished is kept in its parts", Terminated.exit_code,
                       prefix="nsysaudit: ")

@@ -66,6 +66,14 @@ class Terminated(BaseException):
     exit_code = 143
 
 
+class Interrupted(BaseException):
+    """Ctrl-C (SIGINT) while a command ran: raised in the main thread in place of
+    ``KeyboardInterrupt`` (which click would answer with a line of its own), so that the CLI says
+    one line and exits with 130."""
+
+    exit_code = 130
+
+
 class CheckFailed(NsysAuditError):
     """A check the user asked for did not pass (for example ``verify`` found a changed file)."""
 

@@ -1193,3 +1193,97 @@ def test_a_path_that_is_not_utf8_is_one_line_exit_2(capsys, evidence: Path) -> N
         assert_one_line_error(code, err, Path(str(bad).replace("\udcff", "\\udcff")), "its path is not valid UTF-8")
         assert out == ""
     assert sorted(os.listdir(os.fsencode(evidence))) == [b"bad\xff.sqlite"]
+
+
+# --- 5. no traceback at the edges (issue 24, item 8) ----------------------------------------------------
+
+HUGE_INT = "9" * 5_000  # past Python's 4,300-digit limit for int(): a ValueError, not a JSON error
+DEEP_JSON = "[" * 100_000 + "]" * 100_000  # past the stdlib decoder's recursion limit
+
+
+@pytest.mark.parametrize("lenient", [False, True])
+def test_telemetry_integers_of_thousands_of_digits_are_a_bad_line(capsys, evidence: Path, lenient: bool) -> None:
+    telemetry = evidence / "huge.telemetry.jsonl"
+    telemetry.write_text(f'{{"event": "a", "monotonic_ns": 5}}\n{{"event": "b", "monotonic_ns": {HUGE_INT}}}\n')
+    code, out, err = run(capsys, "analyze", "--json", str(OBSERVE), "--telemetry", str(telemetry),
+                         *(["--lenient"] if lenient else []))
+    problem = "line 2: unusable JSON value: integer 999999999999999999999999... (5,000 characters) is outside"
+    if lenient:
+        assert code == 0 and "Traceback" not in err, err
+        [w] = [w for w in json.loads(out)["warnings"] if w["kind"] == "telemetry_bad_lines"]
+        assert problem in w["message"]
+    else:
+        assert_one_line_error(code, err, telemetry, problem)
+
+
+def test_telemetry_keys_given_twice_are_a_bad_line_not_the_last_value(capsys, evidence: Path) -> None:
+    telemetry = evidence / "twice.telemetry.jsonl"
+    telemetry.write_text('{"event": "a", "monotonic_ns": 5, "monotonic_ns": 7}\n')
+    code, _, err = run(capsys, "analyze", str(OBSERVE), "--telemetry", str(telemetry))
+    assert_one_line_error(code, err, telemetry, "line 1: unusable JSON value: key 'monotonic_ns' is given twice")
+
+
+@pytest.mark.parametrize("seal", [False, True])
+def test_verify_of_a_metadata_json_with_a_huge_integer_is_a_failed_check(
+    capsys, tmp_path: Path, seal: bool
+) -> None:
+    out = tmp_path / "sealed"
+    code, stdout, err = run(capsys, "analyze", str(OBSERVE), "--out", str(out))
+    assert code == 0, err
+    quoted = stdout.splitlines()[-1].removeprefix("seal: ")
+    meta = out / "metadata.json"
+    meta.write_text(meta.read_text().replace('"size_bytes": ', f'"size_bytes": {HUGE_INT}', 1))
+    code, stdout, err = run(capsys, "verify", str(out), *(["--seal", quoted] if seal else []))
+    assert (code, stdout) == (1, "") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert str(out) in err and ("not readable JSON" in err or "metadata.json: changed" in err), err
+
+
+def test_an_export_cache_record_nested_too_deeply_is_stale_not_a_traceback(tmp_path: Path) -> None:
+    from nsysaudit.read import nsys
+
+    entry = tmp_path / f"{'0' * 64}.sqlite"
+    shutil.copyfile(OBSERVE, entry)
+    for record in (DEEP_JSON, f'{{"format": "nsysaudit.export-cache/1", "size_bytes": {HUGE_INT}}}'):
+        entry.with_suffix(".json").write_text(record)
+        assert nsys._cached(tmp_path / "r.nsys-rep", entry, "0" * 64, "nsys 1") is None  # exported again
+
+
+def test_a_batch_record_nested_too_deeply_is_one_line(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "batch"
+    code, _, err = run(capsys, "batch", str(OBSERVE), "--out", str(out), "--jobs", "1")
+    assert code == 0, err
+    (out / "parts" / "batch.json").write_text(DEEP_JSON)
+    code, stdout, err = run(capsys, "batch", str(OBSERVE), "--out", str(out), "--jobs", "1")
+    assert (code, stdout) == (2, "")
+    assert err == f"nsysaudit: error: {out / 'parts' / 'batch.json'}: cannot write the batch output here: not a " \
+        "batch record (unreadable JSON) (nothing was written)\n"
+
+
+def test_ctrl_c_while_the_command_runs_is_one_line(capsys, monkeypatch) -> None:
+    import signal
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        raise AssertionError("SIGINT was not delivered")
+
+    monkeypatch.setattr(nsysaudit, "analyze", interrupted)
+    code, out, err = run(capsys, "analyze", str(OBSERVE))
+    assert (code, out, err) == (130, "", "nsysaudit: aborted\n")  # click's blank line is not printed
+
+
+def test_ctrl_c_while_the_cli_is_imported_is_one_line() -> None:
+    """SIGINT in the first ~0.2 s, while click and polars are imported: the same one line."""
+    script = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *args, **kwargs):\n"
+        "    if name == 'polars':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = imp\n"
+        f"sys.argv = ['nsysaudit', 'analyze', {str(OBSERVE)!r}]\n"
+        "from nsysaudit.__main__ import run\n"
+        "run()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "nsysaudit: aborted\n")

@@ -99,8 +99,8 @@ def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> dict
         if not entry.is_file() or record_file.is_symlink() or not record_file.is_file():  # never open a FIFO
             return None
         record = json.loads(record_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None  # no record, or an unreadable one: export again
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None  # no record, or an unreadable one (not JSON, nested too deep, an integer too long): export again
     if not isinstance(record, dict) or record.get("format") != CACHE_FORMAT:
         return None
     if record.get("report_sha256") != sha256 or record.get("exported_with") != version:

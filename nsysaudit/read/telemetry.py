@@ -208,6 +208,8 @@ class _BadValue(ValueError):
 
 
 def _int64(text: str) -> int:
+    if len(text) > 20:  # past 64 bits (19 digits and a sign); int() refuses 4,300 digits with a ValueError
+        raise _BadValue(f"integer {text[:24]}... ({len(text):,} characters) is outside the 64-bit range")
     value = int(text)
     if not INT64_MIN <= value <= INT64_MAX:
         raise _BadValue(f"integer {text[:24]}{'...' if len(text) > 24 else ''} is outside the 64-bit range")
@@ -225,11 +227,24 @@ def _constant(text: str) -> float:
     raise _BadValue(f"{text} is not a JSON number (NaN and infinities cannot be kept exactly)")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different: a key given twice would keep only its last value
+    (the stdlib's rule), so which stamp or name the line means is unknown."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise _BadValue(f"key {twice!r} is given twice (which value is meant is unknown)")
+    return obj
+
+
 def _decode(text: str) -> Any:
     """``json.loads`` that refuses what could not be kept exactly: integers outside 64 bits, NaN
     and infinities (they would become ``null`` in the JSON report), lone surrogates (they cannot
     be written as UTF-8) and nesting deeper than :data:`MAX_DEPTH` levels."""
-    obj = json.loads(text, parse_int=_int64, parse_float=_finite, parse_constant=_constant)
+    obj = json.loads(
+        text, parse_int=_int64, parse_float=_finite, parse_constant=_constant, object_pairs_hook=_unique_keys
+    )
     stack: list[tuple[Any, int]] = [(obj, 1)]
     while stack:
         value, depth = stack.pop()
