@@ -496,6 +496,18 @@ def plot_cmd(
             click.echo(render.escape(f"  {note}"))
 
 
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(dict)["debug"] = True
+
+
+for _command in cli.commands.values():  # --debug after the command too: nsysaudit analyze X --debug
+    _command.params.append(
+        click.Option(["--debug"], is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+                     help="Show Python tracebacks for errors (as nsysaudit --debug COMMAND does).")
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code. The one error funnel lives here.
 

@@ -557,15 +557,32 @@ class BatchOutput:
         _write_frame(_frame([stored], INPUT_SCHEMA), self.parts / f"{sha}.input.parquet", "parquet")
 
     def load_part(self, sha: str) -> tuple[dict[str, Any], pl.DataFrame]:
-        """The input row (without path and status) and findings of a finished part."""
+        """The input row (without path and status) and findings of a finished part.
+
+        The parts are trusted, but held to what :meth:`save_part` writes: one input row of
+        :data:`INPUT_SCHEMA` carrying ``sha`` and findings of :data:`FINDING_SCHEMA` carrying it
+        (a part of another schema would be a row of nulls, resumed as if analyzed)."""
+        inputs, found = self.parts / f"{sha}.input.parquet", self.parts / f"{sha}.findings.parquet"
         try:
-            row = pl.read_parquet(self.parts / f"{sha}.input.parquet").row(0, named=True)
-            findings = pl.read_parquet(self.parts / f"{sha}.findings.parquet")
+            part = pl.read_parquet(inputs)
+            findings = pl.read_parquet(found)
         except (OSError, pl.exceptions.PolarsError) as exc:
             raise BatchOutputNotWritable(
                 self.parts / sha, f"a part of the earlier batch cannot be read ({exc})"
             ) from None
-        return row, findings
+        for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, FINDING_SCHEMA)):
+            if dict(frame.schema) != schema:
+                raise BatchOutputNotWritable(
+                    path, f"not a part this nsysaudit writes (its columns are not {path.name.split('.')[1]} "
+                    "rows of this version); delete --out to start over"
+                )
+        shas = findings["input_sha256"].unique().to_list()
+        if part.height != 1 or part["sha256"][0] != sha or shas not in ([], [sha]):
+            raise BatchOutputNotWritable(
+                self.parts / sha, "a part whose rows are not those of the input its name gives (SHA-256); delete "
+                "--out to start over"
+            )
+        return part.row(0, named=True), findings
 
     def write_tables(self, inputs: pl.DataFrame, findings: pl.DataFrame) -> None:
         _write_frame(findings, self.findings, self.format)

@@ -134,6 +134,10 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     )
     assert debug.returncode != 0
     assert "Traceback" in debug.stderr and "UnusableInput" in debug.stderr
+    # after the command too (issue 24, item 9): it was refused there ("No such option")
+    for args in (["analyze", str(bad), "--debug"], ["compare", str(bad), str(bad), "--out", "x", "--debug"]):
+        after = subprocess.run([sys.executable, "-m", "nsysaudit", *args], capture_output=True, text=True, check=False)
+        assert "Traceback" in after.stderr and "UnusableInput" in after.stderr, after.stderr
 
 
 def _cuts(size: int, page: int) -> Iterator[int]:
@@ -478,6 +482,24 @@ def test_nsys_rep_that_nsys_cannot_export(
     assert folder_state(evidence) == before
     # No half-written export is left in the cache either.
     assert not list(cache.rglob("*.sqlite"))
+
+
+def test_a_failed_nsys_export_says_its_cause_not_its_progress(capsys, evidence: Path, tmp_path: Path) -> None:
+    """nsys export draws its progress bar on stderr first and says why it failed last (issue 24, item 9)."""
+    report = evidence / "run.nsys-rep"
+    report.write_bytes(b"a report")
+    nsys = tmp_path / "nsys"
+    progress = "".join(f"\\rProcessing 11832 events: [{i}%%{' ' * 50}]" for i in range(1, 60))  # printf: %%
+    nsys.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2023.4.4"; exit 0; fi\n'
+        f'printf "{progress}" >&2\n'
+        'printf "\\nExportation error: database or disk is full: No space left on device\\n" >&2\nexit 1\n'
+    )
+    nsys.chmod(0o755)
+    code, _, err = run(capsys, "analyze", "--nsys", str(nsys), str(report))
+    assert_one_line_error(code, err, report, "nsys export failed (exit 1): Exportation error: database or disk is "
+                          "full: No space left on device")
+    assert "Processing" not in err
 
 
 # --- 1b. partly broken input: the analysis runs, every problem is a warning ----------------------

@@ -167,3 +167,30 @@ def test_a_name_that_is_not_utf8_is_an_error_row_with_its_bytes_escaped(capsys, 
     assert row["path"] == f"{evidence}/bad\\xff.sqlite"  # the byte as \xff: a table holds UTF-8 only
     assert row["error"] == f"{evidence}/bad\\xff.sqlite: its path is not valid UTF-8, so no report can name it " \
         "exactly; give it a UTF-8 name (a link under one is enough)"
+
+
+@pytest.mark.parametrize("damage", ["other-columns", "other-input"])
+def test_a_resumed_part_that_is_not_what_a_batch_wrote_is_refused(
+    capsys, evidence: Path, tmp_path: Path, damage: str
+) -> None:
+    """Parts are trusted, yet held to their schema and their own SHA-256: a part of another shape
+    gave a row of nulls, exit 0 (issue 24, item 9)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copyfile(H200_2025 / "event" / "release.sqlite", other / "release.sqlite")
+    out = tmp_path / "b"
+    for folder in (evidence, other):  # a part for each input
+        code, _, err = run(capsys, "batch", folder, "--out", out, "--jobs", 1)
+        assert code == 0, err
+    sha = pl.read_parquet(out / "inputs.parquet")["sha256"][0]  # other/release.sqlite's, the last batch's input
+    mine = out / "parts" / f"{sha}.input.parquet"
+    if damage == "other-columns":
+        pl.DataFrame({"sha256": [sha], "verdict": ["no_failure"]}).write_parquet(mine)
+        problem = f"{mine}: cannot write the batch output here: not a part this nsysaudit writes"
+    else:  # the part of good.sqlite under release.sqlite's name
+        (theirs,) = (p for p in (out / "parts").glob("*.input.parquet") if p != mine)
+        shutil.copyfile(theirs, mine)
+        problem = f"{out / 'parts' / sha}: cannot write the batch output here: a part whose rows are not those"
+    code, stdout, err = run(capsys, "batch", other, "--out", out, "--jobs", 1)
+    assert (code, stdout) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"nsysaudit: error: {problem}"), err
