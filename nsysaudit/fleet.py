@@ -209,7 +209,7 @@ def audit_one(path: str, options: AuditOptions, done: frozenset[str] = frozenset
         return _failed(row, path, f"{path}: the file changed while it was read (SHA-256 {expected} then {sha})")
     census = result.census
     findings = result.findings
-    censored = result.coverage["censored"]
+    censored = result.censored_table
     kinds = [f["kind"] for f in findings]
     row.update(
         sha256=sha,
@@ -222,8 +222,8 @@ def audit_one(path: str, options: AuditOptions, done: frozenset[str] = frozenset
         nonzero_returns=census["nonzero_returns"],
         failed_calls=census["failed_calls"],
         library_calls=result.frames["library_calls"].height,
-        censored_library_calls=len(censored),
-        censored_reasons=", ".join(sorted({r for c in censored for r in c["reasons"]})) or None,
+        censored_library_calls=censored.height,
+        censored_reasons=", ".join(sorted(censored["reasons"].explode().drop_nulls().unique().to_list())) or None,
         findings=len(findings),
         warnings=len(result.warnings),
         error=None,

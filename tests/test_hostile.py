@@ -1053,15 +1053,17 @@ def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: p
     threads where a call encloses another (the inequality join) give every overlap, nothing else."""
     import nsysaudit.joins as joins_module
 
-    ways: Counter[bool] = Counter()
-    in_sequence = joins_module._overlapping_in_sequence
+    ways: Counter[bool] = Counter()  # True: threads answered in sequence; False: by the inequality join
 
-    def counted(*args: Any) -> Any:
-        answer = in_sequence(*args)
-        ways[answer is not None] += 1
-        return answer
+    def counted(way: bool, real: Any) -> Any:
+        def spy(calls: pl.DataFrame, libs: pl.DataFrame) -> Any:
+            ways[way] += calls["gtid"].n_unique() if libs.height else 0
+            return real(calls, libs)
 
-    monkeypatch.setattr(joins_module, "_overlapping_in_sequence", counted)
+        return spy
+
+    monkeypatch.setattr(joins_module, "_overlapping_in_sequence", counted(True, joins_module._overlapping_in_sequence))
+    monkeypatch.setattr(joins_module, "_overlapping_by_join", counted(False, joins_module._overlapping_by_join))
     rng = random.Random(5 if sequential else 6)
     for _ in range(60):
         libs = []
@@ -1095,6 +1097,45 @@ def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: p
         assert got == expected and pairs.height == len(expected)
         assert pairs.equals(pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True))
     assert ways[True] > 10 and (ways[False] == 0 if sequential else ways[False] > 10)  # each way was taken
+
+
+def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force() -> None:
+    """All threads are answered at once (issue 24's 100k threads): ties, zero-length calls and
+    library calls at the ends of the int64 range give every overlap of its own thread, nothing else."""
+    rng = random.Random(24)
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    for _ in range(80):
+        threads = rng.randint(1, 40)
+        points = [lo, lo + 1, -5, 0, 3, 7, 11, hi - 1, hi]
+        libs = []
+        for i in range(rng.randint(0, 30)):
+            a, b = sorted(rng.choice([*points, rng.randint(-20, 20)]) for _ in range(2))
+            libs.append((i, rng.randint(1, threads), a, b))
+        calls = []
+        for thread in range(1, threads + 1):
+            t = rng.randint(-20, 0)
+            for _ in range(rng.randint(0, 6)):
+                start, t = t, t + rng.randint(0, 4)
+                calls.append((thread, start, t, len(calls), "cudaMalloc_v3020", 0))
+        if calls and rng.random() < 0.3:  # a call enclosing the next on one thread: the join's way
+            g, s0, e0, *_ = calls[0]
+            calls.append((g, s0, e0 + 10, len(calls), "cudaMalloc_v3020", 0))
+        lib_frame = pl.DataFrame(libs, schema=["lib_id", "gtid", "start_ns", "end_ns"], orient="row").cast(pl.Int64)
+        call_frame = pl.DataFrame(
+            calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
+        ).cast({"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
+        closed = closed_libs(lib_frame)
+        pairs = nest(closed, call_frame)
+        expected = {
+            (lib, corr, "nested" if ls <= s and e <= le else "straddling")
+            for lib, lg, ls, le in libs
+            for cg, s, e, corr, _, _ in calls
+            if lg == cg and s <= le and e >= ls
+        }
+        assert set(pairs.select("lib_id", "correlation_id", "relation").iter_rows()) == expected
+        assert pairs.height == len(expected)
+        per_lib = Counter(lib for lib, _, _ in expected)
+        assert {lib: n for lib, n in count_pairs(closed, call_frame).iter_rows() if n} == per_lib
 
 
 # --- 3b. text is data in every command and on stderr (issue 10, item 9) ---------------------------

@@ -8,7 +8,7 @@ appended to anything shared.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -246,21 +246,19 @@ def _analyze(
 
 def _memory_moments(
     findings: pl.DataFrame, libs: pl.DataFrame, alignment: Alignment | None, processes: pl.DataFrame
-) -> list[tuple[str, str, int | None, int | None, dict[str, Any]]]:
+) -> Iterator[tuple[str, str, int | None, int | None, dict[str, Any]]]:
     """The moments the ledger is read at: each finding, each censored library call's start, each
-    telemetry line placed on the trace clock (for its process)."""
-    moments: list[tuple[str, str, int | None, int | None, dict[str, Any]]] = []
-    for i, f in enumerate(findings.iter_rows(named=True)):
-        moments.append(("finding", f"{f['kind']}: {f['api']}", f["start_ns"], gpid_of(f["gtid"]), {"finding": i}))
-    for lc in libs.filter(pl.col("coverage") == "censored").iter_rows(named=True):
-        moments.append(
-            ("censored_library_call", str(lc["api"]), lc["start_ns"], gpid_of(lc["gtid"]), {"lib_id": lc["lib_id"]})
-        )
+    telemetry line placed on the trace clock (for its process). Made as they are read: without a
+    ledger none is (10^6 censored calls or telemetry lines would be 10^6 tuples for nothing)."""
+    for i, (kind, api, start, gtid) in enumerate(findings.select("kind", "api", "start_ns", "gtid").iter_rows()):
+        yield "finding", f"{kind}: {api}", start, gpid_of(gtid), {"finding": i}
+    censored = libs.filter(pl.col("coverage") == "censored").select("api", "start_ns", "gtid", "lib_id")
+    for api, start, gtid, lib_id in censored.iter_rows():
+        yield "censored_library_call", str(api), start, gpid_of(gtid), {"lib_id": lib_id}
     if alignment is not None:
         gpids = {pid: gpid for pid, gpid in processes.select("pid", "gpid").iter_rows()}
         for event, placed in zip(alignment.log.events, alignment.placements, strict=True):
             if event.pid is not None and event.pid in gpids:
-                moments.append(("telemetry", event.event, placed.trace_ns, gpids[event.pid], {"line": event.line}))
-    return moments
+                yield "telemetry", event.event, placed.trace_ns, gpids[event.pid], {"line": event.line}
 
 
