@@ -13,7 +13,6 @@ import io
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any, BinaryIO, cast
@@ -22,7 +21,15 @@ import click
 
 import nsysaudit
 from nsysaudit import render
-from nsysaudit.errors import BadOption, CheckFailed, Interrupted, NsysAuditError, OutputFailed, Terminated
+from nsysaudit.errors import (
+    BadOption,
+    CheckFailed,
+    Interrupted,
+    NsysAuditError,
+    OutputFailed,
+    Terminated,
+    signal_raises,
+)
 
 INT64_MAX = (1 << 63) - 1
 
@@ -520,26 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     state: dict[str, Any] = {"debug": False}  # the group's --debug, set once click has parsed it
     if sys.stdout is None:  # started with stdout closed (>&-): nothing could be shown
         return _error("standard output is closed; nothing was done (redirect it, e.g. > report.txt)", 2)
-    with _interrupt_raises():
+    with signal_raises(signal.SIGINT, Interrupted):  # not KeyboardInterrupt, which click answers with a line of its own
         return _run(args, state)
-
-
-@contextlib.contextmanager
-def _interrupt_raises() -> Iterator[None]:
-    """SIGINT raises :class:`Interrupted` (not ``KeyboardInterrupt``) in the main thread while the
-    command runs; the earlier handler is restored after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupted(signum: int, frame: Any) -> None:
-        raise Interrupted()
-
-    earlier = signal.signal(signal.SIGINT, interrupted)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, earlier)
 
 
 def _run(args: list[str], state: dict[str, Any]) -> int:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
-from typing import TypedDict
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any, TypedDict
 
 
 class NsysAuditError(Exception):
@@ -72,6 +76,26 @@ class Interrupted(BaseException):
     one line and exits with 130."""
 
     exit_code = 130
+
+
+@contextlib.contextmanager
+def signal_raises(signum: int, error: type[BaseException]) -> Iterator[None]:
+    """While the block runs, signal ``signum`` raises ``error`` in the main thread (where Python
+    runs signal handlers), so that what the block started is undone on the way out; the earlier
+    handler is restored after. Elsewhere than the main thread it does nothing (handlers can only
+    be set there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_error(signum: int, frame: Any) -> None:
+        raise error()
+
+    earlier = signal.signal(signum, raise_error)
+    try:
+        yield
+    finally:
+        signal.signal(signum, earlier)
 
 
 class CheckFailed(NsysAuditError):

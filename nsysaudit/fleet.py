@@ -42,7 +42,6 @@ import re
 import secrets
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -54,7 +53,7 @@ import polars as pl
 
 from nsysaudit.api import analyze
 from nsysaudit.digests import sha256_file
-from nsysaudit.errors import BadOption, NsysAuditError, Terminated, UnusableInput
+from nsysaudit.errors import BadOption, NsysAuditError, Terminated, UnusableInput, signal_raises
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.paths import storable
 from nsysaudit.progress import Progress
@@ -330,32 +329,15 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             process.terminate()
 
 
-@contextlib.contextmanager
-def _terminated_raises() -> Iterator[None]:
-    """While worker processes run, SIGTERM raises :class:`Terminated` in the main thread (instead of
-    ending the driver at once, leaving its workers and the resource tracker alive, holding stdout),
-    so that the workers are stopped on the way out. The earlier handler is restored after."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def raise_terminated(signum: int, frame: Any) -> None:
-        raise Terminated()
-
-    earlier = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, earlier)
-
-
 def _local(paths: Sequence[str], jobs: int, options: AuditOptions, done: frozenset[str]) -> Iterator[dict[str, Any]]:
     if jobs == 1 or len(paths) <= 1:
         for path in paths:
             yield audit_one(path, options, done)
         return
     workers = min(jobs, len(paths))
-    with _worker_environment(workers), _terminated_raises():
+    # SIGTERM raises Terminated while the workers run (instead of ending the driver at once, leaving
+    # its workers and the resource tracker alive, holding stdout): the workers are stopped on the way out.
+    with _worker_environment(workers), signal_raises(signal.SIGTERM, Terminated):
         # spawn, not fork: polars' thread pool is not fork-safe.
         pool = ProcessPoolExecutor(
             workers,
