@@ -274,7 +274,8 @@ class Alignment:
     def telemetry_summary(self) -> dict[str, Any]:
         """The top-level ``telemetry`` object: the file, its warnings, every line's placement."""
         log, opts = self.log, self.log.options
-        skip = {opts.event_key, "pid", "tid", *opts.clock_fields.values()}
+        clock_fields = opts.clock_fields
+        skip = {opts.event_key, "pid", "tid", *clock_fields.values()}
         timeline = []
         for e, p in zip(log.events, self.placements, strict=True):
             timeline.append(
@@ -283,7 +284,7 @@ class Alignment:
                     "event": e.event,
                     "pid": e.pid,
                     "tid": e.tid,
-                    "clocks": {opts.clock_fields[k]: v for k, v in e.clocks.items()},
+                    "clocks": {clock_fields[k]: v for k, v in e.clocks.items()},
                     "trace_ns": p.trace_ns,
                     "via": p.via,
                     "values": dict(e.measured),

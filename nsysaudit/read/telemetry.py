@@ -319,14 +319,16 @@ def _fast_decode(raw: bytes) -> Any:
     return obj
 
 
-def _parse_line(raw: bytes, number: int, options: TelemetryOptions) -> TelemetryEvent | BadLine:
+def _parse_line(
+    raw: bytes, number: int, options: TelemetryOptions, skip: set[str] | None = None
+) -> TelemetryEvent | BadLine:
     obj = _fast_decode(raw)
     if obj is None:
         parsed = _strict_decode(raw, number)
         if isinstance(parsed, BadLine):
             return parsed
         obj = parsed
-    return _event(obj, number, options)
+    return _event(obj, number, options, skip)
 
 
 def _strict_decode(raw: bytes, number: int) -> Any:
@@ -346,8 +348,9 @@ def _strict_decode(raw: bytes, number: int) -> Any:
     return obj
 
 
-def _event(obj: Any, number: int, options: TelemetryOptions) -> TelemetryEvent | BadLine:
-    """A decoded line as a telemetry event, or why it is not one."""
+def _event(obj: Any, number: int, options: TelemetryOptions, skip: set[str] | None = None) -> TelemetryEvent | BadLine:
+    """A decoded line as a telemetry event, or why it is not one. ``skip``: the fields that are not
+    values (the event name, identities, clocks; :func:`_not_values`), made once per file."""
     if not isinstance(obj, dict):
         return BadLine(number, f"not a JSON object (a JSON {type(obj).__name__})")
     key = options.event_key
@@ -373,8 +376,12 @@ def _event(obj: Any, number: int, options: TelemetryOptions) -> TelemetryEvent |
         if value is not None and not _is_int(value):
             return BadLine(number, f"{fname!r} is not an integer (got {json.dumps(value)[:40]})")
         ids[fname] = value
-    skip = {key, PID_FIELD, TID_FIELD, *(f for _, f in options.clock)}
-    return TelemetryEvent(number, name, clocks, ids[PID_FIELD], ids[TID_FIELD], obj, _measured(obj, skip))
+    measured = _measured(obj, skip if skip is not None else _not_values(options))
+    return TelemetryEvent(number, name, clocks, ids[PID_FIELD], ids[TID_FIELD], obj, measured)
+
+
+def _not_values(options: TelemetryOptions) -> set[str]:
+    return {options.event_key, PID_FIELD, TID_FIELD, *(f for _, f in options.clock)}
 
 
 def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | None = None) -> TelemetryLog:
@@ -397,10 +404,11 @@ def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | Non
         raise UnusableInput(given, f"cannot read telemetry: {exc.strerror}") from None
     events: list[TelemetryEvent] = []
     bad: list[BadLine] = []
+    skip = _not_values(options)
     for number, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
             continue
-        parsed = _parse_line(raw, number, options)
+        parsed = _parse_line(raw, number, options, skip)
         (bad if isinstance(parsed, BadLine) else events).append(parsed)  # type: ignore[arg-type]
     if bad and not options.lenient:
         first = "; ".join(f"line {b.line}: {b.problem}" for b in bad[:MAX_ERROR_LINES])
