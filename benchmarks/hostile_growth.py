@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """How nsysaudit's time and memory grow on pathological exports (issue 6, resource bounds).
 
-    python benchmarks/hostile_growth.py [--scale 1 2 4 8] [--base 100000] [--out DIR]
+    python benchmarks/hostile_growth.py [--scale 1 2 4 8] [--base 100000] [--shapes ...] [--out DIR]
+
+The issue 24 table: ``--shapes telemetry_lines tiny_library_calls --base 1000000 --scale 1`` and
+``--shapes many_threads nested_library_calls --base 100000 --scale 1``.
 
 Three shapes, each generated at ``base * scale`` rows (SQLite recursive CTEs over a builder
 template, so generation is fast and the file has the real nsys DDL):
@@ -16,6 +19,20 @@ template, so generation is fast and the file has the real nsys DDL):
   on a thread with n / 10 long overlapping cuBLAS ranges: their nesting is unknown and is looked
   up in the thread's union of ranges, never by forming (row, range) pairs (issue 10, item 7).
 
+The four adversarial shapes of issue 24 (targets in benchmarks/RESULTS.md):
+
+- ``telemetry_lines``: the real torch observe capture with n telemetry lines (``--telemetry``),
+  the capture's own 8 lines among n ``tick`` lines of the same form (185 bytes each, both clocks,
+  the main thread's pid/tid), spread over the capture.
+- ``many_threads``: n threads of one process, each with its ThreadNames name and one cuBLAS range
+  holding one CUDA API call.
+- ``tiny_library_calls``: n cuBLAS ranges of 90 ns on one thread, each holding one CUDA API call;
+  ``tiny_censored_library_calls``: the same ranges after the process's last CUDA API record (no
+  diagnostics say the capture went on), so each one is censored (``coverage.censored``, the
+  device-memory ledger read at each).
+- ``nested_library_calls``: n cuBLAS ranges nested inside each other on one thread, all holding
+  the one CUDA API call at their centre (n pairs).
+
 Each analysis runs in its own process (``nsysaudit analyze --json`` to /dev/null); wall time and
 peak RSS come from the child's rusage. This is a measurement, not a test: nothing here is timed
 inside pytest. Growth no worse than n log n shows as time ratios near the scale ratios.
@@ -24,7 +41,9 @@ inside pytest. Growth no worse than n log n shows as time ratios near the scale 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -82,10 +101,71 @@ def _ranges_sql(k: int, lib: int, domain: int, start: str, end: str) -> str:
         SELECT {start}, {end}, 59, {GTID}, {lib}, {domain} FROM seq"""
 
 
+TORCH = REPO / "tests" / "fixtures" / "h200-cuda13-nsys2025.3" / "torch"
+
+
+def make_telemetry(n: int, path: Path) -> Path:
+    """The torch observe capture's telemetry with n ``tick`` lines added among its own (see above)."""
+    lines = [json.loads(line) for line in (TORCH / "observe.telemetry.jsonl").read_text().splitlines()]
+    first = lines[0]
+    con = sqlite3.connect(f"file:{TORCH / 'observe.sqlite'}?mode=ro&immutable=1", uri=True)
+    (session,) = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    con.close()
+    span = first["realtime_ns"] - session, lines[-1]["realtime_ns"] - session  # the lines' own trace span
+    ticks = []
+    for i in range(n):
+        trace_ns = span[0] + (span[1] - span[0]) * i // max(1, n)
+        real = session + trace_ns
+        mono = first["monotonic_ns"] + (real - first["realtime_ns"])
+        ticks.append(
+            {"event": "tick", "arm": "observe", "step": i, "pid": first["pid"], "tid": first["tid"],
+             "thread": "MainThread", "monotonic_ns": mono, "monotonic_raw_ns": mono - 94_332_909,
+             "realtime_ns": real}
+        )
+    merged = sorted([*lines, *ticks], key=lambda e: e["realtime_ns"])
+    with open(path, "w") as out:
+        for event in merged:
+            out.write(json.dumps(event) + "\n")
+    return path
+
+
 def make(shape: str, n: int, path: Path) -> None:
+    if shape == "telemetry_lines":
+        shutil.copyfile(TORCH / "observe.sqlite", path)
+        make_telemetry(n, path.with_suffix(".jsonl"))
+        return
     malloc, launch, lib, domain, _ = _template(path)
     con = sqlite3.connect(path)
-    if shape == "many_ranges":
+    if shape == "many_threads":
+        # Thread i (tid 1000 + i): its name, one 80 ns range at i*100 holding one call.
+        (top,) = con.execute("SELECT max(id) FROM StringIds").fetchone()
+        con.execute(f"""
+            WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < {n - 1})
+            INSERT INTO StringIds (id, value) SELECT {top + 1} + i, 'worker-' || i FROM seq""")
+        con.execute(f"""
+            WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < {n - 1})
+            INSERT INTO ThreadNames (nameId, priority, globalTid) SELECT {top + 1} + i, 20, {GTID - TID} + 1000 + i
+            FROM seq""")
+        con.execute(f"""
+            WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < {n - 1})
+            INSERT INTO NVTX_EVENTS (start, "end", eventType, globalTid, textId, domainId)
+            SELECT i * 100 + 5, i * 100 + 85, 59, {GTID - TID} + 1000 + i, {lib}, {domain} FROM seq""")
+        con.execute(f"""
+            WITH RECURSIVE seq(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM seq WHERE i < {n - 1})
+            INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, "end", eventClass, globalTid, correlationId, nameId,
+                                                     returnValue, callchainId)
+            SELECT i * 100 + 10, i * 100 + 15, 0, {GTID - TID} + 1000 + i, i + 1, {launch}, 0, NULL FROM seq""")
+    elif shape == "tiny_library_calls":
+        con.execute(_calls_sql(n, 100, malloc, launch, 0))
+        con.execute(_ranges_sql(n, lib, domain, "i * 100 + 5", "i * 100 + 95"))
+    elif shape == "tiny_censored_library_calls":
+        # The same ranges, but the process's CUDA API trace ends before the first: all censored.
+        con.execute(_ranges_sql(n, lib, domain, f"{n * 300 + 2000} + i * 100", f"{n * 300 + 2090} + i * 100"))
+    elif shape == "nested_library_calls":
+        con.execute(_calls_sql(1, 100, malloc, launch, 0).replace("i * 100 + 10", f"{n * 10 + 10}")
+                    .replace("i * 100 + 15", f"{n * 10 + 15}"))
+        con.execute(_ranges_sql(n, lib, domain, "i * 10", f"{n * 20 + 30} - i * 10"))
+    elif shape == "many_ranges":
         # Range i covers calls 2i and 2i+1 (calls every 100 ns, a range every 200 ns).
         con.execute(_calls_sql(2 * n, 100, malloc, launch, 0))
         con.execute(_ranges_sql(n, lib, domain, "i * 200 + 5", "i * 200 + 190"))
@@ -112,6 +192,10 @@ def make(shape: str, n: int, path: Path) -> None:
     con.close()
 
 
+def extra_args(shape: str, path: Path) -> list[str]:
+    return ["--telemetry", str(path.with_suffix(".jsonl"))] if shape == "telemetry_lines" else []
+
+
 def measure(path: Path, extra: list[str]) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one ``nsysaudit analyze --json`` process."""
     cmd = [sys.executable, "-m", "nsysaudit", "analyze", "--json", *extra, str(path)]
@@ -136,7 +220,7 @@ def main() -> None:
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="nsysaudit-growth-"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"{'shape':<14} {'n':>10} {'MB':>7} {'gen s':>6} {'analyze s':>9} {'peak MiB':>9} {'s/n ratio':>9}")
+    print(f"{'shape':<20} {'n':>10} {'MB':>7} {'gen s':>6} {'analyze s':>9} {'peak MiB':>9} {'s/n ratio':>9}")
     for shape in args.shapes:
         first: tuple[int, float] | None = None
         for scale in args.scale:
@@ -146,11 +230,11 @@ def main() -> None:
             if not path.exists():
                 make(shape, n, path)
             gen = time.perf_counter() - t0
-            wall, rss = measure(path, [])
+            wall, rss = measure(path, extra_args(shape, path))
             first = first or (n, wall)
             ratio = (wall / first[1]) / (n / first[0])
-            size = path.stat().st_size / 1e6
-            print(f"{shape:<14} {n:>10,} {size:>7.1f} {gen:>6.1f} {wall:>9.2f} {rss:>9.0f} {ratio:>9.2f}", flush=True)
+            size = sum(p.stat().st_size for p in (path, path.with_suffix(".jsonl")) if p.exists()) / 1e6
+            print(f"{shape:<20} {n:>10,} {size:>7.1f} {gen:>6.1f} {wall:>9.2f} {rss:>9.0f} {ratio:>9.2f}", flush=True)
     print(f"files in {out}")
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 import tomllib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
@@ -168,7 +169,7 @@ class Expectations:
         """Read ``path``; raises :class:`ExpectationsUnusable` (one line) for anything it cannot use."""
         where = Path(path)
         try:
-            text = where.read_bytes().decode("utf-8")
+            text = _read_regular(where).decode("utf-8")
         except FileNotFoundError:
             raise ExpectationsUnusable(where, "no such file") from None
         except IsADirectoryError:
@@ -186,6 +187,8 @@ class Expectations:
             doc = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ExpectationsUnusable(source, f"not valid TOML: {exc}") from None
+        except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+            raise ExpectationsUnusable(source, "not usable TOML: arrays or tables nested too deeply") from None
         unknown = set(doc) - {"expect"}
         if unknown:
             raise ExpectationsUnusable(
@@ -195,6 +198,19 @@ class Expectations:
         if not isinstance(tables, list) or not tables:
             raise ExpectationsUnusable(source, "no [[expect]] tables")
         return cls(source, tuple(_entry(source, i, t, Path(base)) for i, t in enumerate(tables, 1)))
+
+
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file; opened without blocking and checked before
+    reading, so /dev/zero (endless) or a FIFO (no writer: it would block) is refused, not read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise IsADirectoryError(path)  # not a regular file (the caller's one line says so)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
 
 
 def _entry(source: str, index: int, table: Any, base: Path) -> Expectation:

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import io
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
@@ -20,7 +21,15 @@ import click
 
 import nsysaudit
 from nsysaudit import render
-from nsysaudit.errors import BadOption, CheckFailed, NsysAuditError, OutputFailed
+from nsysaudit.errors import (
+    BadOption,
+    CheckFailed,
+    Interrupted,
+    NsysAuditError,
+    OutputFailed,
+    Terminated,
+    signal_raises,
+)
 
 INT64_MAX = (1 << 63) - 1
 
@@ -543,6 +552,18 @@ def plot_cmd(
             click.echo(render.escape(f"  {note}"))
 
 
+def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(dict)["debug"] = True
+
+
+for _command in cli.commands.values():  # --debug after the command too: nsysaudit analyze X --debug
+    _command.params.append(
+        click.Option(["--debug"], is_flag=True, expose_value=False, is_eager=True, callback=_set_debug,
+                     help="Show Python tracebacks for errors (as nsysaudit --debug COMMAND does).")
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code. The one error funnel lives here.
 
@@ -555,6 +576,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     state: dict[str, Any] = {"debug": False}  # the group's --debug, set once click has parsed it
     if sys.stdout is None:  # started with stdout closed (>&-): nothing could be shown
         return _error("standard output is closed; nothing was done (redirect it, e.g. > report.txt)", 2)
+    with signal_raises(signal.SIGINT, Interrupted):  # not KeyboardInterrupt, which click answers with a line of its own
+        return _run(args, state)
+
+
+def _run(args: list[str], state: dict[str, Any]) -> int:
     try:
         if not [a for a in args if a != "--debug"]:  # bare `nsysaudit`: its help, on stdout, exit 0
             with click.Context(cli, info_name="nsysaudit", **cli.context_settings) as ctx:
@@ -574,6 +600,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(exc), exc.exit_code)
     except click.exceptions.Abort:
         return _error("aborted", 130, prefix="nsysaudit: ")
+    except (Interrupted, KeyboardInterrupt):
+        return _error("aborted", Interrupted.exit_code, prefix="nsysaudit: ")
+    except Terminated:
+        return _error("terminated (SIGTERM); what a batch finished is kept in its parts", Terminated.exit_code,
+                      prefix="nsysaudit: ")
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         return _error(exc.format_message() + hint, exc.exit_code)

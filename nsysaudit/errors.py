@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
-from typing import TypedDict
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any, TypedDict
 
 
 class NsysAuditError(Exception):
@@ -56,6 +60,42 @@ class OutputNotWritable(BadOption):
     def __init__(self, path: object, problem: str) -> None:
         super().__init__(f"{path}: cannot write the report folder here: {problem} (nothing was written)")
         self.path = str(path)
+
+
+class Terminated(BaseException):
+    """The process was asked to stop (SIGTERM) while worker processes ran: raised in the main thread
+    so that the workers are stopped on the way out. Not an ``Exception``: nothing may catch it as an
+    error of one input. The CLI exits with 143, as a process killed by SIGTERM would."""
+
+    exit_code = 143
+
+
+class Interrupted(BaseException):
+    """Ctrl-C (SIGINT) while a command ran: raised in the main thread in place of
+    ``KeyboardInterrupt`` (which click would answer with a line of its own), so that the CLI says
+    one line and exits with 130."""
+
+    exit_code = 130
+
+
+@contextlib.contextmanager
+def signal_raises(signum: int, error: type[BaseException]) -> Iterator[None]:
+    """While the block runs, signal ``signum`` raises ``error`` in the main thread (where Python
+    runs signal handlers), so that what the block started is undone on the way out; the earlier
+    handler is restored after. Elsewhere than the main thread it does nothing (handlers can only
+    be set there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_error(signum: int, frame: Any) -> None:
+        raise error()
+
+    earlier = signal.signal(signum, raise_error)
+    try:
+        yield
+    finally:
+        signal.signal(signum, earlier)
 
 
 class CheckFailed(NsysAuditError):

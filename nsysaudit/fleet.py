@@ -38,7 +38,10 @@ import json
 import logging
 import multiprocessing
 import os
+import re
 import secrets
+import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -50,8 +53,9 @@ import polars as pl
 
 from nsysaudit.api import analyze
 from nsysaudit.digests import sha256_file
-from nsysaudit.errors import BadOption, NsysAuditError, UnusableInput
+from nsysaudit.errors import BadOption, NsysAuditError, Terminated, UnusableInput, signal_raises
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.paths import storable
 from nsysaudit.progress import Progress
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.text import escape
@@ -204,7 +208,7 @@ def audit_one(path: str, options: AuditOptions, done: frozenset[str] = frozenset
         return _failed(row, path, f"{path}: the file changed while it was read (SHA-256 {expected} then {sha})")
     census = result.census
     findings = result.findings
-    censored = result.coverage["censored"]
+    censored = result.censored_table
     kinds = [f["kind"] for f in findings]
     row.update(
         sha256=sha,
@@ -217,8 +221,8 @@ def audit_one(path: str, options: AuditOptions, done: frozenset[str] = frozenset
         nonzero_returns=census["nonzero_returns"],
         failed_calls=census["failed_calls"],
         library_calls=result.frames["library_calls"].height,
-        censored_library_calls=len(censored),
-        censored_reasons=", ".join(sorted({r for c in censored for r in c["reasons"]})) or None,
+        censored_library_calls=censored.height,
+        censored_reasons=", ".join(sorted(censored["reasons"].explode().drop_nulls().unique().to_list())) or None,
         findings=len(findings),
         warnings=len(result.warnings),
         error=None,
@@ -299,15 +303,49 @@ def _worker_environment(jobs: int) -> Iterator[None]:
                 os.environ[k] = v
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the thread that made it ends
+
+
+def _worker_start(parent: int) -> None:
+    """Each local worker's first step: on Linux, ask for SIGTERM when the driver ends (even by
+    SIGKILL), so that no worker outlives it holding its stdout; a driver already gone ends it now."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Terminate the pool's worker processes now (their current inputs are abandoned)."""
+    stop = getattr(pool, "terminate_workers", None)  # Python 3.14
+    if stop is not None:
+        stop()
+        return
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            process.terminate()
+
+
 def _local(paths: Sequence[str], jobs: int, options: AuditOptions, done: frozenset[str]) -> Iterator[dict[str, Any]]:
     if jobs == 1 or len(paths) <= 1:
         for path in paths:
             yield audit_one(path, options, done)
         return
     workers = min(jobs, len(paths))
-    with _worker_environment(workers):
+    # SIGTERM raises Terminated while the workers run (instead of ending the driver at once, leaving
+    # its workers and the resource tracker alive, holding stdout): the workers are stopped on the way out.
+    with _worker_environment(workers), signal_raises(signal.SIGTERM, Terminated):
         # spawn, not fork: polars' thread pool is not fork-safe.
-        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_worker_start,
+            initargs=(os.getpid(),),
+        )
+        stopping = True  # until every input is done: an exception (Terminated too) stops the workers
         try:
             pending: set[Future[dict[str, Any]]] = set()
             queue = iter(paths)
@@ -326,7 +364,10 @@ def _local(paths: Sequence[str], jobs: int, options: AuditOptions, done: frozens
                     nxt = next(queue, None)
                     if nxt is not None:
                         pending.add(pool.submit(audit_one, nxt, options, done))
+            stopping = False
         finally:
+            if stopping:
+                _stop_workers(pool)
             pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -386,6 +427,8 @@ class BatchOutput:
     findings: Path
     parts: Path
     format: Literal["parquet", "csv"]
+    # out names a folder the batch owns (not FILE.parquet / FILE.csv in a folder of the user's)
+    folder_form: bool = False
     _created: list[Path] = field(default_factory=list, compare=False, repr=False)
 
     @classmethod
@@ -396,22 +439,64 @@ class BatchOutput:
             stem = path.name[: -len(suffix)]
             return cls(path, path.with_name(f"{stem}.findings{suffix}"), path.with_name(f"{stem}.parts"),
                        "parquet" if suffix == ".parquet" else "csv")
-        return cls(path / "inputs.parquet", path / "findings.parquet", path / "parts", "parquet")
+        return cls(path / "inputs.parquet", path / "findings.parquet", path / "parts", "parquet", folder_form=True)
 
     @property
     def record(self) -> Path:
         return self.parts / "batch.json"
 
+    def refuse_evidence(self, inputs: Sequence[str]) -> None:
+        """Refuse an output that would be written beside the evidence (nothing is written yet).
+
+        ``inputs``: the paths given and the inputs found in them. A folder ``out`` that is, or holds
+        at any depth, one of them (``batch ev --out ev``, ``--out .`` in the inputs' folder); a
+        ``FILE.parquet`` / ``FILE.csv`` in the folder of an input file (the tables, their parts
+        folder and temporary files would lie beside it). Paths are compared resolved.
+        """
+        given = [(p, os.path.realpath(p)) for p in dict.fromkeys(inputs) if os.path.lexists(p)]
+        if self.folder_form:
+            root = os.path.realpath(self.inputs.parent)
+            held = next((p for p, real in given if _within(real, root)), None)
+            if held is not None:
+                raise BatchOutputNotWritable(
+                    self.inputs.parent, f"it holds the input {held}: a batch never writes beside its evidence"
+                )
+            return
+        folder = os.path.realpath(self.inputs.parent)
+        beside = next((p for p, real in given if not os.path.isdir(real) and os.path.dirname(real) == folder), None)
+        if beside is not None:
+            raise BatchOutputNotWritable(
+                self.inputs, f"its folder holds the input {beside}: a batch never writes beside its evidence"
+            )
+
+    def _refuse_foreign(self) -> None:
+        """Refuse an output folder (or parts folder) that holds anything a batch does not write."""
+        checks = [(self.parts, _PART_NAME)]
+        if self.folder_form:
+            checks.insert(0, (self.inputs.parent, _TABLE_NAME))
+        for folder, allowed in checks:
+            if not folder.is_dir() or folder.is_symlink():
+                continue
+            foreign = sorted(e.name for e in os.scandir(folder) if not allowed.fullmatch(e.name))
+            if foreign:
+                shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+                raise BatchOutputNotWritable(
+                    folder,
+                    f"holds files or folders no nsysaudit batch wrote ({shown}): choose an empty or new --out",
+                )
+
     def prepare(self, options: AuditOptions) -> frozenset[str]:
         """Create the parts folder (or check it belongs to a batch with the same options); return
-        the SHA-256s already done. Refuses to write over files another program made.
+        the SHA-256s already done. Refuses to write over files another program made, and into a
+        folder holding anything a batch does not write.
         :meth:`abandon` removes what this call created, when the batch stops before any part."""
         wanted = {"format": BATCH_FORMAT, "options": options.recorded()}
         try:
+            self._refuse_foreign()
             if self.record.is_file():
                 try:
                     recorded = json.loads(self.record.read_text(encoding="utf-8"))
-                except (ValueError, UnicodeDecodeError):
+                except (ValueError, UnicodeDecodeError, RecursionError):
                     raise BatchOutputNotWritable(self.record, "not a batch record (unreadable JSON)") from None
                 if recorded != wanted:
                     raise BadOption(
@@ -454,23 +539,55 @@ class BatchOutput:
         _write_frame(_frame([stored], INPUT_SCHEMA), self.parts / f"{sha}.input.parquet", "parquet")
 
     def load_part(self, sha: str) -> tuple[dict[str, Any], pl.DataFrame]:
-        """The input row (without path and status) and findings of a finished part."""
+        """The input row (without path and status) and findings of a finished part.
+
+        The parts are trusted, but held to what :meth:`save_part` writes: one input row of
+        :data:`INPUT_SCHEMA` carrying ``sha`` and findings of :data:`FINDING_SCHEMA` carrying it
+        (a part of another schema would be a row of nulls, resumed as if analyzed)."""
+        inputs, found = self.parts / f"{sha}.input.parquet", self.parts / f"{sha}.findings.parquet"
         try:
-            row = pl.read_parquet(self.parts / f"{sha}.input.parquet").row(0, named=True)
-            findings = pl.read_parquet(self.parts / f"{sha}.findings.parquet")
+            part = pl.read_parquet(inputs)
+            findings = pl.read_parquet(found)
         except (OSError, pl.exceptions.PolarsError) as exc:
             raise BatchOutputNotWritable(
                 self.parts / sha, f"a part of the earlier batch cannot be read ({exc})"
             ) from None
-        return row, findings
+        for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, FINDING_SCHEMA)):
+            if dict(frame.schema) != schema:
+                raise BatchOutputNotWritable(
+                    path, f"not a part this nsysaudit writes (its columns are not {path.name.split('.')[1]} "
+                    "rows of this version); delete --out to start over"
+                )
+        shas = findings["input_sha256"].unique().to_list()
+        if part.height != 1 or part["sha256"][0] != sha or shas not in ([], [sha]):
+            raise BatchOutputNotWritable(
+                self.parts / sha, "a part whose rows are not those of the input its name gives (SHA-256); delete "
+                "--out to start over"
+            )
+        return part.row(0, named=True), findings
 
     def write_tables(self, inputs: pl.DataFrame, findings: pl.DataFrame) -> None:
         _write_frame(findings, self.findings, self.format)
         _write_frame(inputs, self.inputs, self.format)
 
 
+# What a batch writes into its folder and its parts folder (and the temporary names it writes them
+# under, left behind by a kill): nothing else may be there.
+_TMP = r"\.{}\.[0-9a-f]{{12}}\.tmp"
+_TABLE_NAME = re.compile("|".join(["inputs\\.parquet", "findings\\.parquet", "parts",
+                                   _TMP.format("(inputs|findings)\\.parquet")]))
+_PART_NAME = re.compile("|".join(["batch\\.json", "[0-9a-f]{64}\\.(input|findings)\\.parquet",
+                                  _TMP.format("(batch\\.json|[0-9a-f]{64}\\.(input|findings)\\.parquet)")]))
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether resolved ``path`` is ``folder`` or lies under it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
-    full = [{k: r.get(k) for k in schema} for r in rows]
+    # A path found in a folder, and the error that names it, may hold bytes that are not UTF-8.
+    full = [{k: storable(v) if isinstance(v := r.get(k), str) else v for k in schema} for r in rows]
     return pl.DataFrame(full, schema=schema, orient="row") if full else pl.DataFrame(schema=schema)
 
 
@@ -576,8 +693,11 @@ def run_batch(
     if jobs is not None and jobs < 1:
         raise BadOption(f"jobs must be at least 1, not {jobs}")
     options = AuditOptions(tuple(library_domains), max_pairs, None if nsys_path is None else os.fspath(nsys_path))
-    inputs = find_inputs(paths)
+    given = [os.fspath(p) for p in paths]
+    inputs = find_inputs(given)
     output = BatchOutput.at(out) if out is not None else None
+    if output is not None:
+        output.refuse_evidence([*inputs, *given])
     done = output.prepare(options) if output is not None else frozenset()
     workers = jobs or default_jobs()
     outcomes = _dask(inputs, workers, scheduler, options, done) if engine == "dask" else _local(

@@ -32,28 +32,31 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
 
     ``libs``: the joinable library calls as :func:`closed_libs` gives them.
     ``relation`` is ``"nested"`` when the call lies wholly inside the library call and
-    ``"straddling"`` when it crosses one of its edges. Uses an inequality join per thread, so the
-    work grows with the number of pairs found, not with the product of the two tables.
+    ``"straddling"`` when it crosses one of its edges. The work grows with the number of pairs
+    found, not with the product of the two tables, nor with the number of threads: the threads
+    whose calls run one after another are answered all at once (:func:`_overlapping_in_sequence`),
+    the others by an inequality join each (:func:`_overlapping_by_join`).
     """
     parts: list[pl.DataFrame] = []
     if libs.height and calls.height:
-        calls_by_thread = calls.partition_by("gtid", as_dict=True)
-        for (gtid,), thread_libs in libs.partition_by("gtid", as_dict=True).items():
-            thread_calls = calls_by_thread.get((gtid,))
-            if thread_calls is None:
-                continue
-            joined = _overlapping_in_sequence(thread_calls, thread_libs.drop("gtid"))
-            if joined is None:
-                joined = thread_calls.join_where(
-                    thread_libs.drop("gtid"),
-                    pl.col("start_ns") <= pl.col("lib_end"),
-                    pl.col("end_ns") >= pl.col("lib_start"),
-                )
-            if joined.height:
-                parts.append(joined)
+        ordered = calls.sort("gtid", "start_ns", "end_ns")
+        # A thread where some call encloses a later one (a runtime call around its driver call):
+        # sorted by start, its ends decrease somewhere.
+        enclosing = ordered.filter(pl.col("end_ns").diff().over("gtid") < 0)["gtid"].unique().implode()
+        parts.append(
+            _overlapping_in_sequence(
+                ordered.filter(~pl.col("gtid").is_in(enclosing)), libs.filter(~pl.col("gtid").is_in(enclosing))
+            )
+        )
+        parts.append(
+            _overlapping_by_join(
+                ordered.filter(pl.col("gtid").is_in(enclosing)), libs.filter(pl.col("gtid").is_in(enclosing))
+            )
+        )
+    parts = [p for p in parts if p.height]
     if not parts:
         return pl.DataFrame(schema=PAIR_SCHEMA)
-    pairs = pl.concat(parts)
+    pairs = pl.concat(parts, how="diagonal_relaxed")
     inside = (pl.col("start_ns") >= pl.col("lib_start")) & (pl.col("end_ns") <= pl.col("lib_end"))
     return (
         pairs.with_columns(pl.when(inside).then(pl.lit("nested")).otherwise(pl.lit("straddling")).alias("relation"))
@@ -62,24 +65,60 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _overlapping_in_sequence(calls: pl.DataFrame, libs: pl.DataFrame) -> pl.DataFrame | None:
-    """The (call, library call) overlaps of one thread when its calls run one after another: sorted
-    by start, their ends never decrease (no call encloses a later one). Then the calls a library
-    call overlaps (start <= lib_end, end >= lib_start) are one run of that order, found by two
-    binary searches, and the pairs are gathered, never searched for. None when some call encloses
-    another (a runtime call around its driver call): the inequality join answers then."""
-    ordered = calls.sort("start_ns", "end_ns")
-    ends = ordered["end_ns"]
-    if not ends.is_sorted():
-        return None
-    first = ends.search_sorted(libs["lib_start"], side="left").cast(pl.Int64)  # the first ending at or after
-    past = ordered["start_ns"].search_sorted(libs["lib_end"], side="right").cast(pl.Int64)  # past the last begun
-    runs = (
-        libs.with_columns(pl.int_ranges(first, pl.max_horizontal(first, past)).alias("_call"))
-        .explode("_call")
-        .filter(pl.col("_call").is_not_null())
+def _overlapping_in_sequence(calls: pl.DataFrame, libs: pl.DataFrame) -> pl.DataFrame:
+    """The (call, library call) overlaps on threads whose calls run one after another: sorted by
+    ``(gtid, start)`` (as given), their ends never decrease within a thread. Then the calls a library
+    call overlaps (start <= lib_end, end >= lib_start) are one run of that order: its first is the
+    first call of the thread ending at or after the library call's start, its last the last one
+    starting at or before its end, each found by an as-of join by thread (a binary search), and the
+    pairs are gathered, never searched for. All threads at once: 100,000 threads cost one join,
+    not 100,000."""
+    if calls.height == 0 or libs.height == 0:
+        return pl.DataFrame()
+    ordered = calls.with_row_index("_call").with_columns(pl.col("_call").cast(pl.Int64))
+    keys = ordered.select("gtid", "start_ns", "end_ns", "_call")
+    past = (
+        libs.select("lib_id", "gtid", "lib_end")
+        .sort("lib_end")
+        .join_asof(keys.select("gtid", "start_ns", "_call").sort("start_ns", "_call"), left_on="lib_end",
+                   right_on="start_ns", by="gtid", strategy="backward", check_sortedness=False)
+        .select("lib_id", (pl.col("_call") + 1).alias("_past"))
     )
-    return pl.concat([ordered[runs["_call"]], runs.drop("_call")], how="horizontal")
+    first = (
+        libs.select("lib_id", "gtid", "lib_start")
+        .sort("lib_start")
+        .join_asof(keys.select("gtid", "end_ns", "_call").sort("end_ns", "_call"), left_on="lib_start",
+                   right_on="end_ns", by="gtid", strategy="forward", check_sortedness=False)
+        .select("lib_id", pl.col("_call").alias("_first"))
+    )
+    runs = (
+        libs.join(first, on="lib_id", how="left")
+        .join(past, on="lib_id", how="left")
+        .filter(pl.col("_first").is_not_null() & pl.col("_past").is_not_null() & (pl.col("_first") < pl.col("_past")))
+        .with_columns(pl.int_ranges("_first", "_past").alias("_call"))
+        .drop("_first", "_past")
+        .explode("_call")
+    )
+    return pl.concat([ordered.drop("_call")[runs["_call"]], runs.drop("_call", "gtid")], how="horizontal")
+
+
+def _overlapping_by_join(calls: pl.DataFrame, libs: pl.DataFrame) -> pl.DataFrame:
+    """The (call, library call) overlaps on threads where a call encloses another: an inequality
+    join per thread (its work grows with the pairs it finds)."""
+    parts: list[pl.DataFrame] = []
+    if calls.height and libs.height:
+        calls_by_thread = calls.partition_by("gtid", as_dict=True)
+        for (gtid,), thread_libs in libs.partition_by("gtid", as_dict=True).items():
+            thread_calls = calls_by_thread.get((gtid,))
+            if thread_calls is not None:
+                parts.append(
+                    thread_calls.join_where(
+                        thread_libs.drop("gtid"),
+                        pl.col("start_ns") <= pl.col("lib_end"),
+                        pl.col("end_ns") >= pl.col("lib_start"),
+                    )
+                )
+    return pl.concat(parts) if parts else pl.DataFrame()
 
 
 DEFAULT_MAX_PAIRS = 1_000_000
@@ -114,27 +153,37 @@ def closed_libs(library_calls: pl.DataFrame) -> pl.DataFrame:
 def count_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """``lib_id, pairs``: how many calls of its thread overlap each of ``libs`` (:func:`closed_libs`).
 
-    Counted without forming the pairs, in O((n + k) log n) per thread: the calls starting at or
-    before the library call's end, minus those ending before its start (a call ending before the
-    start also starts before the end). ``calls`` must have ``start_ns <= end_ns`` and no nulls.
+    Counted without forming the pairs, in O((n + k) log n) over all threads at once: the calls of
+    the thread starting at or before the library call's end, minus those ending before its start
+    (a call ending before the start also starts before the end), each count read by an as-of join
+    by thread from the calls ranked per thread. ``calls`` must have ``start_ns <= end_ns`` and no
+    nulls. A library call on a thread without calls has no row.
     """
-    parts: list[pl.DataFrame] = []
-    if libs.height and calls.height:
-        calls_by_thread = calls.select("gtid", "start_ns", "end_ns").partition_by("gtid", as_dict=True)
-        for (gtid,), thread_libs in libs.partition_by("gtid", as_dict=True).items():
-            thread_calls = calls_by_thread.get((gtid,))
-            if thread_calls is None:
-                continue
-            starts = thread_calls["start_ns"].sort()
-            ends = thread_calls["end_ns"].sort()
-            begun = starts.search_sorted(thread_libs["lib_end"], side="right")
-            over = ends.search_sorted(thread_libs["lib_start"], side="left")
-            parts.append(
-                pl.DataFrame({"lib_id": thread_libs["lib_id"], "pairs": (begun - over).cast(pl.Int64)})
-            )
-    if not parts:
+    if not (libs.height and calls.height):
         return pl.DataFrame(schema={"lib_id": pl.Int64, "pairs": pl.Int64})
-    return pl.concat(parts).sort("lib_id")
+    libs = libs.filter(pl.col("gtid").is_in(calls["gtid"].unique().implode()))
+
+    def ranked(column: str) -> pl.DataFrame:  # per thread: how many calls have ``column`` <= this one's
+        return (
+            calls.select("gtid", column)
+            .sort("gtid", column)
+            .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("gtid").alias("_n"))
+            .sort(column, "_n")
+        )
+
+    begun = libs.sort("lib_end").join_asof(
+        ranked("start_ns"), left_on="lib_end", right_on="start_ns", by="gtid", strategy="backward",
+        check_sortedness=False,
+    ).select("lib_id", pl.col("_n").fill_null(0).alias("begun"))
+    over = libs.sort("lib_start").join_asof(
+        ranked("end_ns"), left_on="lib_start", right_on="end_ns", by="gtid", strategy="backward",
+        allow_exact_matches=False, check_sortedness=False,
+    ).select("lib_id", pl.col("_n").fill_null(0).alias("over"))
+    return (
+        begun.join(over, on="lib_id")
+        .select("lib_id", (pl.col("begun") - pl.col("over")).cast(pl.Int64).alias("pairs"))
+        .sort("lib_id")
+    )
 
 
 def nest_bounded(libs: pl.DataFrame, calls: pl.DataFrame, max_pairs: int | None) -> Nesting:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -156,6 +157,24 @@ def test_unusable_expectations_file_is_one_line_exit_2(capsys, tmp_path: Path, t
     assert (code, out) == (2, "")
     assert err.startswith(f"nsysaudit: error: {expect}: ") and problem in err and err.count("\n") == 1, err
     assert not junit.exists()
+
+
+def test_an_expectations_file_that_is_not_a_regular_file_is_refused_unread(capsys, tmp_path: Path) -> None:
+    """/dev/zero would be read forever (4 GB in 10 s), a FIFO without a writer would block: both are
+    refused before a byte is read, as --telemetry refuses them (issue 24, item 7)."""
+    fifo = tmp_path / "expect.toml"
+    os.mkfifo(fifo)
+    for expect in (Path("/dev/zero"), fifo):
+        code, out, err = run(capsys, "check", TORCH, "--expect", expect)
+        assert (code, out, err) == (2, "", f"nsysaudit: error: {expect}: not a regular file\n")
+
+
+def test_expectations_nested_too_deeply_are_one_line_not_a_traceback(capsys, tmp_path: Path) -> None:
+    expect = write(tmp_path, "x = " + "[" * 5000 + "]" * 5000 + "\n")
+    code, out, err = run(capsys, "check", TORCH, "--expect", expect)
+    assert (code, out, err) == (
+        2, "", f"nsysaudit: error: {expect}: not usable TOML: arrays or tables nested too deeply\n"
+    )
 
 
 def test_toml_syntax_error_names_its_line(capsys, tmp_path: Path) -> None:

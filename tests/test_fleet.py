@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -175,6 +176,55 @@ def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     assert result.inputs.height == 60 and result.inputs["error"].null_count() == 60
     fresh = fleet.run_batch([inputs], jobs=1).inputs
     assert result.inputs.drop("status").equals(fresh.drop("status"))
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waiting for its reaper has ended)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the workers' parent-death signal")
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_stopped_batch_leaves_no_worker_holding_its_output(tmp_path: Path, how: signal.Signals) -> None:
+    """A caller waiting for EOF on the batch's stdout (a pipe) gets it: no spawn worker or resource
+    tracker outlives the driver, whether it is asked to stop or killed."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for i in range(300):  # far more than finish before the signal
+        (inputs / f"{i:03d}.sqlite").symlink_to(REAL[i % len(REAL)])
+    out = tmp_path / "batch"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nsysaudit", "batch", str(inputs), "--out", str(out), "--jobs", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not list((out / "parts").glob("*.input.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    children = [int(c) for c in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    assert len(children) == 3  # two workers and the resource tracker
+    proc.send_signal(how)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)  # returns at EOF: no process holds stdout or stderr
+    except subprocess.TimeoutExpired:
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        raise
+    assert stdout == ""
+    if how == signal.SIGTERM:
+        assert (proc.returncode, stderr) == (
+            143, "nsysaudit: terminated (SIGTERM); what a batch finished is kept in its parts\n"
+        )
+    deadline = time.monotonic() + 30
+    while any(map(_alive, children)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(_alive, children))
+    assert not (out / "inputs.parquet").exists()  # stopped: the parts stay (a rerun resumes them)
 
 
 def test_other_options_or_a_foreign_output_are_refused(capsys, tmp_path: Path) -> None:

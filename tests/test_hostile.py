@@ -134,6 +134,10 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     )
     assert debug.returncode != 0
     assert "Traceback" in debug.stderr and "UnusableInput" in debug.stderr
+    # after the command too (issue 24, item 9): it was refused there ("No such option")
+    for args in (["analyze", str(bad), "--debug"], ["compare", str(bad), str(bad), "--out", "x", "--debug"]):
+        after = subprocess.run([sys.executable, "-m", "nsysaudit", *args], capture_output=True, text=True, check=False)
+        assert "Traceback" in after.stderr and "UnusableInput" in after.stderr, after.stderr
 
 
 def _cuts(size: int, page: int) -> Iterator[int]:
@@ -478,6 +482,24 @@ def test_nsys_rep_that_nsys_cannot_export(
     assert folder_state(evidence) == before
     # No half-written export is left in the cache either.
     assert not list(cache.rglob("*.sqlite"))
+
+
+def test_a_failed_nsys_export_says_its_cause_not_its_progress(capsys, evidence: Path, tmp_path: Path) -> None:
+    """nsys export draws its progress bar on stderr first and says why it failed last (issue 24, item 9)."""
+    report = evidence / "run.nsys-rep"
+    report.write_bytes(b"a report")
+    nsys = tmp_path / "nsys"
+    progress = "".join(f"\\rProcessing 11832 events: [{i}%%{' ' * 50}]" for i in range(1, 60))  # printf: %%
+    nsys.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version 2023.4.4"; exit 0; fi\n'
+        f'printf "{progress}" >&2\n'
+        'printf "\\nExportation error: database or disk is full: No space left on device\\n" >&2\nexit 1\n'
+    )
+    nsys.chmod(0o755)
+    code, _, err = run(capsys, "analyze", "--nsys", str(nsys), str(report))
+    assert_one_line_error(code, err, report, "nsys export failed (exit 1): Exportation error: database or disk is "
+                          "full: No space left on device")
+    assert "Processing" not in err
 
 
 # --- 1b. partly broken input: the analysis runs, every problem is a warning ----------------------
@@ -1035,15 +1057,17 @@ def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: p
     threads where a call encloses another (the inequality join) give every overlap, nothing else."""
     import nsysaudit.joins as joins_module
 
-    ways: Counter[bool] = Counter()
-    in_sequence = joins_module._overlapping_in_sequence
+    ways: Counter[bool] = Counter()  # True: threads answered in sequence; False: by the inequality join
 
-    def counted(*args: Any) -> Any:
-        answer = in_sequence(*args)
-        ways[answer is not None] += 1
-        return answer
+    def counted(way: bool, real: Any) -> Any:
+        def spy(calls: pl.DataFrame, libs: pl.DataFrame) -> Any:
+            ways[way] += calls["gtid"].n_unique() if libs.height else 0
+            return real(calls, libs)
 
-    monkeypatch.setattr(joins_module, "_overlapping_in_sequence", counted)
+        return spy
+
+    monkeypatch.setattr(joins_module, "_overlapping_in_sequence", counted(True, joins_module._overlapping_in_sequence))
+    monkeypatch.setattr(joins_module, "_overlapping_by_join", counted(False, joins_module._overlapping_by_join))
     rng = random.Random(5 if sequential else 6)
     for _ in range(60):
         libs = []
@@ -1077,6 +1101,45 @@ def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: p
         assert got == expected and pairs.height == len(expected)
         assert pairs.equals(pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True))
     assert ways[True] > 10 and (ways[False] == 0 if sequential else ways[False] > 10)  # each way was taken
+
+
+def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force() -> None:
+    """All threads are answered at once (issue 24's 100k threads): ties, zero-length calls and
+    library calls at the ends of the int64 range give every overlap of its own thread, nothing else."""
+    rng = random.Random(24)
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    for _ in range(80):
+        threads = rng.randint(1, 40)
+        points = [lo, lo + 1, -5, 0, 3, 7, 11, hi - 1, hi]
+        libs = []
+        for i in range(rng.randint(0, 30)):
+            a, b = sorted(rng.choice([*points, rng.randint(-20, 20)]) for _ in range(2))
+            libs.append((i, rng.randint(1, threads), a, b))
+        calls = []
+        for thread in range(1, threads + 1):
+            t = rng.randint(-20, 0)
+            for _ in range(rng.randint(0, 6)):
+                start, t = t, t + rng.randint(0, 4)
+                calls.append((thread, start, t, len(calls), "cudaMalloc_v3020", 0))
+        if calls and rng.random() < 0.3:  # a call enclosing the next on one thread: the join's way
+            g, s0, e0, *_ = calls[0]
+            calls.append((g, s0, e0 + 10, len(calls), "cudaMalloc_v3020", 0))
+        lib_frame = pl.DataFrame(libs, schema=["lib_id", "gtid", "start_ns", "end_ns"], orient="row").cast(pl.Int64)
+        call_frame = pl.DataFrame(
+            calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
+        ).cast({"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
+        closed = closed_libs(lib_frame)
+        pairs = nest(closed, call_frame)
+        expected = {
+            (lib, corr, "nested" if ls <= s and e <= le else "straddling")
+            for lib, lg, ls, le in libs
+            for cg, s, e, corr, _, _ in calls
+            if lg == cg and s <= le and e >= ls
+        }
+        assert set(pairs.select("lib_id", "correlation_id", "relation").iter_rows()) == expected
+        assert pairs.height == len(expected)
+        per_lib = Counter(lib for lib, _, _ in expected)
+        assert {lib: n for lib, n in count_pairs(closed, call_frame).iter_rows() if n} == per_lib
 
 
 # --- 3b. text is data in every command and on stderr (issue 10, item 9) ---------------------------
@@ -1146,3 +1209,148 @@ def test_usage_errors_are_one_line(capsys) -> None:
         assert code == 2 and out == "", (args, out)
         assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
         assert problem in err and "nsysaudit analyze --help" in err, err
+
+
+# --- 3c. sealed input names: escaped where shown, sha256sum's own form in inputs-sha256.txt (issue 24, item 4)
+
+
+def test_hostile_input_names_are_sealed_exactly_and_verified_escaped(capsys, evidence: Path, tmp_path: Path) -> None:
+    observe = copy_in(evidence, H200 / "observe.sqlite", "run\\1.sqlite")  # a backslash is part of a POSIX name
+    release = copy_in(evidence, H200 / "release.sqlite", f"{FORGED}.sqlite")
+    out = tmp_path / "sealed"
+    code, _, err = run(capsys, "compare", str(observe), str(release), "--out", str(out))
+    assert code == 0, err
+    digest = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (observe, release)}
+    escaped = FORGED.replace("\n", "\\n")  # sha256sum escapes \\, \n and \r only (after a leading \)
+    assert (out / "inputs-sha256.txt").read_bytes() == (
+        f"\\{digest[observe]}  run\\\\1.sqlite\n\\{digest[release]}  {escaped}.sqlite\n"
+    ).encode()
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["command"] == ["nsysaudit", "compare", "run\\1.sqlite", f"{FORGED}.sqlite", "--out", "sealed"]
+    assert [i["name"] for i in meta["inputs"]] == ["run\\1.sqlite", f"{FORGED}.sqlite"]
+    if shutil.which("sha256sum"):
+        check = subprocess.run(["sha256sum", "-c", str(out / "inputs-sha256.txt")], cwd=evidence,
+                               capture_output=True, text=True, check=False)
+        assert check.returncode == 0 and check.stdout.count(": OK\n") == 2, check.stdout + check.stderr
+    code, stdout, err = run(capsys, "verify", str(out), "--inputs", str(observe), str(release))
+    assert code == 0, err
+    assert not UNSAFE_SHOWN.search(stdout), repr(stdout)
+    assert [line for line in stdout.splitlines() if line.startswith("seal:")] == [stdout.splitlines()[-1]]
+    shown = "".join(stdout.split())  # the terminal wraps long lines
+    assert "(release)matchesthesealedx\\nseal:sha256:" + "0" * 64 + "\\x1b]0;title\\x07\\u202e.sqlite:" in shown
+    assert "(observe)matchesthesealedrun\\1.sqlite:" in shown
+
+
+def test_a_sealed_name_forged_into_metadata_is_shown_escaped(capsys, evidence: Path, tmp_path: Path) -> None:
+    """metadata.json's role and name are shown by verify --inputs: a forged one is text, not a line."""
+    from nsysaudit.render.terminal import verification_renderable
+
+    forged = {"path": "o.sqlite", "role": FORGED, "name": FORGED, "sha256": "0" * 64, "size_bytes": 1}
+    console = Console(width=400, file=io.StringIO(), color_system=None)
+    console.print(verification_renderable("DIR", ["a"], [forged], rerun=False))
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert len(text.splitlines()) == 3 and not UNSAFE_SHOWN.search(text)
+
+
+def test_a_path_that_is_not_utf8_is_one_line_exit_2(capsys, evidence: Path) -> None:
+    bad = Path(os.fsdecode(os.fsencode(evidence) + b"/bad\xff.sqlite"))
+    shutil.copyfile(OBSERVE, bad)
+    for args in (["analyze", "--json", str(bad)], ["compare", str(bad), str(OBSERVE), "--out", str(evidence / "o")]):
+        code, out, err = run(capsys, *args)
+        assert_one_line_error(code, err, Path(str(bad).replace("\udcff", "\\udcff")), "its path is not valid UTF-8")
+        assert out == ""
+    assert sorted(os.listdir(os.fsencode(evidence))) == [b"bad\xff.sqlite"]
+
+
+# --- 5. no traceback at the edges (issue 24, item 8) ----------------------------------------------------
+
+HUGE_INT = "9" * 5_000  # past Python's 4,300-digit limit for int(): a ValueError, not a JSON error
+DEEP_JSON = "[" * 100_000 + "]" * 100_000  # past the stdlib decoder's recursion limit
+
+
+@pytest.mark.parametrize("lenient", [False, True])
+def test_telemetry_integers_of_thousands_of_digits_are_a_bad_line(capsys, evidence: Path, lenient: bool) -> None:
+    telemetry = evidence / "huge.telemetry.jsonl"
+    telemetry.write_text(f'{{"event": "a", "monotonic_ns": 5}}\n{{"event": "b", "monotonic_ns": {HUGE_INT}}}\n')
+    code, out, err = run(capsys, "analyze", "--json", str(OBSERVE), "--telemetry", str(telemetry),
+                         *(["--lenient"] if lenient else []))
+    problem = "line 2: unusable JSON value: integer 999999999999999999999999... (5,000 characters) is outside"
+    if lenient:
+        assert code == 0 and "Traceback" not in err, err
+        [w] = [w for w in json.loads(out)["warnings"] if w["kind"] == "telemetry_bad_lines"]
+        assert problem in w["message"]
+    else:
+        assert_one_line_error(code, err, telemetry, problem)
+
+
+def test_telemetry_keys_given_twice_are_a_bad_line_not_the_last_value(capsys, evidence: Path) -> None:
+    telemetry = evidence / "twice.telemetry.jsonl"
+    telemetry.write_text('{"event": "a", "monotonic_ns": 5, "monotonic_ns": 7}\n')
+    code, _, err = run(capsys, "analyze", str(OBSERVE), "--telemetry", str(telemetry))
+    assert_one_line_error(code, err, telemetry, "line 1: unusable JSON value: key 'monotonic_ns' is given twice")
+
+
+@pytest.mark.parametrize("seal", [False, True])
+def test_verify_of_a_metadata_json_with_a_huge_integer_is_a_failed_check(
+    capsys, tmp_path: Path, seal: bool
+) -> None:
+    out = tmp_path / "sealed"
+    code, stdout, err = run(capsys, "analyze", str(OBSERVE), "--out", str(out))
+    assert code == 0, err
+    quoted = stdout.splitlines()[-1].removeprefix("seal: ")
+    meta = out / "metadata.json"
+    meta.write_text(meta.read_text().replace('"size_bytes": ', f'"size_bytes": {HUGE_INT}', 1))
+    code, stdout, err = run(capsys, "verify", str(out), *(["--seal", quoted] if seal else []))
+    assert (code, stdout) == (1, "") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert str(out) in err and ("not readable JSON" in err or "metadata.json: changed" in err), err
+
+
+def test_an_export_cache_record_nested_too_deeply_is_stale_not_a_traceback(tmp_path: Path) -> None:
+    from nsysaudit.read import nsys
+
+    entry = tmp_path / f"{'0' * 64}.sqlite"
+    shutil.copyfile(OBSERVE, entry)
+    for record in (DEEP_JSON, f'{{"format": "nsysaudit.export-cache/1", "size_bytes": {HUGE_INT}}}'):
+        entry.with_suffix(".json").write_text(record)
+        assert nsys._cached(tmp_path / "r.nsys-rep", entry, "0" * 64, "nsys 1") is None  # exported again
+
+
+def test_a_batch_record_nested_too_deeply_is_one_line(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "batch"
+    code, _, err = run(capsys, "batch", str(OBSERVE), "--out", str(out), "--jobs", "1")
+    assert code == 0, err
+    (out / "parts" / "batch.json").write_text(DEEP_JSON)
+    code, stdout, err = run(capsys, "batch", str(OBSERVE), "--out", str(out), "--jobs", "1")
+    assert (code, stdout) == (2, "")
+    assert err == f"nsysaudit: error: {out / 'parts' / 'batch.json'}: cannot write the batch output here: not a " \
+        "batch record (unreadable JSON) (nothing was written)\n"
+
+
+def test_ctrl_c_while_the_command_runs_is_one_line(capsys, monkeypatch) -> None:
+    import signal
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        raise AssertionError("SIGINT was not delivered")
+
+    monkeypatch.setattr(nsysaudit, "analyze", interrupted)
+    code, out, err = run(capsys, "analyze", str(OBSERVE))
+    assert (code, out, err) == (130, "", "nsysaudit: aborted\n")  # click's blank line is not printed
+
+
+def test_ctrl_c_while_the_cli_is_imported_is_one_line() -> None:
+    """SIGINT in the first ~0.2 s, while click and polars are imported: the same one line."""
+    script = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *args, **kwargs):\n"
+        "    if name == 'polars':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = imp\n"
+        f"sys.argv = ['nsysaudit', 'analyze', {str(OBSERVE)!r}]\n"
+        "from nsysaudit.__main__ import run\n"
+        "run()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "nsysaudit: aborted\n")

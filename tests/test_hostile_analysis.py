@@ -1,15 +1,18 @@
-"""Silent wrong answers (issue 10, items 5, 7 and 8): each crafted export is either analyzed right or
-warned about, never a wrong number without a word and never a traceback."""
+"""Silent wrong answers (issue 10, items 5, 7 and 8; issue 24, items 2, 6 and 9): each crafted export is
+either analyzed right, warned about or refused, never a wrong number without a word and never a traceback."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, strip_not_null
+from conftest import H200_2025
 from scenarios import PID, WORKER, MiB, observe_nested_failure, release_three_allocations
 
 import nsysaudit
@@ -205,3 +208,208 @@ def test_duplicate_correlations_equal_a_count_of_every_key() -> None:
     got = duplicate_correlations(rows)
     assert got.rows() == expected
     assert len(expected) > 100 and max(k for _, _, k in expected) >= 3  # not vacuous: pairs and longer runs
+
+
+# --- issue 24: the same table in another case, views, column names in another case, versions, ids ----
+
+TORCH_OBSERVE = H200_2025 / "torch" / "observe.sqlite"
+FAILED_CORRELATION = 2433  # the cudaMalloc that fails inside cublasCreate_v2 (README)
+
+
+def mutated(tmp_path: Path, script: str, source: Path = TORCH_OBSERVE) -> Path:
+    """A copy of a real export changed by ``script`` (the copy only: the fixture stays as it is)."""
+    target = tmp_path / f"mutated-{source.name}"
+    shutil.copyfile(source, target)
+    target.chmod(0o644)
+    con = sqlite3.connect(target)
+    con.executescript(script)
+    con.commit()
+    con.close()
+    return target
+
+
+def error_line(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    code = main(["analyze", "--json", str(path)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, ""), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("shadow", "read"),
+    [
+        # the copy nsys "wrote last" lacks the failed call; the original keeps it
+        ("cupti_activity_kind_runtime_v3", "cupti_activity_kind_runtime_v3"),
+        ("Cupti_Activity_Kind_Runtime_V2", "Cupti_Activity_Kind_Runtime_V2"),
+    ],
+)
+def test_a_case_variant_versioned_table_is_one_name_to_sqlite_and_ambiguous(
+    capsys, tmp_path: Path, shadow: str, read: str
+) -> None:
+    path = mutated(
+        tmp_path,
+        f"CREATE TABLE {shadow} AS SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME;"
+        f"DELETE FROM {shadow} WHERE correlationId = {FAILED_CORRELATION};",
+    )
+    d = analyze_json(capsys, path)
+    assert d["input"]["tables"]["cuda_api"] == read
+    [w] = [w for w in d["warnings"] if w["kind"] == "ambiguous_table"]
+    assert w["message"].startswith(
+        f"the export has 2 tables for CUPTI_ACTIVITY_KIND_RUNTIME (CUPTI_ACTIVITY_KIND_RUNTIME, {shadow}): read {read}"
+    )
+    assert d["findings"] == [] and d["verdict"] == "inconclusive"
+    assert any("several versions of CUPTI_ACTIVITY_KIND_RUNTIME" in r for r in d["verdict_reasons"])
+
+
+def test_a_table_in_another_case_is_the_table(capsys, tmp_path: Path) -> None:
+    path = mutated(tmp_path, "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME RENAME TO t;"
+                             "ALTER TABLE t RENAME TO cupti_activity_kind_runtime")
+    d = analyze_json(capsys, path)
+    assert d["input"]["tables"]["cuda_api"] == "cupti_activity_kind_runtime"
+    assert "ambiguous_table" not in kinds(d)
+    assert [(f["kind"], f["correlation_id"]) for f in d["findings"]] == [("nested_alloc_failure", FAILED_CORRELATION)]
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # the failed call selected away by a view in the table's place
+        "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME RENAME TO r;"
+        "CREATE VIEW CUPTI_ACTIVITY_KIND_RUNTIME AS SELECT * FROM r WHERE returnValue = 0",
+        # ... or beside it as a higher version
+        "CREATE VIEW CUPTI_ACTIVITY_KIND_RUNTIME_V2 AS SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE returnValue = 0",
+    ],
+    ids=["in-its-place", "as-a-higher-version"],
+)
+def test_a_view_in_place_of_a_cuda_table_is_refused_not_read_as_no_table(capsys, tmp_path: Path, script: str) -> None:
+    path = mutated(tmp_path, script)
+    err = error_line(capsys, path)
+    view = "CUPTI_ACTIVITY_KIND_RUNTIME_V2" if "_V2" in script else "CUPTI_ACTIVITY_KIND_RUNTIME"
+    assert err.startswith(f"nsysaudit: error: {path}: {view} is a view, not a table: nsys writes its tables as tables")
+
+
+def test_a_view_of_strings_or_metadata_is_refused(capsys, tmp_path: Path) -> None:
+    for table in ("StringIds", "META_DATA_EXPORT"):
+        path = mutated(tmp_path, f"ALTER TABLE {table} RENAME TO t; CREATE VIEW {table} AS SELECT * FROM t")
+        assert f"{table} is a view, not a table" in error_line(capsys, path)
+
+
+def test_upper_case_column_names_are_the_columns_sqlite_reads(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    columns = ("start", "end", "globalTid", "nameId", "returnValue", "correlationId")
+    spec.raw_sql = [
+        "".join(f'ALTER TABLE {t} RENAME COLUMN "{c}" TO "{c.upper()}";' for t in ("CUPTI_ACTIVITY_KIND_RUNTIME",)
+                for c in columns)
+        + 'ALTER TABLE NVTX_EVENTS RENAME COLUMN "end" TO "END"; ALTER TABLE StringIds RENAME COLUMN value TO VALUE;'
+    ]
+    d = analyze_json(capsys, make_export(spec))
+    plain = analyze_json(capsys, make_export(observe_nested_failure()))
+    assert d["census"] == plain["census"] and d["verdict"] == "failure_found"
+    assert d["findings"] == plain["findings"]
+    assert [c["bytes"] for c in d["library_calls"][0]["children"]] == [4 * MiB, 2 * MiB, None]
+
+
+@pytest.mark.parametrize(
+    ("version", "major", "expected"),
+    [
+        ("99.0.0", "3", ["inconsistent_schema_version", "unknown_schema_major"]),
+        ("x.y.z", "3", ["unknown_schema_version"]),
+        ("3.20.3", "x", ["unknown_schema_version"]),
+        ("3.20.3", "3", []),
+    ],
+)
+def test_a_schema_version_nsysaudit_does_not_know_is_warned(
+    capsys, tmp_path: Path, version: str, major: str, expected: list[str]
+) -> None:
+    path = mutated(
+        tmp_path,
+        f"UPDATE META_DATA_EXPORT SET value = '{version}' WHERE name = 'EXPORT_SCHEMA_VERSION';"
+        f"UPDATE META_DATA_EXPORT SET value = '{major}' WHERE name = 'EXPORT_SCHEMA_VERSION_MAJOR';",
+    )
+    d = analyze_json(capsys, path)
+    assert [k for k in kinds(d) if "schema" in k] == expected
+    assert d["input"]["schema_version"] == version and d["verdict"] == "failure_found"
+
+
+def test_a_string_id_held_by_two_rows_is_refused_not_counted_twice(capsys, tmp_path: Path) -> None:
+    # StringIds rebuilt without its PRIMARY KEY, the failing API's id given a second name: every
+    # join by id would count each failed cudaMalloc under both names (56 failures from 28 rows).
+    path = mutated(
+        tmp_path,
+        "CREATE TABLE s (id INTEGER NOT NULL, value TEXT NOT NULL); INSERT INTO s SELECT * FROM StringIds;"
+        "INSERT INTO s SELECT id, 'cudaFree_v3020' FROM StringIds WHERE value = 'cudaMalloc_v3020';"
+        "DROP TABLE StringIds; ALTER TABLE s RENAME TO StringIds;",
+    )
+    err = error_line(capsys, path)
+    assert err == (f"nsysaudit: error: {path}: StringIds: 1 id(s) held by more than one row (2 rows): each names two "
+                   "strings at once, so no call's name can be trusted (nsys writes every id once); not a usable "
+                   "export\n")
+
+
+def test_string_ids_without_a_primary_key_but_unique_are_read(capsys, tmp_path: Path) -> None:
+    path = mutated(
+        tmp_path,
+        "CREATE TABLE s (id INTEGER NOT NULL, value TEXT NOT NULL); INSERT INTO s SELECT * FROM StringIds;"
+        "DROP TABLE StringIds; ALTER TABLE s RENAME TO StringIds;",
+    )
+    d = analyze_json(capsys, path)
+    assert d["census"]["failed_calls"] == 28 and d["verdict"] == "failure_found"
+
+
+# --- issue 24, item 2: a damaged timestamp is never evidence of absence --------------------------------
+
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_damaged_start_on_the_failed_call_is_inconclusive_not_no_failure(
+    capsys, monkeypatch, tmp_path: Path, native: str
+) -> None:
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", native)
+    path = mutated(
+        tmp_path,
+        f"UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = {INT64_MIN} WHERE correlationId = {FAILED_CORRELATION}",
+    )
+    d = analyze_json(capsys, path)
+    assert d["verdict"] == "inconclusive" and d["findings"] == []
+    assert all(c["correlation_id"] != FAILED_CORRELATION for lc in d["library_calls"] for c in lc["children"])
+    assert all(c["correlation_id"] != FAILED_CORRELATION for lc in d["library_calls"] for c in lc["straddling"])
+    [damaged] = [w for w in d["warnings"] if w["kind"] == "damaged_time_range"]
+    assert damaged["count"] == 1 and "before the capture began (0 ns)" in damaged["message"]
+    [undecided] = [w for w in d["warnings"] if w["kind"] == "undecided_calls"]
+    assert undecided["count"] == 1 and "[time_damaged]" in undecided["message"]
+    assert d["verdict_reasons"][0].startswith("1 CUDA API row(s) could be a failed allocation inside a library call")
+    assert d["census"]["failed_calls"] == 28  # still counted
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "analysis_duration"),
+    [
+        (-1, 12_400, 50_000),  # starts before the capture (ANALYSIS_DETAILS: it starts at 0)
+        (INT64_MIN, 12_400, None),  # capture start unknown: end - start overflows int64
+        (-5, -2, 50_000),  # wholly before the capture: its end says nothing either
+    ],
+    ids=["start-before-capture", "duration-overflows", "wholly-before-capture"],
+)
+def test_a_damaged_failed_allocation_is_undecided(
+    capsys, make_export, start: int, end: int, analysis_duration: int | None
+) -> None:
+    spec = observe_nested_failure()
+    spec.analysis_duration = analysis_duration
+    spec.raw_sql = [f'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = {start}, "end" = {end} WHERE correlationId = 22']
+    d = analyze_json(capsys, make_export(spec))
+    assert d["verdict"] == "inconclusive" and d["findings"] == []
+    assert [c["correlation_id"] for c in d["library_calls"][0]["children"]] == [20, 21]
+    assert "damaged_time_range" in kinds(d)
+    [undecided] = [w for w in d["warnings"] if w["kind"] == "undecided_calls"]
+    assert "[time_damaged]" in undecided["message"]
+
+
+def test_a_start_at_the_capture_start_is_not_damaged(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.analysis_duration = 50_000
+    spec.lib_calls[0].start = 0
+    spec.raw_sql = ['UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 0 WHERE correlationId = 22']
+    d = analyze_json(capsys, make_export(spec))
+    assert [f["correlation_id"] for f in d["findings"]] == [22] and "damaged_time_range" not in kinds(d)

@@ -96,3 +96,101 @@ def test_a_fifo_named_like_an_export_is_an_error_row_even_when_resuming(tmp_path
         (str(folder / "good.sqlite"), "resumed", None),
         (str(folder / "pipe.sqlite"), "error", f"{folder / 'pipe.sqlite'}: not a regular file"),
     ]
+
+
+# --- issue 24, item 3: batch --out targets -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("out", "cwd", "named", "problem"),
+    [
+        # the folder holding the inputs
+        ("evidence", None, "evidence", "it holds the input {evidence}/good.sqlite"),
+        # the inputs' own folder, as . from inside it
+        (".", "evidence", ".", "it holds the input {evidence}/good.sqlite"),
+        # a folder holding the inputs deeper down
+        (".", None, ".", "it holds the input {evidence}/good.sqlite"),
+        # a symlink to the inputs' folder: paths are compared resolved
+        ("link", None, "link", "it holds the input {evidence}/good.sqlite"),
+        # a table file beside the inputs
+        ("evidence/audit.parquet", None, "evidence/audit.parquet", "its folder holds the input {evidence}/good.sqlite"),
+        # a folder holding files no batch wrote
+        ("mine", None, "mine", "holds files or folders no nsysaudit batch wrote (notes.txt)"),
+        # a parts folder holding a file no batch wrote (a batch's record is there)
+        ("done", None, "done/parts", "holds files or folders no nsysaudit batch wrote (x.sqlite)"),
+        ("done.parquet", None, "done.parts", "holds files or folders no nsysaudit batch wrote (x.sqlite)"),
+    ],
+    ids=["inputs-folder", "dot-in-inputs-folder", "ancestor", "symlink", "file-beside", "foreign-file",
+         "foreign-part", "foreign-part-file-form"],
+)
+def test_batch_out_beside_the_evidence_or_over_other_files_is_refused(
+    capsys, monkeypatch, evidence: Path, tmp_path: Path, out: str, cwd: str | None, named: str, problem: str
+) -> None:
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine\n")
+    (tmp_path / "link").symlink_to(evidence)
+    for done in ("done", "done.parquet"):
+        code, *_ = run(capsys, "batch", H200_2025 / "event" / "release.sqlite", "--out", tmp_path / done, "--jobs", 1)
+        assert code == 0
+    (tmp_path / "done" / "parts" / "x.sqlite").write_bytes(b"")
+    (tmp_path / "done.parts" / "x.sqlite").write_bytes(b"")
+    before = folder_state(tmp_path)
+    monkeypatch.chdir(tmp_path / cwd if cwd else tmp_path)
+    given = "good.sqlite" if cwd else evidence
+    code, stdout, err = run(capsys, "batch", given, "--out", out, "--jobs", 1)
+    assert (code, stdout) == (2, ""), err
+    shown = problem.format(evidence="." if cwd else evidence).replace("./good.sqlite", "good.sqlite")
+    assert err == f"nsysaudit: error: {named}: cannot write the batch output here: {shown}" + (
+        ": a batch never writes beside its evidence (nothing was written)\n" if "input" in problem
+        else ": choose an empty or new --out (nothing was written)\n"
+    )
+    assert folder_state(tmp_path) == before  # nothing written, nothing deleted
+
+
+def test_batch_out_that_may_be_written(capsys, monkeypatch, evidence: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path)  # holds evidence/ deeper down: a table file here is not beside an input
+    for out in ("empty", "new/audit", "audit.csv", "empty"):  # the last: a rerun resumes
+        code, stdout, err = run(capsys, "batch", evidence, "--out", out, "--jobs", 1)
+        assert code == 0, err
+    assert stdout.startswith("1 input(s): 0 analyzed, 1 resumed")
+    assert sorted(p.name for p in (tmp_path / "empty").iterdir()) == ["findings.parquet", "inputs.parquet", "parts"]
+    assert sorted(p.name for p in evidence.iterdir()) == ["good.sqlite"]
+
+
+def test_a_name_that_is_not_utf8_is_an_error_row_with_its_bytes_escaped(capsys, evidence: Path, tmp_path: Path) -> None:
+    bad = os.fsdecode(os.fsencode(evidence) + b"/bad\xff.sqlite")
+    shutil.copyfile(OBSERVE, bad)
+    code, out, err = run(capsys, "batch", evidence, "--out", tmp_path / "b", "--jobs", 1)
+    assert code == 0 and out.startswith("2 input(s): 1 analyzed, 0 resumed, 1 unusable"), err
+    row = pl.read_parquet(tmp_path / "b" / "inputs.parquet").filter(pl.col("status") == "error").row(0, named=True)
+    assert row["path"] == f"{evidence}/bad\\xff.sqlite"  # the byte as \xff: a table holds UTF-8 only
+    assert row["error"] == f"{evidence}/bad\\xff.sqlite: its path is not valid UTF-8, so no report can name it " \
+        "exactly; give it a UTF-8 name (a link under one is enough)"
+
+
+@pytest.mark.parametrize("damage", ["other-columns", "other-input"])
+def test_a_resumed_part_that_is_not_what_a_batch_wrote_is_refused(
+    capsys, evidence: Path, tmp_path: Path, damage: str
+) -> None:
+    """Parts are trusted, yet held to their schema and their own SHA-256: a part of another shape
+    gave a row of nulls, exit 0 (issue 24, item 9)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copyfile(H200_2025 / "event" / "release.sqlite", other / "release.sqlite")
+    out = tmp_path / "b"
+    for folder in (evidence, other):  # a part for each input
+        code, _, err = run(capsys, "batch", folder, "--out", out, "--jobs", 1)
+        assert code == 0, err
+    sha = pl.read_parquet(out / "inputs.parquet")["sha256"][0]  # other/release.sqlite's, the last batch's input
+    mine = out / "parts" / f"{sha}.input.parquet"
+    if damage == "other-columns":
+        pl.DataFrame({"sha256": [sha], "verdict": ["no_failure"]}).write_parquet(mine)
+        problem = f"{mine}: cannot write the batch output here: not a part this nsysaudit writes"
+    else:  # the part of good.sqlite under release.sqlite's name
+        (theirs,) = (p for p in (out / "parts").glob("*.input.parquet") if p != mine)
+        shutil.copyfile(theirs, mine)
+        problem = f"{out / 'parts' / sha}: cannot write the batch output here: a part whose rows are not those"
+    code, stdout, err = run(capsys, "batch", other, "--out", out, "--jobs", 1)
+    assert (code, stdout) == (2, "") and err.count("\n") == 1, err
+    assert err.startswith(f"nsysaudit: error: {problem}"), err

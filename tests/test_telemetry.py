@@ -618,3 +618,65 @@ def test_without_telemetry_the_json_has_no_alignment_keys() -> None:
     d = nsysaudit.analyze(H200 / "observe.sqlite").to_dict()
     assert "alignment" not in d and "telemetry" not in d
     assert "telemetry" not in d["library_calls"][0]
+
+
+# --- the fast decoder (orjson) says only what the strict one says (issue 24, the growth table) --------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from nsysaudit.read import telemetry as telemetry_module  # noqa: E402
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same types, all the way down (1 is not 1.0, True is not 1)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+_EDGE_INTS = [0, -1, (1 << 63) - 1, 1 << 63, -(1 << 63), -(1 << 63) - 1, (1 << 64) - 1, 1 << 64, 10**25, -(10**25)]
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.sampled_from(_EDGE_INTS), st.integers(), st.floats(allow_nan=False),
+    st.text(st.characters(codec="utf-8"), max_size=8).map(lambda t: t + '":' if t.startswith("x") else t),
+)
+_VALUES = st.recursive(
+    _SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _decoded_alike(raw: bytes) -> None:
+    fast = telemetry_module._fast_decode(raw)
+    strict = telemetry_module._strict_decode(raw, 1)
+    if fast is not None:
+        assert not isinstance(strict, telemetry_module.BadLine), (raw, strict)
+        assert _same(fast, strict), (raw, fast, strict)
+
+
+@settings(max_examples=400, deadline=None)
+@given(obj=st.dictionaries(st.text(max_size=6), _VALUES, max_size=6), spaced=st.booleans())
+def test_fast_decoding_equals_the_strict_decoder(obj: dict[str, Any], spaced: bool) -> None:
+    text = json.dumps(obj, ensure_ascii=False, separators=(", ", ": ") if spaced else (",", ":"))
+    _decoded_alike(text.encode("utf-8", "surrogatepass"))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"event": "a", "monotonic_ns": 5, "monotonic_ns": 7}', b'{"event":"a","event":"b"}',
+        b'{"event": "a", "x": {"k": 1, "k": 2}}', b'{"event" : "a", "event" : "b"}', b'{"a": "\\":", "a": 1}',
+        b'{"a": 9223372036854775808}', b'{"a": -9223372036854775809}', b'{"a": 18446744073709551616}',
+        b'{"a": 1e400}', b'{"a": NaN}', b'{"a": "\\ud800"}', b'{"a": "\xff"}', b"[" * 33 + b"]" * 33,
+        b"[" * 32 + b"]" * 32, b'{"a": 1.0, "b": 10000000000000000000.0}', b'\xef\xbb\xbf{"a": 1}', b"5", b'"x"',
+        b'{"a": 1}\r', b'{"a":\t1, "b"\t: 2}',
+    ],
+)
+def test_fast_decoding_leaves_every_doubt_to_the_strict_decoder(raw: bytes) -> None:
+    _decoded_alike(raw)
+    if raw.count(b'"a"') + raw.count(b'"k"') + raw.count(b'"event"') > 2 or b"e400" in raw or b"NaN" in raw:
+        assert telemetry_module._fast_decode(raw) is None

@@ -177,18 +177,32 @@ Boundaries = tuple[list[Bound], list[int], list[int]]
 def boundaries_of(log: TelemetryLog, placements: Sequence[Placement], pid: int | None) -> Boundaries:
     """The placed lines that bound process ``pid``: lines without a pid apply to every process,
     lines with one only to that process."""
-    opts = log.options
+    return boundaries_by_pid(log, placements, [pid])[pid]
+
+
+def boundaries_by_pid(
+    log: TelemetryLog, placements: Sequence[Placement], pids: Iterable[int | None]
+) -> dict[int | None, Boundaries]:
+    """:func:`boundaries_of` each of ``pids``: the lines sorted, and asked whether they carry
+    values, once for all of them (10^6 lines are sorted once, not once per process)."""
     placed = sorted(
         ((p.trace_ns, e.line, e, p) for e, p in zip(log.events, placements, strict=True) if p.trace_ns is not None),
         key=lambda x: (x[0], x[1]),
     )
-    bounds = [b for b in placed if b[2].pid is None or b[2].pid == pid]
-    last_with_values, last = [], -1
-    for k, b in enumerate(bounds):
-        if b[2].values(opts.clock_fields, opts.event_key):
-            last = k
-        last_with_values.append(last)
-    return bounds, [b[0] for b in bounds], last_with_values
+    carries = [bool(b[2].measured) for b in placed]
+    out: dict[int | None, Boundaries] = {}
+    for pid in pids:
+        bounds: list[Bound] = []
+        last_with_values: list[int] = []
+        last = -1
+        for b, has_values in zip(placed, carries, strict=True):
+            if b[2].pid is None or b[2].pid == pid:
+                if has_values:
+                    last = len(bounds)
+                bounds.append(b)
+                last_with_values.append(last)
+        out[pid] = (bounds, [b[0] for b in bounds], last_with_values)
+    return out
 
 
 @dataclass(frozen=True)
@@ -260,7 +274,8 @@ class Alignment:
     def telemetry_summary(self) -> dict[str, Any]:
         """The top-level ``telemetry`` object: the file, its warnings, every line's placement."""
         log, opts = self.log, self.log.options
-        skip = {opts.event_key, "pid", "tid", *opts.clock_fields.values()}
+        clock_fields = opts.clock_fields
+        skip = {opts.event_key, "pid", "tid", *clock_fields.values()}
         timeline = []
         for e, p in zip(log.events, self.placements, strict=True):
             timeline.append(
@@ -269,10 +284,10 @@ class Alignment:
                     "event": e.event,
                     "pid": e.pid,
                     "tid": e.tid,
-                    "clocks": {opts.clock_fields[k]: v for k, v in e.clocks.items()},
+                    "clocks": {clock_fields[k]: v for k, v in e.clocks.items()},
                     "trace_ns": p.trace_ns,
                     "via": p.via,
-                    "values": e.values(opts.clock_fields, opts.event_key),
+                    "values": dict(e.measured),
                     "fields": {k: v for k, v in e.fields.items() if k not in skip},
                 }
             )
@@ -303,7 +318,6 @@ class Alignment:
         ``during``: lines strictly inside; ``in_force``: the last line at or before the start that
         carries values (a snapshot such as ``handoff``), with those values.
         """
-        opts = self.log.options
         out: dict[str, Any] = {
             "after": None,
             "before": None,
@@ -324,7 +338,7 @@ class Alignment:
             out["after"] = point(bounds[i - 1], start_ns - bounds[i - 1][0])
         if i and last_with_values[i - 1] >= 0:
             b = bounds[last_with_values[i - 1]]
-            out["in_force"] = {**point(b, start_ns - b[0]), "values": b[2].values(opts.clock_fields, opts.event_key)}
+            out["in_force"] = {**point(b, start_ns - b[0]), "values": dict(b[2].measured)}
         if end_ns is not None:
             j = bisect.bisect_left(times, end_ns)
             if j < len(bounds):
@@ -627,7 +641,7 @@ def align(
         checks=tuple(checks),
         placements=placements,
         notes=tuple(notes),
-        boundaries={pid: boundaries_of(log, placements, pid) for pid in (None, *sorted(pids))},
+        boundaries=boundaries_by_pid(log, placements, (None, *sorted(pids))),
     )
 
 

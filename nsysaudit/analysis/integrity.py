@@ -21,9 +21,13 @@ from nsysaudit.ids import global_pid
 from nsysaudit.joins import Nesting
 from nsysaudit.read.trace import Trace
 
+INT64_MAX = (1 << 63) - 1
+
 UNDECIDED_REASONS = {
     "no_thread": "no globalTid, so it cannot be placed on a thread",
     "time_unknown": "its start or end is NULL or its end is before its start, so its nesting is unknown",
+    "time_damaged": "its start is before the capture began or its end minus start does not fit in 64 bits, so "
+    "its times cannot be true and its nesting is unknown",
     "name_unknown": "nested in a library call with a non-zero return, but its API name is unknown",
     "return_unknown": "an allocation call (or unknown API) nested in a library call, with a NULL return code",
     "unknown_nvtx_domain": "on a thread with NVTX ranges in a domain whose name is unknown (they may be "
@@ -31,17 +35,32 @@ UNDECIDED_REASONS = {
 }
 
 
-def joinable_calls(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
+def damaged_times(capture_start: int | None) -> pl.Expr:
+    """True for rows whose start and end are both given but cannot both be true: a start before the
+    capture began (``capture_start``, when known: nsys records nothing before it), or an end minus
+    start that does not fit in 64 bits (a call longer than 292 years; its duration would wrap).
+    Such a row straddles, or lies inside, library calls by accident of the damage: it is evidence
+    of nothing, and never of absence."""
+    start, end = pl.col("start_ns"), pl.col("end_ns")
+    damaged = (end.cast(pl.Int128) - start.cast(pl.Int128)) > INT64_MAX
+    if capture_start is not None:
+        damaged = damaged | (start < capture_start)
+    return damaged.fill_null(False)
+
+
+def joinable_calls(cuda_api_rows: pl.DataFrame, capture_start: int | None = None) -> pl.DataFrame:
     """The CUDA API rows whose thread and times can be used for nesting.
 
-    A row without globalTid, start or end, or whose end is before its start, is left out: its
-    nesting is unknown, not "not nested" (:func:`review` counts what that could hide).
+    A row without globalTid, start or end, whose end is before its start, or whose times are
+    damaged (:func:`damaged_times`) is left out: its nesting is unknown, not "not nested"
+    (:func:`review` counts what that could hide).
     """
     return cuda_api_rows.filter(
         pl.col("gtid").is_not_null()
         & pl.col("start_ns").is_not_null()
         & pl.col("end_ns").is_not_null()
         & (pl.col("end_ns") >= pl.col("start_ns"))
+        & ~damaged_times(capture_start)
     )
 
 
@@ -56,44 +75,64 @@ def _could_fail() -> pl.Expr:
     return pl.col("return_code").is_null() | (pl.col("return_code") != 0)
 
 
-def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame) -> pl.DataFrame:
-    """Rows with unusable times that could still lie inside a library call of their thread.
+def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame, capture_start: int | None) -> pl.DataFrame:
+    """Rows with unusable times that could still lie inside a library call of their thread, with
+    their ``reason``: ``time_damaged`` (:func:`damaged_times`) or ``time_unknown``.
 
     With a known start (end NULL, or end before start) that means the start lies in some library
     call; with only the end known, that some library call ends at or after it; with neither, that
-    the thread has a library call at all. Looked up in each thread's union of library-call
-    intervals (disjoint windows, an as-of join): no (row, library call) pair is ever formed, so
-    10k reversed rows on a thread with 10k library calls cost O(n log n), not 10^8 pairs.
+    the thread has a library call at all. A damaged row's start is unknown, and so is its end when
+    that too lies before the capture. Looked up in each thread's union of library-call intervals
+    (disjoint windows, an as-of join): no (row, library call) pair is ever formed, so 10k reversed
+    rows on a thread with 10k library calls cost O(n log n), not 10^8 pairs.
     """
+    damaged = damaged_times(capture_start)
     bad = rows.filter(
         pl.col("gtid").is_not_null()
-        & (pl.col("start_ns").is_null() | pl.col("end_ns").is_null() | (pl.col("end_ns") < pl.col("start_ns")))
+        & (pl.col("start_ns").is_null() | pl.col("end_ns").is_null() | (pl.col("end_ns") < pl.col("start_ns"))
+           | damaged)
     )
     if bad.height == 0 or windows.height == 0:
-        return bad.clear()
+        return bad.clear().with_columns(pl.lit(None, dtype=pl.String).alias("reason"))
+    before_capture = pl.col("end_ns") < capture_start if capture_start is not None else pl.lit(False)
+    bad = bad.with_row_index("_row").with_columns(
+        damaged.alias("_damaged"),
+        pl.when(damaged).then(None).otherwise(pl.col("start_ns")).alias("_start"),
+        pl.when(damaged & before_capture.fill_null(False)).then(None).otherwise(pl.col("end_ns")).alias("_end"),
+    )
     per_thread = windows.group_by("gtid").agg(pl.col("w_end").max().alias("max_end"))
-    bad = bad.with_row_index("_row")
     hit_start = (
-        bad.filter(pl.col("start_ns").is_not_null())
-        .select("_row", "gtid", "start_ns")
-        .sort("start_ns")
-        .join_asof(windows, left_on="start_ns", right_on="w_start", by="gtid", strategy="backward",
+        bad.filter(pl.col("_start").is_not_null())
+        .select("_row", "gtid", "_start")
+        .sort("_start")
+        .join_asof(windows, left_on="_start", right_on="w_start", by="gtid", strategy="backward",
                    check_sortedness=False)
-        .filter(pl.col("w_end") >= pl.col("start_ns"))
+        .filter(pl.col("w_end") >= pl.col("_start"))
         .select("_row")
     )
-    no_start = bad.filter(pl.col("start_ns").is_null()).join(per_thread, on="gtid", how="inner")
-    hit_end = no_start.filter(pl.col("end_ns").is_null() | (pl.col("end_ns") <= pl.col("max_end"))).select("_row")
+    no_start = bad.filter(pl.col("_start").is_null()).join(per_thread, on="gtid", how="inner")
+    hit_end = no_start.filter(pl.col("_end").is_null() | (pl.col("_end") <= pl.col("max_end"))).select("_row")
     rows_hit = pl.concat([hit_start, hit_end]).unique()
-    return bad.join(rows_hit, on="_row", how="semi").drop("_row")
+    return (
+        bad.join(rows_hit, on="_row", how="semi")
+        .with_columns(
+            pl.when(pl.col("_damaged")).then(pl.lit("time_damaged")).otherwise(pl.lit("time_unknown")).alias("reason")
+        )
+        .drop("_row", "_damaged", "_start", "_end")
+    )
 
 
 def undecided_calls(
-    cuda_api_rows: pl.DataFrame, windows: pl.DataFrame, pairs: pl.DataFrame, nvtx_ranges: pl.DataFrame
+    cuda_api_rows: pl.DataFrame,
+    windows: pl.DataFrame,
+    pairs: pl.DataFrame,
+    nvtx_ranges: pl.DataFrame,
+    capture_start: int | None = None,
 ) -> pl.DataFrame:
     """CUDA API rows that could be a nested allocation failure the joins cannot confirm or refute.
 
-    ``windows``: the union of the joinable library calls per thread (:func:`nsysaudit.intervals.union_windows`).
+    ``windows``: the union of the joinable library calls per thread (:func:`nsysaudit.intervals.union_windows`);
+    ``capture_start``: where the capture began, when known (:func:`damaged_times`).
 
     Columns ``gtid, start_ns, end_ns, correlation_id, api, return_code, reason`` (one row per
     call and reason; ``reason`` is a key of :data:`UNDECIDED_REASONS`).
@@ -103,7 +142,7 @@ def undecided_calls(
     parts: list[pl.DataFrame] = []
     if windows.height:
         parts.append(suspects.filter(pl.col("gtid").is_null()).with_columns(pl.lit("no_thread").alias("reason")))
-        parts.append(_time_unknown(suspects, windows).with_columns(pl.lit("time_unknown").alias("reason")))
+        parts.append(_time_unknown(suspects, windows, capture_start))
     nested = pairs.filter(pl.col("relation") == "nested")
     if nested.height:  # each filter before its unique: the same rows (repeats are alike), far fewer hashed
         parts.append(
@@ -230,7 +269,18 @@ def review(
             "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
             "StringIds): they are not recognised as library calls",
         )
-    undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges)
+    capture_start = trace.capture_bounds.start_ns
+    damaged = trace.cuda_api_rows.filter(damaged_times(capture_start)).height
+    if damaged:
+        before = f"before the capture began ({capture_start:,} ns) or " if capture_start is not None else ""
+        warn(
+            "damaged_time_range",
+            damaged,
+            f"CUDA API rows whose start is {before}whose end minus start does not fit in 64 bits, among the "
+            "failed calls and the calls overlapping library calls (the rows the analysis reads): their times "
+            "cannot be true; counted in the census, never nested or straddling",
+        )
+    undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges, capture_start)
     if undecided.height:
         by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
         detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())

@@ -8,7 +8,7 @@ appended to anything shared.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -123,7 +123,7 @@ def _analyze(
     )
     libs = joins.with_ids(libs, names).sort("lib_id")
 
-    calls = integrity.joinable_calls(trace.cuda_api_rows)
+    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds.start_ns)
     # The library calls the joins can use, and their union per thread: made once, used by every step.
     closed = closed_library_calls(trace.library_calls)
     windows = trace.library_windows  # union_windows(closed), made once by the read
@@ -212,7 +212,7 @@ def _analyze(
     failed_ids = pairs.filter((pl.col("relation") == "nested") & (pl.col("return_code") != 0))["lib_id"].unique()
     interest = of_interest(libs, failed_ids.to_list(), findings["lib_id"].drop_nulls().to_list())
     memory_points = _covered(
-        ledger_points(memory, _memory_moments(findings, libs, interest.frame, alignment, trace.processes)),
+        ledger_points(memory, _memory_moments(findings, interest.frame, alignment, trace.processes)),
         trace, cuda_api_span,
     )
     processes = [
@@ -252,28 +252,28 @@ def _analyze(
 
 
 def _memory_moments(
-    findings: pl.DataFrame, libs: pl.DataFrame, interest: pl.DataFrame, alignment: Alignment | None,
-    processes: pl.DataFrame,
-) -> list[tuple[str, str, int | None, int | None, dict[str, Any]]]:
-    """The moments the ledger is read at: each finding, the start of each library call of interest
-    (:mod:`nsysaudit.analysis.interest`) and of each censored one, each telemetry line placed on the
-    trace clock (for its process)."""
-    moments: list[tuple[str, str, int | None, int | None, dict[str, Any]]] = []
-    for i, f in enumerate(findings.iter_rows(named=True)):
-        moments.append(("finding", f"{f['kind']}: {f['api']}", f["start_ns"], gpid_of(f["gtid"]), {"finding": i}))
-    for lc in interest.filter(pl.col("coverage") != "censored").iter_rows(named=True):
-        moments.append(("library_call", str(lc["api"]), lc["start_ns"], gpid_of(lc["gtid"]), {"lib_id": lc["lib_id"]}))
-    for lc in libs.filter(pl.col("coverage") == "censored").iter_rows(named=True):
-        moments.append(
-            ("censored_library_call", str(lc["api"]), lc["start_ns"], gpid_of(lc["gtid"]), {"lib_id": lc["lib_id"]})
-        )
+    findings: pl.DataFrame, interest: pl.DataFrame, alignment: Alignment | None, processes: pl.DataFrame,
+) -> Iterator[tuple[str, str, int | None, int | None, dict[str, Any]]]:
+    """The moments the ledger is read at: each finding (the first :data:`MAX_FINDING_POINTS`), the
+    start of each library call of interest (:mod:`nsysaudit.analysis.interest`: at most 200, censored
+    ones among them), the telemetry lines :func:`telemetry_moments` chooses (for their process). Made
+    as they are read: without a ledger none is (10^6 censored calls or telemetry lines would be 10^6
+    tuples for nothing)."""
+    rows = findings.head(MAX_FINDING_POINTS).select("kind", "api", "start_ns", "gtid").iter_rows()
+    for i, (kind, api, start, gtid) in enumerate(rows):
+        yield "finding", f"{kind}: {api}", start, gpid_of(gtid), {"finding": i}
+    for api, start, gtid, lib_id, state in interest.select("api", "start_ns", "gtid", "lib_id", "coverage").iter_rows():
+        point = "censored_library_call" if state == "censored" else "library_call"
+        yield point, str(api), start, gpid_of(gtid), {"lib_id": lib_id}
     if alignment is not None:
         gpids = {pid: gpid for pid, gpid in processes.select("pid", "gpid").iter_rows()}
         lines = [(event, placed) for event, placed in zip(alignment.log.events, alignment.placements, strict=True)
                  if event.pid is not None and event.pid in gpids]
         for event, placed in telemetry_moments(lines):
-            moments.append(("telemetry", event.event, placed.trace_ns, gpids[event.pid], {"line": event.line}))
-    return moments
+            yield "telemetry", event.event, placed.trace_ns, gpids[event.pid], {"line": event.line}
+
+
+MAX_FINDING_POINTS = 200
 
 
 def _covered(points: list[dict[str, Any]], trace: Trace, cuda_api_span: pl.DataFrame) -> list[dict[str, Any]]:

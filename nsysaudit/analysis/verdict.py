@@ -101,11 +101,13 @@ def telemetry_library_failures(
         text = None
         for key, value in event.fields.items():
             if isinstance(value, str):
+                if "_STATUS_" not in value:  # what _LIBRARY_STATUS needs: 10^6 lines are not searched
+                    continue
                 hits = [m.group(0) for m in _LIBRARY_STATUS.finditer(value) if m.group(2) != "SUCCESS"]
                 if hits and text is None:
                     text = value
                 statuses += hits
-            elif _STATUS_FIELD.match(key) and type(value) is int and value != 0:
+            elif type(value) is int and value != 0 and key[-7:].lower() == "_status" and _STATUS_FIELD.match(key):
                 statuses.append(f"{key}={value}")
         if not statuses:
             continue
@@ -180,7 +182,7 @@ def decide(
         )
     # A shadow copy of a table the joins read may hide the rows that matter: which one nsys wrote
     # is unknown, so the absence of a failure in the one read proves nothing.
-    shadowed = sorted(trace.export.ambiguous_tables & EVIDENCE_TABLES)
+    shadowed = sorted(t for t in EVIDENCE_TABLES if trace.export.is_ambiguous(t))
     if shadowed:
         context.append(
             f"the export holds several versions of {', '.join(shadowed)} (see warnings): the highest was read, "

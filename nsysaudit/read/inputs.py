@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from nsysaudit.digests import sha256_file
 from nsysaudit.errors import UnusableInput
+from nsysaudit.paths import refuse_undecodable_name
 from nsysaudit.progress import Progress
 from nsysaudit.read import nsys
 from nsysaudit.read.source import ExportFile, probe
@@ -131,6 +132,7 @@ def open_input(
 
     An ``.nsys-rep`` needs its digest first: it keys the export cache.
     """
+    refuse_undecodable_name(given)
     kind = input_kind(given)
     digest = BackgroundDigest(given)
     export_info: dict[str, Any] = {}

@@ -106,8 +106,8 @@ def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> dict
         if not entry.is_file() or record_file.is_symlink() or not record_file.is_file():  # never open a FIFO
             return None
         record = json.loads(record_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None  # no record, or an unreadable one: export again
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None  # no record, or an unreadable one (not JSON, nested too deep, an integer too long): export again
     if not isinstance(record, dict) or record.get("format") != CACHE_FORMAT:
         return None
     if record.get("report_sha256") != sha256 or record.get("exported_with") != version:
@@ -181,7 +181,7 @@ def _run_export(report: Path, sha256: str, nsys: Path, tmp: Path, timeout: float
     except OSError as exc:
         raise ExportFailed(report, f"cannot run {nsys}: {exc.strerror}") from None
     if proc.returncode != 0 or not out.is_file() or out.stat().st_size == 0:
-        said = proc.stderr or proc.stdout or ""
+        said = (proc.stderr or "") + (proc.stdout or "")
         if _UNPARSEABLE.search(said):
             # What nsys prints for a report it cannot parse is a C++ exception dump; for a report
             # made by a newer Nsight Systems (nsys 2023.4 on a 2025.3 report) it is the same.
@@ -192,9 +192,28 @@ def _run_export(report: Path, sha256: str, nsys: Path, tmp: Path, timeout: float
                 "Systems, or it is damaged; export it with the nsys of the release that made it "
                 "(--nsys PATH or $NSYSAUDIT_NSYS)",
             )
-        detail = " ".join(said.split())[:300]
+        detail = export_cause(proc.stderr or "", proc.stdout or "")
         raise ExportFailed(report, f"nsys export failed (exit {proc.returncode}): {detail or 'no output'}")
     return out
 
 
 _UNPARSEABLE = re.compile(r"ProtobufParseException|Can't parse message of type")
+# nsys export's progress ("Processing 11832 events: [1%    ]", redrawn after a carriage return)
+_PROGRESS = re.compile(r"(Processing\b.*)?\[[=\s]*\d+%[=\s]*\]", re.IGNORECASE)
+_SAYS_ERROR = re.compile(r"error|fail|cannot|can't|unable|no space|denied|exception|abort", re.IGNORECASE)
+CAUSE_CHARS = 300
+
+
+def export_cause(*outputs: str) -> str:
+    """Why ``nsys export`` failed, from what it printed: the lines that say an error (else its last
+    lines), never its progress bar, which comes first and would fill the message. Long text keeps
+    its end, where nsys says the cause ("Exportation error: ... No space left on device").
+
+    >>> export_cause("\\rProcessing 9 events: [1%   ]" * 500 + "\\nExportation error: No space left on device\\n")
+    'Exportation error: No space left on device'
+    """
+    lines = [line.strip() for text in outputs for line in re.split(r"[\r\n]+", text)]
+    lines = [line for line in lines if line and not _PROGRESS.fullmatch(line)]
+    said = [line for line in lines if _SAYS_ERROR.search(line)][-3:] or lines[-2:]
+    text = " ".join(" ".join(said).split())
+    return text if len(text) <= CAUSE_CHARS else "..." + text[-(CAUSE_CHARS - 3):]

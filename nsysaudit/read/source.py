@@ -7,6 +7,7 @@ columns does it have?" and "which nsys/schema version wrote it?" by looking at t
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import stat
@@ -25,7 +26,16 @@ META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 # The CUDA API table columns that make a file without a metadata table recognisable as an export.
 RUNTIME_COLUMNS = ("start", "end", "globalTid", "nameId", "returnValue")
 # A versioned table name: BASE_V<n>, n an ASCII number without a leading zero (re.ASCII: no other digits).
-_VARIANT = re.compile(r"(.+)_V([1-9][0-9]*)", re.ASCII)
+# SQLite's names are case-insensitive in ASCII only, so ``_v3`` is a version as ``_V3`` is.
+_VARIANT = re.compile(r"(.+)_V([1-9][0-9]*)", re.ASCII | re.IGNORECASE)
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def sql_name(name: str) -> str:
+    """``name`` as SQLite compares identifiers: ASCII letters without case, every other character as
+    it is (``cupti_activity_kind_runtime`` and ``CUPTI_ACTIVITY_KIND_RUNTIME`` name one table; ``Ä``
+    and ``ä`` two)."""
+    return name.translate(_ASCII_LOWER)
 SCHEMA_NOT_UTF8 = "damaged SQLite schema: its text is not valid UTF-8 (a changed byte?); not a usable nsys export"
 
 
@@ -173,7 +183,8 @@ def readonly_uri(path: Path) -> str:
     nothing beside it; :func:`check_side_files` decides beforehand what such files mean. Every
     reader of an export (sqlite3, ADBC) opens it through this URI.
     """
-    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+    # The path's own bytes (a POSIX name need not be UTF-8: its undecodable bytes are surrogates here).
+    return "file:" + urllib.parse.quote(os.fsencode(path.resolve())) + "?mode=ro&immutable=1"
 
 
 def open_readonly(path: Path) -> sqlite3.Connection:
@@ -228,13 +239,25 @@ class TextDecoder:
 
 @dataclass(frozen=True)
 class Table:
-    """A table found in the export: the name it really has and its columns (original case)."""
+    """A table found in the export: the name it really has and its columns (original case).
+
+    ``kind`` is ``view`` for a view (nsys writes none; :meth:`ExportFile.table` refuses one).
+    Column names are compared as SQLite compares them (:func:`sql_name`): ``START`` is ``start``.
+    """
 
     name: str
     columns: tuple[str, ...]
+    kind: str = "table"
 
     def has(self, *columns: str) -> bool:
-        return all(c in self.columns for c in columns)
+        declared = {sql_name(c) for c in self.columns}
+        return all(sql_name(c) in declared for c in columns)
+
+    def spelled(self, *spellings: str) -> tuple[str, ...]:
+        """The columns, each one that SQLite takes for one of ``spellings`` written that way
+        (``START`` as ``start``): code that looks columns up by name finds them."""
+        wanted = {sql_name(s): s for s in spellings}
+        return tuple(wanted.get(sql_name(c), c) for c in self.columns)
 
     @property
     def hides_rowid(self) -> bool:
@@ -265,33 +288,40 @@ class ExportFile:
     def schema_version(self) -> str | None:
         return self.meta.get("EXPORT_SCHEMA_VERSION")
 
-    @property
-    def schema_major(self) -> int | None:
-        raw = self.meta.get("EXPORT_SCHEMA_VERSION_MAJOR")
-        if raw is None and self.schema_version:
-            raw = self.schema_version.split(".")[0]
-        try:
-            return int(raw) if raw is not None else None
-        except ValueError:
-            return None
-
     def table(self, base: str) -> Table | None:
         """The table for ``base``, accepting nsys's versioned variants (``NVTX_EVENTS_V2``): the highest
-        version when several exist (see :func:`table_versions`; the choice is in ``input.tables``)."""
-        found = self.versions.get(base)
-        return found[-1] if found else None
+        version when several exist (see :func:`table_versions`; the choice is in ``input.tables``).
 
-    @property
-    def ambiguous_tables(self) -> frozenset[str]:
-        """The bases that have several tables (the base and variants, or several variants)."""
-        return frozenset(base for base, found in self.versions.items() if len(found) > 1)
+        Raises :class:`UnusableInput` when it is a view: nsys writes tables, and a view can select
+        rows away (a failed call) from the table it reads.
+        """
+        found = self.versions.get(sql_name(base))
+        if not found:
+            return None
+        return refuse_view(self.path, found[-1])
+
+    def is_ambiguous(self, base: str) -> bool:
+        """Whether ``base`` has several tables (the base and variants, or several variants, in any case)."""
+        return len(self.versions.get(sql_name(base), ())) > 1
 
     def close(self) -> None:
         self.conn.close()
 
 
+def refuse_view(path: Path, table: Table) -> Table:
+    """``table``, unless it is a view (:class:`UnusableInput`)."""
+    if table.kind == "view":
+        raise UnusableInput(
+            path,
+            f"{table.name} is a view, not a table: nsys writes its tables as tables, and a view can leave "
+            "rows out of the table it reads; not an export as nsys wrote it (analyze the original)",
+        )
+    return table
+
+
 def table_versions(tables: dict[str, Table]) -> dict[str, tuple[Table, ...]]:
-    """Every table under its base name, lowest version first: ``X`` is version 1, ``X_V2`` version 2.
+    """Every table under its base name (:func:`sql_name`: the same base in any case), lowest version
+    first: ``X`` is version 1, ``X_V2`` (or ``x_v2``) version 2; of one version, by name.
 
     A variant is ``base`` + ``_V`` + an ASCII version number without a leading zero (``\\d``
     would also match other scripts' digits, such as the full-width two, U+FF12).
@@ -300,17 +330,19 @@ def table_versions(tables: dict[str, Table]) -> dict[str, tuple[Table, ...]]:
     for name, table in tables.items():
         match = _VARIANT.fullmatch(name)
         base, version = (match.group(1), int(match.group(2))) if match else (name, 1)
-        found.setdefault(base, []).append((version, table))
-    return {base: tuple(t for _, t in sorted(v, key=lambda vt: vt[0])) for base, v in found.items()}
+        found.setdefault(sql_name(base), []).append((version, table))
+    return {base: tuple(t for _, t in sorted(v, key=lambda vt: (vt[0], vt[1].name))) for base, v in found.items()}
 
 
 def ambiguity_warnings(versions: dict[str, tuple[Table, ...]]) -> list[Warning]:
     """One ``ambiguous_table`` warning per base with several tables: one of them may be a shadow copy
     made to hide rows; the highest version is read."""
     out: list[Warning] = []
-    for base, found in sorted(versions.items()):
+    for found in (found for _, found in sorted(versions.items())):
         if len(found) > 1:
             names = ", ".join(t.name for t in found)
+            match = _VARIANT.fullmatch(found[0].name)
+            base = match.group(1) if match else found[0].name
             out.append(
                 warning(
                     "ambiguous_table",
@@ -324,6 +356,65 @@ def ambiguity_warnings(versions: dict[str, tuple[Table, ...]]) -> list[Warning]:
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+_SCHEMA_VERSION = re.compile(r"([0-9]+)\.[0-9]+\.[0-9]+", re.ASCII)
+
+
+def schema_version_warnings(table: str, meta: dict[str, str]) -> list[Warning]:
+    """What is unknown about the export's schema version: none recorded, one that is not
+    ``MAJOR.MINOR.MICRO``, a ``EXPORT_SCHEMA_VERSION_MAJOR`` that contradicts it, or a major
+    version nsysaudit was not checked against. The tables are read by probing whatever it says.
+
+    >>> [w["kind"] for w in schema_version_warnings("META_DATA_EXPORT", {"EXPORT_SCHEMA_VERSION": "x.y.z"})]
+    ['unknown_schema_version']
+    >>> [w["kind"] for w in schema_version_warnings(
+    ...     "META_DATA_EXPORT", {"EXPORT_SCHEMA_VERSION": "99.0.0", "EXPORT_SCHEMA_VERSION_MAJOR": "3"})]
+    ['inconsistent_schema_version', 'unknown_schema_major']
+    """
+    version, major_text = meta.get("EXPORT_SCHEMA_VERSION"), meta.get("EXPORT_SCHEMA_VERSION_MAJOR")
+    if version is None and major_text is None:
+        return [
+            warning("unknown_schema_version", 1, f"{table} has no EXPORT_SCHEMA_VERSION; tables are read by probing")
+        ]
+    out: list[Warning] = []
+    stated: list[int] = []
+    if version is not None:
+        match = _SCHEMA_VERSION.fullmatch(version)
+        if match is None:
+            out.append(warning(
+                "unknown_schema_version",
+                1,
+                f"{table}: EXPORT_SCHEMA_VERSION {version!r} is not a version number (MAJOR.MINOR.MICRO); "
+                "tables are read by probing",
+            ))
+        else:
+            stated.append(int(match.group(1)))
+    if major_text is not None:
+        if re.fullmatch(r"[0-9]+", major_text, re.ASCII) is None:
+            out.append(warning(
+                "unknown_schema_version",
+                1,
+                f"{table}: EXPORT_SCHEMA_VERSION_MAJOR {major_text!r} is not a number; tables are read by probing",
+            ))
+        else:
+            stated.append(int(major_text))
+    if len(set(stated)) > 1:
+        out.append(warning(
+            "inconsistent_schema_version",
+            1,
+            f"{table}: EXPORT_SCHEMA_VERSION {version} and EXPORT_SCHEMA_VERSION_MAJOR {major_text} disagree; "
+            "tables are read by probing",
+        ))
+    unknown = sorted({m for m in stated if m not in KNOWN_SCHEMA_MAJORS})
+    if unknown:
+        out.append(warning(
+            "unknown_schema_major",
+            1,
+            f"export schema major version {', '.join(map(str, unknown))} ({version}) is newer or older than the "
+            "ones nsysaudit was checked against (2.x, 3.x); tables are read by probing",
+        ))
+    return out
 
 
 def probe(path: Path) -> ExportFile:
@@ -340,28 +431,34 @@ def probe(path: Path) -> ExportFile:
             # The two statements sqlite-utils' Database.table_names() and Table.columns run, on the
             # read-only connection; sqlite-utils itself is not imported here (with numpy and
             # dateutil it costs ~0.15 s, half the start-up budget of a small export).
-            names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            # Views too: a view under the name of a table the analysis reads is refused, never read
+            # as "no table" (ExportFile.table).
+            kinds = {
+                r[0]: r[1] for r in conn.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')")
+            }
             tables: dict[str, Table] = {
-                name: Table(name, tuple(str(c[1]) for c in conn.execute(f"PRAGMA table_info({_quote(name)})")))
-                for name in sorted(names)
+                name: Table(
+                    name, tuple(str(c[1]) for c in conn.execute(f"PRAGMA table_info({_quote(name)})")), kinds[name]
+                )
+                for name in sorted(kinds)
             }
         except sqlite3.DatabaseError as exc:
             raise UnusableInput(path, f"SQLite cannot read its schema: {exc}") from None
         except UnicodeDecodeError:
             raise UnusableInput(path, SCHEMA_NOT_UTF8) from None
         versions = table_versions(tables)
-        meta_table = next((tables[t] for t in META_TABLES if t in tables), None)
-        runtime = tables.get("CUPTI_ACTIVITY_KIND_RUNTIME")
+        named = {sql_name(name): table for name, table in tables.items()}
+        meta_table = next((refuse_view(path, named[sql_name(t)]) for t in META_TABLES if sql_name(t) in named), None)
+        strings = named.get(sql_name("StringIds"))
+        runtime = versions.get(sql_name("CUPTI_ACTIVITY_KIND_RUNTIME"), (None,))[-1]
         # nsys 2020.3 and older write no metadata table at all; their CUDA tables are still
         # recognisable (nsys stats reads them), so they are read with the version unknown.
         recognisable = runtime is not None and runtime.has(*RUNTIME_COLUMNS)
-        if "StringIds" not in tables or (meta_table is None and not recognisable):
-            missing = " and ".join(
-                x
-                for x, ok in (("META_DATA_EXPORT", meta_table is not None), ("StringIds", "StringIds" in tables))
-                if not ok
-            )
+        if strings is None or (meta_table is None and not recognisable):
+            found = (("META_DATA_EXPORT", meta_table is not None), ("StringIds", strings is not None))
+            missing = " and ".join(x for x, ok in found if not ok)
             raise UnusableInput(path, f"not an Nsight Systems export: no {missing} table")
+        refuse_view(path, strings)
         meta: dict[str, str] = {}
         if meta_table is not None:
             if not meta_table.has("name", "value"):
@@ -384,7 +481,6 @@ def probe(path: Path) -> ExportFile:
             warnings=[*side_warnings, *ambiguity_warnings(versions)],
             versions=versions,
         )
-        major = export.schema_major
         if meta_table is None:
             export.warnings.append(
                 {
@@ -394,23 +490,8 @@ def probe(path: Path) -> ExportFile:
                     "older): the nsys and schema versions are unknown; its CUDA tables are read by probing",
                 }
             )
-        elif major is None:
-            export.warnings.append(
-                {
-                    "kind": "unknown_schema_version",
-                    "count": 1,
-                    "message": f"{meta_table.name} has no EXPORT_SCHEMA_VERSION; tables are read by probing",
-                }
-            )
-        elif major not in KNOWN_SCHEMA_MAJORS:
-            export.warnings.append(
-                {
-                    "kind": "unknown_schema_major",
-                    "count": 1,
-                    "message": f"export schema major version {major} ({export.schema_version}) is newer or older "
-                    f"than the ones nsysaudit was checked against (2.x, 3.x); tables are read by probing",
-                }
-            )
+        else:
+            export.warnings += schema_version_warnings(meta_table.name, meta)
         return export
     except BaseException:
         conn.close()

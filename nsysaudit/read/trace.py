@@ -33,7 +33,8 @@ from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
 from nsysaudit.read.nvtx import source as nvtx_source
 from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
-from nsysaudit.read.source import ExportFile, Table
+from nsysaudit.read.scan import COLUMNS as SCAN_COLUMNS
+from nsysaudit.read.source import ExportFile, Table, sql_name
 
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
@@ -248,10 +249,31 @@ def _memory_call_ids(conn: sqlite3.Connection, strings: str) -> pl.Series:
 
 
 def _require(path: object, table: Table, *columns: str) -> None:
-    missing = [c for c in columns if c not in table.columns]
+    missing = [c for c in columns if not table.has(c)]
     if missing:
         raise UnusableInput(
             path, f"{table.name} has no {', '.join(missing)} column(s); cannot read it as an nsys export"
+        )
+
+
+def _refuse_repeated_ids(export: ExportFile, strings: Table) -> None:
+    """A StringIds id held by several rows names two strings at once: every join by it would count
+    a row under each name (a failed call twice, a finding that never happened), and which name nsys
+    wrote is unknown. nsys declares ``id INTEGER PRIMARY KEY`` (SQLite's rowid: unique by
+    construction), so only a table declared otherwise is searched (one GROUP BY)."""
+    info = export.conn.execute(f"SELECT name, type, pk FROM pragma_table_info({q(strings.name)})").fetchall()
+    keys = [(str(name), str(declared).upper()) for name, declared, pk in info if pk]
+    if len(keys) == 1 and keys[0][1] == "INTEGER" and sql_name(keys[0][0]) == "id":
+        return
+    row = export.conn.execute(
+        f"SELECT count(*), sum(n) FROM (SELECT count(*) AS n FROM {q(strings.name)} WHERE id IS NOT NULL "
+        "GROUP BY id HAVING count(*) > 1)"
+    ).fetchone()
+    if row[0]:
+        raise UnusableInput(
+            export.path,
+            f"{strings.name}: {row[0]:,} id(s) held by more than one row ({row[1]:,} rows): each names two "
+            "strings at once, so no call's name can be trusted (nsys writes every id once); not a usable export",
         )
 
 
@@ -282,6 +304,7 @@ def _load(
     strings = export.table("StringIds")
     assert strings is not None  # probe() guarantees it
     _require(path, strings, "id", "value")
+    _refuse_repeated_ids(export, strings)
     tables_used: dict[str, str] = {"StringIds": strings.name}
 
     runtime = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
@@ -398,7 +421,7 @@ def _load(
             conn,
             path,
             runtime.name,
-            runtime.columns,
+            runtime.spelled(*SCAN_COLUMNS),  # START is start to SQLite: the scan finds it by that name
             library_windows,
             string_ids,
             progress=progress,

@@ -35,19 +35,33 @@ def analysis_json(result: AnalysisResult) -> bytes:
 
 
 def write_analysis(result: AnalysisResult, stream: BinaryIO) -> None:
-    """Write ``canonical.dumps(result.to_dict())`` to ``stream``, byte for byte, without building it."""
+    """Write ``canonical.dumps(result.to_dict())`` to ``stream``, byte for byte, without building it:
+    the rest of the document is canonical bytes, ``coverage.censored`` and ``library_calls`` are
+    written by polars from their frames, each where a placeholder stood."""
     if result.alignment is not None:  # per-call telemetry positions are computed in Python
         stream.write(canonical.dumps(result.to_dict()))
         return
-    placeholder = "nsysaudit-library-calls-" + secrets.token_hex(16)
-    text = canonical.dumps({**result.head, "library_calls": placeholder})
-    marker = b'"library_calls":"' + placeholder.encode() + b'"'
-    if text.count(marker) != 1:  # cannot happen (the nonce is fresh); never splice blindly
+    nonce = secrets.token_hex(16)
+    tables = {"censored": result.censored_table, "library_calls": result.library_calls_table}
+    holders = {key: f"nsysaudit-{key}-{nonce}" for key in tables}
+    text = canonical.dumps({
+        **result.head,
+        "coverage": {**result.head["coverage"], "censored": holders["censored"]},
+        "library_calls": holders["library_calls"],
+    })
+    markers = {key: b'"' + key.encode() + b'":"' + holder.encode() + b'"' for key, holder in holders.items()}
+    if any(text.count(marker) != 1 for marker in markers.values()):  # cannot happen (the nonce is fresh)
         stream.write(canonical.dumps(result.to_dict()))
         return
-    head, tail = text.split(marker)
-    stream.write(head + b'"library_calls":')
-    frame = _key_sorted(result.library_calls_table)
+    for key in sorted(markers, key=lambda k: text.index(markers[k])):
+        head, text = text.split(markers[key])
+        stream.write(head + b'"' + key.encode() + b'":')
+        _write_rows(stream, _key_sorted(tables[key]))
+    stream.write(text)
+
+
+def _write_rows(stream: BinaryIO, frame: pl.DataFrame) -> None:
+    """``frame``'s rows as a JSON array of objects."""
     stream.write(b"[")
     # In slices: polars builds the whole text of what it writes (200k library calls are 200 MB),
     # so only a few slices' text are alive at a time; polars serializes them on two threads (it
@@ -62,7 +76,6 @@ def write_analysis(result: AnalysisResult, stream: BinaryIO) -> None:
             stream.write(b",")
         stream.write(part)
     stream.write(b"]")
-    stream.write(tail)
 
 
 JSON_SLICE_ROWS = 16_384

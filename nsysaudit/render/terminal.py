@@ -787,10 +787,14 @@ def verification_renderable(
     t = Text("verified ", style="bold green")
     t.append_text(literal(directory, 300))
     t.append(f"\n  {len(files)} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file")
-    for i in inputs:
+    for i in inputs:  # the name and role come from metadata.json: a forged one is text too
         t.append("\n  input ")
         t.append_text(literal(i["path"], 300))
-        t.append(f" ({i['role']}) matches the sealed {i['name']}: sha256 {i['sha256']}, {i['size_bytes']:,} bytes")
+        t.append(" (")
+        t.append_text(literal(i["role"], 300))
+        t.append(") matches the sealed ")
+        t.append_text(literal(i["name"], 300))
+        t.append(f": sha256 {i['sha256']}, {i['size_bytes']:,} bytes")
     if rerun:
         t.append("\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt")
     return t

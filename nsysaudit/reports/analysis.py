@@ -23,7 +23,7 @@ from nsysaudit.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.errors import Warning
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
-from nsysaudit.reports.answer import answer
+from nsysaudit.reports.answer import MAX_CENSORED, answer
 from nsysaudit.reports.statements import holder_statement
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
@@ -283,28 +283,42 @@ def _failed_calls(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
     return out
 
 
-def _coverage(analysis: Analysis) -> dict[str, Any]:
-    """Where the evidence stops: the capture's bounds, nsys's own warnings, censored library calls."""
-    censored = []
-    for c in _rows(analysis.frames["library_calls"].filter(pl.col("coverage") == "censored").sort("lib_id")):
-        end_known = c.get("end_known") is not False
-        censored.append(
-            {
-                "lib_id": c["lib_id"],
-                "api": c["api"],
-                "pid": c["pid"],
-                "tid": c["tid"],
-                "thread_name": c["thread_name"],
-                "start_ns": c["start_ns"],
-                "end_ns": c["end_ns"] if end_known else None,
-                "recorded_end_ns": c["end_ns"],
-                "end_known": end_known,
-                "reason": c["censored_reason"],
-                "reasons": c.get("censored_reasons") or [c["censored_reason"]],
-                "cuda_api_first_ns": c["cuda_api_first_ns"],
-                "cuda_api_last_ns": c["cuda_api_last_ns"],
-            }
+def censored_table(analysis: Analysis) -> pl.DataFrame:
+    """``coverage.censored`` as a frame, one row per censored library call in ``lib_id`` order, its
+    columns the entries' keys: made by polars and written by polars (10^6 censored calls are never
+    10^6 dicts unless asked for, :attr:`AnalysisResult.coverage`)."""
+    libs = analysis.frames["library_calls"]
+    end_known = pl.col("end_known").fill_null(True) if "end_known" in libs.columns else pl.lit(True)
+    reasons = (
+        pl.col("censored_reasons") if "censored_reasons" in libs.columns else pl.lit(None, dtype=pl.List(pl.String))
+    )
+    return (
+        libs.filter(pl.col("coverage") == "censored")
+        .sort("lib_id")
+        .select(
+            "lib_id",
+            "api",
+            "pid",
+            "tid",
+            "thread_name",
+            "start_ns",
+            pl.when(end_known).then(pl.col("end_ns")).otherwise(None).alias("end_ns"),
+            pl.col("end_ns").alias("recorded_end_ns"),
+            end_known.alias("end_known"),
+            pl.col("censored_reason").alias("reason"),
+            pl.when(reasons.list.len() > 0)
+            .then(reasons)
+            .otherwise(pl.concat_list(pl.col("censored_reason")))
+            .alias("reasons"),
+            "cuda_api_first_ns",
+            "cuda_api_last_ns",
         )
+    )
+
+
+def _coverage(analysis: Analysis) -> dict[str, Any]:
+    """Where the evidence stops: the capture's bounds, nsys's own warnings (the censored library
+    calls are :func:`censored_table`, kept as a frame)."""
     diagnostics = analysis.frames.get("diagnostics")
     said = []
     if diagnostics is not None:
@@ -325,7 +339,6 @@ def _coverage(analysis: Analysis) -> dict[str, Any]:
     return {
         "cuda_api_trace": analysis.cuda_api_trace,
         "by_source": list(analysis.coverage_sources),
-        "censored": censored,
         "capture": analysis.capture_bounds.to_dict(),
         "nsys_diagnostics": said,
         "library_sources": list(analysis.library_sources),
@@ -360,8 +373,8 @@ def _memory(analysis: Analysis) -> dict[str, Any]:
     return out
 
 
-def _head(info: InputInfo, analysis: Analysis) -> dict[str, Any]:
-    """Every key of the document but ``library_calls``."""
+def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[str, Any]:
+    """Every key of the document but ``library_calls`` and ``coverage.censored`` (``censored``: its frame)."""
     out: dict[str, Any] = {
         "tool": {"name": "nsysaudit", "version": __version__},
         "input": info.to_dict(),
@@ -382,7 +395,7 @@ def _head(info: InputInfo, analysis: Analysis) -> dict[str, Any]:
             **analysis.alignment.telemetry_summary(),
             "library_failures": list(analysis.telemetry_library_failures),
         }
-    out["answer"] = answer(out)
+    out["answer"] = answer(out, _rows(censored.head(MAX_CENSORED)), censored.height)
     return out
 
 
@@ -390,15 +403,16 @@ def _head(info: InputInfo, analysis: Analysis) -> dict[str, Any]:
 class AnalysisResult:
     """One input's report: what was analyzed, the analysis, and its document, built once.
 
-    ``head`` holds every key of the JSON document but ``library_calls``, which stays the frame
-    ``library_calls_table`` until :meth:`to_dict` (or the JSON renderer) asks for it.
-    Build one with :func:`report_analysis`.
+    ``head`` holds every key of the JSON document but ``library_calls`` and ``coverage.censored``,
+    which stay the frames ``library_calls_table`` and ``censored_table`` until :meth:`to_dict`,
+    :attr:`coverage` (or the JSON renderer) asks for them. Build one with :func:`report_analysis`.
     """
 
     input: InputInfo
     analysis: Analysis
     head: Mapping[str, Any]
     library_calls_table: pl.DataFrame
+    censored_table: pl.DataFrame
 
     # --- the analysis' own values -----------------------------------------------------------------
     @property
@@ -442,7 +456,9 @@ class AnalysisResult:
     @property
     def coverage(self) -> dict[str, Any]:
         """The document's ``coverage`` (capture bounds, sources, censored library calls)."""
-        return dict(self.head["coverage"])
+        head = dict(self.head["coverage"])
+        return {"cuda_api_trace": head.pop("cuda_api_trace"), "by_source": head.pop("by_source"),
+                "censored": _rows(self.censored_table), **head}
 
     def library_calls_frame(self) -> pl.DataFrame:
         """``library_calls`` as one polars frame (children and straddling as lists of structs)."""
@@ -458,7 +474,7 @@ class AnalysisResult:
 
     def document(self, library_calls: list[dict[str, Any]]) -> dict[str, Any]:
         """The document with the given ``library_calls`` (a subset, for reports that select)."""
-        return {**self.head, "library_calls": library_calls}
+        return {**self.head, "coverage": self.coverage, "library_calls": library_calls}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON document ``nsysaudit analyze --json`` prints, as Python objects."""
@@ -478,4 +494,6 @@ class AnalysisResult:
 
 def report_analysis(info: InputInfo, analysis: Analysis) -> AnalysisResult:
     """The report of ``analysis`` of the input ``info``: its document, built once."""
-    return AnalysisResult(info, analysis, _head(info, analysis), library_calls_table(analysis.frames))
+    censored = censored_table(analysis)
+    head = _head(info, analysis, censored)
+    return AnalysisResult(info, analysis, head, library_calls_table(analysis.frames), censored)

@@ -67,8 +67,9 @@ def _short(f: Mapping[str, Any]) -> str:
     return f"{text} on {thread}"
 
 
-def answer(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``answer`` key of an analysis document (see the module docstring)."""
+def answer(doc: Mapping[str, Any], censored_calls: Sequence[Mapping[str, Any]], censored_total: int) -> dict[str, Any]:
+    """The ``answer`` key of an analysis document (see the module docstring); ``censored_calls``: the
+    first :data:`MAX_CENSORED` entries of ``coverage.censored``, of ``censored_total``."""
     findings: Sequence[Mapping[str, Any]] = doc["findings"]
     reasons: list[str] = list(doc["verdict_reasons"])
     names = {p["global_pid"]: p.get("name") for p in doc.get("processes", [])}
@@ -93,7 +94,7 @@ def answer(doc: Mapping[str, Any]) -> dict[str, Any]:
     censored = []
     at_call = {p["lib_id"]: p for p in (doc.get("memory") or {}).get("at", [])
                if p["point"] == "censored_library_call" and "lib_id" in p}
-    for c in doc["coverage"]["censored"][:MAX_CENSORED]:
+    for c in censored_calls[:MAX_CENSORED]:
         why = c.get("reasons") or [c["reason"]]
         point = at_call.get(c["lib_id"])
         censored.append({
@@ -113,4 +114,4 @@ def answer(doc: Mapping[str, Any]) -> dict[str, Any]:
         summary = reasons[0] if reasons else f"verdict {doc['verdict']}"
         limits = reasons[1:]
     return {"verdict": doc["verdict"], "summary": summary, "findings": said, "censored": censored,
-            "censored_total": len(doc["coverage"]["censored"]), "limits": limits}
+            "censored_total": censored_total, "limits": limits}

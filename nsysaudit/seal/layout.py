@@ -44,3 +44,22 @@ _LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
 def manifest_text(digests: Mapping[str, str]) -> bytes:
     """``sha256sum`` format, one ``<hex>  <name>`` line per file, sorted by name."""
     return "".join(f"{digests[name]}  {name}\n" for name in sorted(digests)).encode("utf-8")
+
+
+def checksum_line(digest: str, name: str) -> bytes:
+    r"""One line as GNU ``sha256sum`` (coreutils 9) writes it, so that ``sha256sum -c`` reads the
+    name back: a name holding a backslash, a line feed or a carriage return is written with them
+    escaped (``\\``, ``\n``, ``\r``) after a leading backslash; any other byte as it is
+    (``sha256sum`` has no escape for it: this is a checksum file, shown escaped wherever it is
+    displayed). A name's undecodable bytes (``surrogateescape``) are written back as those bytes.
+
+    >>> line = checksum_line("ab" * 32, "run\\1.sqlite")
+    >>> line[:1], line.endswith(b"  run\\\\1.sqlite\n")
+    (b'\\', True)
+    >>> checksum_line("ab" * 32, "a\nb").endswith(b"  a\\nb\n")
+    True
+    """
+    if any(c in name for c in "\\\n\r"):
+        escaped = name.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+        return f"\\{digest}  {escaped}\n".encode("utf-8", "surrogateescape")
+    return f"{digest}  {name}\n".encode("utf-8", "surrogateescape")

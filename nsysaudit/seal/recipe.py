@@ -38,6 +38,7 @@ from nsysaudit.seal.layout import (
     TAG_FILES,
     TAGMANIFEST,
     ReportKind,
+    checksum_line,
     picture_name,
 )
 
@@ -275,7 +276,7 @@ def _ordered(inputs: list[InputFile]) -> list[InputFile]:
 def _payload(
     doc: Mapping[str, Any], markdown: str, inputs: list[InputFile], timelines: Sequence[Timeline]
 ) -> dict[str, bytes]:
-    lines = "".join(f"{i.sha256}  {i.name}\n" for i in _ordered(inputs))
+    lines = b"".join(checksum_line(i.sha256, i.name) for i in _ordered(inputs))
     # Each arm's timeline picture, and report.html: report.md with the pictures inline. The SVG
     # ids are salted per arm, so that both pictures can sit in one page.
     from nsysaudit.render.pictures import render  # matplotlib is imported only when a picture is drawn
@@ -285,7 +286,7 @@ def _payload(
     return {
         REPORT_JSON: indented(doc),
         REPORT_MD: markdown.encode("utf-8"),
-        INPUTS: lines.encode("utf-8"),
+        INPUTS: lines,
         **{picture_name(t.arm): svg for t, svg in pictures},
         REPORT_HTML: report_html(markdown, [svg for _, svg in pictures], title=title),
     }

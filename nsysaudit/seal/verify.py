@@ -23,6 +23,7 @@ from nsysaudit.seal.layout import (
     TAG_FILES,
     TAGMANIFEST,
     ReportKind,
+    checksum_line,
     manifest_text,
     payload,
 )
@@ -194,7 +195,7 @@ def _refuse_older_format(root: Path) -> None:
     path = root / METADATA
     try:
         meta = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON, or a 4,300-digit int
         return  # reported by the checks that follow
     if isinstance(meta, dict) and isinstance(meta.get("format"), str) and meta["format"] in OLDER_FORMATS:
         fmt = meta["format"]
@@ -211,7 +212,7 @@ def older_folder_problems(root: Path) -> list[str] | None:
     path = root / METADATA
     try:
         meta = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON, or a 4,300-digit int
         return None
     if not (isinstance(meta, dict) and meta.get("format") in OLDER_FORMATS):
         return None
@@ -293,8 +294,8 @@ def _metadata_of(root: Path) -> dict[str, Any]:
     path = root / METADATA
     try:
         meta = json.loads(path.read_bytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise CheckFailed(f"{path}: not readable JSON ({exc})") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: also an integer of 4,300 digits
+        raise CheckFailed(f"{path}: not readable JSON ({str(exc)[:200]})") from None
     if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
         raise CheckFailed(f"{path}: not {SEAL_FORMAT} metadata")
 
@@ -342,8 +343,8 @@ def _metadata_of(root: Path) -> dict[str, Any]:
 
 def _check_inputs_listing(root: Path, meta: Mapping[str, Any]) -> None:
     """``inputs-sha256.txt`` and the metadata's inputs must name the same digests."""
-    recorded = "".join(f"{i['sha256']}  {i['name']}\n" for i in meta["inputs"])
-    if (root / INPUTS).read_bytes() != recorded.encode("utf-8", errors="surrogatepass"):
+    recorded = b"".join(checksum_line(i["sha256"], i["name"]) for i in meta["inputs"])
+    if (root / INPUTS).read_bytes() != recorded:
         raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
 
 
