@@ -453,6 +453,8 @@ def batch_cmd(
     with printing():
         for line in result.summary_lines():
             click.echo(render.escape(line))
+    if result.inputs.height and (result.inputs["status"] == "error").all():
+        raise CheckFailed(f"every input of the batch was unusable ({result.inputs.height}): see the rows' errors")
 
 
 @cli.command("check", short_help="Hold exports to expectations in a TOML file (CI; JUnit XML).")

@@ -77,6 +77,7 @@ INPUT_SCHEMA: dict[str, Any] = {
     "size_bytes": pl.Int64,
     "nsys_version": pl.String,
     "schema_version": pl.String,
+    "exported_with": pl.String,
     "verdict": pl.String,
     "cuda_api_calls": pl.Int64,
     "nonzero_returns": pl.Int64,
@@ -214,8 +215,9 @@ def audit_one(path: str, options: AuditOptions, done: frozenset[str] = frozenset
         sha256=sha,
         kind=result.input.kind,
         size_bytes=result.input.size_bytes,
-        nsys_version=result.input.nsys_version,
+        nsys_version=result.input.nsys_version,  # a report's: the release that captured it
         schema_version=result.input.schema_version,
+        exported_with=result.input.export_nsys_version,  # a report's export: the release that exported it
         verdict=result.verdict,
         cuda_api_calls=census["cuda_api_calls"],
         nonzero_returns=census["nonzero_returns"],
@@ -318,6 +320,26 @@ def _worker_start(parent: int) -> None:
         os._exit(1)
 
 
+@contextlib.contextmanager
+def _main_not_imported() -> Iterator[None]:
+    """While local workers start: ``__main__`` hides where it came from, so that the spawned workers
+    do not import the caller's script again (they run nsysaudit's own functions only). A script that
+    calls :func:`audit_many` without an ``if __name__ == "__main__":`` guard, or a program read from
+    stdin, would otherwise start its own batch in every worker, and those die."""
+    main = sys.modules.get("__main__")
+    names = ("__file__", "__spec__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in names if main is not None and k in main.__dict__}
+    if main is not None:
+        main.__dict__.pop("__file__", None)
+        main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Terminate the pool's worker processes now (their current inputs are abandoned)."""
     stop = getattr(pool, "terminate_workers", None)  # Python 3.14
@@ -337,7 +359,7 @@ def _local(paths: Sequence[str], jobs: int, options: AuditOptions, done: frozens
     workers = min(jobs, len(paths))
     # SIGTERM raises Terminated while the workers run (instead of ending the driver at once, leaving
     # its workers and the resource tracker alive, holding stdout): the workers are stopped on the way out.
-    with _worker_environment(workers), signal_raises(signal.SIGTERM, Terminated):
+    with _worker_environment(workers), signal_raises(signal.SIGTERM, Terminated), _main_not_imported():
         # spawn, not fork: polars' thread pool is not fork-safe.
         pool = ProcessPoolExecutor(
             workers,
@@ -642,7 +664,10 @@ class BatchResult:
         status = self.inputs["status"].value_counts()
         verdicts = self.inputs["verdict"].drop_nulls().value_counts()
         out = {s: int(n) for s, n in status.iter_rows()} | {v: int(n) for v, n in verdicts.iter_rows()}
-        return {"inputs": self.inputs.height, "findings": self.findings.height, **out}
+        # Findings of every input, an input given twice counted twice (the findings table holds each
+        # distinct export's once, by SHA-256).
+        per_input = int(self.inputs["findings"].fill_null(0).sum())
+        return {"inputs": self.inputs.height, "findings": per_input, **out}
 
     def summary_lines(self) -> list[str]:
         """What the CLI prints (and ``repr`` shows): counts, verdicts, files written."""
@@ -700,8 +725,12 @@ def run_batch(
         output.refuse_evidence([*inputs, *given])
     done = output.prepare(options) if output is not None else frozenset()
     workers = jobs or default_jobs()
-    outcomes = _dask(inputs, workers, scheduler, options, done) if engine == "dask" else _local(
-        inputs, workers, options, done
+    # The engines get absolute paths (a dask worker, or a worker started in another folder, resolves a
+    # relative one against its own); the tables keep the paths as given.
+    absolute = {os.path.abspath(p): p for p in inputs}
+    work = list(absolute)
+    outcomes = _dask(work, workers, scheduler, options, done) if engine == "dask" else _local(
+        work, workers, options, done
     )
     rows: dict[str, dict[str, Any]] = {}
     findings: dict[str, pl.DataFrame] = {}
@@ -712,6 +741,10 @@ def run_batch(
             if output is not None and not rows:
                 output._created.clear()  # the engine runs: what was made for it is the batch's now
             row = outcome["input"]
+            row["path"] = absolute.get(row["path"], row["path"])
+            if engine == "dask" and (row.get("error") or "").endswith("no such file") and os.path.exists(row["path"]):
+                row["error"] = (f"{row['path']}: no such file where the dask worker ran, though this machine has it: "
+                                "give paths the workers see (a shared file system)")
             sha = row.get("sha256")
             if row["status"] == "resumed" and output is not None:
                 stored, found = output.load_part(sha)

@@ -46,6 +46,7 @@ def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
     return {
         "path": doc["input"]["path"],
         **{k: doc["input"][k] for k in ("sha256", "kind", "size_bytes", "nsys_version", "schema_version")},
+        "exported_with": (doc["input"].get("export") or {}).get("nsys_version"),
         "verdict": doc["verdict"],
         **{k: doc["census"][k] for k in ("cuda_api_calls", "nonzero_returns", "failed_calls")},
         "library_calls": len(doc["library_calls"]),
@@ -326,3 +327,53 @@ def test_a_worker_that_dies_is_one_line_and_the_finished_parts_stay(capsys, tmp_
     result = fleet.run_batch([inputs], out=out, jobs=1)  # the rerun resumes what was finished
     assert set(result.inputs.filter(pl.col("status") == "resumed")["sha256"].to_list()) == finished
     assert result.inputs["error"].null_count() == 5
+
+
+# --- batches as users run them (issue 23) --------------------------------------------------------------
+
+TORCH_DIR = H200_2025 / "torch"
+NO_GUARD = f"""import nsysaudit
+table = nsysaudit.audit_many([{str(TORCH_DIR)!r}], jobs=2)
+print(sorted(table.select("verdict", "findings").rows()))
+"""
+
+
+@pytest.mark.parametrize("how", ["script", "stdin"])
+def test_audit_many_runs_from_a_script_without_a_main_guard(tmp_path: Path, how: str) -> None:
+    """Spawned workers no longer import the caller's script again: without an `if __name__ ==
+    "__main__":` guard, or from `python - <<EOF`, they once died ("a worker process died")."""
+    script = tmp_path / "audit.py"
+    script.write_text(NO_GUARD)
+    args, stdin = ([sys.executable, str(script)], None) if how == "script" else ([sys.executable, "-"], NO_GUARD)
+    proc = subprocess.run(args, input=stdin, capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[('failure_found', 1), ('no_failure', 0)]"
+
+
+def test_dask_gets_absolute_paths_for_relative_ones(capsys, tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("distributed")
+    monkeypatch.chdir(H200_2025)
+    code, _, err = run(capsys, "batch", "torch", "--engine", "dask", "--jobs", "1", "--out", tmp_path / "b")
+    assert code == 0, err
+    rows = pl.read_parquet(tmp_path / "b" / "inputs.parquet")
+    assert rows["path"].to_list() == ["torch/observe.sqlite", "torch/release.sqlite"]  # as given
+    assert rows["status"].to_list() == ["analyzed", "analyzed"] and rows["error"].null_count() == 2
+
+
+def test_a_batch_of_only_unusable_inputs_exits_1(capsys, tmp_path: Path) -> None:
+    (tmp_path / "empty.sqlite").write_bytes(b"")
+    code, stdout, err = run(capsys, "batch", tmp_path / "empty.sqlite", tmp_path / "missing.sqlite", "--jobs", "1",
+                            "--out", tmp_path / "audit")
+    assert code == 1
+    assert stdout.splitlines()[0] == "2 input(s): 0 analyzed, 0 resumed, 2 unusable; 0 finding(s)"
+    assert err.splitlines()[-1] == ("nsysaudit: error: every input of the batch was unusable (2): see the rows' "
+                                    "errors")
+
+
+def test_the_summary_counts_findings_per_input(tmp_path: Path) -> None:
+    """An export given twice is two inputs with a finding each (the findings table keeps it once)."""
+    twice = tmp_path / "again.sqlite"
+    shutil.copyfile(TORCH_DIR / "observe.sqlite", twice)
+    result = fleet.run_batch([TORCH_DIR / "observe.sqlite", twice], jobs=1)
+    assert result.summary_lines()[0] == "2 input(s): 2 analyzed, 0 resumed, 0 unusable; 2 finding(s)"
+    assert result.findings.height == 1

@@ -250,3 +250,40 @@ def test_open_exports_a_report_through_the_cache_and_analyzes_it_like_analyze(
     assert {k: v for k, v in opened.items() if k != "input"} == {k: v for k, v in analyzed.items() if k != "input"}
     assert opened["input"]["sha256"] == analyzed["input"]["sha256"] == sha256_file(cpu_report)
     assert sorted(p.name for p in cpu_report.parent.iterdir()) == listing
+
+
+def test_a_reports_header_names_the_release_that_captured_it(tmp_path: Path) -> None:
+    from nsysaudit.read.inputs import report_version
+
+    cases = {
+        b"NVIDIA Tegra Profiler Report 2023@4@4@54-234433681190v0.\n": "2023.4.4.54",  # nsys 2023.4.4 (real)
+        b"NVIDIA Tegra Profiler Report 2021@3@1@54-x": "2021.3.1.54",
+        b"SQLite format 3\x00": None,
+        b"": None,
+    }
+    for head, version in cases.items():
+        f = tmp_path / "r.qdrep"
+        f.write_bytes(head + b"\x00" * 64)
+        assert report_version(f) == version, head
+
+
+@requires_nsys
+def test_a_report_as_qdrep_gives_its_capture_version_and_its_exporter_apart(
+    cpu_report: Path, monkeypatch, tmp_path: Path, capsys
+) -> None:
+    """nsys_version is the capture's (the report's own header); the export's META_DATA_EXPORT
+    version, which is the nsys that exported it, has its own key and batch column."""
+    from nsysaudit.read.inputs import report_version
+
+    qdrep = tmp_path / "ev" / "cpu.qdrep"
+    qdrep.parent.mkdir()
+    qdrep.write_bytes(cpu_report.read_bytes())
+    monkeypatch.setenv("NSYSAUDIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NSYSAUDIT_NSYS", str(find_nsys()))
+    doc = nsysaudit.analyze(qdrep).to_dict()
+    captured = report_version(qdrep)
+    assert captured is not None and captured.startswith("2023.4")
+    assert doc["input"]["kind"] == "nsys-rep" and doc["input"]["nsys_version"] == captured
+    assert doc["input"]["export"]["nsys_version"] == "2023.4.4.54"  # EXPORT_PRODUCT_VERSION of the export
+    row = nsysaudit.audit_many([qdrep], jobs=1).row(0, named=True)
+    assert (row["nsys_version"], row["exported_with"]) == (captured, doc["input"]["export"]["nsys_version"])

@@ -8,6 +8,7 @@ read-only (:func:`nsysaudit.read.source.probe`). :class:`InputInfo` describes th
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,23 @@ from nsysaudit.read.source import ExportFile, probe
 
 InputKind = Literal["sqlite", "nsys-rep"]
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
+# A report's first bytes name the Nsight Systems release that wrote it ("NVIDIA Tegra Profiler Report
+# 2023@4@4@54-..." in a 2023.4.4 .nsys-rep): the capture's version, not the one that exports it.
+_REPORT_HEADER = re.compile(rb"\ANVIDIA [A-Za-z ]*Report ([0-9]{4}(?:@[0-9]+){1,4})")
+
+
+def report_version(path: Path) -> str | None:
+    """The Nsight Systems version a report was captured with, from its header; None when the header
+    does not say (the export's own version is then all the report shows)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return None
+    m = _REPORT_HEADER.match(head)
+    return m.group(1).decode("ascii").replace("@", ".") if m else None
 
 
 def input_kind(path: Path) -> InputKind:
@@ -44,6 +62,7 @@ class InputInfo:
     export_sha256: str | None = None
     export_cache_hit: bool | None = None
     exported_with: str | None = None
+    export_nsys_version: str | None = None  # a report's export: the version its META_DATA_EXPORT names
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -61,6 +80,7 @@ class InputInfo:
                 "sha256": self.export_sha256,
                 "cache_hit": self.export_cache_hit,
                 "exported_with": self.exported_with,
+                "nsys_version": self.export_nsys_version,
             }
         return out
 
@@ -112,12 +132,15 @@ class OpenedInput:
 
     def info(self, tables: dict[str, str], session_start_utc_ns: int | None) -> InputInfo:
         """The input's description once its export is loaded (``tables`` read, session start)."""
+        captured = report_version(self.given) if self.kind == "nsys-rep" else None
         return InputInfo(
             path=self.shown_as,
             sha256=self.digest.result(),
             kind=self.kind,
             size_bytes=self.given.stat().st_size,
-            nsys_version=self.export.nsys_version,
+            # a report: the release that captured it (its header); an export: the one that wrote it
+            nsys_version=captured or self.export.nsys_version,
+            export_nsys_version=self.export.nsys_version if self.kind == "nsys-rep" else None,
             schema_version=self.export.schema_version,
             tables=tables,
             session_start_utc_ns=session_start_utc_ns,
