@@ -12,6 +12,7 @@ disappearance). The expectations file is TOML, one ``[[expect]]`` table per file
     findings = [                       # exactly these findings (or an integer: their count)
       { kind = "nested_alloc_failure", api = "cudaMalloc_v3020", return_code = 2, enclosing = "cublasCreate_v2" },
     ]
+    telemetry = "h200-cuda13-nsys2025.3/torch/observe.telemetry.jsonl"   # optional: analyze with it
 
 Globs: ``*``, ``?`` and ``[...]`` within one path segment, ``**`` for any number of segments.
 Each finding table may give ``count`` (default 1) and any of ``kind``, ``api``, ``return_code``,
@@ -19,8 +20,9 @@ Each finding table may give ``count`` (default 1) and any of ``kind``, ``api``, 
 these (each expected finding matched by a distinct finding, none left over). Every key is checked:
 an unknown key is an error, so a typo cannot make a check pass.
 
-Every (file, expectation whose glob matches it) pair is one check. Two more rules keep a CI job
-honest: a file that no expectation matches fails ("no expectation for this file"), so a new
+Every (file, expectation whose glob matches it) pair is one check. An export that cannot be
+analyzed is an error check (an ``ERROR`` line, a JUnit ``<error>``); the others are still checked.
+Two more rules keep a CI job honest: a file that no expectation matches fails ("no expectation for this file"), so a new
 fixture cannot slip in unchecked; an expectation that matches none of the files checked fails
 ("matches no file"), so a renamed fixture cannot leave its expectation silently unused.
 
@@ -52,11 +54,11 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.errors import BadOption, NsysAuditError
-from nsysaudit.fleet import KIND_COLUMNS, find_inputs, run_batch
+from nsysaudit.fleet import KIND_COLUMNS, AuditOptions, _local, audit_one, find_inputs, findings_frame
 from nsysaudit.text import escape
 
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
-EXPECT_KEYS = {"files", "verdict", "findings", "allow_censored", "max_failed_calls", "name"}
+EXPECT_KEYS = {"files", "verdict", "findings", "allow_censored", "max_failed_calls", "name", "telemetry"}
 FINDING_KEYS = {"kind", "api", "return_code", "enclosing", "count"}
 
 
@@ -92,9 +94,18 @@ class FindingExpectation:
             )
         )
 
+    def fields(self) -> list[tuple[str, str, Any]]:
+        """The fields given: (name in the file, finding row column, value)."""
+        given = (("kind", "kind", self.kind), ("api", "api", self.api), ("return_code", "return_code",
+                 self.return_code), ("enclosing", "enclosing_api", self.enclosing))
+        return [(name, column, value) for name, column, value in given if value is not None]
+
+    def differences(self, row: dict[str, Any]) -> list[str]:
+        """The fields in which finding ``row`` differs from this expectation: "return_code 2, not 3"."""
+        return [f"{name} {row[column]}, not {value}" for name, column, value in self.fields() if row[column] != value]
+
     def describe(self) -> str:
-        parts = [f"{k}={v}" for k, v in (("kind", self.kind), ("api", self.api), ("return_code", self.return_code),
-                                           ("enclosing", self.enclosing)) if v is not None]
+        parts = [f"{name}={value}" for name, _, value in self.fields()]
         return f"{self.count} x " + (" ".join(parts) or "any finding")
 
 
@@ -110,6 +121,7 @@ class Expectation:
     allow_censored: frozenset[str] = frozenset()
     max_failed_calls: int | None = None
     name: str | None = None
+    telemetry: Path | None = None  # the file's telemetry, for the analysis this expectation checks
 
     @property
     def label(self) -> str:
@@ -144,14 +156,22 @@ def _unmatched(expected: Sequence[FindingExpectation], rows: list[dict[str, Any]
     """Match expected findings to distinct rows, most specific first; say what is missing or extra."""
     left = list(rows)
     why = []
+    described: set[int] = set()  # findings already named as "differs" (not repeated as unexpected)
     specific = sorted(expected, key=lambda e: -sum(v is not None for v in (e.kind, e.api, e.return_code, e.enclosing)))
     for want in specific:
         hits = [r for r in left if want.matches(r)][: want.count]
         for r in hits:
             left.remove(r)
         if len(hits) < want.count:
-            why.append(f"expected {want.describe()}, found {len(hits)}")
+            said = f"expected {want.describe()}, found {len(hits)}"
+            near = min(left, key=lambda r: len(want.differences(r)), default=None)
+            if near is not None:  # the finding closest to what was expected: which fields differ
+                described.add(id(near))  # numbered from 1, as in --around finding:N
+                said += f" (finding {near['finding'] + 1} differs: {'; '.join(want.differences(near))})"
+            why.append(said)
     for r in left:
+        if id(r) in described:
+            continue
         enclosing = f" inside {r['enclosing_api']}" if r["enclosing_api"] is not None else ""
         why.append(f"unexpected finding {r['kind']} {r['api']} returned {r['return_code']}{enclosing}")
     return why
@@ -237,6 +257,9 @@ def _entry(source: str, index: int, table: Any, base: Path) -> Expectation:
     name = table.get("name")
     if name is not None and not isinstance(name, str):
         raise bad("'name' must be a string")
+    telemetry = table.get("telemetry")
+    if telemetry is not None and (not isinstance(telemetry, str) or not telemetry):
+        raise bad("'telemetry' must be the path of a telemetry file (relative to the expectations file)")
     raw = table.get("findings")
     findings: tuple[FindingExpectation, ...] | int | None
     if raw is None:
@@ -247,7 +270,8 @@ def _entry(source: str, index: int, table: Any, base: Path) -> Expectation:
         findings = tuple(_finding(bad, n, f) for n, f in enumerate(raw, 1))
     else:
         raise bad("'findings' must be a count (a non-negative integer) or a list of finding tables")
-    return Expectation(index, files, base, verdict, findings, frozenset(allowed), max_failed, name)
+    return Expectation(index, files, base, verdict, findings, frozenset(allowed), max_failed, name,
+                       None if telemetry is None else base / telemetry)
 
 
 def _finding(bad: Any, n: int, raw: Any) -> FindingExpectation:
@@ -301,15 +325,18 @@ def _match(pat: list[str], parts: list[str]) -> bool:
 @dataclass(frozen=True)
 class CheckCase:
     """One (file, expectation) check; ``path`` is None for an expectation that matched no file
-    and ``expectation`` None for a file no expectation matched."""
+    and ``expectation`` None for a file no expectation matched. ``error``: the input (or its
+    telemetry) could not be analyzed at all, its one line; ``seconds``: the analysis's time."""
 
     path: str | None
     expectation: Expectation | None
     failures: tuple[str, ...]
+    error: str | None = None
+    seconds: float | None = None
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return not self.failures and self.error is None
 
     @property
     def name(self) -> str:
@@ -328,46 +355,64 @@ class CheckReport:
     def passed(self) -> bool:
         return all(c.passed for c in self.cases)
 
+    @property
+    def errors(self) -> list[CheckCase]:
+        """The checks whose input could not be analyzed (each an ``error`` testcase)."""
+        return [c for c in self.cases if c.error is not None]
+
     def lines(self) -> list[str]:
-        """One line per file (and per expectation that matched no file), then ``N passed, M failed``."""
+        """One line per file (and per expectation that matched no file), then ``N passed, M failed``
+        (and ``, K unusable``)."""
         out: list[str] = []
         groups: dict[str, list[CheckCase]] = {}  # a file's checks, or one expectation matching no file
         for case in self.cases:
             groups.setdefault(case.path if case.path is not None else case.name, []).append(case)
-        passed = failed = 0
+        passed = failed = unusable = 0
         for key, cases in groups.items():
+            errors = list(dict.fromkeys(c.error for c in cases if c.error is not None))
             reasons = [  # named by their expectation when several apply to the file
                 f"{c.expectation.label}: {'; '.join(c.failures)}" if c.expectation is not None and len(cases) > 1
                 else "; ".join(c.failures)
                 for c in cases
                 if c.failures
             ]
-            if reasons:
+            if errors:
+                unusable += 1
+                errors = [e.removeprefix(f"{key}: ") for e in errors]  # the line names the file once
+                out.append(f"ERROR {key}: {'; '.join(errors)}")
+            elif reasons:
                 failed += 1
                 out.append(f"FAIL {key}: {'; '.join(reasons)}")
             else:
                 passed += 1
                 out.append(f"pass {key} {self.summaries.get(key, '')}".rstrip())
-        out.append(f"{passed} passed, {failed} failed")
+        out.append(f"{passed} passed, {failed} failed" + (f", {unusable} unusable" if unusable else ""))
         return out
 
     def junit(self) -> bytes:
-        """JUnit XML: one testcase per check, a ``<failure>`` with the reasons for a failed one.
+        """JUnit XML: one testcase per check, with its ``time``; a ``<failure>`` with the reasons for
+        a failed one, an ``<error>`` with its one line for an input that could not be analyzed.
 
         Written with the standard library (``xml.etree``): the format needs no more, and text from
         file names is escaped (:func:`nsysaudit.text.escape`), since XML 1.0 cannot hold control
         characters at all.
         """
-        failures = sum(not c.passed for c in self.cases)
-        suites = ET.Element("testsuites", name="nsysaudit check", tests=str(len(self.cases)), failures=str(failures))
-        suite = ET.SubElement(
-            suites, "testsuite", name="nsysaudit check", tests=str(len(self.cases)), failures=str(failures), errors="0"
-        )
+        failures = sum(bool(c.failures) and c.error is None for c in self.cases)
+        errors = len(self.errors)
+        total = sum(c.seconds or 0.0 for c in self.cases)
+        counts = {"name": "nsysaudit check", "tests": str(len(self.cases)), "failures": str(failures),
+                  "errors": str(errors), "time": f"{total:.3f}"}
+        suites = ET.Element("testsuites", counts)
+        suite = ET.SubElement(suites, "testsuite", counts)
         for case in self.cases:
-            element = ET.SubElement(suite, "testcase", classname="nsysaudit.check", name=escape(case.name))
+            element = ET.SubElement(suite, "testcase", classname="nsysaudit.check", name=escape(case.name),
+                                    time=f"{case.seconds or 0.0:.3f}")
             if case.path is not None:
                 element.set("file", escape(case.path))
-            if case.failures:
+            if case.error is not None:
+                message = escape(case.error)
+                ET.SubElement(element, "error", message=message, type="UnusableInput").text = message
+            elif case.failures:
                 message = escape("; ".join(case.failures))
                 ET.SubElement(element, "failure", message=message, type="ExpectationFailed").text = message
         ET.indent(suites)
@@ -383,31 +428,49 @@ def check(
 ) -> CheckReport:
     """Analyze every input (folders searched as by ``batch``) and check it against ``expectations``.
 
-    Raises :class:`~nsysaudit.errors.UnusableInput` (or another one-line
-    :class:`~nsysaudit.errors.NsysAuditError`) for the first input that cannot be analyzed, and
+    An input that cannot be analyzed (or whose telemetry cannot be read) is an ``error`` check with
+    its one line; the others are still checked. An expectation with ``telemetry`` checks the
+    analysis of its files with that telemetry (one more analysis of each file). Raises
     :class:`~nsysaudit.errors.BadOption` when no input was found.
     """
     given = list(paths)
+    for path in given:  # a path named on the command line that is not there is a mistake in the job
+        if not os.path.lexists(path):
+            raise BadOption(f"{escape(os.fspath(path))}: no such file or folder (nothing was checked)")
     inputs = find_inputs(given)
+    for path in inputs:  # find_inputs keeps a folder that holds no input as given
+        if os.path.isdir(path):
+            raise BadOption(f"{escape(path)}: the folder holds no *.sqlite, *.nsys-rep or *.qdrep file "
+                            "(nothing was checked)")
     if not inputs:
         raise BadOption(f"no *.sqlite, *.nsys-rep or *.qdrep file under {', '.join(map(str, given)) or 'no path'}")
-    batch = run_batch(inputs, jobs=jobs, nsys_path=nsys_path)
-    failed = batch.inputs.filter(pl.col("error").is_not_null())
-    if failed.height:
-        raise NsysAuditError(failed["error"][0])
+    options = AuditOptions(nsys_path=None if nsys_path is None else os.fspath(nsys_path))
+    applying = {path: [e for e in expectations.entries if e.applies_to(path)] for path in inputs}
+    plain = [p for p in inputs if not applying[p] or any(e.telemetry is None for e in applying[p])]
+    outcomes: dict[tuple[str, Path | None], dict[str, Any]] = {}
+    for outcome in _local(plain, jobs or 1, options, frozenset()):  # in input order when jobs is 1
+        outcomes[(outcome["input"]["path"], None)] = outcome
+    for path in inputs:
+        for telemetry in dict.fromkeys(e.telemetry for e in applying[path] if e.telemetry is not None):
+            outcomes[(path, telemetry)] = audit_one(path, options, telemetry=os.fspath(telemetry))
     cases: list[CheckCase] = []
     matched: set[int] = set()
-    summaries = {}
-    for row in batch.inputs.iter_rows(named=True):
-        path = row["path"]
-        findings = batch.findings.filter(pl.col("input_sha256") == row["sha256"]).sort("finding")
-        summaries[path] = f"({row['verdict']}, {row['findings']} finding(s))"
-        applying = [e for e in expectations.entries if e.applies_to(path)]
-        if not applying:
-            cases.append(CheckCase(path, None, ("no expectation for this file",)))
-        for e in applying:
+    summaries: dict[str, str] = {}
+    for path in inputs:
+        if not applying[path]:
+            outcome = outcomes[(path, None)]
+            error = outcome["input"].get("error")
+            cases.append(CheckCase(path, None, ("no expectation for this file",), error, outcome["seconds"]))
+        for e in applying[path]:
             matched.add(e.index)
-            cases.append(CheckCase(path, e, tuple(e.failures(row, findings))))
+            outcome = outcomes[(path, e.telemetry)]
+            row = outcome["input"]
+            if row.get("error"):
+                cases.append(CheckCase(path, e, (), row["error"], outcome["seconds"]))
+                continue
+            summaries.setdefault(path, f"({row['verdict']}, {row['findings']} finding(s))")
+            findings = findings_frame(outcome["findings"])
+            cases.append(CheckCase(path, e, tuple(e.failures(row, findings)), None, outcome["seconds"]))
     for e in expectations.entries:
         if e.index not in matched:
             cases.append(CheckCase(None, e, (f"matches no file (relative to {e.base})",)))

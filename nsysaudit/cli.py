@@ -472,9 +472,10 @@ def batch_cmd(
 def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, nsys_path: str | None) -> None:
     """Check every PATH (files, or folders searched for *.sqlite, *.nsys-rep, *.qdrep) against FILE.toml.
 
-    One line per file (pass, or FAIL and why), then "N passed, M failed". Exit 0 when all pass, 1
-    when any fails (a file no expectation matches, or an expectation that matches no file, fails
-    too), 2 for an unusable input or expectations file.
+    One line per file (pass, FAIL and why, or ERROR and why it could not be analyzed), then "N
+    passed, M failed". Every file is checked and the JUnit XML written even when one is unusable.
+    Exit 0 when all pass, 1 when any fails (a file no expectation matches, or an expectation that
+    matches no file, fails too), 2 when an input or the expectations file is unusable.
 
     \b
     Example:
@@ -485,6 +486,10 @@ def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, n
     with printing():
         for line in lines:
             click.echo(render.escape(line))
+    if report.errors:
+        first = report.errors[0]
+        count = len({c.path for c in report.errors})
+        raise NsysAuditError(f"{count} input(s) could not be analyzed, the first: {first.error} ({lines[-1]})")
     if not report.passed:
         raise CheckFailed(f"{expect}: not every file meets its expectations ({lines[-1]})")
 

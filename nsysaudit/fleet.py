@@ -42,6 +42,7 @@ import re
 import secrets
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -182,12 +183,24 @@ class AuditOptions:
         return {"library_domains": list(self.library_domains), "max_pairs": self.max_pairs}
 
 
-def audit_one(path: str, options: AuditOptions, done: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """Analyze one input; return ``{"input": row, "findings": [rows]}`` (plain, picklable values).
+def audit_one(
+    path: str, options: AuditOptions, done: frozenset[str] = frozenset(), *, telemetry: str | None = None
+) -> dict[str, Any]:
+    """Analyze one input; return ``{"input": row, "findings": [rows], "seconds": s}`` (plain,
+    picklable values; ``seconds``: how long the work took).
 
     ``done``: SHA-256s that already have part files: such an input is hashed, not analyzed
     (``status = "resumed"``, the rest of its row is read from its part by the driver).
+    ``telemetry``: the application's telemetry for this input (``nsysaudit check`` gives one per
+    expectation).
     """
+    started = time.perf_counter()
+    outcome = _audit(path, options, done, telemetry)
+    outcome["seconds"] = round(time.perf_counter() - started, 6)
+    return outcome
+
+
+def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: str | None) -> dict[str, Any]:
     row: dict[str, Any] = {"path": path}
     if os.path.isdir(path):  # find_inputs keeps a folder only when it holds no export
         return _failed(row, path, f"{path}: folder holds no *.sqlite, *.nsys-rep or *.qdrep file")
@@ -198,7 +211,7 @@ def audit_one(path: str, options: AuditOptions, done: frozenset[str] = frozenset
             if expected in done:
                 return {"input": {**row, "sha256": expected, "status": "resumed"}, "findings": []}
         result = analyze(path, library_domains=options.library_domains, max_pairs=options.max_pairs,
-                         nsys_path=options.nsys_path)
+                         nsys_path=options.nsys_path, telemetry=telemetry)
     except NsysAuditError as exc:
         return _failed(row, path, str(exc))
     except OSError as exc:  # the file or its folder failed under us (I/O error, vanished, ...)
@@ -605,6 +618,11 @@ _PART_NAME = re.compile("|".join(["batch\\.json", "[0-9a-f]{64}\\.(input|finding
 def _within(path: str, folder: str) -> bool:
     """Whether resolved ``path`` is ``folder`` or lies under it."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def findings_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
+    """One input's finding rows (``audit_one``'s ``findings``) as a frame of :data:`FINDING_SCHEMA`."""
+    return _frame(rows, FINDING_SCHEMA)
 
 
 def _frame(rows: list[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:

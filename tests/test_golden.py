@@ -3,18 +3,17 @@ report.md. Regenerate with `make golden` (NSYSAUDIT_REGEN_GOLDEN=1) and review t
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from conftest import H200, H200_2025
-from rich.console import Console
 from scenarios import observe_nested_failure, release_three_allocations
 
 import nsysaudit
 from nsysaudit import canonical
+from nsysaudit.render import terminal
 from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.render.terminal import analysis_renderable, comparison_renderable
 
@@ -24,9 +23,8 @@ REGEN = os.environ.get("NSYSAUDIT_REGEN_GOLDEN") == "1"
 
 
 def render(renderable: object) -> str:
-    console = Console(width=110, color_system=None, force_terminal=False, record=True, file=io.StringIO())
-    console.print(renderable)
-    return console.export_text()
+    """As the terminal shows it (no trailing spaces), 110 columns, no colour."""
+    return terminal.to_text(renderable, width=110)
 
 
 def check(name: str, text: str) -> None:
@@ -88,9 +86,7 @@ def analyze_real(name: str) -> nsysaudit.AnalysisResult:
 
 
 def render_at(renderable: object, width: int) -> str:
-    console = Console(width=width, color_system=None, force_terminal=False, record=True, file=io.StringIO())
-    console.print(renderable)
-    return console.export_text()
+    return terminal.to_text(renderable, width=width)
 
 
 @pytest.mark.parametrize("name", ["torch/observe", "async/observe", "capture-stop/stop"])

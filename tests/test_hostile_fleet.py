@@ -40,8 +40,14 @@ def test_unusable_bytes_through_check_and_batch(capsys, evidence: Path, tmp_path
     before = folder_state(evidence)
 
     code, out, err = run(capsys, "check", evidence, "--expect", expect, "--junit", tmp_path / "j.xml")
-    assert_one_line_error(code, err, bad, problem)
-    assert out == "" and not (tmp_path / "j.xml").exists()
+    assert_one_line_error(code, err, bad, problem)  # exit 2, and the good export is still checked:
+    good = [line for line in out.splitlines() if line.startswith(f"FAIL {evidence / 'good.sqlite'}: ")]
+    assert good and "censored library call(s)" in good[0]  # the 2023.4 arm: censoring not allowed here
+    error = [line for line in out.splitlines() if line.startswith("ERROR ")]
+    assert len(error) == 1 and error[0].startswith(f"ERROR {bad}: ") and problem in error[0]
+    testcases = {c.get("file"): c for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")}
+    assert testcases[str(bad)].find("error") is not None and testcases[str(evidence / "good.sqlite")].find("error") is None
+    (tmp_path / "j.xml").unlink()  # not beside the evidence: folder_state below is of the evidence only
 
     code, out, err = run(capsys, "batch", evidence, "--out", tmp_path / "batch", "--jobs", "1")
     assert code == 0 and out.startswith("2 input(s): 1 analyzed, 0 resumed, 1 unusable")

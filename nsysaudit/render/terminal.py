@@ -8,12 +8,18 @@ shortened with their length shown.
 
 from __future__ import annotations
 
+import io
+import re
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO, cast
 
-from rich.console import Console, Group, RenderableType
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
 from rich.progress import BarColumn, SpinnerColumn, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -49,9 +55,13 @@ def nbytes(value: int | None) -> Text:
 CALL_LABEL = {"driver": "driver-allocated (correlation id 0)", "no_single_call": "no single API call"}
 
 
-def _bytes_cell(value: int | None) -> Text:
-    """A table cell: the exact bytes, and the binary unit on a line of its own so columns stay narrow."""
-    return nbytes(value) if value is None else Text(byte_size(value).replace(" (", "\n(", 1))
+def _bytes_cell(value: int | None, *, unit: bool = True) -> Text:
+    """A table cell: the exact bytes, and the binary unit on a line of its own so columns stay narrow
+    (without ``unit``, the bytes without " B": the column's heading says "(B)")."""
+    if value is None:
+        return nbytes(value)
+    cell = byte_size(value).replace(" (", "\n(", 1)
+    return Text(cell if unit else cell.replace(" B\n", "\n", 1))
 
 
 VERDICT_STYLE = {"failure_found": "bold red", "inconclusive": "bold yellow", "no_failure": "bold green"}
@@ -302,19 +312,20 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
         total = rows[0][1]["total_bytes"]
         title = Text(f"  at each finding and library call of interest, device {dev_id} of ")
         title.append_text(nbytes(total))
-        table = Table(title=title, title_justify="left")
-        for col in ("at", "pid", "process live", "all processes live", "free at most"):
-            table.add_column(col, justify="left" if col == "at" else "right")
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+        table.add_column("at\n(trace ns)", justify="left", overflow="fold", min_width=12)
+        for col in ("pid", "process\nlive (B)", "all processes\nlive (B)", "free at\nmost (B)"):
+            table.add_column(col, justify="right", no_wrap=True)  # exact bytes: never broken across lines
         for p, dev in rows:
             at = literal(p["label"], 60)
-            at.append(f"\n{p['t_ns']:,} ns")
-            free = _bytes_cell(dev["free_at_most_bytes"])
+            at.append(f"\n{p['t_ns']:,}")
+            free = _bytes_cell(dev["free_at_most_bytes"], unit=False)
             free.stylize("bold")
             table.add_row(
                 at,
                 ident(p["pid"]),
-                _bytes_cell(dev["process_live_bytes"]),
-                _bytes_cell(dev["device_resident_live_bytes"]),
+                _bytes_cell(dev["process_live_bytes"], unit=False),
+                _bytes_cell(dev["device_resident_live_bytes"], unit=False),
                 free,
             )
         parts.append(table)
@@ -333,7 +344,7 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
             parts.append(line)
     for p in points:
         if p["point"] != "finding" and p.get("holder"):
-            line = Text("  ")
+            line = Text(f"  - at {p['t_ns']:,}: ")  # which row of the table the sentence is about
             line.append_text(literal(p["holder"], 4000))
             parts.append(line)
     if points:
@@ -341,14 +352,51 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
     return parts
 
 
-def hanging(lead: str, body: Text, *, indent: int = 2, style: str | None = None) -> Table:
-    """``lead`` then ``body`` wrapped by rich at the console's width, every wrapped line indented
-    under the body's start (a hanging indent), never back at column 0."""
-    grid = Table.grid(padding=0)
-    grid.add_column(width=indent + len(lead), no_wrap=True)
-    grid.add_column(ratio=1, overflow="fold")
-    grid.add_row(Text(" " * indent + lead, style=style or ""), body)
-    return grid
+class Hanging:
+    """``lead`` then ``body`` wrapped at the console's width, every wrapped line indented under the
+    body's start (a hanging indent), never back at column 0, and no line padded with trailing
+    spaces (a table grid pads every cell to its width: copied text carried them)."""
+
+    def __init__(self, lead: str | Text, body: Text, *, indent: int = 2, style: str | None = None) -> None:
+        self.lead = Text(" " * indent + lead, style=style or "") if isinstance(lead, str) else lead
+        self.body = body
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = self.lead.cell_len
+        lines = self.body.wrap(console, max(options.max_width - width, 16), overflow="fold")
+        for i, line in enumerate(lines):
+            line.rstrip()
+            out = (self.lead.copy() if i == 0 else Text(" " * width)) + line
+            out.end = ""
+            yield out
+            yield Segment.line()
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(self.lead.cell_len + 1, self.lead.cell_len + self.body.cell_len)
+
+
+_BULLET = re.compile(r" *(?:- |\d+\. )?")
+
+
+def _hang(parts: Sequence[RenderableType]) -> list[RenderableType]:
+    """Every line of every ``Text`` part as a :class:`Hanging` line: its leading spaces and bullet
+    (``- ``, ``1. ``) are the lead, so a wrapped line goes on under its text, not at column 0.
+    Tables and other renderables are kept as they are."""
+    out: list[RenderableType] = []
+    for part in parts:
+        if not isinstance(part, Text):
+            out.append(part)
+            continue
+        for line in part.split("\n", allow_blank=True):
+            lead = _BULLET.match(line.plain)
+            cut = lead.end() if lead is not None else 0
+            out.append(Hanging(line[:cut], line[cut:], indent=0) if line.plain.strip() else Text(""))
+    return out
+
+
+def hanging(lead: str, body: Text, *, indent: int = 2, style: str | None = None) -> Hanging:
+    """See :class:`Hanging`."""
+    return Hanging(lead, body, indent=indent, style=style)
 
 
 def short_hash(sha256: str | None) -> str:
@@ -539,7 +587,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
             )
         parts.append(t)
     parts.extend(_warnings(d["warnings"]))
-    return Group(*parts)
+    return Group(*_hang(parts))
 
 
 def _ms(ns: int | None) -> str:
@@ -636,9 +684,38 @@ def _warnings(warnings: list[dict[str, Any]]) -> list[RenderableType]:
     return out
 
 
+_TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)(?=\n)")
+
+
+class _NoTrailingSpaces:
+    """A text stream that drops the spaces rich pads lines with (wrapped text keeps the space it
+    broke at, tables pad every cell) before each newline, style codes kept; all else is the
+    stream's own (``isatty``, ``encoding``, ``fileno``: rich's terminal detection sees the real one)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_TRAILING.sub(r"\1", text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def console(*, stderr: bool = False) -> Console:
-    """The console reports are printed on: no highlighting of numbers or paths (trace text is data)."""
-    return Console(stderr=stderr, highlight=False)
+    """The console reports are printed on: no highlighting of numbers or paths (trace text is data),
+    no trailing spaces on a line."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=cast(TextIO, _NoTrailingSpaces(stream)), stderr=stderr, highlight=False)
+
+
+def to_text(renderable: RenderableType, *, width: int = 80) -> str:
+    """``renderable`` as the terminal shows it at ``width`` columns, without colour (goldens, tests)."""
+    buffer = io.StringIO()
+    Console(file=cast(TextIO, _NoTrailingSpaces(buffer)), width=width, color_system=None, force_terminal=False,
+            highlight=False).print(renderable)
+    return buffer.getvalue()
 
 
 def show(renderable: RenderableType, *, stderr: bool = False) -> None:
@@ -765,11 +842,15 @@ def comparison_renderable(doc: Mapping[str, Any], *, details: bool = True) -> Re
     parts.append(Text("\nWhat this comparison does NOT establish", style="bold yellow"))
     for item in doc["not_established"]:
         parts.append(Text("  - ").append_text(literal(item["statement"], 2000)))
-    return Group(*parts)
+    return Group(*_hang(parts))
 
 
-def sealed_text(directory: str, files: Sequence[str]) -> Text:
+def sealed_text(directory: str, files: Sequence[str]) -> RenderableType:
     """Where a sealed report was written, and what it holds (the seal itself is printed last)."""
+    return Group(*_hang([_sealed_lines(directory, files)]))
+
+
+def _sealed_lines(directory: str, files: Sequence[str]) -> Text:
     t = Text("\nsealed report: ", style="bold")
     t.append_text(literal(directory, 300))
     t.append(f"\n  {', '.join(files)}")
@@ -797,7 +878,7 @@ def verification_renderable(
         t.append(f": sha256 {i['sha256']}, {i['size_bytes']:,} bytes")
     if rerun:
         t.append("\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt")
-    return t
+    return Group(*_hang([t]))
 
 
 class TerminalProgress:
