@@ -17,10 +17,40 @@ sys.path.insert(0, str(TESTS))
 
 from builder import Export, build_export  # noqa: E402
 
+from nsysaudit.read import native  # noqa: E402
+
 FIXTURES = TESTS / "fixtures"
 H200 = FIXTURES / "h200-cuda13-nsys2023.4"
 H200_2025 = FIXTURES / "h200-cuda13-nsys2025.3"
 PUBLIC = FIXTURES / "public"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """``NSYSAUDIT_REQUIRE_NATIVE=1`` (``make test``, CI): a missing native extension stops the run
+    at once, saying why, instead of its tests being skipped."""
+    missing = native.installed()
+    if os.environ.get("NSYSAUDIT_REQUIRE_NATIVE") == "1" and missing is not None:
+        raise pytest.UsageError(f"NSYSAUDIT_REQUIRE_NATIVE=1, but the native extension is {missing}")
+
+
+@pytest.fixture
+def native_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native engine on for this test, whatever NSYSAUDIT_NATIVE the run has (CI runs once with 0)."""
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "1")
+
+
+# Tests of the native engine itself: run with it on; skipped only where it is not built and the
+# run does not require it (outside make test and CI).
+NEEDS_NATIVE = [
+    pytest.mark.skipif(native.installed() is not None, reason=f"the native extension is {native.installed()}"),
+    pytest.mark.usefixtures("native_on"),
+]
+
+
+def needs_native(test: Callable[..., object]) -> Callable[..., object]:
+    for mark in reversed(NEEDS_NATIVE):
+        test = mark(test)
+    return test
 
 
 @pytest.fixture
@@ -67,3 +97,4 @@ def unprivileged(prefix: list[str], *args: object, cache: Path) -> subprocess.Co
     env = {**os.environ, "NSYSAUDIT_CACHE": str(cache)}
     command = [*prefix, sys.executable, "-m", "nsysaudit", *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+

@@ -11,14 +11,11 @@ from typing import Any
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, Range, strip_not_null
-from conftest import H200
+from conftest import H200, needs_native
 
 import nsysaudit
-from nsysaudit.read import native
 from nsysaudit.read.source import probe
 from nsysaudit.read.trace import load
-
-needs_native = pytest.mark.skipif(native.load() is None, reason="the native scan is not built (make native)")
 
 
 def nvtx_export() -> Export:

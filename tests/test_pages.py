@@ -11,7 +11,8 @@ from typing import Any
 
 import polars as pl
 import pytest
-from test_scan import RUNTIME, assert_same_scan, needs_native, selected
+from conftest import NEEDS_NATIVE
+from test_scan import RUNTIME, assert_same_scan, selected
 
 from nsysaudit.errors import UnusableInput
 from nsysaudit.read import native, scan
@@ -22,7 +23,7 @@ NSYS_COLUMNS = '''start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INT
     globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL,
     callchainId INTEGER'''
 
-pytestmark = needs_native
+pytestmark = NEEDS_NATIVE
 
 
 def without_pages(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -249,7 +250,7 @@ def range_outcome(path: Path, lo: int, hi: int, pages: bool) -> Any:
         return ("damaged", str(exc))
     except native.NativeScanError as exc:
         return ("error", str(exc))
-    out.pop("page_rows"), out.pop("handovers")
+    out.pop("page_rows"), out.pop("handovers"), out.pop("handover")
     return {
         k: (v.to_dicts() if isinstance(v, pl.DataFrame) else [s.to_list() for s in v] if isinstance(v, tuple) else v)
         for k, v in out.items()
