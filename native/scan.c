@@ -22,7 +22,8 @@
  * binding, CPython's C API, is at the end of this file, its types in nsysaudit/read/_native.pyi).
  * Each call runs without the GIL, so Python threads run rowid ranges in parallel. It links the
  * SQLite library Python's own sqlite3 module uses (nsysaudit/read/native.py checks at import that
- * both report the same sqlite3_sourceid()).
+ * both report the same sqlite3_sourceid()): the SQLite that decides damage (PRAGMA quick_check,
+ * nsysaudit/read/damage.py) is the SQLite that reads the rows.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -325,17 +326,19 @@ static void reduce_final(sqlite3_context *context) { sqlite3_result_null(context
  * whole range back: what was reduced is reset and SQLite reads the range from its first rowid, as
  * it always did. (Going on from the last rowid read would not do: a damaged page can hold a cell
  * whose rowid SQLite's seek skips but its scan from the start reads.) A b-tree breaking a rule every
- * SQLite file keeps (keys out of order, a cell outside its page, ...) is damage, said and not read
- * past. The reader is stricter than SQLite, never looser: tests/test_pages.py compares both on every
- * fixture and on pages damaged at random.
+ * SQLite file keeps (keys out of order, a cell outside its page, ...) is handed over the same way:
+ * whether the table is damaged is not this reader's to say but SQLite's own PRAGMA quick_check's,
+ * run beside the scan for every engine (nsysaudit/read/damage.py), so every engine gives one answer.
+ * The reader only reads what it has checked, and gives SQLite's answer or hands the range over:
+ * tests/test_pages.py compares both on every fixture and on pages damaged at random.
  */
 #define MAX_DEPTH 20 /* SQLite's own bound on a b-tree's depth (BTCURSOR_MAX_DEPTH) */
 #define RUN_PAGES 64 /* consecutive child pages read in one call */
 #define MAX_FIELDS 256
 
-/* WALK_HANDOVER: SQLite reads the range (something this reader leaves to it: pages->why says which);
- * WALK_DAMAGED: the table's b-tree breaks a rule every SQLite file keeps (pages->why says which) */
-enum { WALK_ON = 0, WALK_HANDOVER = 1, WALK_PAST = 2, WALK_DAMAGED = 3, WALK_FAILED = -1 };
+/* WALK_HANDOVER: SQLite reads the range (something this reader leaves to it, or a b-tree breaking a
+ * rule every SQLite file keeps: pages->why says which); WALK_PAST: the range's last row was read */
+enum { WALK_ON = 0, WALK_HANDOVER = 1, WALK_PAST = 2, WALK_FAILED = -1 };
 
 typedef struct {
     sqlite3_file *fp;
@@ -355,12 +358,6 @@ typedef struct {
 static int handover(pages *p, const char *what) {
     snprintf(p->why, sizeof p->why, "page %lld: %s", (long long)p->page, what);
     return WALK_HANDOVER;
-}
-
-/* Say what is damaged on the page being read; returns WALK_DAMAGED. */
-static int damaged(pages *p, const char *what) {
-    snprintf(p->why, sizeof p->why, "page %lld: %s", (long long)p->page, what);
-    return WALK_DAMAGED;
 }
 
 static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
@@ -411,29 +408,29 @@ static inline int serial_type(const uint8_t **h, const uint8_t *end, uint64_t *s
     return m;
 }
 
-/* One record's six values, as reduce_step reads them: 0 when done, WALK_DAMAGED when its header and
- * its payload disagree, WALK_HANDOVER when it lacks a field it needs (the column's DEFAULT). */
+/* One record's six values, as reduce_step reads them: 0 when done, WALK_HANDOVER when its header and
+ * its payload disagree or it lacks a field it needs (the column's DEFAULT). */
 static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *nulls, uint8_t *wrong) {
     uint64_t header, st, size;
     int k = varint(a, a + n, &header);
-    if (!k || header < (uint64_t)k || header > n) return damaged(p, "a record header larger than its record");
+    if (!k || header < (uint64_t)k || header > n) return handover(p, "a record header larger than its record");
     uint64_t types[MAX_FIELDS], offsets[MAX_FIELDS];
     uint64_t off = header;
     int fields = 0;
     const uint8_t *h = a + k, *end = a + header;
     for (; fields <= p->max_field && h < end; fields++) { /* the fields the columns need */
         if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off)
-            return damaged(p, "a record's values do not fit in it");
+            return handover(p, "a record's values do not fit in it");
         types[fields] = st;
         offsets[fields] = off;
         off += size;
     }
     while (h < end) { /* the others: only their sizes, which must add up to the payload */
         if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off)
-            return damaged(p, "a record's values do not fit in it");
+            return handover(p, "a record's values do not fit in it");
         off += size;
     }
-    if (off != n) return damaged(p, "a record's values do not fill it");
+    if (off != n) return handover(p, "a record's values do not fill it");
     *nulls = 0;
     *wrong = 0;
     for (int c = 0; c < NCOL; c++) {
@@ -466,9 +463,9 @@ static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *n
 /* Rowids of page pgno's subtree lie in (lower, upper] (has_lower, has_upper: bounded at all). */
 static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int has_lower, int64_t lower,
                 int has_upper, int64_t upper) {
-    if (depth >= MAX_DEPTH) return damaged(p, "a child page deeper than 20 levels");
-    if (++p->visited > p->n_pages) return damaged(p, "more pages in the table than in the file (a cycle)");
-    if (pgno < 2 || pgno > p->n_pages) return damaged(p, "a page number outside the file");
+    if (depth >= MAX_DEPTH) return handover(p, "a child page deeper than 20 levels");
+    if (++p->visited > p->n_pages) return handover(p, "more pages in the table than in the file (a cycle)");
+    if (pgno < 2 || pgno > p->n_pages) return handover(p, "a page number outside the file");
     p->page = pgno;
     const uint8_t *page = page_at(p, pgno, ahead);
     if (!page) return handover(p, "a read error (SQLite's to report)");
@@ -477,8 +474,8 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
     /* SQLite's own checks: at most (page size - 8) / 6 cells (so the cell pointers, 2 bytes each
      * after a header of 8 or 12, lie inside the usable size, at least 480); a child page, or an
      * interior root, without any cell is damaged */
-    if (n > (uint32_t)((p->page_size - 8) / 6)) return damaged(p, "more cells than a page holds");
-    if (n == 0 && (depth > 0 || page[0] != 0x0D)) return damaged(p, "a child or interior page without cells");
+    if (n > (uint32_t)((p->page_size - 8) / 6)) return handover(p, "more cells than a page holds");
+    if (n == 0 && (depth > 0 || page[0] != 0x0D)) return handover(p, "a child or interior page without cells");
     if (page[0] == 0x05) { /* interior table page: n cells (child, key), then the right-most child */
         int64_t *keys = p->keys[depth], *children = p->children[depth];
         /* every cell first, its key in order and within the page's own bounds: SQLite's seek to lo
@@ -487,11 +484,11 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
             uint32_t pc = be16(page + 12 + 2 * i);
             uint64_t k;
             if (pc < 12 + 2 * n || pc + 4 >= u || !varint(page + pc + 4, page + u, &k))
-                return damaged(p, "a cell outside its page");
+                return handover(p, "a cell outside its page");
             children[i] = be32(page + pc);
             keys[i] = (int64_t)k;
             if ((i > 0 ? keys[i] <= keys[i - 1] : has_lower && keys[i] <= lower) || (has_upper && keys[i] > upper))
-                return damaged(p, "keys out of order");
+                return handover(p, "keys out of order");
         }
         children[n] = be32(page + 8);
         for (uint32_t i = 0; i <= n; i++) {
@@ -511,26 +508,26 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
         }
         return WALK_ON;
     }
-    if (page[0] != 0x0D) return damaged(p, "not a table b-tree page");
+    if (page[0] != 0x0D) return handover(p, "not a table b-tree page");
     int past = 0;
     for (uint32_t i = 0; i < n; i++) { /* leaf table page: n cells (payload size, rowid, payload) */
         uint32_t pc = be16(page + 8 + 2 * i);
-        if (pc < 8 + 2 * n || pc >= u) return damaged(p, "a cell outside its page");
+        if (pc < 8 + 2 * n || pc >= u) return handover(p, "a cell outside its page");
         const uint8_t *c = page + pc, *end = page + u;
         uint64_t size, rowid_u;
         int a = varint(c, end, &size);
         int b = a ? varint(c + a, end, &rowid_u) : 0;
-        if (!b) return damaged(p, "a cell outside its page");
+        if (!b) return handover(p, "a cell outside its page");
         int64_t rowid = (int64_t)rowid_u;
         /* every cell's rowid in order, those past hi too: SQLite's seek searches them all */
-        if ((has_lower && rowid <= lower) || (has_upper && rowid > upper)) return damaged(p, "rowids out of order");
+        if ((has_lower && rowid <= lower) || (has_upper && rowid > upper)) return handover(p, "rowids out of order");
         has_lower = 1;
         lower = rowid;
         if (rowid > p->hi) past = 1;
         if (past || rowid < p->lo) continue;
         /* a payload over usable - 35 bytes spills to overflow pages: SQLite reads those */
         if (size > (uint64_t)(u - 35)) return handover(p, "a record on overflow pages");
-        if ((uint64_t)(pc + a + b) + size > (uint64_t)u) return damaged(p, "a cell runs past its page");
+        if ((uint64_t)(pc + a + b) + size > (uint64_t)u) return handover(p, "a cell runs past its page");
         int64_t v[NCOL];
         uint8_t nulls, wrong;
         int rc = record(p, c + a + b, size, v, &nulls, &wrong);
@@ -543,9 +540,8 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
 
 /* Reduce rowids lo..hi of the table rooted at page ``root`` from its pages. Returns WALK_ON when
  * they are all reduced, WALK_HANDOVER when SQLite must read the range instead (the caller resets
- * what was reduced; the result's handover says why), WALK_DAMAGED (the result's error says what:
- * "damaged: page N: ..."), WALK_FAILED when out of memory. Every precondition the reader relies on
- * is checked here first. */
+ * what was reduced; the result's handover says why), WALK_FAILED when out of memory. Every
+ * precondition the reader relies on is checked here first. */
 static int precondition(ctx *x, const char *what) {
     snprintf(x->r->handover, sizeof x->r->handover, "%s", what);
     return WALK_HANDOVER;
@@ -589,7 +585,6 @@ static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout
     rc = walk(x, &p, root, 1, 0, 0, 0, 0, 0);
     if (rc == WALK_PAST) rc = WALK_ON;
     if (rc == WALK_HANDOVER) snprintf(x->r->handover, sizeof x->r->handover, "%s", p.why);
-    if (rc == WALK_DAMAGED) snprintf(x->r->error, sizeof x->r->error, "damaged: %s", p.why);
 done:
     free(p.run);
     for (int d = 0; d < MAX_DEPTH; d++) {
@@ -696,8 +691,7 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
             snprintf(r->error, sizeof r->error, "out of memory");
             goto done;
         }
-        /* damaged: the Python side says so, never reads on (the rows are not all there) */
-        if (rc == WALK_ON || rc == WALK_DAMAGED) goto done;
+        if (rc == WALK_ON) goto done;
         reset(r, n_keys);
     }
     r->handovers = 1; /* SQLite reads the range (no page reader, or it gave the range back) */

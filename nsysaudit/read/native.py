@@ -94,12 +94,6 @@ class NativeScanError(RuntimeError):
     """The native scan could not read the range (the caller falls back to the polars engines)."""
 
 
-class DamagedPages(NativeScanError):
-    """The page reader found the table's b-tree breaking a rule every SQLite file keeps (keys out of
-    order, a cell outside its page, ...): rows may be missing from any reading of it, so the caller
-    must not read on with another engine."""
-
-
 # Arrays cross between C and polars through numpy (zero-copy views, one copy per column, ~20x
 # faster than a Python int per value) once numpy is loaded, or from this many values on: about
 # where a Python int per value costs what numpy's import does (0.1-0.16 s here). A small or
@@ -274,8 +268,6 @@ def scan_range(
             pages[0] if pages else None, tuple(pages[1]) if pages else None,
         )  # fmt: skip
     except (_native.Error, MemoryError) as exc:
-        if str(exc).startswith("damaged: "):
-            raise DamagedPages(str(exc).removeprefix("damaged: ")) from None
         raise NativeScanError(str(exc) or "out of memory") from None
     span = pl.DataFrame(
         out["spans"], schema=dict.fromkeys(("gpid", "first_ns", "last_ns", "rows"), pl.Int64), orient="row"
