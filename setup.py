@@ -4,7 +4,8 @@ about the package is in pyproject.toml.
 It links the SQLite library that Python's own sqlite3 module links (``-lsqlite3``, the header from
 the system: Debian's libsqlite3-dev), and nsysaudit checks at import that both run the same SQLite
 (nsysaudit/read/native.py). The extension is optional: where it cannot be built (no C compiler, no
-SQLite header) the package installs without it and runs on its pure engines."""
+SQLite header) the package installs without it and runs on its pure engines, saying so in every
+report (``input.native_unavailable``)."""
 
 import os
 

@@ -14,7 +14,7 @@ from nsysaudit.errors import UnusableInput
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.progress import Progress
 from nsysaudit.read.damage import DamageCheck
-from nsysaudit.read.inputs import InputInfo, check_input, open_input
+from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
 from nsysaudit.read.source import ExportFile
 from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
@@ -73,13 +73,25 @@ def load_input(
         damage = check.result()
         damage.raise_if_damaged(opened.export.path)
         trace = replace(trace, warnings=(*trace.warnings, *damage.warnings))
-        info = opened.info(trace.tables_used, trace.session_start_utc_ns)
+        info = opened.info(trace.tables_used, trace.session_start_utc_ns, engine_of(trace))
     except BaseException:
         if check is not None:
             check.cancel()
         opened.export.close()
         raise
     return Loaded(opened.export, trace, info, records, tuple(library_domains))
+
+
+def engine_of(trace: Trace) -> Engine:
+    """What read the CUDA API table: the engine, its SQLite, and why not the native engine (None: it did)."""
+    from nsysaudit.read import native
+    from nsysaudit.read.scan import engine_sqlite_version
+
+    engine = trace.scan_engine
+    why = native.unavailable()
+    if why is None and engine not in ("native", "none"):
+        why = "not used (it could not read the CUDA API table; the polars engines did)"
+    return Engine(engine, engine_sqlite_version(engine), why)
 
 
 def analyze(

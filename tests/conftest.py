@@ -18,6 +18,7 @@ sys.path.insert(0, str(TESTS))
 from builder import Export, build_export  # noqa: E402
 
 from nsysaudit.read import native  # noqa: E402
+from nsysaudit.seal.recipe import ENGINE_KEYS  # noqa: E402
 
 FIXTURES = TESTS / "fixtures"
 H200 = FIXTURES / "h200-cuda13-nsys2023.4"
@@ -98,3 +99,16 @@ def unprivileged(prefix: list[str], *args: object, cache: Path) -> subprocess.Co
     command = [*prefix, sys.executable, "-m", "nsysaudit", *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
+
+def engine_free(text: bytes) -> tuple[bytes, dict[str, object]]:
+    """An analysis's JSON (``analysis_json``) with the keys that say which engine read it
+    (``input.engine``, ``sqlite_version``, ``native_unavailable``) set to ``"<engine>"``, and their values.
+    Each is written once, as canonical JSON writes it: ``"key":value``."""
+    import json
+
+    values = {k: json.loads(text)["input"][k] for k in ENGINE_KEYS}
+    for key, value in values.items():
+        written = b'"' + key.encode() + b'":' + json.dumps(value, separators=(",", ":")).encode()
+        assert text.count(written) == 1, key
+        text = text.replace(written, b'"' + key.encode() + b'":"<engine>"')
+    return text, values

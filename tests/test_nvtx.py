@@ -11,7 +11,7 @@ from typing import Any
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, Range, strip_not_null
-from conftest import H200, needs_native
+from conftest import H200, engine_free, needs_native
 
 import nsysaudit
 from nsysaudit.read.source import probe
@@ -127,7 +127,7 @@ def test_native_nvtx_read_is_used_and_the_analysis_is_byte_identical(monkeypatch
     outs = {}
     for engine in ("native", "frame"):
         monkeypatch.setenv("NSYSAUDIT_NATIVE", "1" if engine == "native" else "0")
-        outs[engine] = analysis_json(nsysaudit.analyze(H200 / "observe.sqlite"))
+        outs[engine] = engine_free(analysis_json(nsysaudit.analyze(H200 / "observe.sqlite")))[0]
     assert calls == [True, False]
     assert outs["native"] == outs["frame"]
 

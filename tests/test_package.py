@@ -74,4 +74,6 @@ def test_without_a_compiler_the_wheel_installs_and_runs_on_the_pure_engines(tmp_
     assert proc.stdout.splitlines()[1] == "not built (nsysaudit was installed without a C compiler or SQLite's header)"
     proc = run_from(wheel, tmp_path, "-m", "nsysaudit", "analyze", str(TORCH))
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    said = [line for line in proc.stdout.splitlines() if "engine" in line]
+    assert len(said) == 1 and said[0].endswith("(native engine not built)"), said
     assert "verdict: failure_found" in proc.stdout

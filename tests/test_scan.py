@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, strip_not_null
-from conftest import H200, needs_native
+from conftest import H200, engine_free, needs_native
 
 import nsysaudit
 from nsysaudit.intervals import union_windows
@@ -270,13 +270,20 @@ def test_native_engine_reads_damaged_rows_as_the_tolerant_reader_does(make_expor
 
 @needs_native
 def test_native_engine_analysis_is_byte_identical(monkeypatch) -> None:
+    """The same JSON, byte for byte, but for the keys that say which engine read it."""
     from nsysaudit.render import analysis_json
 
-    outs = {}
-    for engine in ("native", "sqlite3"):
+    outs, engines = {}, {}
+    for engine in ("native", "adbc"):  # adbc_for_small_tables: the polars engine is ADBC's
         monkeypatch.setenv("NSYSAUDIT_NATIVE", "1" if engine == "native" else "0")
-        outs[engine] = analysis_json(nsysaudit.analyze(H200 / "observe.sqlite"))
-    assert outs["native"] == outs["sqlite3"]
+        outs[engine], engines[engine] = engine_free(analysis_json(nsysaudit.analyze(H200 / "observe.sqlite")))
+    assert outs["native"] == outs["adbc"]
+    version = sqlite3.sqlite_version
+    assert engines["native"] == {"engine": "native", "sqlite_version": version, "native_unavailable": None}
+    assert engines["adbc"] == {
+        "engine": "adbc", "sqlite_version": scan.engine_sqlite_version("adbc"),
+        "native_unavailable": "turned off (NSYSAUDIT_NATIVE=0)",
+    }  # fmt: skip
 
 
 def test_a_failing_native_scan_falls_back_to_the_polars_engines(make_export, monkeypatch) -> None:

@@ -29,6 +29,17 @@ def input_kind(path: Path) -> InputKind:
 
 
 @dataclass(frozen=True)
+class Engine:
+    """What read the CUDA API table: ``name`` (``native``, ``adbc``, ``sqlite3``; ``none`` without
+    the table), the ``sqlite_version`` it read with, and why the native engine did not
+    (``native_unavailable``; None where it did, or could have)."""
+
+    name: str
+    sqlite_version: str
+    native_unavailable: str | None = None
+
+
+@dataclass(frozen=True)
 class InputInfo:
     """What was analyzed: the file the user named and, for reports, the export made from it."""
 
@@ -43,6 +54,7 @@ class InputInfo:
     export_sha256: str | None = None
     export_cache_hit: bool | None = None
     exported_with: str | None = None
+    engine: Engine | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -55,6 +67,10 @@ class InputInfo:
             "tables": dict(sorted(self.tables.items())),
             "session_start_utc_ns": self.session_start_utc_ns,
         }
+        if self.engine is not None:  # how nsysaudit read it, not the evidence: not in a sealed report.json
+            out["engine"] = self.engine.name
+            out["sqlite_version"] = self.engine.sqlite_version
+            out["native_unavailable"] = self.engine.native_unavailable
         if self.kind == "nsys-rep":
             out["export"] = {
                 "sha256": self.export_sha256,
@@ -109,8 +125,8 @@ class OpenedInput:
     digest: BackgroundDigest
     export_info: dict[str, Any] = field(default_factory=dict)
 
-    def info(self, tables: dict[str, str], session_start_utc_ns: int | None) -> InputInfo:
-        """The input's description once its export is loaded (``tables`` read, session start)."""
+    def info(self, tables: dict[str, str], session_start_utc_ns: int | None, engine: Engine | None = None) -> InputInfo:
+        """The input's description once its export is loaded (``tables`` read, session start, the engine)."""
         return InputInfo(
             path=self.shown_as,
             sha256=self.digest.result(),
@@ -120,6 +136,7 @@ class OpenedInput:
             schema_version=self.export.schema_version,
             tables=tables,
             session_start_utc_ns=session_start_utc_ns,
+            engine=engine,
             **self.export_info,
         )
 
