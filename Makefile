@@ -11,7 +11,7 @@ OUT ?= out
 NATIVE := nsysaudit/read/_native$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 
 .DEFAULT_GOAL := help
-.PHONY: help venv native nsys chromium demo test test-fast check-fixtures lint golden bench clean
+.PHONY: help venv native nsys chromium demo test test-pure test-fast check-fixtures lint golden bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,16 @@ demo: venv ## the main job: the real H200 failure (nsys 2025.3 torch pair) analy
 test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CLI and Chromium first)
 	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" NSYSAUDIT_REQUIRE_CHROMIUM=1 \
 		NSYSAUDIT_REQUIRE_NATIVE=1 $(PY) -m pytest -q
+
+# The tests of what reads an export, which CI runs a second time on the pure engines (polars over
+# ADBC, the stdlib reader: what an install without the native extension runs). tests/test_damage.py
+# and the native engine's own tests (needs_native) switch engines themselves.
+READER_TESTS := tests/test_scan.py tests/test_nvtx.py tests/test_golden.py tests/test_real_nsys2025.py \
+	tests/test_hostile.py tests/test_hostile_analysis.py tests/test_evidence_rules.py tests/test_analyze.py \
+	tests/test_ledger.py tests/test_check.py tests/test_fuzz.py
+
+test-pure: venv ## run the reader tests on the pure engines (NSYSAUDIT_NATIVE=0), as an install without the native extension
+	NSYSAUDIT_NATIVE=0 $(PY) -m pytest -q $(READER_TESTS) -k "not sealed_folder"
 
 test-fast: venv ## run the tests without installing nsys or Chromium (their tests skip when absent)
 	$(PY) -m pytest -q
