@@ -33,6 +33,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from nsysaudit.errors import UnusableInput, Warning, warning
+from nsysaudit.read.inputs import Background
 from nsysaudit.read.source import ExportFile
 
 # The tables the analysis reads rows from, nsys's versioned variants resolved through ExportFile.table
@@ -186,26 +187,12 @@ class DamageCheck:
     SQLite checks); :meth:`result` waits for it. Started before the tables are read."""
 
     def __init__(self, export: ExportFile) -> None:
-        self._tables = evidence_tables(export)
-        self._uri = export.uri
+        tables, uri = evidence_tables(export), export.uri
         self._stop = threading.Event()
-        self._found: Damage | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="nsysaudit-quick-check", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._found = check_export(self._uri, self._tables, self._stop)
-        except BaseException as exc:  # re-raised by result(), on the caller's thread
-            self._error = exc
+        self._work = Background(lambda: check_export(uri, tables, self._stop), "nsysaudit-quick-check")
 
     def result(self) -> Damage:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._found is not None
-        return self._found
+        return self._work.result()
 
     def cancel(self) -> None:
         """Stop at the next table (the caller gave up on the input for another reason)."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from nsysaudit.digests import sha256_file
 from nsysaudit.errors import UnusableInput
@@ -20,6 +21,7 @@ from nsysaudit.read import nsys
 from nsysaudit.read.source import ExportFile, probe
 
 InputKind = Literal["sqlite", "nsys-rep"]
+T = TypeVar("T")
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
 
@@ -80,28 +82,42 @@ class InputInfo:
         return out
 
 
+class Background(Generic[T]):
+    """``work()`` on a daemon thread (it never delays an error exit); :meth:`result` waits for it and
+    raises, on the caller's thread, what it raised. For work that holds no GIL while it waits:
+    hashlib over a file, SQLite stepping a statement."""
+
+    def __init__(self, work: Callable[[], T], name: str) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[], T]) -> None:
+        try:
+            self._value = work()
+        except BaseException as exc:
+            self._error = exc
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)
+
+
 class BackgroundDigest:
     """SHA-256 of a file computed in a daemon thread (hashlib releases the GIL; never delays an error exit)."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._digest: str | None = None
-        self._error: OSError | None = None
-        self._thread = threading.Thread(target=self._run, name="nsysaudit-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._digest = sha256_file(self._path)
-        except OSError as exc:
-            self._error = exc
+        self._work = Background(lambda: sha256_file(path), "nsysaudit-sha256")
 
     def result(self) -> str:
-        self._thread.join()
-        if self._error is not None:
-            raise UnusableInput(self._path, f"cannot read: {self._error.strerror}") from None
-        assert self._digest is not None
-        return self._digest
+        try:
+            return self._work.result()
+        except OSError as exc:
+            raise UnusableInput(self._path, f"cannot read: {exc.strerror}") from None
 
 
 def check_input(path: str | os.PathLike[str]) -> Path:
