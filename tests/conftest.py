@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -71,25 +72,45 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     monkeypatch.setenv("NSYSAUDIT_CACHE", str(tmp_path_factory.mktemp("cache")))
 
 
+@functools.cache
+def _nobody_runs_nsysaudit(setpriv: str) -> bool:
+    """Whether ``nobody`` can import nsysaudit here: not from a checkout (or venv) under a 0700
+    folder, such as the one ``mktemp -d`` makes."""
+    command = [setpriv, *NOBODY, sys.executable, "-c", "import nsysaudit.cli"]
+    return subprocess.run(command, capture_output=True, check=False).returncode == 0
+
+
+NOBODY = ["--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
 @pytest.fixture
 def read_only_folder() -> Iterator[tuple[Path, list[str]]]:
     """A folder a command cannot write into, and the command prefix under which that holds.
 
     As root (permissions do not apply), the command runs as ``nobody`` through ``setpriv`` in a
-    root-owned 0755 folder; otherwise the folder is made read-only (0555).
+    root-owned 0755 folder; where nobody cannot read nsysaudit (a checkout under a 0700 folder), it
+    runs as root in a folder made immutable (``chattr +i``: no entry can be made in it, by root
+    either). Otherwise the folder is made read-only (0555).
     """
     base = Path(tempfile.mkdtemp(prefix="nsysaudit-ro-"))  # not under pytest's 0700 tmp folders
     base.chmod(0o755)
     locked = base / "read-only"
     locked.mkdir()
     prefix: list[str] = []
+    immutable = False
+    setpriv = shutil.which("setpriv")
     if os.geteuid() != 0:
         locked.chmod(0o555)
-    elif shutil.which("setpriv"):
-        prefix = [str(shutil.which("setpriv")), "--reuid=65534", "--regid=65534", "--clear-groups"]
+    elif setpriv and _nobody_runs_nsysaudit(setpriv):
+        prefix = [setpriv, *NOBODY]
+    elif shutil.which("chattr") and subprocess.run(["chattr", "+i", str(locked)], check=False).returncode == 0:
+        immutable = True
     else:
-        pytest.skip("running as root without setpriv: cannot make a folder read-only for this test")
+        shutil.rmtree(base)
+        pytest.skip("root, and neither nobody can run nsysaudit here nor chattr +i works: no read-only folder")
     yield locked, prefix
+    if immutable:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
     locked.chmod(0o755)
     shutil.rmtree(base)
 
