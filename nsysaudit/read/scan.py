@@ -74,8 +74,8 @@ class CudaApiScan:
     rows of the whole table carry it and one of their name ids (``ALLOC_ROWS_SCHEMA``): more than
     one row, and the event's bytes cannot be attributed to one call.
     ``counted``: how many successful rows have a name id of ``counted_name_ids`` (the free calls).
-    ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``native``, ``adbc`` or ``sqlite3``;
-    ``sqlite_version``: the SQLite that engine read the rows with (:func:`engine_sqlite_version`).
+    ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``native``, ``adbc`` or ``sqlite3``
+    (the SQLite it reads with: :func:`engine_sqlite_version`).
     """
 
     total: int
@@ -88,7 +88,6 @@ class CudaApiScan:
     alloc_rows: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
     counted: int = 0
     page_rows: int = 0  # rows the native scan read from the table's pages (not through SQLite's VDBE)
-    sqlite_version: str = sqlite3.sqlite_version
 
 
 @dataclass(frozen=True)
@@ -486,9 +485,8 @@ def scan_cuda_api(
         alloc_rows = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
     counted = sum(r.counted for r in reduced)
     return CudaApiScan(
-        int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows, counted, sum(page_rows),
-        engine_sqlite_version(engine),
-    )  # fmt: skip
+        int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows, counted, sum(page_rows)
+    )
 
 
 def engine_sqlite_version(engine: str) -> str:
