@@ -898,14 +898,18 @@ static PyObject *spans_list(const nsa_result *r) {
     return list;
 }
 
+/* Bytes of ``p`` (never None: an empty buffer, never allocated, is b""). */
+static const char *bytes_of(const void *p) { return p ? (const char *)p : ""; }
+
 static PyObject *rows_tuple(const rowbuf *b) {
-    return Py_BuildValue("(y#y#L)", (const char *)b->values, (Py_ssize_t)(b->n * NCOL * 8), (const char *)b->nulls,
+    return Py_BuildValue("(y#y#L)", bytes_of(b->values), (Py_ssize_t)(b->n * NCOL * 8), bytes_of(b->nulls),
                          (Py_ssize_t)b->n, (long long)b->n);
 }
 
-#define N_BUFFERS 9
-static const char *const BUFFER_NAMES[N_BUFFERS] = {"w_gtid", "w_start", "w_end", "strings", "marked",
-                                                    "counted", "key_gpid", "key_corr", "(none)"};
+/* The scan's int64 arguments, in order. */
+#define N_BUFFERS 8
+static const char *const BUFFER_NAMES[N_BUFFERS] = {"w_gtid",  "w_start", "w_end",    "strings",
+                                                    "marked", "counted", "key_gpid", "key_corr"};
 
 static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
@@ -914,7 +918,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     const char *uri, *sql, *table = NULL;
     long long lo, hi;
     int check_strings;
-    PyObject *objects[N_BUFFERS - 1], *layout_obj = Py_None;
+    PyObject *objects[N_BUFFERS], *layout_obj = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssLLOOOOpOOOO|zO:scan", keywords, &uri, &sql, &lo, &hi,
                                      &objects[0], &objects[1], &objects[2], &objects[3], &check_strings,
                                      &objects[4], &objects[5], &objects[6], &objects[7], &table, &layout_obj))
@@ -940,10 +944,10 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
             return NULL;
         }
     }
-    Py_buffer views[N_BUFFERS - 1];
+    Py_buffer views[N_BUFFERS];
     int held = 0;
     PyObject *out = NULL;
-    for (; held < N_BUFFERS - 1; held++)
+    for (; held < N_BUFFERS; held++)
         if (int64_buffer(objects[held], &views[held], BUFFER_NAMES[held])) goto release;
     int64_t n_win = views[0].len / 8, n_keys = views[6].len / 8;
     if (views[1].len / 8 != n_win || views[2].len / 8 != n_win || views[7].len / 8 != n_keys) {
@@ -999,7 +1003,7 @@ static PyObject *py_read(PyObject *self, PyObject *args, PyObject *kwargs) {
     PyObject *out = NULL;
     if (t->error[0]) PyErr_SetString(NativeError, t->error);
     else
-        out = Py_BuildValue("(y#y#LL)", (const char *)t->values, (Py_ssize_t)(t->n * ncol * 8), (const char *)t->nulls,
+        out = Py_BuildValue("(y#y#LL)", bytes_of(t->values), (Py_ssize_t)(t->n * ncol * 8), bytes_of(t->nulls),
                             (Py_ssize_t)(t->n * ncol), (long long)t->n, (long long)t->mismatched);
     nsa_table_free(t);
     return out;

@@ -16,7 +16,7 @@ from conftest import H200, engine_free, needs_native
 import nsysaudit
 from nsysaudit.intervals import union_windows
 from nsysaudit.read import native, scan
-from nsysaudit.read.source import probe
+from nsysaudit.read.source import probe, readonly_uri
 from nsysaudit.read.trace import load
 
 
@@ -309,7 +309,7 @@ def test_a_failing_native_scan_falls_back_to_the_polars_engines(make_export, mon
     assert got.selected.equals(reference.selected) and got.span.equals(reference.span)
 
 
-def test_an_extension_missing_broken_stale_or_on_another_sqlite_is_not_used(tmp_path: Path) -> None:
+def test_an_extension_missing_broken_stale_or_on_another_sqlite_is_not_used(tmp_path: Path, monkeypatch) -> None:
     """The native engine runs only where its extension imports, is of this nsysaudit's interface,
     and runs the SQLite Python's sqlite3 runs; otherwise the reason is said (and the polars engines read)."""
     import importlib.util
@@ -357,6 +357,10 @@ def test_an_extension_missing_broken_stale_or_on_another_sqlite_is_not_used(tmp_
         reasons["other sqlite"][1]
     )
     assert reasons["right"][0] is not None and reasons["right"][1] is None
+    monkeypatch.setattr(sqlite3, "threadsafety", 0)  # the scan's threads each open a connection
+    assert native.check(lambda: fake(native.ABI, ours)) == (
+        None, "not usable (Python's SQLite is built single-threaded: SQLITE_THREADSAFE=0)",
+    )  # fmt: skip
 
 
 @needs_native
@@ -366,6 +370,8 @@ def test_the_built_extension_runs_pythons_sqlite(monkeypatch) -> None:
     monkeypatch.setenv("NSYSAUDIT_NATIVE", "1")
     assert native.load() is _native and native.unavailable() is None
     assert _native.sqlite_version() == sqlite3.sqlite_version and _native.ABI == native.ABI
+    nothing = _native.read(readonly_uri(H200 / "observe.sqlite"), "SELECT 1 WHERE 0", 1, False)
+    assert nothing == (b"", b"", 0, 0)  # bytes, also where no buffer was ever allocated
     monkeypatch.setenv("NSYSAUDIT_NATIVE", "0")
     assert native.load() is None and native.unavailable() == "turned off (NSYSAUDIT_NATIVE=0)"
 

@@ -50,6 +50,8 @@ def check(importer: Callable[[], ModuleType]) -> tuple[ModuleType | None, str | 
         return None, f"not loadable ({exc})"
     if getattr(module, "ABI", None) != ABI:
         return None, f"stale (built from another native/scan.c: interface {getattr(module, 'ABI', None)}, not {ABI})"
+    if sqlite3.threadsafety == 0:  # the scan's threads each open a connection of their own
+        return None, "not usable (Python's SQLite is built single-threaded: SQLITE_THREADSAFE=0)"
     with closing(sqlite3.connect(":memory:")) as probe:
         (theirs,) = probe.execute("SELECT sqlite_source_id()").fetchone()
     if module.sqlite_source_id() != theirs:
