@@ -7,30 +7,31 @@ NSYSAUDIT := $(VENV)/bin/nsysaudit
 TORCH := tests/fixtures/h200-cuda13-nsys2025.3/torch
 OLD := tests/fixtures/h200-cuda13-nsys2023.4
 OUT ?= out
-CC ?= cc
-NATIVE := nsysaudit/read/_native_scan.so
+# The native extension (native/scan.c), as setup.py builds it for this Python.
+NATIVE := nsysaudit/read/_native$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 
 .DEFAULT_GOAL := help
-.PHONY: help venv native nsys chromium demo test test-fast check-fixtures lint golden bench clean
+.PHONY: help venv native nsys chromium demo test test-pure test-fast check-fixtures lint golden bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,fleet,notebook]'
+	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
+	CFLAGS="$${CFLAGS:-} -Werror" $(PY) -m pip install --quiet -e '.[test,fleet,notebook]'
 	touch $@
 
 # The bytecode is compiled here, as pip does for a regular install: an editable install under
 # PYTHONDONTWRITEBYTECODE=1 (set on these machines) compiles every module at each start (~0.08 s).
-venv: $(VENV)/.installed $(NATIVE) ## create .venv with nsysaudit and its test tools, build the native scan, compile the bytecode
+venv: $(VENV)/.installed $(NATIVE) ## create .venv with nsysaudit (editable, its native extension built) and its test tools, compile the bytecode
 	@$(PY) -m compileall -q nsysaudit
 
-$(NATIVE): native/scan.c
-	$(CC) -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ native/scan.c -lsqlite3
+# pip's editable install builds the extension too; this rebuilds it after an edit of scan.c.
+$(NATIVE): native/scan.c setup.py | $(VENV)/.installed
+	CFLAGS="$${CFLAGS:-} -Werror" $(PY) setup.py -q build_ext --inplace
 
-native: $(NATIVE) ## build the native CUDA API scan (gcc and SQLite's header; nsysaudit runs without it, slower)
+native: $(NATIVE) ## rebuild the native extension (a C compiler and SQLite's header; nsysaudit runs without it, slower)
 
 nsys: ## install the real nsys CLI (Debian non-free, 2023.4.4) into .tools/nsys
 	bash scripts/install-nsys.sh
@@ -54,6 +55,16 @@ test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CL
 	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" NSYSAUDIT_REQUIRE_CHROMIUM=1 \
 		NSYSAUDIT_REQUIRE_NATIVE=1 $(PY) -m pytest -q
 
+# The tests of what reads an export, which CI runs a second time on the pure engines (polars over
+# ADBC, the stdlib reader: what an install without the native extension runs). tests/test_damage.py
+# and the native engine's own tests (needs_native) switch engines themselves.
+READER_TESTS := tests/test_scan.py tests/test_nvtx.py tests/test_golden.py tests/test_real_nsys2025.py \
+	tests/test_hostile.py tests/test_hostile_analysis.py tests/test_evidence_rules.py tests/test_analyze.py \
+	tests/test_ledger.py tests/test_check.py tests/test_fuzz.py
+
+test-pure: venv ## run the reader tests on the pure engines (NSYSAUDIT_NATIVE=0), as an install without the native extension
+	NSYSAUDIT_NATIVE=0 $(PY) -m pytest -q $(READER_TESTS) -k "not sealed_folder"
+
 test-fast: venv ## run the tests without installing nsys or Chromium (their tests skip when absent)
 	$(PY) -m pytest -q
 
@@ -72,4 +83,4 @@ bench: venv nsys ## run the benchmark (see benchmarks/RESULTS.md)
 	$(PY) benchmarks/run.py
 
 clean: ## remove build and test leftovers (not the venv or tools)
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis $(OUT)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis $(OUT) build

@@ -16,9 +16,17 @@
  *   - integrity counts: NULL start/end/return/globalTid/nameId, end < start, nameIds missing from
  *     StringIds.
  * A value that is not an INTEGER (REAL, TEXT, BLOB) is read as NULL and its row counted, as the
- * stdlib reader of scan.py does. Called through ctypes, which releases the GIL: Python threads run
- * rowid ranges in parallel. Tested against the polars reduction in tests/test_scan.py.
+ * stdlib reader of scan.py does. Tested against the polars reduction in tests/test_scan.py.
+ *
+ * It is the extension module nsysaudit.read._native (setup.py builds it with the package; the
+ * binding, CPython's C API, is at the end of this file, its types in nsysaudit/read/_native.pyi).
+ * Each call runs without the GIL, so Python threads run rowid ranges in parallel. It links the
+ * SQLite library Python's own sqlite3 module uses (nsysaudit/read/native.py checks at import that
+ * both report the same sqlite3_sourceid()): the SQLite that decides damage (PRAGMA quick_check,
+ * nsysaudit/read/damage.py) is the SQLite that reads the rows.
  */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +60,7 @@ typedef struct {
     int64_t *key_rows, *key_first_name; /* per allocation key */
     uint8_t *key_first_null;
     char error[512];
+    char handover[200]; /* why the page reader gave the range back to SQLite ("" when it did not) */
 } nsa_result;
 
 static uint64_t mix(uint64_t x) {
@@ -317,17 +326,19 @@ static void reduce_final(sqlite3_context *context) { sqlite3_result_null(context
  * whole range back: what was reduced is reset and SQLite reads the range from its first rowid, as
  * it always did. (Going on from the last rowid read would not do: a damaged page can hold a cell
  * whose rowid SQLite's seek skips but its scan from the start reads.) A b-tree breaking a rule every
- * SQLite file keeps (keys out of order, a cell outside its page, ...) is damage, said and not read
- * past. The reader is stricter than SQLite, never looser: tests/test_pages.py compares both on every
- * fixture and on pages damaged at random.
+ * SQLite file keeps (keys out of order, a cell outside its page, ...) is handed over the same way:
+ * whether the table is damaged is not this reader's to say but SQLite's own PRAGMA quick_check's,
+ * run beside the scan for every engine (nsysaudit/read/damage.py), so every engine gives one answer.
+ * The reader only reads what it has checked, and gives SQLite's answer or hands the range over:
+ * tests/test_pages.py compares both on every fixture and on pages damaged at random.
  */
 #define MAX_DEPTH 20 /* SQLite's own bound on a b-tree's depth (BTCURSOR_MAX_DEPTH) */
 #define RUN_PAGES 64 /* consecutive child pages read in one call */
 #define MAX_FIELDS 256
 
-/* WALK_HANDOVER: SQLite reads the range (something this reader leaves to it); WALK_DAMAGED: the
- * table's b-tree breaks a rule every SQLite file keeps (pages->damage says which) */
-enum { WALK_ON = 0, WALK_HANDOVER = 1, WALK_PAST = 2, WALK_DAMAGED = 3, WALK_FAILED = -1 };
+/* WALK_HANDOVER: SQLite reads the range (something this reader leaves to it, or a b-tree breaking a
+ * rule every SQLite file keeps: pages->why says which); WALK_PAST: the range's last row was read */
+enum { WALK_ON = 0, WALK_HANDOVER = 1, WALK_PAST = 2, WALK_FAILED = -1 };
 
 typedef struct {
     sqlite3_file *fp;
@@ -340,13 +351,13 @@ typedef struct {
     int max_field;
     int64_t lo, hi;
     int64_t page;            /* the page being read */
-    char damage[160];
+    char why[160];
 } pages;
 
-/* Say what is damaged on the page being read; returns WALK_DAMAGED. */
-static int damaged(pages *p, const char *what) {
-    snprintf(p->damage, sizeof p->damage, "page %lld: %s", (long long)p->page, what);
-    return WALK_DAMAGED;
+/* Give the range back to SQLite, saying why (on the page being read); returns WALK_HANDOVER. */
+static int handover(pages *p, const char *what) {
+    snprintf(p->why, sizeof p->why, "page %lld: %s", (long long)p->page, what);
+    return WALK_HANDOVER;
 }
 
 static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
@@ -397,29 +408,29 @@ static inline int serial_type(const uint8_t **h, const uint8_t *end, uint64_t *s
     return m;
 }
 
-/* One record's six values, as reduce_step reads them: 0 when done, WALK_DAMAGED when its header and
- * its payload disagree, WALK_HANDOVER when it lacks a field it needs (the column's DEFAULT). */
+/* One record's six values, as reduce_step reads them: 0 when done, WALK_HANDOVER when its header and
+ * its payload disagree or it lacks a field it needs (the column's DEFAULT). */
 static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *nulls, uint8_t *wrong) {
     uint64_t header, st, size;
     int k = varint(a, a + n, &header);
-    if (!k || header < (uint64_t)k || header > n) return damaged(p, "a record header larger than its record");
+    if (!k || header < (uint64_t)k || header > n) return handover(p, "a record header larger than its record");
     uint64_t types[MAX_FIELDS], offsets[MAX_FIELDS];
     uint64_t off = header;
     int fields = 0;
     const uint8_t *h = a + k, *end = a + header;
     for (; fields <= p->max_field && h < end; fields++) { /* the fields the columns need */
         if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off)
-            return damaged(p, "a record's values do not fit in it");
+            return handover(p, "a record's values do not fit in it");
         types[fields] = st;
         offsets[fields] = off;
         off += size;
     }
     while (h < end) { /* the others: only their sizes, which must add up to the payload */
         if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off)
-            return damaged(p, "a record's values do not fit in it");
+            return handover(p, "a record's values do not fit in it");
         off += size;
     }
-    if (off != n) return damaged(p, "a record's values do not fill it");
+    if (off != n) return handover(p, "a record's values do not fill it");
     *nulls = 0;
     *wrong = 0;
     for (int c = 0; c < NCOL; c++) {
@@ -429,7 +440,7 @@ static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *n
             *nulls |= (uint8_t)(1 << c);
             continue;
         }
-        if (f >= fields) return WALK_HANDOVER; /* the column's default: SQLite knows it */
+        if (f >= fields) return handover(p, "a record older than a column (its DEFAULT is SQLite's)");
         uint64_t t = types[f];
         if (t == 0) {
             *nulls |= (uint8_t)(1 << c);
@@ -452,19 +463,19 @@ static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *n
 /* Rowids of page pgno's subtree lie in (lower, upper] (has_lower, has_upper: bounded at all). */
 static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int has_lower, int64_t lower,
                 int has_upper, int64_t upper) {
-    if (depth >= MAX_DEPTH) return damaged(p, "a child page deeper than 20 levels");
-    if (++p->visited > p->n_pages) return damaged(p, "more pages in the table than in the file (a cycle)");
-    if (pgno < 2 || pgno > p->n_pages) return damaged(p, "a page number outside the file");
+    if (depth >= MAX_DEPTH) return handover(p, "a child page deeper than 20 levels");
+    if (++p->visited > p->n_pages) return handover(p, "more pages in the table than in the file (a cycle)");
+    if (pgno < 2 || pgno > p->n_pages) return handover(p, "a page number outside the file");
     p->page = pgno;
     const uint8_t *page = page_at(p, pgno, ahead);
-    if (!page) return WALK_HANDOVER; /* a read error: SQLite's to report */
+    if (!page) return handover(p, "a read error (SQLite's to report)");
     const int64_t u = p->usable;
     uint32_t n = be16(page + 3);
     /* SQLite's own checks: at most (page size - 8) / 6 cells (so the cell pointers, 2 bytes each
      * after a header of 8 or 12, lie inside the usable size, at least 480); a child page, or an
      * interior root, without any cell is damaged */
-    if (n > (uint32_t)((p->page_size - 8) / 6)) return damaged(p, "more cells than a page holds");
-    if (n == 0 && (depth > 0 || page[0] != 0x0D)) return damaged(p, "a child or interior page without cells");
+    if (n > (uint32_t)((p->page_size - 8) / 6)) return handover(p, "more cells than a page holds");
+    if (n == 0 && (depth > 0 || page[0] != 0x0D)) return handover(p, "a child or interior page without cells");
     if (page[0] == 0x05) { /* interior table page: n cells (child, key), then the right-most child */
         int64_t *keys = p->keys[depth], *children = p->children[depth];
         /* every cell first, its key in order and within the page's own bounds: SQLite's seek to lo
@@ -473,11 +484,11 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
             uint32_t pc = be16(page + 12 + 2 * i);
             uint64_t k;
             if (pc < 12 + 2 * n || pc + 4 >= u || !varint(page + pc + 4, page + u, &k))
-                return damaged(p, "a cell outside its page");
+                return handover(p, "a cell outside its page");
             children[i] = be32(page + pc);
             keys[i] = (int64_t)k;
             if ((i > 0 ? keys[i] <= keys[i - 1] : has_lower && keys[i] <= lower) || (has_upper && keys[i] > upper))
-                return damaged(p, "keys out of order");
+                return handover(p, "keys out of order");
         }
         children[n] = be32(page + 8);
         for (uint32_t i = 0; i <= n; i++) {
@@ -497,26 +508,26 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
         }
         return WALK_ON;
     }
-    if (page[0] != 0x0D) return damaged(p, "not a table b-tree page");
+    if (page[0] != 0x0D) return handover(p, "not a table b-tree page");
     int past = 0;
     for (uint32_t i = 0; i < n; i++) { /* leaf table page: n cells (payload size, rowid, payload) */
         uint32_t pc = be16(page + 8 + 2 * i);
-        if (pc < 8 + 2 * n || pc >= u) return damaged(p, "a cell outside its page");
+        if (pc < 8 + 2 * n || pc >= u) return handover(p, "a cell outside its page");
         const uint8_t *c = page + pc, *end = page + u;
         uint64_t size, rowid_u;
         int a = varint(c, end, &size);
         int b = a ? varint(c + a, end, &rowid_u) : 0;
-        if (!b) return damaged(p, "a cell outside its page");
+        if (!b) return handover(p, "a cell outside its page");
         int64_t rowid = (int64_t)rowid_u;
         /* every cell's rowid in order, those past hi too: SQLite's seek searches them all */
-        if ((has_lower && rowid <= lower) || (has_upper && rowid > upper)) return damaged(p, "rowids out of order");
+        if ((has_lower && rowid <= lower) || (has_upper && rowid > upper)) return handover(p, "rowids out of order");
         has_lower = 1;
         lower = rowid;
         if (rowid > p->hi) past = 1;
         if (past || rowid < p->lo) continue;
         /* a payload over usable - 35 bytes spills to overflow pages: SQLite reads those */
-        if (size > (uint64_t)(u - 35)) return WALK_HANDOVER;
-        if ((uint64_t)(pc + a + b) + size > (uint64_t)u) return damaged(p, "a cell runs past its page");
+        if (size > (uint64_t)(u - 35)) return handover(p, "a record on overflow pages");
+        if ((uint64_t)(pc + a + b) + size > (uint64_t)u) return handover(p, "a cell runs past its page");
         int64_t v[NCOL];
         uint8_t nulls, wrong;
         int rc = record(p, c + a + b, size, v, &nulls, &wrong);
@@ -529,8 +540,13 @@ static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int ha
 
 /* Reduce rowids lo..hi of the table rooted at page ``root`` from its pages. Returns WALK_ON when
  * they are all reduced, WALK_HANDOVER when SQLite must read the range instead (the caller resets
- * what was reduced), WALK_DAMAGED (the result's error says what: "damaged: page N: ..."),
- * WALK_FAILED when out of memory. Every precondition the reader relies on is checked here first. */
+ * what was reduced; the result's handover says why), WALK_FAILED when out of memory. Every
+ * precondition the reader relies on is checked here first. */
+static int precondition(ctx *x, const char *what) {
+    snprintf(x->r->handover, sizeof x->r->handover, "%s", what);
+    return WALK_HANDOVER;
+}
+
 static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout, int64_t lo, int64_t hi) {
     pages p;
     memset(&p, 0, sizeof p);
@@ -539,22 +555,22 @@ static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout
     sqlite3_int64 file_size = 0;
     if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &fp) != SQLITE_OK || !fp || !fp->pMethods ||
         fp->pMethods->xRead(fp, hdr, sizeof hdr, 0) != SQLITE_OK || fp->pMethods->xFileSize(fp, &file_size) != SQLITE_OK)
-        return WALK_HANDOVER;
+        return precondition(x, "the file cannot be read through its handle");
     p.page_size = be16(hdr + 16) == 1 ? 65536 : be16(hdr + 16);
     /* SQLite 3, rollback journal (WAL would put pages elsewhere), a power-of-two page size, the
      * header's page count (when valid) that of the file */
     if (memcmp(hdr, "SQLite format 3", 16) != 0 || hdr[18] != 1 || hdr[19] != 1 || p.page_size < 512 ||
         (p.page_size & (p.page_size - 1)) || file_size % p.page_size)
-        return WALK_HANDOVER;
+        return precondition(x, "not a rollback-mode SQLite 3 file of whole pages");
     p.usable = p.page_size - hdr[20];
     p.n_pages = file_size / p.page_size;
     if (p.usable < 480 || (be32(hdr + 24) == be32(hdr + 92) && be32(hdr + 28) != 0 && be32(hdr + 28) != p.n_pages))
-        return WALK_HANDOVER;
+        return precondition(x, "a page's usable size or the header's page count is not the file's");
     p.fp = fp;
     p.layout = layout;
     p.max_field = -1;
     for (int c = 0; c < NCOL; c++) {
-        if (layout[c] >= MAX_FIELDS) return WALK_HANDOVER;
+        if (layout[c] >= MAX_FIELDS) return precondition(x, "a column past the 256th");
         if (layout[c] > p.max_field) p.max_field = layout[c];
     }
     p.lo = lo;
@@ -568,7 +584,7 @@ static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout
             goto done;
     rc = walk(x, &p, root, 1, 0, 0, 0, 0, 0);
     if (rc == WALK_PAST) rc = WALK_ON;
-    if (rc == WALK_DAMAGED) snprintf(x->r->error, sizeof x->r->error, "damaged: %s", p.damage);
+    if (rc == WALK_HANDOVER) snprintf(x->r->handover, sizeof x->r->handover, "%s", p.why);
 done:
     free(p.run);
     for (int d = 0; d < MAX_DEPTH; d++) {
@@ -609,7 +625,7 @@ static int64_t root_page(sqlite3 *db, const char *table) {
     return root;
 }
 
-nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, const int64_t *w_gtid,
+static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, const int64_t *w_gtid,
                      const int64_t *w_start, const int64_t *w_end, int64_t n_win, const int64_t *strings,
                      int64_t n_strings, int check_strings, const int64_t *marked, int64_t n_marked,
                      const int64_t *counted, int64_t n_counted, const int64_t *key_gpid, const int64_t *key_corr,
@@ -668,14 +684,14 @@ nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, c
     /* ``layout`` (where each column of the SELECT lies in the table's records) says the table is
      * one the page reader may read; it reads the whole range, or gives it all back to SQLite. */
     int64_t root = layout && table ? root_page(db, table) : 0;
+    if (layout && table && root <= 1) snprintf(r->handover, sizeof r->handover, "the table's root page not found");
     if (root > 1) {
         int rc = reduce_pages(&x, db, root, layout, lo, hi);
         if (rc == WALK_FAILED || x.failed) {
             snprintf(r->error, sizeof r->error, "out of memory");
             goto done;
         }
-        /* damaged: the Python side says so, never reads on (the rows are not all there) */
-        if (rc == WALK_ON || rc == WALK_DAMAGED) goto done;
+        if (rc == WALK_ON) goto done;
         reset(r, n_keys);
     }
     r->handovers = 1; /* SQLite reads the range (no page reader, or it gave the range back) */
@@ -710,30 +726,7 @@ done:
     return r;
 }
 
-/* The spans as arrays (NULL gpid last, when any row lacks globalTid): returns how many. */
-int64_t nsa_spans(const nsa_result *r, int64_t *gpid, uint8_t *gpid_null, int64_t *first, uint8_t *first_null,
-                  int64_t *last, uint8_t *last_null, int64_t *rows) {
-    int64_t n = 0;
-    for (int64_t i = 0; i <= r->span_cap; i++) {
-        const span *s = i < r->span_cap ? &r->spans[i] : &r->null_span;
-        if (i < r->span_cap ? !s->used : s->rows == 0) continue;
-        gpid[n] = s->gpid;
-        gpid_null[n] = i == r->span_cap;
-        first[n] = s->min_start;
-        first_null[n] = !s->has_start;
-        if (s->has_end && s->has_start) last[n] = s->max_end > s->max_start ? s->max_end : s->max_start;
-        else if (s->has_end) last[n] = s->max_end;
-        else last[n] = s->max_start;
-        last_null[n] = !s->has_end && !s->has_start;
-        rows[n] = s->rows;
-        n++;
-    }
-    return n;
-}
-
-int64_t nsa_span_count(const nsa_result *r) { return r->span_n + (r->null_span.rows > 0); }
-
-void nsa_free(nsa_result *r) {
+static void nsa_free(nsa_result *r) {
     if (!r) return;
     free(r->selected.values);
     free(r->selected.nulls);
@@ -745,23 +738,6 @@ void nsa_free(nsa_result *r) {
     free(r->key_first_null);
     free(r);
 }
-
-const char *nsa_error(const nsa_result *r) { return r->error; }
-int64_t nsa_rows(const nsa_result *r) { return r->rows; }
-int64_t nsa_mismatch_rows(const nsa_result *r) { return r->mismatch_rows; }
-int64_t nsa_counted(const nsa_result *r) { return r->counted; }
-int64_t nsa_page_rows(const nsa_result *r) { return r->page_rows; }
-int64_t nsa_handovers(const nsa_result *r) { return r->handovers; }
-const int64_t *nsa_problems(const nsa_result *r) { return r->problems; }
-int64_t nsa_selected_n(const nsa_result *r) { return r->selected.n; }
-const int64_t *nsa_selected_values(const nsa_result *r) { return r->selected.values; }
-const uint8_t *nsa_selected_nulls(const nsa_result *r) { return r->selected.nulls; }
-int64_t nsa_marked_n(const nsa_result *r) { return r->marked.n; }
-const int64_t *nsa_marked_values(const nsa_result *r) { return r->marked.values; }
-const uint8_t *nsa_marked_nulls(const nsa_result *r) { return r->marked.nulls; }
-const int64_t *nsa_key_rows(const nsa_result *r) { return r->key_rows; }
-const int64_t *nsa_key_first_name(const nsa_result *r) { return r->key_first_name; }
-const uint8_t *nsa_key_first_null(const nsa_result *r) { return r->key_first_null; }
 
 /* --- a table of integer columns, read whole (the memory events) ------------------------------- */
 
@@ -821,7 +797,7 @@ static void collect_step(sqlite3_context *context, int argc, sqlite3_value **arg
 /* The rows of ``sql``: its ``ncol`` columns, stepped row by row; or, with ``collect``, ``sql``
  * is one row of nsa_collect(...) over ``ncol`` arguments, which gathers them (rows in the order
  * SQLite visits them: use it where no ORDER BY must hold). */
-nsa_table *nsa_read(const char *uri, const char *sql, int ncol, int collect) {
+static nsa_table *nsa_read(const char *uri, const char *sql, int ncol, int collect) {
     nsa_table *t = calloc(1, sizeof(nsa_table));
     if (!t) return NULL;
     t->ncol = ncol;
@@ -864,15 +840,209 @@ done:
     return t;
 }
 
-const char *nsa_table_error(const nsa_table *t) { return t->error; }
-int64_t nsa_table_n(const nsa_table *t) { return t->n; }
-int64_t nsa_table_mismatched(const nsa_table *t) { return t->mismatched; }
-const int64_t *nsa_table_values(const nsa_table *t) { return t->values; }
-const uint8_t *nsa_table_nulls(const nsa_table *t) { return t->nulls; }
-
-void nsa_table_free(nsa_table *t) {
+static void nsa_table_free(nsa_table *t) {
     if (!t) return;
     free(t->values);
     free(t->nulls);
     free(t);
+}
+
+/* --- the Python module: nsysaudit.read._native (types in nsysaudit/read/_native.pyi) --------- */
+
+/* The module's interface version: nsysaudit/read/native.py uses a build only of its own version
+ * (a stale build from another scan.c is not called). */
+#define NSA_ABI 2
+
+static PyObject *NativeError; /* _native.Error: the scan or the read could not be done */
+
+/* ``obj`` as a contiguous int64 buffer (array.array('q'), a numpy int64 array, ...): 0, or -1
+ * with a TypeError naming ``what``. */
+static int int64_buffer(PyObject *obj, Py_buffer *view, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return -1;
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=' || (*f == '<' && PY_LITTLE_ENDIAN)) f++;
+    if (view->itemsize != 8 || view->ndim > 1 || (strcmp(f, "q") != 0 && strcmp(f, "l") != 0)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a contiguous buffer of int64, got format '%s' (%zd-byte items)",
+                     what, view->format ? view->format : "B", view->itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *int_or_none(int present, int64_t value) {
+    if (!present) Py_RETURN_NONE;
+    return PyLong_FromLongLong(value);
+}
+
+/* The spans as (gpid, first_ns, last_ns, rows) tuples, None where unknown (NULL gpid last). */
+static PyObject *spans_list(const nsa_result *r) {
+    PyObject *list = PyList_New(0);
+    if (!list) return NULL;
+    for (int64_t i = 0; i <= r->span_cap; i++) {
+        const span *s = i < r->span_cap ? &r->spans[i] : &r->null_span;
+        if (i < r->span_cap ? !s->used : s->rows == 0) continue;
+        int64_t last = s->has_end && s->has_start ? (s->max_end > s->max_start ? s->max_end : s->max_start)
+                       : s->has_end               ? s->max_end
+                                                  : s->max_start;
+        PyObject *item = Py_BuildValue("(NNNL)", int_or_none(i < r->span_cap, s->gpid),
+                                       int_or_none(s->has_start, s->min_start),
+                                       int_or_none(s->has_end || s->has_start, last), (long long)s->rows);
+        if (!item || PyList_Append(list, item)) {
+            Py_XDECREF(item);
+            Py_DECREF(list);
+            return NULL;
+        }
+        Py_DECREF(item);
+    }
+    return list;
+}
+
+/* Bytes of ``p`` (never None: an empty buffer, never allocated, is b""). */
+static const char *bytes_of(const void *p) { return p ? (const char *)p : ""; }
+
+static PyObject *rows_tuple(const rowbuf *b) {
+    return Py_BuildValue("(y#y#L)", bytes_of(b->values), (Py_ssize_t)(b->n * NCOL * 8), bytes_of(b->nulls),
+                         (Py_ssize_t)b->n, (long long)b->n);
+}
+
+/* The scan's int64 arguments, in order. */
+#define N_BUFFERS 8
+static const char *const BUFFER_NAMES[N_BUFFERS] = {"w_gtid",  "w_start", "w_end",    "strings",
+                                                    "marked", "counted", "key_gpid", "key_corr"};
+
+static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"uri", "sql", "lo", "hi", "w_gtid", "w_start", "w_end", "strings", "check_strings",
+                               "marked", "counted", "key_gpid", "key_corr", "table", "layout", NULL};
+    const char *uri, *sql, *table = NULL;
+    long long lo, hi;
+    int check_strings;
+    PyObject *objects[N_BUFFERS], *layout_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssLLOOOOpOOOO|zO:scan", keywords, &uri, &sql, &lo, &hi,
+                                     &objects[0], &objects[1], &objects[2], &objects[3], &check_strings,
+                                     &objects[4], &objects[5], &objects[6], &objects[7], &table, &layout_obj))
+        return NULL;
+    int32_t layout[NCOL];
+    int has_layout = layout_obj != Py_None;
+    if (has_layout) {
+        PyObject *seq = PySequence_Fast(layout_obj, "layout: expected a sequence of 6 ints");
+        if (!seq) return NULL;
+        int bad = PySequence_Fast_GET_SIZE(seq) != NCOL;
+        for (int c = 0; c < NCOL && !bad; c++) {
+            long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, c));
+            if (v == -1 && PyErr_Occurred()) {
+                Py_DECREF(seq);
+                return NULL;
+            }
+            bad = v < -1 || v > INT32_MAX;
+            layout[c] = (int32_t)v;
+        }
+        Py_DECREF(seq);
+        if (bad) {
+            PyErr_SetString(PyExc_ValueError, "layout: expected 6 field numbers (-1: a column the table lacks)");
+            return NULL;
+        }
+    }
+    Py_buffer views[N_BUFFERS];
+    int held = 0;
+    PyObject *out = NULL;
+    for (; held < N_BUFFERS; held++)
+        if (int64_buffer(objects[held], &views[held], BUFFER_NAMES[held])) goto release;
+    int64_t n_win = views[0].len / 8, n_keys = views[6].len / 8;
+    if (views[1].len / 8 != n_win || views[2].len / 8 != n_win || views[7].len / 8 != n_keys) {
+        PyErr_SetString(PyExc_ValueError, "the windows' (or the keys') arrays differ in length");
+        goto release;
+    }
+    nsa_result *r;
+    Py_BEGIN_ALLOW_THREADS
+    r = nsa_scan(uri, sql, lo, hi, views[0].buf, views[1].buf, views[2].buf, n_win, views[3].buf, views[3].len / 8,
+                 check_strings, views[4].buf, views[4].len / 8, views[5].buf, views[5].len / 8, views[6].buf,
+                 views[7].buf, n_keys, has_layout ? table : NULL, has_layout ? layout : NULL);
+    Py_END_ALLOW_THREADS
+    if (!r) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    if (r->error[0]) {
+        PyErr_SetString(NativeError, r->error);
+    } else {
+        size_t keys = (size_t)n_keys * 8;
+        out = Py_BuildValue(
+            "{sLsLsLsLsLsssNsNsNsy#sy#sy#s(LLLLLLL)}", "rows", (long long)r->rows, "mismatch_rows",
+            (long long)r->mismatch_rows, "counted", (long long)r->counted, "page_rows", (long long)r->page_rows,
+            "handovers", (long long)r->handovers, "handover", r->handover, "selected", rows_tuple(&r->selected),
+            "marked", rows_tuple(&r->marked), "spans", spans_list(r),
+            "key_rows", (const char *)r->key_rows, (Py_ssize_t)keys, "key_first_name",
+            (const char *)r->key_first_name, (Py_ssize_t)keys, "key_first_null", (const char *)r->key_first_null,
+            (Py_ssize_t)n_keys, "problems", (long long)r->problems[0], (long long)r->problems[1],
+            (long long)r->problems[2], (long long)r->problems[3], (long long)r->problems[4],
+            (long long)r->problems[5], (long long)r->problems[6]);
+    }
+    nsa_free(r);
+release:
+    while (held > 0) PyBuffer_Release(&views[--held]);
+    return out;
+}
+
+static PyObject *py_read(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"uri", "sql", "ncol", "collect", NULL};
+    const char *uri, *sql;
+    int ncol, collect;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssip:read", keywords, &uri, &sql, &ncol, &collect)) return NULL;
+    if (ncol < 1 || ncol > 64) {
+        PyErr_SetString(PyExc_ValueError, "ncol: expected 1 to 64 columns");
+        return NULL;
+    }
+    nsa_table *t;
+    Py_BEGIN_ALLOW_THREADS
+    t = nsa_read(uri, sql, ncol, collect);
+    Py_END_ALLOW_THREADS
+    if (!t) return PyErr_NoMemory();
+    PyObject *out = NULL;
+    if (t->error[0]) PyErr_SetString(NativeError, t->error);
+    else
+        out = Py_BuildValue("(y#y#LL)", bytes_of(t->values), (Py_ssize_t)(t->n * ncol * 8), bytes_of(t->nulls),
+                            (Py_ssize_t)(t->n * ncol), (long long)t->n, (long long)t->mismatched);
+    nsa_table_free(t);
+    return out;
+}
+
+static PyObject *py_sqlite_version(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyUnicode_FromString(sqlite3_libversion());
+}
+
+static PyObject *py_sqlite_source_id(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyUnicode_FromString(sqlite3_sourceid());
+}
+
+static PyMethodDef methods[] = {
+    {"scan", (PyCFunction)(void (*)(void))py_scan, METH_VARARGS | METH_KEYWORDS,
+     "Reduce one rowid range of the CUDA API table (see nsysaudit/read/native.py)."},
+    {"read", (PyCFunction)(void (*)(void))py_read, METH_VARARGS | METH_KEYWORDS,
+     "The rows of a query of integer columns: (values, nulls, rows, values of another type)."},
+    {"sqlite_version", py_sqlite_version, METH_NOARGS, "sqlite3_libversion() of the SQLite this module runs on."},
+    {"sqlite_source_id", py_sqlite_source_id, METH_NOARGS, "sqlite3_sourceid() of the SQLite this module runs on."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native", "nsysaudit's native CUDA API scan and integer reader (native/scan.c).", -1,
+    methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    NativeError = PyErr_NewException("nsysaudit.read._native.Error", PyExc_RuntimeError, NULL);
+    if (!NativeError || PyModule_AddObjectRef(m, "Error", NativeError) || PyModule_AddIntConstant(m, "ABI", NSA_ABI) ||
+        PyModule_AddStringConstant(m, "SQLITE_HEADER_VERSION", SQLITE_VERSION)) {
+        Py_XDECREF(NativeError);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import polars as pl
 
 from nsysaudit.analysis import analyze_trace
 from nsysaudit.analysis.failures import regions_needing_records
+from nsysaudit.errors import UnusableInput
 from nsysaudit.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.progress import Progress
-from nsysaudit.read.inputs import InputInfo, check_input, open_input
+from nsysaudit.read.damage import DamageCheck
+from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
 from nsysaudit.read.source import ExportFile
 from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
@@ -56,15 +58,40 @@ def load_input(
     """
     given = check_input(path)
     opened = open_input(given, shown_as=os.fspath(path), nsys_path=nsys_path, progress=progress)
+    check: DamageCheck | None = None
     try:
-        trace = load(opened.export, library_domains, progress=progress)
-        # Event records are read (one query) only for capture regions that a failed wait follows.
-        records = event_records_in(opened.export, trace.cuda_api_table, regions_needing_records(trace))
-        info = opened.info(trace.tables_used, trace.session_start_utc_ns)
+        # SQLite's own check of the evidence tables, beside the reading: it alone says whether the
+        # file is damaged, whichever engine reads it (nsysaudit.read.damage).
+        check = DamageCheck(opened.export)
+        try:
+            trace = load(opened.export, library_domains, progress=progress)
+            # Event records are read (one query) only for capture regions that a failed wait follows.
+            records = event_records_in(opened.export, trace.cuda_api_table, regions_needing_records(trace))
+        except UnusableInput:
+            check.result().raise_if_damaged(opened.export.path)  # a reader's error on a damaged file: SQLite's words
+            raise
+        damage = check.result()
+        damage.raise_if_damaged(opened.export.path)
+        trace = replace(trace, warnings=(*trace.warnings, *damage.warnings))
+        info = opened.info(trace.tables_used, trace.session_start_utc_ns, engine_of(trace))
     except BaseException:
+        if check is not None:
+            check.cancel()
         opened.export.close()
         raise
     return Loaded(opened.export, trace, info, records, tuple(library_domains))
+
+
+def engine_of(trace: Trace) -> Engine:
+    """What read the CUDA API table: the engine, its SQLite, and why not the native engine (None: it did)."""
+    from nsysaudit.read import native
+    from nsysaudit.read.scan import engine_sqlite_version
+
+    engine = trace.scan_engine
+    why = native.unavailable()
+    if why is None and engine not in ("native", "none"):
+        why = "not used (it could not read the CUDA API table; the polars engines did)"
+    return Engine(engine, engine_sqlite_version(engine), why)
 
 
 def analyze(

@@ -13,7 +13,7 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "run.py"), "--rows", "20000", "40000", "--repeat", "1",
-         "--out", str(tmp_path / "data"), "--results", str(results)],
+         "--out", str(tmp_path / "data"), "--results", str(results), "--no-wheel", "--real"],
         capture_output=True, text=True, timeout=600, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -71,6 +71,40 @@ def test_terminal_report_on_real_capture(capsys) -> None:
     assert code == 0 and "verdict: inconclusive" in out
 
 
+NOT_BUILT = "not built (nsysaudit was installed without a C compiler or SQLite's header)"
+
+
+@pytest.mark.parametrize(
+    "case,line",
+    [
+        ("native", "  engine native, SQLite {v}"),
+        ("off", "  engine sqlite3, SQLite {v} (native engine turned off)"),
+        ("not built", "  engine sqlite3, SQLite {v} (native engine not built)"),
+    ],
+)
+def test_the_report_says_once_which_engine_read_the_input(capsys, monkeypatch, case: str, line: str) -> None:
+    """One line of the header, and three keys of ``input``: the engine, its SQLite, and why the
+    native engine did not read the input (a plain install without a compiler says so here)."""
+    import sqlite3
+
+    from nsysaudit.read import native
+
+    if case == "native" and native.installed() is not None:
+        pytest.skip(f"the native extension is {native.installed()}")
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "0" if case == "off" else "1")
+    if case == "not built":
+        monkeypatch.setattr(native, "_built", lambda: (None, NOT_BUILT))
+    code, out, err = run(capsys, "analyze", str(H200 / "observe.sqlite"))
+    assert code == 0 and err == ""
+    assert [x for x in out.splitlines() if "engine" in x] == [line.format(v=sqlite3.sqlite_version)]
+    code, out, _ = run(capsys, "analyze", "--json", str(H200 / "observe.sqlite"))
+    inp = json.loads(out)["input"]
+    why = {"native": None, "off": "turned off (NSYSAUDIT_NATIVE=0)", "not built": NOT_BUILT}[case]
+    assert (inp["engine"], inp["sqlite_version"], inp["native_unavailable"]) == (
+        "native" if case == "native" else "sqlite3", sqlite3.sqlite_version, why,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "content,problem",
     [

@@ -11,14 +11,11 @@ from typing import Any
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, Range, strip_not_null
-from conftest import H200
+from conftest import H200, engine_free, needs_native
 
 import nsysaudit
-from nsysaudit.read import native
 from nsysaudit.read.source import probe
 from nsysaudit.read.trace import load
-
-needs_native = pytest.mark.skipif(native.load() is None, reason="the native scan is not built (make native)")
 
 
 def nvtx_export() -> Export:
@@ -129,7 +126,7 @@ def test_native_nvtx_read_is_used_and_the_analysis_is_byte_identical(monkeypatch
     outs = {}
     for engine in ("native", "frame"):
         monkeypatch.setenv("NSYSAUDIT_NATIVE", "1" if engine == "native" else "0")
-        outs[engine] = analysis_json(nsysaudit.analyze(H200 / "observe.sqlite"))
+        outs[engine] = engine_free(analysis_json(nsysaudit.analyze(H200 / "observe.sqlite")))[0]
     assert calls == [True, False]
     assert outs["native"] == outs["frame"]
 

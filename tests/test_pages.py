@@ -1,20 +1,23 @@
 """The native scan's page reader (native/scan.c, ``reduce_pages``): it reads the CUDA API table's
-b-tree pages itself, and hands SQLite the rest of a range wherever it is not sure. Whatever the
-table, the page size, the damage, the answer is the one SQLite's own reading of every row gives."""
+b-tree pages itself, and hands SQLite the whole range wherever it is not sure. Whatever the
+table, the page size, the damage, the answer is the one SQLite's own reading of every row gives.
+(Whether a table is damaged is SQLite's quick_check's to say, for every engine: tests/test_damage.py.)"""
 
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
-from test_scan import RUNTIME, assert_same_scan, needs_native, selected
+from conftest import NEEDS_NATIVE
+from test_scan import RUNTIME, assert_same_scan, selected
 
 from nsysaudit.errors import UnusableInput
-from nsysaudit.read import native, scan
+from nsysaudit.read import damage, native, scan
 from nsysaudit.read.source import readonly_uri
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -22,7 +25,7 @@ NSYS_COLUMNS = '''start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INT
     globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL,
     callchainId INTEGER'''
 
-pytestmark = needs_native
+pytestmark = NEEDS_NATIVE
 
 
 def without_pages(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,8 +233,9 @@ def test_a_wal_mode_file_is_read_by_sqlite(tmp_path: Path, monkeypatch) -> None:
 # -- damaged pages ----------------------------------------------------------------------------
 
 
-def range_outcome(path: Path, lo: int, hi: int, pages: bool) -> Any:
-    """One range through the library: its result, or the error it gave."""
+def range_outcome(path: Path, lo: int, hi: int, pages: bool, handover: bool = False) -> Any:
+    """One range through the library: its result, or the error it gave (``handover``: with why the
+    page reader gave the range to SQLite, "" where it did not)."""
     con = sqlite3.connect(readonly_uri(path), uri=True)
     try:
         columns = tuple(r[1] for r in con.execute(f"PRAGMA table_info({RUNTIME})"))
@@ -245,23 +249,22 @@ def range_outcome(path: Path, lo: int, hi: int, pages: bool) -> Any:
     try:
         out = native.scan_range(readonly_uri(path), sql, lo, hi, inputs, list(scan.ROW_SCHEMA),
                                 (RUNTIME, layout) if layout else None)  # fmt: skip
-    except native.DamagedPages as exc:
-        return ("damaged", str(exc))
     except native.NativeScanError as exc:
-        return ("error", str(exc))
+        return (("error", str(exc)), "") if handover else ("error", str(exc))
     out.pop("page_rows"), out.pop("handovers")
-    return {
+    why = out.pop("handover")
+    got = {
         k: (v.to_dicts() if isinstance(v, pl.DataFrame) else [s.to_list() for s in v] if isinstance(v, tuple) else v)
         for k, v in out.items()
     }
+    return (got, why) if handover else got
 
 
-def test_damaged_pages_give_what_sqlite_gives_or_are_called_damaged(tmp_path: Path) -> None:
+def test_damaged_pages_give_what_sqlite_gives(tmp_path: Path) -> None:
     """Bytes of the table's pages overwritten at random (cell pointers, page headers, child page
-    numbers, record headers, values): for every range, the page reader either finds the b-tree
-    damaged (a rule every SQLite file keeps is broken: the caller stops there) or gives SQLite's
-    own answer, or its error. Never another answer. The reader never reads past what it checked,
-    so nothing here may crash.
+    numbers, record headers, values): for every range, the page reader gives SQLite's own answer,
+    or its error: it reads what it has checked, and hands the range to SQLite where a rule every
+    SQLite file keeps is broken. Never another answer, and nothing here may crash.
 
     SQLite 3.40 reads some damaged pages differently from one run to the next (a malformed error
     one time, rows the next: it reads bytes it did not write); such trials say nothing and are
@@ -276,7 +279,7 @@ def test_damaged_pages_give_what_sqlite_gives_or_are_called_damaged(tmp_path: Pa
     con.close()
     rng = random.Random(9)
     damaged = tmp_path / "damaged.sqlite"
-    compared = unstable = called_damaged = 0
+    compared = unstable = handed = 0
     for trial in range(150):
         buf = bytearray(data)
         page = rng.choice([root, *range(root, len(data) // 512 + 1)])  # the root often: its header matters most
@@ -290,17 +293,17 @@ def test_damaged_pages_give_what_sqlite_gives_or_are_called_damaged(tmp_path: Pa
             if plain.count(plain[0]) != 3:
                 unstable += 1
                 continue
-            fast = range_outcome(damaged, *part, pages=True)
-            if isinstance(fast, tuple) and fast[0] == "damaged":
-                called_damaged += 1
-                continue
-            if fast != plain[0]:  # handed to SQLite, whose answer here may vary: one it gives, then
-                assert fast in [range_outcome(damaged, *part, pages=False) for _ in range(8)], (trial, page, part)
+            fast = range_outcome(damaged, *part, pages=True, handover=True)
+            handed += fast[1] != ""
+            if fast[0] != plain[0]:  # handed to SQLite, whose answer here may vary: one it gives, then
+                # never when the reader read the pages itself (an error is SQLite's, after a handover)
+                assert fast[1] != "" or fast[0][0] == "error", (trial, page, part)
+                assert fast[0] in [range_outcome(damaged, *part, pages=False) for _ in range(8)], (trial, page, part)
                 unstable += 1
                 continue
             compared += 1
-    # not vacuous: both outcomes are common (and the damage where SQLite answers was compared)
-    assert compared > 150 and called_damaged > 50 and unstable < 20, (compared, called_damaged, unstable)
+    # not vacuous: damage the reader handed over (and SQLite then read), and damage it read past, compared
+    assert compared > 300 and handed > 30 and compared - handed > 100 and unstable < 20, (compared, handed, unstable)
 
 
 def skipping_table(tmp_path: Path) -> Path:
@@ -329,29 +332,34 @@ def skipping_table(tmp_path: Path) -> Path:
     return path
 
 
-def test_rows_sqlite_would_pass_by_are_called_damaged(tmp_path: Path, monkeypatch) -> None:
+def test_rows_sqlite_would_pass_by_are_called_damaged_by_every_engine(tmp_path: Path, monkeypatch) -> None:
     path = skipping_table(tmp_path)
     con = sqlite3.connect(readonly_uri(path), uri=True)
     (counted,) = con.execute(f"SELECT count(*) FROM {RUNTIME}").fetchone()
     (by_range,) = con.execute(f"SELECT count(*) FROM {RUNTIME} WHERE rowid BETWEEN 1 AND 3000").fetchone()
     con.close()
-    assert counted == 3000 and by_range < 3000  # SQLite alone says nothing is wrong
-    with pytest.raises(UnusableInput, match=rf"damaged SQLite file: table {RUNTIME}, page \d+: rowids out of order"):
-        scan_table(path, 1)
-    # SQLite's VDBE reads it: in 12 ranges, the one holding the bumped rowid stops there, the next
-    # seeks past the rest, and the count(*) says rows were passed by
-    without_pages(monkeypatch)
-    with pytest.raises(UnusableInput, match=r"holds 3,000 rows by SQLite's count\(\*\), but reading them by rowid"):
+    assert counted == 3000 and by_range < 3000  # SQLite reading by rowid says nothing is wrong
+    # the page reader hands the range with the bumped rowid to SQLite; in 12 ranges, SQLite's stops
+    # there, the next seeks past the rest: whatever reads it, the count(*) says rows were passed by
+    said = r"holds 3,000 rows by SQLite's count\(\*\), but reading them by rowid gives 2,"
+    with pytest.raises(UnusableInput, match=said):
         scan_table(path, 3)
+    with monkeypatch.context() as m:
+        without_pages(m)
+        with pytest.raises(UnusableInput, match=said):
+            scan_table(path, 3)
     monkeypatch.setenv("NSYSAUDIT_NATIVE", "0")  # and the polars engines
-    with pytest.raises(UnusableInput, match=r"holds 3,000 rows by SQLite's count"):
+    with pytest.raises(UnusableInput, match=said):
         scan_table(path, 3)
+    # and SQLite's own check, which decides for an analysis, names the b-tree's broken rule
+    found = damage.check_export(readonly_uri(path), (RUNTIME,))
+    assert found.damaged is not None and re.search(r"\(SQLite's quick_check: .*Rowid \d+ out of order", found.damaged)
 
 
 def test_analyze_says_a_damaged_table_in_one_line(tmp_path: Path, capsys) -> None:
     """The real torch capture with one record header of its CUDA API table made larger than its
-    record: one line naming the file, the table and the page, exit 2, nothing printed, the file
-    untouched."""
+    record: one line naming the file, the table and what SQLite's quick_check says, exit 2,
+    nothing printed, the file untouched."""
     import hashlib
 
     from nsysaudit.cli import main
@@ -377,5 +385,6 @@ def test_analyze_says_a_damaged_table_in_one_line(tmp_path: Path, capsys) -> Non
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert f"{path}: damaged SQLite file: table {RUNTIME}, page {leaf}: a record header larger than its record" in err
+    assert err == f"nsysaudit: error: {path}: damaged SQLite file: table {RUNTIME} (SQLite's quick_check: " \
+        "database disk image is malformed)\n"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest

@@ -3,7 +3,6 @@ rows it selects are exactly those a brute-force overlap test selects."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import sqlite3
@@ -12,12 +11,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, strip_not_null
-from conftest import H200
+from conftest import H200, engine_free, needs_native
 
 import nsysaudit
 from nsysaudit.intervals import union_windows
 from nsysaudit.read import native, scan
-from nsysaudit.read.source import probe
+from nsysaudit.read.source import probe, readonly_uri
 from nsysaudit.read.trace import load
 
 
@@ -172,11 +171,6 @@ def test_union_windows_equal_a_plain_python_union() -> None:
 
 # --- the native engine (native/scan.c) ---------------------------------------------------------
 
-needs_native = pytest.mark.skipif(
-    native.load() is None and os.environ.get("NSYSAUDIT_REQUIRE_NATIVE") != "1",
-    reason="native scan not built (make native)",
-)
-
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
 
@@ -276,13 +270,20 @@ def test_native_engine_reads_damaged_rows_as_the_tolerant_reader_does(make_expor
 
 @needs_native
 def test_native_engine_analysis_is_byte_identical(monkeypatch) -> None:
+    """The same JSON, byte for byte, but for the keys that say which engine read it."""
     from nsysaudit.render import analysis_json
 
-    outs = {}
-    for engine in ("native", "sqlite3"):
+    outs, engines = {}, {}
+    for engine in ("native", "adbc"):  # adbc_for_small_tables: the polars engine is ADBC's
         monkeypatch.setenv("NSYSAUDIT_NATIVE", "1" if engine == "native" else "0")
-        outs[engine] = analysis_json(nsysaudit.analyze(H200 / "observe.sqlite"))
-    assert outs["native"] == outs["sqlite3"]
+        outs[engine], engines[engine] = engine_free(analysis_json(nsysaudit.analyze(H200 / "observe.sqlite")))
+    assert outs["native"] == outs["adbc"]
+    version = sqlite3.sqlite_version
+    assert engines["native"] == {"engine": "native", "sqlite_version": version, "native_unavailable": None}
+    assert engines["adbc"] == {
+        "engine": "adbc", "sqlite_version": scan.engine_sqlite_version("adbc"),
+        "native_unavailable": "turned off (NSYSAUDIT_NATIVE=0)",
+    }  # fmt: skip
 
 
 def test_a_failing_native_scan_falls_back_to_the_polars_engines(make_export, monkeypatch) -> None:
@@ -308,17 +309,71 @@ def test_a_failing_native_scan_falls_back_to_the_polars_engines(make_export, mon
     assert got.selected.equals(reference.selected) and got.span.equals(reference.span)
 
 
-def test_a_library_that_does_not_load_or_lacks_the_scan_is_not_used(monkeypatch, tmp_path: Path) -> None:
-    import _sqlite3
+def test_an_extension_missing_broken_stale_or_on_another_sqlite_is_not_used(tmp_path: Path, monkeypatch) -> None:
+    """The native engine runs only where its extension imports, is of this nsysaudit's interface,
+    and runs the SQLite Python's sqlite3 runs; otherwise the reason is said (and the polars engines read)."""
+    import importlib.util
+    import types
 
-    bogus = tmp_path / "_native_scan.so"
+    def missing() -> types.ModuleType:
+        raise ModuleNotFoundError("No module named 'nsysaudit.read._native'")
+
+    bogus = tmp_path / "_native.so"
     bogus.write_bytes(b"not a shared object")
+
+    def broken() -> types.ModuleType:
+        spec = importlib.util.spec_from_file_location("nsysaudit.read._native", bogus)
+        assert spec is not None
+        return importlib.util.module_from_spec(spec)
+
+    def fake(abi: int, source_id: str) -> types.ModuleType:
+        module = types.ModuleType("nsysaudit.read._native")
+        module.ABI = abi  # type: ignore[attr-defined]
+        module.sqlite_source_id = lambda: source_id  # type: ignore[attr-defined]
+        module.sqlite_version = lambda: "3.31.1"  # type: ignore[attr-defined]
+        return module
+
+    con = sqlite3.connect(":memory:")
+    (ours,) = con.execute("SELECT sqlite_source_id()").fetchone()
+    con.close()
+    reasons = {
+        name: native.check(importer)
+        for name, importer in {
+            "missing": missing,
+            "broken": broken,
+            "stale": lambda: fake(native.ABI - 1, ours),
+            "other sqlite": lambda: fake(native.ABI, "2020-01-22 18:38:59 bd3c7"),
+            "right": lambda: fake(native.ABI, ours),
+        }.items()
+    }
+    missing = "not built (nsysaudit was installed without a C compiler or SQLite's header)"
+    assert reasons["missing"] == (None, missing)
+    assert reasons["broken"][0] is None and reasons["broken"][1].startswith("not loadable (")
+    stale = f"stale (built from another native/scan.c: interface {native.ABI - 1}, not {native.ABI})"
+    assert reasons["stale"] == (None, stale)
+    version = sqlite3.sqlite_version
+    assert reasons["other sqlite"][0] is None
+    assert f"on another SQLite (it links SQLite 3.31.1, Python's sqlite3 runs SQLite {version} of " in str(
+        reasons["other sqlite"][1]
+    )
+    assert reasons["right"][0] is not None and reasons["right"][1] is None
+    monkeypatch.setattr(sqlite3, "threadsafety", 0)  # the scan's threads each open a connection
+    assert native.check(lambda: fake(native.ABI, ours)) == (
+        None, "not usable (Python's SQLite is built single-threaded: SQLITE_THREADSAFE=0)",
+    )  # fmt: skip
+
+
+@needs_native
+def test_the_built_extension_runs_pythons_sqlite(monkeypatch) -> None:
+    from nsysaudit.read import _native
+
     monkeypatch.setenv("NSYSAUDIT_NATIVE", "1")
-    for candidate in (bogus, Path(_sqlite3.__file__), tmp_path / "absent.so"):  # OSError, no nsa_scan, no file
-        monkeypatch.setattr(native, "LIBRARY", candidate)
-        monkeypatch.setattr(native, "_tried", False)
-        monkeypatch.setattr(native, "_lib", None)
-        assert native.load() is None, candidate
+    assert native.load() is _native and native.unavailable() is None
+    assert _native.sqlite_version() == sqlite3.sqlite_version and _native.ABI == native.ABI
+    nothing = _native.read(readonly_uri(H200 / "observe.sqlite"), "SELECT 1 WHERE 0", 1, False)
+    assert nothing == (b"", b"", 0, 0)  # bytes, also where no buffer was ever allocated
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "0")
+    assert native.load() is None and native.unavailable() == "turned off (NSYSAUDIT_NATIVE=0)"
 
 
 @needs_native

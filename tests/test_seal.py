@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import H200
+from conftest import H200, needs_native
 from nsys_tool import find_nsys, requires_nsys
 from scenarios import observe_nested_failure, release_three_allocations
 from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, profiled once for this module)
@@ -44,6 +45,7 @@ REAL_INPUTS = [
     H200 / "release.telemetry.jsonl",
 ]
 SEAL_LINE = "seal: sha256:"
+SQLITE = sqlite3.sqlite_version
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
@@ -329,6 +331,42 @@ def test_verify_with_inputs_catches_a_consistent_forgery(capsys, bag: Path) -> N
     assert code == 1 and "re-running the analysis gives a different report.json" in err
     # Same tool and library versions: the difference is in the report, not in nsysaudit.
     assert "same versions as when sealed" in err
+
+
+@needs_native
+def test_the_payload_is_the_same_whatever_engine_read_it_and_metadata_says_which(
+    capsys, tmp_path: Path, monkeypatch
+) -> None:
+    """The engine (and its SQLite) is the install's, not the evidence's: it is in metadata.json
+    only, every payload file is the same bytes whichever engine read the inputs, and a report sealed
+    with one engine verifies with another (the recorded engines are named when a re-run differs)."""
+    folders = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("NSYSAUDIT_NATIVE", flag)
+        folders[flag] = tmp_path / flag / "h200-compare"  # the folder's name is in the recorded command
+        seal.seal_compare(
+            H200 / "observe.sqlite", H200 / "release.sqlite", folders[flag],
+            observe_telemetry=H200 / "observe.telemetry.jsonl", release_telemetry=H200 / "release.telemetry.jsonl",
+        )  # fmt: skip
+    native_folder, pure_folder = folders["1"], folders["0"]
+    for name in payload("compare"):
+        assert (pure_folder / name).read_bytes() == (native_folder / name).read_bytes(), name
+    assert b'"engine"' not in (native_folder / "report.json").read_bytes()
+    read_by = {f: json.loads((folders[f] / "metadata.json").read_bytes())["engines"] for f in folders}
+    off = "turned off (NSYSAUDIT_NATIVE=0)"
+    for role in ("observe", "release"):
+        assert read_by["1"][role] == {"engine": "native", "sqlite_version": SQLITE, "native_unavailable": None}
+        assert read_by["0"][role] == {"engine": "sqlite3", "sqlite_version": SQLITE, "native_unavailable": off}
+    code, stdout, err = run(capsys, "verify", native_folder, "--inputs", *REAL_INPUTS)  # sealed native, read pure
+    assert code == 0 and "byte-identical" in stdout, err
+    report = native_folder / "report.json"
+    report.write_bytes(report.read_bytes().replace(b'"inconclusive"', b'"no_failure"'))
+    (native_folder / "manifest-sha256.txt").write_bytes(
+        manifest_text({n: sha(native_folder / n) for n in payload("compare")})
+    )
+    reseal_tags(native_folder)
+    code, _, err = run(capsys, "verify", native_folder, "--inputs", *REAL_INPUTS)
+    assert code == 1 and "observe read by native -> sqlite3, release read by native -> sqlite3" in err
 
 
 def test_verify_with_the_wrong_number_of_inputs_exit_2(capsys, sealed_real: Path) -> None:

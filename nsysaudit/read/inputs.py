@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from nsysaudit.digests import sha256_file
 from nsysaudit.errors import UnusableInput
@@ -22,6 +23,7 @@ from nsysaudit.read import nsys
 from nsysaudit.read.source import ExportFile, probe
 
 InputKind = Literal["sqlite", "nsys-rep"]
+T = TypeVar("T")
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
 
@@ -48,6 +50,17 @@ def input_kind(path: Path) -> InputKind:
 
 
 @dataclass(frozen=True)
+class Engine:
+    """What read the CUDA API table: ``name`` (``native``, ``adbc``, ``sqlite3``; ``none`` without
+    the table), the ``sqlite_version`` it read with, and why the native engine did not
+    (``native_unavailable``; None where it did, or could have)."""
+
+    name: str
+    sqlite_version: str
+    native_unavailable: str | None = None
+
+
+@dataclass(frozen=True)
 class InputInfo:
     """What was analyzed: the file the user named and, for reports, the export made from it."""
 
@@ -63,6 +76,7 @@ class InputInfo:
     export_cache_hit: bool | None = None
     exported_with: str | None = None
     export_nsys_version: str | None = None  # a report's export: the version its META_DATA_EXPORT names
+    engine: Engine | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -75,6 +89,10 @@ class InputInfo:
             "tables": dict(sorted(self.tables.items())),
             "session_start_utc_ns": self.session_start_utc_ns,
         }
+        if self.engine is not None:  # how nsysaudit read it, not the evidence: not in a sealed report.json
+            out["engine"] = self.engine.name
+            out["sqlite_version"] = self.engine.sqlite_version
+            out["native_unavailable"] = self.engine.native_unavailable
         if self.kind == "nsys-rep":
             out["export"] = {
                 "sha256": self.export_sha256,
@@ -85,28 +103,42 @@ class InputInfo:
         return out
 
 
+class Background(Generic[T]):
+    """``work()`` on a daemon thread (it never delays an error exit); :meth:`result` waits for it and
+    raises, on the caller's thread, what it raised. For work that holds no GIL while it waits:
+    hashlib over a file, SQLite stepping a statement."""
+
+    def __init__(self, work: Callable[[], T], name: str) -> None:
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[], T]) -> None:
+        try:
+            self._value = work()
+        except BaseException as exc:
+            self._error = exc
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)
+
+
 class BackgroundDigest:
     """SHA-256 of a file computed in a daemon thread (hashlib releases the GIL; never delays an error exit)."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._digest: str | None = None
-        self._error: OSError | None = None
-        self._thread = threading.Thread(target=self._run, name="nsysaudit-sha256", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._digest = sha256_file(self._path)
-        except OSError as exc:
-            self._error = exc
+        self._work = Background(lambda: sha256_file(path), "nsysaudit-sha256")
 
     def result(self) -> str:
-        self._thread.join()
-        if self._error is not None:
-            raise UnusableInput(self._path, f"cannot read: {self._error.strerror}") from None
-        assert self._digest is not None
-        return self._digest
+        try:
+            return self._work.result()
+        except OSError as exc:
+            raise UnusableInput(self._path, f"cannot read: {exc.strerror}") from None
 
 
 def check_input(path: str | os.PathLike[str]) -> Path:
@@ -130,8 +162,8 @@ class OpenedInput:
     digest: BackgroundDigest
     export_info: dict[str, Any] = field(default_factory=dict)
 
-    def info(self, tables: dict[str, str], session_start_utc_ns: int | None) -> InputInfo:
-        """The input's description once its export is loaded (``tables`` read, session start)."""
+    def info(self, tables: dict[str, str], session_start_utc_ns: int | None, engine: Engine | None = None) -> InputInfo:
+        """The input's description once its export is loaded (``tables`` read, session start, the engine)."""
         captured = report_version(self.given) if self.kind == "nsys-rep" else None
         return InputInfo(
             path=self.shown_as,
@@ -144,6 +176,7 @@ class OpenedInput:
             schema_version=self.export.schema_version,
             tables=tables,
             session_start_utc_ns=session_start_utc_ns,
+            engine=engine,
             **self.export_info,
         )
 

@@ -22,6 +22,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,8 @@ class CudaApiScan:
     rows of the whole table carry it and one of their name ids (``ALLOC_ROWS_SCHEMA``): more than
     one row, and the event's bytes cannot be attributed to one call.
     ``counted``: how many successful rows have a name id of ``counted_name_ids`` (the free calls).
-    ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``native``, ``adbc`` or ``sqlite3``.
+    ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``native``, ``adbc`` or ``sqlite3``
+    (the SQLite it reads with: :func:`engine_sqlite_version`).
     """
 
     total: int
@@ -250,6 +252,13 @@ def _select_sql(table: str, columns: dict[str, str], rowid: str | None, wrap: st
     return f"SELECT {cols} FROM {_quote(table)} WHERE {rowid} BETWEEN ? AND ?"
 
 
+def _count_rows(uri: str, table: str) -> int:
+    """``count(*)`` of ``table`` on a connection of its own (any thread)."""
+    with closing(sqlite3.connect(uri, uri=True)) as conn:
+        (n,) = conn.execute(f"SELECT count(*) FROM {_quote(table)} NOT INDEXED").fetchone()
+    return int(n)
+
+
 def _adbc_batches(uri: str, sql: str, lo: int, hi: int) -> Iterator[pl.DataFrame]:
     import adbc_driver_sqlite.dbapi as adbc
 
@@ -312,14 +321,16 @@ def scan_cuda_api(
     sql = _select_sql(table, present, rowid)
 
     def count_rows() -> int:
-        (n,) = conn.execute(f"SELECT count(*) FROM {_quote(table)}").fetchone()
+        (n,) = conn.execute(f"SELECT count(*) FROM {_quote(table)} NOT INDEXED").fetchone()
         return int(n)
 
     # Separate statements on purpose: count(*) alone walks only the b-tree pages (SQLite's count
     # optimization) and min/max(rowid) alone are single seeks; combined they cost a full scan.
-    # Even alone count(*) reads every page of the table (0.2 s at 20M rows), so it is run only
-    # where the native scan's own count of the rows it visits cannot serve: a table without
-    # rowid, the progress line that shows the count first, and the polars engines.
+    # Even alone count(*) reads every page of the table (0.1-0.2 s at 20M rows), so it is run
+    # first only for a table without rowid and for the progress line that shows the count first;
+    # otherwise beside the scan, on a connection of its own, to check the rows the scan visits.
+    # NOT INDEXED: SQLite would count the entries of the table's smallest index instead (an
+    # export another tool added indexes to), and the rows the scan reads are the table's.
     total: int | None = count_rows() if rowid is None or progress is not None else None
     if rowid is None:
         lo, hi = 0, 0
@@ -373,7 +384,6 @@ def scan_cuda_api(
             mismatches.append(out["mismatch_rows"])
             visited.append(out["rows"])
             page_rows.append(out["page_rows"])
-            handed.append(out["handovers"] > 0)
             if progress is not None:
                 progress.advance(out["rows"])
             problems = dict(zip(PROBLEMS, out["problems"], strict=True))
@@ -392,21 +402,19 @@ def scan_cuda_api(
     mismatches: list[int] = []
     visited: list[int] = []  # rows the scan visited, per range (native) or batch (polars engines)
     page_rows: list[int] = []  # of which the native page reader read, per range
-    handed: list[bool] = []  # per range: SQLite's VDBE read it (not the page reader)
     if progress is not None:
         progress.start(f"scanning {size:,} CUDA API rows", int(size))
+    counter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-count")
+    counting = counter.submit(_count_rows, uri, table) if total is None else None
     try:
         if engine == "native":
             try:
                 results = scan_native()
-            except native.DamagedPages as exc:  # no engine can read every row of it: say so
-                raise UnusableInput(path, f"damaged SQLite file: table {table}, {exc}") from None
             except native.NativeScanError:  # the polars engines read it (and say why they cannot, if so)
                 engine = polars_engine
                 mismatches.clear()
                 visited.clear()
                 page_rows.clear()
-                handed.clear()
                 if progress is not None:
                     progress.finish()
                     progress.start(f"scanning {size:,} CUDA API rows", int(size))
@@ -424,23 +432,22 @@ def scan_cuda_api(
                 mismatches.clear()
                 visited.clear()
                 results = [run(p, False, mismatches) for p in parts]
+        counted_rows = total if counting is None else counting.result()
     finally:
+        counter.shutdown(wait=True)
         if progress is not None:
             progress.finish()
     # SQLite reading by rowid range seeks each range's start by binary search; on a damaged b-tree
     # that seek, or the walk on from it, can pass rows by without an error. Its count(*) walks the
-    # b-tree's pages instead: where SQLite read rows, the two must agree. (The page reader checks
-    # every key and rowid it walks past, so its own count needs no second opinion.)
-    if engine != "native" or any(handed):
-        counted_rows = total if total is not None else count_rows()
-        if counted_rows != sum(visited):
-            raise UnusableInput(
-                path,
-                f"damaged SQLite file: table {table} holds {counted_rows:,} rows by SQLite's count(*), "
-                f"but reading them by rowid gives {sum(visited):,}",
-            )
-    if total is None:
-        total = sum(visited)
+    # b-tree's pages instead: whatever the engine, the two must agree (the same check for every
+    # engine; PRAGMA quick_check, nsysaudit.read.damage, says whether the b-tree itself is sound).
+    if counted_rows != sum(visited):
+        raise UnusableInput(
+            path,
+            f"damaged SQLite file: table {table} holds {counted_rows:,} rows by SQLite's count(*), "
+            f"but reading them by rowid gives {sum(visited):,}",
+        )
+    total = counted_rows
     reduced = [r for part in results for r in part]
     problems = dict.fromkeys(PROBLEMS, 0)
     for r in reduced:
@@ -480,3 +487,14 @@ def scan_cuda_api(
     return CudaApiScan(
         int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows, counted, sum(page_rows)
     )
+
+
+def engine_sqlite_version(engine: str) -> str:
+    """The SQLite an engine reads with: ADBC's driver carries its own; the native engine runs the
+    one Python's sqlite3 runs (:mod:`nsysaudit.read.native` checks it), as the stdlib reader does."""
+    if engine != "adbc":
+        return sqlite3.sqlite_version
+    import adbc_driver_sqlite.dbapi as adbc
+
+    with closing(adbc.connect()) as conn:
+        return str(conn.adbc_get_info()["vendor_version"])

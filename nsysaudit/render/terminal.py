@@ -413,6 +413,10 @@ def input_head(d: Mapping[str, Any], command: str = "analyze") -> Text:
     head.append_text(literal(inp["nsys_version"]))  # META_DATA_EXPORT text: data like any trace string
     head.append(", schema ")
     head.append_text(literal(inp["schema_version"]))
+    if "engine" in inp:  # how this install read it (not in a sealed report: see metadata.json)
+        head.append(f"\n  engine {inp['engine']}, SQLite {inp['sqlite_version']}")
+        if inp["native_unavailable"] and inp["engine"] != "native":  # its first words; the rest in the JSON
+            head.append(f" (native engine {inp['native_unavailable'].split(' (')[0]})", style="yellow")
     if inp["kind"] == "nsys-rep":
         exp = inp["export"]
         hit = "cache hit" if exp["cache_hit"] else "exported now"

@@ -225,14 +225,17 @@ def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None
 
     Same keys as ``analyze --json`` except: paths (``input.path``, ``telemetry.path``, in
     messages) are basenames; ``tool`` (the tool
-    version) and ``input.export`` (the .nsys-rep's export digest, cache state and nsys) move to
-    ``metadata.json``, because they depend on the machine, not on the evidence. Added: ``format``,
-    ``kind`` and ``inputs`` (and, by :func:`build`, ``options``).
+    version), ``input.export`` (the .nsys-rep's export digest, cache state and nsys) and the
+    engine that read it (``input.engine``, ``input.sqlite_version``, ``input.native_unavailable``)
+    move to ``metadata.json``, because they depend on the machine and the install, not on the
+    evidence (every engine gives the same payload; ``verify`` re-runs it on whatever is installed).
+    Added: ``format``, ``kind`` and ``inputs`` (and, by :func:`build`, ``options``).
     """
     doc: dict[str, Any] = scrub_paths(result.to_dict(), result_paths(result))
     doc.pop("tool", None)
     inp = dict(doc["input"])
-    inp.pop("export", None)
+    for key in ("export", *ENGINE_KEYS):
+        inp.pop(key, None)
     doc["input"] = inp
     inputs = [
         {
@@ -366,6 +369,19 @@ def _versions() -> dict[str, Any]:
     }
 
 
+# The keys of an analysis's ``input`` that say how nsysaudit read it: metadata.json's ``engines``.
+ENGINE_KEYS = ("engine", "sqlite_version", "native_unavailable")
+
+
+def engines(built: Built) -> dict[str, dict[str, Any]]:
+    """Per input role, the engine that read it (metadata.json's ``engines``)."""
+    out = {}
+    for role, result in sorted(built.results.items()):
+        described = result.input.to_dict()
+        out[role] = {key: described.get(key) for key in ENGINE_KEYS}
+    return out
+
+
 def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
     arms = {}
     for role, result in sorted(built.results.items()):
@@ -380,6 +396,7 @@ def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
         "report": {"kind": built.recipe.kind, "format": built.document.get("format")},
         "versions": _versions(),
         "nsys": arms,
+        "engines": engines(built),
         "command": _command(built.recipe, out),
         "recipe": {
             "kind": built.recipe.kind,

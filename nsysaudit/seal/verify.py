@@ -31,6 +31,7 @@ from nsysaudit.seal.recipe import (
     _recipe_from,
     _versions,
     build,
+    engines,
     input_file,
     telemetry_options_from,
 )
@@ -171,6 +172,12 @@ def verify(
                 f"{k} {sealed_with.get(k)} -> {now.get(k)}"
                 for k in ("nsysaudit", "polars", "sqlite", "python", "matplotlib")
                 if sealed_with.get(k) != now.get(k)
+            ]
+            sealed_engines, read_by = meta.get("engines"), engines(rebuilt)
+            changed += [
+                f"{role} read by {was.get('engine')} -> {read_by[role]['engine']}"
+                for role, was in sorted(sealed_engines.items() if isinstance(sealed_engines, dict) else [])
+                if isinstance(was, dict) and role in read_by and was.get("engine") != read_by[role]["engine"]
             ]
             context = (
                 "; sealed with other versions: " + ", ".join(changed)

@@ -1,0 +1,46 @@
+# The types of the extension module built from native/scan.c (its binding, CPython's C API, is at
+# the end of that file). nsysaudit/read/native.py is its only caller.
+from typing import TypedDict
+
+from typing_extensions import Buffer
+
+ABI: int
+SQLITE_HEADER_VERSION: str
+
+class Error(RuntimeError): ...
+
+class ScanResult(TypedDict):
+    rows: int
+    mismatch_rows: int
+    counted: int
+    page_rows: int
+    handovers: int
+    handover: str
+    selected: tuple[bytes, bytes, int]  # int64 values (6 a row), a null bit per column a row, rows
+    marked: tuple[bytes, bytes, int]
+    spans: list[tuple[int | None, int | None, int | None, int]]
+    key_rows: bytes
+    key_first_name: bytes
+    key_first_null: bytes
+    problems: tuple[int, int, int, int, int, int, int]
+
+def scan(
+    uri: str,
+    sql: str,
+    lo: int,
+    hi: int,
+    w_gtid: Buffer,
+    w_start: Buffer,
+    w_end: Buffer,
+    strings: Buffer,
+    check_strings: bool,
+    marked: Buffer,
+    counted: Buffer,
+    key_gpid: Buffer,
+    key_corr: Buffer,
+    table: str | None = None,
+    layout: tuple[int, ...] | None = None,
+) -> ScanResult: ...
+def read(uri: str, sql: str, ncol: int, collect: bool) -> tuple[bytes, bytes, int, int]: ...
+def sqlite_version() -> str: ...
+def sqlite_source_id() -> str: ...

@@ -1,0 +1,202 @@
+"""Whether an export is damaged: one rule for every engine, SQLite's own.
+
+A damaged b-tree can make any reader pass rows by without an error, or read bytes that are not
+rows, and two readers (the native page reader, SQLite's VDBE, ADBC's SQLite, the stdlib's) can do
+so differently. So no reader decides: :class:`DamageCheck` runs SQLite's ``PRAGMA quick_check(T)``
+on every evidence table ``T`` (:func:`evidence_tables`: the tables the analysis reads rows from),
+and ``PRAGMA quick_check(sqlite_schema)`` (the schema's b-tree and the free list), on a connection
+and a thread of its own beside the scan, always through Python's ``sqlite3`` (the SQLite every
+install has, and the one the native engine is checked to run). quick_check walks every page of
+each table's b-tree (and its indexes'): page headers, cells inside their page, keys and rowids
+in order, child pages, overflow chains. What it says is sorted (:func:`classify`):
+
+- a problem in an evidence table's own b-tree: the file is damaged (one line, exit 2), whichever
+  engine would have read it and whatever it would have read;
+- a problem only in the free list (pages no table uses), or only in an index's b-tree (the
+  readers read the table's rows, not its indexes): a warning, the analysis goes on;
+- ``NULL value in T.c`` (a NOT NULL column holding NULL): not damage; the readers count such
+  values themselves (``null_in_not_null_column``).
+
+Beside it, checks no engine can answer differently: the rows a scan visits must be SQLite's
+``count(*)`` of the table, and its min rowid no more than its max (:mod:`nsysaudit.read.scan`).
+tests/test_damage.py holds every engine to one answer over hundreds of damaged copies of the
+bundled real exports.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from collections.abc import Sequence
+from contextlib import closing
+from dataclasses import dataclass
+
+from nsysaudit.errors import UnusableInput, Warning, warning
+from nsysaudit.read.inputs import Background
+from nsysaudit.read.source import ExportFile
+
+# The tables the analysis reads rows from, nsys's versioned variants resolved through ExportFile.table
+# (tests/test_damage.py checks that every table an analysis looks up is here), the CUDA API table first.
+EVIDENCE_TABLES = (
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "StringIds",
+    "NVTX_EVENTS",
+    "CUDA_GPU_MEMORY_USAGE_EVENTS",
+    "CUDA_GPU_MEMORY_POOL_EVENTS",
+    "CUBLAS_EVENTS",
+    "CUDNN_EVENTS",
+    "ThreadNames",
+    "PROCESSES",
+    "TARGET_INFO_GPU",
+    "TARGET_INFO_SESSION_START_TIME",
+    "META_DATA_EXPORT",
+    "EXPORT_META_DATA",
+    "META_DATA_CAPTURE",
+    "DIAGNOSTIC_EVENT",
+    "ANALYSIS_DETAILS",
+    "ENUM_NSYS_EVENT_TYPE",
+    "ENUM_NSYS_EVENT_CLASS",
+    "ENUM_CUDA_MEM_KIND",
+    "ENUM_CUDA_DEV_MEM_EVENT_OPER",
+    "ENUM_CUDA_MEMPOOL_TYPE",
+    "ENUM_CUDA_MEMPOOL_OPER",
+    "ENUM_DIAGNOSTIC_SEVERITY_LEVEL",
+    "ENUM_DIAGNOSTIC_SOURCE_TYPE",
+)
+SCHEMA = "sqlite_master"  # quick_check of the schema's b-tree also checks the free list
+
+# What quick_check says that is not about a b-tree (SQLite 3.40 to 3.50 wording).
+_CONTENT = re.compile(r"(NULL value in |non-\w+ value in |CHECK constraint failed|row \d+ missing from index"
+                      r"|wrong # of entries in index)")  # fmt: skip
+# The free list, and pages no b-tree and no free list holds (said only by a whole-file check).
+_FREELIST = re.compile(r"(Main freelist|Freelist): |Page \d+ is never used|Page \d+: never used", re.IGNORECASE)
+_TREE = re.compile(r"^Tree (\d+) page")  # SQLite 3.44 and later name the tree's root page
+_PAGE = re.compile(r"\bpage (\d+)", re.IGNORECASE)
+
+
+def evidence_tables(export: ExportFile) -> tuple[str, ...]:
+    """The names of ``export``'s evidence tables (:data:`EVIDENCE_TABLES` it has)."""
+    return tuple(dict.fromkeys(t.name for t in (export.table(base) for base in EVIDENCE_TABLES) if t is not None))
+
+
+@dataclass(frozen=True)
+class Damage:
+    """What SQLite's checks found: ``damaged``, the one-line problem when an evidence table's b-tree
+    is damaged (None: it is not); ``warnings``: damage that does not touch the evidence rows."""
+
+    damaged: str | None = None
+    warnings: tuple[Warning, ...] = ()
+
+    def raise_if_damaged(self, path: object) -> None:
+        if self.damaged is not None:
+            raise UnusableInput(path, self.damaged)
+
+
+def _lines(rows: Sequence[tuple[object, ...]]) -> list[str]:
+    """quick_check's rows as single problems (SQLite 3.40 puts a b-tree's problems in one row)."""
+    out: list[str] = []
+    for (text,) in rows:
+        for line in str(text).split("\n"):
+            line = line.strip()
+            if line and line != "ok" and not line.startswith("*** in database"):
+                out.append(line)
+    return out
+
+
+def _index_pages(conn: sqlite3.Connection, table: str) -> tuple[dict[int, str], set[int]] | None:
+    """The pages of ``table``'s indexes (page -> index) and of its own b-tree, from SQLite's dbstat
+    (each walked from its root); None where SQLite cannot say (no dbstat, or a walk failed)."""
+    try:
+        indexes = [r[0] for r in conn.execute("SELECT name FROM pragma_index_list(?)", (table,))]
+        own = {int(p) for (p,) in conn.execute("SELECT pageno FROM dbstat WHERE name = ?", (table,))}
+        pages: dict[int, str] = {}
+        for index in indexes:
+            for (p,) in conn.execute("SELECT pageno FROM dbstat WHERE name = ?", (index,)):
+                pages[int(p)] = index
+    except sqlite3.DatabaseError:
+        return None
+    return pages, own
+
+
+def classify(conn: sqlite3.Connection, table: str, lines: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """quick_check's problems of ``table`` as (in its own b-tree, only in one of its indexes, in the
+    free list); the rest (values, not b-trees) is left out. A problem is only an index's when
+    SQLite places its page in an index's b-tree and not in the table's; any doubt is the table's."""
+    trees = [line for line in lines if not _CONTENT.match(line)]
+    freelist = [line for line in trees if _FREELIST.match(line)]
+    trees = [line for line in trees if not _FREELIST.match(line)]
+    if not trees:
+        return [], [], freelist
+    roots = {int(r): str(n) for n, r in conn.execute("SELECT name, rootpage FROM sqlite_master WHERE type = 'index'")}
+    indexed = any(True for _ in conn.execute("SELECT 1 FROM pragma_index_list(?)", (table,)))
+    located = _index_pages(conn, table) if indexed else None
+    own: list[str] = []
+    index_only: list[str] = []
+    for line in trees:
+        tree = _TREE.match(line)
+        page = _PAGE.search(line)
+        if tree is not None:
+            in_index = int(tree.group(1)) in roots
+        elif located is not None and page is not None:
+            in_index = int(page.group(1)) in located[0] and int(page.group(1)) not in located[1]
+        else:
+            in_index = False
+        (index_only if in_index and indexed else own).append(line)
+    return own, index_only, freelist
+
+
+def _summary(lines: list[str]) -> str:
+    first = " ".join(lines[0].split())[:200]
+    return first + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
+
+
+def check_export(uri: str, tables: Sequence[str], interrupted: threading.Event | None = None) -> Damage:
+    """Run the checks (see the module docstring) on a connection of their own; stop at the first
+    evidence table whose b-tree is damaged. (An SQLite before 3.33 cannot check one table: the
+    whole file is checked once, and every b-tree problem is damage.)"""
+    warnings: list[Warning] = []
+    per_table = sqlite3.sqlite_version_info >= (3, 33, 0)
+    with closing(sqlite3.connect(uri, uri=True, check_same_thread=False)) as conn:
+        for table in (*tables, SCHEMA) if per_table else (SCHEMA,):
+            if interrupted is not None and interrupted.is_set():
+                break
+            where = "its schema" if table == SCHEMA else f"table {table}"
+            try:
+                argument = "(" + '"' + table.replace('"', '""') + '"' + ")" if per_table else ""
+                lines = _lines(conn.execute(f"PRAGMA quick_check{argument}").fetchall())
+                own, index_only, freelist = classify(conn, table, lines)
+            except sqlite3.DatabaseError as exc:
+                return Damage(f"damaged SQLite file: {where} (SQLite's quick_check cannot finish: {exc})")
+            if own:
+                return Damage(f"damaged SQLite file: {where} (SQLite's quick_check: {_summary(own)})")
+            if index_only:
+                warnings.append(warning(
+                    "damaged_index", len(index_only),
+                    f"an index of {table} is damaged (SQLite's quick_check: {_summary(index_only)}); the table's "
+                    "own b-tree is sound and its rows are read from it",
+                ))  # fmt: skip
+            if freelist:
+                warnings.append(warning(
+                    "damaged_free_list", len(freelist),
+                    f"the file's free list is damaged (SQLite's quick_check: {_summary(freelist)}); it holds pages "
+                    "no table uses, so no evidence row is in it",
+                ))  # fmt: skip
+    return Damage(None, tuple(warnings))
+
+
+class DamageCheck:
+    """:func:`check_export` of an export's evidence tables on a daemon thread (it holds no GIL while
+    SQLite checks); :meth:`result` waits for it. Started before the tables are read."""
+
+    def __init__(self, export: ExportFile) -> None:
+        tables, uri = evidence_tables(export), export.uri
+        self._stop = threading.Event()
+        self._work = Background(lambda: check_export(uri, tables, self._stop), "nsysaudit-quick-check")
+
+    def result(self) -> Damage:
+        return self._work.result()
+
+    def cancel(self) -> None:
+        """Stop at the next table (the caller gave up on the input for another reason)."""
+        self._stop.set()
