@@ -1,6 +1,6 @@
 """The package's layers, and a check that data flows one way: no module imports from a layer above it.
 
-Read from the bottom up (README "How the code is laid out"):
+Read from the bottom up (docs/layout.md, "How the code is laid out"):
 
 0. shared modules: errors, ids, intervals, joins, codes, text, canonical, digests, paths, progress, _version, _lazy
 1. ``read/``: open an export read-only, probe it, scan it, load frames, nsys's diagnostics, telemetry
@@ -66,7 +66,7 @@ def layer_of(module: str) -> tuple[int, str]:
         prefix = ".".join(parts[:n])
         if prefix in LAYERS:
             return LAYERS[prefix], prefix
-    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to the README)")
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS (and to docs/layout.md)")
 
 
 def imports(path: Path) -> list[tuple[int, str]]:

@@ -2,7 +2,7 @@
 
 Verdicts: ``failure_found`` (a finding of :data:`FAILURE_KINDS`), ``inconclusive`` (none, but a gap
 in the evidence could hide one), ``no_failure`` otherwise. The reasons always name untraced
-libraries, the failed calls outside library calls and nsys's CUDA warnings (README "Verdict").
+libraries, the failed calls outside library calls and nsys's CUDA warnings (docs/evidence.md, "Verdict").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`report_analysis` turns an :class:`~nsysaudit.analysis.Analysis` of an input into an
 :class:`AnalysisResult`; ``AnalysisResult.to_dict()`` is the JSON contract CI jobs and notebooks
-rely on (keys are only ever added, never renamed: README "JSON contract"). The library calls, 10^5+
+rely on (keys are only ever added, never renamed: docs/json.md). The library calls, 10^5+
 on large exports, stay a polars frame until asked for (``to_dict()`` or the JSON renderer).
 """
 
