@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from nsysaudit.intervals import WINDOW_SCHEMA
+from nsysaudit.core.intervals import WINDOW_SCHEMA
 from nsysaudit.read.scan import ROW_SCHEMA, scan_cuda_api
 from nsysaudit.read.source import probe
 

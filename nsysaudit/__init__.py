@@ -11,60 +11,68 @@ own diagnostics), places them on the application's own clock, and seals what it 
 >>> result  # doctest: +ELLIPSIS
 <AnalysisResult '...torch/observe.sqlite': failure_found; 1 nested_alloc_failure; 2 library call(s), ...>
 
-The public API is what ``__all__`` lists; everything else is internal and may move.
+The public API is what ``__all__`` lists: the entry points, their results and options, and every
+error class nsysaudit raises on purpose. Everything else is internal and may move.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nsysaudit._lazy import lazy_attributes
 from nsysaudit._version import __version__
+from nsysaudit.core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from nsysaudit.api import analyze
-    from nsysaudit.batch import audit
-    from nsysaudit.check import CheckReport, Expectations, check_exports
-    from nsysaudit.errors import (
+    from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
+    from nsysaudit.batch.audit import audit
+    from nsysaudit.batch.check import CheckReport, Expectations, check_exports
+    from nsysaudit.batch.run import BatchResult, audit_many, run_batch
+    from nsysaudit.core.errors import (
         BadOption,
+        BatchOutputNotWritable,
         CheckFailed,
+        EngineUnavailable,
+        ExpectationsUnusable,
         ExportFailed,
+        Interrupted,
         NsysAuditError,
         NsysNotFound,
         OutputExists,
+        OutputFailed,
+        OutputNotWritable,
+        PictureNotWritable,
+        Terminated,
         UnusableInput,
     )
-    from nsysaudit.fleet import BatchResult, audit_many, run_batch
-    from nsysaudit.joins import DEFAULT_MAX_PAIRS
-    from nsysaudit.progress import Progress
-    from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions, parse_anchor, parse_clock
+    from nsysaudit.core.progress import Progress
+    from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions
     from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
     from nsysaudit.reports.analysis import AnalysisResult
     from nsysaudit.reports.compare import Comparison, compare_results
     from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare
     from nsysaudit.seal.verify import verify
-    from nsysaudit.session import Session, open
+    from nsysaudit.session import Session, analyze, open
 
+ERRORS = (
+    "BadOption", "BatchOutputNotWritable", "CheckFailed", "EngineUnavailable", "ExpectationsUnusable",
+    "ExportFailed", "Interrupted", "NsysAuditError", "NsysNotFound", "OutputExists", "OutputFailed",
+    "OutputNotWritable", "PictureNotWritable", "Terminated", "UnusableInput",
+)
 # Where each public name lives. Imported on first use (PEP 562), so that ``nsysaudit --version`` or
 # the analysis of a small export does not pay for the seal, batch, dask or rich code it never runs.
 _HOMES = {
-    "analyze": "nsysaudit.api",
-    "audit": "nsysaudit.batch",
-    **dict.fromkeys(("CheckReport", "Expectations", "check_exports"), "nsysaudit.check"),
-    **dict.fromkeys(
-        ("BadOption", "CheckFailed", "ExportFailed", "NsysAuditError", "NsysNotFound", "OutputExists",
-         "UnusableInput"),
-        "nsysaudit.errors",
-    ),
-    **dict.fromkeys(("BatchResult", "audit_many", "run_batch"), "nsysaudit.fleet"),
-    "DEFAULT_MAX_PAIRS": "nsysaudit.joins",
-    "Progress": "nsysaudit.progress",
-    **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions", "parse_anchor", "parse_clock"), "nsysaudit.read.telemetry"),
+    **dict.fromkeys(("analyze", "open", "Session"), "nsysaudit.session"),
+    "audit": "nsysaudit.batch.audit",
+    **dict.fromkeys(("CheckReport", "Expectations", "check_exports"), "nsysaudit.batch.check"),
+    **dict.fromkeys(ERRORS, "nsysaudit.core.errors"),
+    **dict.fromkeys(("BatchResult", "audit_many", "run_batch"), "nsysaudit.batch.run"),
+    "DEFAULT_MAX_PAIRS": "nsysaudit.analysis.joins",
+    "Progress": "nsysaudit.core.progress",
+    **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions"), "nsysaudit.read.telemetry"),
     "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
     "AnalysisResult": "nsysaudit.reports.analysis",
     **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
     **dict.fromkeys(("Sealed", "Verification", "seal_analysis", "seal_compare", "verify"), "nsysaudit.seal"),
-    **dict.fromkeys(("Session", "open"), "nsysaudit.session"),
 }
 
 
@@ -76,19 +84,27 @@ __all__ = [
     "DEFAULT_MAX_PAIRS",
     "AnalysisResult",
     "BadOption",
+    "BatchOutputNotWritable",
     "BatchResult",
     "CheckFailed",
     "CheckReport",
     "Comparison",
+    "EngineUnavailable",
     "Expectations",
+    "ExpectationsUnusable",
     "ExportFailed",
+    "Interrupted",
     "NsysAuditError",
     "NsysNotFound",
     "OutputExists",
+    "OutputFailed",
+    "OutputNotWritable",
+    "PictureNotWritable",
     "Progress",
     "Sealed",
     "Session",
     "TelemetryOptions",
+    "Terminated",
     "UnusableInput",
     "Verification",
     "__version__",
@@ -98,8 +114,6 @@ __all__ = [
     "check_exports",
     "compare_results",
     "open",
-    "parse_anchor",
-    "parse_clock",
     "run_batch",
     "seal_analysis",
     "seal_compare",

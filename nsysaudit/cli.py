@@ -21,7 +21,7 @@ import click
 
 import nsysaudit
 from nsysaudit import render
-from nsysaudit.errors import (
+from nsysaudit.core.errors import (
     BadOption,
     CheckFailed,
     Interrupted,
@@ -107,11 +107,10 @@ def alignment_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        clocks = kwargs.pop("telemetry_clock")
-        kwargs["telemetry_options"] = nsysaudit.TelemetryOptions(
+        kwargs["telemetry_options"] = nsysaudit.TelemetryOptions.from_specs(
             event_key=kwargs.pop("telemetry_event_key"),
-            clock=tuple(nsysaudit.parse_clock(c) for c in clocks) if clocks else nsysaudit.DEFAULT_CLOCKS,
-            anchors=tuple(nsysaudit.parse_anchor(a) for a in kwargs.pop("anchors")),
+            clocks=kwargs.pop("telemetry_clock"),
+            anchors=kwargs.pop("anchors"),
             tolerance_ns=kwargs.pop("clock_tolerance"),
             lenient=kwargs.pop("lenient"),
         )
@@ -574,7 +573,7 @@ for _command in cli.commands.values():  # --debug after the command too: nsysaud
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code. The one error funnel lives here.
 
-    Every error is one line on stderr, its text escaped (:func:`nsysaudit.text.escape`): file
+    Every error is one line on stderr, its text escaped (:func:`nsysaudit.core.text.escape`): file
     names, SQLite messages and schema names come from outside and may hold line breaks or escape
     sequences. A reader that goes away (``nsysaudit analyze X --json | head``) ends the command
     quietly with 141, as if killed by SIGPIPE, the exit status ``head`` users expect.

@@ -31,25 +31,31 @@ from __future__ import annotations
 
 import html
 import os
-import sqlite3
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from types import TracebackType
 from typing import Any
 
 import polars as pl
 from polars.io.plugins import register_io_source
 
-from nsysaudit.api import Loaded, load_input
-from nsysaudit.codes import return_name
-from nsysaudit.errors import BadOption, UnusableInput, Warning
-from nsysaudit.joins import DEFAULT_MAX_PAIRS
-from nsysaudit.read.telemetry import TelemetryOptions, load_telemetry
-from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, frame, q
-from nsysaudit.reports.analysis import AnalysisResult, duration_ns
-from nsysaudit.text import escape
+from nsysaudit.analysis import analyze_trace
+from nsysaudit.analysis.failures import regions_needing_records
+from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.core.codes import return_name
+from nsysaudit.core.errors import BadOption, ReportWarning, UnusableInput
+from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
+from nsysaudit.core.progress import Progress
+from nsysaudit.core.text import escape
+from nsysaudit.read.damage import DamageCheck
+from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
+from nsysaudit.read.rows import RowQuery, cuda_api_query, memory_events_query, rowid_batches
+from nsysaudit.read.source import ExportFile
+from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
+from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
+from nsysaudit.reports.analysis import AnalysisResult, duration_ns, report_analysis
 
 BATCH_ROWS = 1 << 17  # most rows read per query (polars may ask for fewer)
-TID = 1 << 24
 
 CUDA_API_SCHEMA: dict[str, Any] = {
     "pid": pl.Int64,
@@ -83,13 +89,90 @@ def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point
     *,
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
     nsys_path: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
 ) -> Session:
     """Open one export (``.sqlite``) or report (``.nsys-rep``, exported once through the cache).
 
-    Reads it exactly as :func:`nsysaudit.analyze` does (:func:`nsysaudit.api.load_input`). Raises
-    :class:`~nsysaudit.errors.UnusableInput` (one line) when it cannot be analyzed at all.
+    Checks the input, exports a report, starts SQLite's damage check of the evidence tables beside
+    the reading (:mod:`nsysaudit.read.damage`: it alone says whether the file is damaged, whichever
+    engine reads it) and loads what the analysis needs. Raises
+    :class:`~nsysaudit.core.errors.UnusableInput` (one line) when it cannot be analyzed at all; on
+    any error the export is closed here. ``progress`` hears about long steps (the nsys export, the
+    CUDA API scan).
     """
-    return Session(load_input(path, nsys_path=nsys_path, library_domains=library_domains))
+    given = check_input(path)
+    opened = open_input(given, shown_as=os.fspath(path), nsys_path=nsys_path, progress=progress)
+    check: DamageCheck | None = None
+    try:
+        check = DamageCheck(opened.export)
+        try:
+            trace = load(opened.export, library_domains, progress=progress)
+            # Event records are read (one query) only for capture regions that a failed wait follows.
+            records = event_records_in(opened.export, trace.cuda_api_table, regions_needing_records(trace))
+        except UnusableInput:
+            check.result().raise_if_damaged(opened.export.path)  # a reader's error on a damaged file: SQLite's words
+            raise
+        damage = check.result()
+        damage.raise_if_damaged(opened.export.path)
+        trace = replace(trace, warnings=(*trace.warnings, *damage.warnings))
+        info = opened.info(trace.tables_used, trace.session_start_utc_ns, engine_of(trace))
+    except BaseException:
+        if check is not None:
+            check.cancel()
+        opened.export.close()
+        raise
+    return Session(opened.export, trace, info, records, tuple(library_domains))
+
+
+def engine_of(trace: Trace) -> Engine:
+    """What read the CUDA API table: the engine, its SQLite, and why not the native engine (None: it did)."""
+    from nsysaudit.read import native
+    from nsysaudit.read.scan import engine_sqlite_version
+
+    engine = trace.scan_engine
+    why = native.unavailable()
+    if why is None and engine not in ("native", "none"):
+        why = "not used (it could not read the CUDA API table; the polars engines did)"
+    return Engine(engine, engine_sqlite_version(engine), why)
+
+
+def analyze(
+    path: str | os.PathLike[str],
+    *,
+    nsys_path: str | os.PathLike[str] | None = None,
+    library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    telemetry: str | os.PathLike[str] | None = None,
+    telemetry_options: TelemetryOptions | None = None,
+    max_pairs: int | None = DEFAULT_MAX_PAIRS,
+    progress: Progress | None = None,
+) -> AnalysisResult:
+    """Analyze one Nsight Systems export (``.sqlite``) or report (``.nsys-rep``): :func:`open`, then
+    :meth:`Session.analyze`, then close.
+
+    ``progress`` hears about long steps (the nsys export, the CUDA API scan); see
+    :mod:`nsysaudit.core.progress`.
+
+    ``max_pairs`` bounds the (library call, CUDA API call) pairs formed (None: no limit); hitting
+    it is a warning, and makes the verdict inconclusive when it could hide a finding.
+
+    Raises :class:`~nsysaudit.core.errors.UnusableInput` (exit code 2 in the CLI) when the input cannot
+    be analyzed at all. Partly broken input is analyzed and its problems listed in ``warnings``.
+
+    ``telemetry``: a JSON Lines file of the application's own receipts (see
+    :mod:`nsysaudit.read.telemetry`); its clocks are aligned with the trace (see
+    :mod:`nsysaudit.analysis.alignment`) and every finding and library call is placed among its lines.
+    Unusable telemetry raises :class:`~nsysaudit.core.errors.UnusableInput` before the export is read.
+
+    >>> result = analyze("tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite")
+    >>> result.verdict
+    'failure_found'
+    >>> [(f["kind"], f["correlation_id"], f["thread_name"]) for f in result.to_dict()["findings"]]
+    [('nested_alloc_failure', 2433, 'pt_autograd_0')]
+    """
+    check_input(path)
+    log = load_telemetry(telemetry, telemetry_options) if telemetry is not None else None
+    with open(path, nsys_path=nsys_path, library_domains=library_domains, progress=progress) as session:
+        return session.analyze_log(log, max_pairs=max_pairs)
 
 
 class Session:
@@ -99,12 +182,20 @@ class Session:
     broken (the same list ``analyze().warnings`` starts from).
     """
 
-    def __init__(self, loaded: Loaded) -> None:
-        self._loaded = loaded
-        self._export = loaded.export
-        self._trace = trace = loaded.trace
+    def __init__(
+        self,
+        export: ExportFile,
+        trace: Trace,
+        info: InputInfo,
+        event_records: pl.DataFrame,
+        library_domains: tuple[str, ...],
+    ) -> None:
+        self._export = export
+        self._trace = trace
+        self._event_records = event_records
+        self._library_domains = library_domains
         self._closed = False
-        self.input = loaded.info
+        self.input = info
         names = trace.thread_names.filter(pl.col("gtid").is_not_null()).group_by("gtid", maintain_order=True).last()
         self._names = names.rename({"gtid": "global_tid"})
 
@@ -122,7 +213,7 @@ class Session:
         self.close()
 
     @property
-    def warnings(self) -> list[Warning]:
+    def warnings(self) -> list[ReportWarning]:
         return list(self._trace.warnings)
 
     @property
@@ -148,12 +239,25 @@ class Session:
         """:func:`nsysaudit.analyze` over what :func:`open` loaded (the export is not read again);
         the same result, call after call."""
         log = load_telemetry(telemetry, telemetry_options) if telemetry is not None else None
-        return self._loaded.analyze(telemetry=log, max_pairs=max_pairs)
+        return self.analyze_log(log, max_pairs=max_pairs)
+
+    def analyze_log(
+        self, telemetry: TelemetryLog | None, *, max_pairs: int | None = DEFAULT_MAX_PAIRS
+    ) -> AnalysisResult:
+        """:meth:`analyze` with telemetry already read (:func:`~nsysaudit.read.telemetry.load_telemetry`)."""
+        analysis = analyze_trace(
+            self._trace,
+            max_pairs=max_pairs,
+            telemetry=telemetry,
+            event_records=self._event_records,
+            library_domains=self._library_domains,
+        )
+        return report_analysis(self.input, analysis)
 
     # --- frames -----------------------------------------------------------------------------------
     def _with_thread(self, lazy: pl.LazyFrame, gtid: str = "global_tid") -> pl.LazyFrame:
         return lazy.with_columns(
-            (pl.col(gtid) // TID % TID).alias("pid"), (pl.col(gtid) % TID).alias("tid")
+            decode_pid(pl.col(gtid)).alias("pid"), decode_tid(pl.col(gtid)).alias("tid")
         ).join(self._names.lazy(), left_on=gtid, right_on="global_tid", how="left", maintain_order="left")
 
     def library_calls(self) -> pl.LazyFrame:
@@ -179,9 +283,9 @@ class Session:
         return (
             self._names.lazy()
             .with_columns(
-                (pl.col("global_tid") // TID % TID).alias("pid"),
-                (pl.col("global_tid") % TID).alias("tid"),
-                (pl.col("global_tid") - pl.col("global_tid") % TID).alias("global_pid"),
+                decode_pid(pl.col("global_tid")).alias("pid"),
+                decode_tid(pl.col("global_tid")).alias("tid"),
+                global_pid(pl.col("global_tid")).alias("global_pid"),
             )
             .join(processes.lazy(), on="global_pid", how="left", maintain_order="left")
             .select("pid", "tid", "global_tid", "thread_name", "process_name")
@@ -194,23 +298,9 @@ class Session:
         A value whose type contradicts its column is read as null (the reading's ``warnings`` count
         them); a ``nameId`` with no StringIds row gives a null ``api``.
         """
-        table = self._export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
-        strings = self._export.table("StringIds")
-        if table is None or strings is None:
+        query = cuda_api_query(self._export)
+        if query is None:
             return pl.LazyFrame(schema=CUDA_API_SCHEMA)
-        correlation = "r.correlationId" if table.has("correlationId") else "NULL"
-        sql = f"""SELECT r.rowid, r.globalTid, s.value, r.returnValue, {correlation}, r.start, r."end"
-                  FROM {q(table.name)} AS r LEFT JOIN {q(strings.name)} AS s ON s.id = r.nameId
-                  WHERE r.rowid > ? ORDER BY r.rowid LIMIT ?"""
-        raw = {
-            "rowid": pl.Int64,
-            "global_tid": pl.Int64,
-            "api": pl.String,
-            "return_code": pl.Int64,
-            "correlation_id": pl.Int64,
-            "start_ns": pl.Int64,
-            "end_ns": pl.Int64,
-        }
 
         def shape(batch: pl.DataFrame) -> pl.DataFrame:
             pairs = batch.select("api", "return_code").unique().drop_nulls()
@@ -226,7 +316,7 @@ class Session:
                 list(CUDA_API_SCHEMA)
             ).collect()
 
-        return self._scan(sql, raw, shape, CUDA_API_SCHEMA)
+        return self._scan(query, shape, CUDA_API_SCHEMA)
 
     def memory_events(self) -> pl.LazyFrame:
         """Every ``CUDA_GPU_MEMORY_USAGE_EVENTS`` row (:data:`MEMORY_SCHEMA`), read when collected.
@@ -234,44 +324,18 @@ class Session:
         ``operation`` and ``memory_kind`` are the labels of the export's own enum tables
         (``Allocation``, ``Device``, ...), or the raw id as text when it has none.
         """
-        table = self._export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
-        if table is None or not table.has("start", "globalPid"):
+        query = memory_events_query(self._export)
+        if query is None:
             return pl.LazyFrame(schema=MEMORY_SCHEMA)
 
-        def column(name: str) -> str:
-            return f"m.{q(name)}" if table.has(name) else "NULL"
-
-        operation = self._enum_label("ENUM_CUDA_DEV_MEM_EVENT_OPER", column("memoryOperationType"))
-        memory_kind = self._enum_label("ENUM_CUDA_MEM_KIND", column("memKind"))
-        sql = f"""SELECT m.rowid, m.globalPid, m.start, {operation}, {memory_kind}, {column("bytes")},
-                         {column("address")}, {column("deviceId")}, {column("streamId")}, {column("correlationId")}
-                  FROM {q(table.name)} AS m WHERE m.rowid > ? ORDER BY m.rowid LIMIT ?"""
-        raw = {"rowid": pl.Int64, "global_pid": pl.Int64, **{k: v for k, v in MEMORY_SCHEMA.items() if k != "pid"}}
-
         def shape(batch: pl.DataFrame) -> pl.DataFrame:
-            return batch.with_columns((pl.col("global_pid") // TID % TID).alias("pid")).select(list(MEMORY_SCHEMA))
+            return batch.with_columns(decode_pid(pl.col("global_pid")).alias("pid")).select(list(MEMORY_SCHEMA))
 
-        return self._scan(sql, raw, shape, MEMORY_SCHEMA)
+        return self._scan(query, shape, MEMORY_SCHEMA)
 
-    def _enum_label(self, enum: str, value: str) -> str:
-        table = self._export.table(enum)
-        if value == "NULL" or table is None or not table.has("id"):
-            return f"CAST({value} AS TEXT)"
-        label = "label" if table.has("label") else "name" if table.has("name") else None
-        if label is None:
-            return f"CAST({value} AS TEXT)"
-        return f"coalesce((SELECT e.{label} FROM {q(table.name)} AS e WHERE e.id = {value}), CAST({value} AS TEXT))"
-
-    def _scan(
-        self,
-        sql: str,
-        raw: dict[str, Any],
-        shape: Any,
-        schema: dict[str, Any],
-    ) -> pl.LazyFrame:
-        """A LazyFrame over ``sql`` (rowid-keyed batches from the session's connection): only the
+    def _scan(self, query: RowQuery, shape: Any, schema: dict[str, Any]) -> pl.LazyFrame:
+        """A LazyFrame over ``query`` (rowid-keyed batches from the session's connection): only the
         columns asked for are kept, the filter applied per batch, reading stops at ``n_rows``."""
-        conn: sqlite3.Connection = self._export.conn
         source = self._export.path
 
         def batches(
@@ -279,16 +343,10 @@ class Session:
         ) -> Iterator[pl.DataFrame]:
             if self._closed:
                 raise BadOption(f"{source}: this session was closed; nsysaudit.open() it again")
-            last, left = -(1 << 63), n_rows
-            size = min(batch_size or BATCH_ROWS, BATCH_ROWS)
-            while left is None or left > 0:
-                try:
-                    rows = frame(conn, sql, raw, (last, size))
-                except sqlite3.DatabaseError as exc:
-                    raise UnusableInput(source, f"SQLite failed while reading the export: {exc}") from None
-                if rows.height == 0:
-                    return
-                last = int(rows["rowid"][-1])
+            left = n_rows
+            if left is not None and left <= 0:
+                return
+            for rows in rowid_batches(self._export, query, min(batch_size or BATCH_ROWS, BATCH_ROWS)):
                 out = shape(rows)
                 if predicate is not None:
                     out = out.filter(predicate)
@@ -298,7 +356,7 @@ class Session:
                     out = out.head(left)
                     left -= out.height
                 yield out
-                if rows.height < size:  # the last batch
+                if left is not None and left <= 0:
                     return
 
         return register_io_source(batches, schema=pl.Schema(schema))

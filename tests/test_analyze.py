@@ -12,7 +12,7 @@ from conftest import H200, PUBLIC
 from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_three_allocations
 
 import nsysaudit
-from nsysaudit.codes import display_name, is_allocation_api, return_name
+from nsysaudit.core.codes import display_name, is_allocation_api, return_name
 
 
 def sql_census(path: Path) -> tuple[int, Counter[tuple[str | None, int]]]:

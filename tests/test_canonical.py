@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import nsysaudit
-from nsysaudit import canonical
+from nsysaudit.render import canonical
 from nsysaudit.render.json import analysis_json
 
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import FIXTURES, H200_2025
 from scenarios import observe_nested_failure, release_three_allocations
 
-from nsysaudit.check import Expectations, check, glob_match
+from nsysaudit.batch.check import Expectations, check, glob_match
 from nsysaudit.cli import main
 
 EXPECTATIONS = FIXTURES / "expectations.toml"

@@ -256,7 +256,7 @@ def test_library_domain_adds_to_cublas_and_cudnn(capsys, make_export, tmp_path: 
 
 def test_a_sealed_report_keeps_the_default_domains(tmp_path: Path) -> None:
     from nsysaudit import seal
-    from nsysaudit.errors import BadOption
+    from nsysaudit.core.errors import BadOption
 
     with pytest.raises(BadOption, match="leave out cuBLAS"):
         seal.seal_analysis(H200 / "observe.sqlite", tmp_path / "out", library_domains=["cuDNN", "X"])

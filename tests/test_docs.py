@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from nsysaudit.analysis.coverage import REASONS
-from nsysaudit.fleet import FINDING_SCHEMA, INPUT_SCHEMA
+from nsysaudit.batch.run import FINDING_SCHEMA, INPUT_SCHEMA
 from nsysaudit.reports.statements import CENSORED_WORDS
 
 REPO = Path(__file__).parent.parent

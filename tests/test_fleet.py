@@ -20,7 +20,7 @@ from conftest import FIXTURES, H200_2025, unprivileged
 from scenarios import observe_nested_failure
 
 import nsysaudit
-from nsysaudit import fleet
+from nsysaudit.batch import run as fleet
 from nsysaudit.cli import main
 
 REAL = sorted(str(p) for p in FIXTURES.rglob("*.sqlite"))

@@ -36,8 +36,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from nsysaudit.cli import main
-from nsysaudit.codes import is_allocation_api
-from nsysaudit.errors import UnusableInput
+from nsysaudit.core.codes import is_allocation_api
+from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read.source import check_sqlite_file
 
 SETTINGS = settings(
@@ -118,7 +118,7 @@ class Reference:
 
 
 def is_failure(c: Call) -> bool:
-    """The reference's own reading of a non-zero return (see nsysaudit.codes.return_class)."""
+    """The reference's own reading of a non-zero return (see nsysaudit.core.codes.return_class)."""
     if c.ret == 0 or c.api == "cudaGetLastError_v3020":
         return False
     return not (c.api == "cudaStreamQuery_v3020" and c.ret == 600)

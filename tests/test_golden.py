@@ -13,8 +13,7 @@ from conftest import ENGINE_KEYS, H200, H200_2025
 from scenarios import observe_nested_failure, release_three_allocations
 
 import nsysaudit
-from nsysaudit import canonical
-from nsysaudit.render import terminal
+from nsysaudit.render import canonical, terminal
 from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.render.terminal import analysis_renderable, comparison_renderable
 

@@ -33,9 +33,9 @@ from rich.console import Console
 from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_three_allocations
 
 import nsysaudit
+from nsysaudit.analysis.joins import closed_libs, count_pairs, nest
 from nsysaudit.cli import main
-from nsysaudit.errors import UnusableInput
-from nsysaudit.joins import closed_libs, count_pairs, nest
+from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read.source import check_sqlite_file
 from nsysaudit.render.terminal import analysis_renderable
 
@@ -756,7 +756,7 @@ HOSTILE_TEXT = {
     "tag": "x\U000e0041\U000e007fy",
     "bidi-isolate": "a\u2067b\u2069\u061c\u200fc",
 }
-# Every character a renderer must never emit as it is (the one definition in nsysaudit.text);
+# Every character a renderer must never emit as it is (the one definition in nsysaudit.core.text);
 # a real line break is the report's own, so it is checked per line.
 UNSAFE_SHOWN = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
                           "\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
@@ -1055,7 +1055,7 @@ def test_pair_counts_without_forming_pairs_match_the_join() -> None:
 def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both ways nest pairs calls: threads whose calls run one after another (binary searches) and
     threads where a call encloses another (the inequality join) give every overlap, nothing else."""
-    import nsysaudit.joins as joins_module
+    import nsysaudit.analysis.joins as joins_module
 
     ways: Counter[bool] = Counter()  # True: threads answered in sequence; False: by the inequality join
 

@@ -90,7 +90,7 @@ def test_junit_into_a_read_only_folder_is_one_line_and_nothing_runs(read_only_fo
 
 
 def test_a_fifo_named_like_an_export_is_an_error_row_even_when_resuming(tmp_path: Path) -> None:
-    from nsysaudit import fleet
+    from nsysaudit.batch import run as fleet
 
     folder = tmp_path / "in"
     folder.mkdir()

@@ -2,16 +2,18 @@
 
 Read from the bottom up (docs/layout.md, "How the code is laid out"):
 
-0. shared modules: errors, ids, intervals, joins, codes, text, canonical, digests, paths, progress, _version, _lazy
+0. ``core/``: the shared pieces (errors, ids, codes, intervals, text, digests, paths, progress, lazy),
+   and ``_version``
 1. ``read/``: open an export read-only, probe it, scan it, load frames, nsys's diagnostics, telemetry
-2. ``analysis/``: pure functions on frames: coverage, findings, failed calls, verdict, alignment
+2. ``analysis/``: pure functions on frames: joins, coverage, findings, failed calls, verdict, alignment,
+   ledger (``nsysaudit.joins`` re-exports ``analysis.joins`` for the design card)
 3. ``reports/``: one document per analysis or comparison, built once
-4. ``render/``: a document in, text or bytes out (the only rich code)
-5. ``api``: ``analyze(path)`` = read, then analysis, then report; ``session``: the notebook API
-   (``open(path)``: one export read once, lazy frames, ``analyze()``)
+4. ``render/``: a document in, text or bytes out (the only rich code), canonical JSON
+5. ``session``: ``open(path)`` (one export read once, lazy frames) and ``analyze(path)``, which is
+   ``open(path).analyze()``
 6. ``seal/``: sealed folders (write, manifests, verify, re-run recipe)
-7. workflows over many inputs: ``batch`` (``audit``), ``fleet`` (``batch`` command: parts, resumption,
-   local or dask workers), ``check`` (expectations, JUnit)
+7. ``batch/``: workflows over many inputs: ``run`` (the ``batch`` command: discovery, parts,
+   resumption, local or dask workers), ``check`` (expectations, JUnit), ``audit`` (deprecated)
 8. the package's face (``nsysaudit/__init__.py``), ``cli.py`` (the only click code), ``__main__``
 
 Imports are read from the source (``ast``), those inside functions too.
@@ -27,28 +29,24 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "nsysaudit"
 
 LAYERS: dict[str, int] = {
-    **{
-        f"nsysaudit.{m}": 0
-        for m in ("errors", "ids", "intervals", "joins", "codes", "text", "canonical", "digests", "paths", "progress",
-                  "_version", "_lazy")
-    },
+    "nsysaudit.core": 0,
+    "nsysaudit._version": 0,
     "nsysaudit.read": 1,
     "nsysaudit.analysis": 2,
+    "nsysaudit.joins": 2,
     "nsysaudit.reports": 3,
     "nsysaudit.render": 4,
-    "nsysaudit.api": 5,
     "nsysaudit.session": 5,
     "nsysaudit.seal": 6,
     "nsysaudit.batch": 7,
-    "nsysaudit.fleet": 7,
-    "nsysaudit.check": 7,
     "nsysaudit": 8,
     "nsysaudit.cli": 8,
     "nsysaudit.__main__": 8,
 }
-# Within the shared bottom layer the order still matters: a shared module may use only those below it.
-SHARED_ORDER = ["errors", "_version", "_lazy", "codes", "text", "canonical", "digests", "paths", "progress", "ids",
-                "intervals", "joins"]
+# Within the bottom layer the order still matters: a core module may use only those before it.
+CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit._version", "nsysaudit.core.lazy", "nsysaudit.core.codes",
+              "nsysaudit.core.text", "nsysaudit.core.digests", "nsysaudit.core.paths", "nsysaudit.core.progress",
+              "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core"]
 
 
 def module_name(path: Path) -> str:
@@ -100,15 +98,21 @@ def test_every_module_has_a_layer() -> None:
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
 def test_no_module_imports_from_a_layer_above_it(path: Path) -> None:
     me = module_name(path)
-    mine, my_prefix = layer_of(me)
+    mine = layer_of(me)[0]
     for line, target in imports(path):
         if target != "nsysaudit" and not target.startswith("nsysaudit."):
             continue
-        theirs, their_prefix = layer_of(target)
+        theirs = layer_of(target)[0]
         assert theirs <= mine, f"{me}:{line} imports {target} (layer {theirs}) from layer {mine}"
-        if mine == theirs == 0 and my_prefix != their_prefix:
-            a, b = my_prefix.split(".")[1], their_prefix.split(".")[1]
-            assert SHARED_ORDER.index(b) < SHARED_ORDER.index(a), f"{me}:{line} imports {target}: shared order"
+        if mine == theirs == 0 and me != target and me in CORE_ORDER and target in CORE_ORDER:
+            assert CORE_ORDER.index(target) < CORE_ORDER.index(me), f"{me}:{line} imports {target}: core order"
+
+
+def test_every_core_module_has_a_place_in_the_core_order() -> None:
+    for path in MODULES:
+        me = module_name(path)
+        if layer_of(me)[0] == 0:
+            assert me in CORE_ORDER, f"{me} is in core/ but not in CORE_ORDER"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
@@ -123,7 +127,7 @@ def test_click_only_in_the_cli_and_rich_only_in_render(path: Path) -> None:
 
 
 def test_the_cli_uses_only_the_public_api_and_the_renderers() -> None:
-    allowed = {"nsysaudit", "nsysaudit.errors", "nsysaudit.render"}
+    allowed = {"nsysaudit", "nsysaudit.core.errors", "nsysaudit.render"}
     for line, target in imports(PACKAGE / "cli.py"):
         if target.startswith("nsysaudit"):
             assert target in allowed or target.startswith("nsysaudit.render."), (

@@ -15,7 +15,7 @@ from scenarios import observe_nested_failure
 
 import nsysaudit
 from nsysaudit.cli import main
-from nsysaudit.digests import sha256_file
+from nsysaudit.core.digests import sha256_file
 
 WORKLOAD = """
 import time

@@ -16,9 +16,9 @@ import pytest
 from conftest import NEEDS_NATIVE
 from test_scan import RUNTIME, assert_same_scan, selected
 
-from nsysaudit.errors import UnusableInput
+from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read import damage, native, scan
-from nsysaudit.read.source import readonly_uri
+from nsysaudit.read.source import quote, readonly_uri
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NSYS_COLUMNS = '''start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INTEGER NOT NULL,
@@ -100,7 +100,7 @@ def make_table(
     con.execute(f"CREATE TABLE {RUNTIME} ({columns.replace(' NOT NULL', '')})")
     names = [r[1] for r in con.execute(f"PRAGMA table_info({RUNTIME})")]
     rowids = rng.sample(range(-(1 << 40), 1 << 40), rows) if gaps else list(range(1, rows + 1))
-    quoted = ", ".join(scan._quote(n) for n in names)
+    quoted = ", ".join(quote(n) for n in names)
     con.executemany(
         f"INSERT INTO {RUNTIME} (rowid, {quoted}) VALUES (?{', ?' * len(names)})",
         [(r, *(value(rng, n) for n in names)) for r in rowids],
@@ -239,7 +239,7 @@ def range_outcome(path: Path, lo: int, hi: int, pages: bool, handover: bool = Fa
     con = sqlite3.connect(readonly_uri(path), uri=True)
     try:
         columns = tuple(r[1] for r in con.execute(f"PRAGMA table_info({RUNTIME})"))
-        present = {c: scan._quote(c) if c in columns else "NULL" for c in scan.COLUMNS}
+        present = {c: quote(c) if c in columns else "NULL" for c in scan.COLUMNS}
         layout = scan.page_layout(con, RUNTIME, present) if pages else None
     finally:
         con.close()

@@ -21,7 +21,7 @@ from test_hostile import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
 import nsysaudit
 from nsysaudit import seal
 from nsysaudit.cli import main
-from nsysaudit.errors import BadOption
+from nsysaudit.core.errors import BadOption
 from nsysaudit.render import pictures
 from nsysaudit.reports.timeline import aligned_timelines, parse_around, timeline
 

@@ -14,7 +14,7 @@ from builder import Call, Export, LibCall, strip_not_null
 from conftest import H200, engine_free, needs_native
 
 import nsysaudit
-from nsysaudit.intervals import union_windows
+from nsysaudit.core.intervals import union_windows
 from nsysaudit.read import native, scan
 from nsysaudit.read.source import probe, readonly_uri
 from nsysaudit.read.trace import load

@@ -21,7 +21,7 @@ from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, pr
 
 from nsysaudit import seal
 from nsysaudit.cli import main
-from nsysaudit.errors import CheckFailed, OutputNotWritable, UnusableInput
+from nsysaudit.core.errors import CheckFailed, OutputNotWritable, UnusableInput
 from nsysaudit.render.json import indented
 from nsysaudit.seal import folder as seal_folder
 from nsysaudit.seal.layout import manifest_text, payload

@@ -14,8 +14,10 @@ from conftest import FIXTURES, H200_2025
 from scenarios import PID, WORKER, observe_nested_failure
 
 import nsysaudit
-from nsysaudit import check, fleet, session
-from nsysaudit.errors import BadOption, UnusableInput
+from nsysaudit import session
+from nsysaudit.batch import check
+from nsysaudit.batch import run as fleet
+from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.render import analysis_json
 
 REPO = Path(__file__).resolve().parent.parent

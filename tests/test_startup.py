@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 OBSERVE = ROOT / "tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite"
 HEAVY = ("rich", "sqlite_utils", "numpy", "pyarrow", "adbc_driver_sqlite", "matplotlib", "dask", "markdown_it",
-         "nsysaudit.seal", "nsysaudit.fleet", "nsysaudit.check", "nsysaudit.session")
+         "nsysaudit.seal", "nsysaudit.batch")  # nsysaudit.session holds analyze(): every analysis loads it
 
 
 def loaded_after(code: str) -> set[str]:

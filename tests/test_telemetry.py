@@ -15,7 +15,7 @@ from scenarios import MAIN, PID, WORKER, observe_nested_failure
 
 import nsysaudit
 from nsysaudit.cli import main
-from nsysaudit.errors import BadOption, UnusableInput
+from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.read.telemetry import Anchor, TelemetryOptions, load_telemetry, parse_anchor, parse_clock
 
 BEFORE = {"observe": "runtime_error", "release": "backward_end"}

@@ -7,11 +7,11 @@ import os
 import signal
 from typing import Any
 
-from nsysaudit.fleet import AuditOptions, audit_one
+from nsysaudit.batch.run import AuditOptions, audit_one
 
 
 def audit_one_or_die(path: str, options: AuditOptions, done: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """:func:`nsysaudit.fleet.audit_one`, except that the worker given ``*-dies.sqlite`` is
+    """:func:`nsysaudit.batch.run.audit_one`, except that the worker given ``*-dies.sqlite`` is
     SIGKILLed, as the kernel's OOM killer would."""
     if path.endswith("-dies.sqlite"):
         os.kill(os.getpid(), signal.SIGKILL)

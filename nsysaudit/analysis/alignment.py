@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import polars as pl
 
-from nsysaudit.ids import decode_pid, decode_tid
+from nsysaudit.core.ids import decode_pid, decode_tid
 from nsysaudit.read.telemetry import (
     ClockKind,
     Edge,

@@ -39,7 +39,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.ids import global_pid
+from nsysaudit.core.ids import global_pid
 from nsysaudit.read.diagnostics import CUDA_GAPS, Capture
 from nsysaudit.read.trace import Trace
 

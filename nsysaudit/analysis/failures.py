@@ -20,7 +20,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.codes import (
+from nsysaudit.analysis.joins import count_pairs
+from nsysaudit.core.codes import (
     is_allocation_api,
     is_capture_begin,
     is_capture_end,
@@ -29,8 +30,7 @@ from nsysaudit.codes import (
     is_stream_wait,
     return_class,
 )
-from nsysaudit.intervals import overlaps
-from nsysaudit.joins import count_pairs
+from nsysaudit.core.intervals import overlaps
 from nsysaudit.read.trace import Trace
 
 CALL_COLUMNS = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
@@ -225,7 +225,7 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
     """``calls`` with ``nvtx_range``/``nvtx_domain``: the shortest NVTX range of their thread holding them wholly.
 
     ``ranges``: ``gtid, start_ns, end_ns, text, domain``. The containment pairs are counted first
-    (:func:`nsysaudit.joins.count_pairs`) and not formed past ``max_pairs``: then the second value
+    (:func:`nsysaudit.analysis.joins.count_pairs`) and not formed past ``max_pairs``: then the second value
     is False and the ranges are unknown (null).
     """
     out_schema = {"nvtx_range": pl.String, "nvtx_domain": pl.String}

@@ -11,9 +11,8 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit import joins
-from nsysaudit.analysis import failures
-from nsysaudit.codes import is_allocation_api, is_out_of_memory
+from nsysaudit.analysis import failures, joins
+from nsysaudit.core.codes import is_allocation_api, is_out_of_memory
 from nsysaudit.read.trace import Trace
 
 _CHAIN = pl.List(pl.Struct({"lib_id": pl.Int64, "api": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}))

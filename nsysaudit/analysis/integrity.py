@@ -8,17 +8,17 @@ times cannot be trusted, and when one of them could be a failed allocation insid
 the verdict cannot be ``no_failure`` (see :func:`review`).
 
 Everything here works on the frames already read (:class:`~nsysaudit.read.trace.Trace`, the pairs of
-:func:`~nsysaudit.joins.nest`): no extra pass over the export.
+:func:`~nsysaudit.analysis.joins.nest`): no extra pass over the export.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from nsysaudit.codes import is_allocation_api
-from nsysaudit.errors import Warning, warning
-from nsysaudit.ids import global_pid
-from nsysaudit.joins import Nesting
+from nsysaudit.analysis.joins import Nesting
+from nsysaudit.core.codes import is_allocation_api
+from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.ids import global_pid
 from nsysaudit.read.trace import Trace
 
 INT64_MAX = (1 << 63) - 1
@@ -131,7 +131,7 @@ def undecided_calls(
 ) -> pl.DataFrame:
     """CUDA API rows that could be a nested allocation failure the joins cannot confirm or refute.
 
-    ``windows``: the union of the joinable library calls per thread (:func:`nsysaudit.intervals.union_windows`);
+    ``windows``: the union of the joinable library calls per thread (:func:`nsysaudit.core.intervals.union_windows`);
     ``capture_start``: where the capture began, when known (:func:`damaged_times`).
 
     Columns ``gtid, start_ns, end_ns, correlation_id, api, return_code, reason`` (one row per
@@ -206,14 +206,14 @@ def _unsafe_bytes(pairs: pl.DataFrame, duplicates: pl.DataFrame) -> pl.Expr:
 
 def review(
     trace: Trace, pairs: pl.DataFrame, windows: pl.DataFrame
-) -> tuple[pl.DataFrame, list[str], list[Warning]]:
+) -> tuple[pl.DataFrame, list[str], list[ReportWarning]]:
     """Check what the joins used; return ``pairs`` without unattributable bytes, verdict reasons and warnings.
 
     The reasons are non-empty when some row could hide a nested allocation failure: the verdict is
     then ``inconclusive``, not ``no_failure``.
     """
     reasons: list[str] = []
-    said: list[Warning] = []
+    said: list[ReportWarning] = []
 
     def warn(kind: str, count: int, message: str) -> None:
         said.append(warning(kind, count, message))
@@ -299,7 +299,7 @@ def review(
     return pairs, reasons, said
 
 
-def limit_review(nesting: Nesting) -> tuple[list[str], list[Warning]]:
+def limit_review(nesting: Nesting) -> tuple[list[str], list[ReportWarning]]:
     """A warning when the pair limit was hit; verdict reasons when it could hide a finding."""
     if nesting.complete:
         return [], []

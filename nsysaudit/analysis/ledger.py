@@ -48,9 +48,9 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.codes import is_device_free_api, is_pool_api, vmm_role
-from nsysaudit.errors import Warning, warning
-from nsysaudit.ids import decode_pid, pid_of
+from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
+from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.ids import decode_pid, pid_of
 from nsysaudit.read.memory import POOL_CREATED, POOL_DESTROYED, POOL_EVENT_SCHEMA, POOL_TRIMMED, MemoryEvidence
 
 DEVICE_RESIDENT = frozenset({"Device", "Array", "Device Static"})
@@ -115,7 +115,7 @@ class Ledger:
     devices: pl.DataFrame
     summary: dict[str, Any]
     gaps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=GAP_SCHEMA))
-    warnings: tuple[Warning, ...] = ()
+    warnings: tuple[ReportWarning, ...] = ()
 
     def at(self, t_ns: int, gpid: int | None) -> list[dict[str, Any]]:
         """Per device the process ``gpid`` used, just after ``t_ns``: its held bytes, every traced
@@ -381,7 +381,7 @@ def _mechanism() -> pl.Expr:
     )
 
 
-def _refusal(events: pl.DataFrame, memory: MemoryEvidence) -> tuple[str | None, Warning | None]:
+def _refusal(events: pl.DataFrame, memory: MemoryEvidence) -> tuple[str | None, ReportWarning | None]:
     """Why no ledger can be summed from these events (None: it can), and the warning damage gives:
     sizes past any device, or pool allocations without the pool's size. (Events of unknown size are
     refused once matched: only the counted ones matter.)"""
@@ -452,7 +452,7 @@ def build_ledger(
         .with_columns(pl.col("_vmm").fill_null(False), pl.col("_pool_api").fill_null(False))
     )
     events = events.with_columns(_mechanism().alias("mechanism")).drop("_vmm")
-    said: list[Warning] = []
+    said: list[ReportWarning] = []
     negative = events.filter(pl.col("bytes") < 0).height
     if negative:  # a damaged size is an unknown one, never a negative amount of memory
         said.append(warning(

@@ -15,8 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit import joins
-from nsysaudit.analysis import coverage, failures, integrity
+from nsysaudit.analysis import coverage, failures, integrity, joins
 from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
@@ -24,10 +23,10 @@ from nsysaudit.analysis.interest import of_interest
 from nsysaudit.analysis.ledger import Ledger, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
 from nsysaudit.analysis.verdict import Verdict
-from nsysaudit.codes import is_allocation_api
-from nsysaudit.errors import Warning, warning
-from nsysaudit.ids import gpid_of
-from nsysaudit.intervals import closed_library_calls, union_windows
+from nsysaudit.core.codes import is_allocation_api
+from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.ids import gpid_of
+from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.telemetry import TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
@@ -60,7 +59,7 @@ class Analysis:
     coverage_sources: tuple[dict[str, Any], ...]
     processes: tuple[dict[str, Any], ...]
     capture: Mapping[str, list[str]]
-    warnings: tuple[Warning, ...]
+    warnings: tuple[ReportWarning, ...]
     limits: Mapping[str, Any]
     capture_bounds: Capture
     library_sources: tuple[dict[str, Any], ...]
@@ -110,7 +109,7 @@ def _analyze(
     event_records: pl.DataFrame | None,
     library_domains: Sequence[str],
 ) -> Analysis:
-    said: list[Warning] = list(trace.warnings)
+    said: list[ReportWarning] = list(trace.warnings)
     names = trace.thread_names
     cuda_api_span = trace.cuda_api_span.filter(pl.col("gpid").is_not_null())
     libs = coverage.censor(

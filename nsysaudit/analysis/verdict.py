@@ -14,7 +14,7 @@ from typing import Any, Literal
 import polars as pl
 
 from nsysaudit.analysis.alignment import Alignment
-from nsysaudit.codes import is_allocation_api, is_out_of_memory, names
+from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.read.trace import Trace
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]

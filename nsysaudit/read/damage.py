@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
 
-from nsysaudit.errors import UnusableInput, Warning, warning
+from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
 from nsysaudit.read.inputs import Background
-from nsysaudit.read.source import ExportFile
+from nsysaudit.read.source import ExportFile, quote
 
 # The tables the analysis reads rows from, nsys's versioned variants resolved through ExportFile.table
 # (tests/test_damage.py checks that every table an analysis looks up is here), the CUDA API table first.
@@ -86,7 +86,7 @@ class Damage:
     is damaged (None: it is not); ``warnings``: damage that does not touch the evidence rows."""
 
     damaged: str | None = None
-    warnings: tuple[Warning, ...] = ()
+    warnings: tuple[ReportWarning, ...] = ()
 
     def raise_if_damaged(self, path: object) -> None:
         if self.damaged is not None:
@@ -155,7 +155,7 @@ def check_export(uri: str, tables: Sequence[str], interrupted: threading.Event |
     """Run the checks (see the module docstring) on a connection of their own; stop at the first
     evidence table whose b-tree is damaged. (An SQLite before 3.33 cannot check one table: the
     whole file is checked once, and every b-tree problem is damage.)"""
-    warnings: list[Warning] = []
+    warnings: list[ReportWarning] = []
     per_table = sqlite3.sqlite_version_info >= (3, 33, 0)
     with closing(sqlite3.connect(uri, uri=True, check_same_thread=False)) as conn:
         for table in (*tables, SCHEMA) if per_table else (SCHEMA,):
@@ -163,7 +163,7 @@ def check_export(uri: str, tables: Sequence[str], interrupted: threading.Event |
                 break
             where = "its schema" if table == SCHEMA else f"table {table}"
             try:
-                argument = "(" + '"' + table.replace('"', '""') + '"' + ")" if per_table else ""
+                argument = f"({quote(table)})" if per_table else ""
                 lines = _lines(conn.execute(f"PRAGMA quick_check{argument}").fetchall())
                 own, index_only, freelist = classify(conn, table, lines)
             except sqlite3.DatabaseError as exc:

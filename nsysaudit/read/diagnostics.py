@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 import polars as pl
 
-from nsysaudit.errors import Warning
-from nsysaudit.read.source import ExportFile
+from nsysaudit.core.errors import ReportWarning
+from nsysaudit.read.source import ExportFile, quote
 
 Category = Literal[
     "capture_started",
@@ -141,8 +141,6 @@ class Capture:
 NO_CAPTURE = Capture(None, None, None, None, False)
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _enum(export: ExportFile, table: str) -> dict[int, str]:
@@ -151,19 +149,19 @@ def _enum(export: ExportFile, table: str) -> dict[int, str]:
         return {}
     label = "label" if t.has("label") else "name"
     out: dict[int, str] = {}
-    for key, name in export.conn.execute(f"SELECT id, {_q(label)} FROM {_q(t.name)}"):
+    for key, name in export.conn.execute(f"SELECT id, {quote(label)} FROM {quote(t.name)}"):
         if type(key) is int and isinstance(name, str):
             out[key] = name.lower()
     return out
 
 
-def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[Warning]]:
+def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[ReportWarning]]:
     """DIAGNOSTIC_EVENT rows (classified), the capture's bounds, and warnings about reading them.
 
     Rows whose timestamp or text is not usable (wrong type, NULL) are counted in a warning and left
     out; they never decide a bound.
     """
-    warnings: list[Warning] = []
+    warnings: list[ReportWarning] = []
     table = export.table("DIAGNOSTIC_EVENT")
     rows: list[tuple[Any, ...]] = []
     if table is not None and table.has("timestamp", "text"):
@@ -176,10 +174,10 @@ def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[Wa
             "text",
             "globalPid" if table.has("globalPid") else "NULL",
         ]
-        select = ", ".join(_q(c) if c != "NULL" else c for c in cols)
+        select = ", ".join(quote(c) if c != "NULL" else c for c in cols)
         unusable = 0
         try:
-            fetched = export.conn.execute(f"SELECT {select} FROM {_q(table.name)} ORDER BY rowid").fetchall()
+            fetched = export.conn.execute(f"SELECT {select} FROM {quote(table.name)} ORDER BY rowid").fetchall()
         except sqlite3.DatabaseError as exc:
             warnings.append(
                 {"kind": "diagnostics_unreadable", "count": 1, "message": f"{table.name} cannot be read: {exc}"}
@@ -217,7 +215,7 @@ def _capture(export: ExportFile, diagnostics: pl.DataFrame, has_table: bool) -> 
         details = export.table("ANALYSIS_DETAILS")
         if details is not None and details.has("duration"):
             try:
-                row = export.conn.execute(f"SELECT duration FROM {_q(details.name)} LIMIT 1").fetchone()
+                row = export.conn.execute(f"SELECT duration FROM {quote(details.name)} LIMIT 1").fetchone()
             except sqlite3.DatabaseError:
                 row = None
             if row is not None and type(row[0]) is int and row[0] >= 0:

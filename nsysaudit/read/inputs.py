@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, cast
 
-from nsysaudit.digests import sha256_file
-from nsysaudit.errors import UnusableInput
-from nsysaudit.paths import refuse_undecodable_name
-from nsysaudit.progress import Progress
+from nsysaudit.core.digests import sha256_file
+from nsysaudit.core.errors import UnusableInput
+from nsysaudit.core.paths import refuse_undecodable_name
+from nsysaudit.core.progress import Progress
 from nsysaudit.read import nsys
 from nsysaudit.read.source import ExportFile, probe
 

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from nsysaudit.read import native
-from nsysaudit.read.source import ExportFile, Table
+from nsysaudit.read.source import ExportFile, Table, quote
 
 EVENT_SCHEMA: dict[str, Any] = {
     "start_ns": pl.Int64,
@@ -116,8 +116,6 @@ class MemoryEvidence:
     pool_columns: bool = False
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _enum_ids(export: ExportFile, table: str) -> dict[str, int]:
@@ -125,7 +123,7 @@ def _enum_ids(export: ExportFile, table: str) -> dict[str, int]:
     if t is None or not t.has("id", "name"):
         return {}
     out: dict[str, int] = {}
-    for key, name in export.conn.execute(f"SELECT id, name FROM {_q(t.name)}"):
+    for key, name in export.conn.execute(f"SELECT id, name FROM {quote(t.name)}"):
         if type(key) is int and isinstance(name, str):
             out[name] = key
     return out
@@ -138,7 +136,7 @@ def _mem_kinds(export: ExportFile) -> dict[int, str]:
     label = "label" if t.has("label") else "name"
     kinds = {
         key: name
-        for key, name in export.conn.execute(f"SELECT id, {_q(label)} FROM {_q(t.name)}")
+        for key, name in export.conn.execute(f"SELECT id, {quote(label)} FROM {quote(t.name)}")
         if type(key) is int and isinstance(name, str)
     }
     return kinds or dict(MEM_KINDS_FALLBACK)
@@ -184,11 +182,11 @@ def _plan(export: ExportFile, mem: Table) -> _Plan:
             *(column if mem.has(column) else "NULL" for column in POOL_COLUMNS.values()),
         ]
     )
-    select = f"SELECT {columns} FROM {_q(mem.name)}"
+    select = f"SELECT {columns} FROM {quote(mem.name)}"
     return _Plan(
         f"{select} ORDER BY start, rowid",
         f"{select} ORDER BY start",
-        None if mem.hides_rowid else f"SELECT {columns}, rowid FROM {_q(mem.name)}",
+        None if mem.hides_rowid else f"SELECT {columns}, rowid FROM {quote(mem.name)}",
     )
 
 
@@ -261,7 +259,7 @@ def read_memory(
             "name" if gpu.has("name") else "NULL",
             "totalMemory" if gpu.has("totalMemory") else "NULL",
         ]
-        devices = frame(conn, f"SELECT {', '.join(cols)} FROM {_q(gpu.name)} ORDER BY 1, 2", DEVICE_SCHEMA,
+        devices = frame(conn, f"SELECT {', '.join(cols)} FROM {quote(gpu.name)} ORDER BY 1, 2", DEVICE_SCHEMA,
                         mismatched=typed, source=gpu.name)
     mem = _usable(export)
     if mem is None:
@@ -314,10 +312,10 @@ def _pool_sql(export: ExportFile, pools: Table) -> str:
         if not pools.has(column):
             return "NULL"
         whens = " ".join(f"WHEN {int(ids.get(name, fallback))} THEN {fallback}" for name, fallback in wanted.items())
-        return f"CASE {_q(column)} {whens} END"
+        return f"CASE {quote(column)} {whens} END"
 
     def col(name: str) -> str:
-        return _q(name) if pools.has(name) else "NULL"
+        return quote(name) if pools.has(name) else "NULL"
 
     columns = [
         "start", "globalPid", col("deviceId"), "address",
@@ -329,7 +327,7 @@ def _pool_sql(export: ExportFile, pools: Table) -> str:
         col("localMemoryPoolSize"), col("localMemoryPoolUtilizedSize"),
     ]
     order = "start, rowid" if not pools.hides_rowid else "start"
-    return f"SELECT {', '.join(columns)} FROM {_q(pools.name)} ORDER BY {order}"
+    return f"SELECT {', '.join(columns)} FROM {quote(pools.name)} ORDER BY {order}"
 
 
 class _Grouped(NamedTuple):

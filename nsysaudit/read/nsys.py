@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nsysaudit.digests import sha256_file
-from nsysaudit.errors import ExportFailed, NsysNotFound
+from nsysaudit.core.digests import sha256_file
+from nsysaudit.core.errors import ExportFailed, NsysNotFound
 
 ENV_NSYS = "NSYSAUDIT_NSYS"
 ENV_CACHE = "NSYSAUDIT_CACHE"

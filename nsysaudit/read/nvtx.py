@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from nsysaudit.read import native
-from nsysaudit.read.source import ExportFile, Table
+from nsysaudit.read.source import ExportFile, Table, quote
 
 RANGE_SCHEMA: dict[str, Any] = {
     "gtid": pl.Int64,
@@ -47,8 +47,6 @@ _INT_SCHEMA: dict[str, Any] = {
 }
 
 
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 class Source(NamedTuple):
@@ -71,8 +69,8 @@ def source(nvtx: Table, strings: Table) -> Source:
     return Source(
         nvtx,
         strings,
-        f"FROM {_q(nvtx.name)} AS n"
-        + (f" LEFT JOIN {_q(strings.name)} AS s ON s.id = n.textId" if has_text_id else ""),
+        f"FROM {quote(nvtx.name)} AS n"
+        + (f" LEFT JOIN {quote(strings.name)} AS s ON s.id = n.textId" if has_text_id else ""),
         f"coalesce({own}, s.value)" if has_text_id else own,
         'n."end"' if nvtx.has("end") else "NULL",
         "n.domainId" if nvtx.has("domainId") else "NULL",
@@ -139,7 +137,7 @@ def _texts(conn: sqlite3.Connection, table: str, column: str, rowids: pl.Series)
         conn.text_factory = bytes
         try:
             rows = conn.execute(
-                f"SELECT rowid, typeof({_q(column)}), {_q(column)} FROM {_q(table)} "
+                f"SELECT rowid, typeof({quote(column)}), {quote(column)} FROM {quote(table)} "
                 "WHERE rowid IN (SELECT value FROM json_each(?))",
                 (json.dumps(ids),),
             ).fetchall()

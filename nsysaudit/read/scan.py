@@ -29,10 +29,10 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.errors import UnusableInput
-from nsysaudit.progress import Progress
+from nsysaudit.core.errors import UnusableInput
+from nsysaudit.core.progress import Progress
 from nsysaudit.read import native
-from nsysaudit.read.source import readonly_uri
+from nsysaudit.read.source import quote, readonly_uri
 
 BATCH_ROWS = 1 << 18
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -182,8 +182,6 @@ def _reduce(
     return _Reduced(span, selected, {k: int(v or 0) for k, v in problems.items()}, marked, alloc_rows, counted)
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 # SQLite's names for a row's integer key. A declared column of one of these names hides it under
@@ -248,14 +246,14 @@ def _select_sql(table: str, columns: dict[str, str], rowid: str | None, wrap: st
     if wrap is not None:
         cols = f"{wrap}({cols})"
     if rowid is None:  # no usable rowid: one partition, the whole table (the bounds are ignored)
-        return f"SELECT {cols} FROM {_quote(table)} WHERE ? IS NOT NULL AND ? IS NOT NULL"
-    return f"SELECT {cols} FROM {_quote(table)} WHERE {rowid} BETWEEN ? AND ?"
+        return f"SELECT {cols} FROM {quote(table)} WHERE ? IS NOT NULL AND ? IS NOT NULL"
+    return f"SELECT {cols} FROM {quote(table)} WHERE {rowid} BETWEEN ? AND ?"
 
 
 def _count_rows(uri: str, table: str) -> int:
     """``count(*)`` of ``table`` on a connection of its own (any thread)."""
     with closing(sqlite3.connect(uri, uri=True)) as conn:
-        (n,) = conn.execute(f"SELECT count(*) FROM {_quote(table)} NOT INDEXED").fetchone()
+        (n,) = conn.execute(f"SELECT count(*) FROM {quote(table)} NOT INDEXED").fetchone()
     return int(n)
 
 
@@ -312,16 +310,16 @@ def scan_cuda_api(
     counted_name_ids: pl.Series | None = None,
 ) -> CudaApiScan:
     """Stream the CUDA API table once and reduce it (see the module docstring). ``windows``: the union of
-    the closed library calls per thread (``gtid, w_start, w_end``, :func:`nsysaudit.intervals.union_windows`)."""
+    the closed library calls per thread (``gtid, w_start, w_end``, :func:`nsysaudit.core.intervals.union_windows`)."""
     present = {
-        c: _quote(c) if c in columns else "NULL"
+        c: quote(c) if c in columns else "NULL"
         for c in COLUMNS
     }
     rowid = rowid_name(conn, table, columns)
     sql = _select_sql(table, present, rowid)
 
     def count_rows() -> int:
-        (n,) = conn.execute(f"SELECT count(*) FROM {_quote(table)} NOT INDEXED").fetchone()
+        (n,) = conn.execute(f"SELECT count(*) FROM {quote(table)} NOT INDEXED").fetchone()
         return int(n)
 
     # Separate statements on purpose: count(*) alone walks only the b-tree pages (SQLite's count
@@ -335,8 +333,8 @@ def scan_cuda_api(
     if rowid is None:
         lo, hi = 0, 0
     else:
-        (lo,) = conn.execute(f"SELECT min({rowid}) FROM {_quote(table)}").fetchone()
-        (hi,) = conn.execute(f"SELECT max({rowid}) FROM {_quote(table)}").fetchone()
+        (lo,) = conn.execute(f"SELECT min({rowid}) FROM {quote(table)}").fetchone()
+        (hi,) = conn.execute(f"SELECT max({rowid}) FROM {quote(table)}").fetchone()
     if lo is None and total is None:
         total = count_rows()  # an empty b-tree: instant (rows here would mean a damaged one)
     if total == 0:

@@ -15,7 +15,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsysaudit.errors import UnusableInput, Warning, warning
+from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
@@ -29,6 +29,16 @@ RUNTIME_COLUMNS = ("start", "end", "globalTid", "nameId", "returnValue")
 # SQLite's names are case-insensitive in ASCII only, so ``_v3`` is a version as ``_V3`` is.
 _VARIANT = re.compile(r"(.+)_V([1-9][0-9]*)", re.ASCII | re.IGNORECASE)
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def quote(name: str) -> str:
+    """``name`` as an SQL identifier: in double quotes, a double quote in it doubled. The one
+    quoter of table and column names: every query built from an export's names goes through it.
+
+    >>> print(quote('a"b'))
+    "a""b"
+    """
+    return '"' + name.replace('"', '""') + '"'
 
 
 def sql_name(name: str) -> str:
@@ -112,7 +122,7 @@ def check_sqlite_file(path: Path) -> SqliteHeader:
 SIDE_SUFFIXES = ("-wal", "-journal", "-shm")
 
 
-def check_side_files(path: Path, header: SqliteHeader) -> list[Warning]:
+def check_side_files(path: Path, header: SqliteHeader) -> list[ReportWarning]:
     """Refuse exports whose content is partly in a journal beside them; say which side files are ignored.
 
     SQLite itself would read (and write) files beside the evidence: a ``-wal`` (even beside a
@@ -130,7 +140,7 @@ def check_side_files(path: Path, header: SqliteHeader) -> list[Warning]:
       ignored, and the returned warnings say so.
     """
     journal = "-wal" if header.wal else "-journal"
-    warnings: list[Warning] = []
+    warnings: list[ReportWarning] = []
     for suffix in SIDE_SUFFIXES:
         side = path.with_name(path.name + suffix)
         try:
@@ -273,7 +283,7 @@ class ExportFile:
     conn: sqlite3.Connection
     tables: dict[str, Table]
     meta: dict[str, str]
-    warnings: list[Warning] = field(default_factory=list)
+    warnings: list[ReportWarning] = field(default_factory=list)
     # The read-only URI ``conn`` was opened with: other readers of the same file must use it.
     uri: str = ""
     text: TextDecoder = field(default_factory=TextDecoder)
@@ -334,10 +344,10 @@ def table_versions(tables: dict[str, Table]) -> dict[str, tuple[Table, ...]]:
     return {base: tuple(t for _, t in sorted(v, key=lambda vt: (vt[0], vt[1].name))) for base, v in found.items()}
 
 
-def ambiguity_warnings(versions: dict[str, tuple[Table, ...]]) -> list[Warning]:
+def ambiguity_warnings(versions: dict[str, tuple[Table, ...]]) -> list[ReportWarning]:
     """One ``ambiguous_table`` warning per base with several tables: one of them may be a shadow copy
     made to hide rows; the highest version is read."""
-    out: list[Warning] = []
+    out: list[ReportWarning] = []
     for found in (found for _, found in sorted(versions.items())):
         if len(found) > 1:
             names = ", ".join(t.name for t in found)
@@ -354,14 +364,12 @@ def ambiguity_warnings(versions: dict[str, tuple[Table, ...]]) -> list[Warning]:
     return out
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 _SCHEMA_VERSION = re.compile(r"([0-9]+)\.[0-9]+\.[0-9]+", re.ASCII)
 
 
-def schema_version_warnings(table: str, meta: dict[str, str]) -> list[Warning]:
+def schema_version_warnings(table: str, meta: dict[str, str]) -> list[ReportWarning]:
     """What is unknown about the export's schema version: none recorded, one that is not
     ``MAJOR.MINOR.MICRO``, a ``EXPORT_SCHEMA_VERSION_MAJOR`` that contradicts it, or a major
     version nsysaudit was not checked against. The tables are read by probing whatever it says.
@@ -377,7 +385,7 @@ def schema_version_warnings(table: str, meta: dict[str, str]) -> list[Warning]:
         return [
             warning("unknown_schema_version", 1, f"{table} has no EXPORT_SCHEMA_VERSION; tables are read by probing")
         ]
-    out: list[Warning] = []
+    out: list[ReportWarning] = []
     stated: list[int] = []
     if version is not None:
         match = _SCHEMA_VERSION.fullmatch(version)
@@ -438,7 +446,7 @@ def probe(path: Path) -> ExportFile:
             }
             tables: dict[str, Table] = {
                 name: Table(
-                    name, tuple(str(c[1]) for c in conn.execute(f"PRAGMA table_info({_quote(name)})")), kinds[name]
+                    name, tuple(str(c[1]) for c in conn.execute(f"PRAGMA table_info({quote(name)})")), kinds[name]
                 )
                 for name in sorted(kinds)
             }
@@ -466,7 +474,7 @@ def probe(path: Path) -> ExportFile:
                     path, f"not an Nsight Systems export: {meta_table.name} has no name/value columns"
                 )
             try:
-                for key, value in conn.execute(f"SELECT name, value FROM {_quote(meta_table.name)}"):
+                for key, value in conn.execute(f"SELECT name, value FROM {quote(meta_table.name)}"):
                     if key is not None and value is not None:
                         meta[str(key)] = str(value)
             except sqlite3.DatabaseError as exc:

@@ -19,16 +19,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import orjson
 
-from nsysaudit.digests import sha256_bytes
-from nsysaudit.errors import BadOption, UnusableInput
-from nsysaudit.paths import refuse_undecodable_name
+from nsysaudit.core.digests import sha256_bytes
+from nsysaudit.core.errors import BadOption, UnusableInput
+from nsysaudit.core.paths import refuse_undecodable_name
 
 ClockKind = Literal["monotonic", "realtime"]
 Edge = Literal["start", "end"]
@@ -138,6 +138,27 @@ class TelemetryOptions:
             raise BadOption(f"--telemetry-clock: a clock kind is given twice ({', '.join(kinds)})")
         if not 0 <= self.tolerance_ns <= INT64_MAX:
             raise BadOption(f"--clock-tolerance must be between 0 and {INT64_MAX:,} ns (got {self.tolerance_ns:,} ns)")
+
+    @classmethod
+    def from_specs(
+        cls,
+        *,
+        event_key: str = "event",
+        clocks: Sequence[str] = (),
+        anchors: Sequence[str] = (),
+        tolerance_ns: int = DEFAULT_TOLERANCE_NS,
+        lenient: bool = False,
+    ) -> TelemetryOptions:
+        """The options as the command line spells them: ``clocks`` as ``KIND[=FIELD]`` (none: the
+        default clocks), ``anchors`` as ``EVENT=RANGE[:start|:end]``; raises
+        :class:`~nsysaudit.core.errors.BadOption` (one line) for a spelling it cannot read."""
+        return cls(
+            event_key=event_key,
+            clock=tuple(parse_clock(c) for c in clocks) if clocks else DEFAULT_CLOCKS,
+            anchors=tuple(parse_anchor(a) for a in anchors),
+            tolerance_ns=tolerance_ns,
+            lenient=lenient,
+        )
 
     @property
     def clock_fields(self) -> dict[ClockKind, str]:
@@ -387,7 +408,7 @@ def _not_values(options: TelemetryOptions) -> set[str]:
 def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | None = None) -> TelemetryLog:
     """Parse a JSON Lines telemetry file.
 
-    Raises :class:`~nsysaudit.errors.UnusableInput` (exit code 2 in the CLI) for a missing or
+    Raises :class:`~nsysaudit.core.errors.UnusableInput` (exit code 2 in the CLI) for a missing or
     empty file, a file without any usable line, and, unless ``options.lenient``, any bad line.
     Blank lines are skipped.
     """

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.codes import (
+from nsysaudit.core.codes import (
     VMM_ROLES,
     display_name,
     is_capture_begin,
@@ -24,17 +24,17 @@ from nsysaudit.codes import (
     is_device_free_api,
     is_event_record,
 )
-from nsysaudit.errors import UnusableInput, Warning, warning
-from nsysaudit.ids import global_pid
-from nsysaudit.intervals import closed_library_calls, union_windows
-from nsysaudit.progress import Progress
+from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.core.ids import global_pid
+from nsysaudit.core.intervals import closed_library_calls, union_windows
+from nsysaudit.core.progress import Progress
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
 from nsysaudit.read.nvtx import source as nvtx_source
 from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.scan import COLUMNS as SCAN_COLUMNS
-from nsysaudit.read.source import ExportFile, Table, sql_name
+from nsysaudit.read.source import ExportFile, Table, quote, sql_name
 
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
@@ -47,9 +47,6 @@ LIBRARY_TABLES = {"CUBLAS_EVENTS": "cuBLAS", "CUDNN_EVENTS": "cuDNN"}
 LIBRARY_MARKER_CLASSES = (33, 34, 35, 36)
 
 
-def q(name: str) -> str:
-    """Quote an identifier for SQL."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def frame(
@@ -136,7 +133,7 @@ class Trace:
     - ``library_calls``: library API ranges (CUBLAS_EVENTS/CUDNN_EVENTS rows and NVTX ranges in a
       library domain): ``lib_id, api, library, source, gtid, start_ns, end_ns``.
     - ``library_windows``: the union of the closed library calls per thread (``gtid, w_start, w_end``,
-      :func:`nsysaudit.intervals.union_windows`): what the scan selects rows by, and the joins use.
+      :func:`nsysaudit.core.intervals.union_windows`): what the scan selects rows by, and the joins use.
     - ``allocations``: CUDA_GPU_MEMORY_USAGE_EVENTS allocation rows grouped by
       ``gpid, correlation_id`` with ``bytes`` (sum) and ``events`` (row count).
     - ``thread_names``: ``gtid, thread_name``. ``processes``: ``pid, gpid, process_name``.
@@ -177,7 +174,7 @@ class Trace:
     session_start_utc_ns: int | None
     capture: dict[str, list[str]]
     tables_used: dict[str, str]
-    warnings: tuple[Warning, ...] = ()
+    warnings: tuple[ReportWarning, ...] = ()
     capture_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     diagnostics: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DIAGNOSTIC_SCHEMA))
     capture_bounds: Capture = NO_CAPTURE
@@ -208,7 +205,7 @@ def _enum_id(export: ExportFile, table: str, name: str, fallback: int) -> int:
     t = export.table(table)
     if t is None or not t.has("id", "name"):
         return fallback
-    row = export.conn.execute(f"SELECT id FROM {q(t.name)} WHERE name = ?", (name,)).fetchone()
+    row = export.conn.execute(f"SELECT id FROM {quote(t.name)} WHERE name = ?", (name,)).fetchone()
     return int(row[0]) if row else fallback
 
 
@@ -218,7 +215,7 @@ def _marker_classes(export: ExportFile) -> tuple[int, ...]:
     if t is None or not t.has("id", "name"):
         return LIBRARY_MARKER_CLASSES
     rows = export.conn.execute(
-        f"SELECT id FROM {q(t.name)} WHERE name LIKE 'TRACE_PROCESS_EVENT_CU%\\_START' ESCAPE '\\' "
+        f"SELECT id FROM {quote(t.name)} WHERE name LIKE 'TRACE_PROCESS_EVENT_CU%\\_START' ESCAPE '\\' "
         f"OR name LIKE 'TRACE_PROCESS_EVENT_CU%\\_FINISH' ESCAPE '\\'"
     ).fetchall()
     ids = tuple(int(r[0]) for r in rows if type(r[0]) is int)
@@ -228,7 +225,8 @@ def _marker_classes(export: ExportFile) -> tuple[int, ...]:
 def _capture_name_ids(conn: sqlite3.Connection, strings: str) -> pl.Series:
     """StringIds ids of the stream-capture begin/end API names (cuStreamBeginCapture_v2, ...)."""
     rows = conn.execute(
-        f"SELECT id, value FROM {q(strings)} WHERE value LIKE '%StreamBeginCapture%' OR value LIKE '%StreamEndCapture%'"
+        f"SELECT id, value FROM {quote(strings)} "
+        "WHERE value LIKE '%StreamBeginCapture%' OR value LIKE '%StreamEndCapture%'"
     ).fetchall()
     ids = [i for i, v in rows if type(i) is int and isinstance(v, str) and (is_capture_begin(v) or is_capture_end(v))]
     return pl.Series("name_id", ids, dtype=pl.Int64)
@@ -238,7 +236,7 @@ def _memory_call_ids(conn: sqlite3.Connection, strings: str) -> pl.Series:
     """StringIds ids of the calls that give device memory back and of the virtual memory management
     calls (see :attr:`Trace.memory_calls`)."""
     rows = conn.execute(
-        f"SELECT id, value FROM {q(strings)} WHERE value LIKE '%Free%' OR value LIKE '%Destroy%' "
+        f"SELECT id, value FROM {quote(strings)} WHERE value LIKE '%Free%' OR value LIKE '%Destroy%' "
         "OR value LIKE 'cuMem%'"
     ).fetchall()
     ids = [
@@ -261,12 +259,12 @@ def _refuse_repeated_ids(export: ExportFile, strings: Table) -> None:
     a row under each name (a failed call twice, a finding that never happened), and which name nsys
     wrote is unknown. nsys declares ``id INTEGER PRIMARY KEY`` (SQLite's rowid: unique by
     construction), so only a table declared otherwise is searched (one GROUP BY)."""
-    info = export.conn.execute(f"SELECT name, type, pk FROM pragma_table_info({q(strings.name)})").fetchall()
+    info = export.conn.execute(f"SELECT name, type, pk FROM pragma_table_info({quote(strings.name)})").fetchall()
     keys = [(str(name), str(declared).upper()) for name, declared, pk in info if pk]
     if len(keys) == 1 and keys[0][1] == "INTEGER" and sql_name(keys[0][0]) == "id":
         return
     row = export.conn.execute(
-        f"SELECT count(*), sum(n) FROM (SELECT count(*) AS n FROM {q(strings.name)} WHERE id IS NOT NULL "
+        f"SELECT count(*), sum(n) FROM (SELECT count(*) AS n FROM {quote(strings.name)} WHERE id IS NOT NULL "
         "GROUP BY id HAVING count(*) > 1)"
     ).fetchone()
     if row[0]:
@@ -300,7 +298,7 @@ def _load(
 ) -> Trace:
     conn, path = export.conn, export.path
     typed: Counter[str] = Counter()  # values of the wrong type read as NULL, per table
-    read_warnings: list[Warning] = []
+    read_warnings: list[ReportWarning] = []
     strings = export.table("StringIds")
     assert strings is not None  # probe() guarantees it
     _require(path, strings, "id", "value")
@@ -375,7 +373,7 @@ def _load(
         if table.has("eventClass"):
             marks = ", ".join("?" * len(marker_classes))
             (library_markers[table.name],) = conn.execute(
-                f"SELECT count(*) FROM {q(table.name)} WHERE eventClass IN ({marks})", marker_classes
+                f"SELECT count(*) FROM {quote(table.name)} WHERE eventClass IN ({marks})", marker_classes
             ).fetchone()
             marker_filter = f"WHERE e.eventClass IS NULL OR e.eventClass NOT IN ({marks})"
             marker_params = marker_classes
@@ -383,7 +381,7 @@ def _load(
             frame(
                 conn,
                 f"""SELECT s.value, ?, ?, e.globalTid, e.start, e."end"
-                    FROM {q(table.name)} AS e LEFT JOIN {q(strings.name)} AS s ON s.id = e.nameId
+                    FROM {quote(table.name)} AS e LEFT JOIN {quote(strings.name)} AS s ON s.id = e.nameId
                     {marker_filter}""",
                 LIB_SCHEMA,
                 (library, table.name, *marker_params),
@@ -413,7 +411,8 @@ def _load(
 
     # --- CUDA API (runtime + driver): one streaming pass ------------------------------------------
     if runtime is not None:
-        string_ids = pl.Series("id", [r[0] for r in conn.execute(f"SELECT id FROM {q(strings.name)}")], dtype=pl.Int64)
+        ids = [r[0] for r in conn.execute(f"SELECT id FROM {quote(strings.name)}")]
+        string_ids = pl.Series("id", ids, dtype=pl.Int64)
         capture_ids = _capture_name_ids(conn, strings.name)
         memory_call_ids = _memory_call_ids(conn, strings.name)
         marked_ids = pl.concat([capture_ids, memory_call_ids]).unique().sort()
@@ -464,14 +463,14 @@ def _load(
     if tn is not None and tn.has("nameId", "globalTid"):
         thread_names = frame(
             conn,
-            f"""SELECT t.globalTid, s.value FROM {q(tn.name)} AS t
-                LEFT JOIN {q(strings.name)} AS s ON s.id = t.nameId ORDER BY t.rowid""",
+            f"""SELECT t.globalTid, s.value FROM {quote(tn.name)} AS t
+                LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId ORDER BY t.rowid""",
             {"gtid": pl.Int64, "thread_name": pl.String},
             mismatched=typed,
             source=tn.name,
         )
         (unnamed,) = conn.execute(
-            f"""SELECT count(*) FROM {q(tn.name)} AS t LEFT JOIN {q(strings.name)} AS s ON s.id = t.nameId
+            f"""SELECT count(*) FROM {quote(tn.name)} AS t LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId
                 WHERE t.nameId IS NOT NULL AND s.id IS NULL"""
         ).fetchone()
         if unnamed:
@@ -488,7 +487,7 @@ def _load(
     if pt is not None and pt.has("globalPid", "pid", "name"):
         processes = frame(
             conn,
-            f"SELECT pid, globalPid, name FROM {q(pt.name)} ORDER BY globalPid",
+            f"SELECT pid, globalPid, name FROM {quote(pt.name)} ORDER BY globalPid",
             {"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String},
             mismatched=typed,
             source=pt.name,
@@ -499,7 +498,7 @@ def _load(
     session = export.table("TARGET_INFO_SESSION_START_TIME")
     session_start = None
     if session is not None and session.has("utcEpochNs"):
-        row = conn.execute(f"SELECT utcEpochNs FROM {q(session.name)} LIMIT 1").fetchone()
+        row = conn.execute(f"SELECT utcEpochNs FROM {quote(session.name)} LIMIT 1").fetchone()
         if row and row[0] is not None:
             if type(row[0]) is int and -(1 << 63) <= row[0] < (1 << 63):
                 session_start = row[0]
@@ -509,7 +508,7 @@ def _load(
     capture: dict[str, list[str]] = {}
     cap = export.table("META_DATA_CAPTURE")
     if cap is not None and cap.has("name", "value"):
-        for key, value in conn.execute(f"SELECT name, value FROM {q(cap.name)} ORDER BY rowid"):
+        for key, value in conn.execute(f"SELECT name, value FROM {quote(cap.name)} ORDER BY rowid"):
             if isinstance(key, str) and isinstance(value, str):
                 capture.setdefault(key, []).append(value)
             else:
@@ -577,9 +576,11 @@ def _load(
     )
 
 
-def _integrity_warnings(lib: pl.DataFrame, thread_names: pl.DataFrame, allocations: pl.DataFrame) -> list[Warning]:
+def _integrity_warnings(
+    lib: pl.DataFrame, thread_names: pl.DataFrame, allocations: pl.DataFrame
+) -> list[ReportWarning]:
     """What is partly broken in the library calls, thread names and allocation events (the analysis still runs)."""
-    out: list[Warning] = []
+    out: list[ReportWarning] = []
     unnamed = lib.filter(pl.col("api").is_null()).height
     if unnamed:
         out.append(warning("dangling_library_name", unnamed, "library calls whose name is not in StringIds"))
@@ -655,10 +656,10 @@ CUDA_API_PROBLEMS = {
 }
 
 
-def _cuda_api_warnings(table: str | None, problems: dict[str, int], mismatched: int) -> list[Warning]:
+def _cuda_api_warnings(table: str | None, problems: dict[str, int], mismatched: int) -> list[ReportWarning]:
     """The streaming scan's integrity counts as warnings."""
     columns = {"null_start": "start", "null_end": "end", "null_return": "returnValue", "null_name_id": "nameId"}
-    out: list[Warning] = []
+    out: list[ReportWarning] = []
     for key, (kind, message) in CUDA_API_PROBLEMS.items():
         count = problems.get(key, 0)
         if count:
@@ -685,7 +686,7 @@ def event_records_in(export: ExportFile, table: str | None, regions: pl.DataFram
     if regions.height == 0 or strings is None or table is None:
         return pl.DataFrame(schema=CALL_SCHEMA)
     conn = export.conn
-    rows = conn.execute(f"SELECT id, value FROM {q(strings.name)} WHERE value LIKE '%EventRecord%'").fetchall()
+    rows = conn.execute(f"SELECT id, value FROM {quote(strings.name)} WHERE value LIKE '%EventRecord%'").fetchall()
     ids = sorted(int(i) for i, v in rows if type(i) is int and isinstance(v, str) and is_event_record(v))
     if not ids:
         return pl.DataFrame(schema=CALL_SCHEMA)
@@ -694,7 +695,7 @@ def event_records_in(export: ExportFile, table: str | None, regions: pl.DataFram
     try:
         records = frame(
             conn,
-            f"""SELECT globalTid, start, "end", correlationId, nameId, NULL, returnValue FROM {q(table)}
+            f"""SELECT globalTid, start, "end", correlationId, nameId, NULL, returnValue FROM {quote(table)}
                 WHERE nameId IN (SELECT value FROM json_each(?)) AND globalTid IN (SELECT value FROM json_each(?))
                 AND start >= ? AND "end" <= ? AND returnValue = 0""",
             CALL_SCHEMA,
@@ -712,7 +713,7 @@ def _string_values(conn: sqlite3.Connection, table: str, ids: list[int]) -> pl.D
         return pl.DataFrame(schema={"name_id": pl.Int64, "api": pl.String})
     return frame(
         conn,
-        f"SELECT id, value FROM {q(table)} WHERE id IN (SELECT value FROM json_each(?))",
+        f"SELECT id, value FROM {quote(table)} WHERE id IN (SELECT value FROM json_each(?))",
         {"name_id": pl.Int64, "api": pl.String},
         (json.dumps(sorted(int(i) for i in ids)),),
     )

@@ -5,16 +5,17 @@
 - :mod:`nsysaudit.render.json`: canonical JSON bytes (compact, streamed, or indented);
 - :mod:`nsysaudit.render.pictures`: the timeline pictures (the only matplotlib code, imported only
   when a picture is drawn), :mod:`nsysaudit.render.html`: ``report.html``;
-- :func:`escape`: trace text (and the CLI's one-line errors) shown as data (:mod:`nsysaudit.text`).
+- :func:`escape`: trace text (and the CLI's one-line errors) shown as data (:mod:`nsysaudit.core.text`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nsysaudit._lazy import lazy_attributes
+from nsysaudit.core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from nsysaudit.core.text import escape
     from nsysaudit.render.json import analysis_json, indented, write_analysis
     from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
     from nsysaudit.render.plot import check_picture_out, plot_timeline
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
         verification_renderable,
     )
     from nsysaudit.reports.timeline import DEFAULT_BOUNDARY, parse_around
-    from nsysaudit.text import escape
 
 # Imported on first use (PEP 562): JSON output never loads rich or the Markdown renderer.
 _HOMES = {
@@ -40,7 +40,7 @@ _HOMES = {
         "nsysaudit.render.terminal",
     ),
     **dict.fromkeys(("DEFAULT_BOUNDARY", "parse_around"), "nsysaudit.reports.timeline"),
-    "escape": "nsysaudit.text",
+    "escape": "nsysaudit.core.text",
 }
 
 

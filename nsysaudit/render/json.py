@@ -1,6 +1,6 @@
 """JSON bytes of documents: canonical (sorted keys, UTF-8, no NaN), compact or indented.
 
-One rule for every JSON nsysaudit writes (:mod:`nsysaudit.canonical`). The analysis document's
+One rule for every JSON nsysaudit writes (:mod:`nsysaudit.render.canonical`). The analysis document's
 library calls (10^5+ on a large export) are written by polars straight from their frame, between
 the canonical bytes of the rest of the document: never turned into Python objects, several times
 faster, a fraction of the memory. tests/test_canonical.py checks the bytes equal
@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import polars as pl
 
-from nsysaudit import canonical
+from nsysaudit.render import canonical
 from nsysaudit.reports.analysis import AnalysisResult
 
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from nsysaudit.text import escape
+from nsysaudit.core.text import escape
 
 MAX_TEXT = 200
 SEAL_SENTENCE = (
@@ -39,7 +39,7 @@ def md(value: object, limit: int = MAX_TEXT) -> str:
     s = str(value)
     if len(s) > limit:
         s = f"{s[: limit - 1]}… ({len(s)} chars)"
-    # Controls, bidi, zero-width and tag characters become escapes (nsysaudit.text), whose
+    # Controls, bidi, zero-width and tag characters become escapes (nsysaudit.core.text), whose
     # backslash is then escaped like any other: ``\n`` in the data reads ``\n`` in the viewer.
     return _SPECIAL.sub(r"\\\1", escape(s))
 

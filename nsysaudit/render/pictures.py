@@ -6,7 +6,7 @@ SVG writer), inside ``rc_context`` with matplotlib's defaults and a fixed :data:
 user's ``matplotlibrc`` changes nothing. The bytes are the same on every run: no date in the SVG
 metadata, a fixed ``svg.hashsalt`` for its ids, text kept as text (``svg.fonttype = none``) and
 laid out with the DejaVu Sans file matplotlib ships (never a system font), no PNG ``Software``
-tag. Trace text is drawn escaped (:func:`nsysaudit.text.escape`) with math parsing off, so a
+tag. Trace text is drawn escaped (:func:`nsysaudit.core.text.escape`) with math parsing off, so a
 ``$`` or a control character in a thread name is shown as written.
 
 A figure is a stack of panels, each a function ``(ax, timeline, view) -> None`` over the same
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from nsysaudit.errors import BadOption, PictureNotWritable
+from nsysaudit.core.errors import BadOption, PictureNotWritable
+from nsysaudit.core.text import escape, size_word
 from nsysaudit.reports.timeline import Timeline, View, notes_of
-from nsysaudit.text import escape, size_word
 
 
 def _quietly_import_matplotlib() -> None:

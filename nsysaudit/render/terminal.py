@@ -23,9 +23,9 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from nsysaudit.core.text import byte_size, escape
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.statements import CENSORED_WORDS
-from nsysaudit.text import byte_size, escape
 
 MAX_TEXT = 80
 MAX_LIBRARY_ROWS = 40
@@ -35,7 +35,7 @@ def literal(value: object, limit: int = MAX_TEXT) -> Text:
         return Text("unknown", style="dim italic")
     s = str(value)
     # rich passes ESC, CSI and line breaks through: trace text could recolour the terminal, forge
-    # report lines or reorder them (see nsysaudit.text for the characters).
+    # report lines or reorder them (see nsysaudit.core.text for the characters).
     shown = escape(s)
     if len(shown) > limit:
         shown = f"{shown[: limit - 1]}… ({len(s)} chars)"
@@ -886,7 +886,7 @@ def verification_renderable(
 
 
 class TerminalProgress:
-    """A rich progress bar for long steps (see :class:`nsysaudit.progress.Progress`).
+    """A rich progress bar for long steps (see :class:`nsysaudit.core.progress.Progress`).
 
     Drawn on stderr, transient (it disappears when the step ends), so the report on stdout is the
     same with or without it. The CLI uses it only when stdout is a terminal and --json is off.

@@ -19,8 +19,8 @@ from nsysaudit.analysis import Analysis
 from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.analysis.run import TELEMETRY_POINTS_RULE
 from nsysaudit.analysis.verdict import Verdict
-from nsysaudit.codes import is_allocation_api, is_out_of_memory, names
-from nsysaudit.errors import Warning
+from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.answer import MAX_CENSORED, answer
@@ -428,7 +428,7 @@ class AnalysisResult:
         return list(self.analysis.verdict_reasons)
 
     @property
-    def warnings(self) -> list[Warning]:
+    def warnings(self) -> list[ReportWarning]:
         return list(self.analysis.warnings)
 
     @property

@@ -28,8 +28,8 @@ from typing import Any, Literal
 import polars as pl
 
 from nsysaudit.analysis.interest import of_interest
-from nsysaudit.codes import is_allocation_api, names
-from nsysaudit.paths import basename, scrub_paths
+from nsysaudit.core.codes import is_allocation_api, names
+from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.statements import (
     allocation_statement,

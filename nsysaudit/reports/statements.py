@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nsysaudit.text import byte_size, size_word
+from nsysaudit.core.text import byte_size, size_word
 
 
 def _fmt_bytes(values: Iterable[int | None]) -> str:

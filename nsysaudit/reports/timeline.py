@@ -38,9 +38,9 @@ from typing import Any, Literal
 
 import polars as pl
 
-from nsysaudit.codes import display_name, is_allocation_api, return_name
-from nsysaudit.errors import BadOption
-from nsysaudit.paths import basename
+from nsysaudit.core.codes import display_name, is_allocation_api, return_name
+from nsysaudit.core.errors import BadOption
+from nsysaudit.core.paths import basename
 from nsysaudit.reports.analysis import AnalysisResult
 
 DEFAULT_BOUNDARY = "backward_start"

@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nsysaudit.digests import sha256_bytes
-from nsysaudit.errors import CheckFailed, OutputExists, OutputNotWritable
-from nsysaudit.progress import Progress
+from nsysaudit.core.digests import sha256_bytes
+from nsysaudit.core.errors import CheckFailed, OutputExists, OutputNotWritable
+from nsysaudit.core.progress import Progress
 from nsysaudit.read.telemetry import TelemetryOptions
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.render.json import indented

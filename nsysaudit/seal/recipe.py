@@ -12,12 +12,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from nsysaudit.api import analyze
-from nsysaudit.digests import sha256_file
-from nsysaudit.errors import BadOption, CheckFailed, UnusableInput
-from nsysaudit.joins import DEFAULT_MAX_PAIRS
-from nsysaudit.paths import basename, scrub_paths
-from nsysaudit.progress import Progress
+from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.core.digests import sha256_file
+from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
+from nsysaudit.core.paths import basename, scrub_paths
+from nsysaudit.core.progress import Progress
 from nsysaudit.read.inputs import input_kind
 from nsysaudit.read.telemetry import CLOCK_KINDS, TelemetryOptions, parse_anchor
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
@@ -41,6 +40,7 @@ from nsysaudit.seal.layout import (
     checksum_line,
     picture_name,
 )
+from nsysaudit.session import analyze
 
 
 @dataclass(frozen=True)

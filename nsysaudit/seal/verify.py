@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nsysaudit.digests import sha256_file
-from nsysaudit.errors import BadOption, CheckFailed, UnusableInput
+from nsysaudit.core.digests import sha256_file
+from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
 from nsysaudit.seal.layout import (
     _LINE,
     INPUTS,
@@ -126,8 +126,8 @@ def verify(
 ) -> Verification:
     """Check a sealed report folder; with ``inputs``, also check them and re-run the analysis.
 
-    Raises :class:`~nsysaudit.errors.UnusableInput` (exit 2) when ``dir`` is not a sealed report
-    folder at all (no manifest), and :class:`~nsysaudit.errors.CheckFailed` (exit 1) naming
+    Raises :class:`~nsysaudit.core.errors.UnusableInput` (exit 2) when ``dir`` is not a sealed report
+    folder at all (no manifest), and :class:`~nsysaudit.core.errors.CheckFailed` (exit 1) naming
     every missing, extra or changed file, any manifest entry that escapes the folder, an input
     whose digest differs, and a re-run whose report differs.
     """

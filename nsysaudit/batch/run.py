@@ -10,7 +10,7 @@ analyze every input with :func:`nsysaudit.analyze` on one of two engines:
 
 Every worker sends back only rows (plain dicts), never an :class:`~nsysaudit.AnalysisResult`, so
 the driver's memory grows with the number of rows, not with the exports. An input that cannot be
-analyzed (:class:`~nsysaudit.errors.NsysAuditError`, or an ``OSError`` while reading it) is a row
+analyzed (:class:`~nsysaudit.core.errors.NsysAuditError`, or an ``OSError`` while reading it) is a row
 with its one-line ``error``; it never stops the batch. Any other exception is a bug: it stops the
 batch, and what was finished is kept (below).
 
@@ -52,14 +52,22 @@ from typing import Any, Literal
 
 import polars as pl
 
-from nsysaudit.api import analyze
-from nsysaudit.digests import sha256_file
-from nsysaudit.errors import BadOption, NsysAuditError, Terminated, UnusableInput, signal_raises
-from nsysaudit.joins import DEFAULT_MAX_PAIRS
-from nsysaudit.paths import storable
-from nsysaudit.progress import Progress
+from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.core.digests import sha256_file
+from nsysaudit.core.errors import (
+    BadOption,
+    BatchOutputNotWritable,
+    EngineUnavailable,
+    NsysAuditError,
+    Terminated,
+    UnusableInput,
+    signal_raises,
+)
+from nsysaudit.core.paths import storable
+from nsysaudit.core.progress import Progress
+from nsysaudit.core.text import escape
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.text import escape
+from nsysaudit.session import analyze
 
 Engine = Literal["local", "dask"]
 ENGINES: tuple[Engine, ...] = ("local", "dask")
@@ -130,18 +138,6 @@ KIND_COLUMNS = {
     "nested_call_failure": "nested_call_failures",
     "captured_event_wait_failure": "captured_event_wait_failures",
 }
-
-
-class BatchOutputNotWritable(BadOption):
-    """The batch output cannot be written where it was asked for (exit 2, nothing written)."""
-
-    def __init__(self, path: object, problem: str) -> None:
-        super().__init__(f"{path}: cannot write the batch output here: {problem} (nothing was written)")
-        self.path = str(path)
-
-
-class EngineUnavailable(NsysAuditError):
-    """The engine asked for cannot run here (dask not installed, no scheduler at the address)."""
 
 
 # --- inputs ------------------------------------------------------------------------------------------

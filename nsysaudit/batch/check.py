@@ -26,7 +26,7 @@ Two more rules keep a CI job honest: a file that no expectation matches fails ("
 fixture cannot slip in unchecked; an expectation that matches none of the files checked fails
 ("matches no file"), so a renamed fixture cannot leave its expectation silently unused.
 
->>> from nsysaudit.check import Expectations, check
+>>> from nsysaudit.batch.check import Expectations, check
 >>> expectations = Expectations.parse('''
 ... [[expect]]
 ... files = "torch/observe.sqlite"
@@ -53,21 +53,13 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.errors import BadOption, NsysAuditError
-from nsysaudit.fleet import KIND_COLUMNS, AuditOptions, _local, audit_one, find_inputs, findings_frame
-from nsysaudit.text import escape
+from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, _local, audit_one, find_inputs, findings_frame
+from nsysaudit.core.errors import BadOption, ExpectationsUnusable
+from nsysaudit.core.text import escape
 
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
 EXPECT_KEYS = {"files", "verdict", "findings", "allow_censored", "max_failed_calls", "name", "telemetry"}
 FINDING_KEYS = {"kind", "api", "return_code", "enclosing", "count"}
-
-
-class ExpectationsUnusable(NsysAuditError):
-    """The expectations file cannot be used (unreadable, not TOML, a key or value it does not know)."""
-
-    def __init__(self, path: object, problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = str(path)
 
 
 # --- the expectations file -----------------------------------------------------------------------------
@@ -394,7 +386,7 @@ class CheckReport:
         a failed one, an ``<error>`` with its one line for an input that could not be analyzed.
 
         Written with the standard library (``xml.etree``): the format needs no more, and text from
-        file names is escaped (:func:`nsysaudit.text.escape`), since XML 1.0 cannot hold control
+        file names is escaped (:func:`nsysaudit.core.text.escape`), since XML 1.0 cannot hold control
         characters at all.
         """
         failures = sum(bool(c.failures) and c.error is None for c in self.cases)
@@ -431,7 +423,7 @@ def check(
     An input that cannot be analyzed (or whose telemetry cannot be read) is an ``error`` check with
     its one line; the others are still checked. An expectation with ``telemetry`` checks the
     analysis of its files with that telemetry (one more analysis of each file). Raises
-    :class:`~nsysaudit.errors.BadOption` when no input was found.
+    :class:`~nsysaudit.core.errors.BadOption` when no input was found.
     """
     given = list(paths)
     for path in given:  # a path named on the command line that is not there is a mistake in the job

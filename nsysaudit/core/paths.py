@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from nsysaudit.errors import UnusableInput
+from nsysaudit.core.errors import UnusableInput
 
 # What separates a path's components here: ``/``, and on Windows ``\`` too. On POSIX a backslash
 # is part of a name (``run\1.sqlite``), not a separator.

@@ -104,7 +104,7 @@ class CheckFailed(NsysAuditError):
     exit_code = 1
 
 
-class Warning(TypedDict):
+class ReportWarning(TypedDict):
     """A problem found in the evidence that the analysis survived: ``kind``, how many, and what it means."""
 
     kind: str
@@ -112,7 +112,7 @@ class Warning(TypedDict):
     message: str
 
 
-def warning(kind: str, count: int, message: str) -> Warning:
+def warning(kind: str, count: int, message: str) -> ReportWarning:
     """One entry of a report's ``warnings`` (a value: steps return them, nobody appends to a shared list)."""
     return {"kind": kind, "count": int(count), "message": message}
 
@@ -123,3 +123,23 @@ class PictureNotWritable(BadOption):
     def __init__(self, path: object, problem: str) -> None:
         super().__init__(f"{path}: cannot write the picture here: {problem} (nothing was written)")
         self.path = str(path)
+
+
+class ExpectationsUnusable(NsysAuditError):
+    """The expectations file cannot be used (unreadable, not TOML, a key or value it does not know)."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+
+
+class BatchOutputNotWritable(BadOption):
+    """The batch output cannot be written where it was asked for (exit 2, nothing written)."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: cannot write the batch output here: {problem} (nothing was written)")
+        self.path = str(path)
+
+
+class EngineUnavailable(NsysAuditError):
+    """The engine asked for cannot run here (dask not installed, no scheduler at the address)."""

@@ -1,0 +1,111 @@
+"""Every row of a large evidence table, read in rowid batches: what ``nsysaudit.open``'s lazy
+frames collect (``Session.cuda_api()``, ``Session.memory_events()``).
+
+A :class:`RowQuery` is the SQL of one table with the raw schema of its rows; :func:`rowid_batches`
+runs it from a rowid on, ``size`` rows at a time, through the export's own read-only connection.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from nsysaudit.core.errors import UnusableInput
+from nsysaudit.read.source import ExportFile, quote
+from nsysaudit.read.trace import frame
+
+CUDA_API_RAW: dict[str, Any] = {
+    "rowid": pl.Int64,
+    "global_tid": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+    "correlation_id": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+MEMORY_RAW: dict[str, Any] = {
+    "rowid": pl.Int64,
+    "global_pid": pl.Int64,
+    "start_ns": pl.Int64,
+    "operation": pl.String,
+    "memory_kind": pl.String,
+    "bytes": pl.Int64,
+    "address": pl.Int64,
+    "device_id": pl.Int64,
+    "stream_id": pl.Int64,
+    "correlation_id": pl.Int64,
+}
+
+
+@dataclass(frozen=True)
+class RowQuery:
+    """``sql`` takes two parameters, the last rowid read and the batch size; ``raw`` is its rows' schema."""
+
+    sql: str
+    raw: dict[str, Any]
+
+
+def cuda_api_query(export: ExportFile) -> RowQuery | None:
+    """Every ``CUPTI_ACTIVITY_KIND_RUNTIME`` row with its name from ``StringIds`` (None: no such tables)."""
+    table = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
+    strings = export.table("StringIds")
+    if table is None or strings is None:
+        return None
+    correlation = "r.correlationId" if table.has("correlationId") else "NULL"
+    sql = f"""SELECT r.rowid, r.globalTid, s.value, r.returnValue, {correlation}, r.start, r."end"
+              FROM {quote(table.name)} AS r LEFT JOIN {quote(strings.name)} AS s ON s.id = r.nameId
+              WHERE r.rowid > ? ORDER BY r.rowid LIMIT ?"""
+    return RowQuery(sql, CUDA_API_RAW)
+
+
+def memory_events_query(export: ExportFile) -> RowQuery | None:
+    """Every ``CUDA_GPU_MEMORY_USAGE_EVENTS`` row, its operation and memory kind labelled by the
+    export's own enum tables (the raw id as text where it has none); None: no usable table."""
+    table = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS")
+    if table is None or not table.has("start", "globalPid"):
+        return None
+
+    def column(name: str) -> str:
+        return f"m.{quote(name)}" if table.has(name) else "NULL"
+
+    operation = _enum_label(export, "ENUM_CUDA_DEV_MEM_EVENT_OPER", column("memoryOperationType"))
+    memory_kind = _enum_label(export, "ENUM_CUDA_MEM_KIND", column("memKind"))
+    sql = f"""SELECT m.rowid, m.globalPid, m.start, {operation}, {memory_kind}, {column("bytes")},
+                     {column("address")}, {column("deviceId")}, {column("streamId")}, {column("correlationId")}
+              FROM {quote(table.name)} AS m WHERE m.rowid > ? ORDER BY m.rowid LIMIT ?"""
+    return RowQuery(sql, MEMORY_RAW)
+
+
+def _enum_label(export: ExportFile, enum: str, value: str) -> str:
+    table = export.table(enum)
+    if value == "NULL" or table is None or not table.has("id"):
+        return f"CAST({value} AS TEXT)"
+    label = "label" if table.has("label") else "name" if table.has("name") else None
+    if label is None:
+        return f"CAST({value} AS TEXT)"
+    return f"coalesce((SELECT e.{label} FROM {quote(table.name)} AS e WHERE e.id = {value}), CAST({value} AS TEXT))"
+
+
+def rowid_batches(export: ExportFile, query: RowQuery, size: int) -> Iterator[pl.DataFrame]:
+    """``query``'s rows in rowid order, at most ``size`` a batch (each with its ``rowid``).
+
+    SQLite failing under the read (a file damaged or changed since it was opened) is
+    :class:`~nsysaudit.core.errors.UnusableInput`, one line naming the export.
+    """
+    conn: sqlite3.Connection = export.conn
+    last = -(1 << 63)
+    while True:
+        try:
+            rows = frame(conn, query.sql, query.raw, (last, size))
+        except sqlite3.DatabaseError as exc:
+            raise UnusableInput(export.path, f"SQLite failed while reading the export: {exc}") from None
+        if rows.height == 0:
+            return
+        last = int(rows["rowid"][-1])
+        yield rows
+        if rows.height < size:  # the last batch
+            return
