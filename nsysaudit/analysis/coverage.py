@@ -35,7 +35,7 @@ often initialize CUDA themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, get_args
 
 import polars as pl
 
@@ -44,7 +44,7 @@ from nsysaudit.read.diagnostics import CUDA_GAPS, Capture
 from nsysaudit.read.trace import Trace
 
 # Reasons a call is censored, most telling first (the order of ``censored_reasons``).
-REASONS = (
+CensoredReason = Literal[
     "no_cuda_api_trace",
     "library_call_has_no_end",
     "library_call_has_no_start",
@@ -57,7 +57,8 @@ REASONS = (
     "nsys_warned_cuda_events_missing",
     "cuda_api_trace_ended_before_call",
     "cuda_api_trace_ends_inside",
-)
+]
+REASONS: tuple[CensoredReason, ...] = get_args(CensoredReason)
 GAP_REASON = {"cuda_trace_degraded": "cuda_trace_degraded", "cuda_events_missing": "nsys_warned_cuda_events_missing"}
 
 

@@ -7,13 +7,24 @@ captured events (see :mod:`nsysaudit.analysis.failures`). Both have :data:`FINDI
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 import polars as pl
 
 from nsysaudit.analysis import failures, joins
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory
 from nsysaudit.read.trace import Trace
+
+# What a finding is (docs/evidence.md): a failed allocation or other call wholly inside a library call
+# on its thread, an allocation failing across a library call's edge, a failed wait on an event recorded
+# inside a stream capture.
+FindingKind = Literal[
+    "nested_alloc_failure",
+    "nested_call_failure",
+    "captured_event_wait_failure",
+    "straddling_alloc_failure",
+]
+FINDING_KINDS: tuple[FindingKind, ...] = get_args(FindingKind)
 
 _CHAIN = pl.List(pl.Struct({"lib_id": pl.Int64, "api": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}))
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal, get_args
 
 import polars as pl
 
@@ -59,7 +59,10 @@ MANAGED = frozenset({"Managed", "Managed Static"})
 # is the part of ``pool_reserved`` in use, not more memory.
 HELD = ("segments", "mapped", "pool_reserved", "static")
 BY_MECHANISM = ("segments", "mapped", "pool_reserved", "pool_utilized", "static")
-MECHANISMS = ("segments", "mapped", "pool", "imported_pool", "static", "managed", "host")
+# How memory is held (docs/ledger.md): plain allocations, VMM maps, pool allocations, allocations from
+# an imported pool, driver module memory, managed memory, host or unknown kinds.
+Mechanism = Literal["segments", "mapped", "pool", "imported_pool", "static", "managed", "host"]
+MECHANISMS: tuple[Mechanism, ...] = get_args(Mechanism)
 NOT_COUNTED = (
     "CUDA contexts and the driver's own reservations (they have no memory event)",
     "processes the capture did not trace",

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import polars as pl
 
+from nsysaudit.analysis.findings import FINDING_KINDS
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.core.codes import is_allocation_api, names
 from nsysaudit.core.paths import basename, scrub_paths
@@ -428,12 +429,6 @@ def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
     }
 
 
-FINDING_KINDS = (
-    "nested_alloc_failure",
-    "nested_call_failure",
-    "captured_event_wait_failure",
-    "straddling_alloc_failure",
-)
 
 
 def _findings_by_kind(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:

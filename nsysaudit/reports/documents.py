@@ -1,0 +1,879 @@
+"""The documents' types: what ``analyze --json`` prints, what a sealed ``report.json`` holds, and the
+comparison ``compare`` seals. The JSON contract (docs/json.md) is generated from these types
+(``python -m nsysaudit.reports.documents docs/json.md`` writes it), and tests/test_documents.py fails
+when the types, the generated contract and the documents the tool writes drift apart.
+
+The vocabularies are ``Literal`` types defined where their values are made (the verdict in
+:mod:`nsysaudit.analysis.verdict`, censoring reasons in :mod:`nsysaudit.analysis.coverage`, finding
+kinds in :mod:`nsysaudit.analysis.findings`, memory mechanisms in :mod:`nsysaudit.analysis.ledger`)
+and named here. A key marked ``NotRequired`` is present only when its evidence is (``alignment`` and
+``telemetry`` with a telemetry file, ``finding`` on a memory point taken at a finding, ...); every
+other key is always present, ``null`` where the value is unknown.
+
+Open-ended maps stay maps: the application's own telemetry values (``dict[str, int]``), the memory
+kinds nsys names (``dict[str, str]``), bytes by kind (``dict[str, int]``).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+import typing
+from typing import Any, Literal, NotRequired, TypedDict, Union, get_args, get_origin, get_type_hints
+
+from nsysaudit.analysis.coverage import CensoredReason
+from nsysaudit.analysis.findings import FindingKind
+from nsysaudit.analysis.ledger import Mechanism
+from nsysaudit.analysis.verdict import Verdict
+from nsysaudit.core.codes import ReturnClass as Classification
+from nsysaudit.core.errors import ReportWarning
+
+__all__ = [
+    "AnalysisDocument",
+    "CensoredReason",
+    "Classification",
+    "ComparisonDocument",
+    "Coverage",
+    "FindingKind",
+    "Mechanism",
+    "SealedAnalysisDocument",
+    "Verdict",
+]
+
+CoverageState = Literal["complete", "censored"]
+PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
+InputKind = Literal["sqlite", "nsys-rep"]
+
+
+# --- the parts ------------------------------------------------------------------------------------
+class Tool(TypedDict):
+    name: str
+    version: str
+
+
+class Input(TypedDict):
+    """The input: what was read and how. ``export``: a .nsys-rep's export (digest, cache, nsys);
+    ``engine`` and the SQLite that read it are the install's, not the evidence's."""
+
+    path: str
+    kind: InputKind
+    sha256: str
+    size_bytes: int
+    nsys_version: str | None
+    schema_version: str | None
+    session_start_utc_ns: int | None
+    tables: dict[str, str]
+    engine: NotRequired[str]
+    sqlite_version: NotRequired[str]
+    native_unavailable: NotRequired[str | None]
+    export: NotRequired[dict[str, Any]]
+
+
+class CensusRow(TypedDict):
+    api: str | None
+    display_api: str | None
+    return_name: str | None
+    return_code: int
+    count: int
+    classification: Classification | None
+
+
+class Census(TypedDict):
+    cuda_api_calls: int
+    nonzero_returns: int
+    by_return: list[CensusRow]
+    failed_calls: int
+
+
+class Moment(TypedDict):
+    """A telemetry line at or around a moment of the trace, on the application's clock."""
+
+    event: str
+    line: int
+    ns: int
+    ms: float
+    via: str
+    values: NotRequired[dict[str, int]]
+
+
+class Position(TypedDict):
+    """Where a call or moment falls among the application's telemetry lines."""
+
+    method: str
+    verified: bool
+    before: Moment | None
+    after: Moment | None
+    during: list[Moment]
+    in_force: Moment | None
+
+
+class AllocationsBefore(TypedDict):
+    count: int
+    bytes_each: list[int | None]
+    bytes: int | None
+
+
+class Enclosing(TypedDict):
+    lib_id: int
+    api: str
+    library: str | None
+    source: str
+    start_ns: int | None
+    end_ns: int | None
+    recorded_end_ns: int | None
+    end_known: bool
+    coverage: CoverageState
+    allocations_before: AllocationsBefore | None
+
+
+class ChainLink(TypedDict):
+    lib_id: int
+    api: str
+    start_ns: int | None
+    end_ns: int | None
+
+
+class ApiCall(TypedDict):
+    api: str | None
+    correlation_id: int | None
+    start_ns: int | None
+    end_ns: int | None
+
+
+class StreamCapture(TypedDict):
+    begin: ApiCall
+    end: ApiCall
+    event_records: list[ApiCall]
+    event_records_count: int
+    ns_from_capture_end: int | None
+    regions_with_records_before: int
+    pid: int | None
+    tid: int | None
+    global_tid: int | None
+    thread_name: str | None
+
+
+class Finding(TypedDict):
+    kind: FindingKind
+    api: str | None
+    display_api: str | None
+    return_name: str | None
+    return_code: int | None
+    correlation_id: int | None
+    pid: int | None
+    tid: int | None
+    global_tid: int | None
+    thread_name: str | None
+    start_ns: int | None
+    end_ns: int | None
+    requested_bytes: int | None
+    out_of_memory: bool
+    enclosing: Enclosing | None
+    enclosing_chain: list[ChainLink]
+    stream_capture: StreamCapture | None
+    telemetry: NotRequired[Position]
+
+
+class FailedCalls(TypedDict):
+    """Failures no finding explains, grouped by call, return, thread and NVTX range."""
+
+    api: str | None
+    display_api: str | None
+    return_name: str | None
+    return_code: int | None
+    allocation: bool
+    out_of_memory: bool
+    pid: int | None
+    tid: int | None
+    global_tid: int | None
+    thread_name: str | None
+    nvtx_range: str | None
+    nvtx_domain: str | None
+    straddles_library_call: bool
+    library_call_unexamined: bool
+    count: int
+    first_ns: int | None
+    last_ns: int | None
+    example_correlation_ids: list[int]
+
+
+class SourceCoverage(TypedDict):
+    source: str
+    pid: int | None
+    global_pid: int | None
+    first_ns: int | None
+    last_ns: int | None
+    rows: int
+
+
+class CaptureBounds(TypedDict):
+    start_ns: int | None
+    stop_ns: int | None
+    start_from: str | None
+    stop_from: str | None
+    diagnostics_table: bool
+
+
+class Censored(TypedDict):
+    """A library call the trace does not cover, and why (``reasons``, most telling first)."""
+
+    lib_id: int
+    api: str
+    pid: int | None
+    tid: int | None
+    thread_name: str | None
+    start_ns: int | None
+    end_ns: int | None
+    recorded_end_ns: int | None
+    end_known: bool
+    reason: CensoredReason
+    reasons: list[CensoredReason]
+    cuda_api_first_ns: int | None
+    cuda_api_last_ns: int | None
+
+
+class NsysDiagnostic(TypedDict):
+    timestamp_ns: int | None
+    severity: str
+    source: str | None
+    text: str
+    category: str
+    library: str | None
+    global_pid: int | None
+    pid: int | None
+
+
+class LibrarySource(TypedDict):
+    library: str
+    requested: bool | None
+    status: str
+    calls: int
+    markers: int
+    reason: str | None
+
+
+class Coverage(TypedDict):
+    cuda_api_trace: bool
+    by_source: list[SourceCoverage]
+    censored: list[Censored]
+    capture: CaptureBounds
+    nsys_diagnostics: list[NsysDiagnostic]
+    library_sources: list[LibrarySource]
+
+
+class Process(TypedDict):
+    global_pid: int
+    pid: int
+    name: str | None
+
+
+class Limits(TypedDict):
+    max_pairs: int | None
+    pairs: int
+    pairs_listed: int
+
+
+class ByMechanism(TypedDict):
+    segments: int
+    mapped: int
+    pool_reserved: int
+    pool_utilized: int
+    static: int
+
+
+class MechanismCounts(TypedDict):
+    allocation_events: int
+    allocated_bytes: int
+    deallocation_events: int
+
+
+class CallAllocations(TypedDict):
+    call: str
+    api: str | None
+    kind: str
+    events: int
+    bytes: int
+
+
+class DeviceProcess(TypedDict):
+    """One process's memory on one device over the whole trace."""
+
+    pid: int | None
+    global_pid: int
+    allocated_bytes: int
+    driver_allocated_bytes: int
+    freed_bytes: int
+    live_bytes_at_end: int
+    live_bytes_by_kind_at_end: dict[str, int]
+    held_by_mechanism_at_end: ByMechanism
+    allocations_by_call: list[CallAllocations]
+
+
+class Device(TypedDict):
+    """A device the export names, what was allocated on it, and (when the ledger is claimed,
+    ``memory.ledger``) what was freed and live, its peak and each process's share."""
+
+    device_id: int
+    vm: int
+    name: str | None
+    total_bytes: int | None
+    allocation_events: int
+    allocated_bytes: int
+    allocated_bytes_by_kind: dict[str, int]
+    freed_bytes: NotRequired[int]
+    live_bytes_at_end: NotRequired[int]
+    live_bytes_by_kind_at_end: NotRequired[dict[str, int]]
+    device_resident_live_bytes_at_end: NotRequired[int]
+    held_by_mechanism_at_end: NotRequired[ByMechanism]
+    peak_device_resident_live_bytes: NotRequired[int]
+    peak_at_ns: NotRequired[int | None]
+    processes: NotRequired[list[DeviceProcess]]
+
+
+class PointProcess(TypedDict):
+    pid: int | None
+    global_pid: int
+    resident_bytes: int
+    managed_bytes: int
+    imported_pool_bytes: int
+    by_mechanism: ByMechanism
+
+
+class PointDevice(TypedDict):
+    """A device at a moment: what was live, and the bound on what could have been free."""
+
+    device_id: int
+    vm: int
+    total_bytes: int | None
+    process_has_events: bool
+    process_live_bytes: int
+    device_resident_live_bytes: int
+    managed_live_bytes: int
+    freed_before_bytes: int
+    free_at_most_bytes: int | None
+    live_bytes_by_kind: dict[str, int]
+    by_mechanism: ByMechanism
+    processes: list[PointProcess]
+    bound_unknown: NotRequired[str]
+
+
+class MemoryPoint(TypedDict):
+    """The ledger at one moment (a finding, a library call, a censored call, a telemetry line, the end)."""
+
+    point: PointKind
+    label: str
+    t_ns: int | None
+    pid: int | None
+    global_pid: int | None
+    covered: bool
+    devices: list[PointDevice]
+    holder: str
+    free_calls_without_event_before: NotRequired[int]
+    free_calls_without_event_examples: NotRequired[list[int]]
+    unknown: NotRequired[str]
+    finding: NotRequired[int]
+    lib_id: NotRequired[int]
+    line: NotRequired[int]
+    censored_reasons: NotRequired[list[CensoredReason]]
+
+
+class FreeCallsWithoutEvent(TypedDict):
+    count: int
+    by_api: dict[str, int]
+    example_correlation_ids: list[int]
+    note: str
+
+
+class FreedNeverAllocated(TypedDict):
+    events: int
+    bytes: int
+
+
+class Pool(TypedDict):
+    address: int
+    pid: int | None
+    global_pid: int
+    device_id: int
+    created: bool
+    destroyed: bool
+    allocation_events: int
+    deallocation_events: int
+    trims: int
+    peak_size_bytes: int
+    size_at_end_bytes: int
+    utilized_at_end_bytes: int
+
+
+class VirtualMemory(TypedDict):
+    address_reservations: int
+    address_frees: int
+    handles_created: int
+    handles_released: int
+    mapped_events: int
+    unmapped_events: int
+    note: str
+
+
+class TelemetryPoints(TypedDict):
+    lines: int
+    read_at: int
+    rule: str
+
+
+class Memory(TypedDict):
+    """The memory ledger (docs/ledger.md): per device and process, and at each moment (``at``)."""
+
+    ledger: bool
+    why_no_ledger: str | None
+    at: list[MemoryPoint]
+    collected: NotRequired[bool | None]
+    events: NotRequired[int]
+    allocation_events: NotRequired[int]
+    deallocation_events: NotRequired[int]
+    kinds: NotRequired[dict[str, str]]
+    mechanisms: NotRequired[dict[Mechanism, MechanismCounts]]
+    devices: NotRequired[list[Device]]
+    pools: NotRequired[list[Pool]]
+    virtual_memory: NotRequired[VirtualMemory]
+    free_calls_without_event: NotRequired[FreeCallsWithoutEvent]
+    freed_never_allocated: NotRequired[FreedNeverAllocated]
+    not_counted: NotRequired[list[str]]
+    telemetry_points: NotRequired[TelemetryPoints]
+
+
+class Child(TypedDict):
+    api: str | None
+    display_api: str | None
+    return_code: int | None
+    return_name: str | None
+    correlation_id: int | None
+    start_ns: int | None
+    end_ns: int | None
+    bytes: int | None
+
+
+class LibraryCall(TypedDict):
+    lib_id: int
+    api: str
+    display_api: str | None
+    library: str | None
+    source: str
+    pid: int | None
+    tid: int | None
+    global_tid: int | None
+    thread_name: str | None
+    start_ns: int | None
+    end_ns: int | None
+    recorded_end_ns: int | None
+    end_known: bool
+    duration_ns: int | None
+    coverage: CoverageState
+    censored_reason: CensoredReason | None
+    censored_reasons: list[CensoredReason] | None
+    coverage_evidence: str | None
+    cuda_api_first_ns: int | None
+    cuda_api_last_ns: int | None
+    children: list[Child]
+    straddling: list[Child]
+    allocated_bytes: int | None
+    allocated_bytes_traced: int
+    allocations_size_unknown: int
+    failed_children: int
+    children_complete: bool
+    telemetry: NotRequired[Position]
+
+
+class AnswerFinding(TypedDict):
+    finding: int
+    kind: FindingKind
+    what: str
+    when: str | None
+    held: str | None
+
+
+class AnswerCensored(TypedDict):
+    lib_id: int
+    what: str
+    held: str | None
+
+
+class Answer(TypedDict):
+    """What a person reads first: the verdict in a sentence, each finding in words, what limits it."""
+
+    verdict: Verdict
+    summary: str
+    findings: list[AnswerFinding]
+    censored: list[AnswerCensored]
+    censored_total: int
+    limits: list[str]
+
+
+class AgreementDiff(TypedDict):
+    event: str
+    line: int
+    utc_minus_anchor_ns: int
+
+
+class Agreement(TypedDict):
+    events: int
+    max_abs_diff_ns: int | None
+    worst_event: str | None
+    worst_line: int | None
+    diffs_ns: list[AgreementDiff]
+
+
+class AnchorPair(TypedDict):
+    event: str
+    line: int
+    nvtx: str
+    domain: str | None
+    edge: str
+    edge_ns: int
+    clock_ns: int
+    offset_ns: int
+    residual_ns: int
+    utc_residual_ns: int | None
+    pid: int | None
+    tid: int | None
+    telemetry_tid: int | None
+    same_thread: bool | None
+    rule: str
+
+
+class EventLine(TypedDict):
+    event: str
+    line: int
+
+
+class SkippedAnchor(TypedDict):
+    event: str
+    nvtx: str
+    edge: str
+    lines: list[int]
+    reason: str
+
+
+class Anchors(TypedDict):
+    clock: str
+    clock_field: str
+    computed: bool
+    offset_ns: int | None
+    max_abs_residual_ns: int | None
+    reason: str | None
+    rule: str
+    pairs: list[AnchorPair]
+    skipped: list[SkippedAnchor]
+    events_without_anchor: list[EventLine]
+
+
+class UtcAlignment(TypedDict):
+    clock_field: str
+    computed: bool
+    offset_ns: int | None
+    session_start_utc_ns: int | None
+    reason: str | None
+
+
+class AlignmentCheck(TypedDict):
+    check: str
+    passed: bool | None
+    detail: str
+
+
+class AlignmentSection(TypedDict):
+    """How the application's clock was put on the trace's (docs/alignment.md), and its checks."""
+
+    method: str
+    clock_field: str
+    offset_ns: int | None
+    tolerance_ns: int
+    checked: bool
+    reasons: list[str]
+    notes: list[str]
+    checks: list[AlignmentCheck]
+    residuals_ns: list[int]
+    utc: UtcAlignment
+    anchors: Anchors
+    agreement: Agreement | None
+
+
+class TimelineLine(TypedDict):
+    """One telemetry line placed on the trace's clock."""
+
+    line: int
+    event: str
+    pid: int | None
+    tid: int | None
+    trace_ns: int | None
+    via: str
+    clocks: dict[str, int]
+    fields: dict[str, Any]
+    values: dict[str, int]
+
+
+class LibraryFailureAfter(TypedDict):
+    lib_id: int
+    api: str
+    tid: int | None
+    end_ns: int | None
+    ns_before_line: int | None
+    coverage: CoverageState
+    censored_reason: CensoredReason | None
+
+
+class LibraryFailure(TypedDict):
+    """A library failure the application reported (a telemetry line), and the library call before it."""
+
+    line: int
+    event: str
+    pid: int | None
+    trace_ns: int | None
+    text: str
+    statuses: list[str]
+    explained: bool
+    after: LibraryFailureAfter | None
+    cuda_skip_some_api_calls: list[str]
+
+
+class TelemetrySection(TypedDict):
+    path: str
+    sha256: str
+    event_key: str
+    events: int
+    bad_lines: int
+    lenient: bool
+    pids: list[int]
+    clock_fields: dict[str, str]
+    warnings: list[ReportWarning]
+    timeline: list[TimelineLine]
+    library_failures: list[LibraryFailure]
+
+
+# --- the analysis document ---------------------------------------------------------------------------
+class AnalysisDocument(TypedDict):
+    """``nsysaudit analyze --json``: one input's analysis."""
+
+    tool: Tool
+    input: Input
+    census: Census
+    findings: list[Finding]
+    failed_calls: list[FailedCalls]
+    coverage: Coverage
+    processes: list[Process]
+    verdict: Verdict
+    verdict_reasons: list[str]
+    warnings: list[ReportWarning]
+    limits: Limits
+    memory: Memory
+    answer: Answer
+    library_calls: list[LibraryCall]
+    alignment: NotRequired[AlignmentSection]
+    telemetry: NotRequired[TelemetrySection]
+
+
+class SealedInput(TypedDict):
+    role: str
+    name: str
+    sha256: str
+    size_bytes: int
+    kind: str
+
+
+class SealedAnalysisDocument(TypedDict):
+    """A sealed analysis' ``report.json``: the analysis document with paths as basenames and without
+    what depends on the machine or the install (``tool``, ``input.export``, ``input.engine``, the
+    SQLite version: in ``metadata.json``), plus ``format``, ``kind``, ``inputs`` and ``options``."""
+
+    format: str
+    kind: Literal["analysis"]
+    inputs: list[SealedInput]
+    options: dict[str, Any]
+    input: Input
+    census: Census
+    findings: list[Finding]
+    failed_calls: list[FailedCalls]
+    coverage: Coverage
+    processes: list[Process]
+    verdict: Verdict
+    verdict_reasons: list[str]
+    warnings: list[ReportWarning]
+    limits: Limits
+    memory: Memory
+    answer: Answer
+    library_calls: list[LibraryCall]
+    alignment: NotRequired[AlignmentSection]
+    telemetry: NotRequired[TelemetrySection]
+
+
+class NotEstablished(TypedDict):
+    code: str
+    api: str | None
+    arms: list[str]
+    statement: str
+
+
+class ComparisonAnswer(TypedDict):
+    summary: str
+    arms: dict[str, Answer]
+    memory: list[str]
+    not_established: list[str]
+
+
+class ComparisonDocument(TypedDict):
+    """``compare``'s sealed ``report.json``: both arms' analyses (``arms``, each a selection of the
+    analysis document's keys) and what differs between them."""
+
+    format: str
+    kind: Literal["comparison"]
+    inputs: list[SealedInput]
+    options: dict[str, Any]
+    arms: dict[str, dict[str, Any]]
+    differences: dict[str, Any]
+    not_established: list[NotEstablished]
+    summary: list[str]
+    answer: ComparisonAnswer
+
+
+# --- checking a document against its type -------------------------------------------------------
+def problems(value: object, t: Any, where: str = "$") -> list[str]:
+    """Where ``value`` (parsed JSON) departs from the type ``t``: a key the type does not declare, a
+    required key missing, a value of another type or outside its vocabulary. Empty when it conforms."""
+    origin = get_origin(t)
+    if t is Any:
+        return []
+    if t is type(None):
+        return [] if value is None else [f"{where}: {value!r:.60} where null"]
+    if origin is Literal:
+        return [] if value in get_args(t) else [f"{where}: {value!r:.60} is not one of {get_args(t)}"]
+    if origin in (Union, types.UnionType):
+        each = [problems(value, a, where) for a in get_args(t)]
+        return [] if any(not p for p in each) else min(each, key=len)
+    if origin is list:
+        if not isinstance(value, list):
+            return [f"{where}: {type(value).__name__} where a list"]
+        return [p for i, v in enumerate(value) for p in problems(v, get_args(t)[0], f"{where}[{i}]")]
+    if origin is dict:
+        if not isinstance(value, dict):
+            return [f"{where}: {type(value).__name__} where a map"]
+        k, v = get_args(t)
+        return [p for key, x in value.items()
+                for p in problems(key, k, f"{where} key") + problems(x, v, f"{where}.{key}")]
+    if _is_typed_dict(t):
+        if not isinstance(value, dict):
+            return [f"{where}: {type(value).__name__} where {t.__name__}"]
+        hints = get_type_hints(t, include_extras=True)
+        out = [f"{where}.{key}: not a key of {t.__name__}" for key in value if key not in hints]
+        for key, hint in hints.items():
+            inner, required = _unwrap(hint)
+            if key not in value:
+                out += [f"{where}.{key}: missing ({t.__name__})"] if required else []
+            else:
+                out += problems(value[key], inner, f"{where}.{key}")
+        return out
+    if t is float:
+        return [] if isinstance(value, (int, float)) and not isinstance(value, bool) else [f"{where}: not a number"]
+    if t is int:
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        return [] if whole else [f"{where}: {value!r:.60} not an integer"]
+    if isinstance(t, type):
+        return [] if isinstance(value, t) else [f"{where}: {type(value).__name__} where {t.__name__}"]
+    return [f"{where}: cannot check against {t}"]
+
+
+# --- the contract, generated -----------------------------------------------------------------------
+def _is_typed_dict(t: object) -> bool:
+    return isinstance(t, type) and issubclass(t, dict) and hasattr(t, "__required_keys__")
+
+
+def _unwrap(t: Any) -> tuple[Any, bool]:
+    """``(type, required)`` with ``NotRequired[...]`` taken off."""
+    if get_origin(t) is NotRequired:
+        return get_args(t)[0], False
+    return t, True
+
+
+def type_words(t: Any) -> str:
+    """A type as the contract writes it: ``integer or null``, ``list of Finding``, ``"a" or "b"``."""
+    origin = get_origin(t)
+    if t is type(None):
+        return "null"
+    if t is Any:
+        return "any"
+    if origin is Literal:
+        return " or ".join(f'"{a}"' for a in get_args(t))
+    if origin in (Union, types.UnionType):
+        return " or ".join(type_words(a) for a in get_args(t))
+    if origin is list:
+        return f"list of {type_words(get_args(t)[0])}"
+    if origin is dict:
+        k, v = get_args(t)
+        return f"map {type_words(k)} to {type_words(v)}"
+    if _is_typed_dict(t):
+        return str(t.__name__)
+    if isinstance(t, type):
+        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(t.__name__, t.__name__)
+    return str(t)
+
+
+def _mentioned(t: Any) -> list[type]:
+    if _is_typed_dict(t):
+        return [t]
+    return [m for a in get_args(t) for m in _mentioned(a)]
+
+
+def contract(*roots: type) -> str:
+    """The key tables of ``roots`` and every type they mention, in the order first met (Markdown)."""
+    seen: list[type] = []
+    todo = list(roots)
+    while todo:
+        t = todo.pop(0)
+        if t in seen:
+            continue
+        seen.append(t)
+        for hint in get_type_hints(t, include_extras=True).values():
+            todo += [m for m in _mentioned(_unwrap(hint)[0]) if m not in seen]
+    out = []
+    for t in seen:
+        out += [f"### {t.__name__}", ""]
+        doc = (t.__doc__ or "").strip()
+        if doc and not doc.startswith(f"{t.__name__}("):
+            out += [" ".join(doc.split()), ""]
+        out += ["| key | type | always there |", "|---|---|---|"]
+        for key, hint in get_type_hints(t, include_extras=True).items():
+            inner, required = _unwrap(hint)
+            out.append(f"| `{key}` | {type_words(inner)} | {'yes' if required else 'no'} |")
+        out.append("")
+    return "\n".join(out)
+
+
+CONTRACT_BEGIN = "<!-- generated from nsysaudit/reports/documents.py: python -m nsysaudit.reports.documents -->"
+CONTRACT_END = "<!-- end of the generated contract -->"
+
+
+def contract_text() -> str:
+    """The generated part of docs/json.md."""
+    return contract(AnalysisDocument, SealedAnalysisDocument, ComparisonDocument)
+
+
+def vocabularies() -> dict[str, tuple[str, ...]]:
+    """Each vocabulary's values, by its name."""
+    named = {"Verdict": Verdict, "FindingKind": FindingKind, "CensoredReason": CensoredReason,
+             "Classification": Classification, "Mechanism": Mechanism, "CoverageState": CoverageState,
+             "PointKind": PointKind}
+    return {name: typing.get_args(t) for name, t in named.items()}
+
+
+def with_contract(text: str) -> str:
+    """``text`` (docs/json.md) with its generated part made again from the types."""
+    begin, end = text.index(CONTRACT_BEGIN), text.index(CONTRACT_END)
+    return text[:begin] + CONTRACT_BEGIN + "\n" + contract_text().rstrip() + "\n" + text[end:]
+
+
+if __name__ == "__main__":  # python -m nsysaudit.reports.documents [docs/json.md: rewritten in place]
+    if len(sys.argv) > 1:
+        from pathlib import Path
+
+        target = Path(sys.argv[1])
+        target.write_text(with_contract(target.read_text()))
+    else:
+        sys.stdout.write(contract_text() + "\n")
