@@ -281,11 +281,10 @@ def analyze_cmd(
     with printing() as stdout:
         if as_json:
             sys.stdout.flush()
-            if sealed is not None:  # the sealed report.json, as compare --json prints it
-                stdout.write(render.indented(sealed.document))
-            else:  # streamed: a large export's document is never held whole
-                render.write_analysis(result, cast(BinaryIO, stdout))
-                stdout.write(b"\n")
+            # The same document with or without --out (the sealed report.json is its sealed form);
+            # streamed: a large export's document is never held whole.
+            render.write_analysis(result, cast(BinaryIO, stdout))
+            stdout.write(b"\n")
             stdout.flush()
         else:
             render.show(render.analysis_renderable(result, details=details))

@@ -25,6 +25,7 @@ from nsysaudit.core.errors import CheckFailed, OutputNotWritable, UnusableInput
 from nsysaudit.render.json import indented
 from nsysaudit.seal import folder as seal_folder
 from nsysaudit.seal.layout import manifest_text, payload
+from nsysaudit.seal.recipe import sealed_form
 from nsysaudit.seal.verify import parse_manifest
 
 FILES = [
@@ -423,11 +424,16 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
         capsys, "verify", out, "--inputs", H200 / "observe.sqlite", H200 / "observe.telemetry.jsonl"
     )
     assert code == 0 and "byte-identical" in stdout, err
-    # With --out, --json prints the sealed report.json, byte for byte, as compare --json does; the
-    # seal goes to stderr.
+    # With --out, --json prints the same document as without (the seal goes to stderr); the sealed
+    # report.json is that document's sealed form.
+    code, plain, _ = run(capsys, "analyze", H200 / "observe.sqlite", "--json")
     code, stdout, err = run(capsys, "analyze", H200 / "observe.sqlite", "--out", out, "--force", "--json")
-    assert code == 0 and stdout.encode() == (out / "report.json").read_bytes()
-    assert json.loads(stdout)["verdict"] == "inconclusive"
+    assert code == 0 and stdout == plain
+    printed = json.loads(stdout)
+    assert printed["verdict"] == "inconclusive" and printed["tool"]["name"] == "nsysaudit"
+    paths = {str(H200 / "observe.sqlite"): "observe.sqlite"}
+    sealed_doc = json.loads((out / "report.json").read_text())
+    assert {k: v for k, v in sealed_doc.items() if k != "options"} == sealed_form(printed, paths)
     assert err.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, TypedDict
 
 CUDA_ERROR_T: dict[int, str] = {
     0: "cudaSuccess",
@@ -399,7 +399,12 @@ def is_stream_wait(api: str) -> bool:
     return bool(_STREAM_WAIT.match(display_name(api)))
 
 
-def names(api: str | None, code: int | None) -> dict[str, str | None]:
+class Names(TypedDict):
+    display_api: str | None
+    return_name: str | None
+
+
+def names(api: str | None, code: int | None) -> Names:
     """``display_api`` and ``return_name`` of a call, as every report entry carries them; None where unknown.
 
     >>> names("cudaMalloc_v3020", 2)

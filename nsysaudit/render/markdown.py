@@ -14,6 +14,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nsysaudit.core.text import escape
+from nsysaudit.reports.documents import (
+    Answer,
+    ComparisonDocument,
+    Coverage,
+    FailedCalls,
+    Finding,
+    Memory,
+    SealedAnalysisDocument,
+)
+from nsysaudit.reports.statements import CLASSIFICATION_WORDS, MECHANISM_WORDS, censored_reasons_words
 
 MAX_TEXT = 200
 SEAL_SENTENCE = (
@@ -59,13 +69,6 @@ def _end(end: int | None, recorded: int | None) -> str:
     return num(end)
 
 
-CLASSIFICATION = {
-    "failure": "failure",
-    "reports_earlier_error": "reports an earlier error",
-    "not_ready_poll": "not ready (a poll)",
-}
-
-
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """A GFM table; cells must already be escaped with :func:`md`."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
@@ -78,7 +81,7 @@ def _bullets(items: Iterable[str]) -> list[str]:
     return [f"- {md(x, 10_000)}" for x in items]
 
 
-def answer_lines(answer: Mapping[str, Any], *, limits: bool = True) -> list[str]:
+def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
     """The answer (:mod:`nsysaudit.reports.answer`) as Markdown: the verdict and its sentence, each
     finding with who held the memory, censored calls, and (``limits``) what else limits the verdict."""
     out = [f"**{md(answer['verdict'])}**: {md(answer['summary'], 10_000)}", ""]
@@ -109,18 +112,18 @@ def _census(census: Mapping[str, Any]) -> list[str]:
             ["api", "return code", "name", "count", "meaning"],
             (
                 [md(r["api"]), str(r["return_code"]), md(r["return_name"]), num(r["count"]),
-                 CLASSIFICATION.get(r.get("classification") or "", "unknown")]
+                 CLASSIFICATION_WORDS.get(r.get("classification") or "", "unknown")]
                 for r in census["by_return"]
             ),
         )
     return out
 
 
-def _findings(findings: Sequence[Mapping[str, Any]], memory: Mapping[str, Any] | None = None) -> list[str]:
+def _findings(findings: Sequence[Finding], memory: Memory | None = None) -> list[str]:
     if not findings:
         return ["No failed call inside or across a library call, and no failed wait on a captured event.", ""]
-    holders = {p["finding"]: p["holder"] for p in (memory or {}).get("at", [])
-               if p["point"] == "finding" and "holder" in p}
+    holders = {p["finding"]: p["holder"] for p in (memory["at"] if memory is not None else [])
+               if p["point"] == "finding" and "finding" in p}
     out = []
     for i, f in enumerate(findings):
         oom = " (out of memory)" if f.get("out_of_memory") else ""
@@ -151,7 +154,8 @@ def _findings(findings: Sequence[Mapping[str, Any]], memory: Mapping[str, Any] |
                 f"{md(cap['thread_name'])} ({md(cap['begin']['api'])} at {num(cap['begin']['start_ns'])} ns to "
                 f"{md(cap['end']['api'])} ending {num(cap['end']['end_ns'])} ns) with "
                 f"{cap['event_records_count']} event record(s) inside it (at {records} ns); the wait failed "
-                f"{cap['ns_from_capture_end'] / 1e6:.3f} ms after the capture ended"
+                + ("an unknown time" if cap["ns_from_capture_end"] is None
+                   else f"{cap['ns_from_capture_end'] / 1e6:.3f} ms") + " after the capture ended"
             )
         out.append(line)
         if i in holders:
@@ -160,7 +164,7 @@ def _findings(findings: Sequence[Mapping[str, Any]], memory: Mapping[str, Any] |
     return out
 
 
-def _failed_calls(groups: Sequence[Mapping[str, Any]]) -> list[str]:
+def _failed_calls(groups: Sequence[FailedCalls]) -> list[str]:
     if not groups:
         return ["No failed call outside the findings.", ""]
     rows = []
@@ -190,7 +194,7 @@ def _allocated(lc: Mapping[str, Any]) -> str:
     return "unknown" if traced is None else f"unknown ({num(traced)} in the trace)"
 
 
-def _memory(memory: Mapping[str, Any] | None) -> list[str]:
+def _memory(memory: Memory | None) -> list[str]:
     """The device-memory ledger: per device, and its value at each finding, censored call and telemetry line."""
     if not memory:
         return ["No device-memory evidence.", ""]
@@ -219,7 +223,7 @@ def _memory(memory: Mapping[str, Any] | None) -> list[str]:
     if mechanisms:
         out += table(
             ["mechanism", "allocation events", "allocated bytes", "deallocation events"],
-            ([md(MECHANISM.get(m, m)), num(v["allocation_events"]), num(v["allocated_bytes"]),
+            ([md(MECHANISM_WORDS.get(m, m)), num(v["allocation_events"]), num(v["allocated_bytes"]),
               num(v["deallocation_events"])] for m, v in mechanisms.items()),
         )
     for pool in memory.get("pools") or []:
@@ -229,25 +233,26 @@ def _memory(memory: Mapping[str, Any] | None) -> list[str]:
             f"{num(pool['utilized_at_end_bytes'])} in use; {pool['trims']} trim(s)"
             + (", destroyed" if pool["destroyed"] else "")
         )
-    vmm = memory.get("virtual_memory") or {}
-    if vmm.get("mapped_events") or vmm.get("handles_created") or vmm.get("address_reservations"):
+    vmm = memory.get("virtual_memory")
+    vmm_shown = vmm is not None and bool(vmm["mapped_events"] or vmm["handles_created"])
+    if vmm is not None and (vmm_shown or vmm["address_reservations"]):
         out.append(
             f"- virtual memory: {num(vmm['mapped_events'])} mapping(s), {num(vmm['unmapped_events'])} unmapping(s); "
             f"{num(vmm['handles_created'])} handle(s) created, {num(vmm['handles_released'])} released; "
             f"{num(vmm['address_reservations'])} address range(s) reserved (not memory; sizes not in the trace)"
         )
-    gaps = memory.get("free_calls_without_event") or {}
-    if gaps.get("count"):
+    gaps = memory.get("free_calls_without_event")
+    if gaps is not None and gaps["count"]:
         out.append(
             f"- {num(gaps['count'])} successful free call(s) without a deallocation event ("
             + ", ".join(f"{num(n)} x {md(api)}" for api, n in gaps["by_api"].items())
             + "; e.g. correlation " + ", ".join(str(c) for c in gaps["example_correlation_ids"])
             + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory"
         )
-    if memory.get("pools") or gaps.get("count") or vmm.get("mapped_events") or vmm.get("handles_created"):
+    if memory.get("pools") or (gaps is not None and gaps["count"]) or vmm_shown:
         out.append("")
-    unseen = memory.get("freed_never_allocated") or {}
-    if unseen.get("events"):
+    unseen = memory.get("freed_never_allocated")
+    if unseen is not None and unseen["events"]:
         out += [
             f"{num(unseen['events'])} deallocation(s) ({num(unseen['bytes'])} bytes) of memory allocated before the "
             "capture began: live bytes are a lower bound.",
@@ -280,18 +285,7 @@ def _memory(memory: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
-MECHANISM = {
-    "segments": "plain allocations (cudaMalloc, cuMemAlloc)",
-    "mapped": "mapped (virtual memory: cuMemSetAccess to cuMemUnmap)",
-    "pool": "CUDA memory pool allocations (cudaMallocAsync)",
-    "imported_pool": "allocations from an imported pool",
-    "static": "driver module memory (correlation id 0)",
-    "managed": "managed memory",
-    "host": "host or unknown kinds",
-}
-
-
-def _capture(coverage: Mapping[str, Any]) -> list[str]:
+def _capture(coverage: Coverage) -> list[str]:
     cap = coverage.get("capture") or {}
     if cap.get("stop_ns") is None:
         out = ["Capture bounds: unknown (no DIAGNOSTIC_EVENT and no ANALYSIS_DETAILS)."]
@@ -319,7 +313,7 @@ def _capture(coverage: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _coverage(coverage: Mapping[str, Any]) -> list[str]:
+def _coverage(coverage: Coverage) -> list[str]:
     out = table(
         ["source", "pid", "first ns", "last ns", "rows"],
         (
@@ -330,7 +324,7 @@ def _coverage(coverage: Mapping[str, Any]) -> list[str]:
     if not coverage["cuda_api_trace"]:
         out += ["The export has no CUDA API trace.", ""]
     for c in coverage["censored"]:
-        reasons = ", ".join(md(r) for r in (c.get("reasons") or [c["reason"]]))
+        reasons = md(censored_reasons_words(c.get("reasons") or [c["reason"]]))
         out.append(
             f"- censored: {md(c['api'])} (pid {ident(c['pid'])} tid {ident(c['tid'])}, {num(c['start_ns'])} to "
             f"{_end(c['end_ns'], c.get('recorded_end_ns'))} ns): {reasons}; the process's CUDA API trace ends at "
@@ -365,7 +359,8 @@ def _library_call(lc: Mapping[str, Any]) -> list[str]:
         "",
         f"- {md(lc['source'])}, {num(lc['start_ns'])} to {_end(lc['end_ns'], lc.get('recorded_end_ns'))} ns, "
         f"coverage **{md(lc['coverage'])}**"
-        + (f" ({md(lc['censored_reason'])}; CUDA API trace ends at {num(lc['cuda_api_last_ns'])} ns)"
+        + (f" ({md(censored_reasons_words([lc['censored_reason']]))}; CUDA API trace ends at "
+           f"{num(lc['cuda_api_last_ns'])} ns)"
            if lc["coverage"] == "censored" else ""),
         f"- nested CUDA API calls: {num(lc['nested_calls'])}, of which {num(lc['nested_failed'])} failed",
         f"- nested allocation calls: {num(a['calls'])}: {num(a['succeeded'])} succeeded "
@@ -537,7 +532,7 @@ def _comparison_answer(answer: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
-def comparison_markdown(doc: Mapping[str, Any]) -> str:
+def comparison_markdown(doc: ComparisonDocument) -> str:
     """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`)."""
     diff = doc["differences"]
     out = [
@@ -624,7 +619,7 @@ def comparison_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def analysis_markdown(doc: Mapping[str, Any]) -> str:
+def analysis_markdown(doc: SealedAnalysisDocument) -> str:
     """The ``report.md`` of a single sealed arm (the sealed ``analyze`` document)."""
     inp = doc["input"]
     out = [

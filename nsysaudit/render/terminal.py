@@ -23,9 +23,26 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
-from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.statements import CENSORED_WORDS
+from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
+from nsysaudit.reports.documents import (
+    AlignmentSection,
+    AnalysisDocument,
+    Answer,
+    Coverage,
+    FailedCalls,
+    Finding,
+    Memory,
+    Position,
+    TelemetrySection,
+)
+from nsysaudit.reports.statements import (
+    CALL_WORDS,
+    CLASSIFICATION_WORDS,
+    MECHANISM_WORDS,
+    censored_reasons_words,
+)
 
 MAX_TEXT = 80
 MAX_LIBRARY_ROWS = 40
@@ -52,9 +69,6 @@ def nbytes(value: int | None) -> Text:
     return Text(byte_size(value))
 
 
-CALL_LABEL = {"driver": "driver-allocated (correlation id 0)", "no_single_call": "no single API call"}
-
-
 def _bytes_cell(value: int | None, *, unit: bool = True) -> Text:
     """A table cell: the exact bytes, and the binary unit on a line of its own so columns stay narrow
     (without ``unit``, the bytes without " B": the column's heading says "(B)")."""
@@ -77,12 +91,6 @@ FINDING_STYLE = {
     "nested_call_failure": "bold red",
     "captured_event_wait_failure": "bold red",
 }
-CLASSIFICATION_LABEL = {
-    "failure": "failure",
-    "reports_earlier_error": "reports an earlier error",
-    "not_ready_poll": "not ready (a poll)",
-}
-CENSORED_LABEL = CENSORED_WORDS  # worded once, in nsysaudit.reports.statements
 
 
 def _span(start: int | None, end: int | None, recorded_end: int | None = None) -> str:
@@ -95,7 +103,7 @@ def _span(start: int | None, end: int | None, recorded_end: int | None = None) -
     return f"[{s} .. {e}] ns"
 
 
-def _finding(f: Mapping[str, Any], holder: str | None = None) -> Text:
+def _finding(f: Finding, holder: str | None = None) -> Text:
     t = Text("  ")
     t.append(f["kind"], style=FINDING_STYLE.get(f["kind"], "yellow"))
     t.append(": ")
@@ -145,7 +153,8 @@ def _finding(f: Mapping[str, Any], holder: str | None = None) -> Text:
         records = ", ".join(f"{r['start_ns']:,}" for r in cap["event_records"][:8])
         more = f", and {cap['event_records_count'] - 8} more" if cap["event_records_count"] > 8 else ""
         t.append(f"\n    {cap['event_records_count']} event record(s) inside the capture (at {records}{more} ns)")
-        t.append(f"; the wait failed {cap['ns_from_capture_end'] / 1e6:.3f} ms after the capture ended")
+        if cap["ns_from_capture_end"] is not None:
+            t.append(f"; the wait failed {cap['ns_from_capture_end'] / 1e6:.3f} ms after the capture ended")
         if cap["regions_with_records_before"] > 1:
             t.append(f" ({cap['regions_with_records_before']} such captures before it; the latest is shown)")
     if "telemetry" in f:
@@ -156,23 +165,12 @@ def _finding(f: Mapping[str, Any], holder: str | None = None) -> Text:
     return t
 
 
-def _holders(memory: Mapping[str, Any]) -> dict[int, str]:
+def _holders(memory: Memory) -> dict[int, str]:
     """The ledger's holder sentence at each finding, by the finding's index."""
     return {p["finding"]: p["holder"] for p in memory.get("at", []) if p["point"] == "finding" and "holder" in p}
 
 
-MECHANISM_LABEL = {
-    "segments": "plain allocations",
-    "mapped": "mapped (virtual memory)",
-    "pool": "CUDA memory pool allocations",
-    "imported_pool": "imported pool allocations",
-    "static": "driver module memory",
-    "managed": "managed memory",
-    "host": "host or unknown kinds",
-}
-
-
-def _capture_parts(cov: Mapping[str, Any]) -> list[RenderableType]:
+def _capture_parts(cov: Coverage) -> list[RenderableType]:
     cap = cov["capture"]
     t = Text("\nCapture: ", style="bold")
     if cap["stop_ns"] is None:
@@ -200,7 +198,7 @@ def _capture_parts(cov: Mapping[str, Any]) -> list[RenderableType]:
     return [t]
 
 
-def _failed_calls(groups: Sequence[Mapping[str, Any]]) -> list[RenderableType]:
+def _failed_calls(groups: Sequence[FailedCalls]) -> list[RenderableType]:
     total = sum(g["count"] for g in groups)
     out: list[RenderableType] = [
         Text(f"\nFailed calls no finding explains: {total:,} in {len(groups)} group(s)", style="bold")
@@ -234,7 +232,7 @@ def _failed_calls(groups: Sequence[Mapping[str, Any]]) -> list[RenderableType]:
     return out
 
 
-def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
+def _memory_parts(memory: Memory) -> list[RenderableType]:
     """The device-memory ledger: per device, and a short table at each finding and censored call."""
     t = Text("\nDevice memory (CUDA_GPU_MEMORY_USAGE_EVENTS): ", style="bold")
     if not memory.get("devices") and not memory["ledger"]:
@@ -265,7 +263,7 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
             t.append(f": live at end {proc['live_bytes_at_end']:,} B; allocations ")
             for i, c in enumerate(proc["allocations_by_call"]):
                 t.append("; " if i else "")
-                t.append_text(literal(c["api"]) if c["api"] is not None else Text(CALL_LABEL.get(c["call"], c["call"])))
+                t.append_text(literal(c["api"]) if c["api"] is not None else Text(CALL_WORDS.get(c["call"], c["call"])))
                 t.append(f" {c['events']:,} x ")
                 t.append_text(literal(c["kind"]) if c["kind"] is not None else Text("unknown kind"))
                 t.append(f" {c['bytes']:,} B")
@@ -273,7 +271,7 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
     if mechanisms:
         t.append("\n  by mechanism: ")
         t.append("; ".join(
-            f"{MECHANISM_LABEL.get(m, m)} {v['allocation_events']:,} allocation(s) of {v['allocated_bytes']:,} B, "
+            f"{MECHANISM_WORDS.get(m, m)} {v['allocation_events']:,} allocation(s) of {v['allocated_bytes']:,} B, "
             f"{v['deallocation_events']:,} deallocation(s)"
             for m, v in mechanisms.items()
         ))
@@ -282,15 +280,15 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
         t.append(f"size at end {pool['size_at_end_bytes']:,} B (peak {pool['peak_size_bytes']:,} B), "
                  f"{pool['utilized_at_end_bytes']:,} B in use; {pool['trims']} trim(s)"
                  + (", destroyed" if pool["destroyed"] else ""))
-    vmm = memory.get("virtual_memory") or {}
-    if vmm.get("mapped_events") or vmm.get("handles_created") or vmm.get("address_reservations"):
+    vmm = memory.get("virtual_memory")
+    if vmm is not None and (vmm["mapped_events"] or vmm["handles_created"] or vmm["address_reservations"]):
         t.append(
             f"\n  virtual memory: {vmm['mapped_events']:,} mapping(s), {vmm['unmapped_events']:,} unmapping(s); "
             f"{vmm['handles_created']:,} handle(s) created, {vmm['handles_released']:,} released; "
             f"{vmm['address_reservations']:,} address range(s) reserved (not memory; sizes not in the trace)"
         )
-    gaps = memory.get("free_calls_without_event") or {}
-    if gaps.get("count"):
+    gaps = memory.get("free_calls_without_event")
+    if gaps is not None and gaps["count"]:
         t.append(
             f"\n  {gaps['count']} successful free call(s) without a deallocation event ("
             + ", ".join(f"{n} x {api}" for api, n in gaps["by_api"].items())
@@ -307,8 +305,8 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
         )
     parts: list[RenderableType] = [t]
     points = [p for p in memory["at"] if p["point"] != "telemetry"]
-    for dev_id in dict.fromkeys(dev["device_id"] for p in points for dev in p["devices"]):
-        rows = [(p, dev) for p in points for dev in p["devices"] if dev["device_id"] == dev_id]
+    for dev_id in dict.fromkeys(d["device_id"] for p in points for d in p["devices"]):
+        rows = [(p, d) for p in points for d in p["devices"] if d["device_id"] == dev_id]
         total = rows[0][1]["total_bytes"]
         title = Text(f"  at each finding and library call of interest, device {dev_id} of ")
         title.append_text(nbytes(total))
@@ -316,16 +314,16 @@ def _memory_parts(memory: Mapping[str, Any]) -> list[RenderableType]:
         table.add_column("at\n(trace ns)", justify="left", overflow="fold", min_width=12)
         for col in ("pid", "process\nlive (B)", "all processes\nlive (B)", "free at\nmost (B)"):
             table.add_column(col, justify="right", no_wrap=True)  # exact bytes: never broken across lines
-        for p, dev in rows:
+        for p, at_dev in rows:
             at = literal(p["label"], 60)
-            at.append(f"\n{p['t_ns']:,}")
-            free = _bytes_cell(dev["free_at_most_bytes"], unit=False)
+            at.append("\nunknown" if p["t_ns"] is None else f"\n{p['t_ns']:,}")
+            free = _bytes_cell(at_dev["free_at_most_bytes"], unit=False)
             free.stylize("bold")
             table.add_row(
                 at,
                 ident(p["pid"]),
-                _bytes_cell(dev["process_live_bytes"], unit=False),
-                _bytes_cell(dev["device_resident_live_bytes"], unit=False),
+                _bytes_cell(at_dev["process_live_bytes"], unit=False),
+                _bytes_cell(at_dev["device_resident_live_bytes"], unit=False),
                 free,
             )
         parts.append(table)
@@ -424,7 +422,7 @@ def input_head(d: Mapping[str, Any], command: str = "analyze") -> Text:
     return head
 
 
-def answer_parts(answer: Mapping[str, Any], *, numbered: bool = True) -> list[RenderableType]:
+def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableType]:
     """The answer first (:mod:`nsysaudit.reports.answer`): the verdict and its sentence, each finding
     (what, when, who held the memory), what limits the verdict. Sentences quote trace text: escaped."""
     verdict = answer["verdict"]
@@ -458,7 +456,7 @@ def answer_parts(answer: Mapping[str, Any], *, numbered: bool = True) -> list[Re
     return parts
 
 
-def glance(d: Mapping[str, Any]) -> list[RenderableType]:
+def glance(d: AnalysisDocument) -> list[RenderableType]:
     """One line each of what the details hold, so a person knows what --details would show."""
     c, libs, memory = d["census"], d["library_calls"], d["memory"]
     censored = sum(1 for lc in libs if lc["coverage"] == "censored")
@@ -509,7 +507,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
             str(r["return_code"]),
             literal(r["return_name"]),
             f"{r['count']:,}",
-            CLASSIFICATION_LABEL.get(r.get("classification") or "", "unknown"),
+            CLASSIFICATION_WORDS.get(r.get("classification") or "", "unknown"),
         )
     if not c["by_return"]:
         census.add_row(Text("no non-zero returns", style="dim"), "", "", "", "")
@@ -527,7 +525,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
     parts.extend(_memory_parts(d["memory"]))
 
     libs = d["library_calls"]
-    shown = sorted(libs, key=lambda x: (x["coverage"] != "censored", x["failed_children"] == 0, x["lib_id"]))
+    shown = ranked_library_calls(libs)
     title = f"\nLibrary calls: {len(libs)}"
     if len(libs) > MAX_LIBRARY_ROWS:
         title += f" (censored and failing first; {MAX_LIBRARY_ROWS} shown, all in --json)"
@@ -583,7 +581,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         t.append_text(ident(cen["tid"]))
         t.append(f") {_span(cen['start_ns'], cen['end_ns'], cen.get('recorded_end_ns'))}: ", style="yellow")
         reasons = cen.get("reasons") or [cen["reason"]]
-        t.append("; ".join(CENSORED_LABEL.get(r, r) for r in reasons), style="yellow")
+        t.append(censored_reasons_words(reasons), style="yellow")
         t.append(f" [{', '.join(reasons)}]", style="dim")
         if last is not None and cen["reason"] == "cuda_api_trace_ends_inside" and cen["end_ns"] is not None:
             t.append(
@@ -598,7 +596,7 @@ def _ms(ns: int | None) -> str:
     return "unknown" if ns is None else f"{ns / 1_000_000:.3f} ms"
 
 
-def position_text(pos: dict[str, Any]) -> Text:
+def position_text(pos: Position) -> Text:
     """A call's place among the telemetry lines (``findings[].telemetry``), as indented lines."""
     t = Text("\n    telemetry: ")
     if pos["after"] is None and pos["before"] is None and not pos["during"]:
@@ -630,7 +628,7 @@ def position_text(pos: dict[str, Any]) -> Text:
     return t
 
 
-def alignment_parts(a: dict[str, Any], tel: dict[str, Any]) -> list[RenderableType]:
+def alignment_parts(a: AlignmentSection, tel: TelemetrySection) -> list[RenderableType]:
     """The ``alignment`` and ``telemetry`` objects: both mappings, their checks, the timeline."""
     head = Text("\nClock alignment: ", style="bold")
     head.append("checked" if a["checked"] else "NOT checked", style="bold green" if a["checked"] else "bold yellow")
@@ -679,7 +677,7 @@ def alignment_parts(a: dict[str, Any], tel: dict[str, Any]) -> list[RenderableTy
     return parts
 
 
-def _warnings(warnings: list[dict[str, Any]]) -> list[RenderableType]:
+def _warnings(warnings: Sequence[ReportWarning]) -> list[RenderableType]:
     out: list[RenderableType] = []
     for w in warnings:
         t = Text(f"warning: {w['kind']} ({w['count']:,}): ", style="magenta")

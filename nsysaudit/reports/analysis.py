@@ -8,9 +8,9 @@ on large exports, stay a polars frame until asked for (``to_dict()`` or the JSON
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -24,6 +24,16 @@ from nsysaudit.core.errors import ReportWarning
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.answer import MAX_CENSORED, answer
+from nsysaudit.reports.documents import (
+    AnalysisDocument,
+    Censored,
+    Census,
+    FailedCalls,
+    Finding,
+    LibraryCall,
+    Memory,
+    MemoryPoint,
+)
 from nsysaudit.reports.statements import holder_statement
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
@@ -67,7 +77,7 @@ def _name_columns(keys: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _census(analysis: Analysis) -> dict[str, Any]:
+def _census(analysis: Analysis) -> Census:
     """The census: every (api, non-zero return code), already grouped and sorted by the analysis."""
     census = analysis.frames["census"]
     return {
@@ -183,12 +193,18 @@ def library_calls_table(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     )
 
 
-def _findings(analysis: Analysis) -> list[dict[str, Any]]:
+def ranked_library_calls(calls: Sequence[LibraryCall]) -> list[LibraryCall]:
+    """The library calls in the order a reader needs them: censored first (where the evidence
+    stops), then those with failed nested calls, then the rest; in ``lib_id`` order within each."""
+    return sorted(calls, key=lambda c: (c["coverage"] != "censored", c["failed_children"] == 0, c["lib_id"]))
+
+
+def _findings(analysis: Analysis) -> list[Finding]:
     thread_names = {r["gtid"]: r["thread_name"] for r in analysis.frames["thread_names"].to_dicts()}
     complete = bool(analysis.frames["library_calls"]["children_complete"].all()) if (
         "children_complete" in analysis.frames["library_calls"].columns
     ) else True
-    out = []
+    out: list[Finding] = []
     for r in _rows(analysis.frames["findings"]):
         api = r["api"]
         finding: dict[str, Any] = {
@@ -250,13 +266,13 @@ def _findings(analysis: Analysis) -> list[dict[str, Any]]:
             del finding["stream_capture"]["gtid"]
         if analysis.alignment is not None:
             finding["telemetry"] = analysis.alignment.position(r["pid"], r["start_ns"], r["end_ns"])
-        out.append(finding)
+        out.append(cast(Finding, finding))
     return out
 
 
-def _failed_calls(frames: Mapping[str, pl.DataFrame]) -> list[dict[str, Any]]:
+def _failed_calls(frames: Mapping[str, pl.DataFrame]) -> list[FailedCalls]:
     """Failures no finding explains, grouped (see :func:`nsysaudit.analysis.failures.failed_calls`)."""
-    out = []
+    out: list[FailedCalls] = []
     for r in _rows(frames.get("failed_calls", pl.DataFrame())):
         api, rc = r["api"], r["return_code"]
         out.append(
@@ -345,7 +361,7 @@ def _coverage(analysis: Analysis) -> dict[str, Any]:
     }
 
 
-def _memory(analysis: Analysis) -> dict[str, Any]:
+def _memory(analysis: Analysis) -> Memory:
     """The ``memory`` key: the ledger's summary per device and process and its value at each moment."""
     ledger = analysis.ledger
     if ledger is None:
@@ -353,7 +369,7 @@ def _memory(analysis: Analysis) -> dict[str, Any]:
     names = {p["global_pid"]: p["name"] for p in analysis.processes}
     at = []
     for p in analysis.memory_points:
-        point = dict(p)
+        point = cast(MemoryPoint, dict(p))
         in_force = None
         if analysis.alignment is not None and p["t_ns"] is not None:
             in_force = analysis.alignment.position(p["pid"], p["t_ns"], p["t_ns"])["in_force"]
@@ -370,7 +386,7 @@ def _memory(analysis: Analysis) -> dict[str, Any]:
         lines = sum(1 for e in analysis.alignment.log.events if e.pid is not None)
         out["telemetry_points"] = {"lines": lines, "read_at": sum(1 for p in at if p["point"] == "telemetry"),
                                    "rule": TELEMETRY_POINTS_RULE}
-    return out
+    return cast(Memory, out)
 
 
 def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[str, Any]:
@@ -395,7 +411,10 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[s
             **analysis.alignment.telemetry_summary(),
             "library_failures": list(analysis.telemetry_library_failures),
         }
-    out["answer"] = answer(out, _rows(censored.head(MAX_CENSORED)), censored.height)
+    out["answer"] = answer(
+        out["findings"], out["verdict"], out["verdict_reasons"], out["processes"], out["memory"],
+        cast(list[Censored], _rows(censored.head(MAX_CENSORED))), censored.height,
+    )
     return out
 
 
@@ -472,11 +491,11 @@ class AnalysisResult:
                 row["telemetry"] = self.alignment.position(row["pid"], row["start_ns"], row["end_ns"])
         return out
 
-    def document(self, library_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    def document(self, library_calls: list[dict[str, Any]]) -> AnalysisDocument:
         """The document with the given ``library_calls`` (a subset, for reports that select)."""
-        return {**self.head, "coverage": self.coverage, "library_calls": library_calls}
+        return cast(AnalysisDocument, {**self.head, "coverage": self.coverage, "library_calls": library_calls})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AnalysisDocument:
         """The JSON document ``nsysaudit analyze --json`` prints, as Python objects."""
         return self.document(self.library_call_dicts(self.library_calls_table))
 

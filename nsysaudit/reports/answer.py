@@ -1,6 +1,6 @@
 """The answer: what a person reads first, worded once for every output.
 
-``answer(doc)`` takes an analysis document (the ``analyze --json`` keys) and returns its ``answer``
+``answer(...)`` takes the keys of an analysis document (``analyze --json``) and returns its ``answer``
 key: the verdict, one sentence that says it, each finding in words (what failed, inside which call,
 on which thread, when on the application's clock, who held the memory then), and what limits or
 qualifies the verdict. The terminal, report.md, report.html and ``make demo`` show these sentences
@@ -9,29 +9,39 @@ first; the details follow. Every number in them is one of the document's own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from nsysaudit.reports.documents import (
+    Answer,
+    AnswerCensored,
+    AnswerFinding,
+    Censored,
+    Finding,
+    Memory,
+    Position,
+    Process,
+    Verdict,
+)
 from nsysaudit.reports.statements import CENSORED_WORDS, allocator_words, held_words
 
 MAX_CENSORED = 5
 
-def _thread(f: Mapping[str, Any]) -> str:
+def _thread(f: Finding | Censored) -> str:
     name = f.get("thread_name")
     return f"thread {name if name is not None else '(name unknown)'} (pid {f['pid']}, tid {f['tid']})"
 
 
-def when_words(position: Any) -> str | None:
+def when_words(position: Position | None) -> str | None:
     """ "55.672 ms after backward_start (telemetry line 5)": a moment on the application's clock, or
     None without telemetry (``verified`` false adds that the alignment is not checked)."""
-    if not isinstance(position, Mapping) or not position.get("after"):
+    after = position["after"] if position is not None else None
+    if position is None or after is None:
         return None
-    after = position["after"]
-    checked = "" if position.get("verified") else ", clock alignment NOT checked"
+    checked = "" if position["verified"] else ", clock alignment NOT checked"
     return f"{after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 
-def finding_words(f: Mapping[str, Any]) -> str:
+def finding_words(f: Finding) -> str:
     """One finding in a sentence: the call, its return, where and on which thread, and what it follows."""
     api = f.get("display_api") or f["api"]
     failed = f"{api} returned {f['return_code']} ({f['return_name'] or 'unknown code'})"
@@ -48,13 +58,15 @@ def finding_words(f: Mapping[str, Any]) -> str:
     cap = f.get("stream_capture")
     text = f"{failed} on {_thread(f)}, correlation {f['correlation_id']}"
     if cap is not None:
-        text += (f", {cap['ns_from_capture_end'] / 1e6:.3f} ms after a stream capture that recorded "
+        gap = cap["ns_from_capture_end"]
+        since = "an unknown time" if gap is None else f"{gap / 1e6:.3f} ms"
+        text += (f", {since} after a stream capture that recorded "
                  f"{cap['event_records_count']} event(s) ({cap['begin']['api']} .. {cap['end']['api']}); the trace "
                  "does not say which event the wait used")
     return text
 
 
-def _short(f: Mapping[str, Any]) -> str:
+def _short(f: Finding) -> str:
     """A finding in a few words, for the one sentence that says the verdict."""
     api = f.get("display_api") or f["api"]
     text = f"{api} returned {f['return_code']} ({f['return_name'] or 'unknown code'})"
@@ -67,21 +79,28 @@ def _short(f: Mapping[str, Any]) -> str:
     return f"{text} on {thread}"
 
 
-def answer(doc: Mapping[str, Any], censored_calls: Sequence[Mapping[str, Any]], censored_total: int) -> dict[str, Any]:
-    """The ``answer`` key of an analysis document (see the module docstring); ``censored_calls``: the
-    first :data:`MAX_CENSORED` entries of ``coverage.censored``, of ``censored_total``."""
-    findings: Sequence[Mapping[str, Any]] = doc["findings"]
-    reasons: list[str] = list(doc["verdict_reasons"])
-    names = {p["global_pid"]: p.get("name") for p in doc.get("processes", [])}
-    points = {p["finding"]: p for p in (doc.get("memory") or {}).get("at", []) if p["point"] == "finding"}
-    said = []
+def answer(
+    findings: Sequence[Finding],
+    verdict: Verdict,
+    reasons: Sequence[str],
+    processes: Sequence[Process],
+    memory: Memory,
+    censored_calls: Sequence[Censored],
+    censored_total: int,
+) -> Answer:
+    """The ``answer`` key of an analysis document (see the module docstring) from its other keys;
+    ``censored_calls``: the first :data:`MAX_CENSORED` entries of ``coverage.censored``, of
+    ``censored_total``."""
+    names = {p["global_pid"]: p["name"] for p in processes}
+    points = {p["finding"]: p for p in memory["at"] if p["point"] == "finding" and "finding" in p}
+    said: list[AnswerFinding] = []
     for i, f in enumerate(findings):
         point = points.get(i)
         position = f.get("telemetry")
         held = None
         if point is not None and point.get("devices"):
             held = held_words(point, names)
-            allocator = allocator_words(position.get("in_force") if isinstance(position, Mapping) else None)
+            allocator = allocator_words(position["in_force"] if position is not None else None)
             if allocator:
                 held += f" {allocator}"
         said.append({
@@ -91,8 +110,8 @@ def answer(doc: Mapping[str, Any], censored_calls: Sequence[Mapping[str, Any]], 
             "when": when_words(position),
             "held": held,
         })
-    censored = []
-    at_call = {p["lib_id"]: p for p in (doc.get("memory") or {}).get("at", [])
+    censored: list[AnswerCensored] = []
+    at_call = {p["lib_id"]: p for p in memory["at"]
                if p["point"] == "censored_library_call" and "lib_id" in p}
     for c in censored_calls[:MAX_CENSORED]:
         why = c.get("reasons") or [c["reason"]]
@@ -109,9 +128,9 @@ def answer(doc: Mapping[str, Any], censored_calls: Sequence[Mapping[str, Any]], 
             summary += f", {first['when']}"
         if len(findings) > 1:
             summary += f" ({len(findings) - 1} more finding(s) below)"
-        limits = reasons[1:] if reasons else []
+        limits = list(reasons[1:])
     else:
-        summary = reasons[0] if reasons else f"verdict {doc['verdict']}"
-        limits = reasons[1:]
-    return {"verdict": doc["verdict"], "summary": summary, "findings": said, "censored": censored,
+        summary = reasons[0] if reasons else f"verdict {verdict}"
+        limits = list(reasons[1:])
+    return {"verdict": verdict, "summary": summary, "findings": said, "censored": censored,
             "censored_total": censored_total, "limits": limits}

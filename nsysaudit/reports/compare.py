@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import polars as pl
 
@@ -32,6 +32,7 @@ from nsysaudit.analysis.interest import of_interest
 from nsysaudit.core.codes import is_allocation_api, names
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.documents import ComparisonAnswer, ComparisonDocument, MemoryPoint, NotEstablished, SealedInput
 from nsysaudit.reports.statements import (
     allocation_statement,
     arms_memory_statement,
@@ -78,13 +79,13 @@ class Comparison:
     observe: AnalysisResult
     release: AnalysisResult
     telemetry_files: Mapping[str, TelemetryFile | None]
-    document: Mapping[str, Any]
+    document: ComparisonDocument
 
     def arm(self, name: Arm) -> AnalysisResult:
         return self.observe if name == "observe" else self.release
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.document)
+    def to_dict(self) -> ComparisonDocument:
+        return cast(ComparisonDocument, dict(self.document))
 
     def __repr__(self) -> str:
         arms = self.document["arms"]
@@ -96,7 +97,7 @@ class Comparison:
 
 def _document(
     observe: AnalysisResult, release: AnalysisResult, files: Mapping[str, TelemetryFile | None]
-) -> dict[str, Any]:
+) -> ComparisonDocument:
     results = {"observe": observe, "release": release}
     arms: dict[str, dict[str, Any]] = {name: _arm(results[name], files.get(name)) for name in ARMS}
     differences = _differences(arms, results)
@@ -114,8 +115,8 @@ def _document(
 
 
 def _answer(
-    arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any], not_established: list[dict[str, Any]]
-) -> dict[str, Any]:
+    arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any], not_established: list[NotEstablished]
+) -> ComparisonAnswer:
     """What a person reads first: each arm's answer, whether the failure is in one arm only, and
     what the memory did differently at the call that failed (the first pair of library calls off
     the main thread), with what the comparison cannot establish."""
@@ -385,13 +386,16 @@ def result_paths(result: AnalysisResult) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: -len(kv[0])))
 
 
-def _inputs(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    out = []
+def _inputs(arms: Mapping[str, Mapping[str, Any]]) -> list[SealedInput]:
+    out: list[SealedInput] = []
     for name in ARMS:
-        arm = arms[name]
-        out.append({"role": name, **{k: arm["input"][k] for k in ("name", "sha256", "size_bytes", "kind")}})
-        if arm["telemetry_input"]:
-            out.append({"role": f"{name}_telemetry", **arm["telemetry_input"], "kind": "telemetry"})
+        given = arms[name]["input"]
+        out.append({"role": name, "name": given["name"], "sha256": given["sha256"],
+                    "size_bytes": given["size_bytes"], "kind": given["kind"]})
+        tel = arms[name]["telemetry_input"]
+        if tel:
+            out.append({"role": f"{name}_telemetry", "name": tel["name"], "sha256": tel["sha256"],
+                        "size_bytes": tel["size_bytes"], "kind": "telemetry"})
     return out
 
 
@@ -510,7 +514,7 @@ def _paired_calls(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]
             if lc["holder_at_start"]:
                 statements.append(f"{n}: {lc['holder_at_start']}")
                 handoff = _handoff_point(arms[n])
-                if handoff is not None and handoff["t_ns"] <= (lc["start_ns"] or 0):
+                if handoff is not None and handoff["t_ns"] is not None and handoff["t_ns"] <= (lc["start_ns"] or 0):
                     statements.append(change_statement(n, moment_words(handoff), handoff["devices"],
                                                        f"{lc['api']}'s start", lc["memory_at_start"]))
             where = position_statement(n, lc)
@@ -616,7 +620,7 @@ def _memory_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _handoff_point(arm: Mapping[str, Any]) -> dict[str, Any] | None:
+def _handoff_point(arm: Mapping[str, Any]) -> MemoryPoint | None:
     """The ledger at the arm's telemetry handoff (the last handoff line placed on the trace clock)."""
     at = [p for p in arm["memory"]["at"] if p["point"] == "telemetry" and p["label"] == "handoff"
           and p["t_ns"] is not None and p["devices"]]
@@ -639,8 +643,8 @@ def _handoff_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | Non
 # --- what the comparison does not establish ------------------------------------------------------
 
 
-def _not_established(arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _not_established(arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any]) -> list[NotEstablished]:
+    out: list[NotEstablished] = []
     # 1. Censored library calls: absence of a failure there is not evidence.
     for pair in differences["library_calls"]:
         api = pair["match_key"]["api"]
@@ -772,7 +776,7 @@ def _not_established(arms: Mapping[str, Mapping[str, Any]], differences: Mapping
 
 
 def _summary(
-    arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any], not_established: list[dict[str, Any]]
+    arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any], not_established: list[NotEstablished]
 ) -> list[str]:
     lines = [f"{n}: verdict {arms[n]['verdict']}" for n in ARMS]
     lines.append(differences["nested_alloc_failure"]["statement"])

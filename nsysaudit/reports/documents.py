@@ -96,6 +96,14 @@ class Moment(TypedDict):
     values: NotRequired[dict[str, int]]
 
 
+class During(TypedDict):
+    """A telemetry line strictly inside a call."""
+
+    event: str
+    line: int
+    ms_after_start: float
+
+
 class Position(TypedDict):
     """Where a call or moment falls among the application's telemetry lines."""
 
@@ -103,7 +111,7 @@ class Position(TypedDict):
     verified: bool
     before: Moment | None
     after: Moment | None
-    during: list[Moment]
+    during: list[During]
     in_force: Moment | None
 
 
@@ -682,12 +690,13 @@ class SealedInput(TypedDict):
 class SealedAnalysisDocument(TypedDict):
     """A sealed analysis' ``report.json``: the analysis document with paths as basenames and without
     what depends on the machine or the install (``tool``, ``input.export``, ``input.engine``, the
-    SQLite version: in ``metadata.json``), plus ``format``, ``kind``, ``inputs`` and ``options``."""
+    SQLite version: in ``metadata.json``), plus ``format``, ``kind``, ``inputs`` and (in ``report.json``,
+    the options it was made with) ``options``."""
 
     format: str
     kind: Literal["analysis"]
     inputs: list[SealedInput]
-    options: dict[str, Any]
+    options: NotRequired[dict[str, Any]]
     input: Input
     census: Census
     findings: list[Finding]
@@ -706,9 +715,11 @@ class SealedAnalysisDocument(TypedDict):
 
 
 class NotEstablished(TypedDict):
+    """What the comparison cannot establish, and why."""
+
     code: str
     api: str | None
-    arms: list[str]
+    arms: list[Literal["observe", "release"]]
     statement: str
 
 
@@ -721,12 +732,12 @@ class ComparisonAnswer(TypedDict):
 
 class ComparisonDocument(TypedDict):
     """``compare``'s sealed ``report.json``: both arms' analyses (``arms``, each a selection of the
-    analysis document's keys) and what differs between them."""
+    analysis document's keys) and what differs between them; ``options`` in ``report.json``."""
 
     format: str
     kind: Literal["comparison"]
     inputs: list[SealedInput]
-    options: dict[str, Any]
+    options: NotRequired[dict[str, Any]]
     arms: dict[str, dict[str, Any]]
     differences: dict[str, Any]
     not_established: list[NotEstablished]

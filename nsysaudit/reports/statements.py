@@ -6,10 +6,11 @@ returns a sentence; the sentences are part of the document (``statements``, ``st
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nsysaudit.core.text import byte_size, size_word
+from nsysaudit.reports.documents import MemoryPoint, Moment, PointProcess, Position
 
 
 def _fmt_bytes(values: Iterable[int | None]) -> str:
@@ -95,6 +96,33 @@ CENSORED_WORDS = {
 }
 
 
+# What a non-zero return says about its call (nsysaudit.core.codes.return_class), in words.
+CLASSIFICATION_WORDS = {
+    "failure": "failure",
+    "reports_earlier_error": "reports an earlier error",
+    "not_ready_poll": "not ready (a poll)",
+}
+
+# How memory is held (nsysaudit.analysis.ledger.MECHANISMS), in words.
+MECHANISM_WORDS = {
+    "segments": "plain allocations (cudaMalloc, cuMemAlloc)",
+    "mapped": "mapped (virtual memory: cuMemSetAccess to cuMemUnmap)",
+    "pool": "CUDA memory pool allocations (cudaMallocAsync)",
+    "imported_pool": "allocations from an imported pool",
+    "static": "driver module memory (correlation id 0)",
+    "managed": "managed memory",
+    "host": "host or unknown kinds",
+}
+
+# Allocations no single named API call made (``memory.devices[].processes[].allocations_by_call[].call``).
+CALL_WORDS = {"driver": "driver-allocated (correlation id 0)", "no_single_call": "no single API call"}
+
+
+def censored_reasons_words(reasons: Sequence[str]) -> str:
+    """Why a library call is censored: each reason in words, most telling first."""
+    return "; ".join(CENSORED_WORDS.get(r, r) for r in reasons)
+
+
 def _values(values: Mapping[str, Any]) -> str:
     return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
 
@@ -120,12 +148,12 @@ def position_statement(arm: str, lc: Mapping[str, Any]) -> str | None:
     return text
 
 
-def when(pos: Any) -> str:
+def when(pos: Position | None) -> str:
     """ ", 55.672 ms after backward_start (telemetry line 5)": a call's place on the application's clock."""
-    if not isinstance(pos, Mapping) or not pos.get("after"):
+    after = pos["after"] if pos is not None else None
+    if pos is None or after is None:
         return ""
-    after = pos["after"]
-    checked = "" if pos.get("verified") else ", alignment NOT checked"
+    checked = "" if pos["verified"] else ", alignment NOT checked"
     return f", {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 
@@ -134,7 +162,7 @@ def gigabytes(n: int | None) -> str:
     return "unknown" if n is None else byte_size(n)
 
 
-def moment_words(point: Mapping[str, Any]) -> str:
+def moment_words(point: MemoryPoint) -> str:
     """A ledger point's moment in words: "the failure", "cublasCreate_v2's start", "telemetry line 4 (handoff)"."""
     kind, label = point["point"], point["label"]
     if kind == "finding":
@@ -148,7 +176,7 @@ def moment_words(point: Mapping[str, Any]) -> str:
     return f"{kind} {label}"
 
 
-def _held(p: Mapping[str, Any], *, pool_first: bool) -> list[str]:
+def _held(p: PointProcess, *, pool_first: bool) -> list[str]:
     """What one process holds on a device, by mechanism, most first."""
     m = p["by_mechanism"]
     parts = []
@@ -168,11 +196,11 @@ def _held(p: Mapping[str, Any], *, pool_first: bool) -> list[str]:
 
 
 def holder_statement(
-    point: Mapping[str, Any],
+    point: MemoryPoint,
     names: Mapping[int, str | None],
     *,
     gap_examples: Iterable[int] = (),
-    in_force: Mapping[str, Any] | None = None,
+    in_force: Moment | None = None,
 ) -> str:
     """Who held the device at one ledger point, in one sentence: how much of the device's total was
     held, by which traced process and mechanism, the bound on free memory and what it assumes; the
@@ -189,19 +217,21 @@ def holder_statement(
     return out + (f" {allocator}" if allocator else "")
 
 
-def allocator_words(in_force: Mapping[str, Any] | None) -> str | None:
+def allocator_words(in_force: Moment | None) -> str | None:
     """What the allocator itself said in the telemetry line in force, when it carries PyTorch's
     ``reserved`` and ``allocated``: "Telemetry line 4 (handoff), the allocator's own figures: reserved
     but unused 138.5 GiB (reserved ... B, allocated ... B)." None otherwise."""
-    values = (in_force or {}).get("values") or {}
+    if in_force is None:
+        return None
+    values = in_force.get("values") or {}
     reserved, allocated = values.get("reserved"), values.get("allocated")
-    if in_force is None or type(reserved) is not int or type(allocated) is not int:
+    if type(reserved) is not int or type(allocated) is not int:
         return None
     return (f"Telemetry line {in_force['line']} ({in_force['event']}), the allocator's own figures: reserved but "
             f"unused {size_word(reserved - allocated)} (reserved {reserved:,} B, allocated {allocated:,} B).")
 
 
-def held_words(point: Mapping[str, Any], names: Mapping[int, str | None]) -> str:
+def held_words(point: MemoryPoint, names: Mapping[int, str | None]) -> str:
     """The first sentence of :func:`holder_statement`: held, by whom and how, and the bound."""
     moment = moment_words(point)
     sentences = []
@@ -209,7 +239,7 @@ def held_words(point: Mapping[str, Any], names: Mapping[int, str | None]) -> str
     role = {"finding": "the failing process", "library_call": "the calling process",
             "censored_library_call": "the calling process"}.get(point["point"])
 
-    def who(p: Mapping[str, Any], several: bool) -> str:
+    def who(p: PointProcess, several: bool) -> str:
         name = names.get(p["global_pid"])
         mine = several and role is not None and p["pid"] == point.get("pid")
         extra = ", ".join(x for x in (name, role if mine else None) if x)

@@ -65,6 +65,7 @@ from nsysaudit.read.telemetry import TelemetryOptions
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.render.json import indented
 from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.documents import ComparisonDocument, SealedAnalysisDocument
 from nsysaudit.seal import fsops
 from nsysaudit.seal.layout import (
     MANIFEST,
@@ -93,7 +94,7 @@ class Sealed:
     dir: Path
     seal: str
     files: tuple[str, ...]
-    document: dict[str, Any]
+    document: SealedAnalysisDocument | ComparisonDocument
     results: dict[str, AnalysisResult] = field(default_factory=dict)
 
     def __repr__(self) -> str:
@@ -272,8 +273,9 @@ def write_sealed(
     *,
     force: bool = False,
     inputs: Sequence[str | os.PathLike[str]] = (),
-) -> Sealed:
-    """Write payload ``files``, their manifest, ``metadata`` and the tag manifest into ``out``, atomically.
+) -> tuple[Path, str, tuple[str, ...]]:
+    """Write payload ``files``, their manifest, ``metadata`` and the tag manifest into ``out``,
+    atomically: the folder, its seal and its file names.
 
     Nothing is left behind when it fails (the temporary folder is removed); see :func:`check_out`
     for what may be replaced and :func:`_replace` for how.
@@ -303,7 +305,7 @@ def write_sealed(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     names = tuple(sorted([*files, MANIFEST, METADATA, TAGMANIFEST]))
-    return Sealed(target, sha256_bytes(tags), names, {})
+    return target, sha256_bytes(tags), names
 
 
 def seal(
@@ -319,8 +321,8 @@ def seal(
     inputs = [path for _, path in recipe.inputs]
     check_out(out, force=force, inputs=inputs)  # fail before the (possibly long) analysis
     built = build(recipe, nsys_path=nsys_path, progress=progress)
-    sealed = write_sealed(out, built.files, _metadata(built, _out_path(out)), force=force, inputs=inputs)
-    return Sealed(sealed.dir, sealed.seal, sealed.files, built.document, built.results)
+    folder, sealed, names = write_sealed(out, built.files, _metadata(built, _out_path(out)), force=force, inputs=inputs)
+    return Sealed(folder, sealed, names, built.document, built.results)
 
 
 def seal_compare(

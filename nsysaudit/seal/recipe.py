@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.core.digests import sha256_file
@@ -25,6 +25,7 @@ from nsysaudit.render.json import indented
 from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
+from nsysaudit.reports.documents import AnalysisDocument, ComparisonDocument, SealedAnalysisDocument, SealedInput
 from nsysaudit.reports.timeline import Timeline, aligned_timelines, timeline
 from nsysaudit.seal.layout import (
     ANALYSIS_FORMAT,
@@ -57,7 +58,7 @@ class InputFile:
     def name(self) -> str:
         return basename(str(self.path))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SealedInput:
         return {
             "role": self.role,
             "name": self.name,
@@ -156,7 +157,7 @@ class Built:
     """A report made from a recipe: the document, the payload files' bytes, the inputs."""
 
     recipe: Recipe
-    document: dict[str, Any]
+    document: SealedAnalysisDocument | ComparisonDocument
     files: dict[str, bytes]
     inputs: list[InputFile]
     results: dict[str, AnalysisResult] = field(default_factory=dict)
@@ -220,8 +221,16 @@ def _telemetry_input(role: str, path: str, result: AnalysisResult) -> InputFile:
     return InputFile(role, Path(path), log.sha256, log.size_bytes, "telemetry")
 
 
-def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None = None) -> dict[str, Any]:
-    """The ``analyze --json`` document made fit for sealing.
+def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None = None) -> SealedAnalysisDocument:
+    """The sealed form (:func:`sealed_form`) of ``result``'s document."""
+    return sealed_form(result.to_dict(), result_paths(result), telemetry.to_dict() if telemetry is not None else None)
+
+
+def sealed_form(
+    document: AnalysisDocument, paths: Mapping[str, str], telemetry: SealedInput | None = None
+) -> SealedAnalysisDocument:
+    """The ``analyze --json`` document (``analyze --json`` prints it with or without ``--out``) made
+    fit for sealing: ``report.json``. ``paths``: each path the document may name, to its basename.
 
     Same keys as ``analyze --json`` except: paths (``input.path``, ``telemetry.path``, in
     messages) are basenames; ``tool`` (the tool
@@ -231,13 +240,13 @@ def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None
     evidence (every engine gives the same payload; ``verify`` re-runs it on whatever is installed).
     Added: ``format``, ``kind`` and ``inputs`` (and, by :func:`build`, ``options``).
     """
-    doc: dict[str, Any] = scrub_paths(result.to_dict(), result_paths(result))
+    doc: dict[str, Any] = scrub_paths(document, paths)
     doc.pop("tool", None)
     inp = dict(doc["input"])
     for key in ("export", *ENGINE_KEYS):
         inp.pop(key, None)
     doc["input"] = inp
-    inputs = [
+    inputs: list[SealedInput] = [
         {
             "role": "arm",
             "name": inp["path"],
@@ -247,9 +256,9 @@ def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None
         }
     ]
     if telemetry is not None:
-        inputs.append(telemetry.to_dict())
+        inputs.append(telemetry)
     doc.update({"format": ANALYSIS_FORMAT, "kind": "analysis", "inputs": inputs})
-    return doc
+    return cast(SealedAnalysisDocument, doc)
 
 
 def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, progress: Progress | None = None) -> Built:
