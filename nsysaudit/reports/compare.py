@@ -32,7 +32,16 @@ from nsysaudit.analysis.interest import of_interest
 from nsysaudit.core.codes import is_allocation_api, names
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.documents import ComparisonAnswer, ComparisonDocument, MemoryPoint, NotEstablished, SealedInput
+from nsysaudit.reports.documents import (
+    ArmInput,
+    ComparisonAnswer,
+    ComparisonArm,
+    ComparisonDocument,
+    MemoryPoint,
+    NotEstablished,
+    SealedInput,
+    TelemetryFileRecord,
+)
 from nsysaudit.reports.statements import (
     allocation_statement,
     arms_memory_statement,
@@ -67,7 +76,7 @@ class TelemetryFile:
     sha256: str
     size_bytes: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TelemetryFileRecord:
         return {"name": self.name, "sha256": self.sha256, "size_bytes": self.size_bytes}
 
 
@@ -99,7 +108,7 @@ def _document(
     observe: AnalysisResult, release: AnalysisResult, files: Mapping[str, TelemetryFile | None]
 ) -> ComparisonDocument:
     results = {"observe": observe, "release": release}
-    arms: dict[str, dict[str, Any]] = {name: _arm(results[name], files.get(name)) for name in ARMS}
+    arms: dict[str, ComparisonArm] = {name: _arm(results[name], files.get(name)) for name in ARMS}
     differences = _differences(arms, results)
     not_established = _not_established(arms, differences)
     return {
@@ -115,7 +124,7 @@ def _document(
 
 
 def _answer(
-    arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any], not_established: list[NotEstablished]
+    arms: Mapping[str, ComparisonArm], differences: Mapping[str, Any], not_established: list[NotEstablished]
 ) -> ComparisonAnswer:
     """What a person reads first: each arm's answer, whether the failure is in one arm only, and
     what the memory did differently at the call that failed (the first pair of library calls off
@@ -166,7 +175,7 @@ def compare_results(
 # --- per arm -------------------------------------------------------------------------------------
 
 
-def input_record(result: AnalysisResult) -> dict[str, Any]:
+def input_record(result: AnalysisResult) -> ArmInput:
     """The arm's input as a sealed report names it: basename, digest, size, versions."""
     info = result.input
     return {
@@ -179,7 +188,7 @@ def input_record(result: AnalysisResult) -> dict[str, Any]:
     }
 
 
-def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> dict[str, Any]:
+def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> ComparisonArm:
     # Library calls are selected on their frame, and only the chosen ones become Python objects:
     # a large export has 10^5+ of them.
     frame = result.library_calls_frame()
@@ -386,7 +395,7 @@ def result_paths(result: AnalysisResult) -> dict[str, str]:
     return dict(sorted(out.items(), key=lambda kv: -len(kv[0])))
 
 
-def _inputs(arms: Mapping[str, Mapping[str, Any]]) -> list[SealedInput]:
+def _inputs(arms: Mapping[str, ComparisonArm]) -> list[SealedInput]:
     out: list[SealedInput] = []
     for name in ARMS:
         given = arms[name]["input"]
@@ -402,7 +411,7 @@ def _inputs(arms: Mapping[str, Mapping[str, Any]]) -> list[SealedInput]:
 # --- differences ---------------------------------------------------------------------------------
 
 
-def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
+def _differences(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
     return {
         "nested_alloc_failure": _failure_presence(arms),
         "findings_by_kind": _findings_by_kind(arms),
@@ -435,7 +444,7 @@ def _differences(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, An
 
 
 
-def _findings_by_kind(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _findings_by_kind(arms: Mapping[str, ComparisonArm]) -> list[dict[str, Any]]:
     """Per finding kind present in either arm: how many in each."""
     out = []
     for kind in FINDING_KINDS:
@@ -445,7 +454,7 @@ def _findings_by_kind(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, A
     return out
 
 
-def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _failure_presence(arms: Mapping[str, ComparisonArm]) -> dict[str, Any]:
     counts = {n: sum(1 for f in arms[n]["findings"] if f["kind"] == "nested_alloc_failure") for n in ARMS}
     present = [n for n in ARMS if counts[n]]
     absent = [n for n in ARMS if not counts[n]]
@@ -455,6 +464,7 @@ def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
             f"{f['api']} returned {f['return_code']} ({f['return_name'] or 'unknown code'}) inside "
             f"{f['enclosing']['api']}" + when(f.get("telemetry"))
             for f in fs
+            if f["enclosing"] is not None  # a nested failure is inside its library call
         )
         statement = (
             f"A nested allocation failure is present in {present[0]} ({counts[present[0]]}: {what}) "
@@ -472,7 +482,7 @@ def _failure_presence(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     return {**{n: counts[n] for n in ARMS}, "present_in": present, "absent_in": absent, "statement": statement}
 
 
-def _paired_calls(arms: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _paired_calls(arms: Mapping[str, ComparisonArm]) -> list[dict[str, Any]]:
     def key(lc: Mapping[str, Any]) -> tuple[str, str, int]:
         mk = lc["match_key"]
         return (str(mk["api"]), mk["thread_role"], mk["ordinal"])
@@ -569,7 +579,7 @@ def _expected_reason(key: str) -> str | None:
     return None
 
 
-def _sources(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
+def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
     versions = {}
     for field_name in ("nsys_version", "schema_version", "kind"):
         o, r = (arms[n]["input"][field_name] for n in ARMS)
@@ -578,10 +588,10 @@ def _sources(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, Analys
     keys = sorted(set(cap["observe"]) | set(cap["release"]))
     differs, expected = [], []
     for k in keys:
-        o, r = cap["observe"].get(k), cap["release"].get(k)
-        if o == r:
+        seen_o, seen_r = cap["observe"].get(k), cap["release"].get(k)
+        if seen_o == seen_r:
             continue
-        row = {"key": k, "observe": o, "release": r}
+        row = {"key": k, "observe": seen_o, "release": seen_r}
         why = _expected_reason(k)
         if why is None:
             differs.append(row)
@@ -598,13 +608,13 @@ def _sources(arms: Mapping[str, Mapping[str, Any]], results: Mapping[str, Analys
     }
 
 
-def _memory_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _memory_diff(arms: Mapping[str, ComparisonArm]) -> dict[str, Any]:
     """Both arms' device-memory ledgers side by side: whether each claims one, and its value at the
     telemetry handoff (the last handoff line placed on the trace clock)."""
     out: dict[str, Any] = {"statements": []}
     for n in ARMS:
         memory = arms[n]["memory"]
-        entry = {
+        entry: dict[str, Any] = {
             "ledger": memory["ledger"],
             "why_no_ledger": memory["why_no_ledger"],
             "at_handoff": _handoff_point(arms[n]),
@@ -627,7 +637,7 @@ def _handoff_point(arm: Mapping[str, Any]) -> MemoryPoint | None:
     return at[-1] if at else None
 
 
-def _handoff_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+def _handoff_diff(arms: Mapping[str, ComparisonArm]) -> dict[str, Any] | None:
     snaps = {n: arms[n]["handoff"] for n in ARMS}
     if not any(snaps.values()):
         return None
@@ -643,7 +653,7 @@ def _handoff_diff(arms: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | Non
 # --- what the comparison does not establish ------------------------------------------------------
 
 
-def _not_established(arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any]) -> list[NotEstablished]:
+def _not_established(arms: Mapping[str, ComparisonArm], differences: Mapping[str, Any]) -> list[NotEstablished]:
     out: list[NotEstablished] = []
     # 1. Censored library calls: absence of a failure there is not evidence.
     for pair in differences["library_calls"]:
@@ -776,7 +786,7 @@ def _not_established(arms: Mapping[str, Mapping[str, Any]], differences: Mapping
 
 
 def _summary(
-    arms: Mapping[str, Mapping[str, Any]], differences: Mapping[str, Any], not_established: list[NotEstablished]
+    arms: Mapping[str, ComparisonArm], differences: Mapping[str, Any], not_established: list[NotEstablished]
 ) -> list[str]:
     lines = [f"{n}: verdict {arms[n]['verdict']}" for n in ARMS]
     lines.append(differences["nested_alloc_failure"]["statement"])

@@ -714,6 +714,51 @@ class SealedAnalysisDocument(TypedDict):
     telemetry: NotRequired[TelemetrySection]
 
 
+class ArmInput(TypedDict):
+    name: str
+    sha256: str
+    size_bytes: int
+    kind: InputKind
+    nsys_version: str | None
+    schema_version: str | None
+
+
+class TelemetryFileRecord(TypedDict):
+    name: str
+    sha256: str
+    size_bytes: int
+
+
+class ArmCensus(TypedDict):
+    cuda_api_calls: int
+    nonzero_returns: int
+    by_return: list[CensusRow]
+
+
+class ComparisonArm(TypedDict):
+    """One arm of a comparison: its analysis' keys, with the library calls of interest summarized
+    (``library_calls``: at most ten, chosen as ``library_calls_selection`` says)."""
+
+    input: ArmInput
+    telemetry_input: TelemetryFileRecord | None
+    verdict: Verdict
+    verdict_reasons: list[str]
+    census: ArmCensus
+    findings: list[Finding]
+    failed_calls: list[FailedCalls]
+    library_calls_total: int
+    library_calls_listed: int
+    library_calls_selection: str
+    library_calls: list[dict[str, Any]]
+    coverage: Coverage
+    telemetry: dict[str, Any] | None
+    handoff: dict[str, Any] | None
+    alignment: AlignmentSection | None
+    warnings: list[ReportWarning]
+    memory: Memory
+    answer: Answer
+
+
 class NotEstablished(TypedDict):
     """What the comparison cannot establish, and why."""
 
@@ -738,7 +783,7 @@ class ComparisonDocument(TypedDict):
     kind: Literal["comparison"]
     inputs: list[SealedInput]
     options: NotRequired[dict[str, Any]]
-    arms: dict[str, dict[str, Any]]
+    arms: dict[str, ComparisonArm]
     differences: dict[str, Any]
     not_established: list[NotEstablished]
     summary: list[str]
