@@ -23,6 +23,7 @@ from nsysaudit.reports.documents import (
     Memory,
     SealedAnalysisDocument,
 )
+from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.statements import CLASSIFICATION_WORDS, MECHANISM_WORDS, censored_reasons_words
 
 MAX_TEXT = 200
@@ -665,6 +666,8 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
         out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
     out += ["## Device memory", "", *_memory(doc.get("memory"))]
+    if device_lines(doc):  # several devices, or a rank known
+        out += ["## Devices and ranks", "", *_bullets(md(line, 2000) for line in device_lines(doc)), ""]
     if "alignment" in doc:
         out += ["## Telemetry", "", *_alignment(doc.get("alignment"))]
     if doc["warnings"]:

@@ -132,7 +132,7 @@ def device_lines(doc: Mapping[str, Any]) -> list[str]:
     lines = []
     for d in doc.get("devices", []):
         total = "total unknown" if d["total_bytes"] is None else byte_size(d["total_bytes"])
-        cuda = "" if d["cuda_device"] is None else f", CUDA device {d['cuda_device']} as nsys enumerated them"
+        cuda = "" if d["cuda_device"] is None else f", nsys's CUDA device {d['cuda_device']}"
         users = []
         for g in d["global_pids"]:
             p = procs.get(g) or {}
