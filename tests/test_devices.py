@@ -13,6 +13,7 @@ launched command is its rank's python3, with RANK in its recorded environment).
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -361,3 +362,93 @@ def test_the_documents_of_a_two_gpu_job_are_of_their_types(make_export: Callable
     for doc in (analyze(export), analyze(export, telemetry=telemetry_lines(tmp_path / "t.jsonl", {RANK1: 1})),
                 analyze(make_export(per_rank(1)))):
         assert problems(doc, AnalysisDocument) == []
+# --- across ranks: batch and compare -----------------------------------------------------------------
+
+
+def test_a_batch_over_the_per_rank_reports_is_one_row_per_rank(make_export: Callable[..., Path],
+                                                                tmp_path: Path) -> None:
+    from nsysaudit.batch.run import run_batch
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for rank in (0, 1):
+        shutil.copy(make_export(per_rank(rank)), job / f"report_{rank}.sqlite")
+    shutil.copy(make_export(one_report()), job / "all.sqlite")
+    result = run_batch([job], jobs=1)
+    rows = result.inputs.select("path", "verdict", "rank", "rank_source", "ranks", "devices", "devices_used",
+                                "failing_ranks", "failing_rank_unknown", "failing_devices").rows()
+    assert rows == [
+        (str(job / "all.sqlite"), "failure_found", None, None, None, 2,
+         "0 (NVIDIA H200, 0000:00:07.0); 1 (NVIDIA H100 80GB HBM3, 0000:00:06.0)", None, 1, "1"),
+        (str(job / "report_0.sqlite"), "no_failure", 0, 'META_DATA_CAPTURE PROCESS_0:ENVIRONMENT_VARIABLE RANK="0"',
+         "0", 2, "0 (NVIDIA H200, 0000:00:07.0)", None, 0, None),
+        (str(job / "report_1.sqlite"), "failure_found", 1,
+         'META_DATA_CAPTURE PROCESS_0:ENVIRONMENT_VARIABLE RANK="1"', "1", 2, "1 (NVIDIA H100 80GB HBM3, 0000:00:06.0)",
+         "1", 0, "1"),
+    ]
+    assert result.findings.select("pid", "rank", "device_id").rows() == [(RANK1, None, 1), (RANK1, 1, 1)]
+    assert result.summary_lines()[2] == (
+        f"failing rank(s): 1 ({job / 'report_1.sqlite'}, device 1); rank unknown in {job / 'all.sqlite'} (device 1) "
+        "(ranks stated: 0, 1)")
+
+
+def test_a_batch_of_single_gpu_reports_has_no_rank_line() -> None:
+    from nsysaudit.batch.run import run_batch
+
+    result = run_batch([Path(__file__).parent / "fixtures" / "h200-cuda13-nsys2025.3" / "torch"], jobs=1)
+    assert result.inputs.select("devices", "rank", "ranks", "failing_rank_unknown").rows() == [(1, None, None, 1),
+                                                                                               (1, None, None, 0)]
+    assert not any(line.startswith("failing rank") for line in result.summary_lines())
+
+
+def test_compare_the_failing_rank_with_a_healthy_one(make_export: Callable[..., Path]) -> None:
+    from nsysaudit.reports.compare import compare_results
+    from nsysaudit.reports.documents import ComparisonDocument, problems
+
+    failing, healthy = (nsysaudit.analyze(make_export(per_rank(r))) for r in (1, 0))
+    doc = compare_results(failing, healthy).to_dict()
+    assert problems(doc, ComparisonDocument) == []
+    ranks = doc["differences"]["ranks"]
+    assert (ranks["two_ranks"], ranks["same_job"]) == (True, True)
+    assert ranks["same_job_evidence"] == "the same launched command and arguments, world size 2"
+    assert (ranks["observe"]["rank"], ranks["observe"]["devices"], ranks["release"]["rank"],
+            ranks["release"]["devices"]) == (1, [1], 0, [0])
+    assert ranks["statements"] == [
+        "The arms are two ranks: rank 1 (observe, pid 300, on device 1 (NVIDIA H100 80GB HBM3, 0000:00:06.0)) and "
+        "rank 0 (release, pid 200, on device 0 (NVIDIA H200, 0000:00:07.0)), of one job (the same launched command "
+        "and arguments, world size 2); rank 1 failed and rank 0 did not: the failing rank against a healthy one",
+        # the library calls, the holder and the headroom of each rank at the same call
+        "At cublasCreate_v2 (call #1 off the main thread), rank 1: 2 nested allocation(s) succeeded, then "
+        "cudaMalloc_v3020 returned 2 (cudaErrorMemoryAllocation); at its start device 1 (NVIDIA H100 80GB HBM3, "
+        "0000:00:06.0) held 79.5 GiB of 80.0 GiB, most by pid 300 (79.5 GiB); at most 536,647,822 B (511.8 MiB) free",
+        "At cublasCreate_v2 (call #1 off the main thread), rank 0: 3 nested allocation(s) succeeded, none failed; at "
+        "its start device 0 (NVIDIA H200, 0000:00:07.0) held 40.0 GiB of 139.8 GiB, most by pid 200 (40.0 GiB); at "
+        "most 107,160,207,360 B (99.8 GiB) free",
+    ]
+    assert H100_TOTAL - (HELD1 + STATIC1) == 536_647_822  # the headroom at its start, before its own allocations
+    assert doc["answer"]["ranks"] == ranks["statements"] and doc["summary"][3] == ranks["statements"][0]
+    # The environment differs only in the ranks' identity: expected, and no "different capture options".
+    capture = doc["differences"]["sources"]["capture"]
+    assert capture["differs"] == []
+    assert [d["key"] for d in capture["differs_as_expected"]] == [
+        "PROCESS_0:ENVIRONMENT_VARIABLE:LOCAL_RANK", "PROCESS_0:ENVIRONMENT_VARIABLE:RANK"]
+    assert "different_capture_options" not in [x["code"] for x in doc["not_established"]]
+
+
+def test_compare_of_arms_without_ranks_says_nothing_of_ranks(make_export: Callable[..., Path]) -> None:
+    from nsysaudit.reports.compare import compare_results
+
+    spec = per_rank(0)
+    spec.environment = ['RANK="0"', 'WORLD_SIZE="4"', 'HOME="/h"']
+    other = per_rank(1)
+    other.environment = ['RANK="1"', 'WORLD_SIZE="2"', 'HOME="/g"']
+    a, b = nsysaudit.analyze(make_export(other)), nsysaudit.analyze(make_export(spec))
+    doc = compare_results(a, b).to_dict()
+    ranks = doc["differences"]["ranks"]
+    assert (ranks["two_ranks"], ranks["same_job"]) == (True, False)
+    assert ranks["statements"][0].endswith("not of one job: their world sizes differ (2 and 4); rank 1 failed and "
+                                           "rank 0 did not: the failing rank against a healthy one")
+    assert [d["key"] for d in doc["differences"]["sources"]["capture"]["differs"]] == [
+        "PROCESS_0:ENVIRONMENT_VARIABLE:HOME", "PROCESS_0:ENVIRONMENT_VARIABLE:WORLD_SIZE"]
+    single = compare_results(*(nsysaudit.analyze(make_export(one_report())) for _ in range(2))).to_dict()
+    assert single["differences"]["ranks"]["statements"] == [] and single["answer"]["ranks"] == []

@@ -524,6 +524,8 @@ def _comparison_answer(answer: Mapping[str, Any] | None) -> list[str]:
     if answer is None:  # a document of an earlier format
         return []
     out = ["## Answer", "", f"**{md(answer['summary'], 10_000)}**", ""]
+    if answer.get("ranks"):  # the arms are two ranks of one job
+        out += ["### The ranks", "", *_bullets(answer["ranks"]), ""]
     for name in ("observe", "release"):
         out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False)]
     if answer["memory"]:

@@ -750,6 +750,9 @@ def comparison_answer_parts(doc: Mapping[str, Any]) -> list[RenderableType]:
     if answer is None:  # a report.json of an earlier format
         return []
     parts: list[RenderableType] = [Text(""), hanging("", literal(answer["summary"], 4000), indent=0, style="bold")]
+    if answer.get("ranks"):  # the arms are two ranks of one job
+        parts.append(Text("\nthe ranks", style="bold"))
+        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["ranks"])
     for name in ("observe", "release"):
         arm = answer["arms"][name]
         parts.append(Text(f"\n{name} arm", style="bold"))

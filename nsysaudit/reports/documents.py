@@ -855,6 +855,10 @@ class ComparisonArm(TypedDict):
     warnings: list[ReportWarning]
     memory: Memory
     answer: Answer
+    devices: list[TargetDevice]
+    processes: list[Process]
+    launches: list[LaunchedCommand]
+    ranks: Ranks
 
 
 class NotEstablished(TypedDict):
@@ -867,8 +871,12 @@ class NotEstablished(TypedDict):
 
 
 class ComparisonAnswer(TypedDict):
+    """``ranks``: where the arms are two ranks (docs/multigpu.md), which rank each is and what differs
+    between them at the same library call (empty otherwise)."""
+
     summary: str
     arms: dict[str, Answer]
+    ranks: list[str]
     memory: list[str]
     not_established: list[str]
 

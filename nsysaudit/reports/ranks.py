@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
 
-from nsysaudit.analysis.devices import RANK_RULE, DeviceTruth
+from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_RULE, RANK_VARIABLES, DeviceTruth
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.text import byte_size, size_word
+from nsysaudit.read.devices import environment_entry
 from nsysaudit.reports.documents import FailingRank, Finding, LaunchedCommand, Process, Ranks, TargetDevice
 
 
@@ -149,3 +150,130 @@ def device_lines(doc: Mapping[str, Any]) -> list[str]:
     if ranks.get("statement"):
         lines.append(str(ranks["statement"]))
     return lines
+
+
+# --- two ranks of one job as the arms of a comparison ------------------------------------------------
+
+ARMS = ("observe", "release")
+
+
+def _arm_rank(arm: Mapping[str, Any]) -> dict[str, Any]:
+    """What one arm's document states about its rank and device."""
+    ranks = arm.get("ranks") or {}
+    processes = [p for p in arm.get("processes") or [] if p.get("rank") is not None]
+    stated = sorted({p["rank"] for p in processes})
+    one = processes[0] if len(stated) == 1 else None
+    devices = sorted({d for p in processes for d in p.get("devices", [])}) if one else []
+    return {
+        "ranks": stated,
+        "rank": stated[0] if len(stated) == 1 else None,
+        "rank_source": one["rank_source"] if one is not None and len(processes) == 1 else None,
+        "pid": one["pid"] if one is not None and len(processes) == 1 else None,
+        "devices": devices,
+        "world_size": one.get("world_size") if one is not None else None,
+        "failing_ranks": list(ranks.get("failing_ranks") or []),
+        "command": [(launch.get("command"), launch.get("arguments")) for launch in arm.get("launches") or []],
+    }
+
+
+def _holder(devices: Sequence[Mapping[str, Any]], named: Mapping[Any, Mapping[str, Any]]) -> str:
+    parts = []
+    for d in devices:
+        procs = sorted(d.get("processes") or [], key=lambda p: -p["resident_bytes"])
+        top = (f"most by pid {procs[0]['pid']} ({size_word(procs[0]['resident_bytes'])})" if procs
+               else "by no traced process")
+        total = "" if d["total_bytes"] is None else f" of {size_word(d['total_bytes'])}"
+        free = ("free memory unknown" if d.get("free_at_most_bytes") is None
+                else f"at most {byte_size(d['free_at_most_bytes'])} free")
+        parts.append(f"{device_words(named.get(d['device_id']), d['device_id'])} held "
+                     f"{size_word(d['device_resident_live_bytes'])}{total}, {top}; {free}")
+    return "; ".join(parts) or "no ledger at it"
+
+
+def rank_differences(arms: Mapping[str, Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The comparison's ``differences.ranks``: which rank each arm is, whether they are two ranks of
+    one job, and what differs between them at the paired library calls: who held each rank's device
+    (the holder), how much could have been free (the headroom), and the nested calls (the library
+    calls). ``statements`` is empty unless each arm states one rank and the ranks differ."""
+    each = {n: _arm_rank(arms[n]) for n in ARMS}
+    o, r = each["observe"], each["release"]
+    two = o["rank"] is not None and r["rank"] is not None and o["rank"] != r["rank"]
+    same_job: bool | None = None
+    why = "the arms do not both state one rank"
+    if two:
+        sizes = {o["world_size"], r["world_size"]}
+        if None not in sizes and len(sizes) > 1:
+            same_job, why = False, f"their world sizes differ ({o['world_size']} and {r['world_size']})"
+        elif o["command"] and o["command"] == r["command"]:
+            same_job = True
+            why = "the same launched command and arguments" + (
+                f", world size {o['world_size']}" if o["world_size"] is not None and None not in sizes else "")
+        else:
+            why = "their launched commands differ or are not recorded: the export does not say they are one job"
+    statements: list[str] = []
+    if two:
+        named = {n: {d["device_id"]: d for d in arms[n].get("devices") or []} for n in ARMS}
+
+        def who(n: str) -> str:
+            e = each[n]
+            on = ", ".join(device_words(named[n].get(i), i) for i in e["devices"]) or "device unknown"
+            return f"rank {e['rank']} ({n}{'' if e['pid'] is None else ', pid ' + str(e['pid'])}, on {on})"
+
+        failing = [n for n in ARMS if each[n]["failing_ranks"]]
+        head = f"The arms are two ranks: {who('observe')} and {who('release')}"
+        if same_job is True:
+            head += f", of one job ({why})"
+        elif same_job is False:
+            head += f", not of one job: {why}"
+        if len(failing) == 1:
+            healthy = ARMS[1 - ARMS.index(failing[0])]
+            head += (f"; rank {each[failing[0]]['rank']} failed and rank {each[healthy]['rank']} did not: the failing "
+                     "rank against a healthy one")
+        statements.append(head)
+        for pair in pairs:
+            if pair.get("observe") is None or pair.get("release") is None:
+                continue
+            mk = pair["match_key"]
+            call = f"{mk['api']} (call #{mk['ordinal']} off the main thread)" if mk["thread_role"] == "other" else (
+                f"{mk['api']} (call #{mk['ordinal']} on the main thread)")
+            for n in ARMS:
+                p = pair[n]
+                failed = p["failed_allocations"]
+                calls = (f"{p['nested_allocations_succeeded']} nested allocation(s) succeeded"
+                         + (f", then {failed[0]['api']} returned {failed[0]['return_code']}"
+                            f" ({failed[0]['return_name'] or 'unknown code'})" if failed else ", none failed"))
+                statements.append(f"At {call}, rank {each[n]['rank']}: {calls}; at its start "
+                                  f"{_holder(p.get('memory_at_start') or [], named[n])}")
+    return {
+        "observe": {k: v for k, v in o.items() if k != "command"},
+        "release": {k: v for k, v in r.items() if k != "command"},
+        "two_ranks": two,
+        "same_job": same_job,
+        "same_job_evidence": why if two else None,
+        "statements": statements,
+    }
+
+
+# Environment variables that name a rank's own identity: two ranks of one job differ in them by construction.
+IDENTITY_VARIABLES = (*RANK_VARIABLES, *LOCAL_RANK_VARIABLES, "CUDA_VISIBLE_DEVICES")
+IDENTITY_WHY = "the rank's own identity (its rank, local rank, and the devices it sees)"
+
+
+def environment_differences(
+    key: str, observe: Sequence[str] | None, release: Sequence[str] | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A launched command's recorded environment (``PROCESS_n:ENVIRONMENT_VARIABLE`` rows) compared
+    variable by variable: (differs, differs as expected), each row ``key`` (``KEY:NAME``),
+    ``observe``, ``release`` (the values, or None where the variable is not recorded)."""
+    sides = [dict(environment_entry(v) for v in values or []) for values in (observe, release)]
+    differs, expected = [], []
+    for name in sorted(set(sides[0]) | set(sides[1])):
+        o, r = sides[0].get(name), sides[1].get(name)
+        if o == r:
+            continue
+        row = {"key": f"{key}:{name}", "observe": None if o is None else [o], "release": None if r is None else [r]}
+        if name in IDENTITY_VARIABLES:
+            expected.append({**row, "why": IDENTITY_WHY})
+        else:
+            differs.append(row)
+    return differs, expected
