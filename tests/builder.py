@@ -40,6 +40,7 @@ SCHEMA_PATH = (
 )
 
 DIAGNOSTIC_SCHEMA_PATH = SCHEMA_PATH.with_name("nsys-2025.3-diagnostic-tables.sql")
+DEVICE_SCHEMA_PATH = SCHEMA_PATH.with_name("nsys-2025.3-device-tables.sql")
 
 VM_DEFAULT = 0
 
@@ -175,6 +176,20 @@ class Call:
     corr: int | None = None
     bytes: int | None = None
     vm: int = 0
+    device: int = 0  # the allocation event's deviceId (TARGET_INFO_GPU.id)
+
+
+@dataclass
+class Gpu:
+    """A TARGET_INFO_GPU row with the columns that identify a device (the rest NULL)."""
+
+    device: int
+    name: str
+    total: int | None
+    cu_device: int | None = None
+    bus: str | None = None
+    uuid: str | None = None
+    vm: int = 0
 
 
 @dataclass
@@ -290,6 +305,16 @@ class Export:
     pool_events: list[PoolEvent] = field(default_factory=list)
     # TARGET_INFO_GPU rows: (device id, name, total memory in bytes or None), on VM ``vm``.
     gpus: list[tuple[int, str, int | None]] = field(default_factory=list)
+    # TARGET_INFO_GPU rows with cuDevice, busLocation and uuid (after ``gpus``' rows).
+    gpu_info: list[Gpu] = field(default_factory=list)
+    # TARGET_INFO_CUDA_DEVICE rows (pid, gpuId, cudaId), as nsys 2025.3 writes them; None: no such table.
+    cuda_devices: list[tuple[int, int, int]] | None = None
+    # TARGET_INFO_CUDA_CONTEXT_INFO rows (pid, deviceId), context ids from 1 per process.
+    contexts: list[tuple[int, int]] = field(default_factory=list)
+    # The launched command's recorded environment (PROCESS_0:ENVIRONMENT_VARIABLE rows, ``NAME="value"``)
+    # and arguments (PROCESS_0:ARGUMENT_n), after capture_meta's rows.
+    environment: list[str] = field(default_factory=list)
+    arguments: list[str] = field(default_factory=list)
     # Escape hatch for broken evidence (tests of hostile input only): SQL scripts executed after
     # the build, each in its own connection (so a script after a ``PRAGMA writable_schema`` edit
     # sees the edited schema). Not validated. See :func:`strip_not_null` for writing NULLs into
@@ -320,6 +345,13 @@ def ddl_statements() -> dict[str, str]:
     indexes or views (neither has the real lazy export), so none are created.
     """
     return dict(_ddl())
+
+
+@cache
+def _device_ddl() -> tuple[tuple[str, str], ...]:
+    """TARGET_INFO_CUDA_DEVICE, from a real nsys 2025.3 export (the 2023.4.4 DDL has none)."""
+    text = DEVICE_SCHEMA_PATH.read_text(encoding="utf-8")
+    return tuple((m.group(1), m.group(0)) for m in _CREATE_RE.finditer(text))
 
 
 @cache
@@ -406,6 +438,8 @@ def _capture_meta(spec: Export) -> list[tuple[str, str]]:
             rows.append((name, value))
     defaults = {name for name, _ in DEFAULT_CAPTURE_META}
     rows += [(k, v) for k, v in spec.capture_meta.items() if k not in defaults]
+    rows += [(f"PROCESS_0:ARGUMENT_{i}", arg) for i, arg in enumerate(spec.arguments)]
+    rows += [("PROCESS_0:ENVIRONMENT_VARIABLE", env) for env in spec.environment]
     return rows
 
 
@@ -480,7 +514,7 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
         if c.bytes is not None:
             memory.append(
                 (
-                    c.start + 1, global_pid(c.pid, c.vm), 0, 1, address, 0, c.bytes,
+                    c.start + 1, global_pid(c.pid, c.vm), c.device, 1, address, 0, c.bytes,
                     MEM_KIND_DEVICE, MEM_OPER_ALLOCATION, None, corr,
                     None, None, None, None, None, None,
                 )
@@ -595,10 +629,23 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
             for d in spec.diagnostics
         ]
         out.update({table: list(rows) for table, rows in DIAGNOSTIC_ENUMS.items()})
-    if spec.gpus:
+    if spec.gpus or spec.gpu_info:
         out["TARGET_INFO_GPU"] = [
             (VM_DEFAULT << 48, device, name, None, 1, None, total, *([None] * 34)) for device, name, total in spec.gpus
+        ] + [
+            (g.vm << 48, g.device, g.name, g.bus, 1, None, g.total, None, None, None, None, g.uuid, None, None,
+             g.cu_device, *([None] * 26))
+            for g in spec.gpu_info
         ]
+    if spec.cuda_devices is not None:
+        out["TARGET_INFO_CUDA_DEVICE"] = [(gpu, cuda, pid) for pid, gpu, cuda in spec.cuda_devices]
+    if spec.contexts:
+        numbered: dict[int, int] = {}
+        rows_ctx = []
+        for pid, device in spec.contexts:
+            numbered[pid] = numbered.get(pid, 0) + 1
+            rows_ctx.append((7, 0, VM_DEFAULT, pid, device, numbered[pid], 0, 0))
+        out["TARGET_INFO_CUDA_CONTEXT_INFO"] = rows_ctx
     if spec.analysis_duration is not None:
         out["ANALYSIS_DETAILS"] = [(1 << 48, spec.analysis_duration, 1_000, 1_000 + spec.analysis_duration)]
     return out
@@ -616,6 +663,8 @@ def _tables_to_create(spec: Export, rows: dict[str, Sequence[tuple[Any, ...]]]) 
     tables = [t for t in statements if t in wanted]  # DDL file order (alphabetical, like nsys)
     if spec.diagnostics is not None:
         tables += [t for t, _ in _diagnostic_ddl() if t not in spec.omit_tables]
+    if spec.cuda_devices is not None:
+        tables += [t for t, _ in _device_ddl() if t not in spec.omit_tables]
     return tables
 
 
@@ -629,7 +678,7 @@ def build_export(spec: Export, path: str | os.PathLike[str]) -> pathlib.Path:
     out = pathlib.Path(path)
     rows = _rows(spec)
     tables = _tables_to_create(spec, rows)
-    statements = {**ddl_statements(), **dict(_diagnostic_ddl())}
+    statements = {**ddl_statements(), **dict(_diagnostic_ddl()), **dict(_device_ddl())}
     with open(out, "xb"):
         pass  # exclusive create: refuse to overwrite
     try:

@@ -60,12 +60,34 @@ def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
         "warnings": len(doc["warnings"]),
         "error": None,
         "status": "analyzed",
+        **expected_rank_columns(doc),
+    }
+
+
+def expected_rank_columns(doc: dict[str, Any]) -> dict[str, Any]:
+    """The batch's device and rank columns, from the document's devices, processes and ranks."""
+    used = [d for d in doc["devices"] if d["processes"]]
+    stated = [p for p in doc["processes"] if p["rank"] is not None]
+    ranks = sorted({p["rank"] for p in stated})
+    failing = doc["ranks"]["failing"]
+    return {
+        "devices": len(doc["devices"]),
+        "devices_used": "; ".join(
+            f"{d['device_id']} ({', '.join(x for x in (d['name'], d['bus_location']) if x)})" for d in used) or None,
+        "rank": ranks[0] if len(ranks) == 1 else None,
+        "rank_source": stated[0]["rank_source"] if len(stated) == 1 else None,
+        "ranks": ", ".join(map(str, ranks)) or None,
+        "failing_ranks": ", ".join(map(str, sorted({f["rank"] for f in failing if f["rank"] is not None}))) or None,
+        "failing_rank_unknown": sum(1 for f in failing if f["rank"] is None),
+        "failing_devices": ", ".join(map(str, sorted({f["device_id"] for f in failing
+                                                      if f["device_id"] is not None}))) or None,
     }
 
 
 def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None:
     for key in ("kind", "api", "display_api", "return_code", "return_name", "correlation_id", "pid", "tid",
-                "global_tid", "thread_name", "start_ns", "end_ns", "requested_bytes", "out_of_memory"):
+                "global_tid", "thread_name", "start_ns", "end_ns", "requested_bytes", "out_of_memory", "rank",
+                "rank_source", "device_id"):
         assert row[key] == finding[key], key
     enclosing = finding["enclosing"] or {}
     for key in ("api", "library", "source", "start_ns", "end_ns", "recorded_end_ns", "coverage"):

@@ -27,6 +27,7 @@ from nsysaudit.core.codes import is_allocation_api
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.intervals import closed_library_calls, union_windows
+from nsysaudit.read.devices import DeviceEvidence
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.telemetry import TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
@@ -69,6 +70,8 @@ class Analysis:
     # The device-memory ledger, and its values at each finding, censored call and telemetry line.
     ledger: Ledger | None = None
     memory_points: tuple[dict[str, Any], ...] = ()
+    # The GPUs, which process used which, and the launched command (nsysaudit.analysis.devices reads them).
+    devices: DeviceEvidence | None = None
 
     def __repr__(self) -> str:
         kinds = self.frames["findings"]["kind"].value_counts(sort=True).rows()
@@ -247,6 +250,7 @@ def _analyze(
         alignment=alignment,
         ledger=memory,
         memory_points=tuple(memory_points),
+        devices=trace.devices,
     )
 
 

@@ -53,6 +53,7 @@ from typing import Any, Literal
 import polars as pl
 
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.batch import ranks as by_rank
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import (
     BadOption,
@@ -102,6 +103,7 @@ INPUT_SCHEMA: dict[str, Any] = {
     "warnings": pl.Int64,
     "error": pl.String,
     "status": pl.String,
+    **by_rank.INPUT_COLUMNS,  # devices and ranks (nsysaudit/batch/ranks.py)
 }
 FINDING_SCHEMA: dict[str, Any] = {
     "input_sha256": pl.String,
@@ -131,6 +133,7 @@ FINDING_SCHEMA: dict[str, Any] = {
     "allocations_before_bytes": pl.Int64,
     "stream_capture_event_records": pl.Int64,
     "ns_from_capture_end": pl.Int64,
+    **by_rank.FINDING_COLUMNS,  # the finding's rank and device
 }
 KIND_COLUMNS = {
     "nested_alloc_failure": "nested_alloc_failures",
@@ -239,6 +242,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         error=None,
         status="analyzed",
         **{column: kinds.count(kind) for kind, column in KIND_COLUMNS.items()},
+        **by_rank.input_columns(result.head),
     )
     return {"input": row, "findings": [finding_row(sha, i, f) for i, f in enumerate(findings)]}
 
@@ -691,6 +695,9 @@ class BatchResult:
             f"{c.get('error', 0)} unusable; {c['findings']} finding(s)",
             "verdicts: " + ", ".join(f"{v} {c.get(v, 0)}" for v in ("failure_found", "inconclusive", "no_failure")),
         ]
+        ranks = by_rank.summary_line(self.inputs)  # only where an input has several devices or a stated rank
+        if ranks is not None:
+            lines.append(ranks)
         lines += [f"wrote {p}" for p in self.written]
         return lines
 

@@ -28,6 +28,7 @@ from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.progress import Progress
+from nsysaudit.read.devices import DeviceEvidence, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
@@ -155,6 +156,8 @@ class Trace:
       cuMemUnmap, ...) and the virtual memory management calls (cuMemCreate, cuMemRelease,
       cuMemAddressReserve, ...) (``CALL_SCHEMA``), read in the same pass: the ledger checks each free
       against its own deallocation event and counts handles and reserved address ranges.
+    - ``devices``: the GPUs, which process used which, and the launched command
+      (:class:`nsysaudit.read.devices.DeviceEvidence`).
     """
 
     export: ExportFile
@@ -186,6 +189,7 @@ class Trace:
     memory: MemoryEvidence | None = None
     memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
+    devices: DeviceEvidence = field(default_factory=DeviceEvidence)
 
 
 
@@ -514,6 +518,7 @@ def _load(
             else:
                 typed[cap.name] += 1
 
+    devices = read_devices(export, frame, typed, memory, capture)
     diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
 
     for table_name, count in sorted(typed.items()):
@@ -573,6 +578,7 @@ def _load(
         memory=memory,
         memory_calls=memory_calls,
         alloc_calls=alloc_calls,
+        devices=devices,
     )
 
 

@@ -23,6 +23,7 @@ from nsysaudit.reports.documents import (
     Memory,
     SealedAnalysisDocument,
 )
+from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.statements import CLASSIFICATION_WORDS, MECHANISM_WORDS, censored_reasons_words
 
 MAX_TEXT = 200
@@ -523,6 +524,8 @@ def _comparison_answer(answer: Mapping[str, Any] | None) -> list[str]:
     if answer is None:  # a document of an earlier format
         return []
     out = ["## Answer", "", f"**{md(answer['summary'], 10_000)}**", ""]
+    if answer.get("ranks"):  # the arms are two ranks of one job
+        out += ["### The ranks", "", *_bullets(answer["ranks"]), ""]
     for name in ("observe", "release"):
         out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False)]
     if answer["memory"]:
@@ -665,6 +668,8 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
         out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
     out += ["## Device memory", "", *_memory(doc.get("memory"))]
+    if device_lines(doc):  # several devices, or a rank known
+        out += ["## Devices and ranks", "", *_bullets(md(line, 2000) for line in device_lines(doc)), ""]
     if "alignment" in doc:
         out += ["## Telemetry", "", *_alignment(doc.get("alignment"))]
     if doc["warnings"]:

@@ -37,6 +37,7 @@ from nsysaudit.reports.documents import (
     Position,
     TelemetrySection,
 )
+from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.statements import (
     CALL_WORDS,
     CLASSIFICATION_WORDS,
@@ -466,6 +467,11 @@ def glance(d: AnalysisDocument) -> list[RenderableType]:
         lines.append(f"device memory: ledger of {memory['events']:,} events, read at {len(memory['at'])} moment(s)")
     else:
         lines.append(f"device memory: no ledger ({memory.get('why_no_ledger')})")
+    if device_lines(d):
+        ranks = d["ranks"]
+        known = ", ".join(map(str, ranks["ranks"])) or "none stated"
+        lines.append(f"devices: {len(d['devices'])}; ranks: {known} ({ranks['processes_with_rank']} of "
+                     f"{ranks['processes']} process(es) with a rank)")
     if "alignment" in d:
         checked = "checked" if d["alignment"].get("checked") else "NOT checked"
         lines.append(f"telemetry: {d['telemetry']['events']:,} line(s), clock alignment {checked}")
@@ -523,6 +529,10 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         parts.extend(_failed_calls(d["failed_calls"]))
 
     parts.extend(_memory_parts(d["memory"]))
+    lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
+    if lines:
+        parts.append(Text("\nDevices and ranks:", style="bold"))
+        parts.extend(hanging("- ", literal(line, 2000), indent=2) for line in lines)
 
     libs = d["library_calls"]
     shown = ranked_library_calls(libs)
@@ -740,6 +750,9 @@ def comparison_answer_parts(doc: Mapping[str, Any]) -> list[RenderableType]:
     if answer is None:  # a report.json of an earlier format
         return []
     parts: list[RenderableType] = [Text(""), hanging("", literal(answer["summary"], 4000), indent=0, style="bold")]
+    if answer.get("ranks"):  # the arms are two ranks of one job
+        parts.append(Text("\nthe ranks", style="bold"))
+        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["ranks"])
     for name in ("observe", "release"):
         arm = answer["arms"][name]
         parts.append(Text(f"\n{name} arm", style="bold"))

@@ -17,6 +17,7 @@ import polars as pl
 from nsysaudit._version import __version__
 from nsysaudit.analysis import Analysis
 from nsysaudit.analysis.alignment import Alignment
+from nsysaudit.analysis.devices import DeviceTruth, device_truth
 from nsysaudit.analysis.run import TELEMETRY_POINTS_RULE
 from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
@@ -33,7 +34,9 @@ from nsysaudit.reports.documents import (
     LibraryCall,
     Memory,
     MemoryPoint,
+    TargetDevice,
 )
+from nsysaudit.reports.ranks import document_keys
 from nsysaudit.reports.statements import holder_statement
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
@@ -361,7 +364,14 @@ def _coverage(analysis: Analysis) -> dict[str, Any]:
     }
 
 
-def _memory(analysis: Analysis) -> Memory:
+def truth_of(analysis: Analysis) -> DeviceTruth:
+    """Devices and ranks of the analysis (:func:`nsysaudit.analysis.devices.device_truth`)."""
+    ledger_devices = analysis.ledger.summary.get("devices", []) if analysis.ledger is not None else []
+    telemetry = analysis.alignment.log if analysis.alignment is not None else None
+    return device_truth(analysis.devices, analysis.processes, ledger_devices, telemetry)
+
+
+def _memory(analysis: Analysis, truth: DeviceTruth | None = None) -> Memory:
     """The ``memory`` key: the ledger's summary per device and process and its value at each moment."""
     ledger = analysis.ledger
     if ledger is None:
@@ -374,7 +384,9 @@ def _memory(analysis: Analysis) -> Memory:
         if analysis.alignment is not None and p["t_ns"] is not None:
             in_force = analysis.alignment.position(p["pid"], p["t_ns"], p["t_ns"])["in_force"]
         point["holder"] = holder_statement(point, names, gap_examples=p.get("free_calls_without_event_examples", ()),
-                                           in_force=in_force)
+                                           in_force=in_force,
+                                           devices=cast(list[TargetDevice], truth.devices)
+                                           if truth is not None and truth.several_devices else None)
         at.append(point)
     out = {
         **ledger.summary,
@@ -391,11 +403,13 @@ def _memory(analysis: Analysis) -> Memory:
 
 def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[str, Any]:
     """Every key of the document but ``library_calls`` and ``coverage.censored`` (``censored``: its frame)."""
+    truth = truth_of(analysis)
+    findings = _findings(analysis)
     out: dict[str, Any] = {
         "tool": {"name": "nsysaudit", "version": __version__},
         "input": info.to_dict(),
         "census": _census(analysis),
-        "findings": _findings(analysis),
+        "findings": findings,
         "failed_calls": _failed_calls(analysis.frames),
         "coverage": _coverage(analysis),
         "processes": [dict(p) for p in analysis.processes],
@@ -403,8 +417,9 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[s
         "verdict_reasons": list(analysis.verdict_reasons),
         "warnings": [dict(w) for w in analysis.warnings],
         "limits": dict(analysis.limits),
-        "memory": _memory(analysis),
+        "memory": _memory(analysis, truth),
     }
+    out.update(document_keys(truth, out["processes"], findings))  # devices, launches, ranks (reports/ranks.py)
     if analysis.alignment is not None:
         out["alignment"] = analysis.alignment.to_dict()
         out["telemetry"] = {
@@ -414,6 +429,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[s
     out["answer"] = answer(
         out["findings"], out["verdict"], out["verdict_reasons"], out["processes"], out["memory"],
         cast(list[Censored], _rows(censored.head(MAX_CENSORED))), censored.height,
+        devices=out["devices"], shown=out["ranks"]["shown"],
     )
     return out
 

@@ -20,8 +20,10 @@ from nsysaudit.reports.documents import (
     Memory,
     Position,
     Process,
+    TargetDevice,
     Verdict,
 )
+from nsysaudit.reports.ranks import placement_words
 from nsysaudit.reports.statements import CENSORED_WORDS, allocator_words, held_words
 
 MAX_CENSORED = 5
@@ -87,11 +89,17 @@ def answer(
     memory: Memory,
     censored_calls: Sequence[Censored],
     censored_total: int,
+    *,
+    devices: Sequence[TargetDevice] = (),
+    shown: bool = False,
 ) -> Answer:
     """The ``answer`` key of an analysis document (see the module docstring) from its other keys;
     ``censored_calls``: the first :data:`MAX_CENSORED` entries of ``coverage.censored``, of
-    ``censored_total``."""
+    ``censored_total``; ``devices`` (the document's ``devices``) and ``shown`` (``ranks.shown``): where the
+    export has several devices or a stated rank, the findings say where they ran and the holder
+    sentences name each device."""
     names = {p["global_pid"]: p["name"] for p in processes}
+    named = devices if shown and len(devices) > 1 else None
     points = {p["finding"]: p for p in memory["at"] if p["point"] == "finding" and "finding" in p}
     said: list[AnswerFinding] = []
     for i, f in enumerate(findings):
@@ -99,14 +107,15 @@ def answer(
         position = f.get("telemetry")
         held = None
         if point is not None and point.get("devices"):
-            held = held_words(point, names)
+            held = held_words(point, names, named)
             allocator = allocator_words(position["in_force"] if position is not None else None)
             if allocator:
                 held += f" {allocator}"
+        placed = placement_words(f, devices, shown)  # "rank 1, device 1 (...)": where devices or ranks tell
         said.append({
             "finding": i,
             "kind": f["kind"],
-            "what": finding_words(f),
+            "what": finding_words(f) + (f"; {placed}" if placed else ""),
             "when": when_words(position),
             "held": held,
         })
@@ -119,11 +128,14 @@ def answer(
         censored.append({
             "lib_id": c["lib_id"],
             "what": f"{c['api']} on {_thread(c)}: " + "; ".join(CENSORED_WORDS.get(r, r) for r in why),
-            "held": held_words(point, names) if point is not None and point.get("devices") else None,
+            "held": held_words(point, names, named) if point is not None and point.get("devices") else None,
         })
     if findings:
         first = said[0]
         summary = _short(findings[0])
+        placed = placement_words(findings[0], devices, shown)
+        if placed:
+            summary += f", {placed}"
         if first["when"]:
             summary += f", {first['when']}"
         if len(findings) > 1:

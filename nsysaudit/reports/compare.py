@@ -42,6 +42,7 @@ from nsysaudit.reports.documents import (
     SealedInput,
     TelemetryFileRecord,
 )
+from nsysaudit.reports.ranks import environment_differences, rank_differences
 from nsysaudit.reports.statements import (
     allocation_statement,
     arms_memory_statement,
@@ -64,6 +65,7 @@ _EXPECTED_CAPTURE_KEYS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(APPLICATION_PID|PROCESS_\d+:PID)$"), "process id assigned by the OS"),
     (re.compile(r"^PROCESS_\d+:ARGUMENT_\d+$"), "the arm's own command arguments"),
 )
+_ENVIRONMENT = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
 # Snapshot fields of the telemetry ``handoff`` event that the comparison shows side by side.
 HANDOFF_FIELDS = ("allocated", "reserved", "physical_free")
 
@@ -110,6 +112,7 @@ def _document(
     results = {"observe": observe, "release": release}
     arms: dict[str, ComparisonArm] = {name: _arm(results[name], files.get(name)) for name in ARMS}
     differences = _differences(arms, results)
+    differences["ranks"] = rank_differences(arms, differences["library_calls"])  # two ranks of one job as arms
     not_established = _not_established(arms, differences)
     return {
         "format": REPORT_FORMAT,
@@ -138,6 +141,7 @@ def _answer(
     return {
         "summary": differences["nested_alloc_failure"]["statement"],
         "arms": {n: arms[n]["answer"] for n in ARMS},
+        "ranks": differences["ranks"]["statements"],
         "memory": memory,
         "not_established": [x["statement"] for x in not_established if x["code"] == "censored_library_call"],
     }
@@ -237,6 +241,10 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> Compar
         "warnings": d["warnings"],
         "memory": d["memory"],
         "answer": d["answer"],
+        "devices": d["devices"],
+        "processes": d["processes"],
+        "launches": d["launches"],
+        "ranks": d["ranks"],
     }
 
 
@@ -587,9 +595,16 @@ def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisRe
     cap = {n: results[n].capture for n in ARMS}
     keys = sorted(set(cap["observe"]) | set(cap["release"]))
     differs, expected = [], []
+    same = 0
     for k in keys:
         seen_o, seen_r = cap["observe"].get(k), cap["release"].get(k)
         if seen_o == seen_r:
+            same += 1
+            continue
+        if _ENVIRONMENT.match(k):  # compared variable by variable: a rank's own identity differs as expected
+            more, as_expected = environment_differences(k, seen_o, seen_r)
+            differs += more
+            expected += as_expected
             continue
         row = {"key": k, "observe": seen_o, "release": seen_r}
         why = _expected_reason(k)
@@ -601,7 +616,7 @@ def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisRe
         **versions,
         "capture": {
             "keys_compared": len(keys),
-            "same": len(keys) - len(differs) - len(expected),
+            "same": same,
             "differs": differs,
             "differs_as_expected": expected,
         },
@@ -790,6 +805,7 @@ def _summary(
 ) -> list[str]:
     lines = [f"{n}: verdict {arms[n]['verdict']}" for n in ARMS]
     lines.append(differences["nested_alloc_failure"]["statement"])
+    lines.extend(differences["ranks"]["statements"])
     for row in differences["findings_by_kind"]:
         if row["kind"] != "nested_alloc_failure":
             lines.append(f"{row['kind']} findings: observe {row['observe']}, release {row['release']}")

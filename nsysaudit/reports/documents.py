@@ -180,6 +180,10 @@ class Finding(TypedDict):
     enclosing_chain: list[ChainLink]
     stream_capture: StreamCapture | None
     telemetry: NotRequired[Position]
+    rank: int | None
+    rank_source: str | None
+    device_id: int | None
+    devices: list[int | None]
 
 
 class FailedCalls(TypedDict):
@@ -269,10 +273,98 @@ class Coverage(TypedDict):
     library_sources: list[LibrarySource]
 
 
+class DeviceEvidence(TypedDict):
+    """Why a process is said to have used a device: the tables that tie it there (docs/multigpu.md)."""
+
+    vm: int | None
+    device_id: int | None
+    cuda_device: int | None
+    sources: list[str]
+    memory_events: int
+
+
 class Process(TypedDict):
+    """A traced process, the devices it used and its rank where a row of the evidence states it
+    (``rank_unknown`` says why not; docs/multigpu.md)."""
+
     global_pid: int
     pid: int
     name: str | None
+    devices: list[int | None]
+    device_evidence: list[DeviceEvidence]
+    launched: bool | None
+    rank: int | None
+    rank_source: str | None
+    rank_unknown: str | None
+    local_rank: int | None
+    world_size: int | None
+    cuda_visible_devices: str | None
+
+
+class TargetDevice(TypedDict):
+    """A GPU of the target (TARGET_INFO_GPU, or a device id the events name without a row there):
+    its identity, total, who used it, and the ledger's totals on it."""
+
+    vm: int | None
+    device_id: int | None
+    cuda_device: int | None
+    name: str | None
+    bus_location: str | None
+    uuid: str | None
+    total_bytes: int | None
+    in_target_info: bool
+    processes: list[int]
+    global_pids: list[int]
+    ranks: list[int]
+    allocated_bytes: int | None
+    peak_device_resident_live_bytes: int | None
+    device_resident_live_bytes_at_end: int | None
+
+
+class RankClaim(TypedDict):
+    value: int
+    source: str
+
+
+class LaunchedCommand(TypedDict):
+    """A command nsys launched (META_DATA_CAPTURE ``PROCESS_<index>``), as recorded, and which traced
+    process it is (``process_rule`` says how that was decided, or why not)."""
+
+    index: int
+    command: str | None
+    arguments: list[str]
+    environment_recorded: bool
+    environment_variables: int
+    rank_claims: list[RankClaim]
+    cuda_visible_devices: str | None
+    pid: int | None
+    global_pid: int | None
+    process_rule: str
+
+
+class FailingRank(TypedDict):
+    finding: int
+    pid: int | None
+    global_pid: int | None
+    rank: int | None
+    rank_source: str | None
+    device_id: int | None
+    devices: list[int | None]
+
+
+class Ranks(TypedDict):
+    """The ranks the evidence states, and the failing ones; ``shown``: whether reports for people name
+    devices and ranks (several devices, or a stated rank)."""
+
+    rule: str
+    processes: int
+    processes_with_rank: int
+    ranks: list[int]
+    failing: list[FailingRank]
+    failing_ranks: list[int]
+    failing_rank_unknown: int
+    statement: str | None
+    shown: bool
 
 
 class Limits(TypedDict):
@@ -677,6 +769,9 @@ class AnalysisDocument(TypedDict):
     library_calls: list[LibraryCall]
     alignment: NotRequired[AlignmentSection]
     telemetry: NotRequired[TelemetrySection]
+    devices: list[TargetDevice]
+    launches: list[LaunchedCommand]
+    ranks: Ranks
 
 
 class SealedInput(TypedDict):
@@ -712,6 +807,9 @@ class SealedAnalysisDocument(TypedDict):
     library_calls: list[LibraryCall]
     alignment: NotRequired[AlignmentSection]
     telemetry: NotRequired[TelemetrySection]
+    devices: list[TargetDevice]
+    launches: list[LaunchedCommand]
+    ranks: Ranks
 
 
 class ArmInput(TypedDict):
@@ -757,6 +855,10 @@ class ComparisonArm(TypedDict):
     warnings: list[ReportWarning]
     memory: Memory
     answer: Answer
+    devices: list[TargetDevice]
+    processes: list[Process]
+    launches: list[LaunchedCommand]
+    ranks: Ranks
 
 
 class NotEstablished(TypedDict):
@@ -769,8 +871,12 @@ class NotEstablished(TypedDict):
 
 
 class ComparisonAnswer(TypedDict):
+    """``ranks``: where the arms are two ranks (docs/multigpu.md), which rank each is and what differs
+    between them at the same library call (empty otherwise)."""
+
     summary: str
     arms: dict[str, Answer]
+    ranks: list[str]
     memory: list[str]
     not_established: list[str]
 

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nsysaudit.core.text import byte_size, size_word
-from nsysaudit.reports.documents import MemoryPoint, Moment, PointProcess, Position
+from nsysaudit.reports.documents import MemoryPoint, Moment, PointProcess, Position, TargetDevice
+from nsysaudit.reports.ranks import device_words
 
 
 def _fmt_bytes(values: Iterable[int | None]) -> str:
@@ -201,13 +202,15 @@ def holder_statement(
     *,
     gap_examples: Iterable[int] = (),
     in_force: Moment | None = None,
+    devices: Iterable[TargetDevice] | None = None,
 ) -> str:
     """Who held the device at one ledger point, in one sentence: how much of the device's total was
     held, by which traced process and mechanism, the bound on free memory and what it assumes; the
     allocator's own reserved-but-unused figure when the telemetry line in force carries one.
 
-    ``names``: process names by global pid (trace text: escaped where shown)."""
-    out = held_words(point, names)
+    ``names``: process names by global pid (trace text: escaped where shown); ``devices``: the
+    document's ``devices``, given when the export has several: each device is then named."""
+    out = held_words(point, names, devices)
     gaps = point.get("free_calls_without_event_before") or 0
     if gaps:
         ids = ", ".join(str(i) for i in gap_examples)
@@ -231,9 +234,13 @@ def allocator_words(in_force: Moment | None) -> str | None:
             f"unused {size_word(reserved - allocated)} (reserved {reserved:,} B, allocated {allocated:,} B).")
 
 
-def held_words(point: MemoryPoint, names: Mapping[int, str | None]) -> str:
-    """The first sentence of :func:`holder_statement`: held, by whom and how, and the bound."""
+def held_words(
+    point: MemoryPoint, names: Mapping[int, str | None], named: Iterable[TargetDevice] | None = None
+) -> str:
+    """The first sentence of :func:`holder_statement`: held, by whom and how, and the bound; each
+    device named as the export names it when ``named`` (the document's ``devices``) is given."""
     moment = moment_words(point)
+    known = None if named is None else {(d["vm"], d["device_id"]): d for d in named}
     sentences = []
     devices = list(point.get("devices") or [])
     role = {"finding": "the failing process", "library_call": "the calling process",
@@ -251,6 +258,8 @@ def held_words(point: MemoryPoint, names: Mapping[int, str | None]) -> str:
         procs = [p for p in d["processes"] if p["resident_bytes"] or p.get("imported_pool_bytes")]
         of_total = f" of {size_word(total)}" if total is not None else ""
         prefix = f"device {d['device_id']}: " if len(devices) > 1 else ""
+        if known is not None:
+            prefix = f"{device_words(known.get((d['vm'], d['device_id'])), d['device_id'])}: "
 
         head = f"{prefix}{size_word(held)}{of_total} held at {moment}"
         if not procs:

@@ -1,0 +1,366 @@
+"""Device and rank truth: which GPU each traced process used, each device's totals, and each
+process's rank where a row of the evidence states it.
+
+**Devices.** A process used a device when the export ties it to one: its memory events
+(``CUDA_GPU_MEMORY_USAGE_EVENTS.deviceId``) or a CUDA context it created
+(``TARGET_INFO_CUDA_CONTEXT_INFO``). Both ids are ``TARGET_INFO_GPU.id`` (see
+:mod:`nsysaudit.read.devices`), so a device's name, bus location and total memory are joined on
+``(vm, id)``; ``cuda_device`` is the process's own CUDA ordinal for it (``TARGET_INFO_CUDA_DEVICE``,
+nsys 2025.x), unknown without that table.
+
+**Ranks.** Never guessed, and never taken from a report's file name. A process's rank is known only
+where a row states it:
+
+1. the environment nsys recorded for the command it launched (``META_DATA_CAPTURE``
+   ``PROCESS_0:ENVIRONMENT_VARIABLE``): ``RANK`` (torch.distributed, torchrun), ``OMPI_COMM_WORLD_RANK``
+   (Open MPI), ``PMI_RANK`` (MPICH, Intel MPI, Cray MPICH), ``PMIX_RANK``, ``SLURM_PROCID`` (srun),
+   ``MV2_COMM_WORLD_RANK`` (MVAPICH2); or its recorded command line (``PROCESS_0:ARGUMENT_n``):
+   ``--rank N`` / ``--rank=N``, or ``env RANK=N ...``. These describe the launched command only,
+   so they are the rank of the one traced process that is that command: the process whose pid
+   ``PROCESS_0:PID`` names, or else the only process of the report whose name is the command's
+   (basename). A report of several processes with that name (or none) has no rank for any of them.
+2. the application's own telemetry (``--telemetry``): a line with an integer ``rank`` field and the
+   ``pid`` of a traced process (the application's claim, and said so).
+
+Sources that disagree leave the rank unknown, with both claims named. nsys records no environment
+and no command line for the processes the launched command starts (``torchrun``'s workers, a
+``bash -c`` job's children): their rank is unknown unless their telemetry states it. ``local_rank``
+(``LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_RANK``, ``MPI_LOCALRANKID``, ``SLURM_LOCALID``,
+``--local_rank``) and ``world_size`` (``WORLD_SIZE``, ``OMPI_COMM_WORLD_SIZE``, ``PMI_SIZE``,
+``SLURM_NTASKS``) follow the same rules.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nsysaudit.read.devices import DeviceEvidence, Launch
+from nsysaudit.read.telemetry import TelemetryLog
+
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
+LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
+                        "MV2_COMM_WORLD_LOCAL_RANK")
+WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "MV2_COMM_WORLD_SIZE")
+RANK_OPTIONS = ("--rank",)
+LOCAL_RANK_OPTIONS = ("--local_rank", "--local-rank")
+TELEMETRY_FIELDS = {"rank": "rank", "local_rank": "local_rank", "world_size": "world_size"}
+RANK_RULE = (
+    "a process's rank is what a row of the evidence states: the environment (RANK, OMPI_COMM_WORLD_RANK, "
+    "PMI_RANK, PMIX_RANK, SLURM_PROCID, MV2_COMM_WORLD_RANK) or command line (--rank N, env RANK=N) nsys "
+    "recorded for the command it launched, given to the one traced process that is that command, or the "
+    "application's telemetry lines with an integer rank field and the process's pid; otherwise unknown (never "
+    "the report's file name)"
+)
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_INT = re.compile(r"^(0|[1-9][0-9]{0,8})$")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One row's statement of a value (a rank, a local rank, a world size) and where it is."""
+
+    value: int
+    source: str
+
+
+@dataclass(frozen=True)
+class DeviceTruth:
+    """Devices and ranks of one export (see the module docstring).
+
+    ``devices``: the JSON ``devices`` entries; ``processes``: per global pid the keys each
+    ``processes[]`` entry gains; ``launches``: the JSON ``launches`` entries."""
+
+    devices: list[dict[str, Any]]
+    processes: dict[int, dict[str, Any]]
+    launches: list[dict[str, Any]]
+    several_devices: bool = False
+    ranks_known: bool = False
+    _by_pid: dict[int, int] = field(default_factory=dict)
+
+    def of(self, gpid: int | None) -> dict[str, Any]:
+        """The device and rank keys of process ``gpid`` (every value unknown for an unknown process)."""
+        return self.processes.get(gpid, _UNKNOWN) if gpid is not None else _UNKNOWN
+
+    def of_pid(self, pid: int | None) -> dict[str, Any]:
+        return self.of(self._by_pid.get(pid)) if pid is not None else _UNKNOWN
+
+    def device(self, vm: Any, device_id: Any) -> dict[str, Any] | None:
+        return next((d for d in self.devices if d["vm"] == vm and d["device_id"] == device_id), None)
+
+    @property
+    def shown(self) -> bool:
+        """Whether reports for people name devices and ranks: the export has several devices or a
+        process's rank is known (a single-device export without ranks reads as it always did)."""
+        return self.several_devices or self.ranks_known
+
+
+_UNKNOWN: dict[str, Any] = {
+    "devices": [],
+    "device_evidence": [],
+    "launched": None,
+    "rank": None,
+    "rank_source": None,
+    "rank_unknown": "the process is not in the export's PROCESSES table",
+    "local_rank": None,
+    "world_size": None,
+    "cuda_visible_devices": None,
+}
+
+
+def program(launch: Launch) -> tuple[str | None, tuple[str, ...], dict[str, str]]:
+    """The program a launched command ran (basename), its arguments, and the environment
+    assignments given before it by ``env NAME=value ...``."""
+    if launch.command is None:
+        return None, (), {}
+    name = posixpath.basename(launch.command)
+    args = launch.arguments
+    assigned: dict[str, str] = {}
+    if name == "env":
+        rest = list(args)
+        while rest and _ASSIGNMENT.match(rest[0]):
+            key, _, value = rest.pop(0).partition("=")
+            assigned[key] = value
+        if not rest or rest[0].startswith("-"):
+            return None, (), assigned
+        return posixpath.basename(rest[0]), tuple(rest[1:]), assigned
+    return name, args, assigned
+
+
+def _option(args: Sequence[str], options: Sequence[str]) -> tuple[str, str] | None:
+    """The last ``--opt N`` / ``--opt=N`` of ``args`` among ``options``: (as written, value)."""
+    found = None
+    for i, arg in enumerate(args):
+        for opt in options:
+            if arg == opt and i + 1 < len(args):
+                found = (f"{opt} {args[i + 1]}", args[i + 1])
+            elif arg.startswith(opt + "="):
+                found = (arg, arg[len(opt) + 1:])
+    return found
+
+
+def _launch_claims(launch: Launch) -> dict[str, list[Claim]]:
+    """What the launched command's recorded environment and command line state about its rank."""
+    name, args, assigned = program(launch)
+    out: dict[str, list[Claim]] = {"rank": [], "local_rank": [], "world_size": []}
+    where = f"META_DATA_CAPTURE PROCESS_{launch.index}"
+    for key, names in (("rank", RANK_VARIABLES), ("local_rank", LOCAL_RANK_VARIABLES),
+                       ("world_size", WORLD_SIZE_VARIABLES)):
+        for variable in names:
+            value = assigned.get(variable)
+            if value is not None and _INT.match(value):
+                out[key].append(Claim(int(value), f"{where}:COMMAND env {variable}={value}"))
+                continue
+            value = launch.variable(variable)
+            if value is not None and _INT.match(value):
+                out[key].append(Claim(int(value), f'{where}:ENVIRONMENT_VARIABLE {variable}="{value}"'))
+    for key, options in (("rank", RANK_OPTIONS), ("local_rank", LOCAL_RANK_OPTIONS)):
+        found = _option(args, options)
+        if found is not None and _INT.match(found[1]):
+            out[key].append(Claim(int(found[1]), f"{where} command line: {name} ... {found[0]}"))
+    return out
+
+
+def _telemetry_claims(telemetry: TelemetryLog | None, pids: set[int]) -> dict[int, dict[str, list[Claim]]]:
+    """Per traced pid, what its telemetry lines state (the first line per distinct value)."""
+    out: dict[int, dict[str, list[Claim]]] = {}
+    if telemetry is None:
+        return out
+    for event in telemetry.events:
+        if event.pid is None or event.pid not in pids:
+            continue
+        for key, name in TELEMETRY_FIELDS.items():
+            value = event.fields.get(name)
+            if type(value) is not int or value < 0:
+                continue
+            claims = out.setdefault(event.pid, {}).setdefault(key, [])
+            if all(c.value != value for c in claims):
+                claims.append(Claim(value, f"telemetry line {event.line} ({event.event}): {name}={value}, the "
+                                           "application's own claim"))
+    return out
+
+
+def _decide(claims: Sequence[Claim]) -> tuple[int | None, str | None, str | None]:
+    """(value, sources, why unknown) from the claims of one value."""
+    if not claims:
+        return None, None, None
+    values = sorted({c.value for c in claims})
+    if len(values) > 1:
+        return None, None, "the evidence disagrees: " + "; ".join(c.source for c in claims)
+    return values[0], "; ".join(c.source for c in claims), None
+
+
+def _launched(launch: Launch, processes: Sequence[Mapping[str, Any]]) -> tuple[int | None, str]:
+    """The global pid of the traced process that is ``launch``, or None, and how it was decided."""
+    if launch.pid is not None:
+        hits = [p["global_pid"] for p in processes if p["pid"] == launch.pid]
+        if len(hits) == 1:
+            return hits[0], f"PROCESS_{launch.index}:PID is {launch.pid}"
+    name, _, _ = program(launch)
+    if name is None:
+        return None, (f"nsys recorded no command for PROCESS_{launch.index}" if launch.command is None
+                      else f"the program that {launch.command!r} ran is not in its recorded command line")
+    same = [p["global_pid"] for p in processes if p.get("name") is not None
+            and posixpath.basename(str(p["name"])) == name]
+    if len(same) == 1:
+        return same[0], f"the only traced process named {name!r}, the launched command's name"
+    pid_note = "" if launch.pid is not None else f" and PROCESS_{launch.index}:PID is not recorded"
+    return None, (f"{len(same)} traced processes are named {name!r}{pid_note}: the export does not say which is "
+                  "the launched command" if same else
+                  f"no traced process is named {name!r}, the launched command's name")
+
+
+def device_truth(
+    evidence: DeviceEvidence | None,
+    processes: Sequence[Mapping[str, Any]],
+    ledger_devices: Iterable[Mapping[str, Any]] = (),
+    telemetry: TelemetryLog | None = None,
+) -> DeviceTruth:
+    """Devices and ranks of one export (see the module docstring). ``processes``: the analysis'
+    ``processes`` entries (``pid, global_pid, name``); ``ledger_devices``: the ledger summary's
+    ``devices`` (per-device allocated bytes, peak, what was held at the end)."""
+    evidence = evidence or DeviceEvidence()
+    by_pid = {int(p["pid"]): int(p["global_pid"]) for p in processes
+              if p.get("pid") is not None and p.get("global_pid") is not None}
+    uses: dict[int, dict[tuple[Any, Any], dict[str, Any]]] = {int(p["global_pid"]): {} for p in processes
+                                                              if p.get("global_pid") is not None}
+    for gpid, device, events in evidence.memory_use.iter_rows():
+        if gpid is None:
+            continue
+        entry = uses.setdefault(gpid, {}).setdefault((gpid // (1 << 48), device), {"sources": [], "events": 0})
+        entry["sources"].append("CUDA_GPU_MEMORY_USAGE_EVENTS")
+        entry["events"] += events
+    for vm, pid, device, _ in evidence.contexts.iter_rows():
+        gpid = by_pid.get(pid) if pid is not None else None
+        if gpid is None:
+            continue
+        vm = vm if vm is not None else gpid // (1 << 48)
+        entry = uses.setdefault(gpid, {}).setdefault((vm, device), {"sources": [], "events": 0})
+        if "TARGET_INFO_CUDA_CONTEXT_INFO" not in entry["sources"]:
+            entry["sources"].append("TARGET_INFO_CUDA_CONTEXT_INFO")
+    ordinals = {(pid, device): cuda for pid, device, cuda in evidence.cuda_devices.iter_rows()}
+    gpus = evidence.gpus.to_dicts()
+    ledger = {(d.get("vm"), d.get("device_id")): d for d in ledger_devices}
+
+    # --- ranks ---
+    launched: dict[int, Launch] = {}
+    launch_entries = []
+    for launch in evidence.launches:
+        gpid, how = _launched(launch, processes)
+        claims = _launch_claims(launch)
+        if gpid is not None:
+            launched[gpid] = launch
+        visible = launch.variable("CUDA_VISIBLE_DEVICES")
+        launch_entries.append({
+            "index": launch.index,
+            "command": launch.command,
+            "arguments": list(launch.arguments),
+            "environment_recorded": launch.environment_rows > 0,
+            "environment_variables": launch.environment_rows,
+            "rank_claims": [{"value": c.value, "source": c.source} for c in claims["rank"]],
+            "cuda_visible_devices": visible,
+            "pid": None if gpid is None else gpid // (1 << 24) % (1 << 24),
+            "global_pid": gpid,
+            "process_rule": how,
+        })
+    told = _telemetry_claims(telemetry, set(by_pid))
+    rank_words = ", ".join(RANK_VARIABLES)
+
+    out: dict[int, dict[str, Any]] = {}
+    for p in processes:
+        gpid, pid = p.get("global_pid"), p.get("pid")
+        if gpid is None:
+            continue
+        own: Launch | None = launched.get(gpid)
+        mine = _launch_claims(own) if own is not None else {"rank": [], "local_rank": [], "world_size": []}
+        said = told.get(pid, {}) if pid is not None else {}
+        values = {key: _decide([*mine[key], *said.get(key, [])]) for key in ("rank", "local_rank", "world_size")}
+        rank, source, why = values["rank"]
+        if rank is None and why is None:
+            why = _why_no_rank(own, evidence.launches, launch_entries, rank_words, telemetry is not None)
+        identified = all(e["global_pid"] is not None for e in launch_entries)
+        used = sorted(uses.get(gpid, {}).items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0,
+                                                                   kv[0][1] is None, kv[0][1] or 0))
+        out[gpid] = {
+            "devices": [device for (_, device), _ in used],
+            "device_evidence": [
+                {"vm": vm, "device_id": device, "cuda_device": ordinals.get((pid, device)),
+                 "sources": entry["sources"], "memory_events": entry["events"]}
+                for (vm, device), entry in used
+            ],
+            # Whether it is the command nsys launched: unknown where a launched command's process is not known.
+            "launched": True if own is not None else (False if launch_entries and identified else None),
+            "rank": rank,
+            "rank_source": source,
+            "rank_unknown": why,
+            "local_rank": values["local_rank"][0],
+            "world_size": values["world_size"][0],
+            "cuda_visible_devices": own.variable("CUDA_VISIBLE_DEVICES") if own is not None else None,
+        }
+
+    # --- devices ---
+    seen = {(vm, device) for per in uses.values() for vm, device in per}
+    known = {(g["vm"], g["device_id"]) for g in gpus}
+    devices = []
+    for vm, device in sorted(known | seen, key=lambda k: (k[0] is None, k[0] or 0, k[1] is None, k[1] or 0)):
+        g = next((g for g in gpus if g["vm"] == vm and g["device_id"] == device), None)
+        users = sorted(gp for gp, per in uses.items() if (vm, device) in per)
+        held = ledger.get((vm, device)) or {}
+        devices.append({
+            "vm": vm,
+            "device_id": device,
+            "cuda_device": g["cuda_device"] if g else None,
+            "name": g["name"] if g else None,
+            "bus_location": g["bus_location"] if g else None,
+            "uuid": g["uuid"] if g else None,
+            "total_bytes": g["total_bytes"] if g else None,
+            "in_target_info": g is not None,
+            "processes": [gp // (1 << 24) % (1 << 24) for gp in users],
+            "global_pids": users,
+            "ranks": sorted({out[gp]["rank"] for gp in users if gp in out and out[gp]["rank"] is not None}),
+            "allocated_bytes": held.get("allocated_bytes"),
+            "peak_device_resident_live_bytes": held.get("peak_device_resident_live_bytes"),
+            "device_resident_live_bytes_at_end": held.get("device_resident_live_bytes_at_end"),
+        })
+    return DeviceTruth(
+        devices=devices,
+        processes=out,
+        launches=launch_entries,
+        several_devices=len(devices) > 1,
+        ranks_known=any(v["rank"] is not None for v in out.values()),
+        _by_pid=by_pid,
+    )
+
+
+def _why_no_rank(
+    launch: Launch | None, launches: Sequence[Launch], entries: Sequence[Mapping[str, Any]], rank_words: str,
+    telemetry: bool,
+) -> str:
+    tail = "; no telemetry line of it has a rank field" if telemetry else "; no telemetry was given"
+
+    def stated(one: Launch) -> str:
+        if not one.environment_rows:
+            return (f"nsys recorded no environment for the command it launched (no PROCESS_{one.index}:"
+                    "ENVIRONMENT_VARIABLE row: not recorded, or scrubbed) and its command line names no rank")
+        return (f"the environment nsys recorded for the command it launched ({one.environment_rows} variables) has "
+                f"none of {rank_words}, and its command line names no rank")
+
+    if launch is not None:
+        return stated(launch) + tail
+    if not launches:
+        return f"the export records no launched command (META_DATA_CAPTURE has no PROCESS_0 rows){tail}"
+    unknown = [(one, e) for one, e in zip(launches, entries, strict=True) if e["global_pid"] is None]
+    if not unknown:
+        pids = ", ".join(str(e["pid"]) for e in entries)
+        return (f"it is not the command nsys launched (pid {pids}), and nsys records the environment and command "
+                f"line only of that command, not of the processes it started{tail}")
+    one, e = unknown[0]
+    if e["rank_claims"]:
+        said = "; ".join(c["source"] for c in e["rank_claims"])
+        return (f"the launched command's rank is recorded ({said}), but not which traced process it is: "
+                f"{e['process_rule']}{tail}")
+    return (f"{stated(one)}; which traced process that command is, is not known either ({e['process_rule']}), and "
+            f"nsys records nothing of the processes it started{tail}")

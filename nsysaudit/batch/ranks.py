@@ -1,0 +1,82 @@
+"""A batch over a job's reports, by rank: the device and rank columns of its rows, and the summary
+line that names the failing rank(s).
+
+Each input row gains what its analysis document says (``devices``, ``ranks``; see
+:mod:`nsysaudit.analysis.devices`): which devices its processes used, the rank its processes state
+(one per-rank report: its rank; one report of every rank: every rank stated) and the ranks and
+devices of its findings. A rank is only what a row of the evidence states, never the file name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from nsysaudit.core.text import escape
+
+INPUT_COLUMNS: dict[str, Any] = {
+    "devices": pl.Int64,
+    "devices_used": pl.String,
+    "rank": pl.Int64,
+    "rank_source": pl.String,
+    "ranks": pl.String,
+    "failing_ranks": pl.String,
+    "failing_rank_unknown": pl.Int64,
+    "failing_devices": pl.String,
+}
+FINDING_COLUMNS: dict[str, Any] = {"rank": pl.Int64, "rank_source": pl.String, "device_id": pl.Int64}
+
+
+def _joined(values: Any) -> str | None:
+    values = list(values)
+    return ", ".join(str(v) for v in values) if values else None
+
+
+def input_columns(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`INPUT_COLUMNS` of one analysis document."""
+    devices = doc.get("devices") or []
+    processes = doc.get("processes") or []
+    ranks = doc.get("ranks") or {}
+    used = []
+    for d in devices:
+        if d["processes"]:
+            said = ", ".join(str(x) for x in (d.get("name"), d.get("bus_location")) if x)
+            used.append(f"{d['device_id']}" + (f" ({said})" if said else ""))
+    stated = [p for p in processes if p.get("rank") is not None]
+    one = {p["rank"] for p in stated}
+    failing = ranks.get("failing") or []
+    return {
+        "devices": len(devices),
+        "devices_used": "; ".join(used) or None,
+        "rank": next(iter(one)) if len(one) == 1 else None,
+        "rank_source": stated[0]["rank_source"] if len(one) == 1 and len(stated) == 1 else None,
+        "ranks": _joined(ranks.get("ranks") or []),
+        "failing_ranks": _joined(ranks.get("failing_ranks") or []),
+        "failing_rank_unknown": ranks.get("failing_rank_unknown", 0),
+        "failing_devices": _joined(sorted({f["device_id"] for f in failing if f.get("device_id") is not None})),
+    }
+
+
+def summary_line(inputs: pl.DataFrame) -> str | None:
+    """ "failing rank(s): 1 (report_1.sqlite, device 1); rank unknown in job.sqlite (device 1)": the
+    failing ranks of the batch and where they are; None when no input has several devices or a
+    stated rank (a batch of single-GPU reports reads as it always did)."""
+    if "ranks" not in inputs.columns:
+        return None
+    rows = inputs.filter(pl.col("status").is_in(["analyzed", "resumed"])).to_dicts()
+    if not any(r.get("ranks") is not None or (r.get("devices") or 0) > 1 for r in rows):
+        return None
+    failing, unknown = [], []
+    for r in rows:
+        where = f", device {r['failing_devices']}" if r.get("failing_devices") else ""
+        if r.get("failing_ranks"):
+            failing.append(f"{r['failing_ranks']} ({escape(r['path'])}{where})")
+        if r.get("failing_rank_unknown"):
+            unknown.append(f"{escape(r['path'])}{' (' + where[2:] + ')' if where else ''}")
+    analyzed = sorted({int(x) for r in rows if r.get("ranks") for x in str(r["ranks"]).split(", ")})
+    text = "failing rank(s): " + ("; ".join(failing) if failing else "none")
+    if unknown:
+        text += "; rank unknown in " + "; ".join(unknown)
+    return text + f" (ranks stated: {', '.join(map(str, analyzed)) or 'none'})"
