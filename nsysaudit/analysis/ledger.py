@@ -119,6 +119,9 @@ class Ledger:
     summary: dict[str, Any]
     gaps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=GAP_SCHEMA))
     warnings: tuple[ReportWarning, ...] = ()
+    # Each process's last CUDA API record (global pid -> ns): named where the traced bytes exceed the
+    # device's total (a process's memory goes back at its exit without deallocation events).
+    api_ends: Mapping[int, int] = field(default_factory=dict)
 
     def at(self, t_ns: int, gpid: int | None) -> list[dict[str, Any]]:
         """Per device the process ``gpid`` used, just after ``t_ns``: its held bytes, every traced
@@ -154,11 +157,13 @@ class Ledger:
             entries = []
             for vm, device, own in plan:
                 state = values[(vm, device)][t] if (vm, device) in values else _State()
-                entries.append(self._entry(vm, device, own, gpid, state))
+                entries.append(self._entry(vm, device, own, gpid, state, t))
             out.append(entries)
         return out
 
-    def _entry(self, vm: Any, device: Any, own: bool, gpid: int | None, state: _State) -> dict[str, Any]:
+    def _entry(
+        self, vm: Any, device: Any, own: bool, gpid: int | None, state: _State, t_ns: int
+    ) -> dict[str, Any]:
         total = _total(self.devices, vm, device)
         resident = state.resident
         processes: list[dict[str, Any]] = [
@@ -190,10 +195,22 @@ class Ledger:
         }
         if total is not None and resident > total:
             entry["bound_unknown"] = (
-                f"the traced device-resident bytes ({resident:,} B) exceed the device's total ({total:,} B): "
-                "the sizes or the total are damaged, so no bound on free memory is claimed"
+                f"the traced device-resident bytes ({resident:,} B) exceed the device's total ({total:,} B), "
+                "so no bound on free memory is claimed: "
+                + self._why_exceeded(entry["processes"], gpid, t_ns)
             )
         return entry
+
+    def _why_exceeded(self, processes: Sequence[Mapping[str, Any]], gpid: int | None, t_ns: int) -> str:
+        """Why held bytes can exceed the device: a process that had exited (its memory is returned
+        without deallocation events) when the trace says it stopped calling CUDA, else damage."""
+        ended = [(p["pid"], self.api_ends[p["global_pid"]]) for p in processes
+                 if p["global_pid"] != gpid and p["resident_bytes"] and self.api_ends.get(p["global_pid"], t_ns) < t_ns]
+        if not ended:
+            return "the sizes or the total are damaged"
+        said = ", ".join(f"pid {pid} (last at {end:,} ns)" for pid, end in ended)
+        return (f"the CUDA API trace of {said} ended before this moment, and a process's memory goes back to the "
+                "device at its exit without deallocation events, so some of it may no longer have been held")
 
     def free_calls_without_event_before(self, t_ns: int) -> tuple[int, list[int]]:
         """How many successful free calls without a deallocation event of their own began at or

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
@@ -210,6 +210,9 @@ def _analyze(
         ))
     verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, undecided)
     memory = ledger.result()
+    memory = replace(memory, api_ends={s["global_pid"]: s["last_ns"] for s in coverage_sources
+                                       if s["source"] == "cuda_api" and s["global_pid"] is not None
+                                       and s["last_ns"] is not None})
     said += memory.warnings
     failed_ids = pairs.filter((pl.col("relation") == "nested") & (pl.col("return_code") != 0))["lib_id"].unique()
     interest = of_interest(libs, failed_ids.to_list(), findings["lib_id"].drop_nulls().to_list())

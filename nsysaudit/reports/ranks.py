@@ -255,7 +255,9 @@ def rank_differences(arms: Mapping[str, Mapping[str, Any]], pairs: Sequence[Mapp
 
 
 # Environment variables that name a rank's own identity: two ranks of one job differ in them by construction.
-IDENTITY_VARIABLES = (*RANK_VARIABLES, *LOCAL_RANK_VARIABLES, "CUDA_VISIBLE_DEVICES")
+# torchrun also sets ROLE_RANK (the rank among workers of its role) and GROUP_RANK (its agent's, the
+# node's): in the real per-rank captures (h200-cuda13-nsys2025.3/ranks/) ROLE_RANK differs with RANK.
+IDENTITY_VARIABLES = (*RANK_VARIABLES, *LOCAL_RANK_VARIABLES, "ROLE_RANK", "GROUP_RANK", "CUDA_VISIBLE_DEVICES")
 IDENTITY_WHY = "the rank's own identity (its rank, local rank, and the devices it sees)"
 
 
