@@ -69,7 +69,8 @@ def test_a_batch_of_the_per_rank_reports_names_the_failing_rank() -> None:
 
 
 def test_compare_the_failing_rank_with_the_healthy_one() -> None:
-    doc = compare_results(nsysaudit.analyze(RANKS / "rank_1.sqlite"), nsysaudit.analyze(RANKS / "rank_0.sqlite")).to_dict()
+    failing, healthy = (nsysaudit.analyze(RANKS / f"rank_{rank}.sqlite") for rank in (1, 0))
+    doc = compare_results(failing, healthy).to_dict()
     assert problems(doc, ComparisonDocument) == []
     ranks = doc["differences"]["ranks"]
     assert (ranks["two_ranks"], ranks["same_job"], ranks["same_job_evidence"]) == (
