@@ -24,7 +24,14 @@ from nsysaudit.reports.documents import (
     SealedAnalysisDocument,
 )
 from nsysaudit.reports.ranks import device_lines
-from nsysaudit.reports.statements import CLASSIFICATION_WORDS, MECHANISM_WORDS, censored_reasons_words
+from nsysaudit.reports.statements import (
+    CLASSIFICATION_WORDS,
+    MECHANISM_WORDS,
+    censored_reasons_words,
+    free_calls_without_event_words,
+    freed_never_allocated_words,
+    virtual_memory_words,
+)
 
 MAX_TEXT = 200
 SEAL_SENTENCE = (
@@ -234,31 +241,14 @@ def _memory(memory: Memory | None) -> list[str]:
             f"{num(pool['utilized_at_end_bytes'])} in use; {pool['trims']} trim(s)"
             + (", destroyed" if pool["destroyed"] else "")
         )
-    vmm = memory.get("virtual_memory")
-    vmm_shown = vmm is not None and bool(vmm["mapped_events"] or vmm["handles_created"])
-    if vmm is not None and (vmm_shown or vmm["address_reservations"]):
-        out.append(
-            f"- virtual memory: {num(vmm['mapped_events'])} mapping(s), {num(vmm['unmapped_events'])} unmapping(s); "
-            f"{num(vmm['handles_created'])} handle(s) created, {num(vmm['handles_released'])} released; "
-            f"{num(vmm['address_reservations'])} address range(s) reserved (not memory; sizes not in the trace)"
-        )
-    gaps = memory.get("free_calls_without_event")
-    if gaps is not None and gaps["count"]:
-        out.append(
-            f"- {num(gaps['count'])} successful free call(s) without a deallocation event ("
-            + ", ".join(f"{num(n)} x {md(api)}" for api, n in gaps["by_api"].items())
-            + "; e.g. correlation " + ", ".join(str(c) for c in gaps["example_correlation_ids"])
-            + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory"
-        )
-    if memory.get("pools") or (gaps is not None and gaps["count"]) or vmm_shown:
+    vmm = virtual_memory_words(memory.get("virtual_memory"))
+    gaps = free_calls_without_event_words(memory.get("free_calls_without_event"))
+    out += [f"- {md(sentence, 2000)}" for sentence in (vmm, gaps) if sentence is not None]
+    if memory.get("pools") or vmm or gaps:
         out.append("")
-    unseen = memory.get("freed_never_allocated")
-    if unseen is not None and unseen["events"]:
-        out += [
-            f"{num(unseen['events'])} deallocation(s) ({num(unseen['bytes'])} bytes) of memory allocated before the "
-            "capture began: live bytes are a lower bound.",
-            "",
-        ]
+    unseen = freed_never_allocated_words(memory.get("freed_never_allocated"))
+    if unseen is not None:
+        out += [f"{md(unseen, 2000)}.", ""]
     rows = [
         [md(p["point"]), md(p["label"]), num(p["t_ns"]), ident(p["pid"]), str(d["device_id"]),
          num(d["process_live_bytes"]), num(d["device_resident_live_bytes"]), num(d["total_bytes"]),

@@ -43,6 +43,9 @@ from nsysaudit.reports.statements import (
     CLASSIFICATION_WORDS,
     MECHANISM_WORDS,
     censored_reasons_words,
+    free_calls_without_event_words,
+    freed_never_allocated_words,
+    virtual_memory_words,
 )
 
 MAX_TEXT = 80
@@ -281,29 +284,15 @@ def _memory_parts(memory: Memory) -> list[RenderableType]:
         t.append(f"size at end {pool['size_at_end_bytes']:,} B (peak {pool['peak_size_bytes']:,} B), "
                  f"{pool['utilized_at_end_bytes']:,} B in use; {pool['trims']} trim(s)"
                  + (", destroyed" if pool["destroyed"] else ""))
-    vmm = memory.get("virtual_memory")
-    if vmm is not None and (vmm["mapped_events"] or vmm["handles_created"] or vmm["address_reservations"]):
-        t.append(
-            f"\n  virtual memory: {vmm['mapped_events']:,} mapping(s), {vmm['unmapped_events']:,} unmapping(s); "
-            f"{vmm['handles_created']:,} handle(s) created, {vmm['handles_released']:,} released; "
-            f"{vmm['address_reservations']:,} address range(s) reserved (not memory; sizes not in the trace)"
-        )
-    gaps = memory.get("free_calls_without_event")
-    if gaps is not None and gaps["count"]:
-        t.append(
-            f"\n  {gaps['count']} successful free call(s) without a deallocation event ("
-            + ", ".join(f"{n} x {api}" for api, n in gaps["by_api"].items())
-            + "; e.g. correlation " + ", ".join(str(c) for c in gaps["example_correlation_ids"])
-            + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory",
-            style="yellow",
-        )
-    unseen = memory["freed_never_allocated"]
-    if unseen["events"]:
-        t.append(
-            f"\n  {unseen['events']} deallocation(s) ({unseen['bytes']:,} B) of memory allocated before the capture "
-            "began: live bytes are a lower bound",
-            style="yellow",
-        )
+    for sentence, style in ((virtual_memory_words(memory.get("virtual_memory")), ""),
+                            (free_calls_without_event_words(memory.get("free_calls_without_event")), "yellow"),
+                            (freed_never_allocated_words(memory.get("freed_never_allocated")), "yellow")):
+        if sentence is not None:
+            piece = literal(sentence, 2000)  # names trace text (API names): escaped
+            if style:
+                piece.stylize(style)
+            t.append("\n  ")
+            t.append_text(piece)
     parts: list[RenderableType] = [t]
     points = [p for p in memory["at"] if p["point"] != "telemetry"]
     for dev_id in dict.fromkeys(d["device_id"] for p in points for d in p["devices"]):

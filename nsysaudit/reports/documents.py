@@ -750,10 +750,10 @@ class TelemetrySection(TypedDict):
 
 
 # --- the analysis document ---------------------------------------------------------------------------
-class AnalysisDocument(TypedDict):
-    """``nsysaudit analyze --json``: one input's analysis."""
+class AnalysisKeys(TypedDict):
+    """The keys every form of one input's analysis has: ``analyze --json`` adds ``tool``, the sealed
+    ``report.json`` adds ``format``, ``kind``, ``inputs`` and ``options``."""
 
-    tool: Tool
     input: Input
     census: Census
     findings: list[Finding]
@@ -772,6 +772,12 @@ class AnalysisDocument(TypedDict):
     devices: list[TargetDevice]
     launches: list[LaunchedCommand]
     ranks: Ranks
+
+
+class AnalysisDocument(AnalysisKeys):
+    """``nsysaudit analyze --json``: one input's analysis (:class:`AnalysisKeys`) and the tool that made it."""
+
+    tool: Tool
 
 
 class SealedInput(TypedDict):
@@ -782,34 +788,16 @@ class SealedInput(TypedDict):
     kind: str
 
 
-class SealedAnalysisDocument(TypedDict):
-    """A sealed analysis' ``report.json``: the analysis document with paths as basenames and without
-    what depends on the machine or the install (``tool``, ``input.export``, ``input.engine``, the
-    SQLite version: in ``metadata.json``), plus ``format``, ``kind``, ``inputs`` and (in ``report.json``,
-    the options it was made with) ``options``."""
+class SealedAnalysisDocument(AnalysisKeys):
+    """A sealed analysis' ``report.json``: the analysis (:class:`AnalysisKeys`) with paths as basenames and
+    without what depends on the machine or the install (``tool``, ``input.export``, ``input.engine``,
+    the SQLite version: in ``metadata.json``), plus ``format``, ``kind``, ``inputs`` and (in
+    ``report.json``, the options it was made with) ``options``."""
 
     format: str
     kind: Literal["analysis"]
     inputs: list[SealedInput]
     options: NotRequired[dict[str, Any]]
-    input: Input
-    census: Census
-    findings: list[Finding]
-    failed_calls: list[FailedCalls]
-    coverage: Coverage
-    processes: list[Process]
-    verdict: Verdict
-    verdict_reasons: list[str]
-    warnings: list[ReportWarning]
-    limits: Limits
-    memory: Memory
-    answer: Answer
-    library_calls: list[LibraryCall]
-    alignment: NotRequired[AlignmentSection]
-    telemetry: NotRequired[TelemetrySection]
-    devices: list[TargetDevice]
-    launches: list[LaunchedCommand]
-    ranks: Ranks
 
 
 class ArmInput(TypedDict):

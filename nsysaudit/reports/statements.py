@@ -10,7 +10,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nsysaudit.core.text import byte_size, size_word
-from nsysaudit.reports.documents import MemoryPoint, Moment, PointProcess, Position, TargetDevice
+from nsysaudit.reports.documents import (
+    FreeCallsWithoutEvent,
+    FreedNeverAllocated,
+    MemoryPoint,
+    Moment,
+    PointProcess,
+    Position,
+    TargetDevice,
+    VirtualMemory,
+)
 from nsysaudit.reports.ranks import device_words
 
 
@@ -117,6 +126,34 @@ MECHANISM_WORDS = {
 
 # Allocations no single named API call made (``memory.devices[].processes[].allocations_by_call[].call``).
 CALL_WORDS = {"driver": "driver-allocated (correlation id 0)", "no_single_call": "no single API call"}
+
+
+def virtual_memory_words(vmm: VirtualMemory | None) -> str | None:
+    """What the virtual memory calls did, in a sentence (None when there were none)."""
+    if vmm is None or not (vmm["mapped_events"] or vmm["handles_created"] or vmm["address_reservations"]):
+        return None
+    return (f"virtual memory: {vmm['mapped_events']:,} mapping(s), {vmm['unmapped_events']:,} unmapping(s); "
+            f"{vmm['handles_created']:,} handle(s) created, {vmm['handles_released']:,} released; "
+            f"{vmm['address_reservations']:,} address range(s) reserved (not memory; sizes not in the trace)")
+
+
+def free_calls_without_event_words(gaps: FreeCallsWithoutEvent | None) -> str | None:
+    """The successful free calls with no deallocation event of their own, and what the bounds assume
+    of them (None when there are none). API names are trace text: escape where shown."""
+    if gaps is None or not gaps["count"]:
+        return None
+    return (f"{gaps['count']:,} successful free call(s) without a deallocation event ("
+            + ", ".join(f"{n:,} x {api}" for api, n in gaps["by_api"].items())
+            + "; e.g. correlation " + ", ".join(str(c) for c in gaps["example_correlation_ids"])
+            + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory")
+
+
+def freed_never_allocated_words(unseen: FreedNeverAllocated | None) -> str | None:
+    """Deallocations of memory the trace never saw allocated (None when there are none)."""
+    if unseen is None or not unseen["events"]:
+        return None
+    return (f"{unseen['events']:,} deallocation(s) ({unseen['bytes']:,} B) of memory allocated before the "
+            "capture began: live bytes are a lower bound")
 
 
 def censored_reasons_words(reasons: Sequence[str]) -> str:
