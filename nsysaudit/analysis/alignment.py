@@ -26,9 +26,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 import orjson
 import polars as pl
 
@@ -42,6 +41,9 @@ from nsysaudit.read.telemetry import (
     default_edge,
     default_range_name,
 )
+
+if TYPE_CHECKING:  # numpy is imported where telemetry is placed: an analysis without it never loads numpy
+    import numpy as np
 
 Method = Literal["utc", "anchors"]
 AnchorRule = Literal["default", "configured"]
@@ -247,6 +249,8 @@ def boundaries_by_pid(log: TelemetryLog, placed: pl.DataFrame, pids: Iterable[in
     """The placed lines that bound each of ``pids``: lines without a pid apply to every process,
     lines with one only to that process (``None``: only the lines without a pid). The lines are
     sorted once for all of them (10^6 lines are sorted once, not once per process)."""
+    import numpy as np
+
     frame = (
         pl.DataFrame(
             {"trace_ns": placed["trace_ns"], "pid": log.lines["pid"], "has_values": log.lines["values"] != "{}"}
@@ -460,6 +464,8 @@ class Alignment:
         }
         if start_ns is None:
             return out
+        import numpy as np
+
         bounds = self._boundaries(pid)
         times = bounds.times
         i = int(np.searchsorted(times, start_ns, side="right"))
