@@ -72,3 +72,27 @@ def test_fast_json_equals_canonical_to_dict_with_hostile_names(make_export) -> N
     r = nsysaudit.analyze(make_export(spec))
     assert analysis_json(r) == canonical.dumps(r.to_dict())
     assert len(r.to_dict()["findings"]) == len(weird)
+
+
+def test_fast_json_equals_canonical_to_dict_with_telemetry(tmp_path) -> None:
+    """With telemetry, the per-line lists (timeline, agreement diffs, lines without an anchor) are
+    written from their frames: the same bytes, on the real captures and on odd lines (issue 24)."""
+    from nsysaudit import TelemetryOptions
+
+    for arm in ("observe", "release"):
+        r = nsysaudit.analyze(H200 / f"{arm}.sqlite", telemetry=H200 / f"{arm}.telemetry.jsonl")
+        assert analysis_json(r) == canonical.dumps(r.to_dict()), arm
+    lines = (H200 / "observe.telemetry.jsonl").read_bytes().splitlines()
+    real = json.loads(lines[0])["realtime_ns"]
+    odd = [
+        b'{"event":"q\\"uote \\u2028 \xc3\xa9","realtime_ns":%d,"o":{"z":1,"a":[2.5,null]},"x":-0.0,"pid":null}' % real,
+        b'{"event":"mono only","monotonic_ns":5,"tid":3,"allocated":7,"flag":true}',
+        b'{"event":"handoff","realtime_ns":%d,"allocated":1,"reserved":2.25,"when_ns":3}' % (real + 5),
+        b"not json",
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\n".join([*lines[:3], *odd, *lines[3:]]) + b"\n")
+    for clock in (None, (("realtime", "realtime_ns"),), (("monotonic", "monotonic_ns"),)):
+        options = TelemetryOptions(lenient=True, **({"clock": clock} if clock else {}))
+        r = nsysaudit.analyze(H200 / "observe.sqlite", telemetry=path, telemetry_options=options)
+        assert analysis_json(r) == canonical.dumps(r.to_dict()), clock

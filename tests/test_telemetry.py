@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -680,3 +682,118 @@ def test_fast_decoding_leaves_every_doubt_to_the_strict_decoder(raw: bytes) -> N
     _decoded_alike(raw)
     if raw.count(b'"a"') + raw.count(b'"k"') + raw.count(b'"event"') > 2 or b"e400" in raw or b"NaN" in raw:
         assert telemetry_module._fast_decode(raw) is None
+
+
+# --- the column reader says what the per-line reader says (issue 24, 10^6 lines) ------------------------
+
+_R, _M = 1_796_064_724_000_000_000, 55_000_000_000
+_HOSTILE_LINES = [
+    b'{"event":"tick","event":"x","realtime_ns":%d}' % _R,  # a key given twice
+    b'{"event":"tick","realtime_ns":%d,"realtime_ns":%d}' % (_R, _R + 1),
+    b'{"event":"tick","msg":"a\\":b","realtime_ns":%d}' % _R,  # '":' inside a string
+    b'{"event":"tick","a\\":b":1,"realtime_ns":%d}' % _R,
+    b'{"event" : "tick", "realtime_ns" : %d}' % _R,
+    b'{"event":\t"tick",\t"realtime_ns":%d}' % _R,
+    b'{"event":"t","realtime_ns":%d,"v":9223372036854775808}' % _R,
+    b'{"event":"t","realtime_ns":%d,"v":-9223372036854775809}' % _R,
+    b'{"event":"t","realtime_ns":%d,"v":%s}' % (_R, b"9" * 5000),
+    b'{"event":"t","realtime_ns":%d,"a":1.5,"b":-0.0,"c":1e300,"d":1e19,"e":true,"f":null,"g_ns":5,"h_pid":1}' % _R,
+    b'{"event":"t","realtime_ns":%d,"v":NaN}' % _R,
+    b'{"event":"t","realtime_ns":%d,"v":"\\ud800"}' % _R,
+    b'{"event":"t","realtime_ns":%d,"v":"\xff"}' % _R,
+    b'{"event":"t","realtime_ns":%d,"o":{"z":1,"a":[1,{"y":2,"b":3}]}}' % _R,
+    b'{"event":"t","realtime_ns":%d,"v":' % _R + b"[" * 32 + b"]" * 32 + b"}",
+    b"",
+    b"  \t",
+    b"\x0c",
+    b'{"realtime_ns":%d}' % _R,
+    b'{"event":"","realtime_ns":%d}' % _R,
+    b'{"event":"t","monotonic_ns":null,"realtime_ns":null}',
+    b'{"event":"t","realtime_ns":1.5}',
+    b'{"event":"t","realtime_ns":%d,"pid":"7"}' % _R,
+    b'{"event":"t","realtime_ns":%d,"tid":true}' % _R,
+    b'{"event":"err","realtime_ns":%d,"m":"CUBLAS\\u005fSTATUS_NOT_INITIALIZED","cublas_status":3}' % _R,
+    b'{"event":"q\\"uote\\\\\\u2028","monotonic_ns":%d,"pid":7,"tid":8,"k":"\xd0\xba\xd0\xbb"}' % _M,
+    b"[1, 2]",
+    b'{"event":"t","realtime_ns":%d} x' % _R,
+    b'{"event":"t","realtime_ns":%d}\r{"event":"u","realtime_ns":%d}' % (_R, _R + 2),
+    b'{"event":"t","realtime_ns":-9223372036854775808,"monotonic_ns":9223372036854775807}',
+]
+
+
+def _per_line(data: bytes, options: TelemetryOptions) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    """What the per-line reader makes of each line: (line, event, pid, tid, clocks, fields, values)."""
+    rows, bad = [], []
+    skip = telemetry_module._not_values(options)
+    for number, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        parsed = telemetry_module._parse_line(raw, number, options, skip)
+        if isinstance(parsed, telemetry_module.BadLine):
+            bad.append(parsed)
+            continue
+        fields = {k: v for k, v in parsed.fields.items() if k not in skip}
+        clocks = {k: parsed.clocks.get(k) for k in ("monotonic", "realtime")}
+        rows.append((parsed.line, parsed.event, parsed.pid, parsed.tid, clocks, fields, dict(parsed.measured)))
+    return rows, bad
+
+
+def _columns(log: Any) -> list[tuple[Any, ...]]:
+    out = []
+    for row in log.lines.iter_rows(named=True):
+        clocks = {k: row[k] for k in ("monotonic", "realtime")}
+        fields = log.fields_of(row["fields"], row["order"], row["written"])
+        out.append((row["line"], row["event"], row["pid"], row["tid"], clocks, fields,
+                    log.values_of(row["values"], row["order"])))
+    return out
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        TelemetryOptions(lenient=True),
+        TelemetryOptions(lenient=True, clock=(("realtime", "realtime_ns"),)),
+        TelemetryOptions(lenient=True, clock=(("monotonic", "realtime_ns"), ("realtime", "realtime_ns"))),
+        TelemetryOptions(lenient=True, event_key="pid"),
+    ],
+)
+@pytest.mark.parametrize("piece", [64, 1 << 23])
+def test_the_column_reader_reads_every_line_as_the_per_line_reader_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options: TelemetryOptions, piece: int
+) -> None:
+    """Across pieces and batches (made tiny here, so that every line falls in several of each
+    and the batch-wide checks see one odd line among plain ones): the same lines, stamps, ids,
+    fields and values in the same order, the same bad lines, the same lines searched for statuses."""
+    monkeypatch.setattr(telemetry_module, "PIECE_BYTES", piece)
+    monkeypatch.setattr(telemetry_module, "_ROWS", 5)
+    plain = [b'{"event":"tick","step":%d,"pid":7,"tid":8,"monotonic_ns":%d,"realtime_ns":%d}' % (i, _M + i, _R + i)
+             for i in range(len(_HOSTILE_LINES) * 4)]
+    lines = [x for i, odd in enumerate(_HOSTILE_LINES) for x in (*plain[4 * i : 4 * i + 4], odd)]
+    data = b"\n".join(lines) + b"\r\n"
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data)
+    rows, bad = _per_line(data, options)
+    if not rows:  # a field read as the name and as an id or a clock: no line is usable
+        said = f"({len(bad)} bad line(s), first: line 1: {bad[0].problem})"
+        with pytest.raises(UnusableInput, match=re.escape(said)):
+            load_telemetry(path, options)
+        return
+    log = load_telemetry(path, options)
+    assert _columns(log) == rows and [type(v) for r in _columns(log) for v in r[5].values()] == [
+        type(v) for r in rows for v in r[5].values()
+    ]
+    assert [list(r[5]) for r in _columns(log)] == [list(r[5]) for r in rows]  # keys in the order written
+    assert list(log.bad_lines) == bad
+    assert log.sha256 == hashlib.sha256(data).hexdigest() and log.size_bytes == len(data)
+    # A field by name, as the whole line holds it (name, ids and stamps too), from the lines that have one.
+    names = ["step", "realtime_ns", "event", "pid", "o", "z", "m", "msg", "k", "nope"]
+    whole = []
+    skip = telemetry_module._not_values(options)
+    for number, raw in enumerate(data.splitlines(), start=1):
+        parsed = telemetry_module._parse_line(raw, number, options, skip) if raw.strip() else None
+        if isinstance(parsed, telemetry_module.TelemetryEvent) and any(n in parsed.fields for n in names):
+            whole.append((number, parsed.event, parsed.pid, {n: parsed.fields[n] for n in names if n in parsed.fields}))
+    assert list(log.with_fields(names)) == whole
+    statuses = [r for r, _ in log.status_lines]
+    could = [i for i, r in enumerate(rows) if any("status" in k.lower() or "STATUS" in str(v) for k, v in r[5].items())]
+    assert set(could) <= set(statuses)

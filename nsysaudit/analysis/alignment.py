@@ -23,23 +23,27 @@ a process; they never relabel trace events.
 
 from __future__ import annotations
 
-import bisect
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
 import polars as pl
 
 from nsysaudit.core.ids import decode_pid, decode_tid
 from nsysaudit.read.telemetry import (
+    INT64_MAX,
+    INT64_MIN,
     ClockKind,
     Edge,
-    TelemetryEvent,
     TelemetryLog,
     default_edge,
     default_range_name,
 )
+
+if TYPE_CHECKING:  # numpy is imported where telemetry is placed: an analysis without it never loads numpy
+    import numpy as np
 
 Method = Literal["utc", "anchors"]
 AnchorRule = Literal["default", "configured"]
@@ -117,7 +121,7 @@ class UtcMethod:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AnchorMethod:
     computed: bool
     rule: AnchorRule
@@ -126,14 +130,27 @@ class AnchorMethod:
     offset_ns: int | None
     pairs: tuple[AnchorPair, ...]
     skipped: tuple[dict[str, Any], ...]
-    events_without_anchor: tuple[dict[str, Any], ...]
+    # ``line, event`` of every telemetry line that is not an anchor, in file order.
+    without_anchor: pl.DataFrame
     reason: str | None
 
     @property
     def max_abs_residual_ns(self) -> int | None:
         return max((abs(p.residual_ns) for p in self.pairs), default=None)
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def events_without_anchor(self) -> LineList:
+        """``events_without_anchor``: ``{"line", "event"}`` of each line that is not an anchor."""
+        return LineList(
+            self.without_anchor,
+            lambda frame: pl.concat_str(
+                [pl.lit('{"event":'), _event_json(frame), pl.lit(',"line":'), _int_json("line"), pl.lit("}")]
+            ),
+        )
+
+    def to_dict(self, *, lazy: bool = False) -> dict[str, Any]:
+        """The ``alignment.anchors`` object; ``lazy``: its per-line list left a :class:`LineList`."""
+        without = self.events_without_anchor
         return {
             "computed": self.computed,
             "rule": self.rule,
@@ -143,7 +160,7 @@ class AnchorMethod:
             "pairs": [p.to_dict() for p in self.pairs],
             "max_abs_residual_ns": self.max_abs_residual_ns,
             "skipped": list(self.skipped),
-            "events_without_anchor": list(self.events_without_anchor),
+            "events_without_anchor": without if lazy else without.dicts(),
             "reason": self.reason,
         }
 
@@ -160,54 +177,113 @@ class Check:
         return {"check": self.name, "passed": self.passed, "detail": self.detail}
 
 
+UINT64_MAX = (1 << 64) - 1  # orjson writes integers from INT64_MIN to here, and refuses others
+
+
+@dataclass(frozen=True, eq=False)
+class LineList:
+    """A per-line list of the document (one entry per telemetry line: 10^6 for a file of 10^6
+    lines), kept as the rows of ``frame`` until it is written.
+
+    :meth:`dicts` gives the entries as Python objects (what :meth:`Alignment.to_dict` holds);
+    :meth:`json` their canonical JSON text, a slice at a time (``entry(frame)``: the text of one
+    entry, an expression over the frame's columns), byte for byte what ``canonical.dumps`` writes
+    for :meth:`dicts`, without making them."""
+
+    frame: pl.DataFrame
+    entry: Callable[[pl.DataFrame], pl.Expr]
+    make: Callable[[pl.DataFrame], list[dict[str, Any]]] | None = None
+
+    def __len__(self) -> int:
+        return self.frame.height
+
+    def dicts(self) -> list[dict[str, Any]]:
+        """The entries as Python objects (the frame's rows, unless ``make`` makes them otherwise)."""
+        return self.make(self.frame) if self.make is not None else self.frame.to_dicts()
+
+    def refuse_unwritable(self) -> None:
+        """Raise what ``orjson.dumps`` raises for an integer it cannot write (outside INT64_MIN to
+        2^64 - 1; a 128-bit column can hold one), so that nothing is written of a document that
+        ``canonical.dumps`` would refuse."""
+        for name, dtype in self.frame.schema.items():
+            if dtype == pl.Int128:
+                column = self.frame[name]
+                for value in (column.min(), column.max()):
+                    if value is not None and not INT64_MIN <= int(value) <= UINT64_MAX:  # type: ignore[arg-type]
+                        orjson.dumps(value)
+
+    def json(self, rows: int) -> Iterator[bytes]:
+        """The entries' canonical JSON text, ``rows`` entries at a time, joined by commas (no
+        brackets; a comma between two pieces is the caller's)."""
+        entry = self.entry(self.frame)
+        for offset in range(0, self.frame.height, rows):
+            text = self.frame.slice(offset, rows).select(entry.str.join(",")).item()
+            yield str(text).encode()
+
+
+def _int_json(column: str) -> pl.Expr:
+    """An integer column as JSON: its digits, ``null`` for a null."""
+    return pl.col(column).cast(pl.String).fill_null("null")
+
+
+def _event_json(frame: pl.DataFrame) -> pl.Expr:
+    """The ``event`` column as JSON strings, as orjson writes them (each name written once)."""
+    names = frame["event"].unique()
+    texts = [orjson.dumps(name).decode() for name in names.to_list()]
+    return pl.col("event").replace_strict(names, texts, return_dtype=pl.String)
+
+
 @dataclass(frozen=True)
-class Placement:
-    """Where a telemetry line lands on the trace clock (``trace_ns`` None: it cannot be placed)."""
+class Bounds:
+    """The placed telemetry lines that bound one process, in (trace_ns, line) order: their
+    ``times``, their ``rows`` in the log, and per index the index of the last one at or before it
+    that carries values (-1: none yet). numpy arrays searched by ``np.searchsorted``: ``times``
+    int64, or Python ints (dtype object) where a line was placed outside the 64-bit range."""
 
-    trace_ns: int | None
-    via: Method | None
-
-
-# A placed telemetry line: (trace_ns, line number, the line, its placement).
-Bound = tuple[int, int, TelemetryEvent, Placement]
-# A process's boundaries, their times, and per index the last one carrying values (-1: none yet).
-Boundaries = tuple[list[Bound], list[int], list[int]]
+    times: np.ndarray[Any, np.dtype[Any]]
+    rows: np.ndarray[Any, np.dtype[np.int64]]
+    last_with_values: np.ndarray[Any, np.dtype[np.int64]]
 
 
-def boundaries_of(log: TelemetryLog, placements: Sequence[Placement], pid: int | None) -> Boundaries:
-    """The placed lines that bound process ``pid``: lines without a pid apply to every process,
-    lines with one only to that process."""
-    return boundaries_by_pid(log, placements, [pid])[pid]
+def boundaries_by_pid(log: TelemetryLog, placed: pl.DataFrame, pids: Iterable[int | None]) -> dict[int | None, Bounds]:
+    """The placed lines that bound each of ``pids``: lines without a pid apply to every process,
+    lines with one only to that process (``None``: only the lines without a pid). The lines are
+    sorted once for all of them (10^6 lines are sorted once, not once per process)."""
+    import numpy as np
 
-
-def boundaries_by_pid(
-    log: TelemetryLog, placements: Sequence[Placement], pids: Iterable[int | None]
-) -> dict[int | None, Boundaries]:
-    """:func:`boundaries_of` each of ``pids``: the lines sorted, and asked whether they carry
-    values, once for all of them (10^6 lines are sorted once, not once per process)."""
-    placed = sorted(
-        ((p.trace_ns, e.line, e, p) for e, p in zip(log.events, placements, strict=True) if p.trace_ns is not None),
-        key=lambda x: (x[0], x[1]),
+    frame = (
+        pl.DataFrame(
+            {"trace_ns": placed["trace_ns"], "pid": log.lines["pid"], "has_values": log.lines["values"] != "{}"}
+        )
+        .with_row_index("row")
+        .filter(pl.col("trace_ns").is_not_null())
+        .sort("trace_ns", maintain_order=True)  # ties in file order, which is the order of line numbers
     )
-    carries = [bool(b[2].measured) for b in placed]
-    out: dict[int | None, Boundaries] = {}
-    for pid in pids:
-        bounds: list[Bound] = []
-        last_with_values: list[int] = []
-        last = -1
-        for b, has_values in zip(placed, carries, strict=True):
-            if b[2].pid is None or b[2].pid == pid:
-                if has_values:
-                    last = len(bounds)
-                bounds.append(b)
-                last_with_values.append(last)
-        out[pid] = (bounds, [b[0] for b in bounds], last_with_values)
+    if frame.schema["trace_ns"] == pl.Int64:
+        times = frame["trace_ns"].to_numpy()
+    else:
+        times = np.array(frame["trace_ns"].to_list(), dtype=object)
+    rows = frame["row"].cast(pl.Int64).to_numpy()
+    has_values = frame["has_values"].to_numpy()
+    no_pid = frame["pid"].is_null().to_numpy()
+    pid = frame["pid"].fill_null(0).to_numpy()
+    out: dict[int | None, Bounds] = {}
+    for p in pids:
+        keep = np.flatnonzero(no_pid if p is None else no_pid | (pid == p))
+        last = np.where(has_values[keep], np.arange(keep.size, dtype=np.int64), -1)
+        out[p] = Bounds(times[keep], rows[keep], np.maximum.accumulate(last) if last.size else last)
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Alignment:
-    """Both mappings, their checks, and each telemetry line's place on the trace clock."""
+    """Both mappings, their checks, and each telemetry line's place on the trace clock.
+
+    ``placed``: one row per line of the log, in its order: ``trace_ns`` (null: it cannot be
+    placed; Int64, or Int128 where a mapping puts a line outside the 64-bit range) and ``via``
+    (the method that placed it). ``diffs``: ``line, event, utc_minus_anchor_ns`` (Int128) of each
+    line both mappings place, ``agreement`` their summary (both None: no line has both).
+    """
 
     log: TelemetryLog
     method: Method | None
@@ -216,11 +292,12 @@ class Alignment:
     anchors: AnchorMethod
     agreement: dict[str, Any] | None
     checks: tuple[Check, ...]
-    placements: tuple[Placement, ...]
+    placed: pl.DataFrame
+    diffs: pl.DataFrame | None = None
     notes: tuple[str, ...] = field(default=())
     # Per traced process (and None: lines without a pid), its boundaries sorted by time; made once
     # by align(), so placing many calls stays O(log n) each.
-    boundaries: Mapping[int | None, Boundaries] = field(default_factory=dict)
+    boundaries: Mapping[int | None, Bounds] = field(default_factory=dict)
 
     @property
     def checked(self) -> bool:
@@ -254,8 +331,19 @@ class Alignment:
             return [p.utc_residual_ns for p in self.anchors.pairs]
         return [p.residual_ns for p in self.anchors.pairs]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The top-level ``alignment`` object of the JSON report."""
+    def to_dict(self, *, lazy: bool = False) -> dict[str, Any]:
+        """The top-level ``alignment`` object of the JSON report; ``lazy``: its per-line lists
+        (``agreement.diffs_ns``, ``anchors.events_without_anchor``) left :class:`LineList`."""
+        agreement = self.agreement
+        if agreement is not None and self.diffs is not None:
+            diffs = LineList(
+                self.diffs,
+                lambda frame: pl.concat_str([
+                    pl.lit('{"event":'), _event_json(frame), pl.lit(',"line":'), _int_json("line"),
+                    pl.lit(',"utc_minus_anchor_ns":'), _int_json("utc_minus_anchor_ns"), pl.lit("}"),
+                ]),
+            )
+            agreement = {**agreement, "diffs_ns": diffs if lazy else diffs.dicts()}
         return {
             "method": self.method,
             "clock_field": self.clock_field,
@@ -266,49 +354,97 @@ class Alignment:
             "reasons": self.reasons,
             "checks": [c.to_dict() for c in self.checks],
             "utc": self.utc.to_dict(),
-            "anchors": self.anchors.to_dict(),
-            "agreement": self.agreement,
+            "anchors": self.anchors.to_dict(lazy=lazy),
+            "agreement": agreement,
             "notes": list(self.notes),
         }
 
-    def telemetry_summary(self) -> dict[str, Any]:
-        """The top-level ``telemetry`` object: the file, its warnings, every line's placement."""
+    def telemetry_summary(self, *, lazy: bool = False) -> dict[str, Any]:
+        """The top-level ``telemetry`` object: the file, its warnings, every line's placement
+        (``timeline``; ``lazy``: left a :class:`LineList`)."""
         log, opts = self.log, self.log.options
-        clock_fields = opts.clock_fields
-        skip = {opts.event_key, "pid", "tid", *clock_fields.values()}
-        timeline = []
-        for e, p in zip(log.events, self.placements, strict=True):
-            timeline.append(
-                {
-                    "line": e.line,
-                    "event": e.event,
-                    "pid": e.pid,
-                    "tid": e.tid,
-                    "clocks": {clock_fields[k]: v for k, v in e.clocks.items()},
-                    "trace_ns": p.trace_ns,
-                    "via": p.via,
-                    "values": dict(e.measured),
-                    "fields": {k: v for k, v in e.fields.items() if k not in skip},
-                }
-            )
         return {
             "path": log.path,
             "sha256": log.sha256,
-            "events": len(log.events),
+            "events": log.lines.height,
             "bad_lines": len(log.bad_lines),
             "warnings": [b.to_dict() for b in log.bad_lines],
             "lenient": opts.lenient,
             "event_key": opts.event_key,
             "clock_fields": dict(opts.clock_fields),
             "pids": log.pids,
-            "timeline": timeline,
+            "timeline": self.timeline if lazy else self.timeline.dicts(),
         }
 
+    @property
+    def timeline(self) -> LineList:
+        """``telemetry.timeline``: each line with its clocks, place, values and fields."""
+        return LineList(pl.concat([self.log.lines, self.placed], how="horizontal"), self._timeline_entry,
+                        self._timeline_dicts)
+
+    def _timeline_dicts(self, frame: pl.DataFrame) -> list[dict[str, Any]]:
+        log = self.log
+        clocks = log.options.clock
+        out = []
+        for row in frame.iter_rows(named=True):
+            out.append(
+                {
+                    "line": row["line"],
+                    "event": row["event"],
+                    "pid": row["pid"],
+                    "tid": row["tid"],
+                    "clocks": {name: row[kind] for kind, name in clocks if row[kind] is not None},
+                    "trace_ns": row["trace_ns"],
+                    "via": row["via"],
+                    "values": log.values_of(row["values"], row["order"]),
+                    "fields": log.fields_of(row["fields"], row["order"], row["written"]),
+                }
+            )
+        return out
+
+    def _timeline_entry(self, frame: pl.DataFrame) -> pl.Expr:
+        # The clocks object: a stamp per clock read, keys sorted (a field read for both kinds is
+        # one key holding one value, as a dict keeps it).
+        names = {name: kind for kind, name in self.log.options.clock}
+        stamps = [
+            pl.when(pl.col(kind).is_not_null()).then(
+                pl.concat_str([pl.lit(orjson.dumps(name).decode() + ":"), pl.col(kind).cast(pl.String)])
+            )
+            for name, kind in sorted(names.items())
+        ]
+        via = pl.when(pl.col("via").is_null()).then(pl.lit("null")).otherwise(
+            pl.concat_str([pl.lit('"'), pl.col("via"), pl.lit('"')])
+        )
+        return pl.concat_str([
+            pl.lit('{"clocks":{'), pl.concat_str(stamps, separator=",", ignore_nulls=True).fill_null(""),
+            pl.lit('},"event":'), _event_json(frame),
+            pl.lit(',"fields":'), pl.col("fields"),
+            pl.lit(',"line":'), _int_json("line"),
+            pl.lit(',"pid":'), _int_json("pid"),
+            pl.lit(',"tid":'), _int_json("tid"),
+            pl.lit(',"trace_ns":'), _int_json("trace_ns"),
+            pl.lit(',"values":'), pl.col("values"),
+            pl.lit(',"via":'), via,
+            pl.lit("}"),
+        ])
+
+    # --- the lines, for the analysis -----------------------------------------------------------
+    def lines_of(self, rows: Sequence[int] | None = None) -> pl.DataFrame:
+        """``line, event, pid, trace_ns`` of the log's lines (those at ``rows``), in file order."""
+        frame = pl.concat([self.log.lines.select("line", "event", "pid"), self.placed.select("trace_ns")],
+                          how="horizontal")
+        return frame if rows is None else frame[list(rows)]
+
     # --- positions ---------------------------------------------------------------------------
-    def _boundaries(self, pid: int | None) -> Boundaries:
+    def _boundaries(self, pid: int | None) -> Bounds:
         """The boundaries of process ``pid`` (made by :func:`align` for every traced process)."""
         found = self.boundaries.get(pid)
-        return found if found is not None else boundaries_of(self.log, self.placements, pid)
+        return found if found is not None else boundaries_by_pid(self.log, self.placed, [pid])[pid]
+
+    def _point(self, bounds: Bounds, index: int, delta: int) -> dict[str, Any]:
+        row = int(bounds.rows[index])
+        return {"event": self.log.lines["event"][row], "line": self.log.lines["line"][row], "ms": ms(delta),
+                "ns": delta, "via": self.placed["via"][row]}
 
     def position(self, pid: int | None, start_ns: int | None, end_ns: int | None) -> dict[str, Any]:
         """Where ``[start_ns, end_ns]`` of process ``pid`` falls among the telemetry boundaries.
@@ -328,26 +464,31 @@ class Alignment:
         }
         if start_ns is None:
             return out
-        bounds, times, last_with_values = self._boundaries(pid)
+        import numpy as np
 
-        def point(b: Bound, delta: int) -> dict[str, Any]:
-            return {"event": b[2].event, "line": b[1], "ms": ms(delta), "ns": delta, "via": b[3].via}
-
-        i = bisect.bisect_right(times, start_ns)
+        bounds = self._boundaries(pid)
+        times = bounds.times
+        i = int(np.searchsorted(times, start_ns, side="right"))
         if i:
-            out["after"] = point(bounds[i - 1], start_ns - bounds[i - 1][0])
-        if i and last_with_values[i - 1] >= 0:
-            b = bounds[last_with_values[i - 1]]
-            out["in_force"] = {**point(b, start_ns - b[0]), "values": dict(b[2].measured)}
+            out["after"] = self._point(bounds, i - 1, start_ns - int(times[i - 1]))
+        if i and bounds.last_with_values[i - 1] >= 0:
+            k = int(bounds.last_with_values[i - 1])
+            row = int(bounds.rows[k])
+            values = self.log.values_of(self.log.lines["values"][row], self.log.lines["order"][row])
+            out["in_force"] = {**self._point(bounds, k, start_ns - int(times[k])), "values": values}
         if end_ns is not None:
-            j = bisect.bisect_left(times, end_ns)
-            if j < len(bounds):
-                out["before"] = point(bounds[j], bounds[j][0] - end_ns)
-            out["during"] = [
-                {"event": b[2].event, "line": b[1], "ms_after_start": ms(b[0] - start_ns)}
-                for b in bounds[i:j]
-                if start_ns < b[0] < end_ns
-            ]
+            j = int(np.searchsorted(times, end_ns, side="left"))
+            if j < times.size:
+                out["before"] = self._point(bounds, j, int(times[j]) - end_ns)
+            if j > i:
+                inside = i + np.flatnonzero((times[i:j] > start_ns) & (times[i:j] < end_ns))
+                rows = pl.Series(bounds.rows[inside], dtype=pl.Int64)
+                events = self.log.lines["event"].gather(rows).to_list()
+                numbers = self.log.lines["line"].gather(rows).to_list()
+                out["during"] = [
+                    {"event": e, "line": n, "ms_after_start": ms(int(t) - start_ns)}
+                    for e, n, t in zip(events, numbers, times[inside].tolist(), strict=True)
+                ]
         return out
 
 
@@ -409,8 +550,8 @@ def _wanted(log: TelemetryLog) -> dict[str, list[tuple[str, Edge]]]:
         for a in log.options.anchors:
             wanted.setdefault(a.event, []).append((a.nvtx, a.edge))
     else:
-        for e in log.events:
-            wanted.setdefault(e.event, [(default_range_name(e.event), default_edge(e.event))])
+        for name in log.lines["event"].unique(maintain_order=True).to_list():
+            wanted[name] = [(default_range_name(name), default_edge(name))]
     return wanted
 
 
@@ -423,7 +564,8 @@ def _anchors(
     clock = _anchor_clock(log)
     if clock is None:
         return AnchorMethod(
-            False, rule, None, None, None, (), (), (), "anchors not computed: no clock stamp to pair"
+            False, rule, None, None, None, (), (), log.lines.select("line", "event").clear(),
+            "anchors not computed: no clock stamp to pair",
         ), notes
     field_name = opts.clock_fields[clock]
     if clock == "realtime":
@@ -432,26 +574,30 @@ def _anchors(
     for r in ranges:
         by_name.setdefault(r["text"], []).append(r)
     wanted = _wanted(log)
-    if any(e.pid is None for e in log.events):
+    without_pid = log.lines["pid"].null_count()
+    if without_pid:
         notes.append("some telemetry lines have no pid: their anchors are matched by name in any traced process")
-    other = sorted({e.pid for e in log.events if e.pid is not None} - trace_pids)
+    other = sorted(set(log.pids) - trace_pids)
     if other:
         notes.append(
             f"telemetry pid(s) {', '.join(map(str, other))} are not processes of this trace "
             f"(trace pid(s): {', '.join(map(str, sorted(trace_pids))) or 'none'}): their lines anchor nothing"
         )
 
-    # Group lines by (name, pid, tid) so repeated events pair with repeated ranges in order.
-    groups: dict[tuple[str, int | None, int | None], list[TelemetryEvent]] = {}
-    for e in log.events:
-        if e.event in wanted:
-            groups.setdefault((e.event, e.pid, e.tid), []).append(e)
+    # Group lines by (name, pid, tid) so repeated events pair with repeated ranges in order. Only
+    # names that can anchor or be skipped: under the default rule, a line whose range is not in the
+    # trace is simply not an anchor.
+    names = [n for n, targets in wanted.items() if rule == "configured" or any(by_name.get(t) for t, _ in targets)]
+    groups = (
+        log.lines.filter(pl.col("event").is_in(names))
+        .group_by(["event", "pid", "tid"], maintain_order=True)
+        .agg(pl.col("line"), pl.col(clock).alias("stamp"), pl.col("realtime"))
+    )
     pairs: list[dict[str, Any]] = []  # AnchorPair fields, residuals added once the offset is known
     skipped: list[dict[str, Any]] = []
     anchored: set[int] = set()
-    for (name, pid, tid), events in groups.items():
+    for name, pid, tid, lines, stamps, reals in groups.iter_rows():
         for nvtx, edge in wanted[name]:
-            lines = [e.line for e in events]
 
             def skip(
                 reason: str, lines: list[int] = lines, name: str = name, nvtx: str = nvtx, edge: Edge = edge
@@ -485,11 +631,12 @@ def _anchors(
                 else:
                     same_thread = False
             candidates = [r for r in candidates if r[f"{edge}_ns"] is not None]
-            stamped = [e for e in events if clock in e.clocks]
-            if len(stamped) < len(events):
+            # (clock stamp, line, realtime stamp) of the group's lines with a stamp of the anchor clock
+            stamped = [(t, n, real) for t, n, real in zip(stamps, lines, reals, strict=True) if t is not None]
+            if len(stamped) < len(lines):
                 skip(
-                    f"{len(events) - len(stamped)} line(s) have no {field_name!r} stamp",
-                    [e.line for e in events if clock not in e.clocks],
+                    f"{len(lines) - len(stamped)} line(s) have no {field_name!r} stamp",
+                    [n for t, n in zip(stamps, lines, strict=True) if t is None],
                 )
             if not stamped:
                 continue
@@ -497,34 +644,34 @@ def _anchors(
                 skip(
                     f"{len(stamped)} telemetry line(s) but {len(candidates)} NVTX range(s) {nvtx!r} with a "
                     f"{edge} on that thread/process: pairing is ambiguous",
-                    [e.line for e in stamped],
+                    [n for _, n, _ in stamped],
                 )
                 continue
-            stamped.sort(key=lambda e: (e.clocks[clock], e.line))
+            stamped.sort(key=lambda e: (e[0], e[1]))
             candidates.sort(key=lambda r: (r[f"{edge}_ns"], r["tid"]))
-            for e, r in zip(stamped, candidates, strict=True):
-                anchored.add(e.line)
+            for (stamp, number, real), r in zip(stamped, candidates, strict=True):
+                anchored.add(number)
                 pairs.append(
                     {
-                        "line": e.line,
+                        "line": number,
                         "event": name,
                         "nvtx": nvtx,
                         "edge": edge,
                         "domain": r["domain"],
                         "pid": r["pid"],
                         "tid": r["tid"],
-                        "telemetry_tid": e.tid,
+                        "telemetry_tid": tid,
                         "same_thread": same_thread,
                         "rule": rule,
-                        "clock_ns": e.clocks[clock],
+                        "clock_ns": stamp,
                         "edge_ns": r[f"{edge}_ns"],
-                        "realtime_ns": e.clocks.get("realtime"),
+                        "realtime_ns": real,
                     }
                 )
-    without = tuple({"line": e.line, "event": e.event} for e in log.events if e.line not in anchored)
+    without = log.lines.select("line", "event").filter(~pl.col("line").is_in(sorted(anchored)))
     pairs.sort(key=lambda p: (p["edge_ns"], p["line"]))
     if not pairs:
-        if other and all(e.pid is not None for e in log.events) and not set(log.pids) & trace_pids:
+        if other and not without_pid and not set(log.pids) & trace_pids:
             reason = (
                 f"anchors not computed: no telemetry line comes from a process of this trace "
                 f"(telemetry pid(s) {', '.join(map(str, log.pids))}; trace pid(s) "
@@ -595,7 +742,8 @@ def align(
             f"{anchors.clock_field} + ({anchors.offset_ns}), median over {len(anchors.pairs)} pair(s)",
         ),
     ]
-    agreement = _agreement(log, utc, anchors)
+    method: Method | None = "utc" if utc.computed else "anchors" if anchors.computed else None
+    placed, diffs, agreement = _placements(log, method, utc, anchors)
     if agreement is None:
         why = "only one method computed" if utc.computed != anchors.computed else "neither method computed"
         if utc.computed and anchors.computed:
@@ -627,10 +775,8 @@ def align(
                 f"tolerance {_fmt_ms(tol)})",
             )
         )
-    method: Method | None = "utc" if utc.computed else "anchors" if anchors.computed else None
     if method is None:
         notes.append("no mapping computed: telemetry lines cannot be placed on the trace clock")
-    placements = tuple(_place(e, method, utc, anchors) for e in log.events)
     return Alignment(
         log=log,
         method=method,
@@ -639,46 +785,48 @@ def align(
         anchors=anchors,
         agreement=agreement,
         checks=tuple(checks),
-        placements=placements,
+        placed=placed,
+        diffs=diffs,
         notes=tuple(notes),
-        boundaries=boundaries_by_pid(log, placements, (None, *sorted(pids))),
+        boundaries=boundaries_by_pid(log, placed, (None, *sorted(pids))),
     )
 
 
-def _utc_ns(e: TelemetryEvent, utc: UtcMethod) -> int | None:
-    if not utc.computed or utc.offset_ns is None or "realtime" not in e.clocks:
-        return None
-    return e.clocks["realtime"] + utc.offset_ns
+def _placements(
+    log: TelemetryLog, method: Method | None, utc: UtcMethod, anchors: AnchorMethod
+) -> tuple[pl.DataFrame, pl.DataFrame | None, dict[str, Any] | None]:
+    """Each line's place on the trace clock (``trace_ns, via``, in the log's order), the lines both
+    mappings place with their difference (``line, event, utc_minus_anchor_ns``) and its summary
+    (both None: no line has both).
 
-
-def _anchor_ns(e: TelemetryEvent, anchors: AnchorMethod) -> int | None:
-    if not anchors.computed or anchors.offset_ns is None or anchors.clock is None or anchors.clock not in e.clocks:
-        return None
-    return e.clocks[anchors.clock] + anchors.offset_ns
-
-
-def _agreement(log: TelemetryLog, utc: UtcMethod, anchors: AnchorMethod) -> dict[str, Any] | None:
-    diffs: list[tuple[int, TelemetryEvent]] = []
-    for e in log.events:
-        u, a = _utc_ns(e, utc), _anchor_ns(e, anchors)
-        if u is not None and a is not None:
-            diffs.append((u - a, e))
-    if not diffs:
-        return None
-    worst_diff, worst = max(diffs, key=lambda d: (abs(d[0]), -d[1].line))
-    return {
-        "events": len(diffs),
-        "max_abs_diff_ns": abs(worst_diff),
-        "worst_event": worst.event,
-        "worst_line": worst.line,
-        "diffs_ns": [{"line": e.line, "event": e.event, "utc_minus_anchor_ns": d} for d, e in diffs],
-    }
-
-
-def _place(e: TelemetryEvent, method: Method | None, utc: UtcMethod, anchors: AnchorMethod) -> Placement:
-    order: Sequence[Method] = ("utc", "anchors") if method == "utc" else ("anchors", "utc")
-    for m in order:
-        t = _utc_ns(e, utc) if m == "utc" else _anchor_ns(e, anchors)
-        if t is not None:
-            return Placement(t, m)
-    return Placement(None, None)
+    Positions use the ``method``'s mapping, the other one for a line without its stamp. The
+    arithmetic is exact, in 128 bits (a 64-bit stamp plus an offset can leave the 64-bit range):
+    ``trace_ns`` is Int64 when every position fits, else Int128.
+    """
+    mapped: dict[Method, pl.Expr] = {}
+    if utc.computed and utc.offset_ns is not None:
+        mapped["utc"] = pl.col("realtime").cast(pl.Int128) + pl.lit(utc.offset_ns, dtype=pl.Int128)
+    if anchors.computed and anchors.offset_ns is not None and anchors.clock is not None:
+        mapped["anchors"] = pl.col(anchors.clock).cast(pl.Int128) + pl.lit(anchors.offset_ns, dtype=pl.Int128)
+    frame = log.lines.select(
+        "line", "event", *(mapped.get(m, pl.lit(None, dtype=pl.Int128)).alias(m) for m in ("utc", "anchors"))
+    )
+    first, second = ("utc", "anchors") if method == "utc" else ("anchors", "utc")
+    placed = frame.select(
+        pl.coalesce(first, second).alias("trace_ns"),
+        pl.when(pl.col(first).is_not_null()).then(pl.lit(first))
+        .when(pl.col(second).is_not_null()).then(pl.lit(second))
+        .otherwise(pl.lit(None, dtype=pl.String)).alias("via"),
+    )
+    low, high = placed["trace_ns"].min(), placed["trace_ns"].max()
+    if low is None or (int(low) >= INT64_MIN and int(high) <= INT64_MAX):  # type: ignore[arg-type]
+        placed = placed.with_columns(pl.col("trace_ns").cast(pl.Int64))
+    diffs = frame.filter(pl.col("utc").is_not_null() & pl.col("anchors").is_not_null()).select(
+        "line", "event", (pl.col("utc") - pl.col("anchors")).alias("utc_minus_anchor_ns")
+    )
+    if not diffs.height:
+        return placed, None, None
+    size = pl.col("utc_minus_anchor_ns").abs()
+    line, event, diff = diffs.filter(size == size.max()).row(0)  # the first of the largest: the least line
+    agreement = {"events": diffs.height, "max_abs_diff_ns": abs(diff), "worst_event": event, "worst_line": line}
+    return placed, diffs, agreement

@@ -169,16 +169,16 @@ def _telemetry_claims(telemetry: TelemetryLog | None, pids: set[int]) -> dict[in
     out: dict[int, dict[str, list[Claim]]] = {}
     if telemetry is None:
         return out
-    for event in telemetry.events:
-        if event.pid is None or event.pid not in pids:
+    for line, event, pid, fields in telemetry.with_fields(list(TELEMETRY_FIELDS.values())):
+        if pid is None or pid not in pids:
             continue
         for key, name in TELEMETRY_FIELDS.items():
-            value = event.fields.get(name)
+            value = fields.get(name)
             if type(value) is not int or value < 0:
                 continue
-            claims = out.setdefault(event.pid, {}).setdefault(key, [])
+            claims = out.setdefault(pid, {}).setdefault(key, [])
             if all(c.value != value for c in claims):
-                claims.append(Claim(value, f"telemetry line {event.line} ({event.event}): {name}={value}, the "
+                claims.append(Claim(value, f"telemetry line {line} ({event}): {name}={value}, the "
                                            "application's own claim"))
     return out
 

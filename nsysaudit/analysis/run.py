@@ -273,10 +273,9 @@ def _memory_moments(
         yield point, str(api), start, gpid_of(gtid), {"lib_id": lib_id}
     if alignment is not None:
         gpids = {pid: gpid for pid, gpid in processes.select("pid", "gpid").iter_rows()}
-        lines = [(event, placed) for event, placed in zip(alignment.log.events, alignment.placements, strict=True)
-                 if event.pid is not None and event.pid in gpids]
-        for event, placed in telemetry_moments(lines):
-            yield "telemetry", event.event, placed.trace_ns, gpids[event.pid], {"line": event.line}
+        lines = alignment.lines_of().filter(pl.col("pid").is_in(list(gpids)))
+        for line, event, pid, trace_ns in telemetry_moments(lines).iter_rows():
+            yield "telemetry", event, trace_ns, gpids[pid], {"line": line}
 
 
 MAX_FINDING_POINTS = 200
@@ -324,13 +323,11 @@ TELEMETRY_POINTS_RULE = (
 )
 
 
-def telemetry_moments(lines: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """The telemetry lines the ledger is read at (:data:`TELEMETRY_POINTS_RULE`)."""
-    if len(lines) <= MAX_TELEMETRY_POINTS:
-        return list(lines)
-    counts: dict[str, int] = {}
-    for event, _ in lines:
-        counts[event.event] = counts.get(event.event, 0) + 1
-    return [(e, p) for e, p in lines if counts[e.event] <= PHASE_REPEATS][:MAX_TELEMETRY_POINTS]
+def telemetry_moments(lines: pl.DataFrame) -> pl.DataFrame:
+    """The telemetry lines the ledger is read at (:data:`TELEMETRY_POINTS_RULE`), of ``lines`` (a
+    frame with an ``event`` column, in file order)."""
+    if lines.height <= MAX_TELEMETRY_POINTS:
+        return lines
+    return lines.filter(pl.len().over("event") <= PHASE_REPEATS).head(MAX_TELEMETRY_POINTS)
 
 

@@ -96,12 +96,15 @@ def telemetry_library_failures(
     skip_keys = sorted(k for k, v in capture.items() if k.endswith("CUDA_SKIP_SOME_API_CALLS") and "true" in v)
     found_pids = {int(p) for p in findings.filter(pl.col("kind").is_in(FAILURE_KINDS))["pid"].drop_nulls().to_list()}
     out = []
-    for event, placement in zip(alignment.log.events, alignment.placements, strict=True):
+    # Only the lines whose text can hold a status (the reader keeps them, decoded: 10^6 lines are not searched).
+    status_lines = alignment.log.status_lines
+    rows = alignment.lines_of([row for row, _ in status_lines]).iter_rows() if status_lines else iter(())
+    for (_, fields), (line, name, pid, trace_ns) in zip(status_lines, rows, strict=True):
         statuses: list[str] = []
         text = None
-        for key, value in event.fields.items():
+        for key, value in fields.items():
             if isinstance(value, str):
-                if "_STATUS_" not in value:  # what _LIBRARY_STATUS needs: 10^6 lines are not searched
+                if "_STATUS_" not in value:  # what _LIBRARY_STATUS needs
                     continue
                 hits = [m.group(0) for m in _LIBRARY_STATUS.finditer(value) if m.group(2) != "SUCCESS"]
                 if hits and text is None:
@@ -112,9 +115,9 @@ def telemetry_library_failures(
         if not statuses:
             continue
         after = None
-        if placement.trace_ns is not None and event.pid is not None:
+        if trace_ns is not None and pid is not None:
             ended = libs.filter(
-                (pl.col("pid") == event.pid) & pl.col("end_ns").is_not_null() & (pl.col("end_ns") <= placement.trace_ns)
+                (pl.col("pid") == pid) & pl.col("end_ns").is_not_null() & (pl.col("end_ns") <= trace_ns)
             ).sort("end_ns")
             if ended.height:
                 last = ended.row(-1, named=True)
@@ -123,20 +126,20 @@ def telemetry_library_failures(
                     "api": last["api"],
                     "tid": last["tid"],
                     "end_ns": last["end_ns"],
-                    "ns_before_line": placement.trace_ns - last["end_ns"],
+                    "ns_before_line": trace_ns - last["end_ns"],
                     "coverage": last["coverage"],
                     "censored_reason": last["censored_reason"],
                 }
         out.append(
             {
-                "line": event.line,
-                "event": event.event,
-                "pid": event.pid,
+                "line": line,
+                "event": name,
+                "pid": pid,
                 "statuses": list(dict.fromkeys(statuses)),
                 "text": text,
-                "trace_ns": placement.trace_ns,
+                "trace_ns": trace_ns,
                 "after": after,
-                "explained": event.pid in found_pids if event.pid is not None else bool(found_pids),
+                "explained": pid in found_pids if pid is not None else bool(found_pids),
                 "cuda_skip_some_api_calls": skip_keys,
             }
         )

@@ -11,22 +11,27 @@ infinity, a lone surrogate, nesting deeper than 32 levels) is an error naming it
 unless ``lenient`` is set: then it becomes a warning with its line number and the other lines
 are used. A file with no usable line is always an error.
 
+The usable lines are held as columns (:data:`LINE_SCHEMA`, one row a line), not as an object per
+line: a file of 10^6 lines is ~150 MB of columns instead of ~3 GB of Python objects. Each line's
+other fields are kept as the canonical JSON text the report writes (``fields``, ``values``).
+
 Nothing here knows about traces; :mod:`nsysaudit.analysis.alignment` maps these stamps to trace time.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import orjson
+import polars as pl
 
-from nsysaudit.core.digests import sha256_bytes
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.core.paths import refuse_undecodable_name
 
@@ -209,22 +214,98 @@ class BadLine:
         return {"line": self.line, "problem": self.problem}
 
 
-@dataclass(frozen=True)
+# One row per usable line, in file order. ``monotonic``/``realtime``: the line's stamps of the clocks
+# read (null: absent, or that clock is not read). ``fields``: the line's fields but its name, pid,
+# tid and clock stamps, as canonical JSON (keys sorted, as the report writes them); ``values``: its
+# measured values (:meth:`TelemetryEvent.values`) likewise; ``order``: which of
+# :attr:`TelemetryLog.field_orders` its fields were written in; ``written``: for a line holding
+# objects or arrays, its fields as written (their key order), else null.
+LINE_SCHEMA: dict[str, type[pl.DataType]] = {
+    "line": pl.Int64,
+    "event": pl.String,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "monotonic": pl.Int64,
+    "realtime": pl.Int64,
+    "fields": pl.String,
+    "values": pl.String,
+    "order": pl.UInt32,
+    "written": pl.String,
+}
+
+
+@dataclass(frozen=True, eq=False)
 class TelemetryLog:
-    """A parsed telemetry file: its usable events in file order and its bad lines."""
+    """A parsed telemetry file: its usable lines as columns (:data:`LINE_SCHEMA`), in file order,
+    and its bad lines.
+
+    ``field_orders``: the key orders the lines' fields were written in (a line's ``order`` indexes
+    it), so that fields and values are shown as written. ``status_lines``: ``(row, the decoded
+    line)`` of each line whose text could record a library status (it holds ``_status`` in any
+    case, or a backslash: an escape could spell it); no other line can, so only these are searched
+    (:func:`nsysaudit.analysis.verdict.telemetry_library_failures`).
+    """
 
     path: str
     sha256: str  # of the bytes parsed (read once)
     options: TelemetryOptions
-    events: tuple[TelemetryEvent, ...]
+    lines: pl.DataFrame
+    field_orders: tuple[tuple[str, ...], ...] = ()
+    status_lines: tuple[tuple[int, Mapping[str, Any]], ...] = ()
     bad_lines: tuple[BadLine, ...] = field(default=())
     size_bytes: int = 0
+
     @property
     def pids(self) -> list[int]:
-        return sorted({e.pid for e in self.events if e.pid is not None})
+        return [int(p) for p in self.lines["pid"].drop_nulls().unique().sort().to_list()]
 
     def has_clock(self, kind: ClockKind) -> bool:
-        return any(kind in e.clocks for e in self.events)
+        return self.lines[kind].null_count() < self.lines.height
+
+    def fields_of(self, fields: str, order: int, written: str | None) -> dict[str, Any]:
+        """A line's fields (its ``fields``, ``order`` and ``written`` columns) as written."""
+        if written is not None:
+            parsed: dict[str, Any] = orjson.loads(written)
+            return parsed
+        return in_order(orjson.loads(fields), self.field_orders[order])
+
+    def values_of(self, values: str, order: int) -> dict[str, Any]:
+        """A line's measured values (its ``values`` and ``order`` columns), in the order written."""
+        if values == "{}":
+            return {}
+        return in_order(orjson.loads(values), self.field_orders[order])
+
+    def with_fields(self, names: Sequence[str]) -> Iterator[tuple[int, str, int | None, dict[str, Any]]]:
+        """``(line, event, pid, {name: value})`` of each line that has a field named in ``names``,
+        in file order, with the values of those it has: a field of the whole line as written (its
+        name, pid, tid and clock stamps too), as :attr:`TelemetryEvent.fields` holds it. Lines
+        are found by their fields' text (a key is written ``"name":`` there, and a string cannot
+        hold that), so that only they are decoded."""
+        columns = {self.options.event_key: "event", PID_FIELD: "pid", TID_FIELD: "tid"}
+        columns.update({name: kind for kind, name in self.options.clock if name not in columns})
+        has = [
+            pl.col(columns[name]).is_not_null() if name in columns
+            else pl.col("fields").str.contains(orjson.dumps(name).decode() + ":", literal=True)
+            for name in names
+        ]
+        if not has:
+            return
+        found = self.lines.filter(pl.any_horizontal(has))
+        for row in found.iter_rows(named=True):
+            fields = self.fields_of(row["fields"], row["order"], row["written"])
+            values = {}
+            for name in names:
+                if name in columns:
+                    if row[columns[name]] is not None:
+                        values[name] = row[columns[name]]
+                elif name in fields:
+                    values[name] = fields[name]
+            yield row["line"], row["event"], row["pid"], values
+
+
+def in_order(found: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    """``found``'s items in ``order`` (the keys it has)."""
+    return {k: found[k] for k in order if k in found}
 
 
 def _is_int(value: object) -> bool:
@@ -419,33 +500,269 @@ def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | Non
         raise UnusableInput(given, "no such file (telemetry)")
     if not given.is_file():
         raise UnusableInput(given, "not a regular file (telemetry)")
+    reader = _Reader(options)
+    digest = hashlib.sha256()
+    size = 0
     try:
-        data = given.read_bytes()
+        with open(given, "rb") as handle:
+            for piece in _pieces(handle):
+                digest.update(piece)
+                size += len(piece)
+                reader.read(piece)
     except OSError as exc:
         raise UnusableInput(given, f"cannot read telemetry: {exc.strerror}") from None
-    events: list[TelemetryEvent] = []
-    bad: list[BadLine] = []
-    skip = _not_values(options)
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        parsed = _parse_line(raw, number, options, skip)
-        (bad if isinstance(parsed, BadLine) else events).append(parsed)  # type: ignore[arg-type]
+    bad = reader.bad
     if bad and not options.lenient:
         first = "; ".join(f"line {b.line}: {b.problem}" for b in bad[:MAX_ERROR_LINES])
         more = f"; {len(bad) - MAX_ERROR_LINES} more bad line(s)" if len(bad) > MAX_ERROR_LINES else ""
         raise UnusableInput(given, f"{first}{more} (telemetry; --lenient skips bad lines)")
-    if not events:
-        if not data.strip():
+    if not reader.rows:
+        if not bad:  # every line blank (a bad line is one that is not)
             raise UnusableInput(given, "empty telemetry file: no JSON lines")
         raise UnusableInput(
             given, f"no usable telemetry line ({len(bad)} bad line(s), first: line {bad[0].line}: {bad[0].problem})"
         )
     return TelemetryLog(
         path=str(path),
-        sha256=sha256_bytes(data),
+        sha256=digest.hexdigest(),
         options=options,
-        events=tuple(events),
+        lines=reader.frame(),
+        field_orders=tuple(reader.orders),
+        status_lines=tuple(reader.status),
         bad_lines=tuple(bad),
-        size_bytes=len(data),
+        size_bytes=size,
     )
+
+
+PIECE_BYTES = 1 << 23  # the file is read, hashed and parsed this much at a time
+
+
+def _pieces(handle: IO[bytes]) -> Iterator[bytes]:
+    """The file's bytes in pieces of about :data:`PIECE_BYTES`, each but the last ending with a
+    newline: the lines of the pieces, numbered on, are the lines of the whole (a piece never ends
+    between the CR and the LF of a CRLF)."""
+    rest = b""
+    while block := handle.read(PIECE_BYTES):
+        data = rest + block if rest else block
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield data[:cut]
+        rest = data[cut:]
+    if rest:
+        yield rest
+
+
+_STATUS_WORD = re.compile(rb"_[sS][tT][aA][tT][uU][sS]")  # what bytes.lower() makes b"_status"
+_ROWS = 1 << 16  # lines per batch of columns while reading (the Python objects of one batch at a time)
+
+
+class _Reader:
+    """Parses pieces of a telemetry file into batches of columns (:data:`LINE_SCHEMA`).
+
+    A line takes the bulk path, which decides it as :func:`_parse_line` would with a few
+    dictionary operations, when orjson decodes it to a flat object (no object or array values)
+    whose name, stamps and ids are usable, and whose numbers :func:`_fast_decode` would keep (no
+    integer past int64, no float that could be one). Two of that function's checks are made once
+    per batch of lines where they can be: no quote followed by whitespace, and as many ``":`` in
+    the batch as the keys of its bulk lines and the ``":`` of its other lines (each key of a bulk
+    line is followed by one, so no line has fewer ``":`` than keys, and equal sums mean equal
+    counts on every line). A batch where either fails is read again with them made line by line.
+    Every other line takes :func:`_parse_line`, which decides and words problems; every line does
+    when the options read one field for two purposes (``--telemetry-clock`` naming one field for
+    both clocks): the bulk path takes each of them out of the line once.
+
+    A line's fields and values are appended, as JSON text, to one buffer per column (a bytes
+    object kept per line would cost more than all the rest of its reading).
+    """
+
+    def __init__(self, options: TelemetryOptions) -> None:
+        self.options = options
+        self.skip = _not_values(options)
+        self.clock_fields = options.clock_fields
+        # The bulk path pops the fields that are not values: they must be different fields.
+        self.bulk = len(self.skip) == 3 + len(options.clock)
+        self.number = 0
+        self.rows = 0
+        self.batches: list[pl.DataFrame] = []
+        self.bad: list[BadLine] = []
+        self.status: list[tuple[int, Mapping[str, Any]]] = []
+        self.orders: list[tuple[str, ...]] = []
+        self._order_ids: dict[tuple[str, ...], int] = {}
+        self._value_keys: list[frozenset[str]] = []  # per order, the keys that may hold values
+
+    def read(self, piece: bytes) -> None:
+        raws = piece.splitlines()
+        for start in range(0, len(raws), _ROWS):
+            self._batch(raws[start : start + _ROWS], piece if len(raws) <= _ROWS else None)
+
+    def _batch(self, raws: list[bytes], text: bytes | None) -> None:
+        text = text if text is not None else b"\n".join(raws)
+        statusy = b"\\" in text or _STATUS_WORD.search(text) is not None
+        careful, colons = True, 0
+        if self.bulk:
+            whole = pl.Series([text], dtype=pl.Binary)  # searched by polars: about twice as fast
+            careful = bool(whole.bin.contains(b'" ').item() or whole.bin.contains(b'"\t').item())
+            if not careful:
+                try:
+                    colons = int(whole.cast(pl.String).str.count_matches('":', literal=True).item())
+                except pl.exceptions.ComputeError:  # not UTF-8
+                    colons = text.count(b'":')
+        done = self._rows(raws, careful, statusy, colons)
+        if done is None:  # the count of '":' says some line's differs from its keys
+            done = self._rows(raws, True, statusy, colons)
+        if done is None:  # cannot happen: careful rows are always made
+            raise AssertionError("telemetry rows not made")
+        batch, bad, status = done
+        self.number += len(raws)
+        self.status += [(self.rows + row, obj) for row, obj in status]
+        self.rows += batch.height
+        self.bad += bad
+        if batch.height:
+            self.batches.append(batch)
+
+    def _order(self, keys: tuple[str, ...]) -> int:
+        found = self._order_ids.get(keys)
+        if found is None:
+            found = self._order_ids[keys] = len(self.orders)
+            self.orders.append(keys)
+            self._value_keys.append(frozenset(k for k in keys if not k.endswith(("_ns", "_pid", "_tid"))))
+        return found
+
+    def _rows(
+        self, raws: list[bytes], careful: bool, statusy: bool, colons: int
+    ) -> tuple[pl.DataFrame, list[BadLine], list[tuple[int, Mapping[str, Any]]]] | None:
+        """The batch's columns, bad lines and status lines; None when ``careful`` is False and the
+        count of ``":`` (``colons`` in the batch's text) shows that some line needs the per-line
+        checks."""
+        options, skip = self.options, self.skip
+        key = options.event_key
+        mono_field = self.clock_fields.get("monotonic")
+        real_field = self.clock_fields.get("realtime")
+        loads, dumps = orjson.loads, orjson.dumps
+        sort = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+        order_ids, value_keys = self._order_ids, self._value_keys
+        bulk = self.bulk
+        lines: list[int] = []
+        events: list[str] = []
+        pids: list[int | None] = []
+        tids: list[int | None] = []
+        monos: list[int | None] = []
+        reals: list[int | None] = []
+        fields = bytearray()  # each line's text and a newline (JSON text holds none)
+        values = bytearray()
+        orders: list[int] = []
+        written: list[bytes | None] = []
+        bad: list[BadLine] = []
+        status: list[tuple[int, Mapping[str, Any]]] = []
+        keys = other = 0  # keys of bulk lines, '":' of the others
+        for number, raw in enumerate(raws, self.number + 1):
+            try:
+                obj = loads(raw)
+            except orjson.JSONDecodeError:
+                obj = None
+            if (
+                bulk
+                and type(obj) is dict
+                and not (careful and (b'" ' in raw or b'"\t' in raw or raw.count(b'":') != len(obj)))
+            ):
+                n = len(obj)
+                name = obj.pop(key, None)
+                mono = obj.pop(mono_field, None) if mono_field is not None else None
+                real = obj.pop(real_field, None) if real_field is not None else None
+                pid = obj.pop(PID_FIELD, None)
+                tid = obj.pop(TID_FIELD, None)
+                if (
+                    type(name) is str
+                    and name
+                    and (mono is not None or real is not None)
+                    and (mono is None or (type(mono) is int and mono <= INT64_MAX))
+                    and (real is None or (type(real) is int and real <= INT64_MAX))
+                    and (pid is None or (type(pid) is int and pid <= INT64_MAX))
+                    and (tid is None or (type(tid) is int and tid <= INT64_MAX))
+                ):
+                    order = tuple(obj)
+                    oid = order_ids.get(order)
+                    if oid is None:
+                        oid = self._order(order)
+                    of_values = value_keys[oid]
+                    measured = {}
+                    for k, v in obj.items():
+                        t = type(v)
+                        if t is int:
+                            if v > INT64_MAX:
+                                break
+                        elif t is float:
+                            if not -_BIG < v < _BIG:
+                                break
+                        elif t is str or t is bool or v is None:
+                            continue
+                        else:  # an object or an array
+                            break
+                        if k in of_values:
+                            measured[k] = v
+                    else:
+                        if statusy and (b"\\" in raw or b"_status" in raw.lower()):
+                            status.append((len(lines), loads(raw)))
+                        lines.append(number)
+                        events.append(name)
+                        pids.append(pid)
+                        tids.append(tid)
+                        monos.append(mono)
+                        reals.append(real)
+                        fields += dumps(obj, option=sort)
+                        values += dumps(measured, option=sort) if measured else b"{}\n"
+                        orders.append(oid)
+                        written.append(None)
+                        keys += n
+                        continue
+            other += raw.count(b'":')
+            if not raw.strip():
+                continue
+            parsed = _parse_line(raw, number, options, skip)
+            if isinstance(parsed, BadLine):
+                bad.append(parsed)
+                continue
+            kept = {k: v for k, v in parsed.fields.items() if k not in skip}
+            if statusy and (b"\\" in raw or b"_status" in raw.lower()):
+                status.append((len(lines), parsed.fields))
+            lines.append(number)
+            events.append(parsed.event)
+            pids.append(parsed.pid)
+            tids.append(parsed.tid)
+            monos.append(parsed.clocks.get("monotonic"))
+            reals.append(parsed.clocks.get("realtime"))
+            fields += dumps(kept, option=sort)
+            values += dumps(parsed.measured, option=sort) if parsed.measured else b"{}\n"
+            orders.append(self._order(tuple(kept)))
+            nested = any(type(v) is dict or type(v) is list for v in kept.values())
+            written.append(dumps(kept) if nested else None)  # as written: its objects' key order
+        if not careful and keys + other != colons:
+            return None
+        frame = pl.DataFrame(
+            {
+                "line": pl.Series(lines, dtype=pl.Int64),
+                "event": pl.Series(events, dtype=pl.String),
+                "pid": pl.Series(pids, dtype=pl.Int64),
+                "tid": pl.Series(tids, dtype=pl.Int64),
+                "monotonic": pl.Series(monos, dtype=pl.Int64),
+                "realtime": pl.Series(reals, dtype=pl.Int64),
+                "fields": _texts(fields, len(lines)),
+                "values": _texts(values, len(lines)),
+                "order": pl.Series(orders, dtype=pl.UInt32),
+                "written": pl.Series(written, dtype=pl.Binary).cast(pl.String),
+            }
+        )
+        return frame, bad, status
+
+    def frame(self) -> pl.DataFrame:
+        if not self.batches:
+            return pl.DataFrame(schema=LINE_SCHEMA)
+        return pl.concat(self.batches)
+
+
+def _texts(buffer: bytearray, count: int) -> pl.Series:
+    """The ``count`` texts in ``buffer``, each followed by a newline, as a String column."""
+    if not count:
+        return pl.Series([], dtype=pl.String)
+    whole = pl.Series([bytes(buffer[:-1])], dtype=pl.Binary).cast(pl.String)
+    return whole.str.split("\n").explode()

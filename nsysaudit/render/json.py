@@ -12,12 +12,13 @@ from __future__ import annotations
 import io
 import secrets
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import polars as pl
 
+from nsysaudit.analysis.alignment import LineList
 from nsysaudit.render import canonical
 from nsysaudit.reports.analysis import AnalysisResult
 
@@ -37,9 +38,11 @@ def analysis_json(result: AnalysisResult) -> bytes:
 def write_analysis(result: AnalysisResult, stream: BinaryIO) -> None:
     """Write ``canonical.dumps(result.to_dict())`` to ``stream``, byte for byte, without building it:
     the rest of the document is canonical bytes, ``coverage.censored`` and ``library_calls`` are
-    written by polars from their frames, each where a placeholder stood."""
-    if result.alignment is not None:  # per-call telemetry positions are computed in Python
-        stream.write(canonical.dumps(result.to_dict()))
+    written by polars from their frames, each where a placeholder stood. With telemetry, the
+    library calls are Python objects (their telemetry positions are computed in Python) and the
+    per-line telemetry lists are written from their frames (:func:`_write_with_lists`)."""
+    if result.alignment is not None:
+        _write_with_lists(result, stream)
         return
     nonce = secrets.token_hex(16)
     tables = {"censored": result.censored_table, "library_calls": result.library_calls_table}
@@ -57,6 +60,49 @@ def write_analysis(result: AnalysisResult, stream: BinaryIO) -> None:
         head, text = text.split(markers[key])
         stream.write(head + b'"' + key.encode() + b'":')
         _write_rows(stream, _key_sorted(tables[key]))
+    stream.write(text)
+
+
+LINE_SLICE_ROWS = 65_536
+
+
+def _write_with_lists(result: AnalysisResult, stream: BinaryIO) -> None:
+    """The document of an analysis with telemetry: each :class:`~nsysaudit.analysis.alignment.LineList`
+    of its head (10^6 entries for 10^6 telemetry lines) written from its frame where a placeholder
+    stood, the rest canonical bytes."""
+    nonce = secrets.token_hex(16)
+    lists: dict[bytes, LineList] = {}
+
+    def hold(doc: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(doc)
+        for key, value in doc.items():
+            if isinstance(value, LineList):
+                holder = f"nsysaudit-list-{len(lists)}-{nonce}"
+                lists[canonical.dumps(holder)] = value
+                out[key] = holder
+            elif isinstance(value, Mapping):
+                out[key] = hold(value)
+        return out
+
+    doc = {
+        **hold(result.head),
+        "coverage": result.coverage,
+        "library_calls": result.library_call_dicts(result.library_calls_table),
+    }
+    text = canonical.dumps(doc)
+    if any(text.count(marker) != 1 for marker in lists):  # cannot happen (the nonce is fresh)
+        stream.write(canonical.dumps(result.to_dict()))
+        return
+    for entries in lists.values():  # what canonical.dumps would refuse, refused before a byte is written
+        entries.refuse_unwritable()
+    for marker in sorted(lists, key=text.index):
+        head, text = text.split(marker)
+        stream.write(head + b"[")
+        for i, part in enumerate(lists[marker].json(LINE_SLICE_ROWS)):
+            if i:
+                stream.write(b",")
+            stream.write(part)
+        stream.write(b"]")
     stream.write(text)
 
 

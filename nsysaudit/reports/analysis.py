@@ -16,7 +16,7 @@ import polars as pl
 
 from nsysaudit._version import __version__
 from nsysaudit.analysis import Analysis
-from nsysaudit.analysis.alignment import Alignment
+from nsysaudit.analysis.alignment import Alignment, LineList
 from nsysaudit.analysis.devices import DeviceTruth, device_truth
 from nsysaudit.analysis.run import TELEMETRY_POINTS_RULE
 from nsysaudit.analysis.verdict import Verdict
@@ -395,7 +395,8 @@ def _memory(analysis: Analysis, truth: DeviceTruth | None = None) -> Memory:
         "at": at,
     }
     if analysis.alignment is not None:
-        lines = sum(1 for e in analysis.alignment.log.events if e.pid is not None)
+        pids = analysis.alignment.log.lines["pid"]
+        lines = pids.len() - pids.null_count()
         out["telemetry_points"] = {"lines": lines, "read_at": sum(1 for p in at if p["point"] == "telemetry"),
                                    "rule": TELEMETRY_POINTS_RULE}
     return cast(Memory, out)
@@ -421,9 +422,9 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[s
     }
     out.update(document_keys(truth, out["processes"], findings))  # devices, launches, ranks (reports/ranks.py)
     if analysis.alignment is not None:
-        out["alignment"] = analysis.alignment.to_dict()
+        out["alignment"] = analysis.alignment.to_dict(lazy=True)
         out["telemetry"] = {
-            **analysis.alignment.telemetry_summary(),
+            **analysis.alignment.telemetry_summary(lazy=True),
             "library_failures": list(analysis.telemetry_library_failures),
         }
     out["answer"] = answer(
@@ -440,7 +441,10 @@ class AnalysisResult:
 
     ``head`` holds every key of the JSON document but ``library_calls`` and ``coverage.censored``,
     which stay the frames ``library_calls_table`` and ``censored_table`` until :meth:`to_dict`,
-    :attr:`coverage` (or the JSON renderer) asks for them. Build one with :func:`report_analysis`.
+    :attr:`coverage` (or the JSON renderer) asks for them. With telemetry, its per-line lists
+    (``telemetry.timeline``, ``alignment.agreement.diffs_ns``, ``alignment.anchors.events_without_anchor``)
+    are :class:`~nsysaudit.analysis.alignment.LineList` there, made by :meth:`document` (or written
+    by the JSON renderer). Build one with :func:`report_analysis`.
     """
 
     input: InputInfo
@@ -509,7 +513,8 @@ class AnalysisResult:
 
     def document(self, library_calls: list[dict[str, Any]]) -> AnalysisDocument:
         """The document with the given ``library_calls`` (a subset, for reports that select)."""
-        return cast(AnalysisDocument, {**self.head, "coverage": self.coverage, "library_calls": library_calls})
+        doc = {**with_lists(self.head), "coverage": self.coverage, "library_calls": library_calls}
+        return cast(AnalysisDocument, doc)
 
     def to_dict(self) -> AnalysisDocument:
         """The JSON document ``nsysaudit analyze --json`` prints, as Python objects."""
@@ -525,6 +530,22 @@ class AnalysisResult:
             f"{self.library_calls_table.height} library call(s), {len(self.head['failed_calls'])} failed-call "
             f"group(s), {len(self.analysis.warnings)} warning(s)>"
         )
+
+
+def with_lists(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` with each :class:`~nsysaudit.analysis.alignment.LineList` in its objects made a list
+    of Python objects (the objects holding one are copied; the rest is shared)."""
+    out = dict(doc)
+    for key, value in doc.items():
+        if isinstance(value, LineList):
+            out[key] = value.dicts()
+        elif isinstance(value, Mapping) and _holds_lists(value):
+            out[key] = with_lists(value)
+    return out
+
+
+def _holds_lists(doc: Mapping[str, Any]) -> bool:
+    return any(isinstance(v, LineList) or (isinstance(v, Mapping) and _holds_lists(v)) for v in doc.values())
 
 
 def report_analysis(info: InputInfo, analysis: Analysis) -> AnalysisResult:

@@ -328,13 +328,18 @@ def _boundary_lines(result: AnalysisResult, event: str | None, pid: int | None) 
     if result.alignment is None:
         return []
     verified = result.alignment.checked
-    out = []
-    for e in result.alignment.telemetry_summary()["timeline"]:
-        if e["trace_ns"] is None or (event is not None and e["event"] != event):
-            continue
-        if pid is not None and e["pid"] is not None and e["pid"] != pid:
-            continue
-        out.append(Boundary(e["trace_ns"], str(e["event"]), e["line"], verified, e["pid"], e["tid"]))
+    lines = pl.concat(
+        [result.alignment.log.lines.select("line", "event", "pid", "tid"), result.alignment.placed.select("trace_ns")],
+        how="horizontal",
+    ).filter(pl.col("trace_ns").is_not_null())
+    if event is not None:
+        lines = lines.filter(pl.col("event") == event)
+    if pid is not None:
+        lines = lines.filter(pl.col("pid").is_null() | (pl.col("pid") == pid))
+    out = [
+        Boundary(trace_ns, str(name), line, verified, line_pid, tid)
+        for line, name, line_pid, tid, trace_ns in lines.iter_rows()
+    ]
     return sorted(out, key=lambda b: (b.trace_ns, b.line))
 
 
