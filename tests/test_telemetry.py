@@ -797,3 +797,29 @@ def test_the_column_reader_reads_every_line_as_the_per_line_reader_does(
     statuses = [r for r, _ in log.status_lines]
     could = [i for i, r in enumerate(rows) if any("status" in k.lower() or "STATUS" in str(v) for k, v in r[5].items())]
     assert set(could) <= set(statuses)
+
+
+def test_a_stamp_the_mapping_puts_outside_the_trace_clock_is_not_placed(tmp_path: Path) -> None:
+    """realtime_ns = -2^63 on one line: the UTC mapping puts it outside the 64-bit trace clock. It was a
+    traceback (polars, then orjson); now that line is not placed, a note says so, the exact difference
+    of the two mappings is written as JSON digits, and the alignment is not checked."""
+    import subprocess
+    import sys
+
+    torch = Path(__file__).parent / "fixtures" / "h200-cuda13-nsys2025.3" / "torch"
+    lines = (torch / "observe.telemetry.jsonl").read_text().splitlines()
+    damaged = json.loads(lines[2])
+    damaged["realtime_ns"] = -(1 << 63)
+    lines[2] = json.dumps(damaged)
+    telemetry = tmp_path / "t.jsonl"
+    telemetry.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "nsysaudit", "analyze", str(torch / "observe.sqlite"),
+                           "--telemetry", str(telemetry), "--json"], capture_output=True)
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr.decode()[-500:]
+    doc = json.loads(proc.stdout)
+    assert doc["alignment"]["notes"] == [
+        "1 telemetry line(s) would be placed outside the trace's 64-bit clock (a damaged stamp): not placed"]
+    line3 = next(t for t in doc["telemetry"]["timeline"] if t["line"] == 3)
+    assert (line3["trace_ns"], line3["via"]) == (None, None)
+    assert doc["alignment"]["agreement"]["max_abs_diff_ns"] > (1 << 63)  # exact, past 64 bits
+    assert doc["alignment"]["checked"] is False and doc["verdict"] == "failure_found"

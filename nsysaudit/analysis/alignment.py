@@ -177,7 +177,6 @@ class Check:
         return {"check": self.name, "passed": self.passed, "detail": self.detail}
 
 
-UINT64_MAX = (1 << 64) - 1  # orjson writes integers from INT64_MIN to here, and refuses others
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,17 +199,6 @@ class LineList:
     def dicts(self) -> list[dict[str, Any]]:
         """The entries as Python objects (the frame's rows, unless ``make`` makes them otherwise)."""
         return self.make(self.frame) if self.make is not None else self.frame.to_dicts()
-
-    def refuse_unwritable(self) -> None:
-        """Raise what ``orjson.dumps`` raises for an integer it cannot write (outside INT64_MIN to
-        2^64 - 1; a 128-bit column can hold one), so that nothing is written of a document that
-        ``canonical.dumps`` would refuse."""
-        for name, dtype in self.frame.schema.items():
-            if dtype == pl.Int128:
-                column = self.frame[name]
-                for value in (column.min(), column.max()):
-                    if value is not None and not INT64_MIN <= int(value) <= UINT64_MAX:  # type: ignore[arg-type]
-                        orjson.dumps(value)
 
     def json(self, rows: int) -> Iterator[bytes]:
         """The entries' canonical JSON text, ``rows`` entries at a time, joined by commas (no
@@ -743,7 +731,10 @@ def align(
         ),
     ]
     method: Method | None = "utc" if utc.computed else "anchors" if anchors.computed else None
-    placed, diffs, agreement = _placements(log, method, utc, anchors)
+    placed, diffs, agreement, unplaced = _placements(log, method, utc, anchors)
+    if unplaced:
+        notes.append(f"{unplaced} telemetry line(s) would be placed outside the trace's 64-bit clock (a damaged "
+                     "stamp): not placed")
     if agreement is None:
         why = "only one method computed" if utc.computed != anchors.computed else "neither method computed"
         if utc.computed and anchors.computed:
@@ -794,14 +785,15 @@ def align(
 
 def _placements(
     log: TelemetryLog, method: Method | None, utc: UtcMethod, anchors: AnchorMethod
-) -> tuple[pl.DataFrame, pl.DataFrame | None, dict[str, Any] | None]:
+) -> tuple[pl.DataFrame, pl.DataFrame | None, dict[str, Any] | None, int]:
     """Each line's place on the trace clock (``trace_ns, via``, in the log's order), the lines both
     mappings place with their difference (``line, event, utc_minus_anchor_ns``) and its summary
-    (both None: no line has both).
+    (both None: no line has both), and how many lines the mapping put outside the 64-bit trace
+    clock (not placed: null).
 
     Positions use the ``method``'s mapping, the other one for a line without its stamp. The
     arithmetic is exact, in 128 bits (a 64-bit stamp plus an offset can leave the 64-bit range):
-    ``trace_ns`` is Int64 when every position fits, else Int128.
+    A position outside the 64-bit range is no moment of the trace: that line is not placed.
     """
     mapped: dict[Method, pl.Expr] = {}
     if utc.computed and utc.offset_ns is not None:
@@ -818,15 +810,19 @@ def _placements(
         .when(pl.col(second).is_not_null()).then(pl.lit(second))
         .otherwise(pl.lit(None, dtype=pl.String)).alias("via"),
     )
-    low, high = placed["trace_ns"].min(), placed["trace_ns"].max()
-    if low is None or (int(low) >= INT64_MIN and int(high) <= INT64_MAX):  # type: ignore[arg-type]
-        placed = placed.with_columns(pl.col("trace_ns").cast(pl.Int64))
+    # The trace's clock is 64-bit: a line its mapping puts outside it (a damaged stamp) is not placed.
+    outside = pl.col("trace_ns").is_not_null() & ~pl.col("trace_ns").is_between(INT64_MIN, INT64_MAX)
+    unplaced = int(placed.select(outside.sum()).item())
+    placed = placed.with_columns(
+        pl.when(outside).then(None).otherwise(pl.col("trace_ns")).cast(pl.Int64).alias("trace_ns"),
+        pl.when(outside).then(None).otherwise(pl.col("via")).alias("via"),
+    )
     diffs = frame.filter(pl.col("utc").is_not_null() & pl.col("anchors").is_not_null()).select(
         "line", "event", (pl.col("utc") - pl.col("anchors")).alias("utc_minus_anchor_ns")
     )
     if not diffs.height:
-        return placed, None, None
+        return placed, None, None, unplaced
     size = pl.col("utc_minus_anchor_ns").abs()
     line, event, diff = diffs.filter(size == size.max()).row(0)  # the first of the largest: the least line
     agreement = {"events": diffs.height, "max_abs_diff_ns": abs(diff), "worst_event": event, "worst_line": line}
-    return placed, diffs, agreement
+    return placed, diffs, agreement, unplaced

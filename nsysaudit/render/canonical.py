@@ -9,12 +9,23 @@ on the real captures and on hostile strings.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
 
 
 def dumps(doc: Any, *, indent: bool = False) -> bytes:
-    """``doc`` as canonical JSON bytes (no trailing newline)."""
+    """``doc`` as canonical JSON bytes (no trailing newline). An integer past 64 bits (the exact
+    difference of two clock mappings of a damaged stamp) is valid JSON but not orjson's: such a
+    document goes through the stdlib encoder, in the same form."""
     option = orjson.OPT_SORT_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
-    return orjson.dumps(doc, option=option)
+    try:
+        return orjson.dumps(doc, option=option)
+    except TypeError as exc:
+        if "64-bit" not in str(exc):
+            raise
+    separators = (",", ": ") if indent else (",", ":")
+    text = json.dumps(doc, sort_keys=True, ensure_ascii=False, allow_nan=False, indent=2 if indent else None,
+                      separators=separators)
+    return text.encode("utf-8")

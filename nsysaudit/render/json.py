@@ -93,8 +93,6 @@ def _write_with_lists(result: AnalysisResult, stream: BinaryIO) -> None:
     if any(text.count(marker) != 1 for marker in lists):  # cannot happen (the nonce is fresh)
         stream.write(canonical.dumps(result.to_dict()))
         return
-    for entries in lists.values():  # what canonical.dumps would refuse, refused before a byte is written
-        entries.refuse_unwritable()
     for marker in sorted(lists, key=text.index):
         head, text = text.split(marker)
         stream.write(head + b"[")
