@@ -12,8 +12,9 @@ Read from the bottom up (docs/layout.md, "How the code is laid out"):
 5. ``session``: ``open(path)`` (one export read once, lazy frames) and ``analyze(path)``, which is
    ``open(path).analyze()``
 6. ``seal/``: sealed folders (write, manifests, verify, re-run recipe)
-7. ``batch/``: workflows over many inputs: ``run`` (the ``batch`` command: discovery, parts,
-   resumption, local or dask workers), ``check`` (expectations, JUnit), ``audit`` (deprecated)
+7. ``batch/``: workflows over many inputs: ``run`` (the ``batch`` command: discovery, the run),
+   ``workers`` (local or dask engines), ``output`` (tables, resumable parts), ``check`` (expectations,
+   JUnit), ``audit`` (deprecated)
 8. the package's face (``nsysaudit/__init__.py``), ``cli.py`` (the only click code), ``__main__``
 
 Imports are read from the source (``ast``), those inside functions too.
