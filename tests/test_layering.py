@@ -2,8 +2,8 @@
 
 Read from the bottom up (docs/layout.md, "How the code is laid out"):
 
-0. ``core/``: the shared pieces (errors, ids, codes, intervals, text, digests, paths, progress, lazy),
-   and ``_version``
+0. ``core/``: the shared pieces (errors, ids, codes, intervals, text, digests, paths, progress, lazy,
+   files), and ``_version``
 1. ``read/``: open an export read-only, probe it, scan it, load frames, nsys's diagnostics, telemetry
 2. ``analysis/``: pure functions on frames: joins, coverage, findings, failed calls, verdict, alignment,
    ledger (``nsysaudit.joins`` re-exports ``analysis.joins`` for the design card)
@@ -45,9 +45,9 @@ LAYERS: dict[str, int] = {
     "nsysaudit.__main__": 8,
 }
 # Within the bottom layer the order still matters: a core module may use only those before it.
-CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit._version", "nsysaudit.core.lazy", "nsysaudit.core.codes",
-              "nsysaudit.core.text", "nsysaudit.core.digests", "nsysaudit.core.paths", "nsysaudit.core.progress",
-              "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core"]
+CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit._version", "nsysaudit.core.lazy", "nsysaudit.core.files",
+              "nsysaudit.core.codes", "nsysaudit.core.text", "nsysaudit.core.digests", "nsysaudit.core.paths",
+              "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core"]
 
 
 def module_name(path: Path) -> str:

@@ -58,6 +58,7 @@ from nsysaudit.batch.output import findings_frame
 from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, audit_one, find_inputs
 from nsysaudit.batch.workers import run_local
 from nsysaudit.core.errors import BadOption, ExpectationsUnusable
+from nsysaudit.core.files import write_atomic
 from nsysaudit.core.text import escape
 
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
@@ -525,12 +526,8 @@ def check_writable(path: str | os.PathLike[str]) -> None:
 def write_junit(report: CheckReport, path: str | os.PathLike[str]) -> None:
     """Write ``report.junit()`` to ``path`` atomically (a temporary file beside it, then a rename)."""
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(report.junit())
-        os.replace(tmp, target)
+        write_atomic(target, report.junit())
     except OSError as exc:
         raise BadOption(f"{target}: cannot write the JUnit file: {exc.strerror or exc} (nothing was written)") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import polars as pl
 
 from nsysaudit.batch import ranks as by_rank
 from nsysaudit.core.errors import BadOption, BatchOutputNotWritable
+from nsysaudit.core.files import write_atomic, write_with
 from nsysaudit.core.paths import storable
 
 BATCH_FORMAT = 1
@@ -205,7 +205,7 @@ class BatchOutput:
             missing = tuple(p for p in (self.parts, *self.parts.parents) if not p.exists())
             self.parts.mkdir(parents=True)
             created = missing
-            _write_atomic(self.record, json.dumps(wanted, sort_keys=True).encode())
+            write_atomic(self.record, json.dumps(wanted, sort_keys=True).encode())
         except OSError as exc:
             self.abandon(created)
             where = exc.filename if exc.filename is not None else self.parts
@@ -276,32 +276,11 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _temporary(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
-
-
-def _write_atomic(target: Path, data: bytes) -> None:
-    tmp = _temporary(target)
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _write_frame(frame: pl.DataFrame, target: Path, fmt: str) -> None:
-    """Write ``frame`` to a temporary name beside ``target``, then rename it: never half a file."""
-    tmp = _temporary(target)
+    """Write ``frame`` atomically (:func:`~nsysaudit.core.files.write_with`): never half a file."""
     try:
-        try:
-            if fmt == "csv":
-                frame.write_csv(tmp)
-            else:
-                frame.write_parquet(tmp)
-        except pl.exceptions.PolarsError as exc:  # polars wraps the OSError of a full disk
-            raise BatchOutputNotWritable(target, str(exc)) from None
-        os.replace(tmp, target)
+        write_with(target, frame.write_csv if fmt == "csv" else frame.write_parquet)
+    except pl.exceptions.PolarsError as exc:  # polars wraps the OSError of a full disk
+        raise BatchOutputNotWritable(target, str(exc)) from None
     except OSError as exc:
         raise BatchOutputNotWritable(target, exc.strerror or str(exc)) from None
-    finally:
-        tmp.unlink(missing_ok=True)

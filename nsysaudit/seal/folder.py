@@ -60,6 +60,7 @@ from typing import Any
 
 from nsysaudit.core.digests import sha256_bytes
 from nsysaudit.core.errors import CheckFailed, OutputExists, OutputNotWritable
+from nsysaudit.core.files import write_atomic
 from nsysaudit.core.progress import Progress
 from nsysaudit.read.telemetry import TelemetryOptions
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
@@ -220,13 +221,6 @@ def _fresh_dir(parent: Path, stem: str) -> Path:
         return candidate
 
 
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "xb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
 def _replace(tmp: Path, target: Path, replacing: tuple[int, int] | None) -> None:
     """Move the complete folder ``tmp`` to ``target``; ``replacing`` is the inode of the folder
     checked for replacement (None: ``target`` must not exist).
@@ -288,13 +282,13 @@ def write_sealed(
         raise OutputNotWritable(target, exc.strerror or str(exc)) from None
     try:
         for name in sorted(files):
-            _write(tmp / name, files[name])
+            write_atomic(tmp / name, files[name])
         manifest = manifest_text({name: sha256_bytes(data) for name, data in files.items()})
         meta = indented(metadata)
-        _write(tmp / MANIFEST, manifest)
-        _write(tmp / METADATA, meta)
+        write_atomic(tmp / MANIFEST, manifest)
+        write_atomic(tmp / METADATA, meta)
         tags = manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)})
-        _write(tmp / TAGMANIFEST, tags)
+        write_atomic(tmp / TAGMANIFEST, tags)
         # Checked here, complete folder in hand: DIR may have appeared or changed since seal() checked it.
         replacing = check_out(target, force=force, inputs=inputs)
         _replace(tmp, target, replacing)
