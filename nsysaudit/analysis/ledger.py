@@ -50,7 +50,7 @@ import polars as pl
 
 from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
 from nsysaudit.core.errors import ReportWarning, warning
-from nsysaudit.core.ids import decode_pid, pid_of
+from nsysaudit.core.ids import decode_pid, decode_vm, global_pid, pid_of
 from nsysaudit.read.memory import POOL_CREATED, POOL_DESTROYED, POOL_EVENT_SCHEMA, POOL_TRIMMED, MemoryEvidence
 
 DEVICE_RESIDENT = frozenset({"Device", "Array", "Device Static"})
@@ -466,7 +466,7 @@ def build_ledger(
         memory.events.with_row_index("_order")
         .with_columns(
             pl.col("mem_kind").replace_strict(memory.kinds, default=None, return_dtype=pl.String).alias("kind"),
-            (pl.col("gpid") // (1 << 48)).alias("vm"),
+            decode_vm(pl.col("gpid")).alias("vm"),
         )
         .join(flagged, on=["gpid", "correlation_id"], how="left", maintain_order="left")
         .with_columns(pl.col("_vmm").fill_null(False), pl.col("_pool_api").fill_null(False))
@@ -616,7 +616,7 @@ def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame) -> pl.DataFrame:
     names = {POOL_CREATED: "pool_created", POOL_TRIMMED: "pool_trimmed", POOL_DESTROYED: "pool_destroyed"}
     destroyed = pl.col("operation") == POOL_DESTROYED
     ops = pool_events.cast(POOL_EVENT_SCHEMA).with_row_index("_order").select(  # type: ignore[arg-type]
-        pl.col("_order").cast(pl.Int64), "start_ns", (pl.col("gpid") // (1 << 48)).alias("vm"), "device_id", "gpid",
+        pl.col("_order").cast(pl.Int64), "start_ns", decode_vm(pl.col("gpid")).alias("vm"), "device_id", "gpid",
         pl.lit("Device").alias("kind"),
         pl.col("operation").replace_strict(names, default="pool_event", return_dtype=pl.String)
         .alias("operation_name"),
@@ -669,7 +669,7 @@ def _gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None) -> pl.DataFra
     if memory_calls is None or not memory_calls.height:
         return pl.DataFrame(schema=GAP_SCHEMA)
     frees = memory_calls.filter(_apis_where(memory_calls["api"], is_device_free_api)).select(
-        (pl.col("gtid") - pl.col("gtid") % (1 << 24)).alias("gpid"), "start_ns", "correlation_id", "api"
+        global_pid(pl.col("gtid")).alias("gpid"), "start_ns", "correlation_id", "api"
     )
     freed = events.filter(pl.col("operation") == 1).select("gpid", "correlation_id").unique()
     gaps = frees.join(freed, on=["gpid", "correlation_id"], how="anti")
@@ -773,7 +773,7 @@ def _summary(
     }
     kinds = memory.kinds if memory is not None else {}
     allocs = (
-        events.filter(pl.col("operation") == 0).with_columns((pl.col("gpid") // (1 << 48)).alias("_vm"))
+        events.filter(pl.col("operation") == 0).with_columns(decode_vm(pl.col("gpid")).alias("_vm"))
         if memory is not None
         else None
     )

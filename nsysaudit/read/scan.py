@@ -30,6 +30,7 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.core.errors import UnusableInput
+from nsysaudit.core.ids import global_pid
 from nsysaudit.core.progress import Progress
 from nsysaudit.read import native
 from nsysaudit.read.source import quote, readonly_uri
@@ -110,7 +111,7 @@ def _reduce(
 ) -> _Reduced:
     """Reduce one batch: its per-process span, selected rows, integrity counts, marked rows and
     the rows carrying an allocation event's correlation id (see :class:`CudaApiScan`)."""
-    gpid = pl.col("gtid") - (pl.col("gtid") % (1 << 24))
+    gpid = global_pid(pl.col("gtid"))
     span = batch.group_by(gpid.alias("gpid")).agg(
         pl.col("start_ns").min().alias("first_ns"),
         pl.max_horizontal(pl.col("end_ns").max(), pl.col("start_ns").max()).alias("last_ns"),
