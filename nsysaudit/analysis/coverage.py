@@ -59,7 +59,6 @@ CensoredReason = Literal[
     "cuda_api_trace_ends_inside",
 ]
 REASONS: tuple[CensoredReason, ...] = get_args(CensoredReason)
-GAP_REASON = {"cuda_trace_degraded": "cuda_trace_degraded", "cuda_events_missing": "nsys_warned_cuda_events_missing"}
 
 
 def cuda_gaps(diagnostics: pl.DataFrame, process_gpids: Iterable[int]) -> pl.DataFrame:
@@ -132,7 +131,7 @@ def censor(
     }
     none = pl.lit(None, dtype=pl.String)
     reasons = pl.concat_list(
-        [pl.when(flag.fill_null(False)).then(pl.lit(name)).otherwise(none) for name, flag in flags.items()]
+        [pl.when(flags[name].fill_null(False)).then(pl.lit(name)).otherwise(none) for name in REASONS]
     ).list.drop_nulls()
     if not has_cuda_api:
         reasons = pl.lit(["no_cuda_api_trace"], dtype=pl.List(pl.String))

@@ -3,12 +3,12 @@ with the TID bits cleared. Decoded here only: for frames (polars expressions), f
 for SQL (the C scan computes a row's globalPid itself, ``native/scan.c``, the same way).
 
 >>> g = (1 << 48) | (683 << 24) | 720
->>> pid_of(g), tid_of(g), gpid_of(g) == (1 << 48) | (683 << 24)
+>>> pid_of(g), tid_bits(g), gpid_of(g) == (1 << 48) | (683 << 24)
 (683, 720, True)
 
 The expressions and :func:`pid_bits` / :func:`tid_bits` read the bits of any value, a negative one
-too (floor division, as Python's ``>>`` and ``&``); :func:`pid_of` and :func:`tid_of` say None for
-nsys's negative session-level ids.
+too (floor division, as Python's ``>>`` and ``&``); :func:`pid_of` says None for nsys's
+negative session-level ids.
 """
 
 from __future__ import annotations
@@ -57,11 +57,6 @@ def tid_bits(g: int) -> int:
 def pid_of(g: int | None) -> int | None:
     """PID of one globalTid/globalPid; None for None and for nsys's negative session-level ids."""
     return None if g is None or g < 0 else pid_bits(g)
-
-
-def tid_of(g: int | None) -> int | None:
-    """TID of one globalTid; None for None and for negative ids."""
-    return None if g is None or g < 0 else tid_bits(g)
 
 
 def gpid_of(g: int | None) -> int | None:
