@@ -76,14 +76,14 @@ from nsysaudit.seal.layout import (
 )
 from nsysaudit.seal.recipe import (
     Recipe,
-    _metadata,
     build,
     sealed_domains,
+    sealed_metadata,
 )
 from nsysaudit.seal.verify import (
-    _check_files,
-    _check_kind,
-    _metadata_of,
+    check_files,
+    check_kind,
+    metadata_of,
     older_folder_problems,
 )
 
@@ -188,9 +188,9 @@ def _not_sealed(target: Path) -> str | None:
         if older is not None:  # sealed by an earlier nsysaudit: replaced when intact by its own manifests
             problems = older
         else:
-            problems = _check_files(target)
+            problems = check_files(target)
             if not problems:
-                _check_kind(target, _metadata_of(target))
+                check_kind(target, metadata_of(target))
     except CheckFailed as exc:
         problems = [str(exc)]
     return f"verify fails: {problems[0]}" if problems else None
@@ -315,7 +315,8 @@ def seal(
     inputs = [path for _, path in recipe.inputs]
     check_out(out, force=force, inputs=inputs)  # fail before the (possibly long) analysis
     built = build(recipe, nsys_path=nsys_path, progress=progress)
-    folder, sealed, names = write_sealed(out, built.files, _metadata(built, _out_path(out)), force=force, inputs=inputs)
+    metadata = sealed_metadata(built, _out_path(out))
+    folder, sealed, names = write_sealed(out, built.files, metadata, force=force, inputs=inputs)
     return Sealed(folder, sealed, names, built.document, built.results)
 
 
