@@ -18,6 +18,7 @@ from nsysaudit.core.ids import (
     pid_bits,
     pid_of,
     tid_bits,
+    vm_of,
     vm_sql,
 )
 
@@ -45,7 +46,7 @@ def test_the_expressions_read_the_same_bits_as_the_values() -> None:
     assert frame["pid"].to_list() == [pid_bits(g) for g in IDS] == [(g >> 24) & 0xFFFFFF for g in IDS]
     assert frame["tid"].to_list() == [tid_bits(g) for g in IDS] == [g & 0xFFFFFF for g in IDS]
     assert frame["gpid"].to_list() == [gpid_of(g) for g in IDS] == [g - g % (1 << 24) for g in IDS]
-    assert frame["vm"].to_list() == [g >> 48 for g in IDS]
+    assert frame["vm"].to_list() == [vm_of(g) for g in IDS] == [g // (1 << 48) for g in IDS]
 
 
 def test_a_negative_session_id_has_no_pid_and_none_stays_none() -> None:

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nsysaudit.core.ids import pid_bits, vm_of
 from nsysaudit.read.devices import DeviceEvidence, Launch
 from nsysaudit.read.telemetry import TelemetryLog
 
@@ -230,14 +231,14 @@ def device_truth(
     for gpid, device, events in evidence.memory_use.iter_rows():
         if gpid is None:
             continue
-        entry = uses.setdefault(gpid, {}).setdefault((gpid // (1 << 48), device), {"sources": [], "events": 0})
+        entry = uses.setdefault(gpid, {}).setdefault((vm_of(gpid), device), {"sources": [], "events": 0})
         entry["sources"].append("CUDA_GPU_MEMORY_USAGE_EVENTS")
         entry["events"] += events
     for vm, pid, device, _ in evidence.contexts.iter_rows():
         gpid = by_pid.get(pid) if pid is not None else None
         if gpid is None:
             continue
-        vm = vm if vm is not None else gpid // (1 << 48)
+        vm = vm if vm is not None else vm_of(gpid)
         entry = uses.setdefault(gpid, {}).setdefault((vm, device), {"sources": [], "events": 0})
         if "TARGET_INFO_CUDA_CONTEXT_INFO" not in entry["sources"]:
             entry["sources"].append("TARGET_INFO_CUDA_CONTEXT_INFO")
@@ -262,7 +263,7 @@ def device_truth(
             "environment_variables": launch.environment_rows,
             "rank_claims": [{"value": c.value, "source": c.source} for c in claims["rank"]],
             "cuda_visible_devices": visible,
-            "pid": None if gpid is None else gpid // (1 << 24) % (1 << 24),
+            "pid": None if gpid is None else pid_bits(gpid),
             "global_pid": gpid,
             "process_rule": how,
         })
@@ -318,7 +319,7 @@ def device_truth(
             "uuid": g["uuid"] if g else None,
             "total_bytes": g["total_bytes"] if g else None,
             "in_target_info": g is not None,
-            "processes": [gp // (1 << 24) % (1 << 24) for gp in users],
+            "processes": [pid_bits(gp) for gp in users],
             "global_pids": users,
             "ranks": sorted({out[gp]["rank"] for gp in users if gp in out and out[gp]["rank"] is not None}),
             "allocated_bytes": held.get("allocated_bytes"),

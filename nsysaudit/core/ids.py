@@ -59,6 +59,11 @@ def pid_of(g: int | None) -> int | None:
     return None if g is None or g < 0 else pid_bits(g)
 
 
+def vm_of(g: int) -> int:
+    """VM id of one globalTid/globalPid, as :func:`decode_vm` reads it: ``g >> 48``."""
+    return g >> 48
+
+
 def gpid_of(g: int | None) -> int | None:
     """globalPid of one globalTid; None for None."""
     return None if g is None else g - g % _ID
