@@ -2,8 +2,8 @@
 
 Read from the bottom up (docs/layout.md, "How the code is laid out"):
 
-0. ``core/``: the shared pieces (errors, ids, codes, intervals, text, digests, paths, progress, lazy),
-   and ``_version``
+0. ``core/``: the shared pieces (errors, ids, codes, intervals, text, digests, paths, progress, lazy,
+   files), and ``_version``
 1. ``read/``: open an export read-only, probe it, scan it, load frames, nsys's diagnostics, telemetry
 2. ``analysis/``: pure functions on frames: joins, coverage, findings, failed calls, verdict, alignment,
    ledger (``nsysaudit.joins`` re-exports ``analysis.joins`` for the design card)
@@ -12,8 +12,9 @@ Read from the bottom up (docs/layout.md, "How the code is laid out"):
 5. ``session``: ``open(path)`` (one export read once, lazy frames) and ``analyze(path)``, which is
    ``open(path).analyze()``
 6. ``seal/``: sealed folders (write, manifests, verify, re-run recipe)
-7. ``batch/``: workflows over many inputs: ``run`` (the ``batch`` command: discovery, parts,
-   resumption, local or dask workers), ``check`` (expectations, JUnit), ``audit`` (deprecated)
+7. ``batch/``: workflows over many inputs: ``run`` (the ``batch`` command: discovery, the run),
+   ``workers`` (local or dask engines), ``output`` (tables, resumable parts), ``check`` (expectations,
+   JUnit), ``audit`` (deprecated)
 8. the package's face (``nsysaudit/__init__.py``), ``cli.py`` (the only click code), ``__main__``
 
 Imports are read from the source (``ast``), those inside functions too.
@@ -44,9 +45,9 @@ LAYERS: dict[str, int] = {
     "nsysaudit.__main__": 8,
 }
 # Within the bottom layer the order still matters: a core module may use only those before it.
-CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit._version", "nsysaudit.core.lazy", "nsysaudit.core.codes",
-              "nsysaudit.core.text", "nsysaudit.core.digests", "nsysaudit.core.paths", "nsysaudit.core.progress",
-              "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core"]
+CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit._version", "nsysaudit.core.lazy", "nsysaudit.core.files",
+              "nsysaudit.core.codes", "nsysaudit.core.text", "nsysaudit.core.digests", "nsysaudit.core.paths",
+              "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core"]
 
 
 def module_name(path: Path) -> str:

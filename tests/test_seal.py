@@ -223,7 +223,7 @@ def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
             raise OSError(28, "No space left on device")
         path.write_bytes(data)
 
-    monkeypatch.setattr(seal_folder, "_write", failing)
+    monkeypatch.setattr(seal_folder, "write_atomic", failing)
     with pytest.raises(OutputNotWritable, match="No space left on device"):
         seal.seal_compare(H200 / "observe.sqlite", H200 / "release.sqlite", tmp_path / "out")
     assert list(tmp_path.iterdir()) == []

@@ -39,7 +39,7 @@ from typing import Any, Literal, get_args
 
 import polars as pl
 
-from nsysaudit.core.ids import global_pid
+from nsysaudit.core.ids import global_pid, pid_bits
 from nsysaudit.read.diagnostics import CUDA_GAPS, Capture
 from nsysaudit.read.trace import Trace
 
@@ -59,11 +59,6 @@ CensoredReason = Literal[
     "cuda_api_trace_ends_inside",
 ]
 REASONS: tuple[CensoredReason, ...] = get_args(CensoredReason)
-GAP_REASON = {"cuda_trace_degraded": "cuda_trace_degraded", "cuda_events_missing": "nsys_warned_cuda_events_missing"}
-
-
-def _global_pid(gtid: pl.Expr) -> pl.Expr:
-    return gtid - (gtid % (1 << 24))
 
 
 def cuda_gaps(diagnostics: pl.DataFrame, process_gpids: Iterable[int]) -> pl.DataFrame:
@@ -102,10 +97,10 @@ def censor(
     spans = cuda_api_span.select(
         "gpid", pl.col("first_ns").alias("cuda_api_first_ns"), pl.col("last_ns").alias("cuda_api_last_ns")
     )
-    gpids = library_calls.select(_global_pid(pl.col("gtid")).alias("gpid"))["gpid"].drop_nulls().to_list()
+    gpids = library_calls.select(global_pid(pl.col("gtid")).alias("gpid"))["gpid"].drop_nulls().to_list()
     gaps = cuda_gaps(diagnostics, {*gpids, *cuda_api_span["gpid"].drop_nulls().to_list(), *process_gpids})
     out = (
-        library_calls.with_columns(_global_pid(pl.col("gtid")).alias("gpid"))
+        library_calls.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
         .join(spans, on="gpid", how="left")
         .join(gaps, on="gpid", how="left")
         .with_columns(pl.col("degraded").fill_null(False), pl.col("events_missing").fill_null(False))
@@ -136,7 +131,7 @@ def censor(
     }
     none = pl.lit(None, dtype=pl.String)
     reasons = pl.concat_list(
-        [pl.when(flag.fill_null(False)).then(pl.lit(name)).otherwise(none) for name, flag in flags.items()]
+        [pl.when(flags[name].fill_null(False)).then(pl.lit(name)).otherwise(none) for name in REASONS]
     ).list.drop_nulls()
     if not has_cuda_api:
         reasons = pl.lit(["no_cuda_api_trace"], dtype=pl.List(pl.String))
@@ -171,7 +166,7 @@ def by_source(trace: Trace, cuda_api_span: pl.DataFrame) -> list[dict[str, Any]]
         return [
             {
                 "source": source,
-                "pid": (r["gpid"] >> 24) & 0xFFFFFF if r["gpid"] is not None else None,
+                "pid": pid_bits(r["gpid"]) if r["gpid"] is not None else None,
                 "global_pid": r["gpid"],
                 "first_ns": r["first_ns"],
                 "last_ns": r["last_ns"],

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from nsysaudit.core.ids import pid_bits, vm_of
 from nsysaudit.read.devices import DeviceEvidence, Launch
 from nsysaudit.read.telemetry import TelemetryLog
 
@@ -225,36 +226,59 @@ def device_truth(
     evidence = evidence or DeviceEvidence()
     by_pid = {int(p["pid"]): int(p["global_pid"]) for p in processes
               if p.get("pid") is not None and p.get("global_pid") is not None}
-    uses: dict[int, dict[tuple[Any, Any], dict[str, Any]]] = {int(p["global_pid"]): {} for p in processes
-                                                              if p.get("global_pid") is not None}
+    uses = _device_uses(evidence, processes, by_pid)
+    launched, launch_entries = _launches(evidence, processes)
+    told = _telemetry_claims(telemetry, set(by_pid))
+    out = _process_entries(evidence, processes, uses, launched, launch_entries, told, telemetry is not None)
+    devices = _device_entries(evidence, uses, out, ledger_devices)
+    return DeviceTruth(
+        devices=devices,
+        processes=out,
+        launches=launch_entries,
+        several_devices=len(devices) > 1,
+        ranks_known=any(v["rank"] is not None for v in out.values()),
+        _by_pid=by_pid,
+    )
+
+
+# Per global pid, the devices (vm, device id) it used: the tables that say so, and its memory events.
+_Uses = dict[int, dict[tuple[Any, Any], dict[str, Any]]]
+
+
+def _device_uses(evidence: DeviceEvidence, processes: Sequence[Mapping[str, Any]], by_pid: dict[int, int]) -> _Uses:
+    """Which device each process used: by its memory events, and by the CUDA contexts it created."""
+    uses: _Uses = {int(p["global_pid"]): {} for p in processes if p.get("global_pid") is not None}
     for gpid, device, events in evidence.memory_use.iter_rows():
         if gpid is None:
             continue
-        entry = uses.setdefault(gpid, {}).setdefault((gpid // (1 << 48), device), {"sources": [], "events": 0})
+        entry = uses.setdefault(gpid, {}).setdefault((vm_of(gpid), device), {"sources": [], "events": 0})
         entry["sources"].append("CUDA_GPU_MEMORY_USAGE_EVENTS")
         entry["events"] += events
     for vm, pid, device, _ in evidence.contexts.iter_rows():
         gpid = by_pid.get(pid) if pid is not None else None
         if gpid is None:
             continue
-        vm = vm if vm is not None else gpid // (1 << 48)
+        vm = vm if vm is not None else vm_of(gpid)
         entry = uses.setdefault(gpid, {}).setdefault((vm, device), {"sources": [], "events": 0})
         if "TARGET_INFO_CUDA_CONTEXT_INFO" not in entry["sources"]:
             entry["sources"].append("TARGET_INFO_CUDA_CONTEXT_INFO")
-    ordinals = {(pid, device): cuda for pid, device, cuda in evidence.cuda_devices.iter_rows()}
-    gpus = evidence.gpus.to_dicts()
-    ledger = {(d.get("vm"), d.get("device_id")): d for d in ledger_devices}
+    return uses
 
-    # --- ranks ---
+
+def _launches(
+    evidence: DeviceEvidence, processes: Sequence[Mapping[str, Any]]
+) -> tuple[dict[int, Launch], list[dict[str, Any]]]:
+    """Each command nsys launched, by the global pid of the traced process that is it (where one
+    is), and the JSON ``launches`` entries."""
     launched: dict[int, Launch] = {}
-    launch_entries = []
+    entries = []
     for launch in evidence.launches:
         gpid, how = _launched(launch, processes)
         claims = _launch_claims(launch)
         if gpid is not None:
             launched[gpid] = launch
         visible = launch.variable("CUDA_VISIBLE_DEVICES")
-        launch_entries.append({
+        entries.append({
             "index": launch.index,
             "command": launch.command,
             "arguments": list(launch.arguments),
@@ -262,13 +286,25 @@ def device_truth(
             "environment_variables": launch.environment_rows,
             "rank_claims": [{"value": c.value, "source": c.source} for c in claims["rank"]],
             "cuda_visible_devices": visible,
-            "pid": None if gpid is None else gpid // (1 << 24) % (1 << 24),
+            "pid": None if gpid is None else pid_bits(gpid),
             "global_pid": gpid,
             "process_rule": how,
         })
-    told = _telemetry_claims(telemetry, set(by_pid))
-    rank_words = ", ".join(RANK_VARIABLES)
+    return launched, entries
 
+
+def _process_entries(
+    evidence: DeviceEvidence,
+    processes: Sequence[Mapping[str, Any]],
+    uses: _Uses,
+    launched: dict[int, Launch],
+    launch_entries: Sequence[Mapping[str, Any]],
+    told: dict[int, dict[str, list[Claim]]],
+    has_telemetry: bool,
+) -> dict[int, dict[str, Any]]:
+    """Per global pid, the keys its ``processes[]`` entry gains: its devices, rank and launch."""
+    ordinals = {(pid, device): cuda for pid, device, cuda in evidence.cuda_devices.iter_rows()}
+    rank_words = ", ".join(RANK_VARIABLES)
     out: dict[int, dict[str, Any]] = {}
     for p in processes:
         gpid, pid = p.get("global_pid"), p.get("pid")
@@ -280,7 +316,7 @@ def device_truth(
         values = {key: _decide([*mine[key], *said.get(key, [])]) for key in ("rank", "local_rank", "world_size")}
         rank, source, why = values["rank"]
         if rank is None and why is None:
-            why = _why_no_rank(own, evidence.launches, launch_entries, rank_words, telemetry is not None)
+            why = _why_no_rank(own, evidence.launches, launch_entries, rank_words, has_telemetry)
         identified = all(e["global_pid"] is not None for e in launch_entries)
         used = sorted(uses.get(gpid, {}).items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0,
                                                                    kv[0][1] is None, kv[0][1] or 0))
@@ -300,8 +336,19 @@ def device_truth(
             "world_size": values["world_size"][0],
             "cuda_visible_devices": own.variable("CUDA_VISIBLE_DEVICES") if own is not None else None,
         }
+    return out
 
-    # --- devices ---
+
+def _device_entries(
+    evidence: DeviceEvidence,
+    uses: _Uses,
+    processes: Mapping[int, Mapping[str, Any]],
+    ledger_devices: Iterable[Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """The JSON ``devices`` entries: every device the export names or a process used, in (vm, id)
+    order, with who used it, their ranks, and what the ledger says it held."""
+    gpus = evidence.gpus.to_dicts()
+    ledger = {(d.get("vm"), d.get("device_id")): d for d in ledger_devices}
     seen = {(vm, device) for per in uses.values() for vm, device in per}
     known = {(g["vm"], g["device_id"]) for g in gpus}
     devices = []
@@ -318,21 +365,15 @@ def device_truth(
             "uuid": g["uuid"] if g else None,
             "total_bytes": g["total_bytes"] if g else None,
             "in_target_info": g is not None,
-            "processes": [gp // (1 << 24) % (1 << 24) for gp in users],
+            "processes": [pid_bits(gp) for gp in users],
             "global_pids": users,
-            "ranks": sorted({out[gp]["rank"] for gp in users if gp in out and out[gp]["rank"] is not None}),
+            "ranks": sorted({processes[gp]["rank"] for gp in users
+                             if gp in processes and processes[gp]["rank"] is not None}),
             "allocated_bytes": held.get("allocated_bytes"),
             "peak_device_resident_live_bytes": held.get("peak_device_resident_live_bytes"),
             "device_resident_live_bytes_at_end": held.get("device_resident_live_bytes_at_end"),
         })
-    return DeviceTruth(
-        devices=devices,
-        processes=out,
-        launches=launch_entries,
-        several_devices=len(devices) > 1,
-        ranks_known=any(v["rank"] is not None for v in out.values()),
-        _by_pid=by_pid,
-    )
+    return devices
 
 
 def _why_no_rank(

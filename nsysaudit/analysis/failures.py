@@ -30,6 +30,7 @@ from nsysaudit.core.codes import (
     is_stream_wait,
     return_class,
 )
+from nsysaudit.core.ids import global_pid, gpid_of
 from nsysaudit.core.intervals import overlaps
 from nsysaudit.read.trace import Trace
 
@@ -130,7 +131,7 @@ def regions_before_waits(regions: pl.DataFrame, waits: pl.DataFrame) -> pl.DataF
     closed = regions.filter(pl.col("end_end_ns").is_not_null())
     if closed.height == 0 or waits.height == 0:
         return closed.clear()
-    gpid = pl.col("gtid") - (pl.col("gtid") % (1 << 24))
+    gpid = global_pid(pl.col("gtid"))
     latest = waits.group_by(gpid.alias("gpid")).agg(pl.col("start_ns").max().alias("last_wait"))
     return (
         closed.with_columns(gpid.alias("gpid"))
@@ -170,10 +171,10 @@ def captured_event_waits(waits: pl.DataFrame, regions: pl.DataFrame, records: pl
     out = []
     regions_rows = with_records.sort("end_end_ns", "region_id").to_dicts()
     for wait in waits.sort("start_ns", "gtid").iter_rows(named=True):
-        gpid = wait["gtid"] - wait["gtid"] % (1 << 24) if wait["gtid"] is not None else None
+        gpid = gpid_of(wait["gtid"])
         before = [
             r for r in regions_rows
-            if r["gtid"] - r["gtid"] % (1 << 24) == gpid and r["end_end_ns"] <= wait["start_ns"]
+            if gpid is not None and gpid_of(r["gtid"]) == gpid and r["end_end_ns"] <= wait["start_ns"]
         ]
         if not before:
             continue

@@ -212,31 +212,34 @@ def review(
     The reasons are non-empty when some row could hide a nested allocation failure: the verdict is
     then ``inconclusive``, not ``no_failure``.
     """
-    reasons: list[str] = []
+    pairs, byte_warnings = _attributable_bytes(trace, pairs)
+    reasons, undecided_warnings = _undecided(trace, windows, pairs)
+    return pairs, reasons, [*byte_warnings, *_damaged_rows(trace), *undecided_warnings]
+
+
+def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[ReportWarning]]:
+    """``pairs`` with the bytes no single call can be given (a correlation id several rows carry, an
+    allocation event of a failed call) made unknown, and the warnings that say so."""
     said: list[ReportWarning] = []
-
-    def warn(kind: str, count: int, message: str) -> None:
-        said.append(warning(kind, count, message))
-
     duplicates = duplicate_correlations(trace.cuda_api_rows)
     if duplicates.height:
-        warn(
+        said.append(warning(
             "duplicate_correlation_id",
             int(duplicates["rows"].sum()),
             f"CUDA API rows sharing a correlation id with another row of the same process "
             f"({duplicates.height} id(s), among the failed calls and the calls overlapping library calls, "
             "the rows the analysis reads): allocation bytes joined by correlation id are not shown for them",
-        )
+        ))
     # An allocation event's correlation id carried by several rows anywhere in the table (the scan
     # counts them all, read or not): the event cannot be attributed to one call.
     shared = trace.shared_alloc_ids.join(duplicates, on=["gpid", "correlation_id"], how="anti")
     if shared.height:
-        warn(
+        said.append(warning(
             "allocation_correlation_shared",
             shared.height,
             "allocation events whose correlation id several CUDA API rows of the process carry (including "
             "rows the analysis does not otherwise read): their bytes are unknown (null) for every such call",
-        )
+        ))
         duplicates = pl.concat([duplicates, shared.select(duplicates.columns)])
     unsafe = _unsafe_bytes(pairs, duplicates) if pairs.height else pl.lit(False)
     hidden = pairs.filter(unsafe).height if pairs.height else 0
@@ -247,56 +250,70 @@ def review(
             trace.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
         )
         if failed_with_event.height:
-            warn(
+            said.append(warning(
                 "allocation_event_for_failed_call",
                 failed_with_event.select("gtid", "correlation_id").unique().height,
                 "failed allocation calls whose correlation id has an allocation event (a failed allocation "
                 "allocates nothing, so the event is another call's): their bytes are unknown (null)",
-            )
+            ))
+    return pairs, said
+
+
+def _damaged_rows(trace: Trace) -> list[ReportWarning]:
+    """Library calls without a start, NVTX ranges in a domain of unknown name, CUDA API rows whose
+    times cannot be true."""
+    said: list[ReportWarning] = []
     no_start = trace.library_calls.filter(pl.col("start_ns").is_null()).height
     if no_start:
-        warn(
+        said.append(warning(
             "library_call_without_start",
             no_start,
             "library calls with no start timestamp (a NULL in a NOT NULL column): nesting cannot be checked, "
             "they are censored",
-        )
+        ))
     unknown_domain = _unknown_domain_ranges(trace.nvtx_ranges)
     if unknown_domain.height:
-        warn(
+        said.append(warning(
             "unknown_nvtx_domain",
             unknown_domain.height,
             "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
             "StringIds): they are not recognised as library calls",
-        )
+        ))
     capture_start = trace.capture_bounds.start_ns
     damaged = trace.cuda_api_rows.filter(damaged_times(capture_start)).height
     if damaged:
         before = f"before the capture began ({capture_start:,} ns) or " if capture_start is not None else ""
-        warn(
+        said.append(warning(
             "damaged_time_range",
             damaged,
             f"CUDA API rows whose start is {before}whose end minus start does not fit in 64 bits, among the "
             "failed calls and the calls overlapping library calls (the rows the analysis reads): their times "
             "cannot be true; counted in the census, never nested or straddling",
-        )
-    undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges, capture_start)
-    if undecided.height:
-        by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
-        detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())
-        calls = undecided.select("gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code").unique().height
-        warn(
-            "undecided_calls",
-            calls,
-            f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
-            f"say: {detail}",
-        )
-        reasons.append(
-            f"{calls} CUDA API row(s) could be a failed allocation inside a library call but the export does "
-            "not say (damaged name, return code, time or thread; see warnings), so a nested failure cannot be "
-            "ruled out"
-        )
-    return pairs, reasons, said
+        ))
+    return said
+
+
+def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tuple[list[str], list[ReportWarning]]:
+    """The rows that could be a failed allocation inside a library call but the export does not say:
+    a verdict reason and a warning (none when there is no such row)."""
+    undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges, trace.capture_bounds.start_ns)
+    if not undecided.height:
+        return [], []
+    by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
+    detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())
+    calls = undecided.select("gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code").unique().height
+    said = warning(
+        "undecided_calls",
+        calls,
+        f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
+        f"say: {detail}",
+    )
+    reason = (
+        f"{calls} CUDA API row(s) could be a failed allocation inside a library call but the export does "
+        "not say (damaged name, return code, time or thread; see warnings), so a nested failure cannot be "
+        "ruled out"
+    )
+    return [reason], [said]
 
 
 def limit_review(nesting: Nesting) -> tuple[list[str], list[ReportWarning]]:

@@ -50,7 +50,7 @@ import polars as pl
 
 from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
 from nsysaudit.core.errors import ReportWarning, warning
-from nsysaudit.core.ids import decode_pid, pid_of
+from nsysaudit.core.ids import decode_pid, decode_vm, global_pid, pid_of
 from nsysaudit.read.memory import POOL_CREATED, POOL_DESTROYED, POOL_EVENT_SCHEMA, POOL_TRIMMED, MemoryEvidence
 
 DEVICE_RESIDENT = frozenset({"Device", "Array", "Device Static"})
@@ -444,42 +444,11 @@ def build_ledger(
     collected = collection_on(capture)
     empty = pl.DataFrame(schema=SERIES_SCHEMA)
     devices = memory.devices if memory is not None else pl.DataFrame()
-    if memory is None or memory.table is None:
-        why = "the export has no CUDA_GPU_MEMORY_USAGE_EVENTS table"
-        if collected is False:
-            why = "memory-usage collection was off (--cuda-memory-usage=true turns it on)"
-        return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
-    if memory.events.height == 0 and collected is not True:
-        # nsys 2022.x writes the table empty when memory-usage collection is off, and such an export
-        # has no capture settings to say so: an empty table is then no evidence that nothing was held.
-        why = (f"{memory.table} is empty and the capture settings do not say memory-usage collection was on "
-               "(--cuda-memory-usage=true turns it on)")
-        return Ledger(False, why, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
+    absent = _absent(memory, collected)
+    if memory is None or absent is not None:
+        return Ledger(False, absent, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
     calls = calls if calls is not None else pl.DataFrame(schema=CALL_SCHEMA)
-    # The call behind an event matters to its mechanism only where it is a virtual memory or a pool
-    # call: those keys (few) are joined as flags; every event's call name joins the series, last.
-    flagged = calls.with_columns(
-        _apis_where(calls["api"], lambda a: vmm_role(a) in ("map", "unmap")).alias("_vmm"),
-        _apis_where(calls["api"], is_pool_api).alias("_pool_api"),
-    ).filter(pl.col("_vmm") | pl.col("_pool_api")).select("gpid", "correlation_id", "_vmm", "_pool_api")
-    events = (
-        memory.events.with_row_index("_order")
-        .with_columns(
-            pl.col("mem_kind").replace_strict(memory.kinds, default=None, return_dtype=pl.String).alias("kind"),
-            (pl.col("gpid") // (1 << 48)).alias("vm"),
-        )
-        .join(flagged, on=["gpid", "correlation_id"], how="left", maintain_order="left")
-        .with_columns(pl.col("_vmm").fill_null(False), pl.col("_pool_api").fill_null(False))
-    )
-    events = events.with_columns(_mechanism().alias("mechanism")).drop("_vmm")
-    said: list[ReportWarning] = []
-    negative = events.filter(pl.col("bytes") < 0).height
-    if negative:  # a damaged size is an unknown one, never a negative amount of memory
-        said.append(warning(
-            "memory_negative_size", negative,
-            f"memory events with a negative size in {memory.table} (a damaged export): their size is unknown (null)",
-        ))
-        events = events.with_columns(pl.when(pl.col("bytes") < 0).then(None).otherwise(pl.col("bytes")).alias("bytes"))
+    events, said = _events(memory, calls)
     gaps = _gaps(memory.events, memory_calls)
     extra = _vmm_and_gaps(events, memory_calls, gaps)
 
@@ -516,6 +485,51 @@ def build_ledger(
     summary = {**_summary(memory, collected, series, unmatched, unmatched_bytes), **extra,
                "pools": _pools(series)}
     return Ledger(True, None, collected, series, devices, summary, gaps, tuple(said))
+
+
+def _absent(memory: MemoryEvidence | None, collected: bool | None) -> str | None:
+    """Why the export holds no memory evidence to build a ledger from (None: it holds some)."""
+    if memory is None or memory.table is None:
+        if collected is False:
+            return "memory-usage collection was off (--cuda-memory-usage=true turns it on)"
+        return "the export has no CUDA_GPU_MEMORY_USAGE_EVENTS table"
+    if memory.events.height == 0 and collected is not True:
+        # nsys 2022.x writes the table empty when memory-usage collection is off, and such an export
+        # has no capture settings to say so: an empty table is then no evidence that nothing was held.
+        return (f"{memory.table} is empty and the capture settings do not say memory-usage collection was on "
+                "(--cuda-memory-usage=true turns it on)")
+    return None
+
+
+def _events(memory: MemoryEvidence, calls: pl.DataFrame) -> tuple[pl.DataFrame, list[ReportWarning]]:
+    """Every memory event in order (``_order``) with its kind's name, VM, mechanism and ``_pool_api``;
+    a negative size made unknown (and a warning saying so)."""
+    # The call behind an event matters to its mechanism only where it is a virtual memory or a pool
+    # call: those keys (few) are joined as flags; every event's call name joins the series, last.
+    flagged = calls.with_columns(
+        _apis_where(calls["api"], lambda a: vmm_role(a) in ("map", "unmap")).alias("_vmm"),
+        _apis_where(calls["api"], is_pool_api).alias("_pool_api"),
+    ).filter(pl.col("_vmm") | pl.col("_pool_api")).select("gpid", "correlation_id", "_vmm", "_pool_api")
+    events = (
+        memory.events.with_row_index("_order")
+        .with_columns(
+            pl.col("mem_kind").replace_strict(memory.kinds, default=None, return_dtype=pl.String).alias("kind"),
+            decode_vm(pl.col("gpid")).alias("vm"),
+        )
+        .join(flagged, on=["gpid", "correlation_id"], how="left", maintain_order="left")
+        .with_columns(pl.col("_vmm").fill_null(False), pl.col("_pool_api").fill_null(False))
+    )
+    events = events.with_columns(_mechanism().alias("mechanism")).drop("_vmm")
+    negative = events.filter(pl.col("bytes") < 0).height
+    if not negative:
+        return events, []
+    # a damaged size is an unknown one, never a negative amount of memory
+    said = warning(
+        "memory_negative_size", negative,
+        f"memory events with a negative size in {memory.table} (a damaged export): their size is unknown (null)",
+    )
+    known = pl.when(pl.col("bytes") < 0).then(None).otherwise(pl.col("bytes")).alias("bytes")
+    return events.with_columns(known), [said]
 
 
 def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
@@ -616,7 +630,7 @@ def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame) -> pl.DataFrame:
     names = {POOL_CREATED: "pool_created", POOL_TRIMMED: "pool_trimmed", POOL_DESTROYED: "pool_destroyed"}
     destroyed = pl.col("operation") == POOL_DESTROYED
     ops = pool_events.cast(POOL_EVENT_SCHEMA).with_row_index("_order").select(  # type: ignore[arg-type]
-        pl.col("_order").cast(pl.Int64), "start_ns", (pl.col("gpid") // (1 << 48)).alias("vm"), "device_id", "gpid",
+        pl.col("_order").cast(pl.Int64), "start_ns", decode_vm(pl.col("gpid")).alias("vm"), "device_id", "gpid",
         pl.lit("Device").alias("kind"),
         pl.col("operation").replace_strict(names, default="pool_event", return_dtype=pl.String)
         .alias("operation_name"),
@@ -669,7 +683,7 @@ def _gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None) -> pl.DataFra
     if memory_calls is None or not memory_calls.height:
         return pl.DataFrame(schema=GAP_SCHEMA)
     frees = memory_calls.filter(_apis_where(memory_calls["api"], is_device_free_api)).select(
-        (pl.col("gtid") - pl.col("gtid") % (1 << 24)).alias("gpid"), "start_ns", "correlation_id", "api"
+        global_pid(pl.col("gtid")).alias("gpid"), "start_ns", "correlation_id", "api"
     )
     freed = events.filter(pl.col("operation") == 1).select("gpid", "correlation_id").unique()
     gaps = frees.join(freed, on=["gpid", "correlation_id"], how="anti")
@@ -773,7 +787,7 @@ def _summary(
     }
     kinds = memory.kinds if memory is not None else {}
     allocs = (
-        events.filter(pl.col("operation") == 0).with_columns((pl.col("gpid") // (1 << 48)).alias("_vm"))
+        events.filter(pl.col("operation") == 0).with_columns(decode_vm(pl.col("gpid")).alias("_vm"))
         if memory is not None
         else None
     )

@@ -112,108 +112,30 @@ def _analyze(
     event_records: pl.DataFrame | None,
     library_domains: Sequence[str],
 ) -> Analysis:
-    said: list[ReportWarning] = list(trace.warnings)
     names = trace.thread_names
     cuda_api_span = trace.cuda_api_span.filter(pl.col("gpid").is_not_null())
-    libs = coverage.censor(
-        trace.library_calls,
-        cuda_api_span,
-        has_cuda_api=trace.has_cuda_api,
-        capture=trace.capture_bounds,
-        diagnostics=trace.diagnostics,
-        process_gpids=trace.processes["gpid"].drop_nulls().to_list(),
+    nested = _nest(trace, max_pairs)
+    libs = _covered_library_calls(trace, cuda_api_span).with_columns(
+        pl.lit(nested.nesting.complete).alias("children_complete")
     )
-    libs = joins.with_ids(libs, names).sort("lib_id")
-
-    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds.start_ns)
-    # The library calls the joins can use, and their union per thread: made once, used by every step.
-    closed = closed_library_calls(trace.library_calls)
-    windows = trace.library_windows  # union_windows(closed), made once by the read
-    nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
-    pairs = joins.attach_bytes(nesting.pairs, trace.allocations)  # in nest's order: lib_id, start, correlation
-    # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
-    pairs, undecided, review_warnings = integrity.review(trace, pairs, windows)
-    limit_reasons, limit_warnings = integrity.limit_review(nesting)
-    undecided += limit_reasons
-    said += review_warnings + limit_warnings
-    libs = libs.with_columns(pl.lit(nesting.complete).alias("children_complete"))
-    too_long = libs.filter(
-        (pl.col("end_ns").cast(pl.Int128) - pl.col("start_ns").cast(pl.Int128)) > (1 << 63) - 1
-    ).height
-    if too_long:
-        said.append(warning(
-            "duration_overflow",
-            too_long,
-            "library calls whose end minus start does not fit in 64 bits (a range spanning the int64 range): "
-            "their duration is unknown (null)",
-        ))
-    if "memory" not in trace.tables_used and pairs.height:
-        successful_allocs = sum(
-            1
-            for api, rc in pairs.select("api", "return_code").iter_rows()
-            if rc == 0 and api is not None and is_allocation_api(api)
-        )
-        if successful_allocs:
-            said.append(warning(
-                "no_memory_events",
-                successful_allocs,
-                "successful allocation calls inside library calls, but the export has no usable "
-                "CUDA_GPU_MEMORY_USAGE_EVENTS (captured without --cuda-memory-usage=true): their sizes are unknown",
-            ))
-
     cuda_api_rows = failures.classify_returns(trace.cuda_api_rows)
-    nested = finding_rows.nested_findings(pairs, libs, names)
-    waits = finding_rows.wait_findings(trace, cuda_api_rows, event_records, names)
-    findings = (
-        pl.concat([nested, waits], how="diagonal_relaxed").sort(["start_ns", "gtid", "correlation_id"], nulls_last=True)
-        if waits.height
-        else nested
-    )
-    explained = findings.select(failures.CALL_COLUMNS)
-    straddling = pairs.filter(pl.col("relation") == "straddling").select(failures.CALL_COLUMNS)
-    library = set(library_domains)
-    plain_ranges = trace.nvtx_ranges.filter(pl.col("domain").is_null() | ~pl.col("domain").is_in(list(library)))
-    unexamined = union_windows(closed.filter(pl.col("lib_id").is_in(nesting.unexamined)))
-    failed, attributed = failures.failed_calls(
-        trace.cuda_api_rows, explained, straddling, plain_ranges, max_pairs, unexamined
-    )
-    if not attributed:
-        said.append(warning(
-            "nvtx_attribution_skipped",
-            failed.height,
-            f"more (failed call, NVTX range) overlaps than --max-pairs {max_pairs:,}: the innermost NVTX range "
-            "of each failed call is unknown (null)",
-        ))
-    failed = joins.with_ids(failed, names)
-
-    census = (
-        cuda_api_rows.filter(pl.col("return_code") != 0)
-        .group_by(["api", "return_code", "classification"])
-        .agg(pl.len().cast(pl.Int64).alias("count"))
-        .sort(["api", "return_code"], nulls_last=True)
-    )
-    coverage_sources = coverage.by_source(trace, cuda_api_span)
+    findings = _findings(trace, nested.pairs, libs, cuda_api_rows, event_records)
+    failed, attribution_warnings = _failed_calls(trace, findings, nested, library_domains, max_pairs)
     sources = verdicts.library_sources(trace, libs, library_domains)
-    pids = {int(p) for p in trace.processes["pid"].drop_nulls().to_list()}
-    pids |= {int(p) for p in libs["pid"].drop_nulls().to_list()}
-    alignment = (
-        align(telemetry, trace.nvtx_ranges, trace.session_start_utc_ns, trace_pids=sorted(pids))
-        if telemetry is not None
-        else None
-    )
+    alignment = _aligned(trace, libs, telemetry)
     telemetry_failures = verdicts.telemetry_library_failures(alignment, libs, findings, trace.capture)
-    if telemetry is not None and telemetry.bad_lines:
-        detail = "; ".join(f"line {b.line}: {b.problem}" for b in telemetry.bad_lines[:10])
-        more = f"; {len(telemetry.bad_lines) - 10} more" if len(telemetry.bad_lines) > 10 else ""
-        said.append(warning(
-            "telemetry_bad_lines", len(telemetry.bad_lines), f"{telemetry.path}: skipped (--lenient): {detail}{more}"
-        ))
-    verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, undecided)
-    memory = ledger.result()
-    memory = replace(memory, api_ends={s["global_pid"]: s["last_ns"] for s in coverage_sources
-                                       if s["source"] == "cuda_api" and s["global_pid"] is not None
-                                       and s["last_ns"] is not None})
-    said += memory.warnings
+    verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, nested.undecided)
+    coverage_sources = coverage.by_source(trace, cuda_api_span)
+    memory = replace(ledger.result(), api_ends=_api_ends(coverage_sources))
+    said = [
+        *trace.warnings,
+        *nested.warnings,
+        *_library_call_warnings(trace, libs, nested.pairs),
+        *attribution_warnings,
+        *_telemetry_warnings(telemetry),
+        *memory.warnings,
+    ]
+    pairs = nested.pairs
     failed_ids = pairs.filter((pl.col("relation") == "nested") & (pl.col("return_code") != 0))["lib_id"].unique()
     interest = of_interest(libs, failed_ids.to_list(), findings["lib_id"].drop_nulls().to_list())
     memory_points = _covered(
@@ -226,7 +148,7 @@ def _analyze(
     ]
     return Analysis(
         frames={
-            "census": census,
+            "census": _census(cuda_api_rows),
             "library_calls": libs,
             "pairs": pairs,
             "findings": findings,
@@ -246,7 +168,7 @@ def _analyze(
         processes=tuple(processes),
         capture=trace.capture,
         warnings=tuple(said),
-        limits={"max_pairs": max_pairs, "pairs": nesting.total_pairs, "pairs_listed": pairs.height},
+        limits={"max_pairs": max_pairs, "pairs": nested.nesting.total_pairs, "pairs_listed": pairs.height},
         capture_bounds=trace.capture_bounds,
         library_sources=tuple(sources),
         telemetry_library_failures=tuple(telemetry_failures),
@@ -255,6 +177,147 @@ def _analyze(
         memory_points=tuple(memory_points),
         devices=trace.devices,
     )
+
+
+def _api_ends(coverage_sources: list[dict[str, Any]]) -> dict[int, int]:
+    """Each process's last CUDA API record (global pid -> ns), for the ledger to name where traced
+    bytes exceed a device's total."""
+    return {s["global_pid"]: s["last_ns"] for s in coverage_sources
+            if s["source"] == "cuda_api" and s["global_pid"] is not None and s["last_ns"] is not None}
+
+def _covered_library_calls(trace: Trace, cuda_api_span: pl.DataFrame) -> pl.DataFrame:
+    """The library calls with their coverage (:func:`nsysaudit.analysis.coverage.censor`), pid, tid
+    and thread name, in ``lib_id`` order."""
+    libs = coverage.censor(
+        trace.library_calls,
+        cuda_api_span,
+        has_cuda_api=trace.has_cuda_api,
+        capture=trace.capture_bounds,
+        diagnostics=trace.diagnostics,
+        process_gpids=trace.processes["gpid"].drop_nulls().to_list(),
+    )
+    return joins.with_ids(libs, trace.thread_names).sort("lib_id")
+
+
+@dataclass(frozen=True)
+class _Nested:
+    """The joins' outcome: the pairs (reviewed), the library calls they used, what a limit or a
+    damaged row leaves undecided (verdict reasons), and the warnings saying so."""
+
+    closed: pl.DataFrame
+    nesting: joins.Nesting
+    pairs: pl.DataFrame
+    undecided: list[str]
+    warnings: list[ReportWarning]
+
+
+def _nest(trace: Trace, max_pairs: int | None) -> _Nested:
+    """The CUDA API calls nested in (or straddling) each library call, with their bytes."""
+    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds.start_ns)
+    # The library calls the joins can use, and their union per thread: made once, used by every step.
+    closed = closed_library_calls(trace.library_calls)
+    windows = trace.library_windows  # union_windows(closed), made once by the read
+    nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
+    pairs = joins.attach_bytes(nesting.pairs, trace.allocations)  # in nest's order: lib_id, start, correlation
+    # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
+    pairs, undecided, review_warnings = integrity.review(trace, pairs, windows)
+    limit_reasons, limit_warnings = integrity.limit_review(nesting)
+    return _Nested(closed, nesting, pairs, undecided + limit_reasons, review_warnings + limit_warnings)
+
+
+def _library_call_warnings(trace: Trace, libs: pl.DataFrame, pairs: pl.DataFrame) -> list[ReportWarning]:
+    """Library calls whose duration does not fit in 64 bits; allocations inside them of unknown size."""
+    out = []
+    too_long = libs.filter(
+        (pl.col("end_ns").cast(pl.Int128) - pl.col("start_ns").cast(pl.Int128)) > (1 << 63) - 1
+    ).height
+    if too_long:
+        out.append(warning(
+            "duration_overflow",
+            too_long,
+            "library calls whose end minus start does not fit in 64 bits (a range spanning the int64 range): "
+            "their duration is unknown (null)",
+        ))
+    if "memory" not in trace.tables_used and pairs.height:
+        successful_allocs = sum(
+            1
+            for api, rc in pairs.select("api", "return_code").iter_rows()
+            if rc == 0 and api is not None and is_allocation_api(api)
+        )
+        if successful_allocs:
+            out.append(warning(
+                "no_memory_events",
+                successful_allocs,
+                "successful allocation calls inside library calls, but the export has no usable "
+                "CUDA_GPU_MEMORY_USAGE_EVENTS (captured without --cuda-memory-usage=true): their sizes are unknown",
+            ))
+    return out
+
+
+def _findings(
+    trace: Trace, pairs: pl.DataFrame, libs: pl.DataFrame, cuda_api_rows: pl.DataFrame,
+    event_records: pl.DataFrame | None,
+) -> pl.DataFrame:
+    """The findings: failures nested in library calls, then failed waits on captured events, by time."""
+    nested = finding_rows.nested_findings(pairs, libs, trace.thread_names)
+    waits = finding_rows.wait_findings(trace, cuda_api_rows, event_records, trace.thread_names)
+    if not waits.height:
+        return nested
+    return pl.concat([nested, waits], how="diagonal_relaxed").sort(["start_ns", "gtid", "correlation_id"],
+                                                                    nulls_last=True)
+
+
+def _failed_calls(
+    trace: Trace, findings: pl.DataFrame, nested: _Nested, library_domains: Sequence[str], max_pairs: int | None
+) -> tuple[pl.DataFrame, list[ReportWarning]]:
+    """The failed calls no finding explains, grouped, each with its innermost NVTX range outside the
+    library domains (a warning when there were too many overlaps to say)."""
+    explained = findings.select(failures.CALL_COLUMNS)
+    straddling = nested.pairs.filter(pl.col("relation") == "straddling").select(failures.CALL_COLUMNS)
+    library = set(library_domains)
+    plain_ranges = trace.nvtx_ranges.filter(pl.col("domain").is_null() | ~pl.col("domain").is_in(list(library)))
+    unexamined = union_windows(nested.closed.filter(pl.col("lib_id").is_in(nested.nesting.unexamined)))
+    failed, attributed = failures.failed_calls(
+        trace.cuda_api_rows, explained, straddling, plain_ranges, max_pairs, unexamined
+    )
+    said = [] if attributed else [warning(
+        "nvtx_attribution_skipped",
+        failed.height,
+        f"more (failed call, NVTX range) overlaps than --max-pairs {max_pairs:,}: the innermost NVTX range "
+        "of each failed call is unknown (null)",
+    )]
+    return joins.with_ids(failed, trace.thread_names), said
+
+
+def _census(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
+    """``api, return_code, classification, count`` per non-zero return."""
+    return (
+        cuda_api_rows.filter(pl.col("return_code") != 0)
+        .group_by(["api", "return_code", "classification"])
+        .agg(pl.len().cast(pl.Int64).alias("count"))
+        .sort(["api", "return_code"], nulls_last=True)
+    )
+
+
+def _aligned(trace: Trace, libs: pl.DataFrame, telemetry: TelemetryLog | None) -> Alignment | None:
+    """The telemetry's clock aligned with the trace's (None without telemetry), its lines matched to
+    the processes the trace knows."""
+    if telemetry is None:
+        return None
+    pids = {int(p) for p in trace.processes["pid"].drop_nulls().to_list()}
+    pids |= {int(p) for p in libs["pid"].drop_nulls().to_list()}
+    return align(telemetry, trace.nvtx_ranges, trace.session_start_utc_ns, trace_pids=sorted(pids))
+
+
+def _telemetry_warnings(telemetry: TelemetryLog | None) -> list[ReportWarning]:
+    """The telemetry lines --lenient skipped, the first ten of them named."""
+    if telemetry is None or not telemetry.bad_lines:
+        return []
+    detail = "; ".join(f"line {b.line}: {b.problem}" for b in telemetry.bad_lines[:10])
+    more = f"; {len(telemetry.bad_lines) - 10} more" if len(telemetry.bad_lines) > 10 else ""
+    return [warning(
+        "telemetry_bad_lines", len(telemetry.bad_lines), f"{telemetry.path}: skipped (--lenient): {detail}{more}"
+    )]
 
 
 def _memory_moments(

@@ -170,6 +170,35 @@ def decide(
 ) -> tuple[Verdict, list[str]]:
     """The verdict and its reasons. The reasons always name untraced libraries and the failed
     calls outside library calls, so ``no_failure`` is never read as "nothing failed"."""
+    # A shadow copy of a table the joins read may hide the rows that matter: which one nsys wrote
+    # is unknown, so the absence of a failure in the one read proves nothing.
+    shadowed = sorted(t for t in EVIDENCE_TABLES if trace.export.is_ambiguous(t))
+    context = _context(trace, failed, sources, shadowed)
+    counts = {k: findings.filter(pl.col("kind") == k).height for k in FAILURE_KINDS}
+    if any(counts.values()):
+        return "failure_found", [f"{n} {FOUND_WORDS[k]}" for k, n in counts.items() if n] + context
+    gaps = [
+        *_coverage_gaps(trace, libs),
+        *undecided,
+        *_evidence_gaps(trace, failed, sources, shadowed),
+        *(_telemetry_gap(t) for t in telemetry_failures if not t["explained"]),
+    ]
+    if gaps:
+        return "inconclusive", gaps + context
+    return "no_failure", [_nothing_failed(trace, libs, failed, sources), *context]
+
+
+FOUND_WORDS = {
+    "nested_alloc_failure": "failed allocation call(s) wholly inside a library call on the same thread",
+    "nested_call_failure": "other failed CUDA API call(s) wholly inside a library call on the same thread",
+    "captured_event_wait_failure": "failed stream wait(s) on an event, after events were recorded inside "
+    "a stream capture of the same process",
+}
+
+
+def _context(trace: Trace, failed: pl.DataFrame, sources: list[dict[str, Any]], shadowed: list[str]) -> list[str]:
+    """What every verdict says besides: untraced libraries, the failed calls outside library calls,
+    shadowed tables, nsys's own warnings that CUDA events were lost."""
     context: list[str] = []
     for s in sources:
         if s["status"] != "traced":
@@ -183,9 +212,6 @@ def decide(
             + "; ".join(lines)
             + more
         )
-    # A shadow copy of a table the joins read may hide the rows that matter: which one nsys wrote
-    # is unknown, so the absence of a failure in the one read proves nothing.
-    shadowed = sorted(t for t in EVIDENCE_TABLES if trace.export.is_ambiguous(t))
     if shadowed:
         context.append(
             f"the export holds several versions of {', '.join(shadowed)} (see warnings): the highest was read, "
@@ -194,17 +220,11 @@ def decide(
     gaps_said = trace.diagnostics.filter(pl.col("category").is_in(["cuda_events_missing", "cuda_trace_degraded"]))
     for text in dict.fromkeys(gaps_said["text"].to_list()):
         context.append(f"nsys warned: {text}")
+    return context
 
-    counts = {k: findings.filter(pl.col("kind") == k).height for k in FAILURE_KINDS}
-    if any(counts.values()):
-        said = {
-            "nested_alloc_failure": "failed allocation call(s) wholly inside a library call on the same thread",
-            "nested_call_failure": "other failed CUDA API call(s) wholly inside a library call on the same thread",
-            "captured_event_wait_failure": "failed stream wait(s) on an event, after events were recorded inside "
-            "a stream capture of the same process",
-        }
-        return "failure_found", [f"{n} {said[k]}" for k, n in counts.items() if n] + context
 
+def _coverage_gaps(trace: Trace, libs: pl.DataFrame) -> list[str]:
+    """No CUDA API trace, or library calls the trace does not cover."""
     gaps: list[str] = []
     if not trace.has_cuda_api:
         gaps.append("the export has no CUDA API trace (no CUPTI_ACTIVITY_KIND_RUNTIME table)")
@@ -218,7 +238,15 @@ def decide(
             f"{censored.height} of {libs.height} library call(s) are censored ({detail}): "
             "the trace does not cover them, so a failure inside them cannot be ruled out"
         )
-    gaps += list(undecided)
+    return gaps
+
+
+def _evidence_gaps(
+    trace: Trace, failed: pl.DataFrame, sources: list[dict[str, Any]], shadowed: list[str]
+) -> list[str]:
+    """Evidence that may be elsewhere: another version of a table, allocation failures where no
+    library API was traced."""
+    gaps: list[str] = []
     if shadowed:
         gaps.append(
             f"several versions of {', '.join(shadowed)} exist and only one was read: a failure in another cannot "
@@ -235,36 +263,37 @@ def decide(
                 f"{oom} allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN) was traced: "
                 "whether any happened inside a library call cannot be told"
             )
-    for t in telemetry_failures:
-        if t["explained"]:
-            continue
-        after = t["after"]
-        where = ""
-        if after is not None:
-            where = f", {after['ns_before_line'] / 1e6:.3f} ms after {after['api']} (tid {after['tid']}) ended"
-            if after["coverage"] == "censored":
-                where += f" (that call is censored, {after['censored_reason']}: the trace does not cover all of it)"
-        skipped = (
-            f"; nsys skipped some CUDA API calls (META_DATA_CAPTURE {', '.join(t['cuda_skip_some_api_calls'])}=true): "
-            "--cuda-trace-all-apis=true would record them"
-            if t["cuda_skip_some_api_calls"]
-            else ""
-        )
-        gaps.append(
-            f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}, but no traced "
-            f"CUDA API call shows its cause{skipped}"
-        )
-    if gaps:
-        return "inconclusive", gaps + context
+    return gaps
+
+
+def _telemetry_gap(t: dict[str, Any]) -> str:
+    """A library failure the application's telemetry recorded and no traced call explains."""
+    after = t["after"]
+    where = ""
+    if after is not None:
+        where = f", {after['ns_before_line'] / 1e6:.3f} ms after {after['api']} (tid {after['tid']}) ended"
+        if after["coverage"] == "censored":
+            where += f" (that call is censored, {after['censored_reason']}: the trace does not cover all of it)"
+    skipped = (
+        f"; nsys skipped some CUDA API calls (META_DATA_CAPTURE {', '.join(t['cuda_skip_some_api_calls'])}=true): "
+        "--cuda-trace-all-apis=true would record them"
+        if t["cuda_skip_some_api_calls"]
+        else ""
+    )
+    return (
+        f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}, but no traced "
+        f"CUDA API call shows its cause{skipped}"
+    )
+
+
+def _nothing_failed(trace: Trace, libs: pl.DataFrame, failed: pl.DataFrame, sources: list[dict[str, Any]]) -> str:
+    """The first reason of ``no_failure``: what was looked at and found clean."""
     traced = [s["library"] for s in sources if s["status"] == "traced"]
     if libs.height:
-        first = (
-            f"{libs.height} library call(s), all covered by the trace; none has a failed CUDA API call wholly inside it"
-        )
-    elif traced:
-        first = f"library API tracing was on ({', '.join(traced)}) and recorded no library call"
-    elif failed.height:
-        first = "no library API was traced; none of the failed calls is an allocation or out-of-memory failure"
-    else:
-        first = f"none of the {trace.cuda_api_total:,} traced CUDA API calls failed"
-    return "no_failure", [first, *context]
+        return (f"{libs.height} library call(s), all covered by the trace; none has a failed CUDA API call wholly "
+                "inside it")
+    if traced:
+        return f"library API tracing was on ({', '.join(traced)}) and recorded no library call"
+    if failed.height:
+        return "no library API was traced; none of the failed calls is an allocation or out-of-memory failure"
+    return f"none of the {trace.cuda_api_total:,} traced CUDA API calls failed"

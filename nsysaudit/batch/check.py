@@ -42,6 +42,7 @@ fixture cannot slip in unchecked; an expectation that matches none of the files 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import stat
 import tomllib
@@ -53,8 +54,11 @@ from typing import Any
 
 import polars as pl
 
-from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, _local, audit_one, find_inputs, findings_frame
+from nsysaudit.batch.output import findings_frame
+from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, audit_one, find_inputs
+from nsysaudit.batch.workers import run_local
 from nsysaudit.core.errors import BadOption, ExpectationsUnusable
+from nsysaudit.core.files import write_atomic
 from nsysaudit.core.text import escape
 
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
@@ -440,7 +444,7 @@ def check(
     applying = {path: [e for e in expectations.entries if e.applies_to(path)] for path in inputs}
     plain = [p for p in inputs if not applying[p] or any(e.telemetry is None for e in applying[p])]
     outcomes: dict[tuple[str, Path | None], dict[str, Any]] = {}
-    for outcome in _local(plain, jobs or 1, options, frozenset()):  # in input order when jobs is 1
+    for outcome in run_local(functools.partial(audit_one, options=options), plain, jobs or 1):  # in order for 1 job
         outcomes[(outcome["input"]["path"], None)] = outcome
     for path in inputs:
         for telemetry in dict.fromkeys(e.telemetry for e in applying[path] if e.telemetry is not None):
@@ -522,12 +526,8 @@ def check_writable(path: str | os.PathLike[str]) -> None:
 def write_junit(report: CheckReport, path: str | os.PathLike[str]) -> None:
     """Write ``report.junit()`` to ``path`` atomically (a temporary file beside it, then a rename)."""
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(report.junit())
-        os.replace(tmp, target)
+        write_atomic(target, report.junit())
     except OSError as exc:
         raise BadOption(f"{target}: cannot write the JUnit file: {exc.strerror or exc} (nothing was written)") from None
-    finally:
-        tmp.unlink(missing_ok=True)
 

@@ -2,6 +2,7 @@
 and the warnings' type), :mod:`~nsysaudit.core.ids` (globalTid and globalPid decoding),
 :mod:`~nsysaudit.core.intervals` (library-call intervals), :mod:`~nsysaudit.core.codes` (CUDA return
 names), :mod:`~nsysaudit.core.text` (trace text shown escaped), :mod:`~nsysaudit.core.digests`
-(SHA-256), :mod:`~nsysaudit.core.paths` (basenames, undecodable names), :mod:`~nsysaudit.core.progress`
-and :mod:`~nsysaudit.core.lazy` (names imported on first use). A core module imports only the core
+(SHA-256), :mod:`~nsysaudit.core.paths` (basenames, undecodable names), :mod:`~nsysaudit.core.progress`,
+:mod:`~nsysaudit.core.lazy` (names imported on first use) and :mod:`~nsysaudit.core.files` (the one
+atomic file writer). A core module imports only the core
 modules before it in that order (``tests/test_layering.py``)."""

@@ -35,6 +35,7 @@ from typing import Any
 
 import polars as pl
 
+from nsysaudit.core.ids import vm_sql
 from nsysaudit.read.memory import MemoryEvidence
 from nsysaudit.read.source import ExportFile, quote
 
@@ -50,7 +51,6 @@ GPU_SCHEMA: dict[str, Any] = {
 CUDA_DEVICE_SCHEMA: dict[str, Any] = {"pid": pl.Int64, "device_id": pl.Int64, "cuda_device": pl.Int64}
 CONTEXT_SCHEMA: dict[str, Any] = {"vm": pl.Int64, "pid": pl.Int64, "device_id": pl.Int64, "context_id": pl.Int64}
 MEMORY_USE_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "device_id": pl.Int64, "events": pl.Int64}
-VM_UNIT = 1 << 48  # TARGET_INFO_GPU.vmId is a serialized GlobalId: the VM id in bits 48+
 
 _PROCESS_KEY = re.compile(r"^PROCESS_(\d+):(COMMAND|PID|ENVIRONMENT_VARIABLE|ARGUMENT_(\d+))$")
 
@@ -159,7 +159,7 @@ def read_devices(
 
     gpu = export.table("TARGET_INFO_GPU")
     if gpu is not None and gpu.has("id"):
-        vm = f"{quote('vmId')} / {VM_UNIT}" if gpu.has("vmId") else "0"
+        vm = vm_sql(quote("vmId")) if gpu.has("vmId") else "0"  # vmId: a serialized GlobalId
         sql = (f"SELECT {vm}, id, {col(gpu, 'cuDevice')}, {col(gpu, 'name')}, {col(gpu, 'busLocation')}, "
                f"{col(gpu, 'uuid')}, {col(gpu, 'totalMemory')} FROM {quote(gpu.name)} ORDER BY 1, 2")
         out["gpus"] = frame(conn, sql, GPU_SCHEMA, mismatched=typed, source=gpu.name)

@@ -12,7 +12,7 @@ covered only when nsys says profiling went on past its end and never warned that
 lost or CUDA tracing was degraded; without ``DIAGNOSTIC_EVENT`` that cannot be known (see
 :mod:`nsysaudit.analysis.coverage`).
 
-Each message is classified by its text (nsys has no message ids) into one of :data:`CATEGORIES`.
+Each message is classified by its text (nsys has no message ids) into one of :data:`Category`.
 The patterns are the messages seen in real exports of nsys 2022.2 to 2026.2; an unrecognised
 warning is kept as ``other`` and shown, and one that speaks of lost or dropped events counts as
 ``events_missing`` for CUDA unless it names another source.
@@ -39,15 +39,6 @@ Category = Literal[
     "library_not_traced",
     "other",
 ]
-CATEGORIES: tuple[Category, ...] = (
-    "capture_started",
-    "capture_stopped",
-    "cuda_events_missing",
-    "nvtx_events_missing",
-    "cuda_trace_degraded",
-    "library_not_traced",
-    "other",
-)
 # Categories that mean the CUDA API trace may lack calls: a library call they apply to is never
 # "complete" on the strength of the capture's bounds alone.
 CUDA_GAPS: frozenset[str] = frozenset({"cuda_events_missing", "cuda_trace_degraded"})

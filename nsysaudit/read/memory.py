@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from nsysaudit.core.ids import vm_sql
 from nsysaudit.read import native
 from nsysaudit.read.source import ExportFile, Table, quote
 
@@ -254,7 +255,7 @@ def read_memory(
     gpu = export.table("TARGET_INFO_GPU")
     if gpu is not None and gpu.has("id"):
         cols = [
-            "vmId / 281474976710656" if gpu.has("vmId") else "0",
+            vm_sql("vmId") if gpu.has("vmId") else "0",
             "id",
             "name" if gpu.has("name") else "NULL",
             "totalMemory" if gpu.has("totalMemory") else "NULL",

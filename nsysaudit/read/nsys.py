@@ -20,6 +20,7 @@ from typing import Any
 
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import ExportFailed, NsysNotFound
+from nsysaudit.core.files import write_atomic
 
 ENV_NSYS = "NSYSAUDIT_NSYS"
 ENV_CACHE = "NSYSAUDIT_CACHE"
@@ -125,9 +126,9 @@ def export_report(report: Path, sha256: str, nsys: Path, *, timeout: float = 360
 
     A cache entry is ``exports/<report sha256>.sqlite`` with its record ``<report sha256>.json``
     beside it (see :func:`_cached`); it is used only when the record binds it to this report and
-    to the version of ``nsys``, else the report is exported again. The export and its record are
-    written in a private temporary folder inside the cache and moved into place (the export
-    first, the record last), so an interrupted export never leaves an entry that is trusted. An
+    to the version of ``nsys``, else the report is exported again. The export is written in a
+    private temporary folder inside the cache and moved into place, then its record is written
+    beside it (atomically, last), so an interrupted export never leaves an entry that is trusted. An
     entry that is a folder, a cache that cannot be created or written: :class:`ExportFailed`
     (one line, exit 2), never a fallback to another location.
     """
@@ -154,11 +155,9 @@ def export_report(report: Path, sha256: str, nsys: Path, *, timeout: float = 360
             "sha256": digest,
             "size_bytes": out.stat().st_size,
         }
-        record_file = Path(tmp) / "record.json"
-        record_file.write_text(json.dumps(fresh, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         try:
             os.replace(out, target)
-            os.replace(record_file, _record_path(target))
+            write_atomic(_record_path(target), (json.dumps(fresh, indent=2, sort_keys=True) + "\n").encode())
         except OSError as exc:
             raise ExportFailed(report, f"cannot write the export cache entry {target}: {exc.strerror}") from None
     return CachedExport(target, False, nsys, digest, version)

@@ -30,6 +30,7 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.core.errors import UnusableInput
+from nsysaudit.core.ids import global_pid
 from nsysaudit.core.progress import Progress
 from nsysaudit.read import native
 from nsysaudit.read.source import quote, readonly_uri
@@ -110,7 +111,7 @@ def _reduce(
 ) -> _Reduced:
     """Reduce one batch: its per-process span, selected rows, integrity counts, marked rows and
     the rows carrying an allocation event's correlation id (see :class:`CudaApiScan`)."""
-    gpid = pl.col("gtid") - (pl.col("gtid") % (1 << 24))
+    gpid = global_pid(pl.col("gtid"))
     span = batch.group_by(gpid.alias("gpid")).agg(
         pl.col("start_ns").min().alias("first_ns"),
         pl.max_horizontal(pl.col("end_ns").max(), pl.col("start_ns").max()).alias("last_ns"),
@@ -316,7 +317,60 @@ def scan_cuda_api(
         for c in COLUMNS
     }
     rowid = rowid_name(conn, table, columns)
-    sql = _select_sql(table, present, rowid)
+    extent = _extent(conn, path, table, rowid, count_first=rowid is None or progress is not None)
+    if extent is None:
+        return CudaApiScan(
+            0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
+        )
+    size = extent.total if extent.total is not None else extent.hi - extent.lo + 1  # at most this many rows
+    n_workers = workers or (min(os.cpu_count() or 1, 4) if size >= PARALLEL_MIN_ROWS else 1)
+    if rowid is None:
+        n_workers = 1
+    uri = readonly_uri(path)  # never plain mode=ro: SQLite would read and write side files
+    reading = _Reading(
+        conn, path, uri, table, present, rowid, _select_sql(table, present, rowid), windows, string_ids,
+        marked_name_ids, alloc_keys, counted_name_ids, progress, n_workers, _ranges(extent, n_workers),
+    )
+    polars_engine = "adbc" if size >= ADBC_MIN_ROWS else "sqlite3"
+    engine = "native" if native.load() is not None else polars_engine
+    if progress is not None:
+        progress.start(f"scanning {size:,} CUDA API rows", int(size))
+    counter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-count")
+    counting = counter.submit(_count_rows, uri, table) if extent.total is None else None
+    try:
+        engine, read = _read(reading, engine, polars_engine, size)
+        total = extent.total if counting is None else counting.result()
+    finally:
+        counter.shutdown(wait=True)
+        if progress is not None:
+            progress.finish()
+    # SQLite reading by rowid range seeks each range's start by binary search; on a damaged b-tree
+    # that seek, or the walk on from it, can pass rows by without an error. Its count(*) walks the
+    # b-tree's pages instead: whatever the engine, the two must agree (the same check for every
+    # engine; PRAGMA quick_check, nsysaudit.read.damage, says whether the b-tree itself is sound).
+    if total != read.visited:
+        raise UnusableInput(
+            path,
+            f"damaged SQLite file: table {table} holds {total:,} rows by SQLite's count(*), "
+            f"but reading them by rowid gives {read.visited:,}",
+        )
+    return _combined(int(total), engine, read)
+
+
+@dataclass(frozen=True)
+class _Extent:
+    """The table's rows (None: not counted yet, see :func:`_extent`) and its min and max rowid."""
+
+    total: int | None
+    lo: int
+    hi: int
+
+
+def _extent(
+    conn: sqlite3.Connection, path: Path, table: str, rowid: str | None, *, count_first: bool
+) -> _Extent | None:
+    """The rowids to read (None for an empty table); the count too when ``count_first`` (a table
+    without rowid, a progress line that shows the count first), else it is counted beside the scan."""
 
     def count_rows() -> int:
         (n,) = conn.execute(f"SELECT count(*) FROM {quote(table)} NOT INDEXED").fetchone()
@@ -329,7 +383,7 @@ def scan_cuda_api(
     # otherwise beside the scan, on a connection of its own, to check the rows the scan visits.
     # NOT INDEXED: SQLite would count the entries of the table's smallest index instead (an
     # export another tool added indexes to), and the rows the scan reads are the table's.
-    total: int | None = count_rows() if rowid is None or progress is not None else None
+    total: int | None = count_rows() if count_first else None
     if rowid is None:
         lo, hi = 0, 0
     else:
@@ -338,17 +392,17 @@ def scan_cuda_api(
     if lo is None and total is None:
         total = count_rows()  # an empty b-tree: instant (rows here would mean a damaged one)
     if total == 0:
-        return CudaApiScan(
-            0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
-        )
+        return None
     if lo is None or hi < lo:
         raise UnusableInput(
             path, f"damaged SQLite file: table {table} holds rows, but SQLite's min and max rowid are {lo} and {hi}"
         )
-    size = total if total is not None else hi - lo + 1  # at most this many rows: what the choices go by
-    n_workers = workers or (min(os.cpu_count() or 1, 4) if size >= PARALLEL_MIN_ROWS else 1)
-    if rowid is None:
-        n_workers = 1
+    return _Extent(total, lo, hi)
+
+
+def _ranges(extent: _Extent, n_workers: int) -> list[tuple[int, int]]:
+    """The rowid ranges the workers read, together every rowid once."""
+    lo, hi = extent.lo, extent.hi
     # More ranges than threads: a thread that finishes early takes the next range instead of idling
     # while the other reads a slower stretch (the rows inside library calls are not spread evenly).
     n_parts = n_workers * PARTS_PER_WORKER if n_workers > 1 else 1
@@ -359,94 +413,113 @@ def scan_cuda_api(
     # read. Over every rowid, every row is visited (and checked, by the page reader) exactly once.
     parts[0] = (INT64_MIN, parts[0][1])
     parts[-1] = (parts[-1][0], INT64_MAX)
-    uri = readonly_uri(path)  # never plain mode=ro: SQLite would read and write side files
+    return parts
 
-    def run(part: tuple[int, int], use_adbc: bool, mismatches: list[int]) -> list[_Reduced]:
-        batches = _adbc_batches(uri, sql, *part) if use_adbc else _sqlite_batches(path, sql, *part, mismatches)
-        out = []
-        for batch in batches:
-            visited.append(batch.height)
-            out.append(_reduce(batch, windows, string_ids, marked_name_ids, alloc_keys, counted_name_ids))
+
+@dataclass(frozen=True)
+class _Reading:
+    """What every engine reads, and reduces each batch with (see :func:`_reduce`)."""
+
+    conn: sqlite3.Connection
+    path: Path
+    uri: str
+    table: str
+    present: dict[str, str]
+    rowid: str | None
+    sql: str
+    windows: pl.DataFrame
+    string_ids: pl.Series | None
+    marked_ids: pl.Series | None
+    alloc_keys: pl.DataFrame | None
+    counted_ids: pl.Series | None
+    progress: Progress | None
+    workers: int
+    parts: list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class _Read:
+    """What an engine read: the reductions (ranges in order, then batches), the rows it visited,
+    those with a value of the wrong type, and those the native page reader read."""
+
+    reduced: list[_Reduced]
+    visited: int
+    mismatches: int = 0
+    page_rows: int = 0
+
+
+def _read(reading: _Reading, engine: str, polars_engine: str, size: int) -> tuple[str, _Read]:
+    """Read with ``engine``; where it cannot, with the next (native, then ADBC, then the tolerant
+    sqlite3 reader, which says why, if it cannot either). The engine that read it, and what it read."""
+    progress = reading.progress
+    if engine == "native":
+        try:
+            return "native", _read_native(reading)
+        except native.NativeScanError:  # the polars engines read it (and say why they cannot, if so)
+            engine = polars_engine
             if progress is not None:
-                progress.advance(batch.height)
-        return out
-
-    def scan_native() -> list[list[_Reduced]]:
-        inputs = native.prepare(windows, string_ids, marked_name_ids, counted_name_ids, alloc_keys)
-        reduce_sql = _select_sql(table, present, rowid, wrap="nsa_reduce")
-        layout = page_layout(conn, table, present) if rowid is not None else None
-        pages = (table, layout) if layout is not None else None
-
-        def run_native(part: tuple[int, int]) -> tuple[_Reduced, Any]:
-            out = native.scan_range(uri, reduce_sql, *part, inputs, list(ROW_SCHEMA), pages)
-            mismatches.append(out["mismatch_rows"])
-            visited.append(out["rows"])
-            page_rows.append(out["page_rows"])
+                progress.finish()
+                progress.start(f"scanning {size:,} CUDA API rows", int(size))
+    if engine == "adbc":
+        try:
+            with ThreadPoolExecutor(max_workers=reading.workers) as pool:
+                return "adbc", _joined(list(pool.map(lambda p: _read_polars(reading, p, True), reading.parts)))
+        except Exception:  # any ADBC failure (missing driver, a value of the wrong type): the tolerant reader
             if progress is not None:
-                progress.advance(out["rows"])
-            problems = dict(zip(PROBLEMS, out["problems"], strict=True))
-            no_alloc = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
-            reduced = _Reduced(out["span"], out["selected"], problems, out["marked"], no_alloc, out["counted"])
-            return reduced, out["alloc"]
+                progress.finish()
+                progress.start(f"re-reading {size:,} CUDA API rows with the tolerant reader", int(size))
+    return "sqlite3", _joined([_read_polars(reading, p, False) for p in reading.parts])
 
-        with ThreadPoolExecutor(max_workers=n_workers) as pool:
-            done = list(pool.map(run_native, parts))
-        # The allocation keys' counts of every range, joined once (the first range carries them).
-        alloc = native.merge_alloc(inputs.keys, [counts for _, counts in done])
-        return [[replace(r, alloc_rows=alloc) if i == 0 else r] for i, (r, _) in enumerate(done)]
 
-    polars_engine = "adbc" if size >= ADBC_MIN_ROWS else "sqlite3"
-    engine = "native" if native.load() is not None else polars_engine
+def _joined(reads: list[_Read]) -> _Read:
+    return _Read([r for read in reads for r in read.reduced], sum(r.visited for r in reads),
+                 sum(r.mismatches for r in reads), sum(r.page_rows for r in reads))
+
+
+def _read_polars(reading: _Reading, part: tuple[int, int], use_adbc: bool) -> _Read:
+    """One rowid range in batches (ADBC's, or the stdlib reader's), each reduced with polars."""
+    r = reading
     mismatches: list[int] = []
-    visited: list[int] = []  # rows the scan visited, per range (native) or batch (polars engines)
-    page_rows: list[int] = []  # of which the native page reader read, per range
-    if progress is not None:
-        progress.start(f"scanning {size:,} CUDA API rows", int(size))
-    counter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-count")
-    counting = counter.submit(_count_rows, uri, table) if total is None else None
-    try:
-        if engine == "native":
-            try:
-                results = scan_native()
-            except native.NativeScanError:  # the polars engines read it (and say why they cannot, if so)
-                engine = polars_engine
-                mismatches.clear()
-                visited.clear()
-                page_rows.clear()
-                if progress is not None:
-                    progress.finish()
-                    progress.start(f"scanning {size:,} CUDA API rows", int(size))
-        if engine == "sqlite3":
-            results = [run(p, False, mismatches) for p in parts]
-        elif engine == "adbc":
-            try:
-                with ThreadPoolExecutor(max_workers=n_workers) as pool:
-                    results = list(pool.map(lambda p: run(p, True, mismatches), parts))
-            except Exception:  # any ADBC failure (missing driver, a value of the wrong type): the tolerant reader
-                engine = "sqlite3"
-                if progress is not None:
-                    progress.finish()
-                    progress.start(f"re-reading {size:,} CUDA API rows with the tolerant reader", int(size))
-                mismatches.clear()
-                visited.clear()
-                results = [run(p, False, mismatches) for p in parts]
-        counted_rows = total if counting is None else counting.result()
-    finally:
-        counter.shutdown(wait=True)
-        if progress is not None:
-            progress.finish()
-    # SQLite reading by rowid range seeks each range's start by binary search; on a damaged b-tree
-    # that seek, or the walk on from it, can pass rows by without an error. Its count(*) walks the
-    # b-tree's pages instead: whatever the engine, the two must agree (the same check for every
-    # engine; PRAGMA quick_check, nsysaudit.read.damage, says whether the b-tree itself is sound).
-    if counted_rows != sum(visited):
-        raise UnusableInput(
-            path,
-            f"damaged SQLite file: table {table} holds {counted_rows:,} rows by SQLite's count(*), "
-            f"but reading them by rowid gives {sum(visited):,}",
-        )
-    total = counted_rows
-    reduced = [r for part in results for r in part]
+    batches = _adbc_batches(r.uri, r.sql, *part) if use_adbc else _sqlite_batches(r.path, r.sql, *part, mismatches)
+    out = []
+    visited = 0
+    for batch in batches:
+        visited += batch.height
+        out.append(_reduce(batch, r.windows, r.string_ids, r.marked_ids, r.alloc_keys, r.counted_ids))
+        if r.progress is not None:
+            r.progress.advance(batch.height)
+    return _Read(out, visited, sum(mismatches))
+
+
+def _read_native(reading: _Reading) -> _Read:
+    """Every range with the C engine (its SQLite aggregate, or its page reader where the layout allows)."""
+    r = reading
+    inputs = native.prepare(r.windows, r.string_ids, r.marked_ids, r.counted_ids, r.alloc_keys)
+    reduce_sql = _select_sql(r.table, r.present, r.rowid, wrap="nsa_reduce")
+    layout = page_layout(r.conn, r.table, r.present) if r.rowid is not None else None
+    pages = (r.table, layout) if layout is not None else None
+
+    def one(part: tuple[int, int]) -> tuple[_Read, Any]:
+        out = native.scan_range(r.uri, reduce_sql, *part, inputs, list(ROW_SCHEMA), pages)
+        if r.progress is not None:
+            r.progress.advance(out["rows"])
+        problems = dict(zip(PROBLEMS, out["problems"], strict=True))
+        no_alloc = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
+        reduced = _Reduced(out["span"], out["selected"], problems, out["marked"], no_alloc, out["counted"])
+        return _Read([reduced], out["rows"], out["mismatch_rows"], out["page_rows"]), out["alloc"]
+
+    with ThreadPoolExecutor(max_workers=r.workers) as pool:
+        done = list(pool.map(one, r.parts))
+    # The allocation keys' counts of every range, joined once (the first range carries them).
+    alloc = native.merge_alloc(inputs.keys, [counts for _, counts in done])
+    read = _joined([part for part, _ in done])
+    return replace(read, reduced=[replace(red, alloc_rows=alloc) if i == 0 else red
+                                  for i, red in enumerate(read.reduced)])
+
+
+def _combined(total: int, engine: str, read: _Read) -> CudaApiScan:
+    """The reductions of every batch or range as one scan's result."""
+    reduced = read.reduced
     problems = dict.fromkeys(PROBLEMS, 0)
     for r in reduced:
         for k, v in r.problems.items():
@@ -467,8 +540,6 @@ def scan_cuda_api(
             return pl.DataFrame(schema=ROW_SCHEMA)
         return pl.concat(kept).sort(["gtid", "start_ns", "correlation_id"], nulls_last=True)
 
-    rows = rows_of([r.selected for r in reduced])
-    marked_rows = rows_of([r.marked for r in reduced])
     alloc_parts = [r.alloc_rows for r in reduced if r.alloc_rows.height]
     if len(alloc_parts) == 1:  # one part's rows are already one per key (a group-by, or merge_alloc)
         alloc_rows = alloc_parts[0].select(list(ALLOC_ROWS_SCHEMA)).sort("gpid", "correlation_id")
@@ -481,9 +552,9 @@ def scan_cuda_api(
         )
     else:
         alloc_rows = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
-    counted = sum(r.counted for r in reduced)
     return CudaApiScan(
-        int(total), span, rows, problems, engine, sum(mismatches), marked_rows, alloc_rows, counted, sum(page_rows)
+        total, span, rows_of([r.selected for r in reduced]), problems, engine, read.mismatches,
+        rows_of([r.marked for r in reduced]), alloc_rows, sum(r.counted for r in reduced), read.page_rows,
     )
 
 

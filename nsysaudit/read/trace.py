@@ -300,31 +300,94 @@ def load(
 def _load(
     export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None, prefetch: Prefetch | None = None
 ) -> Trace:
-    conn, path = export.conn, export.path
+    """The steps in the order they read the export: strings, NVTX, library calls, memory, the CUDA
+    API scan, names, session and capture settings, diagnostics; then the warnings of what was read."""
     typed: Counter[str] = Counter()  # values of the wrong type read as NULL, per table
-    read_warnings: list[ReportWarning] = []
-    strings = export.table("StringIds")
-    assert strings is not None  # probe() guarantees it
-    _require(path, strings, "id", "value")
-    _refuse_repeated_ids(export, strings)
-    tables_used: dict[str, str] = {"StringIds": strings.name}
-
+    strings = _strings(export)
     runtime = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     if runtime is not None:
-        _require(path, runtime, "start", "end", "globalTid", "nameId", "returnValue")
-        tables_used["cuda_api"] = runtime.name
+        _require(export.path, runtime, "start", "end", "globalTid", "nameId", "returnValue")
+    nvtx_ranges, nvtx_table = _nvtx_ranges(export, strings, typed)
+    library = _library_calls(export, strings, nvtx_ranges, library_domains, typed)
+    library_windows = union_windows(closed_library_calls(library.calls))
+    memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
+    scanned = (
+        _scan(export, strings, runtime, library_windows, memory, progress) if runtime is not None else _Scanned()
+    )
+    thread_names, name_warnings = _thread_names(export, strings, typed)
+    processes = _processes(export, typed)
+    session_start = _session_start(export, typed)
+    capture = _capture_settings(export, typed)
+    devices = read_devices(export, frame, typed, memory, capture)
+    diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
+    read_warnings = [
+        *name_warnings,
+        *_read_warnings(export, typed, memory, runtime, scanned, library.calls, thread_names),
+    ]
+    tables_used = {
+        "StringIds": strings.name,
+        **({"cuda_api": runtime.name} if runtime is not None else {}),
+        **({"nvtx": nvtx_table} if nvtx_table is not None else {}),
+        **library.tables,
+        **({"memory": memory.table} if memory.table is not None else {}),
+    }
+    return Trace(
+        export=export,
+        has_cuda_api=runtime is not None,
+        cuda_api_table=runtime.name if runtime is not None else None,
+        cuda_api_total=scanned.total,
+        cuda_api_span=scanned.span,
+        cuda_api_rows=scanned.rows,
+        scan_engine=scanned.engine,
+        nvtx_ranges=nvtx_ranges,
+        library_calls=library.calls,
+        library_windows=library_windows,
+        allocations=memory.allocations,
+        thread_names=thread_names,
+        processes=processes,
+        memory_span=memory.span,
+        session_start_utc_ns=session_start,
+        capture=capture,
+        tables_used=tables_used,
+        warnings=(*export.warnings, *diagnostic_warnings, *read_warnings),
+        capture_calls=scanned.capture_calls,
+        diagnostics=diagnostics,
+        capture_bounds=capture_bounds,
+        library_markers=library.markers,
+        unattributed_allocations=memory.unattributed,
+        shared_alloc_ids=scanned.shared_alloc_ids,
+        memory=memory,
+        memory_calls=scanned.memory_calls,
+        alloc_calls=scanned.alloc_calls,
+        devices=devices,
+    )
 
-    # --- NVTX ranges and library domains ------------------------------------------------------
+
+def _strings(export: ExportFile) -> Table:
+    """StringIds, checked: its two columns, and no id held by two rows."""
+    strings = export.table("StringIds")
+    assert strings is not None  # probe() guarantees it
+    _require(export.path, strings, "id", "value")
+    _refuse_repeated_ids(export, strings)
+    return strings
+
+
+def _nvtx_ranges(export: ExportFile, strings: Table, typed: Counter[str]) -> tuple[pl.DataFrame, str | None]:
+    """NVTX push/pop and start/end ranges (:data:`NVTX_SCHEMA`) with each one's domain name, and the
+    table read (None when the export has no usable NVTX_EVENTS)."""
+    conn = export.conn
     nvtx = export.table("NVTX_EVENTS")
     pushpop = _enum_id(export, "ENUM_NSYS_EVENT_TYPE", "NvtxPushPopRange", NVTX_PUSHPOP)
     startend = _enum_id(export, "ENUM_NSYS_EVENT_TYPE", "NvtxStartEndRange", NVTX_STARTEND)
     domain_create = _enum_id(export, "ENUM_NSYS_EVENT_TYPE", "NvtxDomainCreate", NVTX_DOMAIN_CREATE)
     domains = pl.DataFrame(schema={"gpid": pl.Int64, "domain_id": pl.Int64, "domain": pl.String})
-    if nvtx is not None and nvtx.has("start", "eventType", "globalTid"):
-        tables_used["nvtx"] = nvtx.name
+    if nvtx is None or not nvtx.has("start", "eventType", "globalTid"):
+        ranges, used = pl.DataFrame(schema=NVTX_SCHEMA), None
+    else:
+        used = nvtx.name
         src = nvtx_source(nvtx, strings)
         native_ranges = read_ranges(export, src, (pushpop, startend), typed)
-        nvtx_ranges = (
+        ranges = (
             native_ranges
             if native_ranges is not None
             else frame(
@@ -346,17 +409,34 @@ def _load(
                 mismatched=typed,
                 source=nvtx.name,
             ).select(global_pid(pl.col("gtid")).alias("gpid"), "domain_id", "domain")
-    else:
-        nvtx_ranges = pl.DataFrame(schema=NVTX_SCHEMA)
     # NVTX domain ids are per process: map (globalPid, domainId) -> domain name.
     domains = domains.unique(subset=["gpid", "domain_id"], keep="first", maintain_order=True)
-    nvtx_ranges = (
-        nvtx_ranges.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+    named = (
+        ranges.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
         .join(domains, on=["gpid", "domain_id"], how="left")
         .drop("gpid")
     )
+    return named, used
 
-    lib_parts = [
+
+@dataclass(frozen=True)
+class _LibraryCalls:
+    """The library calls (:attr:`Trace.library_calls`), the marker rows left out of them per table,
+    and the library tables read (``{library: table}``)."""
+
+    calls: pl.DataFrame
+    markers: dict[str, int]
+    tables: dict[str, str]
+
+
+def _library_calls(
+    export: ExportFile, strings: Table, nvtx_ranges: pl.DataFrame, library_domains: tuple[str, ...],
+    typed: Counter[str],
+) -> _LibraryCalls:
+    """The NVTX ranges in a library domain and the rows of CUBLAS_EVENTS / CUDNN_EVENTS (without
+    their start/finish markers), in one frame ordered by time, each with its ``lib_id``."""
+    conn = export.conn
+    parts = [
         nvtx_ranges.filter(pl.col("domain").is_in(list(library_domains))).select(
             pl.col("text").alias("api"),
             pl.col("domain").alias("library"),
@@ -366,22 +446,23 @@ def _load(
             "end_ns",
         )
     ]
-    library_markers: dict[str, int] = {}
+    markers: dict[str, int] = {}
+    tables: dict[str, str] = {}
     marker_classes = _marker_classes(export)
     for base, library in LIBRARY_TABLES.items():
         table = export.table(base)
         if table is None or not table.has("start", "end", "globalTid", "nameId"):
             continue
-        tables_used[library] = table.name
+        tables[library] = table.name
         marker_filter, marker_params = "", ()  # type: tuple[str, tuple[int, ...]]
         if table.has("eventClass"):
             marks = ", ".join("?" * len(marker_classes))
-            (library_markers[table.name],) = conn.execute(
+            (markers[table.name],) = conn.execute(
                 f"SELECT count(*) FROM {quote(table.name)} WHERE eventClass IN ({marks})", marker_classes
             ).fetchone()
             marker_filter = f"WHERE e.eventClass IS NULL OR e.eventClass NOT IN ({marks})"
             marker_params = marker_classes
-        lib_parts.append(
+        parts.append(
             frame(
                 conn,
                 f"""SELECT s.value, ?, ?, e.globalTid, e.start, e."end"
@@ -393,156 +474,193 @@ def _load(
                 source=table.name,
             )
         )
-    library_calls = (
-        pl.concat([p.cast(LIB_SCHEMA) for p in lib_parts])  # type: ignore[arg-type]
+    calls = (
+        pl.concat([p.cast(LIB_SCHEMA) for p in parts])  # type: ignore[arg-type]
         .sort(["start_ns", "gtid", "end_ns", "api", "source"], nulls_last=True)
         .with_row_index("lib_id")
         .with_columns(pl.col("lib_id").cast(pl.Int64))
     )
-    library_windows = union_windows(closed_library_calls(library_calls))
+    return _LibraryCalls(calls, markers, tables)
 
-    # --- Memory usage events (read once: the joins' bytes and the ledger) -------------------------
-    memory = read_memory(export, frame, typed, prefetch)
-    mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS") if memory.table is not None else None
-    if memory.table is not None:
-        tables_used["memory"] = memory.table
-    allocations, unattributed, memory_span, unsized = (
-        memory.allocations,
-        memory.unattributed,
-        memory.span,
-        memory.unsized,
+
+@dataclass(frozen=True)
+class _Scanned:
+    """What the CUDA API scan gave, its rows named (see :class:`Trace`); empty without a CUDA API table."""
+
+    rows: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
+    capture_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
+    memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
+    shared_alloc_ids: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
+    alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
+    total: int = 0
+    span: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=SPAN_SCHEMA))
+    engine: str = "none"
+    problems: dict[str, int] = field(default_factory=dict)
+    type_mismatch_rows: int = 0
+
+
+def _scan(
+    export: ExportFile,
+    strings: Table,
+    runtime: Table,
+    library_windows: pl.DataFrame,
+    memory: MemoryEvidence,
+    progress: Progress | None,
+) -> _Scanned:
+    """The CUDA API (runtime and driver) in one streaming pass, the rows it kept given their names."""
+    conn = export.conn
+    ids = [r[0] for r in conn.execute(f"SELECT id FROM {quote(strings.name)}")]
+    string_ids = pl.Series("id", ids, dtype=pl.Int64)
+    capture_ids = _capture_name_ids(conn, strings.name)
+    memory_call_ids = _memory_call_ids(conn, strings.name)
+    marked_ids = pl.concat([capture_ids, memory_call_ids]).unique().sort()
+    scanned = scan_cuda_api(
+        conn,
+        export.path,
+        runtime.name,
+        runtime.spelled(*SCAN_COLUMNS),  # START is start to SQLite: the scan finds it by that name
+        library_windows,
+        string_ids,
+        progress=progress,
+        marked_name_ids=marked_ids,
+        # Every memory event's (process, correlation id): who made it, and whether it is shared
+        # (repeats included: the scan takes each key once).
+        alloc_keys=memory.events.select("gpid", "correlation_id").filter(
+            pl.col("correlation_id").fill_null(0) != 0
+        ),
     )
-
-    # --- CUDA API (runtime + driver): one streaming pass ------------------------------------------
-    if runtime is not None:
-        ids = [r[0] for r in conn.execute(f"SELECT id FROM {quote(strings.name)}")]
-        string_ids = pl.Series("id", ids, dtype=pl.Int64)
-        capture_ids = _capture_name_ids(conn, strings.name)
-        memory_call_ids = _memory_call_ids(conn, strings.name)
-        marked_ids = pl.concat([capture_ids, memory_call_ids]).unique().sort()
-        scanned = scan_cuda_api(
-            conn,
-            path,
-            runtime.name,
-            runtime.spelled(*SCAN_COLUMNS),  # START is start to SQLite: the scan finds it by that name
-            library_windows,
-            string_ids,
-            progress=progress,
-            marked_name_ids=marked_ids,
-            # Every memory event's (process, correlation id): who made it, and whether it is shared
-            # (repeats included: the scan takes each key once).
-            alloc_keys=memory.events.select("gpid", "correlation_id").filter(
-                pl.col("correlation_id").fill_null(0) != 0
-            ),
-        )
-        wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
-        names = _string_values(conn, strings.name, wanted.to_list())
-        cuda_api_rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
-        marked = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
-        capture_calls = marked.filter(pl.col("name_id").is_in(capture_ids.implode()))
-        memory_calls = marked.filter(pl.col("name_id").is_in(memory_call_ids.implode()))
-        cuda_api_total, cuda_api_span, scan_engine = scanned.total, scanned.span, scanned.engine
-        scan_problems, mismatched = scanned.problems, scanned.type_mismatch_rows
-        shared_alloc_ids = scanned.alloc_rows.filter(pl.col("rows") > 1).join(
-            allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
-        )
-        # The one API call behind each allocation event's (process, correlation id), where it is one.
-        sole = scanned.alloc_rows.filter(pl.col("rows") == 1)
-        alloc_calls = sole.join(
+    wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
+    names = _string_values(conn, strings.name, wanted.to_list())
+    marked = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
+    # The one API call behind each allocation event's (process, correlation id), where it is one.
+    sole = scanned.alloc_rows.filter(pl.col("rows") == 1)
+    return _Scanned(
+        rows=scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA)),
+        capture_calls=marked.filter(pl.col("name_id").is_in(capture_ids.implode())),
+        memory_calls=marked.filter(pl.col("name_id").is_in(memory_call_ids.implode())),
+        shared_alloc_ids=scanned.alloc_rows.filter(pl.col("rows") > 1).join(
+            memory.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
+        ),
+        alloc_calls=sole.join(
             _string_values(conn, strings.name, sole["name_id"].drop_nulls().unique().to_list()),
             on="name_id",
             how="left",
-        ).select("gpid", "correlation_id", "api")
-    else:
-        cuda_api_rows = pl.DataFrame(schema=CALL_SCHEMA)
-        capture_calls = pl.DataFrame(schema=CALL_SCHEMA)
-        memory_calls = pl.DataFrame(schema=CALL_SCHEMA)
-        shared_alloc_ids = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
-        alloc_calls = pl.DataFrame(schema=ALLOC_CALL_SCHEMA)
-        cuda_api_total, cuda_api_span, scan_engine = 0, pl.DataFrame(schema=SPAN_SCHEMA), "none"
-        scan_problems, mismatched = {}, 0
+        ).select("gpid", "correlation_id", "api"),
+        total=scanned.total,
+        span=scanned.span,
+        engine=scanned.engine,
+        problems=scanned.problems,
+        type_mismatch_rows=scanned.type_mismatch_rows,
+    )
 
-    # --- Names ----------------------------------------------------------------------------------
+
+def _thread_names(
+    export: ExportFile, strings: Table, typed: Counter[str]
+) -> tuple[pl.DataFrame, list[ReportWarning]]:
+    """``gtid, thread_name`` from ThreadNames, and a warning for names whose string is missing."""
+    conn = export.conn
     tn = export.table("ThreadNames")
-    if tn is not None and tn.has("nameId", "globalTid"):
-        thread_names = frame(
-            conn,
-            f"""SELECT t.globalTid, s.value FROM {quote(tn.name)} AS t
-                LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId ORDER BY t.rowid""",
-            {"gtid": pl.Int64, "thread_name": pl.String},
-            mismatched=typed,
-            source=tn.name,
-        )
-        (unnamed,) = conn.execute(
-            f"""SELECT count(*) FROM {quote(tn.name)} AS t LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId
-                WHERE t.nameId IS NOT NULL AND s.id IS NULL"""
-        ).fetchone()
-        if unnamed:
-            read_warnings.append(
-                {
-                    "kind": "dangling_thread_name",
-                    "count": unnamed,
-                    "message": f"{tn.name} rows whose nameId has no StringIds row: those threads' names are unknown",
-                }
-            )
-    else:
-        thread_names = pl.DataFrame(schema={"gtid": pl.Int64, "thread_name": pl.String})
+    if tn is None or not tn.has("nameId", "globalTid"):
+        return pl.DataFrame(schema={"gtid": pl.Int64, "thread_name": pl.String}), []
+    names = frame(
+        conn,
+        f"""SELECT t.globalTid, s.value FROM {quote(tn.name)} AS t
+            LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId ORDER BY t.rowid""",
+        {"gtid": pl.Int64, "thread_name": pl.String},
+        mismatched=typed,
+        source=tn.name,
+    )
+    (unnamed,) = conn.execute(
+        f"""SELECT count(*) FROM {quote(tn.name)} AS t LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId
+            WHERE t.nameId IS NOT NULL AND s.id IS NULL"""
+    ).fetchone()
+    if not unnamed:
+        return names, []
+    return names, [
+        {
+            "kind": "dangling_thread_name",
+            "count": unnamed,
+            "message": f"{tn.name} rows whose nameId has no StringIds row: those threads' names are unknown",
+        }
+    ]
+
+
+def _processes(export: ExportFile, typed: Counter[str]) -> pl.DataFrame:
+    """``pid, gpid, process_name`` from PROCESSES."""
     pt = export.table("PROCESSES")
-    if pt is not None and pt.has("globalPid", "pid", "name"):
-        processes = frame(
-            conn,
-            f"SELECT pid, globalPid, name FROM {quote(pt.name)} ORDER BY globalPid",
-            {"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String},
-            mismatched=typed,
-            source=pt.name,
-        )
-    else:
-        processes = pl.DataFrame(schema={"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String})
+    if pt is None or not pt.has("globalPid", "pid", "name"):
+        return pl.DataFrame(schema={"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String})
+    return frame(
+        export.conn,
+        f"SELECT pid, globalPid, name FROM {quote(pt.name)} ORDER BY globalPid",
+        {"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String},
+        mismatched=typed,
+        source=pt.name,
+    )
 
+
+def _session_start(export: ExportFile, typed: Counter[str]) -> int | None:
+    """The session's start in UTC nanoseconds (TARGET_INFO_SESSION_START_TIME), None when unknown."""
     session = export.table("TARGET_INFO_SESSION_START_TIME")
-    session_start = None
-    if session is not None and session.has("utcEpochNs"):
-        row = conn.execute(f"SELECT utcEpochNs FROM {quote(session.name)} LIMIT 1").fetchone()
-        if row and row[0] is not None:
-            if type(row[0]) is int and -(1 << 63) <= row[0] < (1 << 63):
-                session_start = row[0]
-            else:
-                typed[session.name] += 1
+    if session is None or not session.has("utcEpochNs"):
+        return None
+    row = export.conn.execute(f"SELECT utcEpochNs FROM {quote(session.name)} LIMIT 1").fetchone()
+    if not row or row[0] is None:
+        return None
+    if type(row[0]) is int and -(1 << 63) <= row[0] < (1 << 63):
+        return int(row[0])
+    typed[session.name] += 1
+    return None
 
+
+def _capture_settings(export: ExportFile, typed: Counter[str]) -> dict[str, list[str]]:
+    """META_DATA_CAPTURE's settings: each name's values, in the export's order."""
     capture: dict[str, list[str]] = {}
     cap = export.table("META_DATA_CAPTURE")
     if cap is not None and cap.has("name", "value"):
-        for key, value in conn.execute(f"SELECT name, value FROM {quote(cap.name)} ORDER BY rowid"):
+        for key, value in export.conn.execute(f"SELECT name, value FROM {quote(cap.name)} ORDER BY rowid"):
             if isinstance(key, str) and isinstance(value, str):
                 capture.setdefault(key, []).append(value)
             else:
                 typed[cap.name] += 1
+    return capture
 
-    devices = read_devices(export, frame, typed, memory, capture)
-    diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
 
-    for table_name, count in sorted(typed.items()):
-        read_warnings.append(
-            warning(
-                "type_mismatch",
-                count,
-                f"{table_name}: values whose type contradicts their column (text in an integer column, an integer "
-                "over 64 bits, a blob where text belongs): read as unknown (NULL), never converted",
-            )
+def _read_warnings(
+    export: ExportFile,
+    typed: Counter[str],
+    memory: MemoryEvidence,
+    runtime: Table | None,
+    scanned: _Scanned,
+    library_calls: pl.DataFrame,
+    thread_names: pl.DataFrame,
+) -> list[ReportWarning]:
+    """What reading found partly unusable: values of the wrong type, allocations of unknown size, the
+    scan's integrity counts, broken library calls and names, text that is not UTF-8."""
+    out = [
+        warning(
+            "type_mismatch",
+            count,
+            f"{table_name}: values whose type contradicts their column (text in an integer column, an integer "
+            "over 64 bits, a blob where text belongs): read as unknown (NULL), never converted",
         )
-    if unsized:
-        read_warnings.append(
+        for table_name, count in sorted(typed.items())
+    ]
+    if memory.unsized:
+        mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS") if memory.table is not None else None
+        out.append(
             warning(
                 "allocation_size_unknown",
-                unsized,
+                memory.unsized,
                 f"{mem.name if mem is not None else 'memory'}: allocation events whose bytes are NULL or not an "
                 "integer (a NOT NULL integer column): the sizes of their calls are unknown (null), never a partial sum",
             )
         )
-    read_warnings += _cuda_api_warnings(runtime.name if runtime is not None else None, scan_problems, mismatched)
-    read_warnings += _integrity_warnings(library_calls, thread_names, allocations)
-    if export.text.invalid:  # counted by the connection's text decoder while the tables above were read
-        read_warnings.append(
+    out += _cuda_api_warnings(runtime.name if runtime is not None else None, scanned.problems,
+                              scanned.type_mismatch_rows)
+    out += _integrity_warnings(library_calls, thread_names, memory.allocations)
+    if export.text.invalid:  # counted by the connection's text decoder while the tables were read
+        out.append(
             warning(
                 "invalid_utf8_text",
                 export.text.invalid,
@@ -550,36 +668,7 @@ def _load(
                 "replacement characters where the bytes could not be decoded",
             )
         )
-    return Trace(
-        export=export,
-        has_cuda_api=runtime is not None,
-        cuda_api_table=runtime.name if runtime is not None else None,
-        cuda_api_total=cuda_api_total,
-        cuda_api_span=cuda_api_span,
-        cuda_api_rows=cuda_api_rows,
-        scan_engine=scan_engine,
-        nvtx_ranges=nvtx_ranges,
-        library_calls=library_calls,
-        library_windows=library_windows,
-        allocations=allocations,
-        thread_names=thread_names,
-        processes=processes,
-        memory_span=memory_span,
-        session_start_utc_ns=session_start,
-        capture=capture,
-        tables_used=tables_used,
-        warnings=(*export.warnings, *diagnostic_warnings, *read_warnings),
-        capture_calls=capture_calls,
-        diagnostics=diagnostics,
-        capture_bounds=capture_bounds,
-        library_markers=library_markers,
-        unattributed_allocations=unattributed,
-        shared_alloc_ids=shared_alloc_ids,
-        memory=memory,
-        memory_calls=memory_calls,
-        alloc_calls=alloc_calls,
-        devices=devices,
-    )
+    return out
 
 
 def _integrity_warnings(

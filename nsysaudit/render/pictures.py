@@ -22,7 +22,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import secrets
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from nsysaudit.core.errors import BadOption, PictureNotWritable
+from nsysaudit.core.files import write_atomic
 from nsysaudit.core.text import escape, size_word
 from nsysaudit.reports.timeline import Timeline, View, notes_of
 
@@ -612,16 +612,8 @@ def save(timelines: Sequence[Timeline], out: str | os.PathLike[str]) -> int:
     target = check_picture_out(out)
     fmt = picture_format(target)
     data = render(timelines, (fmt,))[fmt]
-    tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
     try:
-        with open(tmp, "xb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException as exc:
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise PictureNotWritable(target, exc.strerror or str(exc)) from None
-        raise
+        write_atomic(target, data)
+    except OSError as exc:
+        raise PictureNotWritable(target, exc.strerror or str(exc)) from None
     return len(data)

@@ -22,6 +22,7 @@ from nsysaudit.analysis.run import TELEMETRY_POINTS_RULE
 from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.core.errors import ReportWarning
+from nsysaudit.core.ids import pid_bits, pid_of, tid_bits
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.answer import MAX_CENSORED, answer
@@ -260,8 +261,8 @@ def _findings(analysis: Analysis) -> list[Finding]:
             g = capture["gtid"]
             finding["stream_capture"] = {
                 **capture,
-                "pid": (g >> 24) & 0xFFFFFF if g is not None else None,
-                "tid": g & 0xFFFFFF if g is not None else None,
+                "pid": pid_bits(g) if g is not None else None,
+                "tid": tid_bits(g) if g is not None else None,
                 "global_tid": g,
                 "thread_name": thread_names.get(g),
                 "event_records_count": len(capture["event_records"]),
@@ -352,7 +353,7 @@ def _coverage(analysis: Analysis) -> dict[str, Any]:
                     "category": d["category"],
                     "library": d["library"],
                     "global_pid": gpid,
-                    "pid": (gpid >> 24) & 0xFFFFFF if gpid is not None and gpid >= 0 else None,
+                    "pid": pid_of(gpid),
                 }
             )
     return {

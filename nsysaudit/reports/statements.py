@@ -195,11 +195,6 @@ def when(pos: Position | None) -> str:
     return f", {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 
-def gigabytes(n: int | None) -> str:
-    """Bytes as exact digits and a binary unit, as the terminal shows them: ``16,777,216 B (16.0 MiB)``."""
-    return "unknown" if n is None else byte_size(n)
-
-
 def moment_words(point: MemoryPoint) -> str:
     """A ledger point's moment in words: "the failure", "cublasCreate_v2's start", "telemetry line 4 (handoff)"."""
     kind, label = point["point"], point["label"]

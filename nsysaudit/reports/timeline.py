@@ -40,6 +40,7 @@ import polars as pl
 
 from nsysaudit.core.codes import display_name, is_allocation_api, return_name
 from nsysaudit.core.errors import BadOption
+from nsysaudit.core.ids import pid_bits, tid_bits
 from nsysaudit.core.paths import basename
 from nsysaudit.reports.analysis import AnalysisResult
 
@@ -239,14 +240,6 @@ def parse_around(text: str) -> tuple[Literal["finding", "time"], int]:
 # --- reading the result ------------------------------------------------------------------------
 
 
-def _pid(gtid: int) -> int:
-    return (gtid >> 24) & 0xFFFFFF
-
-
-def _tid(gtid: int) -> int:
-    return gtid & 0xFFFFFF
-
-
 def _usable(frame: pl.DataFrame, *cols: str) -> pl.DataFrame:
     return frame.drop_nulls([c for c in cols if c in frame.columns])
 
@@ -299,7 +292,7 @@ def _focus(
         row = failed.sort(["start_ns", "gtid"]).row(0, named=True)
         end = row["end_ns"] if row["end_ns"] is not None else row["start_ns"]
         name = display_name(row["api"]) if row["api"] is not None else "unknown api"
-        return _Focus(row["start_ns"], end, row["gtid"], _pid(row["gtid"]), None,
+        return _Focus(row["start_ns"], end, row["gtid"], pid_bits(row["gtid"]), None,
                       f"the first failed CUDA call ({name})", row["correlation_id"])
     lo, hi = _capture_span(result)
     return _Focus(lo, hi, None, None, None, "nothing to focus on (nothing failed, no library call): the whole capture",
@@ -443,13 +436,15 @@ def _lanes(
     for b in _boundary_lines(result, None, None):
         if lo <= b.trace_ns <= hi:  # the thread that wrote the line, when the trace knows it
             for g in known:
-                if _pid(g) == b.pid and _tid(g) == b.tid:
+                if pid_bits(g) == b.pid and tid_bits(g) == b.tid:
                     wanted.setdefault(g, 4)
-    chosen = sorted(wanted, key=lambda g: (wanted[g], _pid(g), _tid(g) != _pid(g), _tid(g), g))[:MAX_LANES]
+    chosen = sorted(
+        wanted, key=lambda g: (wanted[g], pid_bits(g), tid_bits(g) != pid_bits(g), tid_bits(g), g)
+    )[:MAX_LANES]
     notes = []
     if len(wanted) > MAX_LANES:
         notes.append(f"{len(wanted) - MAX_LANES} more thread(s) with something in the window are not shown")
-    lanes = [Lane(g, _pid(g), _tid(g), names.get(g)) for g in chosen]
+    lanes = [Lane(g, pid_bits(g), tid_bits(g), names.get(g)) for g in chosen]
     lanes.sort(key=lambda lane: (lane.pid, not lane.main, lane.tid, lane.gtid))
     return lanes, notes
 

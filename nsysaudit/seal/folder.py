@@ -60,6 +60,7 @@ from typing import Any
 
 from nsysaudit.core.digests import sha256_bytes
 from nsysaudit.core.errors import CheckFailed, OutputExists, OutputNotWritable
+from nsysaudit.core.files import write_atomic
 from nsysaudit.core.progress import Progress
 from nsysaudit.read.telemetry import TelemetryOptions
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
@@ -75,14 +76,14 @@ from nsysaudit.seal.layout import (
 )
 from nsysaudit.seal.recipe import (
     Recipe,
-    _metadata,
     build,
     sealed_domains,
+    sealed_metadata,
 )
 from nsysaudit.seal.verify import (
-    _check_files,
-    _check_kind,
-    _metadata_of,
+    check_files,
+    check_kind,
+    metadata_of,
     older_folder_problems,
 )
 
@@ -187,9 +188,9 @@ def _not_sealed(target: Path) -> str | None:
         if older is not None:  # sealed by an earlier nsysaudit: replaced when intact by its own manifests
             problems = older
         else:
-            problems = _check_files(target)
+            problems = check_files(target)
             if not problems:
-                _check_kind(target, _metadata_of(target))
+                check_kind(target, metadata_of(target))
     except CheckFailed as exc:
         problems = [str(exc)]
     return f"verify fails: {problems[0]}" if problems else None
@@ -218,13 +219,6 @@ def _fresh_dir(parent: Path, stem: str) -> Path:
         except FileExistsError:
             continue
         return candidate
-
-
-def _write(path: Path, data: bytes) -> None:
-    with open(path, "xb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def _replace(tmp: Path, target: Path, replacing: tuple[int, int] | None) -> None:
@@ -288,13 +282,13 @@ def write_sealed(
         raise OutputNotWritable(target, exc.strerror or str(exc)) from None
     try:
         for name in sorted(files):
-            _write(tmp / name, files[name])
+            write_atomic(tmp / name, files[name])
         manifest = manifest_text({name: sha256_bytes(data) for name, data in files.items()})
         meta = indented(metadata)
-        _write(tmp / MANIFEST, manifest)
-        _write(tmp / METADATA, meta)
+        write_atomic(tmp / MANIFEST, manifest)
+        write_atomic(tmp / METADATA, meta)
         tags = manifest_text({MANIFEST: sha256_bytes(manifest), METADATA: sha256_bytes(meta)})
-        _write(tmp / TAGMANIFEST, tags)
+        write_atomic(tmp / TAGMANIFEST, tags)
         # Checked here, complete folder in hand: DIR may have appeared or changed since seal() checked it.
         replacing = check_out(target, force=force, inputs=inputs)
         _replace(tmp, target, replacing)
@@ -321,7 +315,8 @@ def seal(
     inputs = [path for _, path in recipe.inputs]
     check_out(out, force=force, inputs=inputs)  # fail before the (possibly long) analysis
     built = build(recipe, nsys_path=nsys_path, progress=progress)
-    folder, sealed, names = write_sealed(out, built.files, _metadata(built, _out_path(out)), force=force, inputs=inputs)
+    metadata = sealed_metadata(built, _out_path(out))
+    folder, sealed, names = write_sealed(out, built.files, metadata, force=force, inputs=inputs)
     return Sealed(folder, sealed, names, built.document, built.results)
 
 

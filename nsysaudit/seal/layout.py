@@ -38,7 +38,7 @@ def picture_name(arm: str | None) -> str:
     return "timeline.svg" if arm is None else f"timeline-{arm}.svg"
 
 
-_LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
+MANIFEST_LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
 
 
 def manifest_text(digests: Mapping[str, str]) -> bytes:

@@ -363,7 +363,7 @@ def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
-def _versions() -> dict[str, Any]:
+def tool_versions() -> dict[str, Any]:
     import polars
 
     from nsysaudit._version import __version__
@@ -391,7 +391,7 @@ def engines(built: Built) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
+def sealed_metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
     arms = {}
     for role, result in sorted(built.results.items()):
         info = result.input
@@ -403,7 +403,7 @@ def _metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
         "format": SEAL_FORMAT,
         "seal": f"sha256 of {TAGMANIFEST}",
         "report": {"kind": built.recipe.kind, "format": built.document.get("format")},
-        "versions": _versions(),
+        "versions": tool_versions(),
         "nsys": arms,
         "engines": engines(built),
         "command": _command(built.recipe, out),
@@ -430,8 +430,8 @@ def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*DEFAULT_LIBRARY_DOMAINS, *domains]))
 
 
-def _recipe_from(meta: Mapping[str, Any], paths: Mapping[str, str]) -> Recipe:
-    """The recipe metadata.json records (already checked by :func:`_metadata_of`)."""
+def recipe_from(meta: Mapping[str, Any], paths: Mapping[str, str]) -> Recipe:
+    """The recipe metadata.json records (already checked by :func:`metadata_of`)."""
     spec = meta["recipe"]
     options = spec["options"]
     return Recipe(

@@ -14,9 +14,9 @@ from typing import Any
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
 from nsysaudit.seal.layout import (
-    _LINE,
     INPUTS,
     MANIFEST,
+    MANIFEST_LINE,
     METADATA,
     PICTURES,
     SEAL_FORMAT,
@@ -28,12 +28,12 @@ from nsysaudit.seal.layout import (
     payload,
 )
 from nsysaudit.seal.recipe import (
-    _recipe_from,
-    _versions,
     build,
     engines,
     input_file,
+    recipe_from,
     telemetry_options_from,
+    tool_versions,
 )
 
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
@@ -79,7 +79,7 @@ def parse_manifest(path: Path, data: bytes) -> dict[str, str]:
         raise CheckFailed(f"{path}: does not end with a newline (changed or truncated)")
     entries: dict[str, str] = {}
     for number, line in enumerate(text[:-1].split("\n"), start=1):
-        m = _LINE.match(line)
+        m = MANIFEST_LINE.match(line)
         if m is None:
             raise CheckFailed(f"{path}: line {number} is not '<sha256>  <file>' (changed)")
         digest, name = m.groups()
@@ -137,15 +137,15 @@ def verify(
     if not (root / MANIFEST).exists() and not (root / MANIFEST).is_symlink():
         raise UnusableInput(root, f"no {MANIFEST}: not a sealed nsysaudit report folder")
     _refuse_older_format(root)
-    problems = _check_files(root)
+    problems = check_files(root)
     digest = sha256_file(root / TAGMANIFEST) if (root / TAGMANIFEST).is_file() else "none"
     if expected_seal is not None and expected_seal.lower().removeprefix("sha256:") != digest:
         problems.append(f"{TAGMANIFEST}: its sha256 {digest} is not the expected seal {expected_seal}")
     if problems:
         raise CheckFailed(f"{root}: verification failed: " + "; ".join(problems))
-    meta = _metadata_of(root)
+    meta = metadata_of(root)
     _check_inputs_listing(root, meta)
-    kind = _check_kind(root, meta)
+    kind = check_kind(root, meta)
     files = tuple(sorted([*payload(kind), *TAG_FILES, TAGMANIFEST]))
     if inputs is None:
         return Verification(root, digest, files)
@@ -160,14 +160,14 @@ def verify(
                 f"{rec['size_bytes']:,} bytes)"
             )
         checked.append({**rec, "path": os.fspath(path)})
-    recipe = _recipe_from(meta, {rec["role"]: os.fspath(path) for rec, path in given})
+    recipe = recipe_from(meta, {rec["role"]: os.fspath(path) for rec, path in given})
     rebuilt = build(recipe, nsys_path=nsys_path)
     for name in payload(kind):
         old = (root / name).read_bytes()
         new = rebuilt.files[name]
         if old != new:
             sealed_with = meta["versions"]
-            now = _versions()
+            now = tool_versions()
             changed = [
                 f"{k} {sealed_with.get(k)} -> {now.get(k)}"
                 for k in ("nsysaudit", "polars", "sqlite", "python", "matplotlib")
@@ -243,7 +243,7 @@ def older_folder_problems(root: Path) -> list[str] | None:
     return problems
 
 
-def _check_kind(root: Path, meta: Mapping[str, Any]) -> ReportKind:
+def check_kind(root: Path, meta: Mapping[str, Any]) -> ReportKind:
     """The report's kind as ``metadata.json`` records it; the manifest must list that kind's payload."""
     kind: ReportKind = meta["recipe"]["kind"]
     if set(_read_manifest(root, MANIFEST)) != set(payload(kind)):
@@ -251,7 +251,7 @@ def _check_kind(root: Path, meta: Mapping[str, Any]) -> ReportKind:
     return kind
 
 
-def _check_files(root: Path) -> list[str]:
+def check_files(root: Path) -> list[str]:
     """Every problem with the folder's files: missing, changed, extra, or listed where they do not belong.
 
     A manifest that lists anything but its own files is refused even when the listed file's
@@ -295,7 +295,7 @@ def _check_files(root: Path) -> list[str]:
 _KINDS = ("sqlite", "nsys-rep", "telemetry")
 
 
-def _metadata_of(root: Path) -> dict[str, Any]:
+def metadata_of(root: Path) -> dict[str, Any]:
     """``metadata.json``, checked for every key and type ``verify`` uses: anything else is a
     tampered folder, a failed check (exit 1), never a traceback."""
     path = root / METADATA
