@@ -16,7 +16,7 @@ import pytest
 from builder import Call, Export, LibCall
 from conftest import H200, H200_2025, PUBLIC, unprivileged
 from scenarios import PID, WORKER, observe_nested_failure
-from test_hostile import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
+from test_hostile_input import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
 
 import nsysaudit
 from nsysaudit import seal

@@ -17,7 +17,7 @@ import pytest
 from conftest import H200, needs_native
 from nsys_tool import find_nsys, requires_nsys
 from scenarios import observe_nested_failure, release_three_allocations
-from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, profiled once for this module)
+from test_reading_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, profiled once for this module)
 
 from nsysaudit import seal
 from nsysaudit.cli import main

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import H200_2025, unprivileged
-from test_hostile import OBSERVE, UNUSABLE, assert_one_line_error, folder_state
+from test_hostile_input import OBSERVE, UNUSABLE, assert_one_line_error, folder_state
 
 from nsysaudit.cli import main
 

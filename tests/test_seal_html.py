@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import H200_2025
-from test_hostile import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
+from test_hostile_input import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
 from test_seal import reseal_tags, sha
 
 from nsysaudit import seal

@@ -1,7 +1,7 @@
 """The native scan's page reader (native/scan.c, ``reduce_pages``): it reads the CUDA API table's
 b-tree pages itself, and hands SQLite the whole range wherever it is not sure. Whatever the
 table, the page size, the damage, the answer is the one SQLite's own reading of every row gives.
-(Whether a table is damaged is SQLite's quick_check's to say, for every engine: tests/test_damage.py.)"""
+(Whether a table is damaged is SQLite's quick_check's to say, for every engine: tests/test_hostile_damage.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 import pytest
 from conftest import NEEDS_NATIVE
-from test_scan import RUNTIME, assert_same_scan, selected
+from test_reading_scan import RUNTIME, assert_same_scan, selected
 
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read import damage, native, scan
