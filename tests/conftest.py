@@ -1,30 +1,58 @@
-"""Shared test fixtures: paths to the bundled real captures and a builder-backed factory."""
+"""What the tests share: the bundled captures' paths, the markers, the builder-backed factory, the
+CLI run in-process, the evidence helpers, the hostile trace texts, and the read-only folder.
+
+Markers (registered in pyproject.toml, ``--strict-markers``):
+
+* ``slow``: fuzzing, benchmark runs and exhaustive sweeps; ``make test-fast`` leaves them out,
+  ``make test`` runs them.
+* :data:`needs_native`: a test of the native engine itself (run with it on; skipped only where it
+  is not built and the run does not require it).
+* :data:`requires_nsys`: a test of the real nsys CLI (skipped where it is not installed).
+"""
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import random
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import polars as pl
 import pytest
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))
 
-from builder import Export, build_export  # noqa: E402
+from builder import Export, LibCall, build_export  # noqa: E402
+from scenarios import PID, WORKER, observe_nested_failure  # noqa: E402
 
-from nsysaudit.read import native  # noqa: E402
+from nsysaudit.cli import main  # noqa: E402
+from nsysaudit.read import native, scan  # noqa: E402
+from nsysaudit.read.source import probe  # noqa: E402
+from nsysaudit.read.trace import load  # noqa: E402
 from nsysaudit.seal.recipe import ENGINE_KEYS  # noqa: E402
 
+# --- the bundled captures ------------------------------------------------------------------------
+
+REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 H200 = FIXTURES / "h200-cuda13-nsys2023.4"
 H200_2025 = FIXTURES / "h200-cuda13-nsys2025.3"
 PUBLIC = FIXTURES / "public"
+OBSERVE = H200 / "observe.sqlite"  # the nsys 2023.4 H200 capture's observe arm
+TORCH = H200_2025 / "torch"  # the nsys 2025.3 H200 capture: observe and release arms, telemetry
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+
+
+# --- markers: the native engine, the real nsys CLI -----------------------------------------------
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,22 +65,101 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def native_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The native engine on for this test, whatever NSYSAUDIT_NATIVE the run has (CI runs once with 0)."""
+    """The native engine on for this test, whatever NSYSAUDIT_NATIVE the run has (CI runs once with 0);
+    the test is skipped where the extension is not built (``pytest_configure`` makes that an error
+    where the run requires it)."""
+    missing = native.installed()
+    if missing is not None:
+        pytest.skip(f"the native extension is {missing}")
     monkeypatch.setenv("NSYSAUDIT_NATIVE", "1")
 
 
-# Tests of the native engine itself: run with it on; skipped only where it is not built and the
-# run does not require it (outside make test and CI).
-NEEDS_NATIVE = [
-    pytest.mark.skipif(native.installed() is not None, reason=f"the native extension is {native.installed()}"),
-    pytest.mark.usefixtures("native_on"),
-]
+# Tests of the native engine itself, as a decorator or a module's ``pytestmark``. A fixture named by
+# usefixtures is set up after the autouse ones, so a module's own engine choice cannot undo it.
+needs_native = pytest.mark.usefixtures("native_on")
+
+DEFAULT_NSYS = REPO.resolve() / ".tools" / "nsys" / "target-linux-x64" / "nsys"
 
 
-def needs_native(test: Callable[..., object]) -> Callable[..., object]:
-    for mark in reversed(NEEDS_NATIVE):
-        test = mark(test)
-    return test
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_nsys() -> str | None:
+    """Path of the nsys CLI: $NSYSAUDIT_NSYS, else the private install, else PATH.
+
+    An explicit $NSYSAUDIT_NSYS is returned as given (a wrong one should fail loudly, not skip).
+    The private install is `$NSYSAUDIT_TOOLS/target-linux-x64/nsys` when that is set, then
+    `<repo>/.tools/nsys/target-linux-x64/nsys` (where scripts/install-nsys.sh puts it).
+    """
+    env = os.environ.get("NSYSAUDIT_NSYS")
+    if env:
+        return env
+    tools = os.environ.get("NSYSAUDIT_TOOLS")
+    candidates = [Path(tools) / "target-linux-x64" / "nsys"] if tools else []
+    candidates.append(DEFAULT_NSYS)
+    for candidate in candidates:
+        if _is_executable(candidate):
+            return str(candidate)
+    return shutil.which("nsys")
+
+
+# Tests of the real nsys CLI: `scripts/install-nsys.sh` installs it into `<repo>/.tools/nsys`.
+requires_nsys = pytest.mark.skipif(
+    find_nsys() is None,
+    reason="real nsys CLI not installed: run `make nsys` (scripts/install-nsys.sh)",
+)
+
+NSYS_WORKLOAD = """
+import time
+total = 0
+for i in range(200000):
+    total += i * i
+time.sleep(0.05)
+print(total)
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real report made here by `nsys profile` of a CPU-only Python program."""
+    nsys = find_nsys()
+    if nsys is None:
+        pytest.skip("real nsys CLI not installed: run `make nsys` (scripts/install-nsys.sh)")
+    work = tmp_path_factory.mktemp("profile")
+    script = work / "workload.py"
+    script.write_text(NSYS_WORKLOAD)
+    out = work / "cpu"
+    proc = subprocess.run(
+        [
+            nsys,
+            "profile",
+            "-t",
+            "nvtx,osrt",
+            "-s",
+            "none",
+            "--cpuctxsw=none",
+            "-o",
+            str(out),
+            sys.executable,
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=work,
+        stdin=subprocess.DEVNULL,
+    )
+    report = out.with_suffix(".nsys-rep")
+    assert proc.returncode == 0 and report.is_file(), proc.stderr[-2000:]
+    # Keep only the report in its own folder, so "nothing written beside it" can be checked.
+    evidence = tmp_path_factory.mktemp("evidence") / "cpu.nsys-rep"
+    evidence.write_bytes(report.read_bytes())
+    return evidence
+
+
+# --- exports built from a description, the cache kept apart --------------------------------------
 
 
 @pytest.fixture
@@ -70,6 +177,160 @@ def make_export(tmp_path: Path) -> Callable[..., Path]:
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep every test's .nsys-rep export cache out of the user's real cache folder."""
     monkeypatch.setenv("NSYSAUDIT_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+# --- the CLI in this process ---------------------------------------------------------------------
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    """``nsysaudit ARGS`` through the CLI's ``main``: its exit code, stdout and stderr."""
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line_error(code: int, err: str, path: Path, problem: str) -> None:
+    assert code == 2, err
+    assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
+    assert str(path) in err, err
+    assert problem in err, err
+    assert "Traceback" not in err
+
+
+def warning_counts(doc: dict[str, Any]) -> dict[str, int]:
+    """An analysis document's warnings, as a count per kind (each warning checked well-formed)."""
+    out: dict[str, int] = {}
+    for w in doc["warnings"]:
+        assert set(w) >= {"kind", "count", "message"} and w["count"] > 0 and w["message"]
+        out[w["kind"]] = out.get(w["kind"], 0) + w["count"]
+    return out
+
+
+# --- evidence: a folder of inputs, and its state --------------------------------------------------
+
+
+@pytest.fixture
+def evidence(tmp_path: Path) -> Path:
+    """An evidence folder of its own (nothing else is written into it by the tests)."""
+    folder = tmp_path / "evidence"
+    folder.mkdir()
+    return folder
+
+
+def copy_in(folder: Path, source: Path, name: str | None = None) -> Path:
+    target = folder / (name or source.name)
+    shutil.copyfile(source, target)
+    return target
+
+
+def folder_state(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (relative path) with its SHA-256: the evidence as it stands."""
+    state = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            state[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            state[str(path.relative_to(folder)) + "/"] = "dir"
+    return state
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def reseal_tags(bag: Path) -> None:
+    """Rewrite the tag manifest so that it matches a changed manifest (a consistent forgery)."""
+    (bag / "tagmanifest-sha256.txt").write_text(
+        f"{sha(bag / 'manifest-sha256.txt')}  manifest-sha256.txt\n{sha(bag / 'metadata.json')}  metadata.json\n"
+    )
+
+
+# --- hostile input: bytes that are not an export, text that is not plain -------------------------
+
+# Files that are not a usable export: (content, the problem the one error line names)
+UNUSABLE: dict[str, tuple[bytes, str]] = {
+    "empty": (b"", "empty file"),
+    "random-bytes": (random.Random(6).randbytes(64 * 1024), "not a SQLite database"),
+    "text": (b"this is not a trace\n" * 50, "not a SQLite database"),
+    "header-only": (OBSERVE.read_bytes()[:100], "truncated SQLite file"),
+    "magic-only": (b"SQLite format 3\x00", "not a SQLite database"),
+    "bad-page-size": (OBSERVE.read_bytes()[:16] + b"\x00\x03" + OBSERVE.read_bytes()[18:4096], "page size 3"),
+}
+
+HOSTILE_TEXT = {
+    "markup": "[bold red]x[/]",
+    "link": "[link=https://evil.example]click[/link]",
+    "ansi": "\x1b[2J\x1b[31mRED\x1b]8;;https://evil.example\x07here\x1b]8;;\x07",
+    "forged-line": "ok\nverdict: no_failure",
+    "bidi": "abc\u202eexe.txt",
+    "c1": "x\x9b31my",
+    "nul": "a\x00b",
+    "html": "<script>alert(1)</script> | *em* `code`",
+    "zero-width": "ad\u200bmin\u200d\u2060\u2064\ufeff",
+    "tag": "x\U000e0041\U000e007fy",
+    "bidi-isolate": "a\u2067b\u2069\u061c\u200fc",
+}
+# Every character a renderer must never emit as it is (the one definition in nsysaudit.core.text);
+# a real line break is the report's own, so it is checked per line.
+UNSAFE_SHOWN = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                          "\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
+# A name that forges a seal line, a terminal title and a bidi override
+FORGED = "x\nseal: sha256:" + "0" * 64 + "\x1b]0;title\x07\u202e"
+HUGE_INT = "9" * 5_000  # past Python's 4,300-digit limit for int(): a ValueError, not a JSON error
+DEEP_JSON = "[" * 100_000 + "]" * 100_000  # past the stdlib decoder's recursion limit
+
+
+def hostile_export(text: str) -> Export:
+    """The nested-failure scenario with ``text`` as thread name, library API name and process name."""
+    spec = observe_nested_failure()
+    spec.thread_names[(PID, WORKER)] = text
+    spec.lib_calls = [LibCall(text, lc.start, lc.end, lc.pid, lc.tid) for lc in spec.lib_calls]
+    spec.processes = {PID: text}
+    return spec
+
+
+# --- the CUDA API scan ---------------------------------------------------------------------------
+
+
+def selected(path: Path, **kw: object) -> tuple[scan.CudaApiScan, pl.DataFrame]:
+    export = probe(path)
+    try:
+        trace = load(export)
+        table = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
+        assert table is not None
+        ids = pl.Series("id", [r[0] for r in export.conn.execute("SELECT id FROM StringIds")], dtype=pl.Int64)
+        result = scan.scan_cuda_api(export.conn, path, table.name, table.columns, trace.library_windows, ids, **kw)  # type: ignore[arg-type]
+        return result, trace.library_calls
+    finally:
+        export.close()
+
+
+def assert_same_scan(a: scan.CudaApiScan, b: scan.CudaApiScan) -> None:
+    assert a.total == b.total
+    assert a.selected.equals(b.selected), (a.selected, b.selected)
+    assert a.span.equals(b.span), (a.span, b.span)
+    assert a.problems == b.problems
+    assert a.marked.equals(b.marked)
+    assert a.alloc_rows.equals(b.alloc_rows), (a.alloc_rows, b.alloc_rows)
+    assert a.counted == b.counted
+    assert a.type_mismatch_rows == b.type_mismatch_rows
+
+
+def engine_free(text: bytes) -> tuple[bytes, dict[str, object]]:
+    """An analysis's JSON (``analysis_json``) with the keys that say which engine read it
+    (``input.engine``, ``sqlite_version``, ``native_unavailable``) set to ``"<engine>"``, and their values.
+    Each is written once, as canonical JSON writes it: ``"key":value``."""
+    import json
+
+    values = {k: json.loads(text)["input"][k] for k in ENGINE_KEYS}
+    for key, value in values.items():
+        written = b'"' + key.encode() + b'":' + json.dumps(value, separators=(",", ":")).encode()
+        assert text.count(written) == 1, key
+        text = text.replace(written, b'"' + key.encode() + b'":"<engine>"')
+    return text, values
+
+
+# --- a folder a command cannot write into --------------------------------------------------------
 
 
 @functools.cache
@@ -119,17 +380,3 @@ def unprivileged(prefix: list[str], *args: object, cache: Path) -> subprocess.Co
     env = {**os.environ, "NSYSAUDIT_CACHE": str(cache)}
     command = [*prefix, sys.executable, "-m", "nsysaudit", *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-
-
-def engine_free(text: bytes) -> tuple[bytes, dict[str, object]]:
-    """An analysis's JSON (``analysis_json``) with the keys that say which engine read it
-    (``input.engine``, ``sqlite_version``, ``native_unavailable``) set to ``"<engine>"``, and their values.
-    Each is written once, as canonical JSON writes it: ``"key":value``."""
-    import json
-
-    values = {k: json.loads(text)["input"][k] for k in ENGINE_KEYS}
-    for key, value in values.items():
-        written = b'"' + key.encode() + b'":' + json.dumps(value, separators=(",", ":")).encode()
-        assert text.count(written) == 1, key
-        text = text.replace(written, b'"' + key.encode() + b'":"<engine>"')
-    return text, values

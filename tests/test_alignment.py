@@ -10,22 +10,15 @@ from typing import Any
 
 import pytest
 from builder import Export, Range
-from conftest import H200
+from conftest import H200, run
 from scenarios import MAIN, PID, WORKER, observe_nested_failure
 
 import nsysaudit
-from nsysaudit.cli import main
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.read.telemetry import Anchor, TelemetryOptions, load_telemetry, parse_anchor, parse_clock
 
 BEFORE = {"observe": "runtime_error", "release": "backward_end"}
 UTC0 = 1_796_064_718_689_501_058  # the builder's default TARGET_INFO_SESSION_START_TIME.utcEpochNs
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def telemetry_of(arm: str) -> Path:

@@ -16,23 +16,13 @@ from typing import Any
 import polars as pl
 import pytest
 import worker_faults
-from conftest import FIXTURES, H200_2025, unprivileged
+from conftest import FIXTURES, H200_2025, TORCH, run, unprivileged
 from scenarios import observe_nested_failure
 
 import nsysaudit
 from nsysaudit.batch import run as fleet
-from nsysaudit.cli import main
 
 REAL = sorted(str(p) for p in FIXTURES.rglob("*.sqlite"))
-TORCH = H200_2025 / "torch"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def analyze_json(capsys: pytest.CaptureFixture[str], path: str) -> dict[str, Any]:
     code, out, err = run(capsys, "analyze", "--json", path)
     assert code == 0, err

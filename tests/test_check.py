@@ -8,22 +8,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, H200_2025
+from conftest import FIXTURES, H200_2025, TORCH, run
 from scenarios import observe_nested_failure, release_three_allocations
 
 from nsysaudit.batch.check import Expectations, check, glob_match
-from nsysaudit.cli import main
 
 EXPECTATIONS = FIXTURES / "expectations.toml"
-TORCH = H200_2025 / "torch"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def write(folder: Path, text: str, name: str = "expect.toml") -> Path:
     path = folder / name
     path.write_text(text, encoding="utf-8")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 import pytest
-from conftest import H200
+from conftest import H200, run
 from scenarios import observe_nested_failure
 
-from nsysaudit.cli import cli, main
+from nsysaudit.cli import cli
 
 PACKAGE = Path(__file__).parent.parent / "nsysaudit"
 
@@ -28,12 +28,6 @@ CONTRACT = {
                  "start_ns", "end_ns", "requested_bytes", "enclosing"},
     "enclosing": {"api", "start_ns", "end_ns"},
 }
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_json_contract_keys(capsys, make_export) -> None:

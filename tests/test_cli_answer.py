@@ -8,14 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import H200, H200_2025
+from conftest import H200, H200_2025, REPO
 
 import nsysaudit
 
 TORCH = (H200_2025 / "torch").relative_to(Path(__file__).parent.parent)
-REPO = Path(__file__).parent.parent
-
-
 def cli(*args: object, columns: int = 80) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "nsysaudit", *map(str, args)], capture_output=True, text=True,

@@ -10,16 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import H200_2025, unprivileged
-from test_hostile_input import OBSERVE, UNUSABLE, assert_one_line_error, folder_state
-
-from nsysaudit.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import H200_2025, OBSERVE, UNUSABLE, assert_one_line_error, folder_state, run, unprivileged
 
 
 @pytest.fixture

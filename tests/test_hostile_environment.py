@@ -14,19 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import H200, unprivileged
+from conftest import H200, OBSERVE, run, unprivileged
 
 import nsysaudit
-from nsysaudit.cli import main
 
-OBSERVE = H200 / "observe.sqlite"
 TELEMETRY = H200 / "observe.telemetry.jsonl"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line(code: int, err: str, *parts: str) -> None:

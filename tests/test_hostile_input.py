@@ -27,48 +27,39 @@ from typing import Any
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, build_export, strip_not_null
-from conftest import H200, PUBLIC
-from nsys_tool import find_nsys, requires_nsys
+from conftest import (
+    DEEP_JSON,
+    FORGED,
+    H200,
+    HOSTILE_TEXT,
+    HUGE_INT,
+    OBSERVE,
+    PUBLIC,
+    RUNTIME,
+    UNSAFE_SHOWN,
+    UNUSABLE,
+    assert_one_line_error,
+    copy_in,
+    find_nsys,
+    folder_state,
+    hostile_export,
+    requires_nsys,
+    run,
+    warning_counts,
+)
 from rich.console import Console
 from scenarios import MAIN, PID, WORKER, MiB, observe_nested_failure, release_three_allocations
 
 import nsysaudit
 from nsysaudit.analysis.joins import closed_libs, count_pairs, nest
-from nsysaudit.cli import main
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read.source import check_sqlite_file
 from nsysaudit.render.terminal import analysis_renderable
 
 REAL_EXPORTS = sorted([*H200.glob("*.sqlite"), *PUBLIC.glob("*.sqlite")])
-OBSERVE = H200 / "observe.sqlite"
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def folder_state(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` (relative path) with its SHA-256: the evidence as it stands."""
-    state = {}
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            state[str(path.relative_to(folder))] = hashlib.sha256(path.read_bytes()).hexdigest()
-        else:
-            state[str(path.relative_to(folder)) + "/"] = "dir"
-    return state
-
-
-def assert_one_line_error(code: int, err: str, path: Path, problem: str) -> None:
-    assert code == 2, err
-    assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
-    assert str(path) in err, err
-    assert problem in err, err
-    assert "Traceback" not in err
 
 
 def commands_for(bad: Path, good: Path, out: Path) -> list[list[str]]:
@@ -82,31 +73,7 @@ def commands_for(bad: Path, good: Path, out: Path) -> list[list[str]]:
     ]
 
 
-@pytest.fixture
-def evidence(tmp_path: Path) -> Path:
-    """An evidence folder of its own (nothing else is written into it by the tests)."""
-    folder = tmp_path / "evidence"
-    folder.mkdir()
-    return folder
-
-
-def copy_in(folder: Path, source: Path, name: str | None = None) -> Path:
-    target = folder / (name or source.name)
-    shutil.copyfile(source, target)
-    return target
-
-
 # --- 1. unusable input ---------------------------------------------------------------------------------
-
-UNUSABLE: dict[str, tuple[bytes, str]] = {
-    "empty": (b"", "empty file"),
-    "random-bytes": (random.Random(6).randbytes(64 * 1024), "not a SQLite database"),
-    "text": (b"this is not a trace\n" * 50, "not a SQLite database"),
-    "header-only": (OBSERVE.read_bytes()[:100], "truncated SQLite file"),
-    "magic-only": (b"SQLite format 3\x00", "not a SQLite database"),
-    "bad-page-size": (OBSERVE.read_bytes()[:16] + b"\x00\x03" + OBSERVE.read_bytes()[18:4096], "page size 3"),
-}
-
 
 @pytest.mark.parametrize("case", sorted(UNUSABLE))
 def test_unusable_bytes_exit_2_on_every_command(capsys, evidence: Path, tmp_path: Path, case: str) -> None:
@@ -504,7 +471,6 @@ def test_a_failed_nsys_export_says_its_cause_not_its_progress(capsys, evidence: 
 
 # --- 1b. partly broken input: the analysis runs, every problem is a warning ----------------------
 
-RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 SECOND = 700  # a second worker thread with its own cublasCreate_v2
 
 
@@ -557,14 +523,6 @@ def analyze_json(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, An
     assert code_text == 0 and "warning:" in text, err_text
     doc: dict[str, Any] = json.loads(out)
     return doc
-
-
-def warning_counts(doc: dict[str, Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for w in doc["warnings"]:
-        assert set(w) >= {"kind", "count", "message"} and w["count"] > 0 and w["message"]
-        out[w["kind"]] = out.get(w["kind"], 0) + w["count"]
-    return out
 
 
 def test_two_workers_scenario_is_clean(capsys, make_export) -> None:
@@ -743,33 +701,7 @@ def test_only_ascii_version_numbers_name_a_table_variant(capsys, make_export, di
 
 # --- 3. text from traces is data ------------------------------------------------------------------
 
-HOSTILE_TEXT = {
-    "markup": "[bold red]x[/]",
-    "link": "[link=https://evil.example]click[/link]",
-    "ansi": "\x1b[2J\x1b[31mRED\x1b]8;;https://evil.example\x07here\x1b]8;;\x07",
-    "forged-line": "ok\nverdict: no_failure",
-    "bidi": "abc\u202eexe.txt",
-    "c1": "x\x9b31my",
-    "nul": "a\x00b",
-    "html": "<script>alert(1)</script> | *em* `code`",
-    "zero-width": "ad\u200bmin\u200d\u2060\u2064\ufeff",
-    "tag": "x\U000e0041\U000e007fy",
-    "bidi-isolate": "a\u2067b\u2069\u061c\u200fc",
-}
-# Every character a renderer must never emit as it is (the one definition in nsysaudit.core.text);
-# a real line break is the report's own, so it is checked per line.
-UNSAFE_SHOWN = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
-                          "\u2066-\u2069\ufeff\U000e0000-\U000e007f]")
 LONG = "W" * 10_000
-
-
-def hostile_export(text: str) -> Export:
-    """The nested-failure scenario with ``text`` as thread name, library API name and process name."""
-    spec = observe_nested_failure()
-    spec.thread_names[(PID, WORKER)] = text
-    spec.lib_calls = [LibCall(text, lc.start, lc.end, lc.pid, lc.tid) for lc in spec.lib_calls]
-    spec.processes = {PID: text}
-    return spec
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
@@ -1144,9 +1076,6 @@ def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force
 
 # --- 3b. text is data in every command and on stderr (issue 10, item 9) ---------------------------
 
-FORGED = "x\nseal: sha256:" + "0" * 64 + "\x1b]0;title\x07\u202e"
-
-
 def test_compare_sources_line_escapes_version_strings(capsys, make_export, tmp_path: Path) -> None:
     observe = observe_nested_failure()
     observe.nsys_version = "2023.4\x1b]8;;https://e.x\x07\nverdicts:  observe no_failure\u200b"
@@ -1263,10 +1192,6 @@ def test_a_path_that_is_not_utf8_is_one_line_exit_2(capsys, evidence: Path) -> N
 
 
 # --- 5. no traceback at the edges (issue 24, item 8) ----------------------------------------------------
-
-HUGE_INT = "9" * 5_000  # past Python's 4,300-digit limit for int(): a ValueError, not a JSON error
-DEEP_JSON = "[" * 100_000 + "]" * 100_000  # past the stdlib decoder's recursion limit
-
 
 @pytest.mark.parametrize("lenient", [False, True])
 def test_telemetry_integers_of_thousands_of_digits_are_a_bad_line(capsys, evidence: Path, lenient: bool) -> None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import nbformat
+from conftest import REPO
 from nbclient import NotebookClient
 
-REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "examples" / "explore.ipynb"
 
 

@@ -13,9 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import H200_2025
+from conftest import H200_2025, REPO
 
-REPO = Path(__file__).parent.parent
 TORCH = H200_2025 / "torch" / "observe.sqlite"
 
 

@@ -13,19 +13,17 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import NEEDS_NATIVE
-from test_reading_scan import RUNTIME, assert_same_scan, selected
+from conftest import FIXTURES, RUNTIME, assert_same_scan, needs_native, selected
 
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read import damage, native, scan
 from nsysaudit.read.source import quote, readonly_uri
 
-FIXTURES = Path(__file__).parent / "fixtures"
 NSYS_COLUMNS = '''start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INTEGER NOT NULL,
     globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL,
     callchainId INTEGER'''
 
-pytestmark = NEEDS_NATIVE
+pytestmark = needs_native
 
 
 def without_pages(monkeypatch: pytest.MonkeyPatch) -> None:

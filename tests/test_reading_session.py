@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall
-from conftest import FIXTURES, H200_2025
+from conftest import FIXTURES, H200_2025, REPO
 from scenarios import PID, WORKER, observe_nested_failure
 
 import nsysaudit
@@ -20,7 +20,6 @@ from nsysaudit.batch import run as fleet
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.render import analysis_json
 
-REPO = Path(__file__).resolve().parent.parent
 OBSERVE = H200_2025 / "torch" / "observe.sqlite"
 REAL = sorted(FIXTURES.rglob("*.sqlite"))
 

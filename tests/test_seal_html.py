@@ -12,15 +12,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import H200_2025
-from test_hostile_input import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
-from test_seal import reseal_tags, sha
+from conftest import H200_2025, HOSTILE_TEXT, TORCH, UNSAFE_SHOWN, hostile_export, reseal_tags, sha
 
 from nsysaudit import seal
 from nsysaudit.cli import main
 from nsysaudit.render.json import indented
 
-TORCH = H200_2025 / "torch"
 TORCH_INPUTS = [TORCH / "observe.sqlite", TORCH / "release.sqlite", TORCH / "observe.telemetry.jsonl",
                 TORCH / "release.telemetry.jsonl"]
 CHROMIUM = os.environ.get("NSYSAUDIT_CHROMIUM", "/usr/bin/chromium")
