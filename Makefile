@@ -60,7 +60,9 @@ test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CL
 # tests/test_hostile_damage.py and the native engine's own tests (needs_native) switch engines themselves.
 READER_TESTS := tests/test_reading_scan.py tests/test_reading_nvtx.py tests/test_golden.py \
 	tests/test_evidence_nsys2025.py tests/test_evidence_rules.py tests/test_evidence_analysis.py tests/test_ledger.py \
-	tests/test_check.py tests/test_hostile_input.py tests/test_hostile_analysis.py tests/test_hostile_fuzz.py
+	tests/test_check.py tests/test_hostile_input.py tests/test_hostile_warnings.py tests/test_hostile_analysis.py \
+	tests/test_hostile_limits.py tests/test_hostile_text.py tests/test_hostile_seal.py tests/test_hostile_telemetry.py \
+	tests/test_hostile_fuzz.py
 
 test-pure: venv ## run the reader tests on the pure engines (NSYSAUDIT_NATIVE=0), as an install without the native extension
 	NSYSAUDIT_NATIVE=0 $(PY) -m pytest -q $(READER_TESTS) -k "not sealed_folder"

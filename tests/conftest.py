@@ -49,7 +49,6 @@ H200_2025 = FIXTURES / "h200-cuda13-nsys2025.3"
 PUBLIC = FIXTURES / "public"
 OBSERVE = H200 / "observe.sqlite"  # the nsys 2023.4 H200 capture's observe arm
 TORCH = H200_2025 / "torch"  # the nsys 2025.3 H200 capture: observe and release arms, telemetry
-RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 
 
 # --- markers: the native engine, the real nsys CLI -----------------------------------------------

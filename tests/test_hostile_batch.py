@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import H200_2025, OBSERVE, UNUSABLE, assert_one_line_error, folder_state, run, unprivileged
+from conftest import DEEP_JSON, H200_2025, OBSERVE, UNUSABLE, assert_one_line_error, folder_state, run, unprivileged
 
 
 @pytest.fixture
@@ -192,3 +192,17 @@ def test_a_resumed_part_that_is_not_what_a_batch_wrote_is_refused(
     code, stdout, err = run(capsys, "batch", other, "--out", out, "--jobs", 1)
     assert (code, stdout) == (2, "") and err.count("\n") == 1, err
     assert err.startswith(f"nsysaudit: error: {problem}"), err
+
+
+# --- a batch record that is not one --------------------------------------------------------------
+
+
+def test_a_batch_record_nested_too_deeply_is_one_line(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "batch"
+    code, _, err = run(capsys, "batch", str(OBSERVE), "--out", str(out), "--jobs", "1")
+    assert code == 0, err
+    (out / "parts" / "batch.json").write_text(DEEP_JSON)
+    code, stdout, err = run(capsys, "batch", str(OBSERVE), "--out", str(out), "--jobs", "1")
+    assert (code, stdout) == (2, "")
+    assert err == f"nsysaudit: error: {out / 'parts' / 'batch.json'}: cannot write the batch output here: not a " \
+        "batch record (unreadable JSON) (nothing was written)\n"

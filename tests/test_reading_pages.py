@@ -13,7 +13,8 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, RUNTIME, assert_same_scan, needs_native, selected
+from conftest import FIXTURES, assert_same_scan, needs_native, selected
+from scenarios import RUNTIME
 
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read import damage, native, scan

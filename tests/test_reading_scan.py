@@ -11,7 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, strip_not_null
-from conftest import H200, RUNTIME, assert_same_scan, engine_free, needs_native, selected
+from conftest import H200, assert_same_scan, engine_free, needs_native, selected
+from scenarios import RUNTIME
 
 import nsysaudit
 from nsysaudit.core.intervals import union_windows
