@@ -1,4 +1,4 @@
-"""Telemetry reading and clock alignment (issue 3): the real H200 captures, and one test per failure mode."""
+"""Telemetry reading and clock alignment: the real H200 captures, and one test per failure mode."""
 
 from __future__ import annotations
 
@@ -613,7 +613,7 @@ def test_without_telemetry_the_json_has_no_alignment_keys() -> None:
     assert "telemetry" not in d["library_calls"][0]
 
 
-# --- the fast decoder (orjson) says only what the strict one says (issue 24, the growth table) --------
+# --- the fast decoder (orjson) says only what the strict one says --------------------------------------
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

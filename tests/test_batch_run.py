@@ -342,7 +342,7 @@ def test_a_worker_that_dies_is_one_line_and_the_finished_parts_stay(capsys, tmp_
     assert result.inputs["error"].null_count() == 5
 
 
-# --- batches as users run them (issue 23) --------------------------------------------------------------
+# --- batches as users run them -------------------------------------------------------------------------
 
 TORCH_DIR = H200_2025 / "torch"
 NO_GUARD = f"""import nsysaudit

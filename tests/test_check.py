@@ -150,7 +150,7 @@ def test_unusable_expectations_file_is_one_line_exit_2(capsys, tmp_path: Path, t
 
 def test_an_expectations_file_that_is_not_a_regular_file_is_refused_unread(capsys, tmp_path: Path) -> None:
     """/dev/zero would be read forever (4 GB in 10 s), a FIFO without a writer would block: both are
-    refused before a byte is read, as --telemetry refuses them (issue 24, item 7)."""
+    refused before a byte is read, as --telemetry refuses them."""
     fifo = tmp_path / "expect.toml"
     os.mkfifo(fifo)
     for expect in (Path("/dev/zero"), fifo):

@@ -220,7 +220,7 @@ def test_a_folder_given_as_an_input_file_is_a_one_line_error(capsys, tmp_path: P
 
 
 def test_library_domain_adds_to_cublas_and_cudnn(capsys, make_export, tmp_path: Path) -> None:
-    """issue 10, item 6: on the real capture an extra domain must not drop the censored cublasCreate_v2."""
+    """On the real capture an extra domain must not drop the censored cublasCreate_v2."""
     code, out, err = run(capsys, "analyze", "--json", str(H200 / "observe.sqlite"), "--library-domain", "X")
     assert code == 0, err
     doc = json.loads(out)

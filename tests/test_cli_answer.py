@@ -1,4 +1,4 @@
-"""The answer first (issue 23): what failed, inside what, on which thread, when, and who held the
+"""The answer first: what failed, inside what, on which thread, when, and who held the
 memory, on the first screen of `nsysaudit analyze` at 80 columns; details behind --details."""
 
 from __future__ import annotations

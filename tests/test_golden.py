@@ -126,7 +126,7 @@ def test_json_of_every_real_capture(at_repo: None, name: str) -> None:
     check(f"json/{name.replace('/', '-')}.json", canonical.dumps(doc, indent=True).decode() + "\n")
 
 
-# --- sealed folders: what a reviewer receives (issue 11: pinned before the code was moved) ----------
+# --- sealed folders: what a reviewer receives ------------------------------------------------------
 
 
 def test_sealed_single_arm_report(at_repo: None, tmp_path: Path) -> None:

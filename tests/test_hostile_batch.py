@@ -1,4 +1,4 @@
-"""Hostile input through ``check`` and ``batch`` (issue 12): one line or one error row, never a
+"""Hostile input through ``check`` and ``batch``: one line or one error row, never a
 traceback; the evidence untouched and nothing written beside it; names from outside escaped."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_a_fifo_named_like_an_export_is_an_error_row_even_when_resuming(tmp_path
     ]
 
 
-# --- issue 24, item 3: batch --out targets -----------------------------------------------------------
+# --- batch --out targets -----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,7 @@ def test_a_resumed_part_that_is_not_what_a_batch_wrote_is_refused(
     capsys, evidence: Path, tmp_path: Path, damage: str
 ) -> None:
     """Parts are trusted, yet held to their schema and their own SHA-256: a part of another shape
-    gave a row of nulls, exit 0 (issue 24, item 9)."""
+    gave a row of nulls, exit 0."""
     other = tmp_path / "other"
     other.mkdir()
     shutil.copyfile(H200_2025 / "event" / "release.sqlite", other / "release.sqlite")

@@ -1,5 +1,6 @@
-"""Faults of the input and of the environment (issue 10, item 8): one line and exit 2, never a
-traceback; a reader that goes away is not an error.
+"""Faults of the input and of the environment: one line and exit 2, never a traceback; a reader
+that goes away is not an error; a usage error is one line, ``--debug`` shows the traceback, Ctrl-C
+is one line.
 
 Output streams are tested in a real child process (closed stdout, /dev/full, a pipe closed by its
 reader), since only there does the interpreter's own final flush run.
@@ -187,7 +188,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     )
     assert debug.returncode != 0
     assert "Traceback" in debug.stderr and "UnusableInput" in debug.stderr
-    # after the command too (issue 24, item 9): it was refused there ("No such option")
+    # after the command too: it was refused there once ("No such option")
     for args in (["analyze", str(bad), "--debug"], ["compare", str(bad), str(bad), "--out", "x", "--debug"]):
         after = subprocess.run([sys.executable, "-m", "nsysaudit", *args], capture_output=True, text=True, check=False)
         assert "Traceback" in after.stderr and "UnusableInput" in after.stderr, after.stderr

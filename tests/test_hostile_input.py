@@ -419,7 +419,7 @@ def test_nsys_rep_that_nsys_cannot_export(
 
 
 def test_a_failed_nsys_export_says_its_cause_not_its_progress(capsys, evidence: Path, tmp_path: Path) -> None:
-    """nsys export draws its progress bar on stderr first and says why it failed last (issue 24, item 9)."""
+    """nsys export draws its progress bar on stderr first and says why it failed last."""
     report = evidence / "run.nsys-rep"
     report.write_bytes(b"a report")
     nsys = tmp_path / "nsys"

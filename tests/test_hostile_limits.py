@@ -183,7 +183,7 @@ def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: p
 
 
 def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force() -> None:
-    """All threads are answered at once (issue 24's 100k threads): ties, zero-length calls and
+    """All threads are answered at once (as for 100k threads): ties, zero-length calls and
     library calls at the ends of the int64 range give every overlap of its own thread, nothing else."""
     rng = random.Random(24)
     lo, hi = -(1 << 63), (1 << 63) - 1

@@ -1,4 +1,4 @@
-"""Timeline pictures (issue 14): what the pictures of the real captures show, checked in the SVG
+"""Timeline pictures: what the pictures of the real captures show, checked in the SVG
 (text elements, ids, geometry), where the marks come from (the timeline model against the JSON
 document), that the bytes never change, and the ``plot`` command's output and errors."""
 

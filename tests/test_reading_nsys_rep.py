@@ -62,7 +62,7 @@ def test_missing_nsys_is_a_one_line_error(tmp_path: Path, monkeypatch, capsys) -
     assert err.count("\n") == 1 and "no nsys CLI was found" in err and str(report) in err
 
 
-# --- the export cache is bound to its source (issue 10, item 3) ----------------------------------
+# --- the export cache is bound to its source --------------------------------------------------
 
 
 def cache_entry(report: Path, cache: Path) -> Path:

@@ -442,7 +442,7 @@ def test_nsys_rep_arm_seals_and_reverifies_after_a_fresh_export(
     assert (tmp_path / "fresh-cache").exists()
 
 
-# --- the seal pins every file (issue 10, item 2) -------------------------------------------------
+# --- the seal pins every file -------------------------------------------------------------------
 
 
 def printed_seal(bag: Path) -> str:
@@ -456,7 +456,7 @@ def edit_metadata(bag: Path, change: Callable[[dict[str, Any]], object]) -> None
 
 
 def test_the_seal_fails_after_a_consistent_edit_of_metadata(capsys, bag: Path) -> None:
-    """The issue's forgery: metadata.json edited (command, versions), the tag manifest re-hashed."""
+    """A consistent forgery: metadata.json edited (command, versions), the tag manifest re-hashed."""
     quoted = printed_seal(bag)
 
     def forge(meta: dict[str, Any]) -> None:
@@ -602,7 +602,7 @@ def test_a_folder_sealed_before_the_pictures_is_named_and_force_replaces_it_when
     assert run(capsys, "verify", bag)[0] == 0
 
 
-# --- --force never destroys evidence, and replaces atomically (issue 10, item 1) -----------------
+# --- --force never destroys evidence, and replaces atomically ----------------------------------
 
 
 def listing(folder: Path) -> dict[str, bytes]:

@@ -1,4 +1,4 @@
-"""report.html (issue 14): one self-contained file in every sealed folder, the facts of report.md
+"""report.html: one self-contained file in every sealed folder, the facts of report.md
 with each arm's picture inline, escaped, covered by the seal; and opened in headless Chromium
 (Debian's, `scripts/install-chromium.sh`) it renders without an error or a request, not blank."""
 
