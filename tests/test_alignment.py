@@ -651,6 +651,7 @@ def _decoded_alike(raw: bytes) -> None:
         assert _same(fast, strict), (raw, fast, strict)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(obj=st.dictionaries(st.text(max_size=6), _VALUES, max_size=6), spaced=st.booleans())
 def test_fast_decoding_equals_the_strict_decoder(obj: dict[str, Any], spaced: bool) -> None:

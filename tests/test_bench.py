@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
+
+pytestmark = pytest.mark.slow
 
 
 def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:

@@ -40,6 +40,8 @@ from nsysaudit.core.codes import is_allocation_api
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read.source import check_sqlite_file
 
+pytestmark = pytest.mark.slow
+
 SETTINGS = settings(
     max_examples=150,
     deadline=None,

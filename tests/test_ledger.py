@@ -371,6 +371,7 @@ def _reference(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], int,
 
 
 # Events of an unknown device (null deviceId) make _summary compare with None (a polars warning).
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Comparisons with None")
 def test_the_matching_equals_a_plain_python_reference() -> None:
     """Random events with reused addresses, frees before allocations, unknown starts, operations,

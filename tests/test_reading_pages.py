@@ -259,6 +259,7 @@ def range_outcome(path: Path, lo: int, hi: int, pages: bool, handover: bool = Fa
     return (got, why) if handover else got
 
 
+@pytest.mark.slow
 def test_damaged_pages_give_what_sqlite_gives(tmp_path: Path) -> None:
     """Bytes of the table's pages overwritten at random (cell pointers, page headers, child page
     numbers, record headers, values): for every range, the page reader gives SQLite's own answer,
