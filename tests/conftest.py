@@ -3,11 +3,13 @@ CLI run in-process, the evidence helpers, the hostile trace texts, and the read-
 
 Markers (registered in pyproject.toml, ``--strict-markers``):
 
-* ``slow``: fuzzing, benchmark runs and exhaustive sweeps; ``make test-fast`` leaves them out,
+* ``slow``: fuzzing, benchmark runs, exhaustive or randomized sweeps (:func:`sweep` keeps one
+  representative case out of it), and tests that drive an external program (headless Chromium, the
+  real nsys CLI, a Jupyter kernel, pip building wheels); ``make test-fast`` leaves them out,
   ``make test`` runs them.
 * :data:`needs_native`: a test of the native engine itself (run with it on; skipped only where it
   is not built and the run does not require it).
-* :data:`requires_nsys`: a test of the real nsys CLI (skipped where it is not installed).
+* :func:`requires_nsys`: a test of the real nsys CLI (slow; skipped where it is not installed).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +105,22 @@ def find_nsys() -> str | None:
     return shutil.which("nsys")
 
 
-# Tests of the real nsys CLI: `scripts/install-nsys.sh` installs it into `<repo>/.tools/nsys`.
-requires_nsys = pytest.mark.skipif(
+_NSYS_MISSING = pytest.mark.skipif(
     find_nsys() is None,
     reason="real nsys CLI not installed: run `make nsys` (scripts/install-nsys.sh)",
 )
+
+
+def requires_nsys(test: Callable[..., object]) -> Callable[..., object]:
+    """A test of the real nsys CLI (`scripts/install-nsys.sh` installs it into `<repo>/.tools/nsys`):
+    slow, as every test that drives an external program, and skipped where nsys is not installed."""
+    return pytest.mark.slow(_NSYS_MISSING(test))
+
+
+def sweep(values: Iterable[object], keep: object) -> list[object]:
+    """The parameters of an exhaustive sweep: ``keep``, the representative case, runs in
+    ``make test-fast``; every other value is marked slow."""
+    return [value if value == keep else pytest.param(value, marks=pytest.mark.slow) for value in values]
 
 NSYS_WORKLOAD = """
 import time

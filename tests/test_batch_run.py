@@ -89,7 +89,9 @@ def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None
     assert row["ns_from_capture_end"] == capture.get("ns_from_capture_end")
 
 
-@pytest.mark.parametrize(("engine", "jobs"), [("local", 1), ("local", 2), ("dask", 2)])
+@pytest.mark.parametrize(("engine", "jobs"), [
+    ("local", 1), pytest.param("local", 2, marks=pytest.mark.slow), pytest.param("dask", 2, marks=pytest.mark.slow)
+])
 def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: str, jobs: int) -> None:
     broken = tmp_path / "broken.sqlite"
     broken.write_bytes(b"")

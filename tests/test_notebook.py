@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import nbformat
+import pytest
 from conftest import REPO
 from nbclient import NotebookClient
 
 NOTEBOOK = REPO / "examples" / "explore.ipynb"
+
+pytestmark = pytest.mark.slow  # a real Jupyter kernel
 
 
 def outputs_text(cell: nbformat.NotebookNode) -> str:

@@ -17,6 +17,8 @@ from conftest import H200_2025, REPO
 
 TORCH = H200_2025 / "torch" / "observe.sqlite"
 
+pytestmark = pytest.mark.slow  # pip builds the wheel (and the C extension) in each test
+
 
 def build_wheel(tmp: Path, **env: str) -> Path:
     """``pip wheel .`` of a clean copy of this checkout's sources (nothing built before; no build

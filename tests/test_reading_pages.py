@@ -13,7 +13,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import FIXTURES, assert_same_scan, needs_native, selected
+from conftest import FIXTURES, TORCH, assert_same_scan, needs_native, selected, sweep
 from scenarios import RUNTIME
 
 from nsysaudit.core.errors import UnusableInput
@@ -40,9 +40,10 @@ def both_ways(monkeypatch: pytest.MonkeyPatch, run: Any) -> tuple[Any, Any]:
     return with_pages, plain
 
 
-@pytest.mark.parametrize(
-    "path", sorted(p for p in FIXTURES.rglob("*.sqlite") if "schema" not in p.parts), ids=lambda p: p.stem
-)
+BUNDLED = sorted(p for p in FIXTURES.rglob("*.sqlite") if "schema" not in p.parts)
+
+
+@pytest.mark.parametrize("path", sweep(BUNDLED, keep=TORCH / "observe.sqlite"), ids=lambda p: p.stem)
 @pytest.mark.parametrize("workers", [1, 2])
 def test_every_bundled_export_reads_the_same_from_its_pages(path: Path, workers: int, monkeypatch) -> None:
     con = sqlite3.connect(readonly_uri(path), uri=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall
-from conftest import FIXTURES, H200_2025, REPO
+from conftest import FIXTURES, H200_2025, REPO, sweep
 from scenarios import PID, WORKER, observe_nested_failure
 
 import nsysaudit
@@ -70,7 +70,7 @@ def test_frames_are_lazy_and_read_only_what_is_asked(monkeypatch: pytest.MonkeyP
         assert worker.height == t.cuda_api().filter(pl.col("tid") == 720).collect().height
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: str(p.relative_to(FIXTURES)))
+@pytest.mark.parametrize("path", sweep(REAL, keep=OBSERVE), ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_analyze_reuses_what_was_loaded_and_equals_analyze(path: Path) -> None:
     with nsysaudit.open(path) as t:
         statements: list[str] = []

@@ -228,6 +228,7 @@ def browser():  # type: ignore[no-untyped-def]
     return sync_playwright
 
 
+@pytest.mark.slow
 def test_report_html_renders_in_headless_chromium_without_errors(sealed_torch: Path, tmp_path: Path) -> None:
     import numpy as np
     from PIL import Image
@@ -275,6 +276,7 @@ def test_report_html_renders_in_headless_chromium_without_errors(sealed_torch: P
     assert len(np.unique(packed)) > 50  # a drawing, not a flat page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [800, 1400])
 def test_the_answer_box_and_the_picture_are_on_the_first_screen(sealed_torch: Path, tmp_path: Path,
                                                                 width: int) -> None:
