@@ -14,6 +14,7 @@ Markers (registered in pyproject.toml, ``--strict-markers``):
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import os
@@ -36,6 +37,7 @@ sys.path.insert(0, str(TESTS))
 from builder import Export, LibCall, build_export  # noqa: E402
 from scenarios import PID, WORKER, observe_nested_failure  # noqa: E402
 
+import nsysaudit  # noqa: E402
 from nsysaudit.cli import main  # noqa: E402
 from nsysaudit.read import native, scan  # noqa: E402
 from nsysaudit.read.source import probe  # noqa: E402
@@ -344,31 +346,75 @@ def engine_free(text: bytes) -> tuple[bytes, dict[str, object]]:
 
 # --- a folder a command cannot write into --------------------------------------------------------
 
+NOBODY = ["--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _share_readable(source: Path, target: Path, share: Path) -> None:
+    """Copy ``source`` (a file or a folder) to ``target`` under ``share``: folders 0755 (``target``'s
+    parents up to ``share`` too), files 0644, whatever the umask or the source's own modes."""
+    if source.is_dir():
+        shutil.copytree(source, target)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    for parent in target.parents:
+        if parent == share or share not in parent.parents:
+            break
+        parent.chmod(0o755)
+
+
+@functools.cache
+def _nobody_share() -> Path:
+    """A folder ``nobody`` can read, whatever the checkout's permissions (a checkout under a 0700
+    folder, or made with umask 077): ``lib/nsysaudit`` is a copy of the package under test, and
+    ``checkout/`` receives the inputs a test gives from this checkout (:func:`unprivileged`)."""
+    share = Path(tempfile.mkdtemp(prefix="nsysaudit-nobody-"))
+    atexit.register(shutil.rmtree, share, True)
+    share.chmod(0o755)
+    _share_readable(Path(nsysaudit.__file__).parent, share / "lib" / "nsysaudit", share)
+    return share
+
+
+def _nobody_env() -> dict[str, str]:
+    """The environment of a command run as ``nobody``: nsysaudit imported from its readable copy
+    (the variable, not ``env`` in the command: setpriv itself execs the interpreter)."""
+    return {**os.environ, "PYTHONPATH": str(_nobody_share() / "lib")}
+
 
 @functools.cache
 def _nobody_runs_nsysaudit(setpriv: str) -> bool:
-    """Whether ``nobody`` can import nsysaudit here: not from a checkout (or venv) under a 0700
-    folder, such as the one ``mktemp -d`` makes."""
-    command = [setpriv, *NOBODY, sys.executable, "-c", "import nsysaudit.cli"]
-    return subprocess.run(command, capture_output=True, check=False).returncode == 0
-
-
-NOBODY = ["--reuid=65534", "--regid=65534", "--clear-groups"]
+    """Whether ``nobody`` runs this nsysaudit (its copy) on this interpreter, and the nsys CLI where it
+    is installed: not where the interpreter or nsys lies under a folder nobody cannot read."""
+    share = _nobody_share()
+    probe = "import nsysaudit.cli; print(nsysaudit.__file__)"
+    proc = subprocess.run([setpriv, *NOBODY, sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=_nobody_env(), cwd=share, check=False)
+    if proc.returncode != 0 or proc.stdout.strip() != str(share / "lib" / "nsysaudit" / "__init__.py"):
+        return False
+    nsys = find_nsys()
+    return nsys is None or subprocess.run([setpriv, *NOBODY, nsys, "--version"], capture_output=True,
+                                          cwd=share, check=False).returncode == 0
 
 
 @pytest.fixture
 def read_only_folder() -> Iterator[tuple[Path, list[str]]]:
-    """A folder a command cannot write into, and the command prefix under which that holds.
+    """A folder a command cannot write into, and the command prefix under which that holds
+    (:func:`unprivileged` runs the command).
 
     As root (permissions do not apply), the command runs as ``nobody`` through ``setpriv`` in a
-    root-owned 0755 folder; where nobody cannot read nsysaudit (a checkout under a 0700 folder), it
-    runs as root in a folder made immutable (``chattr +i``: no entry can be made in it, by root
-    either). Otherwise the folder is made read-only (0555).
+    root-owned 0755 folder, on a world-readable copy of nsysaudit and of its inputs, so that it
+    never depends on the checkout's permissions; where nobody cannot run it even so (the
+    interpreter under a folder nobody cannot read), it runs as root in a folder made immutable
+    (``chattr +i``: no entry can be made in it, by root either). Otherwise the folder is made
+    read-only (0555).
     """
     base = Path(tempfile.mkdtemp(prefix="nsysaudit-ro-"))  # not under pytest's 0700 tmp folders
     base.chmod(0o755)
     locked = base / "read-only"
     locked.mkdir()
+    locked.chmod(0o755)
     prefix: list[str] = []
     immutable = False
     setpriv = shutil.which("setpriv")
@@ -389,6 +435,26 @@ def read_only_folder() -> Iterator[tuple[Path, list[str]]]:
 
 
 def unprivileged(prefix: list[str], *args: object, cache: Path) -> subprocess.CompletedProcess[str]:
+    """``nsysaudit ARGS`` in a child process under ``prefix`` (:func:`read_only_folder`'s). As
+    ``nobody``, an argument that is a path in this checkout is given as its world-readable copy (the
+    same path under the share's ``checkout/``), and the command runs from the share, on its copy of
+    nsysaudit."""
     env = {**os.environ, "NSYSAUDIT_CACHE": str(cache)}
+    cwd = None
+    if prefix:
+        env = {**_nobody_env(), "NSYSAUDIT_CACHE": str(cache)}
+        cwd = _nobody_share()
+        args = tuple(_readable_copy(a, cwd) if isinstance(a, Path) else a for a in args)
     command = [*prefix, sys.executable, "-m", "nsysaudit", *map(str, args)]
-    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, check=False)
+
+
+def _readable_copy(path: Path, share: Path) -> Path:
+    repo = REPO.resolve()
+    resolved = path.resolve()
+    if resolved != repo and repo not in resolved.parents:
+        return path
+    copy = share / "checkout" / resolved.relative_to(repo)
+    if not copy.exists():
+        _share_readable(resolved, copy, share)
+    return copy
