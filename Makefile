@@ -67,7 +67,7 @@ READER_TESTS := tests/test_reading_scan.py tests/test_reading_nvtx.py tests/test
 test-pure: venv ## run the reader tests on the pure engines (NSYSAUDIT_NATIVE=0), as an install without the native extension
 	NSYSAUDIT_NATIVE=0 $(PY) -m pytest -q $(READER_TESTS) -k "not sealed_folder"
 
-test-fast: venv ## run the tests but the slow ones (fuzzing, benchmarks, sweeps), without installing nsys or Chromium
+test-fast: venv ## run the tests but the slow ones (fuzzing, benchmarks, sweeps, Chromium, nsys, notebook, wheels)
 	$(PY) -m pytest -q -m "not slow"
 
 check-fixtures: venv ## check every bundled export against tests/fixtures/expectations.toml (JUnit into out/)
