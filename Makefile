@@ -56,17 +56,19 @@ test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CL
 		NSYSAUDIT_REQUIRE_NATIVE=1 $(PY) -m pytest -q
 
 # The tests of what reads an export, which CI runs a second time on the pure engines (polars over
-# ADBC, the stdlib reader: what an install without the native extension runs). tests/test_damage.py
-# and the native engine's own tests (needs_native) switch engines themselves.
-READER_TESTS := tests/test_scan.py tests/test_nvtx.py tests/test_golden.py tests/test_real_nsys2025.py \
-	tests/test_hostile.py tests/test_hostile_analysis.py tests/test_evidence_rules.py tests/test_analyze.py \
-	tests/test_ledger.py tests/test_check.py tests/test_fuzz.py
+# ADBC, the stdlib reader: what an install without the native extension runs).
+# tests/test_hostile_damage.py and the native engine's own tests (needs_native) switch engines themselves.
+READER_TESTS := tests/test_reading_scan.py tests/test_reading_nvtx.py tests/test_golden.py \
+	tests/test_evidence_nsys2025.py tests/test_evidence_rules.py tests/test_evidence_analysis.py tests/test_ledger.py \
+	tests/test_check.py tests/test_hostile_input.py tests/test_hostile_warnings.py tests/test_hostile_analysis.py \
+	tests/test_hostile_limits.py tests/test_hostile_text.py tests/test_hostile_seal.py tests/test_hostile_telemetry.py \
+	tests/test_hostile_fuzz.py
 
 test-pure: venv ## run the reader tests on the pure engines (NSYSAUDIT_NATIVE=0), as an install without the native extension
 	NSYSAUDIT_NATIVE=0 $(PY) -m pytest -q $(READER_TESTS) -k "not sealed_folder"
 
-test-fast: venv ## run the tests without installing nsys or Chromium (their tests skip when absent)
-	$(PY) -m pytest -q
+test-fast: venv ## run the tests but the slow ones (fuzzing, benchmarks, sweeps, Chromium, nsys, notebook, wheels)
+	$(PY) -m pytest -q -m "not slow"
 
 check-fixtures: venv ## check every bundled export against tests/fixtures/expectations.toml (JUnit into out/)
 	@mkdir -p $(OUT)

@@ -16,7 +16,7 @@
  *   - integrity counts: NULL start/end/return/globalTid/nameId, end < start, nameIds missing from
  *     StringIds.
  * A value that is not an INTEGER (REAL, TEXT, BLOB) is read as NULL and its row counted, as the
- * stdlib reader of scan.py does. Tested against the polars reduction in tests/test_scan.py.
+ * stdlib reader of scan.py does. Tested against the polars reduction in tests/test_reading_scan.py.
  *
  * It is the extension module nsysaudit.read._native (setup.py builds it with the package; the
  * binding, CPython's C API, is at the end of this file, its types in nsysaudit/read/_native.pyi).
@@ -330,7 +330,7 @@ static void reduce_final(sqlite3_context *context) { sqlite3_result_null(context
  * whether the table is damaged is not this reader's to say but SQLite's own PRAGMA quick_check's,
  * run beside the scan for every engine (nsysaudit/read/damage.py), so every engine gives one answer.
  * The reader only reads what it has checked, and gives SQLite's answer or hands the range over:
- * tests/test_pages.py compares both on every fixture and on pages damaged at random.
+ * tests/test_reading_pages.py compares both on every fixture and on pages damaged at random.
  */
 #define MAX_DEPTH 20 /* SQLite's own bound on a b-tree's depth (BTCURSOR_MAX_DEPTH) */
 #define RUN_PAGES 64 /* consecutive child pages read in one call */

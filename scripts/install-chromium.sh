@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's Chromium, the headless browser tests/test_html.py opens report.html in, and the
+# Install Debian's Chromium, the headless browser tests/test_seal_html.py opens report.html in, and the
 # DejaVu fonts the timeline SVGs name (matplotlib lays their text out with DejaVu Sans).
 #
 #   scripts/install-chromium.sh        # no-op when $NSYSAUDIT_CHROMIUM (default /usr/bin/chromium) runs

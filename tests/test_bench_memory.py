@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO
 
 import nsysaudit
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "make_export.py"
+SCRIPT = REPO / "benchmarks" / "make_export.py"
 ROWS = 30_000
 
 # memory events with the thread of the call behind them (joined by correlationId), ranked per

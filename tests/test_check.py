@@ -8,22 +8,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, H200_2025
+from conftest import FIXTURES, H200_2025, TORCH, run
 from scenarios import observe_nested_failure, release_three_allocations
 
 from nsysaudit.batch.check import Expectations, check, glob_match
-from nsysaudit.cli import main
 
 EXPECTATIONS = FIXTURES / "expectations.toml"
-TORCH = H200_2025 / "torch"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def write(folder: Path, text: str, name: str = "expect.toml") -> Path:
     path = folder / name
     path.write_text(text, encoding="utf-8")
@@ -160,7 +150,7 @@ def test_unusable_expectations_file_is_one_line_exit_2(capsys, tmp_path: Path, t
 
 def test_an_expectations_file_that_is_not_a_regular_file_is_refused_unread(capsys, tmp_path: Path) -> None:
     """/dev/zero would be read forever (4 GB in 10 s), a FIFO without a writer would block: both are
-    refused before a byte is read, as --telemetry refuses them (issue 24, item 7)."""
+    refused before a byte is read, as --telemetry refuses them."""
     fifo = tmp_path / "expect.toml"
     os.mkfifo(fifo)
     for expect in (Path("/dev/zero"), fifo):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import click
 import pytest
-from conftest import H200
+from conftest import H200, run
 from scenarios import observe_nested_failure
 
-from nsysaudit.cli import cli, main
+from nsysaudit.cli import cli
 
 PACKAGE = Path(__file__).parent.parent / "nsysaudit"
 
@@ -28,12 +28,6 @@ CONTRACT = {
                  "start_ns", "end_ns", "requested_bytes", "enclosing"},
     "enclosing": {"api", "start_ns", "end_ns"},
 }
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_json_contract_keys(capsys, make_export) -> None:
@@ -226,7 +220,7 @@ def test_a_folder_given_as_an_input_file_is_a_one_line_error(capsys, tmp_path: P
 
 
 def test_library_domain_adds_to_cublas_and_cudnn(capsys, make_export, tmp_path: Path) -> None:
-    """issue 10, item 6: on the real capture an extra domain must not drop the censored cublasCreate_v2."""
+    """On the real capture an extra domain must not drop the censored cublasCreate_v2."""
     code, out, err = run(capsys, "analyze", "--json", str(H200 / "observe.sqlite"), "--library-domain", "X")
     assert code == 0, err
     doc = json.loads(out)

@@ -1,4 +1,4 @@
-"""Devices and ranks (issue 26): which GPU each process used, the totals and the ledger per device,
+"""Devices and ranks: which GPU each process used, the totals and the ledger per device,
 and the rank where a row of the export (or the application's telemetry) states it, on builder
 exports of a two-GPU job: TARGET_INFO_GPU with two devices whose ids and CUDA ordinals differ (as
 in pipit's real 4x A100 export), memory events on device 1, two processes (rank 0 on device 0 runs

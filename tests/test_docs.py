@@ -13,12 +13,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from nsysaudit.analysis.coverage import REASONS
 from nsysaudit.batch.run import FINDING_SCHEMA, INPUT_SCHEMA
 from nsysaudit.reports.statements import CENSORED_WORDS
 
-REPO = Path(__file__).parent.parent
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 PAGES = [README, *DOCS]

@@ -1,4 +1,4 @@
-"""One builder fixture per rule of issue 9: coverage from nsys's diagnostics, every failed call explained.
+"""One builder fixture per evidence rule: coverage from nsys's diagnostics, every failed call explained.
 
 Each scenario is a small export built from the real DDL (tests/builder.py), named for the
 situation it tests.

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import ENGINE_KEYS, H200, H200_2025
+from conftest import ENGINE_KEYS, H200, H200_2025, REPO
 from scenarios import observe_nested_failure, release_three_allocations
 
 import nsysaudit
@@ -18,7 +18,6 @@ from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.render.terminal import analysis_renderable, comparison_renderable
 
 GOLDEN = Path(__file__).parent / "golden"
-REPO = Path(__file__).parent.parent
 REGEN = os.environ.get("NSYSAUDIT_REGEN_GOLDEN") == "1"
 
 
@@ -127,7 +126,7 @@ def test_json_of_every_real_capture(at_repo: None, name: str) -> None:
     check(f"json/{name.replace('/', '-')}.json", canonical.dumps(doc, indent=True).decode() + "\n")
 
 
-# --- sealed folders: what a reviewer receives (issue 11: pinned before the code was moved) ----------
+# --- sealed folders: what a reviewer receives ------------------------------------------------------
 
 
 def test_sealed_single_arm_report(at_repo: None, tmp_path: Path) -> None:

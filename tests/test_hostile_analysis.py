@@ -1,5 +1,5 @@
-"""Silent wrong answers (issue 10, items 5, 7 and 8; issue 24, items 2, 6 and 9): each crafted export is
-either analyzed right, warned about or refused, never a wrong number without a word and never a traceback."""
+"""Silent wrong answers: each crafted export is either analyzed right, warned about or refused, never
+a wrong number without a word and never a traceback."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def kinds(doc: dict[str, Any]) -> list[str]:
     return [w["kind"] for w in doc["warnings"]]
 
 
-# --- item 5: a user column named rowid, shared correlation ids, unknown sizes, int64 ranges --------
+# --- a user column named rowid, shared correlation ids, unknown sizes, int64 ranges --------
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_a_range_spanning_the_int64_range_has_no_wrapped_duration(capsys, make_e
     assert [e["api"] for e in f["enclosing_chain"]] == ["cublasCreate_v2", "cublasLtCreate"]
 
 
-# --- item 7: failed rows whose end is before their start, against many library calls ------------------
+# --- failed rows whose end is before their start, against many library calls ------------------
 
 
 def test_reversed_failed_rows_are_decided_without_forming_pairs(capsys, make_export) -> None:
@@ -150,7 +150,7 @@ def test_reversed_failed_rows_are_decided_without_forming_pairs(capsys, make_exp
     assert d["verdict"] == "inconclusive"
 
 
-# --- item 8: wrong-typed values are NULL with a warning, never converted, never a traceback -----------
+# --- wrong-typed values are NULL with a warning, never converted, never a traceback -----------
 
 
 @pytest.mark.parametrize(
@@ -210,7 +210,7 @@ def test_duplicate_correlations_equal_a_count_of_every_key() -> None:
     assert len(expected) > 100 and max(k for _, _, k in expected) >= 3  # not vacuous: pairs and longer runs
 
 
-# --- issue 24: the same table in another case, views, column names in another case, versions, ids ----
+# --- the same table in another case, views, column names in another case, versions, ids ----
 
 TORCH_OBSERVE = H200_2025 / "torch" / "observe.sqlite"
 FAILED_CORRELATION = 2433  # the cudaMalloc that fails inside cublasCreate_v2 (README)
@@ -357,7 +357,7 @@ def test_string_ids_without_a_primary_key_but_unique_are_read(capsys, tmp_path: 
     assert d["census"]["failed_calls"] == 28 and d["verdict"] == "failure_found"
 
 
-# --- issue 24, item 2: a damaged timestamp is never evidence of absence --------------------------------
+# --- a damaged timestamp is never evidence of absence --------------------------------
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 

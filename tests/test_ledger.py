@@ -1,4 +1,4 @@
-"""The device-memory ledger (issue 13): live bytes per device and process, and the bound on free memory.
+"""The device-memory ledger: live bytes per device and process, and the bound on free memory.
 
 Numbers on the real captures are checked against plain SQL sums over CUDA_GPU_MEMORY_USAGE_EVENTS.
 """
@@ -82,7 +82,7 @@ def test_allocation_events_are_matched_to_their_call_and_driver_memory_is_its_ow
         ("matched", "cudaMalloc_v3020"): tuple(int(x) for x in matched.split()),
         ("driver", None): tuple(int(x) for x in driver.split()),
     }
-    assert by_call[("matched", "cudaMalloc_v3020")] == (32, 149_428_635_648)  # the issue's numbers
+    assert by_call[("matched", "cudaMalloc_v3020")] == (32, 149_428_635_648)  # pinned as well as held to the SQL
 
 
 def test_observe_ledger_at_the_telemetry_handoff(capsys) -> None:
@@ -129,7 +129,7 @@ def test_compare_shows_both_arms_headroom_side_by_side() -> None:
 
 
 def test_an_export_without_deallocation_events_is_a_ledger_of_what_was_never_freed() -> None:
-    """Zero deallocation events is evidence that nothing was freed, not a gap (issue L's rule was wrong):
+    """Zero deallocation events is evidence that nothing was freed, not a gap (an earlier rule took it for one):
     the capi observe capture frees nothing, so every allocation up to a moment is live then."""
     path = CAPI / "observe.sqlite"
     m = memory(path, CAPI / "observe.telemetry.jsonl")
@@ -371,6 +371,7 @@ def _reference(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], int,
 
 
 # Events of an unknown device (null deviceId) make _summary compare with None (a polars warning).
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Comparisons with None")
 def test_the_matching_equals_a_plain_python_reference() -> None:
     """Random events with reused addresses, frees before allocations, unknown starts, operations,

@@ -1,4 +1,4 @@
-"""Who held the device: the ledger under each memory mechanism PyTorch users run (issue 21).
+"""Who held the device: the ledger under each memory mechanism PyTorch users run.
 
 PyTorch's default caching allocator (plain cudaMalloc segments), expandable segments (virtual memory
 management: mapped from cuMemSetAccess to cuMemUnmap), ``backend:cudaMallocAsync`` (a CUDA memory
@@ -375,7 +375,7 @@ def test_a_negative_size_is_unknown_never_an_inflated_bound(make_export) -> None
 
 
 def test_the_real_torch_capture_with_a_damaged_size_is_refused_not_wrapped(tmp_path: Path) -> None:
-    """Issue 24's case on the real capture: every size set to 2^63-1."""
+    """A damaged size on the real capture: every size set to 2^63-1."""
     copy = tmp_path / "observe.sqlite"
     copy.write_bytes((TORCH / "observe.sqlite").read_bytes())
     con = sqlite3.connect(copy)

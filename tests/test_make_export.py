@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "make_export.py"
+SCRIPT = REPO / "benchmarks" / "make_export.py"
 ROWS, SEED, FAILURES = 20_000, 1, 5
 
 RUNTIME_MALLOC = """

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import nbformat
+import pytest
+from conftest import REPO
 from nbclient import NotebookClient
 
-REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "examples" / "explore.ipynb"
+
+pytestmark = pytest.mark.slow  # a real Jupyter kernel
 
 
 def outputs_text(cell: nbformat.NotebookNode) -> str:

@@ -13,10 +13,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import H200_2025
+from conftest import H200_2025, REPO
 
-REPO = Path(__file__).parent.parent
 TORCH = H200_2025 / "torch" / "observe.sqlite"
+
+pytestmark = pytest.mark.slow  # pip builds the wheel (and the C extension) in each test
 
 
 def build_wheel(tmp: Path, **env: str) -> Path:

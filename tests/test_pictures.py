@@ -1,4 +1,4 @@
-"""Timeline pictures (issue 14): what the pictures of the real captures show, checked in the SVG
+"""Timeline pictures: what the pictures of the real captures show, checked in the SVG
 (text elements, ids, geometry), where the marks come from (the timeline model against the JSON
 document), that the bytes never change, and the ``plot`` command's output and errors."""
 
@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 from builder import Call, Export, LibCall
-from conftest import H200, H200_2025, PUBLIC, unprivileged
+from conftest import H200, H200_2025, HOSTILE_TEXT, PUBLIC, TORCH, UNSAFE_SHOWN, hostile_export, unprivileged
 from scenarios import PID, WORKER, observe_nested_failure
-from test_hostile import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
 
 import nsysaudit
 from nsysaudit import seal
@@ -25,7 +24,6 @@ from nsysaudit.core.errors import BadOption
 from nsysaudit.render import pictures
 from nsysaudit.reports.timeline import aligned_timelines, parse_around, timeline
 
-TORCH = H200_2025 / "torch"
 STOP = H200_2025 / "capture-stop"
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -14,13 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import H200, needs_native
-from nsys_tool import find_nsys, requires_nsys
+from conftest import H200, find_nsys, needs_native, requires_nsys, reseal_tags, run, sha
 from scenarios import observe_nested_failure, release_three_allocations
-from test_nsys_rep import cpu_report  # noqa: F401  (the real-report fixture, profiled once for this module)
 
 from nsysaudit import seal
-from nsysaudit.cli import main
 from nsysaudit.core.errors import CheckFailed, OutputNotWritable, UnusableInput
 from nsysaudit.render.json import indented
 from nsysaudit.seal import folder as seal_folder
@@ -49,12 +45,6 @@ SEAL_LINE = "seal: sha256:"
 SQLITE = sqlite3.sqlite_version
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def compare_real(out: Path, *extra: str) -> list[str]:
     return [
         "compare", str(H200 / "observe.sqlite"), str(H200 / "release.sqlite"), "--out", str(out),
@@ -79,17 +69,6 @@ def bag(sealed_real: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "bag"
     shutil.copytree(sealed_real, copy)
     return copy
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def reseal_tags(bag: Path) -> None:
-    """Rewrite the tag manifest so that it matches a changed manifest (a consistent forgery)."""
-    (bag / "tagmanifest-sha256.txt").write_text(
-        f"{sha(bag / 'manifest-sha256.txt')}  manifest-sha256.txt\n{sha(bag / 'metadata.json')}  metadata.json\n"
-    )
 
 
 # --- the folder ----------------------------------------------------------------------------------
@@ -442,7 +421,7 @@ def test_analyze_out_seals_a_single_arm(capsys, tmp_path: Path) -> None:
 
 @requires_nsys
 def test_nsys_rep_arm_seals_and_reverifies_after_a_fresh_export(
-    capsys, cpu_report: Path, monkeypatch, tmp_path: Path  # noqa: F811
+    capsys, cpu_report: Path, monkeypatch, tmp_path: Path
 ) -> None:
     """The export's own digest lives in metadata.json, so a fresh re-export still verifies."""
     monkeypatch.setenv("NSYSAUDIT_NSYS", str(find_nsys()))
@@ -463,7 +442,7 @@ def test_nsys_rep_arm_seals_and_reverifies_after_a_fresh_export(
     assert (tmp_path / "fresh-cache").exists()
 
 
-# --- the seal pins every file (issue 10, item 2) -------------------------------------------------
+# --- the seal pins every file -------------------------------------------------------------------
 
 
 def printed_seal(bag: Path) -> str:
@@ -477,7 +456,7 @@ def edit_metadata(bag: Path, change: Callable[[dict[str, Any]], object]) -> None
 
 
 def test_the_seal_fails_after_a_consistent_edit_of_metadata(capsys, bag: Path) -> None:
-    """The issue's forgery: metadata.json edited (command, versions), the tag manifest re-hashed."""
+    """A consistent forgery: metadata.json edited (command, versions), the tag manifest re-hashed."""
     quoted = printed_seal(bag)
 
     def forge(meta: dict[str, Any]) -> None:
@@ -623,7 +602,7 @@ def test_a_folder_sealed_before_the_pictures_is_named_and_force_replaces_it_when
     assert run(capsys, "verify", bag)[0] == 0
 
 
-# --- --force never destroys evidence, and replaces atomically (issue 10, item 1) -----------------
+# --- --force never destroys evidence, and replaces atomically ----------------------------------
 
 
 def listing(folder: Path) -> dict[str, bytes]:

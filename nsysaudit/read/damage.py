@@ -19,7 +19,7 @@ in order, child pages, overflow chains. What it says is sorted (:func:`classify`
 
 Beside it, checks no engine can answer differently: the rows a scan visits must be SQLite's
 ``count(*)`` of the table, and its min rowid no more than its max (:mod:`nsysaudit.read.scan`).
-tests/test_damage.py holds every engine to one answer over hundreds of damaged copies of the
+tests/test_hostile_damage.py holds every engine to one answer over hundreds of damaged copies of the
 bundled real exports.
 """
 
@@ -37,7 +37,7 @@ from nsysaudit.read.inputs import Background
 from nsysaudit.read.source import ExportFile, quote
 
 # The tables the analysis reads rows from, nsys's versioned variants resolved through ExportFile.table
-# (tests/test_damage.py checks that every table an analysis looks up is here), the CUDA API table first.
+# (tests/test_hostile_damage.py checks that every table an analysis looks up is here), the CUDA API table first.
 EVIDENCE_TABLES = (
     "CUPTI_ACTIVITY_KIND_RUNTIME",
     "StringIds",

@@ -14,7 +14,7 @@ both run the same SQLite (the same ``sqlite3_sourceid()``): the SQLite that deci
 (:mod:`nsysaudit.read.damage`) is then the one that reads the rows. Where it was not built (no C
 compiler or no SQLite header when nsysaudit was installed), cannot be loaded, or runs another
 SQLite, :func:`load` returns None, :func:`unavailable` says why (every report says it too), and
-the scan uses its polars engines; ``NSYSAUDIT_NATIVE=0`` turns it off. tests/test_scan.py checks
+the scan uses its polars engines; ``NSYSAUDIT_NATIVE=0`` turns it off. tests/test_reading_scan.py checks
 that all give the same answer.
 """
 

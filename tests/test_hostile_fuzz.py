@@ -1,4 +1,4 @@
-"""Property-based and byte-level fuzzing (issue 6): no crash, honest exit codes, exact joins.
+"""Property-based and byte-level fuzzing: no crash, honest exit codes, exact joins.
 
 1. Generated exports (the builder, the real DDL): the CLI exits 0, the census equals a count of
    the spec, and the nested and straddling failures and every library call's children are exactly
@@ -39,6 +39,8 @@ from nsysaudit.cli import main
 from nsysaudit.core.codes import is_allocation_api
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read.source import check_sqlite_file
+
+pytestmark = pytest.mark.slow
 
 SETTINGS = settings(
     max_examples=150,

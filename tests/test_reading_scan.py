@@ -11,7 +11,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall, strip_not_null
-from conftest import H200, engine_free, needs_native
+from conftest import H200, assert_same_scan, engine_free, needs_native, selected
+from scenarios import RUNTIME
 
 import nsysaudit
 from nsysaudit.core.intervals import union_windows
@@ -62,19 +63,6 @@ def brute_force_selected(path: Path) -> set[tuple[int, int, int, int]]:
         if r != 0 or any(lg == g and ls <= e and le >= s for lg, ls, le in doms):
             out.add((g, s, e, c))
     return out
-
-
-def selected(path: Path, **kw: object) -> tuple[scan.CudaApiScan, pl.DataFrame]:
-    export = probe(path)
-    try:
-        trace = load(export)
-        table = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
-        assert table is not None
-        ids = pl.Series("id", [r[0] for r in export.conn.execute("SELECT id FROM StringIds")], dtype=pl.Int64)
-        result = scan.scan_cuda_api(export.conn, path, table.name, table.columns, trace.library_windows, ids, **kw)  # type: ignore[arg-type]
-        return result, trace.library_calls
-    finally:
-        export.close()
 
 
 def keyset(frame: pl.DataFrame) -> set[tuple[int, int, int, int]]:
@@ -171,9 +159,6 @@ def test_union_windows_equal_a_plain_python_union() -> None:
 
 # --- the native engine (native/scan.c) ---------------------------------------------------------
 
-RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
-
-
 def hostile_scan_export(make_export) -> Path:
     """busy_export's rows plus every kind of damage the reduction counts, memory events, marked and
     counted calls: NULLs in NOT NULL columns, reversed ranges, a dangling name id, REAL, TEXT and
@@ -221,17 +206,6 @@ def scan_with(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, workers:
         )  # fmt: skip
     finally:
         export.close()
-
-
-def assert_same_scan(a: scan.CudaApiScan, b: scan.CudaApiScan) -> None:
-    assert a.total == b.total
-    assert a.selected.equals(b.selected), (a.selected, b.selected)
-    assert a.span.equals(b.span), (a.span, b.span)
-    assert a.problems == b.problems
-    assert a.marked.equals(b.marked)
-    assert a.alloc_rows.equals(b.alloc_rows), (a.alloc_rows, b.alloc_rows)
-    assert a.counted == b.counted
-    assert a.type_mismatch_rows == b.type_mismatch_rows
 
 
 @needs_native

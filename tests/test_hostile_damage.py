@@ -146,6 +146,7 @@ def mutate(export: Export, rng: random.Random) -> tuple[bytes, str]:
     return bytes(data), category(export, tree)
 
 
+@pytest.mark.slow
 @needs_native
 def test_every_engine_gives_one_answer_on_damaged_real_exports(tmp_path: Path, monkeypatch, capsys) -> None:
     """300 seeded damaged copies of six real exports: each read by the four engines gives the same

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from builder import Call, Export, LibCall
-from conftest import FIXTURES, H200_2025
+from conftest import FIXTURES, H200_2025, REPO, sweep
 from scenarios import PID, WORKER, observe_nested_failure
 
 import nsysaudit
@@ -20,7 +20,6 @@ from nsysaudit.batch import run as fleet
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.render import analysis_json
 
-REPO = Path(__file__).resolve().parent.parent
 OBSERVE = H200_2025 / "torch" / "observe.sqlite"
 REAL = sorted(FIXTURES.rglob("*.sqlite"))
 
@@ -71,7 +70,7 @@ def test_frames_are_lazy_and_read_only_what_is_asked(monkeypatch: pytest.MonkeyP
         assert worker.height == t.cuda_api().filter(pl.col("tid") == 720).collect().height
 
 
-@pytest.mark.parametrize("path", REAL, ids=lambda p: str(p.relative_to(FIXTURES)))
+@pytest.mark.parametrize("path", sweep(REAL, keep=OBSERVE), ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_analyze_reuses_what_was_loaded_and_equals_analyze(path: Path) -> None:
     with nsysaudit.open(path) as t:
         statements: list[str] = []

@@ -1,4 +1,4 @@
-"""Small exports start fast: a command imports only what it needs (issue 15).
+"""Small exports start fast: a command imports only what it needs.
 
 Checked by which modules a fresh process has loaded, not by timing (benchmarks/run.py times it).
 """

@@ -1,4 +1,4 @@
-"""Hostile input through ``check`` and ``batch`` (issue 12): one line or one error row, never a
+"""Hostile input through ``check`` and ``batch``: one line or one error row, never a
 traceback; the evidence untouched and nothing written beside it; names from outside escaped."""
 
 from __future__ import annotations
@@ -10,16 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import H200_2025, unprivileged
-from test_hostile import OBSERVE, UNUSABLE, assert_one_line_error, folder_state
-
-from nsysaudit.cli import main
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
+from conftest import DEEP_JSON, H200_2025, OBSERVE, UNUSABLE, assert_one_line_error, folder_state, run, unprivileged
 
 
 @pytest.fixture
@@ -105,7 +96,7 @@ def test_a_fifo_named_like_an_export_is_an_error_row_even_when_resuming(tmp_path
     ]
 
 
-# --- issue 24, item 3: batch --out targets -----------------------------------------------------------
+# --- batch --out targets -----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -181,7 +172,7 @@ def test_a_resumed_part_that_is_not_what_a_batch_wrote_is_refused(
     capsys, evidence: Path, tmp_path: Path, damage: str
 ) -> None:
     """Parts are trusted, yet held to their schema and their own SHA-256: a part of another shape
-    gave a row of nulls, exit 0 (issue 24, item 9)."""
+    gave a row of nulls, exit 0."""
     other = tmp_path / "other"
     other.mkdir()
     shutil.copyfile(H200_2025 / "event" / "release.sqlite", other / "release.sqlite")
@@ -201,3 +192,17 @@ def test_a_resumed_part_that_is_not_what_a_batch_wrote_is_refused(
     code, stdout, err = run(capsys, "batch", other, "--out", out, "--jobs", 1)
     assert (code, stdout) == (2, "") and err.count("\n") == 1, err
     assert err.startswith(f"nsysaudit: error: {problem}"), err
+
+
+# --- a batch record that is not one --------------------------------------------------------------
+
+
+def test_a_batch_record_nested_too_deeply_is_one_line(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "batch"
+    code, _, err = run(capsys, "batch", str(OBSERVE), "--out", str(out), "--jobs", "1")
+    assert code == 0, err
+    (out / "parts" / "batch.json").write_text(DEEP_JSON)
+    code, stdout, err = run(capsys, "batch", str(OBSERVE), "--out", str(out), "--jobs", "1")
+    assert (code, stdout) == (2, "")
+    assert err == f"nsysaudit: error: {out / 'parts' / 'batch.json'}: cannot write the batch output here: not a " \
+        "batch record (unreadable JSON) (nothing was written)\n"

@@ -1,4 +1,4 @@
-"""report.html (issue 14): one self-contained file in every sealed folder, the facts of report.md
+"""report.html: one self-contained file in every sealed folder, the facts of report.md
 with each arm's picture inline, escaped, covered by the seal; and opened in headless Chromium
 (Debian's, `scripts/install-chromium.sh`) it renders without an error or a request, not blank."""
 
@@ -12,15 +12,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import H200_2025
-from test_hostile import HOSTILE_TEXT, UNSAFE_SHOWN, hostile_export
-from test_seal import reseal_tags, sha
+from conftest import H200_2025, HOSTILE_TEXT, TORCH, UNSAFE_SHOWN, hostile_export, reseal_tags, sha
 
 from nsysaudit import seal
 from nsysaudit.cli import main
 from nsysaudit.render.json import indented
 
-TORCH = H200_2025 / "torch"
 TORCH_INPUTS = [TORCH / "observe.sqlite", TORCH / "release.sqlite", TORCH / "observe.telemetry.jsonl",
                 TORCH / "release.telemetry.jsonl"]
 CHROMIUM = os.environ.get("NSYSAUDIT_CHROMIUM", "/usr/bin/chromium")
@@ -231,6 +228,7 @@ def browser():  # type: ignore[no-untyped-def]
     return sync_playwright
 
 
+@pytest.mark.slow
 def test_report_html_renders_in_headless_chromium_without_errors(sealed_torch: Path, tmp_path: Path) -> None:
     import numpy as np
     from PIL import Image
@@ -278,6 +276,7 @@ def test_report_html_renders_in_headless_chromium_without_errors(sealed_torch: P
     assert len(np.unique(packed)) > 50  # a drawing, not a flat page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [800, 1400])
 def test_the_answer_box_and_the_picture_are_on_the_first_screen(sealed_torch: Path, tmp_path: Path,
                                                                 width: int) -> None:

@@ -5,65 +5,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
-import pytest
-from conftest import H200, unprivileged
-from nsys_tool import find_nsys, requires_nsys
+from conftest import H200, find_nsys, requires_nsys, unprivileged
 from scenarios import observe_nested_failure
 
 import nsysaudit
 from nsysaudit.cli import main
 from nsysaudit.core.digests import sha256_file
-
-WORKLOAD = """
-import time
-total = 0
-for i in range(200000):
-    total += i * i
-time.sleep(0.05)
-print(total)
-"""
-
-
-@pytest.fixture(scope="module")
-def cpu_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real report made here by `nsys profile` of a CPU-only Python program."""
-    nsys = find_nsys()
-    if nsys is None:
-        pytest.skip("real nsys CLI not installed: run `make nsys` (scripts/install-nsys.sh)")
-    work = tmp_path_factory.mktemp("profile")
-    script = work / "workload.py"
-    script.write_text(WORKLOAD)
-    out = work / "cpu"
-    proc = subprocess.run(
-        [
-            nsys,
-            "profile",
-            "-t",
-            "nvtx,osrt",
-            "-s",
-            "none",
-            "--cpuctxsw=none",
-            "-o",
-            str(out),
-            sys.executable,
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        cwd=work,
-        stdin=subprocess.DEVNULL,
-    )
-    report = out.with_suffix(".nsys-rep")
-    assert proc.returncode == 0 and report.is_file(), proc.stderr[-2000:]
-    # Keep only the report in its own folder, so "nothing written beside it" can be checked.
-    evidence = tmp_path_factory.mktemp("evidence") / "cpu.nsys-rep"
-    evidence.write_bytes(report.read_bytes())
-    return evidence
 
 
 @requires_nsys
@@ -113,7 +62,7 @@ def test_missing_nsys_is_a_one_line_error(tmp_path: Path, monkeypatch, capsys) -
     assert err.count("\n") == 1 and "no nsys CLI was found" in err and str(report) in err
 
 
-# --- the export cache is bound to its source (issue 10, item 3) ----------------------------------
+# --- the export cache is bound to its source --------------------------------------------------
 
 
 def cache_entry(report: Path, cache: Path) -> Path:
@@ -287,3 +236,19 @@ def test_a_report_as_qdrep_gives_its_capture_version_and_its_exporter_apart(
     assert doc["input"]["export"]["nsys_version"] == "2023.4.4.54"  # EXPORT_PRODUCT_VERSION of the export
     row = nsysaudit.audit_many([qdrep], jobs=1).row(0, named=True)
     assert (row["nsys_version"], row["exported_with"]) == (captured, doc["input"]["export"]["nsys_version"])
+
+
+@requires_nsys
+def test_nsys_version_is_2023_4() -> None:
+    nsys = find_nsys()
+    assert nsys is not None
+    proc = subprocess.run(
+        [nsys, "--version"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "2023.4" in proc.stdout, proc.stdout

@@ -16,23 +16,13 @@ from typing import Any
 import polars as pl
 import pytest
 import worker_faults
-from conftest import FIXTURES, H200_2025, unprivileged
+from conftest import FIXTURES, H200_2025, TORCH, run, unprivileged
 from scenarios import observe_nested_failure
 
 import nsysaudit
 from nsysaudit.batch import run as fleet
-from nsysaudit.cli import main
 
 REAL = sorted(str(p) for p in FIXTURES.rglob("*.sqlite"))
-TORCH = H200_2025 / "torch"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def analyze_json(capsys: pytest.CaptureFixture[str], path: str) -> dict[str, Any]:
     code, out, err = run(capsys, "analyze", "--json", path)
     assert code == 0, err
@@ -99,7 +89,9 @@ def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None
     assert row["ns_from_capture_end"] == capture.get("ns_from_capture_end")
 
 
-@pytest.mark.parametrize(("engine", "jobs"), [("local", 1), ("local", 2), ("dask", 2)])
+@pytest.mark.parametrize(("engine", "jobs"), [
+    ("local", 1), pytest.param("local", 2, marks=pytest.mark.slow), pytest.param("dask", 2, marks=pytest.mark.slow)
+])
 def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: str, jobs: int) -> None:
     broken = tmp_path / "broken.sqlite"
     broken.write_bytes(b"")
@@ -352,7 +344,7 @@ def test_a_worker_that_dies_is_one_line_and_the_finished_parts_stay(capsys, tmp_
     assert result.inputs["error"].null_count() == 5
 
 
-# --- batches as users run them (issue 23) --------------------------------------------------------------
+# --- batches as users run them -------------------------------------------------------------------------
 
 TORCH_DIR = H200_2025 / "torch"
 NO_GUARD = f"""import nsysaudit

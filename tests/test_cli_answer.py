@@ -1,4 +1,4 @@
-"""The answer first (issue 23): what failed, inside what, on which thread, when, and who held the
+"""The answer first: what failed, inside what, on which thread, when, and who held the
 memory, on the first screen of `nsysaudit analyze` at 80 columns; details behind --details."""
 
 from __future__ import annotations
@@ -8,14 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import H200, H200_2025
+from conftest import H200, H200_2025, REPO
 
 import nsysaudit
 
 TORCH = (H200_2025 / "torch").relative_to(Path(__file__).parent.parent)
-REPO = Path(__file__).parent.parent
-
-
 def cli(*args: object, columns: int = 80) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1"}
     return subprocess.run([sys.executable, "-m", "nsysaudit", *map(str, args)], capture_output=True, text=True,

@@ -1,5 +1,6 @@
-"""Faults of the input and of the environment (issue 10, item 8): one line and exit 2, never a
-traceback; a reader that goes away is not an error.
+"""Faults of the input and of the environment: one line and exit 2, never a traceback; a reader
+that goes away is not an error; a usage error is one line, ``--debug`` shows the traceback, Ctrl-C
+is one line.
 
 Output streams are tested in a real child process (closed stdout, /dev/full, a pipe closed by its
 reader), since only there does the interpreter's own final flush run.
@@ -12,21 +13,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import H200, unprivileged
+from conftest import H200, OBSERVE, run, unprivileged
 
 import nsysaudit
-from nsysaudit.cli import main
 
-OBSERVE = H200 / "observe.sqlite"
 TELEMETRY = H200 / "observe.telemetry.jsonl"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_line(code: int, err: str, *parts: str) -> None:
@@ -163,3 +157,68 @@ def test_an_out_that_cannot_be_written_is_one_line(capsys, request, tmp_path: Pa
     assert stdout == ""
     assert blocker.read_text() == "in the way"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+# --- the command line: usage errors, --debug, Ctrl-C ---------------------------------------------
+
+
+def test_usage_errors_are_one_line(capsys) -> None:
+    for args, problem in (
+        (["analyze", str(OBSERVE), "--clock-tolerance", "nan"], "'nan' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--clock-tolerance", "inf"], "'inf' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--clock-tolerance", "-1"], "'-1' is not a finite, non-negative number"),
+        (["analyze", str(OBSERVE), "--max-pairs", str(1 << 63)], f"{1 << 63} is not in the range"),
+        (["analyze", str(OBSERVE), "--no-such-option"], "No such option '--no-such-option'"),
+    ):
+        code, out, err = run(capsys, *args)
+        assert code == 2 and out == "", (args, out)
+        assert err.startswith("nsysaudit: error: ") and err.count("\n") == 1, err
+        assert problem in err and "nsysaudit analyze --help" in err, err
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sqlite"
+    bad.write_bytes(b"")
+    plain = subprocess.run(
+        [sys.executable, "-m", "nsysaudit", "analyze", str(bad)], capture_output=True, text=True, check=False
+    )
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    debug = subprocess.run(
+        [sys.executable, "-m", "nsysaudit", "--debug", "analyze", str(bad)], capture_output=True, text=True, check=False
+    )
+    assert debug.returncode != 0
+    assert "Traceback" in debug.stderr and "UnusableInput" in debug.stderr
+    # after the command too: it was refused there once ("No such option")
+    for args in (["analyze", str(bad), "--debug"], ["compare", str(bad), str(bad), "--out", "x", "--debug"]):
+        after = subprocess.run([sys.executable, "-m", "nsysaudit", *args], capture_output=True, text=True, check=False)
+        assert "Traceback" in after.stderr and "UnusableInput" in after.stderr, after.stderr
+
+
+def test_ctrl_c_while_the_command_runs_is_one_line(capsys, monkeypatch) -> None:
+    import signal
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        raise AssertionError("SIGINT was not delivered")
+
+    monkeypatch.setattr(nsysaudit, "analyze", interrupted)
+    code, out, err = run(capsys, "analyze", str(OBSERVE))
+    assert (code, out, err) == (130, "", "nsysaudit: aborted\n")  # click's blank line is not printed
+
+
+def test_ctrl_c_while_the_cli_is_imported_is_one_line() -> None:
+    """SIGINT in the first ~0.2 s, while click and polars are imported: the same one line."""
+    script = (
+        "import builtins, os, signal, sys\n"
+        "real = builtins.__import__\n"
+        "def imp(name, *args, **kwargs):\n"
+        "    if name == 'polars':\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(name, *args, **kwargs)\n"
+        "builtins.__import__ = imp\n"
+        f"sys.argv = ['nsysaudit', 'analyze', {str(OBSERVE)!r}]\n"
+        "from nsysaudit.__main__ import run\n"
+        "run()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "nsysaudit: aborted\n")

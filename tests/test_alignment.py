@@ -1,4 +1,4 @@
-"""Telemetry reading and clock alignment (issue 3): the real H200 captures, and one test per failure mode."""
+"""Telemetry reading and clock alignment: the real H200 captures, and one test per failure mode."""
 
 from __future__ import annotations
 
@@ -12,22 +12,15 @@ from typing import Any
 
 import pytest
 from builder import Export, Range
-from conftest import H200
+from conftest import H200, run
 from scenarios import MAIN, PID, WORKER, observe_nested_failure
 
 import nsysaudit
-from nsysaudit.cli import main
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.read.telemetry import Anchor, TelemetryOptions, load_telemetry, parse_anchor, parse_clock
 
 BEFORE = {"observe": "runtime_error", "release": "backward_end"}
 UTC0 = 1_796_064_718_689_501_058  # the builder's default TARGET_INFO_SESSION_START_TIME.utcEpochNs
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def telemetry_of(arm: str) -> Path:
@@ -622,7 +615,7 @@ def test_without_telemetry_the_json_has_no_alignment_keys() -> None:
     assert "telemetry" not in d["library_calls"][0]
 
 
-# --- the fast decoder (orjson) says only what the strict one says (issue 24, the growth table) --------
+# --- the fast decoder (orjson) says only what the strict one says --------------------------------------
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -660,6 +653,7 @@ def _decoded_alike(raw: bytes) -> None:
         assert _same(fast, strict), (raw, fast, strict)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(obj=st.dictionaries(st.text(max_size=6), _VALUES, max_size=6), spaced=st.booleans())
 def test_fast_decoding_equals_the_strict_decoder(obj: dict[str, Any], spaced: bool) -> None:

@@ -1,7 +1,7 @@
 """The native scan's page reader (native/scan.c, ``reduce_pages``): it reads the CUDA API table's
 b-tree pages itself, and hands SQLite the whole range wherever it is not sure. Whatever the
 table, the page size, the damage, the answer is the one SQLite's own reading of every row gives.
-(Whether a table is damaged is SQLite's quick_check's to say, for every engine: tests/test_damage.py.)"""
+(Whether a table is damaged is SQLite's quick_check's to say, for every engine: tests/test_hostile_damage.py.)"""
 
 from __future__ import annotations
 
@@ -13,19 +13,18 @@ from typing import Any
 
 import polars as pl
 import pytest
-from conftest import NEEDS_NATIVE
-from test_scan import RUNTIME, assert_same_scan, selected
+from conftest import FIXTURES, TORCH, assert_same_scan, needs_native, selected, sweep
+from scenarios import RUNTIME
 
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read import damage, native, scan
 from nsysaudit.read.source import quote, readonly_uri
 
-FIXTURES = Path(__file__).parent / "fixtures"
 NSYS_COLUMNS = '''start INTEGER NOT NULL, "end" INTEGER NOT NULL, eventClass INTEGER NOT NULL,
     globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL,
     callchainId INTEGER'''
 
-pytestmark = NEEDS_NATIVE
+pytestmark = needs_native
 
 
 def without_pages(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,9 +40,10 @@ def both_ways(monkeypatch: pytest.MonkeyPatch, run: Any) -> tuple[Any, Any]:
     return with_pages, plain
 
 
-@pytest.mark.parametrize(
-    "path", sorted(p for p in FIXTURES.rglob("*.sqlite") if "schema" not in p.parts), ids=lambda p: p.stem
-)
+BUNDLED = sorted(p for p in FIXTURES.rglob("*.sqlite") if "schema" not in p.parts)
+
+
+@pytest.mark.parametrize("path", sweep(BUNDLED, keep=TORCH / "observe.sqlite"), ids=lambda p: p.stem)
 @pytest.mark.parametrize("workers", [1, 2])
 def test_every_bundled_export_reads_the_same_from_its_pages(path: Path, workers: int, monkeypatch) -> None:
     con = sqlite3.connect(readonly_uri(path), uri=True)
@@ -260,6 +260,7 @@ def range_outcome(path: Path, lo: int, hi: int, pages: bool, handover: bool = Fa
     return (got, why) if handover else got
 
 
+@pytest.mark.slow
 def test_damaged_pages_give_what_sqlite_gives(tmp_path: Path) -> None:
     """Bytes of the table's pages overwritten at random (cell pointers, page headers, child page
     numbers, record headers, values): for every range, the page reader gives SQLite's own answer,

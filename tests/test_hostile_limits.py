@@ -1,0 +1,221 @@
+"""Resource bounds: explicit limits, reported when hit. A pair limit keeps every failure examined
+(or says what it left unexamined, and the verdict is then inconclusive); the joins it bounds hold
+to a brute-force overlap test. Growth with size is measured by ``benchmarks/hostile_growth.py``,
+never timed here."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from builder import Call, Export, LibCall
+from conftest import run, warning_counts
+from scenarios import MAIN, PID, WORKER, MiB
+
+from nsysaudit.analysis.joins import closed_libs, count_pairs, nest
+
+# --- the pair limit ------------------------------------------------------------------------------
+
+
+def nested_ranges(k: int, m: int, *, failed_at: int | None) -> Export:
+    """k cublasCreate_v2 ranges nested in each other on one thread, all holding the same m calls
+    (k*m overlapping pairs); call ``failed_at`` (if any) is a failed cudaMalloc."""
+    calls = [
+        Call("cudaMalloc_v3020", 1_000 + 100 * i, 1_050 + 100 * i, PID, WORKER, corr=i + 1,
+             ret=2 if i == failed_at else 0, bytes=None if i == failed_at else MiB)
+        for i in range(m)
+    ]
+    calls.append(Call("cudaFree_v3020", 10_000_000, 10_000_100, PID, MAIN, corr=m + 1))
+    libs = [LibCall("cublasCreate_v2", 500 - i, 1_000 + 100 * m + i, PID, WORKER) for i in range(k)]
+    return Export(calls=calls, lib_calls=libs)
+
+
+def sequential_ranges(n: int, *, failed_in: int) -> Export:
+    """n cublasCreate_v2 ranges one after another, each holding a failing cudaEventQuery (600, not
+    an allocation); range ``failed_in`` also holds a failed cudaMalloc."""
+    calls, libs = [], []
+    for i in range(n):
+        base = 10_000 * (i + 1)
+        libs.append(LibCall("cublasCreate_v2", base, base + 5_000, PID, WORKER))
+        calls.append(Call("cudaEventQuery_v3020", base + 100, base + 200, PID, WORKER, ret=600, corr=2 * i + 1))
+        if i == failed_in:
+            calls.append(Call("cudaMalloc_v3020", base + 300, base + 400, PID, WORKER, ret=2, corr=2 * i + 2))
+    calls.append(Call("cudaFree_v3020", 10_000 * (n + 2), 10_000 * (n + 2) + 100, PID, MAIN, corr=10 * n))
+    return Export(calls=calls, lib_calls=libs)
+
+
+def test_pair_limit_keeps_findings_and_says_what_it_left_out(capsys, make_export) -> None:
+    path = make_export(nested_ranges(20, 50, failed_at=25))
+    code, out, err = run(capsys, "analyze", "--json", "--max-pairs", "100", str(path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["limits"] == {"max_pairs": 100, "pairs": 20 * 50, "pairs_listed": 20}
+    assert warning_counts(doc)["pair_limit"] == 1000
+    # Every failure is still examined: the verdict stands, with the innermost enclosing call.
+    assert doc["verdict"] == "failure_found"
+    [finding] = doc["findings"]
+    assert finding["correlation_id"] == 26 and len(finding["enclosing_chain"]) == 20
+    for lc in doc["library_calls"]:
+        assert [c["correlation_id"] for c in lc["children"]] == [26]  # only the failed call listed
+        assert lc["children_complete"] is False and lc["allocated_bytes"] is None  # unknown, not 0
+    # Without the limit every pair is listed.
+    code, out, _ = run(capsys, "analyze", "--json", "--max-pairs", "0", str(path))
+    doc = json.loads(out)
+    assert doc["limits"]["pairs_listed"] == 1000 and "pair_limit" not in warning_counts(doc)
+    assert all(lc["children_complete"] and lc["allocated_bytes"] == 49 * MiB for lc in doc["library_calls"])
+
+
+def test_pair_limit_that_leaves_failures_unexamined_makes_the_verdict_inconclusive(capsys, make_export) -> None:
+    path = make_export(sequential_ranges(10, failed_in=8))
+    code, out, err = run(capsys, "analyze", "--json", "--max-pairs", "5", str(path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["findings"] == []
+    assert doc["verdict"] == "inconclusive"
+    assert "not examined" in doc["verdict_reasons"][0]
+    assert "past the limit" in next(w["message"] for w in doc["warnings"] if w["kind"] == "pair_limit")
+    # The same limit with the failed allocation in an examined range finds it.
+    path = make_export(sequential_ranges(10, failed_in=1))
+    code, out, _ = run(capsys, "analyze", "--json", "--max-pairs", "5", str(path))
+    doc = json.loads(out)
+    assert doc["verdict"] == "failure_found" and [f["correlation_id"] for f in doc["findings"]] == [4]
+
+
+def test_pair_limit_without_failures_keeps_no_failure(capsys, make_export) -> None:
+    path = make_export(nested_ranges(5, 10, failed_at=None))
+    code, out, err = run(capsys, "analyze", "--json", "--max-pairs", "10", str(path))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "no_failure"  # nothing failed, so nothing could hide
+    assert warning_counts(doc)["pair_limit"] == 50
+
+
+def test_pair_limit_is_shown_in_the_terminal_and_refused_with_out(capsys, make_export, tmp_path: Path) -> None:
+    path = make_export(nested_ranges(5, 10, failed_at=3))
+    code, out, _ = run(capsys, "analyze", "--max-pairs", "10", str(path))
+    assert code == 0 and "warning: pair_limit (50)" in out
+    code, _, err = run(capsys, "analyze", "--max-pairs", "10", "--out", str(tmp_path / "sealed"), str(path))
+    assert code == 2 and "--max-pairs" in err and err.count("\n") == 1
+    code, _, err = run(capsys, "analyze", "--max-pairs", "-1", str(path))
+    assert code == 2 and "Traceback" not in err
+
+
+# --- the joins against brute force ---------------------------------------------------------------
+
+
+def test_pair_counts_without_forming_pairs_match_the_join() -> None:
+    rng = random.Random(11)
+    for _ in range(100):
+        libs = []
+        for i in range(rng.randint(0, 10)):
+            start = rng.randint(0, 100)
+            libs.append((i, rng.choice([1, 2]), start, start + rng.randint(0, 60)))
+        calls = []
+        for j in range(rng.randint(0, 40)):
+            start = rng.randint(0, 170)
+            calls.append((rng.choice([1, 2]), start, start + rng.randint(0, 25), j, "cudaMalloc_v3020", 0))
+        lib_frame = pl.DataFrame(libs, schema=["lib_id", "gtid", "start_ns", "end_ns"], orient="row")
+        call_frame = pl.DataFrame(
+            calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
+        )
+        closed = closed_libs(lib_frame.cast(pl.Int64))
+        pairs = nest(closed, call_frame)
+        counts = count_pairs(closed, call_frame)
+        per_lib = dict(pairs.group_by("lib_id").len().iter_rows())
+        assert {lib: n for lib, n in counts.iter_rows() if n} == per_lib
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both ways nest pairs calls: threads whose calls run one after another (binary searches) and
+    threads where a call encloses another (the inequality join) give every overlap, nothing else."""
+    import nsysaudit.analysis.joins as joins_module
+
+    ways: Counter[bool] = Counter()  # True: threads answered in sequence; False: by the inequality join
+
+    def counted(way: bool, real: Any) -> Any:
+        def spy(calls: pl.DataFrame, libs: pl.DataFrame) -> Any:
+            ways[way] += calls["gtid"].n_unique() if libs.height else 0
+            return real(calls, libs)
+
+        return spy
+
+    monkeypatch.setattr(joins_module, "_overlapping_in_sequence", counted(True, joins_module._overlapping_in_sequence))
+    monkeypatch.setattr(joins_module, "_overlapping_by_join", counted(False, joins_module._overlapping_by_join))
+    rng = random.Random(5 if sequential else 6)
+    for _ in range(60):
+        libs = []
+        for i in range(rng.randint(0, 12)):
+            start = rng.randint(0, 200)
+            libs.append((i, rng.choice([1, 2]), start, start + rng.randint(0, 60)))
+        calls = []
+        for thread in (1, 2):
+            t = rng.randint(0, 10)
+            for _ in range(rng.randint(0, 30)):
+                if sequential:  # back to back, some of zero length, some touching the next
+                    start, t = t, t + rng.randint(0, 12)
+                    end = t
+                    t += rng.randint(0, 3)
+                else:
+                    start = rng.randint(0, 260)
+                    end = start + rng.randint(0, 40)
+                calls.append((thread, start, end, len(calls), "cudaMalloc_v3020", 0))
+        lib_frame = pl.DataFrame(libs, schema=["lib_id", "gtid", "start_ns", "end_ns"], orient="row")
+        call_frame = pl.DataFrame(
+            calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
+        ).cast({"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
+        pairs = nest(closed_libs(lib_frame.cast(pl.Int64)), call_frame)
+        expected = {
+            (lib, corr, "nested" if ls <= s and e <= le else "straddling")
+            for lib, lg, ls, le in libs
+            for cg, s, e, corr, _, _ in calls
+            if lg == cg and s <= le and e >= ls
+        }
+        got = set(pairs.select("lib_id", "correlation_id", "relation").iter_rows())
+        assert got == expected and pairs.height == len(expected)
+        assert pairs.equals(pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True))
+    assert ways[True] > 10 and (ways[False] == 0 if sequential else ways[False] > 10)  # each way was taken
+
+
+def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force() -> None:
+    """All threads are answered at once (as for 100k threads): ties, zero-length calls and
+    library calls at the ends of the int64 range give every overlap of its own thread, nothing else."""
+    rng = random.Random(24)
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    for _ in range(80):
+        threads = rng.randint(1, 40)
+        points = [lo, lo + 1, -5, 0, 3, 7, 11, hi - 1, hi]
+        libs = []
+        for i in range(rng.randint(0, 30)):
+            a, b = sorted(rng.choice([*points, rng.randint(-20, 20)]) for _ in range(2))
+            libs.append((i, rng.randint(1, threads), a, b))
+        calls = []
+        for thread in range(1, threads + 1):
+            t = rng.randint(-20, 0)
+            for _ in range(rng.randint(0, 6)):
+                start, t = t, t + rng.randint(0, 4)
+                calls.append((thread, start, t, len(calls), "cudaMalloc_v3020", 0))
+        if calls and rng.random() < 0.3:  # a call enclosing the next on one thread: the join's way
+            g, s0, e0, *_ = calls[0]
+            calls.append((g, s0, e0 + 10, len(calls), "cudaMalloc_v3020", 0))
+        lib_frame = pl.DataFrame(libs, schema=["lib_id", "gtid", "start_ns", "end_ns"], orient="row").cast(pl.Int64)
+        call_frame = pl.DataFrame(
+            calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
+        ).cast({"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
+        closed = closed_libs(lib_frame)
+        pairs = nest(closed, call_frame)
+        expected = {
+            (lib, corr, "nested" if ls <= s and e <= le else "straddling")
+            for lib, lg, ls, le in libs
+            for cg, s, e, corr, _, _ in calls
+            if lg == cg and s <= le and e >= ls
+        }
+        assert set(pairs.select("lib_id", "correlation_id", "relation").iter_rows()) == expected
+        assert pairs.height == len(expected)
+        per_lib = Counter(lib for lib, _, _ in expected)
+        assert {lib: n for lib, n in count_pairs(closed, call_frame).iter_rows() if n} == per_lib
