@@ -49,7 +49,7 @@ from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 from nsysaudit.read.damage import DamageCheck
 from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
-from nsysaudit.read.rows import RowQuery, cuda_api_query, memory_events_query, rowid_batches
+from nsysaudit.read.rows import MEMORY_RAW, RowQuery, cuda_api_query, memory_events_query, rowid_batches
 from nsysaudit.read.source import ExportFile
 from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
@@ -70,18 +70,8 @@ CUDA_API_SCHEMA: dict[str, Any] = {
     "end_ns": pl.Int64,
     "duration_ns": pl.Int64,
 }
-MEMORY_SCHEMA: dict[str, Any] = {
-    "pid": pl.Int64,
-    "global_pid": pl.Int64,
-    "start_ns": pl.Int64,
-    "operation": pl.String,
-    "memory_kind": pl.String,
-    "bytes": pl.Int64,
-    "address": pl.Int64,
-    "device_id": pl.Int64,
-    "stream_id": pl.Int64,
-    "correlation_id": pl.Int64,
-}
+# The rows as read (read/rows.py), the pid decoded from the global pid in place of the rowid.
+MEMORY_SCHEMA: dict[str, Any] = {"pid": pl.Int64} | {k: v for k, v in MEMORY_RAW.items() if k != "rowid"}
 
 
 def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point
