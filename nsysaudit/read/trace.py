@@ -330,6 +330,8 @@ def _load(
         **({"nvtx": nvtx_table} if nvtx_table is not None else {}),
         **library.tables,
         **({"memory": memory.table} if memory.table is not None else {}),
+        # The pools' own operations (created, trimmed) the ledger reads for a pool's size.
+        **({"memory_pools": memory.pool_table} if memory.pool_table is not None else {}),
     }
     return Trace(
         export=export,
