@@ -46,6 +46,7 @@ from nsysaudit.core.codes import return_name
 from nsysaudit.core.errors import BadOption, ReportWarning, UnusableInput
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
 from nsysaudit.core.progress import Progress
+from nsysaudit.core.shapes import Schema
 from nsysaudit.core.text import escape
 from nsysaudit.read.damage import DamageCheck
 from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
@@ -57,7 +58,7 @@ from nsysaudit.reports.analysis import AnalysisResult, duration_ns, report_analy
 
 BATCH_ROWS = 1 << 17  # most rows read per query (polars may ask for fewer)
 
-CUDA_API_SCHEMA: dict[str, Any] = {
+CUDA_API_SCHEMA: Schema = {
     "pid": pl.Int64,
     "tid": pl.Int64,
     "global_tid": pl.Int64,
@@ -71,7 +72,7 @@ CUDA_API_SCHEMA: dict[str, Any] = {
     "duration_ns": pl.Int64,
 }
 # The rows as read (read/rows.py), the pid decoded from the global pid in place of the rowid.
-MEMORY_SCHEMA: dict[str, Any] = {"pid": pl.Int64} | {k: v for k, v in MEMORY_RAW.items() if k != "rowid"}
+MEMORY_SCHEMA: Schema = {"pid": pl.Int64} | {k: v for k, v in MEMORY_RAW.items() if k != "rowid"}
 
 
 def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point

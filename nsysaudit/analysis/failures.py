@@ -32,10 +32,11 @@ from nsysaudit.core.codes import (
 )
 from nsysaudit.core.ids import global_pid, gpid_of
 from nsysaudit.core.intervals import overlaps
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read.trace import Trace
 
 CALL_COLUMNS = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
-REGION_SCHEMA: dict[str, Any] = {
+REGION_SCHEMA: Schema = {
     "region_id": pl.Int64,
     "gtid": pl.Int64,
     "begin_api": pl.String,
@@ -281,7 +282,7 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
     return keyed.join(inner, on="_call", how="left").drop("_call"), True
 
 
-FAILED_CALL_SCHEMA: dict[str, Any] = {
+FAILED_CALL_SCHEMA: Schema = {
     "api": pl.String,
     "return_code": pl.Int64,
     "gtid": pl.Int64,

@@ -13,6 +13,7 @@ import polars as pl
 
 from nsysaudit.analysis import failures, joins
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read.trace import Trace
 
 # What a finding is (docs/evidence.md): a failed allocation or other call wholly inside a library call
@@ -46,7 +47,7 @@ STREAM_CAPTURE = pl.Struct(
 )
 
 
-FINDING_SCHEMA: dict[str, Any] = {
+FINDING_SCHEMA: Schema = {
     "kind": pl.String,
     "api": pl.String,
     "return_code": pl.Int64,

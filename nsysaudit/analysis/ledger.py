@@ -51,6 +51,7 @@ import polars as pl
 from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import decode_pid, decode_vm, global_pid, pid_of
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read.memory import POOL_CREATED, POOL_DESTROYED, POOL_EVENT_SCHEMA, POOL_TRIMMED, MemoryEvidence
 
 DEVICE_RESIDENT = frozenset({"Device", "Array", "Device Static"})
@@ -72,7 +73,7 @@ NOT_COUNTED = (
 )
 # Sizes past this are damage (no device holds 4 EiB): their sums are not formed in 64 bits.
 SIZE_LIMIT = 1 << 62
-SERIES_SCHEMA: dict[str, Any] = {
+SERIES_SCHEMA: Schema = {
     "start_ns": pl.Int64,
     "vm": pl.Int64,
     "device_id": pl.Int64,
@@ -92,7 +93,7 @@ SERIES_SCHEMA: dict[str, Any] = {
     "pool_address": pl.Int64,
     "pool_size": pl.Int64,
 }
-GAP_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "start_ns": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
+GAP_SCHEMA: Schema = {"gpid": pl.Int64, "start_ns": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
 EXAMPLES = 5
 GAP_EXAMPLES_AT = 3
 
@@ -369,7 +370,7 @@ def exact_sum(values: pl.Series | pl.Expr) -> Any:
 # --- classification ------------------------------------------------------------------------------
 
 
-CALL_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
+CALL_SCHEMA: Schema = {"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
 
 
 def _apis_where(apis: pl.Series, keep: Callable[[str], bool]) -> pl.Expr:

@@ -20,15 +20,15 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import polars as pl
 
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.batch.run import AuditOptions, audit_one
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 
-AUDIT_SCHEMA: dict[str, Any] = {
+AUDIT_SCHEMA: Schema = {
     "path": pl.String,
     "sha256": pl.String,
     "nsys_version": pl.String,

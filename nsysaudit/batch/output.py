@@ -24,10 +24,11 @@ from nsysaudit.batch import ranks as by_rank
 from nsysaudit.core.errors import BadOption, BatchOutputNotWritable
 from nsysaudit.core.files import write_atomic, write_with
 from nsysaudit.core.paths import storable
+from nsysaudit.core.shapes import Schema
 
 BATCH_FORMAT = 1
 
-INPUT_SCHEMA: dict[str, Any] = {
+INPUT_SCHEMA: Schema = {
     "path": pl.String,
     "sha256": pl.String,
     "kind": pl.String,
@@ -52,7 +53,7 @@ INPUT_SCHEMA: dict[str, Any] = {
     "status": pl.String,
     **by_rank.INPUT_COLUMNS,  # devices and ranks (nsysaudit/batch/ranks.py)
 }
-FINDING_SCHEMA: dict[str, Any] = {
+FINDING_SCHEMA: Schema = {
     "input_sha256": pl.String,
     "finding": pl.Int64,
     "kind": pl.String,

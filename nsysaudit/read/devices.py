@@ -36,10 +36,11 @@ from typing import Any
 import polars as pl
 
 from nsysaudit.core.ids import vm_sql
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read.memory import MemoryEvidence
 from nsysaudit.read.source import ExportFile, quote
 
-GPU_SCHEMA: dict[str, Any] = {
+GPU_SCHEMA: Schema = {
     "vm": pl.Int64,
     "device_id": pl.Int64,
     "cuda_device": pl.Int64,
@@ -48,9 +49,9 @@ GPU_SCHEMA: dict[str, Any] = {
     "uuid": pl.String,
     "total_bytes": pl.Int64,
 }
-CUDA_DEVICE_SCHEMA: dict[str, Any] = {"pid": pl.Int64, "device_id": pl.Int64, "cuda_device": pl.Int64}
-CONTEXT_SCHEMA: dict[str, Any] = {"vm": pl.Int64, "pid": pl.Int64, "device_id": pl.Int64, "context_id": pl.Int64}
-MEMORY_USE_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "device_id": pl.Int64, "events": pl.Int64}
+CUDA_DEVICE_SCHEMA: Schema = {"pid": pl.Int64, "device_id": pl.Int64, "cuda_device": pl.Int64}
+CONTEXT_SCHEMA: Schema = {"vm": pl.Int64, "pid": pl.Int64, "device_id": pl.Int64, "context_id": pl.Int64}
+MEMORY_USE_SCHEMA: Schema = {"gpid": pl.Int64, "device_id": pl.Int64, "events": pl.Int64}
 
 _PROCESS_KEY = re.compile(r"^PROCESS_(\d+):(COMMAND|PID|ENVIRONMENT_VARIABLE|ARGUMENT_(\d+))$")
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import polars as pl
 
 from nsysaudit.core.errors import ReportWarning
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read.source import ExportFile, quote
 
 Category = Literal[
@@ -92,7 +93,7 @@ def classify(text: str, severity: str) -> tuple[Category, str | None]:
     return "other", None
 
 
-DIAGNOSTIC_SCHEMA: dict[str, Any] = {
+DIAGNOSTIC_SCHEMA: Schema = {
     "timestamp_ns": pl.Int64,
     "severity": pl.String,
     "source": pl.String,

@@ -22,10 +22,11 @@ from typing import Any, NamedTuple
 import polars as pl
 
 from nsysaudit.core.ids import vm_sql
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
 from nsysaudit.read.source import ExportFile, Table, quote
 
-EVENT_SCHEMA: dict[str, Any] = {
+EVENT_SCHEMA: Schema = {
     "start_ns": pl.Int64,
     "gpid": pl.Int64,
     "device_id": pl.Int64,
@@ -52,7 +53,7 @@ POOL_COLUMNS = {
 }
 # CUDA_GPU_MEMORY_POOL_EVENTS, ``operation`` normalized to POOL_CREATED / POOL_DESTROYED / POOL_TRIMMED
 # (null: another or unknown operation) and ``pool_type`` to 1 local / 2 imported (null: unknown).
-POOL_EVENT_SCHEMA: dict[str, Any] = {
+POOL_EVENT_SCHEMA: Schema = {
     "start_ns": pl.Int64,
     "gpid": pl.Int64,
     "device_id": pl.Int64,
@@ -67,9 +68,9 @@ POOL_EVENT_SCHEMA: dict[str, Any] = {
 }
 POOL_CREATED, POOL_DESTROYED, POOL_TRIMMED = 1, 2, 3  # ENUM_CUDA_MEMPOOL_OPER of nsys 2023.4 to 2025.3
 POOL_LOCAL, POOL_IMPORTED = 1, 2  # ENUM_CUDA_MEMPOOL_TYPE
-DEVICE_SCHEMA: dict[str, Any] = {"vm": pl.Int64, "device_id": pl.Int64, "name": pl.String, "total_bytes": pl.Int64}
-ALLOC_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "bytes": pl.Int64, "events": pl.Int64}
-SPAN_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
+DEVICE_SCHEMA: Schema = {"vm": pl.Int64, "device_id": pl.Int64, "name": pl.String, "total_bytes": pl.Int64}
+ALLOC_SCHEMA: Schema = {"gpid": pl.Int64, "correlation_id": pl.Int64, "bytes": pl.Int64, "events": pl.Int64}
+SPAN_SCHEMA: Schema = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
 # ENUM_CUDA_MEM_KIND of nsys 2022.2 through 2026.2, for exports without the enum table.
 MEM_KINDS_FALLBACK = {
     0: "Pageable",

@@ -25,10 +25,11 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
 from nsysaudit.read.source import ExportFile, Table, quote
 
-RANGE_SCHEMA: dict[str, Any] = {
+RANGE_SCHEMA: Schema = {
     "gtid": pl.Int64,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
@@ -36,7 +37,7 @@ RANGE_SCHEMA: dict[str, Any] = {
     "domain_id": pl.Int64,
     "event_type": pl.Int64,
 }
-_INT_SCHEMA: dict[str, Any] = {
+_INT_SCHEMA: Schema = {
     "gtid": pl.Int64,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,

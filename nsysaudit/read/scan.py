@@ -32,6 +32,7 @@ import polars as pl
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.progress import Progress
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
 from nsysaudit.read.source import quote, readonly_uri
 
@@ -45,7 +46,7 @@ ADBC_MIN_ROWS = 50_000
 
 # The table's columns the scan reads, in the order of ROW_SCHEMA's (and of the native scan's).
 COLUMNS = ("globalTid", "start", "end", "returnValue", "nameId", "correlationId")
-ROW_SCHEMA: dict[str, Any] = {
+ROW_SCHEMA: Schema = {
     "gtid": pl.Int64,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
@@ -53,8 +54,8 @@ ROW_SCHEMA: dict[str, Any] = {
     "name_id": pl.Int64,
     "correlation_id": pl.Int64,
 }
-SPAN_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
-ALLOC_ROWS_SCHEMA: dict[str, Any] = {
+SPAN_SCHEMA: Schema = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
+ALLOC_ROWS_SCHEMA: Schema = {
     "gpid": pl.Int64,
     "correlation_id": pl.Int64,
     "rows": pl.Int64,

@@ -28,6 +28,7 @@ from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.progress import Progress
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read.devices import DeviceEvidence, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
@@ -115,7 +116,7 @@ CALL_SCHEMA = {
 }
 
 
-ALLOC_CALL_SCHEMA: dict[str, Any] = {"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
+ALLOC_CALL_SCHEMA: Schema = {"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
 
 
 @dataclass
