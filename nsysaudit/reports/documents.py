@@ -27,6 +27,7 @@ from nsysaudit.analysis.ledger import Mechanism
 from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
+from nsysaudit.read.diagnostics import CaptureBounds
 
 __all__ = [
     "AnalysisDocument",
@@ -216,14 +217,6 @@ class SourceCoverage(TypedDict):
     first_ns: int | None
     last_ns: int | None
     rows: int
-
-
-class CaptureBounds(TypedDict):
-    start_ns: int | None
-    stop_ns: int | None
-    start_from: str | None
-    stop_from: str | None
-    diagnostics_table: bool
 
 
 class Censored(TypedDict):
