@@ -28,6 +28,7 @@ from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.read.diagnostics import CaptureBounds
+from nsysaudit.read.inputs import Input, InputKind
 
 __all__ = [
     "AnalysisDocument",
@@ -43,31 +44,12 @@ __all__ = [
 
 CoverageState = Literal["complete", "censored"]
 PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
-InputKind = Literal["sqlite", "nsys-rep"]
 
 
 # --- the parts ------------------------------------------------------------------------------------
 class Tool(TypedDict):
     name: str
     version: str
-
-
-class Input(TypedDict):
-    """The input: what was read and how. ``export``: a .nsys-rep's export (digest, cache, nsys);
-    ``engine`` and the SQLite that read it are the install's, not the evidence's."""
-
-    path: str
-    kind: InputKind
-    sha256: str
-    size_bytes: int
-    nsys_version: str | None
-    schema_version: str | None
-    session_start_utc_ns: int | None
-    tables: dict[str, str]
-    engine: NotRequired[str]
-    sqlite_version: NotRequired[str]
-    native_unavailable: NotRequired[str | None]
-    export: NotRequired[dict[str, Any]]
 
 
 class CensusRow(TypedDict):
