@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 from polars.io.plugins import register_io_source
@@ -55,6 +55,9 @@ from nsysaudit.read.source import ExportFile
 from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
 from nsysaudit.reports.analysis import AnalysisResult, duration_ns, report_analysis
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 BATCH_ROWS = 1 << 17  # most rows read per query (polars may ask for fewer)
 
@@ -208,7 +211,7 @@ class Session:
         return list(self._trace.warnings)
 
     @property
-    def database(self) -> Any:
+    def database(self) -> sqlite_utils.Database:
         """The export as a ``sqlite_utils.Database`` over the session's read-only connection, for
         looking around the schema: ``t.database.table_names()``, ``t.database["StringIds"].count``,
         ``.columns``, ``.rows_where(...)``. Writes fail: the connection is read-only (``immutable``).
@@ -324,7 +327,9 @@ class Session:
 
         return self._scan(query, shape, MEMORY_SCHEMA)
 
-    def _scan(self, query: RowQuery, shape: Any, schema: dict[str, Any]) -> pl.LazyFrame:
+    def _scan(
+        self, query: RowQuery, shape: Callable[[pl.DataFrame], pl.DataFrame], schema: Schema
+    ) -> pl.LazyFrame:
         """A LazyFrame over ``query`` (rowid-keyed batches from the session's connection): only the
         columns asked for are kept, the filter applied per batch, reading stops at ``n_rows``."""
         source = self._export.path

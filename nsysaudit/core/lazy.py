@@ -3,22 +3,25 @@ command that needs one part of it, does not pay for the rest."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from importlib import import_module
-from typing import Any
 
 
 def lazy_attributes(
-    package: str, homes: Mapping[str, str], namespace: dict[str, Any]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    package: str, homes: Mapping[str, str], namespace: MutableMapping[str, object]
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package``: ``homes`` maps each public name to the module
-    that defines it; a name is imported once, then kept in the package's ``namespace``."""
+    that defines it; a name is imported once, then kept in the package's ``namespace``.
 
-    def getattr_(name: str) -> Any:
+    The package's public names are imported for the type checker under ``TYPE_CHECKING``, so their
+    types are those; this ``__getattr__`` types only a name nobody declared (``object``: using one
+    is an error the type checker reports)."""
+
+    def getattr_(name: str) -> object:
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(import_module(home), name)
+        value: object = getattr(import_module(home), name)
         namespace[name] = value  # once: later lookups do not come here
         return value
 

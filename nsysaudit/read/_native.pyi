@@ -1,5 +1,6 @@
 # The types of the extension module built from native/scan.c (its binding, CPython's C API, is at
 # the end of that file). nsysaudit/read/native.py is its only caller.
+from collections.abc import Sequence
 from typing import TypedDict
 
 from typing_extensions import Buffer
@@ -39,7 +40,7 @@ def scan(
     key_gpid: Buffer,
     key_corr: Buffer,
     table: str | None = None,
-    layout: tuple[int, ...] | None = None,
+    layout: Sequence[int] | None = None,
 ) -> ScanResult: ...
 def read(uri: str, sql: str, ncol: int, collect: bool) -> tuple[bytes, bytes, int, int]: ...
 def sqlite_version() -> str: ...

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import sqlite3
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import polars as pl
 
@@ -104,6 +104,15 @@ DIAGNOSTIC_SCHEMA: Schema = {
 }
 
 
+# A document's ``capture`` (named in nsysaudit.reports.documents, which makes the contract from it).
+class CaptureBounds(TypedDict):
+    start_ns: int | None
+    stop_ns: int | None
+    start_from: str | None
+    stop_from: str | None
+    diagnostics_table: bool
+
+
 @dataclass(frozen=True)
 class Capture:
     """The capture's bounds on the trace clock and where they were read.
@@ -120,7 +129,7 @@ class Capture:
     stop_from: str | None
     diagnostics: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CaptureBounds:
         return {
             "start_ns": self.start_ns,
             "stop_ns": self.stop_ns,
@@ -155,7 +164,7 @@ def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[Re
     """
     warnings: list[ReportWarning] = []
     table = export.table("DIAGNOSTIC_EVENT")
-    rows: list[tuple[Any, ...]] = []
+    rows: list[tuple[int, str, str | None, str, int | None, Category, str | None]] = []
     if table is not None and table.has("timestamp", "text"):
         severity_names = {**SEVERITY_FALLBACK, **_enum(export, "ENUM_DIAGNOSTIC_SEVERITY_LEVEL")}
         source_names = _enum(export, "ENUM_DIAGNOSTIC_SOURCE_TYPE")

@@ -11,9 +11,9 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Generic, Literal, NotRequired, TypedDict, TypeVar, cast
 
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import UnusableInput
@@ -60,6 +60,37 @@ class Engine:
     native_unavailable: str | None = None
 
 
+# A document's ``input`` and its parts (named in nsysaudit.reports.documents, which makes the
+# contract from them): what InputInfo.to_dict() makes.
+class InputExport(TypedDict):
+    """A ``.nsys-rep``'s export: its SHA-256, whether the export cache held it (``cache_hit``), the
+    ``nsys --version`` line of the nsys that made it (``exported_with``) and the Nsight Systems
+    version its own META_DATA_EXPORT names (``nsys_version``)."""
+
+    sha256: str | None
+    cache_hit: bool | None
+    exported_with: str | None
+    nsys_version: str | None
+
+
+class Input(TypedDict):
+    """The input: what was read and how. ``export``: a .nsys-rep's export (digest, cache, nsys);
+    ``engine`` and the SQLite that read it are the install's, not the evidence's."""
+
+    path: str
+    kind: InputKind
+    sha256: str
+    size_bytes: int
+    nsys_version: str | None
+    schema_version: str | None
+    session_start_utc_ns: int | None
+    tables: dict[str, str]
+    engine: NotRequired[str]
+    sqlite_version: NotRequired[str]
+    native_unavailable: NotRequired[str | None]
+    export: NotRequired[InputExport]
+
+
 @dataclass(frozen=True)
 class InputInfo:
     """What was analyzed: the file the user named and, for reports, the export made from it."""
@@ -78,8 +109,8 @@ class InputInfo:
     export_nsys_version: str | None = None  # a report's export: the version its META_DATA_EXPORT names
     engine: Engine | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> Input:
+        out: Input = {
             "path": self.path,
             "sha256": self.sha256,
             "kind": self.kind,
@@ -160,7 +191,7 @@ class OpenedInput:
     kind: InputKind
     export: ExportFile
     digest: BackgroundDigest
-    export_info: dict[str, Any] = field(default_factory=dict)
+    cached: nsys.CachedExport | None = None  # a report's export, made or found in the cache
 
     def info(self, tables: dict[str, str], session_start_utc_ns: int | None, engine: Engine | None = None) -> InputInfo:
         """The input's description once its export is loaded (``tables`` read, session start, the engine)."""
@@ -177,7 +208,10 @@ class OpenedInput:
             tables=tables,
             session_start_utc_ns=session_start_utc_ns,
             engine=engine,
-            **self.export_info,
+            export_sha256=self.cached.sha256 if self.cached is not None else None,
+            export_cache_hit=self.cached.cache_hit if self.cached is not None else None,
+            # the nsys that made this export, cached or not
+            exported_with=self.cached.exported_with if self.cached is not None else None,
         )
 
 
@@ -191,7 +225,7 @@ def open_input(
     refuse_undecodable_name(given)
     kind = input_kind(given)
     digest = BackgroundDigest(given)
-    export_info: dict[str, Any] = {}
+    cached = None
     if kind == "nsys-rep":
         if given.stat().st_size == 0:
             raise UnusableInput(given, "empty file (0 bytes), not an Nsight Systems report")
@@ -204,11 +238,6 @@ def open_input(
             if progress is not None:
                 progress.finish()
         sqlite_path = cached.sqlite
-        export_info = {
-            "export_sha256": cached.sha256,
-            "export_cache_hit": cached.cache_hit,
-            "exported_with": cached.exported_with,  # the nsys that made this export, cached or not
-        }
     else:
         sqlite_path = given
-    return OpenedInput(given, shown_as, kind, probe(sqlite_path), digest, export_info)
+    return OpenedInput(given, shown_as, kind, probe(sqlite_path), digest, cached)

@@ -30,9 +30,14 @@ from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
+
+from nsysaudit.core.shapes import Schema
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 NCOL = 6
 # The interface of native/scan.c this module calls (its NSA_ABI): a build from another scan.c is not used.
@@ -146,7 +151,7 @@ def _rows(kept: tuple[bytes, bytes, int], names: list[str]) -> pl.DataFrame:
     return _int_columns(values, n, NCOL, names, [(bits & (1 << c)) != 0 for c in range(NCOL)])
 
 
-def read_ints(uri: str, sql: str, schema: dict[str, Any], *, ordered: bool = False) -> tuple[pl.DataFrame, int]:
+def read_ints(uri: str, sql: str, schema: Schema, *, ordered: bool = False) -> tuple[pl.DataFrame, int]:
     """The rows of ``sql`` (every column an integer) as a frame of ``schema``, and how many values
     were not integers (read as NULL, as :func:`nsysaudit.read.trace.frame` reads them).
 
@@ -171,14 +176,16 @@ def read_ints(uri: str, sql: str, schema: dict[str, Any], *, ordered: bool = Fal
     return _int_columns(values, n, ncol, names, [z.gather_every(ncol, offset=c) == 1 for c in range(ncol)]), mismatched
 
 
-def _i64(values: pl.Series) -> Any:
-    """The values as an int64 buffer (numpy's for many, else array.array's)."""
+def _i64(values: pl.Series) -> Buffer:
+    """The values as an int64 buffer (a view of numpy's array for many, else array.array's)."""
     if values.null_count():  # the callers drop them; a NULL must never become a number
         raise NativeScanError("a NULL among the scan's inputs")
     if _use_numpy(values.len()):
         import numpy as np
 
-        return np.ascontiguousarray(values.to_numpy(), dtype=np.int64)
+        # .data: the array's memory as a memoryview (which keeps the array alive), the buffer the
+        # scan reads either way; numpy's own stubs give ndarray the buffer protocol from Python 3.12 on.
+        return np.ascontiguousarray(values.to_numpy(), dtype=np.int64).data
     return array.array("q", values.to_list())
 
 
@@ -186,13 +193,13 @@ def _i64(values: pl.Series) -> Any:
 class Inputs:
     """What every rowid range's scan reads, converted once (shared by the threads, read-only)."""
 
-    windows: tuple[Any, Any, Any]  # int64 buffers (see _i64)
-    strings: Any
+    windows: tuple[Buffer, Buffer, Buffer]  # int64 buffers (see _i64)
+    strings: Buffer
     check_strings: bool
-    marked: Any
-    counted: Any
+    marked: Buffer
+    counted: Buffer
     keys: pl.DataFrame
-    key_arrays: tuple[Any, Any]
+    key_arrays: tuple[Buffer, Buffer]
 
 
 def prepare(
@@ -242,6 +249,22 @@ def merge_alloc(keys: pl.DataFrame, ranges: list[tuple[pl.Series, pl.Series] | N
     return keys.with_columns(rows.alias("rows"), name.alias("name_id")).filter(pl.col("rows") > 0)
 
 
+class RangeScan(TypedDict):
+    """What :func:`scan_range` found in one rowid range."""
+
+    selected: pl.DataFrame
+    marked: pl.DataFrame
+    span: pl.DataFrame
+    problems: list[int]
+    counted: int
+    mismatch_rows: int
+    rows: int
+    page_rows: int
+    handovers: int
+    handover: str
+    alloc: tuple[pl.Series, pl.Series] | None
+
+
 def scan_range(
     uri: str,
     sql: str,
@@ -250,7 +273,7 @@ def scan_range(
     inputs: Inputs,
     names: list[str],
     pages: tuple[str, Sequence[int]] | None = None,
-) -> dict[str, Any]:
+) -> RangeScan:
     """Reduce one rowid range: ``selected``, ``marked`` (frames of ``names``), ``span``
     (``gpid, first_ns, last_ns, rows``), ``problems`` (7 counts), ``counted``, ``mismatch_rows``,
     ``rows``, ``alloc`` (per allocation key, in ``inputs.keys`` order: the rows carrying it and the

@@ -16,11 +16,11 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import ExportFailed, NsysNotFound
 from nsysaudit.core.files import write_atomic
+from nsysaudit.core.shapes import JSON
 
 ENV_NSYS = "NSYSAUDIT_NSYS"
 ENV_CACHE = "NSYSAUDIT_CACHE"
@@ -90,8 +90,9 @@ def _record_path(entry: Path) -> Path:
     return entry.with_suffix(".json")
 
 
-def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> dict[str, Any] | None:
-    """The entry's record if the entry is bound to this report and this nsys, else None (stale).
+def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> str | None:
+    """The entry's SHA-256 (as its record names it) if the entry is bound to this report and this
+    nsys, else None (stale).
 
     The record beside the entry names the report's SHA-256, the nsys version that exported it
     and the entry's own SHA-256 and size; any difference (another file put in its place, an
@@ -106,7 +107,7 @@ def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> dict
         record_file = _record_path(entry)
         if not entry.is_file() or record_file.is_symlink() or not record_file.is_file():  # never open a FIFO
             return None
-        record = json.loads(record_file.read_text(encoding="utf-8"))
+        record: JSON = json.loads(record_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None  # no record, or an unreadable one (not JSON, nested too deep, an integer too long): export again
     if not isinstance(record, dict) or record.get("format") != CACHE_FORMAT:
@@ -114,11 +115,12 @@ def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> dict
     if record.get("report_sha256") != sha256 or record.get("exported_with") != version:
         return None
     try:
-        if entry.stat().st_size != record.get("size_bytes") or sha256_file(entry) != record.get("sha256"):
+        if entry.stat().st_size != record.get("size_bytes"):
             return None
+        digest = sha256_file(entry)
     except OSError:
         return None
-    return record
+    return digest if digest == record.get("sha256") else None
 
 
 def export_report(report: Path, sha256: str, nsys: Path, *, timeout: float = 3600.0) -> CachedExport:
@@ -135,9 +137,9 @@ def export_report(report: Path, sha256: str, nsys: Path, *, timeout: float = 360
     cache = cache_dir() / "exports"
     target = cache / f"{sha256}.sqlite"
     version = nsys_version(nsys)
-    record = _cached(report, target, sha256, version)
-    if record is not None:
-        return CachedExport(target, True, nsys, str(record["sha256"]), version)
+    cached = _cached(report, target, sha256, version)
+    if cached is not None:
+        return CachedExport(target, True, nsys, cached, version)
     try:
         cache.mkdir(parents=True, exist_ok=True)
         staging = tempfile.TemporaryDirectory(prefix="export-", dir=cache)

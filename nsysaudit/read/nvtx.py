@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import Counter
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import polars as pl
 
@@ -105,7 +105,7 @@ def read_ranges(
     joined = _texts(export.conn, strings.name, "value", ints["_string"])
     has_own = pl.col("_own").is_not_null()
 
-    def pick(column: str, dtype: Any) -> pl.Expr:
+    def pick(column: str, dtype: type[pl.DataType]) -> pl.Expr:
         return (
             pl.when(has_own)
             .then(pl.col("_own").replace_strict(own["rowid"], own[column], default=None, return_dtype=dtype))
@@ -132,7 +132,10 @@ def _texts(conn: sqlite3.Connection, table: str, column: str, rowids: pl.Series)
     for a value that is neither TEXT nor NULL, ``invalid`` for TEXT that is not UTF-8. Read as
     bytes (with ``typeof`` to tell TEXT from BLOB), so the decoder's own count is not touched."""
     ids = rowids.drop_nulls().unique().sort().to_list()
-    out: dict[str, list[Any]] = {"rowid": [], "text": [], "mismatch": [], "invalid": []}
+    rowid_of: list[int] = []
+    text_of: list[str | None] = []
+    mismatch_of: list[bool] = []
+    invalid_of: list[bool] = []
     if ids:
         factory = conn.text_factory
         conn.text_factory = bytes
@@ -151,10 +154,11 @@ def _texts(conn: sqlite3.Connection, table: str, column: str, rowids: pl.Series)
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError:
                     text, invalid = raw.decode("utf-8", errors="replace"), True
-            out["rowid"].append(rowid)
-            out["text"].append(text)
-            out["mismatch"].append(kind not in (b"text", b"null"))
-            out["invalid"].append(invalid)
+            rowid_of.append(rowid)
+            text_of.append(text)
+            mismatch_of.append(kind not in (b"text", b"null"))
+            invalid_of.append(invalid)
     return pl.DataFrame(
-        out, schema={"rowid": pl.Int64, "text": pl.String, "mismatch": pl.Boolean, "invalid": pl.Boolean}
+        {"rowid": rowid_of, "text": text_of, "mismatch": mismatch_of, "invalid": invalid_of},
+        schema={"rowid": pl.Int64, "text": pl.String, "mismatch": pl.Boolean, "invalid": pl.Boolean},
     )

@@ -10,15 +10,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
 from nsysaudit.core.errors import UnusableInput
+from nsysaudit.core.shapes import Schema
 from nsysaudit.read.source import ExportFile, quote
 from nsysaudit.read.trace import frame
 
-CUDA_API_RAW: dict[str, Any] = {
+CUDA_API_RAW: Schema = {
     "rowid": pl.Int64,
     "global_tid": pl.Int64,
     "api": pl.String,
@@ -27,7 +27,7 @@ CUDA_API_RAW: dict[str, Any] = {
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
 }
-MEMORY_RAW: dict[str, Any] = {
+MEMORY_RAW: Schema = {
     "rowid": pl.Int64,
     "global_pid": pl.Int64,
     "start_ns": pl.Int64,
@@ -46,7 +46,7 @@ class RowQuery:
     """``sql`` takes two parameters, the last rowid read and the batch size; ``raw`` is its rows' schema."""
 
     sql: str
-    raw: dict[str, Any]
+    raw: Schema
 
 
 def cuda_api_query(export: ExportFile) -> RowQuery | None:

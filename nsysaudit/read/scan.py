@@ -25,7 +25,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -500,7 +499,7 @@ def _read_native(reading: _Reading) -> _Read:
     layout = page_layout(r.conn, r.table, r.present) if r.rowid is not None else None
     pages = (r.table, layout) if layout is not None else None
 
-    def one(part: tuple[int, int]) -> tuple[_Read, Any]:
+    def one(part: tuple[int, int]) -> tuple[_Read, tuple[pl.Series, pl.Series] | None]:
         out = native.scan_range(r.uri, reduce_sql, *part, inputs, list(ROW_SCHEMA), pages)
         if r.progress is not None:
             r.progress.advance(out["rows"])

@@ -27,13 +27,14 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Literal, TypedDict, TypeGuard, TypeVar
 
 import orjson
 import polars as pl
 
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.core.paths import refuse_undecodable_name
+from nsysaudit.core.shapes import JSON, JSONObject
 
 ClockKind = Literal["monotonic", "realtime"]
 Edge = Literal["start", "end"]
@@ -48,6 +49,7 @@ PID_FIELD, TID_FIELD = "pid", "tid"
 MAX_ERROR_LINES = 3
 MAX_DEPTH = 32  # JSON nesting per line; orjson, which writes the report, stops at 255
 _SURROGATE = re.compile("[\ud800-\udfff]")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -180,11 +182,11 @@ class TelemetryEvent:
     clocks: Mapping[ClockKind, int]
     pid: int | None
     tid: int | None
-    fields: Mapping[str, Any]
+    fields: Mapping[str, JSON]
     # values(...) under the options the line was read with, worked out once when it was read
-    measured: Mapping[str, Any] = field(default_factory=dict)
+    measured: Mapping[str, int | float] = field(default_factory=dict)
 
-    def values(self, clock_fields: Mapping[ClockKind, str], event_key: str) -> dict[str, Any]:
+    def values(self, clock_fields: Mapping[ClockKind, str], event_key: str) -> dict[str, int | float]:
         """The event's measured values: numeric fields that are not its name, identity or a timestamp.
 
         These are what a snapshot line (``handoff``: allocated, reserved, physical_free) carries.
@@ -195,14 +197,23 @@ class TelemetryEvent:
         return _measured(self.fields, {event_key, PID_FIELD, TID_FIELD, *clock_fields.values()})
 
 
-def _measured(fields: Mapping[str, Any], skip: set[str]) -> dict[str, Any]:
+def _measured(fields: Mapping[str, JSON], skip: set[str]) -> dict[str, int | float]:
+    """The measured values of ``fields``: its integers and floats, not its booleans."""
     return {
         k: v
         for k, v in fields.items()
         if k not in skip
         and not k.endswith(("_ns", "_pid", "_tid"))
-        and type(v) in (int, float)  # not bool: a flag, not a value
+        and (type(v) is int or type(v) is float)  # not bool: a flag, not a value
     }
+
+
+# What BadLine.to_dict() makes: an entry of a document's telemetry.warnings.
+class TelemetryBadLine(TypedDict):
+    """A telemetry line ``--lenient`` skipped, and why (``telemetry.warnings``)."""
+
+    line: int
+    problem: str
 
 
 @dataclass(frozen=True)
@@ -210,7 +221,7 @@ class BadLine:
     line: int
     problem: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TelemetryBadLine:
         return {"line": self.line, "problem": self.problem}
 
 
@@ -251,7 +262,7 @@ class TelemetryLog:
     options: TelemetryOptions
     lines: pl.DataFrame
     field_orders: tuple[tuple[str, ...], ...] = ()
-    status_lines: tuple[tuple[int, Mapping[str, Any]], ...] = ()
+    status_lines: tuple[tuple[int, Mapping[str, JSON]], ...] = ()
     bad_lines: tuple[BadLine, ...] = field(default=())
     size_bytes: int = 0
 
@@ -262,20 +273,23 @@ class TelemetryLog:
     def has_clock(self, kind: ClockKind) -> bool:
         return self.lines[kind].null_count() < self.lines.height
 
-    def fields_of(self, fields: str, order: int, written: str | None) -> dict[str, Any]:
+    def fields_of(self, fields: str, order: int, written: str | None) -> JSONObject:
         """A line's fields (its ``fields``, ``order`` and ``written`` columns) as written."""
+        # Both columns hold a JSON object the reader wrote (a line's fields but its name, ids, clocks).
         if written is not None:
-            parsed: dict[str, Any] = orjson.loads(written)
+            parsed: JSONObject = orjson.loads(written)
             return parsed
-        return in_order(orjson.loads(fields), self.field_orders[order])
+        sorted_fields: JSONObject = orjson.loads(fields)
+        return in_order(sorted_fields, self.field_orders[order])
 
-    def values_of(self, values: str, order: int) -> dict[str, Any]:
+    def values_of(self, values: str, order: int) -> dict[str, int | float]:
         """A line's measured values (its ``values`` and ``order`` columns), in the order written."""
         if values == "{}":
             return {}
-        return in_order(orjson.loads(values), self.field_orders[order])
+        measured: dict[str, int | float] = orjson.loads(values)  # what _measured kept, written by the reader
+        return in_order(measured, self.field_orders[order])
 
-    def with_fields(self, names: Sequence[str]) -> Iterator[tuple[int, str, int | None, dict[str, Any]]]:
+    def with_fields(self, names: Sequence[str]) -> Iterator[tuple[int, str, int | None, JSONObject]]:
         """``(line, event, pid, {name: value})`` of each line that has a field named in ``names``,
         in file order, with the values of those it has: a field of the whole line as written (its
         name, pid, tid and clock stamps too), as :attr:`TelemetryEvent.fields` holds it. Lines
@@ -293,7 +307,7 @@ class TelemetryLog:
         found = self.lines.filter(pl.any_horizontal(has))
         for row in found.iter_rows(named=True):
             fields = self.fields_of(row["fields"], row["order"], row["written"])
-            values = {}
+            values: JSONObject = {}
             for name in names:
                 if name in columns:
                     if row[columns[name]] is not None:
@@ -303,12 +317,12 @@ class TelemetryLog:
             yield row["line"], row["event"], row["pid"], values
 
 
-def in_order(found: Mapping[str, Any], order: Sequence[str]) -> dict[str, Any]:
+def in_order(found: Mapping[str, V], order: Sequence[str]) -> dict[str, V]:
     """``found``'s items in ``order`` (the keys it has)."""
     return {k: found[k] for k in order if k in found}
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -336,7 +350,7 @@ def _constant(text: str) -> float:
     raise _BadValue(f"{text} is not a JSON number (NaN and infinities cannot be kept exactly)")
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _unique_keys(pairs: list[tuple[str, JSON]]) -> JSONObject:
     """A JSON object whose keys are all different: a key given twice would keep only its last value
     (the stdlib's rule), so which stamp or name the line means is unknown."""
     obj = dict(pairs)
@@ -347,29 +361,29 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _decode(text: str) -> Any:
+def _decode(text: str) -> JSON:
     """``json.loads`` that refuses what could not be kept exactly: integers outside 64 bits, NaN
     and infinities (they would become ``null`` in the JSON report), lone surrogates (they cannot
     be written as UTF-8) and nesting deeper than :data:`MAX_DEPTH` levels."""
-    obj = json.loads(
+    obj: JSON = json.loads(
         text, parse_int=_int64, parse_float=_finite, parse_constant=_constant, object_pairs_hook=_unique_keys
     )
-    stack: list[tuple[Any, int]] = [(obj, 1)]
+    stack: list[tuple[JSON, int]] = [(obj, 1)]
     while stack:
         value, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise _BadValue(f"nested deeper than {MAX_DEPTH} levels")
         if isinstance(value, str):
-            value = [value]
+            texts = [value]
         elif isinstance(value, dict):
             stack.extend((v, depth + 1) for v in value.values())
-            value = list(value)
+            texts = list(value)
         elif isinstance(value, list):
             stack.extend((v, depth + 1) for v in value)
             continue
         else:
             continue
-        if any(_SURROGATE.search(k) for k in value if isinstance(k, str)):
+        if any(_SURROGATE.search(k) for k in texts):
             raise _BadValue("a string holds a lone surrogate (\\ud800-\\udfff), not Unicode text")
     return obj
 
@@ -378,7 +392,7 @@ _FLAT = frozenset({str, int, bool, type(None)})  # the values of a usual telemet
 _BIG = float(1 << 63)  # orjson reads an integer literal past the int64 range as a float at least this large
 
 
-def _fast_decode(raw: bytes) -> Any:
+def _fast_decode(raw: bytes) -> JSON:
     """What :func:`_decode` gives for ``raw``, when orjson can say it (a fifth of the time): None
     when the line needs the strict decoder, which then decides and words any problem.
 
@@ -391,7 +405,7 @@ def _fast_decode(raw: bytes) -> Any:
     would add to: any difference from the keys read, and the strict decoder decides.
     """
     try:
-        obj = orjson.loads(raw)
+        obj: JSON = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
     if b'" ' in raw or b'"\t' in raw:
@@ -403,18 +417,17 @@ def _fast_decode(raw: bytes) -> Any:
                 return None
     else:
         keys = 0
-        stack: list[tuple[Any, int]] = [(obj, 1)]
+        stack: list[tuple[JSON, int]] = [(obj, 1)]
         while stack:
             value, depth = stack.pop()
             if depth > MAX_DEPTH:
                 return None
-            kind = type(value)
-            if kind is dict:
+            if type(value) is dict:
                 keys += len(value)
                 stack.extend((v, depth + 1) for v in value.values())
-            elif kind is list:
+            elif type(value) is list:
                 stack.extend((v, depth + 1) for v in value)
-            elif (kind is int and value > INT64_MAX) or (kind is float and abs(value) >= _BIG):
+            elif (type(value) is int and value > INT64_MAX) or (type(value) is float and abs(value) >= _BIG):
                 return None
     if raw.count(b'":') != keys:
         return None
@@ -433,7 +446,7 @@ def _parse_line(
     return _event(obj, number, options, skip)
 
 
-def _strict_decode(raw: bytes, number: int) -> Any:
+def _strict_decode(raw: bytes, number: int) -> JSON | BadLine:
     """The line decoded by :func:`_decode`, or the :class:`BadLine` that says why it cannot be."""
     try:
         text = raw.decode("utf-8")
@@ -450,7 +463,7 @@ def _strict_decode(raw: bytes, number: int) -> Any:
     return obj
 
 
-def _event(obj: Any, number: int, options: TelemetryOptions, skip: set[str] | None = None) -> TelemetryEvent | BadLine:
+def _event(obj: JSON, number: int, options: TelemetryOptions, skip: set[str] | None = None) -> TelemetryEvent | BadLine:
     """A decoded line as a telemetry event, or why it is not one. ``skip``: the fields that are not
     values (the event name, identities, clocks; :func:`_not_values`), made once per file."""
     if not isinstance(obj, dict):
@@ -475,9 +488,12 @@ def _event(obj: Any, number: int, options: TelemetryOptions, skip: set[str] | No
     ids: dict[str, int | None] = {}
     for fname in (PID_FIELD, TID_FIELD):
         value = obj.get(fname)
-        if value is not None and not _is_int(value):
+        if value is None:
+            ids[fname] = None
+        elif _is_int(value):
+            ids[fname] = value
+        else:
             return BadLine(number, f"{fname!r} is not an integer (got {json.dumps(value)[:40]})")
-        ids[fname] = value
     measured = _measured(obj, skip if skip is not None else _not_values(options))
     return TelemetryEvent(number, name, clocks, ids[PID_FIELD], ids[TID_FIELD], obj, measured)
 
@@ -585,7 +601,7 @@ class _Reader:
         self.rows = 0
         self.batches: list[pl.DataFrame] = []
         self.bad: list[BadLine] = []
-        self.status: list[tuple[int, Mapping[str, Any]]] = []
+        self.status: list[tuple[int, Mapping[str, JSON]]] = []
         self.orders: list[tuple[str, ...]] = []
         self._order_ids: dict[tuple[str, ...], int] = {}
         self._value_keys: list[frozenset[str]] = []  # per order, the keys that may hold values
@@ -630,7 +646,7 @@ class _Reader:
 
     def _rows(
         self, raws: list[bytes], careful: bool, statusy: bool, colons: int
-    ) -> tuple[pl.DataFrame, list[BadLine], list[tuple[int, Mapping[str, Any]]]] | None:
+    ) -> tuple[pl.DataFrame, list[BadLine], list[tuple[int, Mapping[str, JSON]]]] | None:
         """The batch's columns, bad lines and status lines; None when ``careful`` is False and the
         count of ``":`` (``colons`` in the batch's text) shows that some line needs the per-line
         checks."""
@@ -653,7 +669,7 @@ class _Reader:
         orders: list[int] = []
         written: list[bytes | None] = []
         bad: list[BadLine] = []
-        status: list[tuple[int, Mapping[str, Any]]] = []
+        status: list[tuple[int, Mapping[str, JSON]]] = []
         keys = other = 0  # keys of bulk lines, '":' of the others
         for number, raw in enumerate(raws, self.number + 1):
             try:
@@ -685,7 +701,7 @@ class _Reader:
                     if oid is None:
                         oid = self._order(order)
                     of_values = value_keys[oid]
-                    measured = {}
+                    measured: dict[str, int | float] = {}
                     for k, v in obj.items():
                         t = type(v)
                         if t is int:

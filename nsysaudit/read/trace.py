@@ -12,7 +12,6 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import polars as pl
 
@@ -54,8 +53,8 @@ LIBRARY_MARKER_CLASSES = (33, 34, 35, 36)
 def frame(
     conn: sqlite3.Connection,
     sql: str,
-    schema: dict[str, Any],
-    params: Sequence[Any] = (),
+    schema: Schema,
+    params: Sequence[int | str] = (),
     *,
     mismatched: Counter[str] | None = None,
     source: str = "",
@@ -82,7 +81,7 @@ FRAME_CHUNK_ROWS = 65_536
 
 
 def _strict_frame(
-    rows: list[Any], schema: dict[str, Any], mismatched: Counter[str] | None, source: str
+    rows: list[tuple[object, ...]], schema: Schema, mismatched: Counter[str] | None, source: str
 ) -> pl.DataFrame:
     series = []
     for (name, dtype), values in zip(schema.items(), zip(*rows, strict=True), strict=True):
@@ -99,13 +98,13 @@ def _strict_frame(
     return pl.DataFrame(series)
 
 
-def _fits(dtype: Any) -> Callable[[Any], bool]:
+def _fits(dtype: pl.DataType | type[pl.DataType]) -> Callable[[object], bool]:
     if dtype == pl.String:
         return lambda v: type(v) is str
     return lambda v: type(v) is int and -(1 << 63) <= v < (1 << 63)
 
 
-CALL_SCHEMA = {
+CALL_SCHEMA: Schema = {
     "gtid": pl.Int64,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
@@ -195,7 +194,7 @@ class Trace:
 
 
 NVTX_SCHEMA = RANGE_SCHEMA
-LIB_SCHEMA = {
+LIB_SCHEMA: Schema = {
     "api": pl.String,
     "library": pl.String,
     "source": pl.String,

@@ -27,6 +27,8 @@ from nsysaudit.analysis.ledger import Mechanism
 from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
+from nsysaudit.read.diagnostics import CaptureBounds
+from nsysaudit.read.inputs import Input, InputKind
 
 __all__ = [
     "AnalysisDocument",
@@ -42,31 +44,12 @@ __all__ = [
 
 CoverageState = Literal["complete", "censored"]
 PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
-InputKind = Literal["sqlite", "nsys-rep"]
 
 
 # --- the parts ------------------------------------------------------------------------------------
 class Tool(TypedDict):
     name: str
     version: str
-
-
-class Input(TypedDict):
-    """The input: what was read and how. ``export``: a .nsys-rep's export (digest, cache, nsys);
-    ``engine`` and the SQLite that read it are the install's, not the evidence's."""
-
-    path: str
-    kind: InputKind
-    sha256: str
-    size_bytes: int
-    nsys_version: str | None
-    schema_version: str | None
-    session_start_utc_ns: int | None
-    tables: dict[str, str]
-    engine: NotRequired[str]
-    sqlite_version: NotRequired[str]
-    native_unavailable: NotRequired[str | None]
-    export: NotRequired[dict[str, Any]]
 
 
 class CensusRow(TypedDict):
@@ -216,14 +199,6 @@ class SourceCoverage(TypedDict):
     first_ns: int | None
     last_ns: int | None
     rows: int
-
-
-class CaptureBounds(TypedDict):
-    start_ns: int | None
-    stop_ns: int | None
-    start_from: str | None
-    stop_from: str | None
-    diagnostics_table: bool
 
 
 class Censored(TypedDict):
