@@ -13,9 +13,9 @@ import io
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
-from typing import Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypeVar, cast
 
 import click
 
@@ -31,7 +31,12 @@ from nsysaudit.core.errors import (
     signal_raises,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
 INT64_MAX = (1 << 63) - 1
+F = TypeVar("F", bound=Callable[..., object])  # a command's function, under the decorators that add options
+R = TypeVar("R")  # what a command's function returns
 
 
 def progress_for(as_json: bool) -> nsysaudit.Progress | None:
@@ -45,7 +50,7 @@ def progress_for(as_json: bool) -> nsysaudit.Progress | None:
 @click.version_option(nsysaudit.__version__, prog_name="nsysaudit")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
 @click.pass_obj
-def cli(state: dict[str, Any], debug: bool) -> None:
+def cli(state: dict[str, bool], debug: bool) -> None:
     """Forensics on NVIDIA Nsight Systems reports: which CUDA call failed, inside which library call
     (cuBLAS, cuDNN) or after which stream capture, on which thread, and who held the device's memory,
     from the trace alone; where the evidence stops, it says so.
@@ -58,7 +63,7 @@ def cli(state: dict[str, Any], debug: bool) -> None:
     state["debug"] = debug  # main() reads it to decide whether an error shows its traceback
 
 
-class Milliseconds(click.ParamType[int, Any]):
+class Milliseconds(click.ParamType[int, object]):
     """A duration in milliseconds, read as an exact decimal and converted to whole nanoseconds.
 
     Decimal, not float: the recorded command of a sealed report writes the tolerance back in
@@ -68,7 +73,7 @@ class Milliseconds(click.ParamType[int, Any]):
 
     name = "ms"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         try:
@@ -83,7 +88,7 @@ class Milliseconds(click.ParamType[int, Any]):
         return ns
 
 
-def telemetry_option(*param_decls: str, help: str | None = None) -> Callable[[Any], Any]:
+def telemetry_option(*param_decls: str, help: str | None = None) -> Callable[[F], F]:
     """A telemetry file option (``--telemetry``, ``--observe-telemetry``, ...): JSON Lines, optional."""
     return click.option(
         *param_decls,
@@ -96,23 +101,32 @@ def telemetry_option(*param_decls: str, help: str | None = None) -> Callable[[An
     )
 
 
-def alignment_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def alignment_options(func: Callable[..., R]) -> Callable[..., R]:
     """Declare the telemetry reading/alignment options and hand the command one ``telemetry_options``.
 
     Adds ``--telemetry-clock``, ``--telemetry-event-key``, ``--anchor``, ``--clock-tolerance`` and
     ``--lenient``; the decorated command receives them as a single
     :class:`~nsysaudit.read.telemetry.TelemetryOptions` keyword argument ``telemetry_options``. Every
-    command that reads telemetry uses this, so the options mean the same everywhere.
+    command that reads telemetry uses this, so the options mean the same everywhere (the command's
+    signature is not its function's: five keyword arguments in, one out).
     """
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(
+        *args: object,
+        telemetry_event_key: str,
+        telemetry_clock: Sequence[str],
+        anchors: Sequence[str],
+        clock_tolerance: int,
+        lenient: bool,
+        **kwargs: object,
+    ) -> R:
         kwargs["telemetry_options"] = nsysaudit.TelemetryOptions.from_specs(
-            event_key=kwargs.pop("telemetry_event_key"),
-            clocks=kwargs.pop("telemetry_clock"),
-            anchors=kwargs.pop("anchors"),
-            tolerance_ns=kwargs.pop("clock_tolerance"),
-            lenient=kwargs.pop("lenient"),
+            event_key=telemetry_event_key,
+            clocks=telemetry_clock,
+            anchors=anchors,
+            tolerance_ns=clock_tolerance,
+            lenient=lenient,
         )
         return func(*args, **kwargs)
 
@@ -168,7 +182,7 @@ def echo_telemetry_warnings(result: nsysaudit.AnalysisResult) -> None:
 FORCE_HELP = "Replace DIR if it is a sealed report that verifies and holds none of the inputs."
 
 
-def out_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def out_options(func: F) -> F:
     """``--out DIR`` and ``--force``: write the report sealed into DIR (see :mod:`nsysaudit.seal`)."""
     func = click.option("--force", is_flag=True, help=FORCE_HELP)(func)
     return click.option(
@@ -186,7 +200,7 @@ def with_default_domains(extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*nsysaudit.DEFAULT_LIBRARY_DOMAINS, *extra]))
 
 
-def reading_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def reading_options(func: F) -> F:
     """--nsys and --library-domain: how inputs are read, shared by analyze and compare."""
     func = click.option(
         "--library-domain",
@@ -417,7 +431,7 @@ def batch_cmd(
     paths: Sequence[str],
     out: str,
     jobs: int | None,
-    engine: str,
+    engine: Literal["local", "dask"],  # click.Choice lets only these through
     scheduler: str | None,
     nsys_path: str | None,
     library_domains: Sequence[str],
@@ -433,7 +447,7 @@ def batch_cmd(
       nsysaudit batch /runs/job-1234 --out audit/
       nsysaudit batch /runs --out audit.csv --jobs 8
     """
-    def warn(row: dict[str, Any]) -> None:
+    def warn(row: Mapping[str, object]) -> None:  # an input row
         if row.get("error"):
             click.echo(render.escape(f"nsysaudit: warning: {row['error']} (kept as a row)"), err=True)
 
@@ -441,7 +455,7 @@ def batch_cmd(
         paths,
         out=out,
         jobs=jobs,
-        engine=cast(Any, engine),
+        engine=engine,
         scheduler=scheduler,
         library_domains=library_domains,
         nsys_path=nsys_path,
@@ -578,14 +592,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     quietly with 141, as if killed by SIGPIPE, the exit status ``head`` users expect.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    state: dict[str, Any] = {"debug": False}  # the group's --debug, set once click has parsed it
+    state: dict[str, bool] = {"debug": False}  # the group's --debug, set once click has parsed it
     if sys.stdout is None:  # started with stdout closed (>&-): nothing could be shown
         return _error("standard output is closed; nothing was done (redirect it, e.g. > report.txt)", 2)
     with signal_raises(signal.SIGINT, Interrupted):  # not KeyboardInterrupt, which click answers with a line of its own
         return _run(args, state)
 
 
-def _run(args: list[str], state: dict[str, Any]) -> int:
+def _run(args: list[str], state: dict[str, bool]) -> int:
     try:
         if not [a for a in args if a != "--debug"]:  # bare `nsysaudit`: its help, on stdout, exit 0
             with click.Context(cli, info_name="nsysaudit", **cli.context_settings) as ctx:
@@ -634,6 +648,8 @@ class _Stdout(io.RawIOBase):
     """``sys.stdout.buffer`` for writers that hide the OSError they got (polars reports EPIPE as a
     plain ``OSError("Broken pipe (os error 32)")``): the first real error is kept in ``error``."""
 
+    # sys.stdout.buffer, or a replaced stdout that has none, which is then written bytes itself
+    # (typeshed's TextIO always has a buffer, so no declared type says what that object is).
     def __init__(self, raw: Any) -> None:
         self._raw = raw
         self.error: OSError | None = None
@@ -641,7 +657,7 @@ class _Stdout(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data: Any) -> int:
+    def write(self, data: ReadableBuffer) -> int:
         try:
             return int(self._raw.write(data))
         except OSError as exc:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import polars as pl
 
@@ -63,7 +63,7 @@ def audit(
     options = AuditOptions(tuple(library_domains), max_pairs, None if nsys_path is None else os.fspath(nsys_path))
     rows = []
     for path in paths:
-        row = audit_one(os.fspath(path), options)["input"]
+        row: Mapping[str, object] = audit_one(os.fspath(path), options)["input"]
         if row.get("error") is not None:
             row = {"path": row["path"], "error": row["error"]}
         rows.append({k: row.get(k) for k in AUDIT_SCHEMA})

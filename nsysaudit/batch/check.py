@@ -47,15 +47,12 @@ import os
 import stat
 import tomllib
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import polars as pl
-
-from nsysaudit.batch.output import findings_frame
-from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, audit_one, find_inputs
+from nsysaudit.batch.output import FindingRow, InputRow
+from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, AuditOutcome, audit_one, find_inputs
 from nsysaudit.batch.workers import run_local
 from nsysaudit.core.errors import BadOption, ExpectationsUnusable
 from nsysaudit.core.files import write_atomic
@@ -79,7 +76,7 @@ class FindingExpectation:
     return_code: int | None = None
     enclosing: str | None = None
 
-    def matches(self, row: dict[str, Any]) -> bool:
+    def matches(self, row: Mapping[str, object]) -> bool:
         return all(
             want is None or row[column] == want
             for want, column in (
@@ -90,13 +87,15 @@ class FindingExpectation:
             )
         )
 
-    def fields(self) -> list[tuple[str, str, Any]]:
+    def fields(self) -> list[tuple[str, str, str | int]]:
         """The fields given: (name in the file, finding row column, value)."""
-        given = (("kind", "kind", self.kind), ("api", "api", self.api), ("return_code", "return_code",
-                 self.return_code), ("enclosing", "enclosing_api", self.enclosing))
+        given: tuple[tuple[str, str, str | int | None], ...] = (
+            ("kind", "kind", self.kind), ("api", "api", self.api), ("return_code", "return_code", self.return_code),
+            ("enclosing", "enclosing_api", self.enclosing),
+        )
         return [(name, column, value) for name, column, value in given if value is not None]
 
-    def differences(self, row: dict[str, Any]) -> list[str]:
+    def differences(self, row: Mapping[str, object]) -> list[str]:
         """The fields in which finding ``row`` differs from this expectation: "return_code 2, not 3"."""
         return [f"{name} {row[column]}, not {value}" for name, column, value in self.fields() if row[column] != value]
 
@@ -126,7 +125,7 @@ class Expectation:
     def applies_to(self, path: str) -> bool:
         return glob_match(self.files, _relative(path, self.base))
 
-    def failures(self, row: dict[str, Any], findings: pl.DataFrame) -> list[str]:
+    def failures(self, row: InputRow, findings: Sequence[FindingRow]) -> list[str]:
         """Why the input ``row`` (and its ``findings`` rows) does not meet this expectation."""
         why = []
         if self.verdict is not None and row["verdict"] != self.verdict:
@@ -141,14 +140,14 @@ class Expectation:
                 f"allowed: {allowed}"
             )
         if isinstance(self.findings, int):
-            if findings.height != self.findings:
-                why.append(f"{findings.height} finding(s), expected {self.findings}")
+            if len(findings) != self.findings:
+                why.append(f"{len(findings)} finding(s), expected {self.findings}")
         elif self.findings is not None:
-            why += _unmatched(self.findings, findings.to_dicts())
+            why += _unmatched(self.findings, findings)
         return why
 
 
-def _unmatched(expected: Sequence[FindingExpectation], rows: list[dict[str, Any]]) -> list[str]:
+def _unmatched(expected: Sequence[FindingExpectation], rows: Sequence[FindingRow]) -> list[str]:
     """Match expected findings to distinct rows, most specific first; say what is missing or extra."""
     left = list(rows)
     why = []
@@ -229,7 +228,7 @@ def _read_regular(path: Path) -> bytes:
         os.close(fd)
 
 
-def _entry(source: str, index: int, table: Any, base: Path) -> Expectation:
+def _entry(source: str, index: int, table: object, base: Path) -> Expectation:
     def bad(problem: str) -> ExpectationsUnusable:
         return ExpectationsUnusable(source, f"[[expect]] number {index}: {problem}")
 
@@ -270,7 +269,7 @@ def _entry(source: str, index: int, table: Any, base: Path) -> Expectation:
                        None if telemetry is None else base / telemetry)
 
 
-def _finding(bad: Any, n: int, raw: Any) -> FindingExpectation:
+def _finding(bad: Callable[[str], ExpectationsUnusable], n: int, raw: object) -> FindingExpectation:
     if not isinstance(raw, dict):
         raise bad(f"finding {n} is not a table")
     unknown = set(raw) - FINDING_KEYS
@@ -443,7 +442,7 @@ def check(
     options = AuditOptions(nsys_path=None if nsys_path is None else os.fspath(nsys_path))
     applying = {path: [e for e in expectations.entries if e.applies_to(path)] for path in inputs}
     plain = [p for p in inputs if not applying[p] or any(e.telemetry is None for e in applying[p])]
-    outcomes: dict[tuple[str, Path | None], dict[str, Any]] = {}
+    outcomes: dict[tuple[str, Path | None], AuditOutcome] = {}
     for outcome in run_local(functools.partial(audit_one, options=options), plain, jobs or 1):  # in order for 1 job
         outcomes[(outcome["input"]["path"], None)] = outcome
     for path in inputs:
@@ -465,8 +464,7 @@ def check(
                 cases.append(CheckCase(path, e, (), row["error"], outcome["seconds"]))
                 continue
             summaries.setdefault(path, f"({row['verdict']}, {row['findings']} finding(s))")
-            findings = findings_frame(outcome["findings"])
-            cases.append(CheckCase(path, e, tuple(e.failures(row, findings)), None, outcome["seconds"]))
+            cases.append(CheckCase(path, e, tuple(e.failures(row, outcome["findings"])), None, outcome["seconds"]))
     for e in expectations.entries:
         if e.index not in matched:
             cases.append(CheckCase(None, e, (f"matches no file (relative to {e.base})",)))

@@ -13,18 +13,21 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict, cast
 
 import polars as pl
 
+from nsysaudit.analysis.findings import FindingKind
+from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.batch import ranks as by_rank
 from nsysaudit.core.errors import BadOption, BatchOutputNotWritable
 from nsysaudit.core.files import write_atomic, write_with
 from nsysaudit.core.paths import storable
 from nsysaudit.core.shapes import Schema
+from nsysaudit.reports.documents import CoverageState, InputKind
 
 BATCH_FORMAT = 1
 
@@ -84,15 +87,104 @@ FINDING_SCHEMA: Schema = {
     **by_rank.FINDING_COLUMNS,  # the finding's rank and device
 }
 
+InputStatus = Literal["analyzed", "resumed", "error"]
 
-def table(rows: Sequence[dict[str, Any]], schema: dict[str, Any]) -> pl.DataFrame:
+
+class StoredInput(TypedDict):
+    """What a part file keeps of an input row (:class:`InputRow` without ``path`` and ``status``)."""
+
+    sha256: str | None
+    kind: NotRequired[InputKind]
+    size_bytes: NotRequired[int]
+    nsys_version: NotRequired[str | None]
+    schema_version: NotRequired[str | None]
+    exported_with: NotRequired[str | None]
+    verdict: NotRequired[Verdict]
+    cuda_api_calls: NotRequired[int]
+    nonzero_returns: NotRequired[int]
+    failed_calls: NotRequired[int]
+    library_calls: NotRequired[int]
+    censored_library_calls: NotRequired[int]
+    censored_reasons: NotRequired[str | None]
+    findings: NotRequired[int]
+    nested_alloc_failures: NotRequired[int]
+    straddling_alloc_failures: NotRequired[int]
+    nested_call_failures: NotRequired[int]
+    captured_event_wait_failures: NotRequired[int]
+    warnings: NotRequired[int]
+    error: NotRequired[str | None]
+    devices: NotRequired[int]
+    devices_used: NotRequired[str | None]
+    rank: NotRequired[int | None]
+    rank_source: NotRequired[str | None]
+    ranks: NotRequired[str | None]
+    failing_ranks: NotRequired[str | None]
+    failing_rank_unknown: NotRequired[int]
+    failing_devices: NotRequired[str | None]
+
+
+class InputRow(StoredInput):
+    """One row of the inputs table (:data:`INPUT_SCHEMA`; a key a row lacks is null there).
+
+    ``status`` says which keys it has: ``analyzed``, every key (``error`` None); ``error``, the
+    ``path``, the one-line ``error`` and the ``sha256`` when the file could be read; ``resumed``,
+    the ``path`` and ``sha256`` as a worker sends it, every key once the driver read its part."""
+
+    path: str
+    status: InputStatus
+
+
+class FindingRow(TypedDict):
+    """One row of the findings table (:data:`FINDING_SCHEMA`): a ``findings[]`` entry of the JSON
+    contract made flat, after the SHA-256 of its input and its index there."""
+
+    input_sha256: str
+    finding: int
+    kind: FindingKind
+    api: str | None
+    display_api: str | None
+    return_code: int | None
+    return_name: str | None
+    correlation_id: int | None
+    pid: int | None
+    tid: int | None
+    global_tid: int | None
+    thread_name: str | None
+    start_ns: int | None
+    end_ns: int | None
+    requested_bytes: int | None
+    out_of_memory: bool
+    enclosing_api: str | None
+    enclosing_library: str | None
+    enclosing_source: str | None
+    enclosing_start_ns: int | None
+    enclosing_end_ns: int | None
+    enclosing_recorded_end_ns: int | None
+    enclosing_coverage: CoverageState | None
+    allocations_before: int | None
+    allocations_before_bytes: int | None
+    stream_capture_event_records: int | None
+    ns_from_capture_end: int | None
+    rank: int | None  # by_rank.FINDING_COLUMNS
+    rank_source: str | None
+    device_id: int | None
+
+
+class BatchOptions(TypedDict):
+    """The options that change a batch's rows, as ``parts/batch.json`` records them."""
+
+    library_domains: list[str]
+    max_pairs: int | None
+
+
+def table(rows: Sequence[Mapping[str, object]], schema: Schema) -> pl.DataFrame:
     """Rows as a frame of ``schema`` (a key a row lacks is null)."""
     # A path found in a folder, and the error that names it, may hold bytes that are not UTF-8.
     full = [{k: storable(v) if isinstance(v := r.get(k), str) else v for k in schema} for r in rows]
     return pl.DataFrame(full, schema=schema, orient="row") if full else pl.DataFrame(schema=schema)
 
 
-def findings_frame(rows: Sequence[dict[str, Any]]) -> pl.DataFrame:
+def findings_frame(rows: Sequence[FindingRow]) -> pl.DataFrame:
     """One input's finding rows (``audit_one``'s ``findings``) as a frame of :data:`FINDING_SCHEMA`."""
     return table(rows, FINDING_SCHEMA)
 
@@ -176,7 +268,7 @@ class BatchOutput:
                     f"holds files or folders no nsysaudit batch wrote ({shown}): choose an empty or new --out",
                 )
 
-    def prepare(self, options: dict[str, Any]) -> Prepared:
+    def prepare(self, options: BatchOptions) -> Prepared:
         """Create the parts folder (or check it belongs to a batch with the same ``options``, what
         changes the rows); return the SHA-256s already done and the folders created. Refuses to
         write over files another program made, and into a folder holding anything a batch does not
@@ -221,14 +313,14 @@ class BatchOutput:
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
-    def save_part(self, row: dict[str, Any], findings: Sequence[dict[str, Any]]) -> None:
+    def save_part(self, row: InputRow, findings: Sequence[FindingRow]) -> None:
         """Findings part, then the input part (the mark that the input is done), each atomically."""
         sha = row["sha256"]
         _write_frame(findings_frame(findings), self.parts / f"{sha}.findings.parquet", "parquet")
         stored = {k: v for k, v in row.items() if k not in ("path", "status")}
         _write_frame(table([stored], INPUT_SCHEMA), self.parts / f"{sha}.input.parquet", "parquet")
 
-    def load_part(self, sha: str) -> tuple[dict[str, Any], pl.DataFrame]:
+    def load_part(self, sha: str) -> tuple[StoredInput, pl.DataFrame]:
         """The input row (without path and status) and findings of a finished part.
 
         The parts are trusted, but held to what :meth:`save_part` writes: one input row of
@@ -254,7 +346,9 @@ class BatchOutput:
                 self.parts / sha, "a part whose rows are not those of the input its name gives (SHA-256); delete "
                 "--out to start over"
             )
-        return part.row(0, named=True), findings
+        # A parse boundary, checked: the part has INPUT_SCHEMA's columns (above) and save_part wrote it
+        # from an analyzed InputRow (less path and status), so its row holds a StoredInput's values.
+        return cast(StoredInput, part.row(0, named=True)), findings
 
     def write_tables(self, inputs: pl.DataFrame, findings: pl.DataFrame) -> list[Path]:
         """Write both tables (the findings first), each atomically; return where, the inputs first."""

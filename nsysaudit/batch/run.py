@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import polars as pl
 
@@ -49,7 +49,10 @@ from nsysaudit.batch.output import (
 )
 from nsysaudit.batch.output import (
     INPUT_SCHEMA,
+    BatchOptions,
     BatchOutput,
+    FindingRow,
+    InputRow,
     Prepared,
     findings_frame,
     table,
@@ -69,6 +72,7 @@ from nsysaudit.core.errors import BadOption, NsysAuditError, UnusableInput
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.reports.documents import Finding
 from nsysaudit.session import analyze
 
 INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -115,14 +119,27 @@ class AuditOptions:
     max_pairs: int | None = DEFAULT_MAX_PAIRS
     nsys_path: str | None = None
 
-    def recorded(self) -> dict[str, Any]:
+    def recorded(self) -> BatchOptions:
         """What changes the rows (``nsys_path`` does not: the nsys version is in each row's export)."""
         return {"library_domains": list(self.library_domains), "max_pairs": self.max_pairs}
 
 
+class AuditRows(TypedDict):
+    """What the analysis of one input gives a batch: its input row and its finding rows."""
+
+    input: InputRow
+    findings: list[FindingRow]
+
+
+class AuditOutcome(AuditRows):
+    """:func:`audit_one`'s answer: the rows, and ``seconds``, how long the work took."""
+
+    seconds: float
+
+
 def audit_one(
     path: str, options: AuditOptions, done: frozenset[str] = frozenset(), *, telemetry: str | None = None
-) -> dict[str, Any]:
+) -> AuditOutcome:
     """Analyze one input; return ``{"input": row, "findings": [rows], "seconds": s}`` (plain,
     picklable values; ``seconds``: how long the work took).
 
@@ -136,7 +153,7 @@ def audit_one(
     return {**outcome, "seconds": round(time.perf_counter() - started, 6)}
 
 
-def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: str | None) -> dict[str, Any]:
+def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: str | None) -> AuditRows:
     if os.path.isdir(path):  # find_inputs keeps a folder only when it holds no export
         return _failed(path, f"{path}: folder holds no *.sqlite, *.nsys-rep or *.qdrep file")
     try:
@@ -156,10 +173,11 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
     if expected is not None and sha != expected:
         return _failed(path, f"{path}: the file changed while it was read (SHA-256 {expected} then {sha})")
     census = result.census
-    findings = result.findings
+    findings: list[Finding] = list(result.head["findings"])  # the document's findings (result.findings)
     censored = result.censored_table
     kinds = [f["kind"] for f in findings]
-    row: dict[str, Any] = {
+    ranks = by_rank.input_columns(result.head)
+    row: InputRow = {
         "path": path,
         "sha256": sha,
         "kind": result.input.kind,
@@ -178,32 +196,61 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "warnings": len(result.warnings),
         "error": None,
         "status": "analyzed",
-        **{column: kinds.count(kind) for kind, column in KIND_COLUMNS.items()},
-        **by_rank.input_columns(result.head),
+        # KIND_COLUMNS, in its order
+        "nested_alloc_failures": kinds.count("nested_alloc_failure"),
+        "straddling_alloc_failures": kinds.count("straddling_alloc_failure"),
+        "nested_call_failures": kinds.count("nested_call_failure"),
+        "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
+        # by_rank.INPUT_COLUMNS, in its order
+        "devices": ranks["devices"],
+        "devices_used": ranks["devices_used"],
+        "rank": ranks["rank"],
+        "rank_source": ranks["rank_source"],
+        "ranks": ranks["ranks"],
+        "failing_ranks": ranks["failing_ranks"],
+        "failing_rank_unknown": ranks["failing_rank_unknown"],
+        "failing_devices": ranks["failing_devices"],
     }
     return {"input": row, "findings": [finding_row(sha, i, f) for i, f in enumerate(findings)]}
 
 
-def finding_row(sha256: str, index: int, finding: dict[str, Any]) -> dict[str, Any]:
+def finding_row(sha256: str, index: int, finding: Finding) -> FindingRow:
     """One ``findings[]`` entry of the JSON contract as a flat row (the input's SHA-256 first)."""
-    enclosing = finding.get("enclosing") or {}
-    before = enclosing.get("allocations_before") or {}
-    capture = finding.get("stream_capture") or {}
+    enclosing = finding["enclosing"]
+    before = enclosing["allocations_before"] if enclosing is not None else None
+    capture = finding["stream_capture"]
     return {
         "input_sha256": sha256,
         "finding": index,
-        **{k: finding[k] for k in FINDING_SCHEMA if k in finding},
-        "enclosing_api": enclosing.get("api"),
-        "enclosing_library": enclosing.get("library"),
-        "enclosing_source": enclosing.get("source"),
-        "enclosing_start_ns": enclosing.get("start_ns"),
-        "enclosing_end_ns": enclosing.get("end_ns"),
-        "enclosing_recorded_end_ns": enclosing.get("recorded_end_ns"),
-        "enclosing_coverage": enclosing.get("coverage"),
-        "allocations_before": before.get("count"),
-        "allocations_before_bytes": before.get("bytes"),
-        "stream_capture_event_records": capture.get("event_records_count"),
-        "ns_from_capture_end": capture.get("ns_from_capture_end"),
+        # the finding's own keys, in FINDING_SCHEMA's order
+        "kind": finding["kind"],
+        "api": finding["api"],
+        "display_api": finding["display_api"],
+        "return_code": finding["return_code"],
+        "return_name": finding["return_name"],
+        "correlation_id": finding["correlation_id"],
+        "pid": finding["pid"],
+        "tid": finding["tid"],
+        "global_tid": finding["global_tid"],
+        "thread_name": finding["thread_name"],
+        "start_ns": finding["start_ns"],
+        "end_ns": finding["end_ns"],
+        "requested_bytes": finding["requested_bytes"],
+        "out_of_memory": finding["out_of_memory"],
+        "rank": finding["rank"],
+        "rank_source": finding["rank_source"],
+        "device_id": finding["device_id"],
+        "enclosing_api": enclosing["api"] if enclosing is not None else None,
+        "enclosing_library": enclosing["library"] if enclosing is not None else None,
+        "enclosing_source": enclosing["source"] if enclosing is not None else None,
+        "enclosing_start_ns": enclosing["start_ns"] if enclosing is not None else None,
+        "enclosing_end_ns": enclosing["end_ns"] if enclosing is not None else None,
+        "enclosing_recorded_end_ns": enclosing["recorded_end_ns"] if enclosing is not None else None,
+        "enclosing_coverage": enclosing["coverage"] if enclosing is not None else None,
+        "allocations_before": before["count"] if before is not None else None,
+        "allocations_before_bytes": before["bytes"] if before is not None else None,
+        "stream_capture_event_records": capture["event_records_count"] if capture is not None else None,
+        "ns_from_capture_end": capture["ns_from_capture_end"] if capture is not None else None,
     }
 
 
@@ -216,7 +263,7 @@ def _digest(path: str) -> str:
     return sha256_file(path)
 
 
-def _failed(path: str, error: str) -> dict[str, Any]:
+def _failed(path: str, error: str) -> AuditRows:
     """The one outcome of an input that could not be analyzed: its row holds the path, the one-line
     ``error`` and, when the file can be read, its SHA-256 (every other column null)."""
     try:  # the digest of a file that could not be analyzed still identifies it
@@ -284,7 +331,7 @@ def run_batch(
     max_pairs: int | None = DEFAULT_MAX_PAIRS,
     nsys_path: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
+    on_row: Callable[[InputRow], None] | None = None,
 ) -> BatchResult:
     """Audit every input (folders searched, see :func:`find_inputs`) and return both tables.
 
@@ -329,7 +376,7 @@ def _check_engine(engine: Engine, scheduler: str | None, jobs: int | None) -> No
 
 def _outcomes(
     engine: Engine, paths: list[str], jobs: int, scheduler: str | None, options: AuditOptions, done: frozenset[str]
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[AuditOutcome]:
     """:func:`audit_one` of every path on ``engine``, as each finishes."""
     task = functools.partial(audit_one, options=options)  # audit_one looked up now: a test may replace it
     shared = {"done": done} if done else {}
@@ -342,23 +389,23 @@ def _outcomes(
 class _Collected:
     """The input rows by absolute path, and the findings frames by SHA-256."""
 
-    rows: dict[str, dict[str, Any]]
+    rows: dict[str, InputRow]
     findings: dict[str, pl.DataFrame]
 
 
 def _collect(
-    outcomes: Iterator[dict[str, Any]],
+    outcomes: Iterator[AuditOutcome],
     count: int,
     given_as: dict[str, str],
     engine: Engine,
     output: BatchOutput | None,
     prepared: Prepared,
     progress: Progress | None,
-    on_row: Callable[[dict[str, Any]], None] | None,
+    on_row: Callable[[InputRow], None] | None,
 ) -> _Collected:
     """Take each outcome as it finishes: its row (read from its part when resumed), its part written
     (when analyzed, with an output); ``on_row`` and ``progress`` hear of it."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, InputRow] = {}
     findings: dict[str, pl.DataFrame] = {}
     created = prepared.created
     if progress is not None:
@@ -368,11 +415,11 @@ def _collect(
             created = ()  # the engine runs: what was made for it is the batch's now
             where = outcome["input"]["path"]
             row = _as_given(outcome["input"], given_as.get(where, where), engine)
-            sha = row["sha256"]
-            if row["status"] == "resumed" and output is not None:
+            sha = row["sha256"]  # None only in the row of an input that could not be read: no part, no findings
+            if sha is not None and row["status"] == "resumed" and output is not None:
                 stored, findings[sha] = output.load_part(sha)
                 row = {**stored, "path": row["path"], "status": "resumed"}
-            elif row["status"] == "analyzed":
+            elif sha is not None and row["status"] == "analyzed":
                 if output is not None:
                     output.save_part(row, outcome["findings"])
                 findings[sha] = findings_frame(outcome["findings"])
@@ -391,7 +438,7 @@ def _collect(
     return _Collected(rows, findings)
 
 
-def _as_given(row: dict[str, Any], path: str, engine: Engine) -> dict[str, Any]:
+def _as_given(row: InputRow, path: str, engine: Engine) -> InputRow:
     """A worker's row with the path as given; a dask worker's "no such file" for a file this machine
     has says why (the workers do not see the paths given)."""
     if engine == "dask" and (row.get("error") or "").endswith("no such file") and os.path.exists(path):

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Literal
+from typing import Literal, TypeVar
 
 from nsysaudit.core.errors import EngineUnavailable, Terminated, signal_raises
 
@@ -37,7 +37,7 @@ WORKER_DIED = (
 )
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when the thread that made it ends
 
-Task = Callable[..., dict[str, Any]]
+R = TypeVar("R")  # what the task returns (a batch: its AuditOutcome), yielded as is
 
 
 def default_jobs() -> int:
@@ -88,7 +88,7 @@ def _main_not_imported() -> Iterator[None]:
     read from stdin, would otherwise start its own batch in every worker, and those die."""
     main = sys.modules.get("__main__")
     names = ("__file__", "__spec__")
-    saved: dict[str, Any] = {k: main.__dict__[k] for k in names if main is not None and k in main.__dict__}
+    saved: dict[str, object] = {k: main.__dict__[k] for k in names if main is not None and k in main.__dict__}
     if main is not None:
         main.__dict__.pop("__file__", None)
         main.__dict__["__spec__"] = None
@@ -112,8 +112,8 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 
 
 def run_local(
-    task: Task, paths: Sequence[str], jobs: int, shared: Mapping[str, Any] | None = None
-) -> Iterator[dict[str, Any]]:
+    task: Callable[..., R], paths: Sequence[str], jobs: int, shared: Mapping[str, object] | None = None
+) -> Iterator[R]:
     """``task(path, **shared)`` for every path on ``jobs`` local worker processes (in this process,
     in order, for ``jobs=1`` or one path)."""
     kwargs = dict(shared or {})
@@ -134,7 +134,7 @@ def run_local(
         )
         stopping = True  # until every input is done: an exception (Terminated too) stops the workers
         try:
-            pending: set[Future[dict[str, Any]]] = set()
+            pending: set[Future[R]] = set()
             queue = iter(paths)
             for path in queue:  # keep a few tasks per worker queued, not all: the driver stays small
                 pending.add(pool.submit(task, path, **kwargs))
@@ -159,18 +159,18 @@ def run_local(
 
 
 def run_dask(
-    task: Task,
+    task: Callable[..., R],
     paths: Sequence[str],
     jobs: int,
     scheduler: str | None,
     *,
     timeout: str,
-    shared: Mapping[str, Any] | None = None,
-) -> Iterator[dict[str, Any]]:
+    shared: Mapping[str, object] | None = None,
+) -> Iterator[R]:
     """``task(path, **shared)`` for every path on dask: the scheduler at ``scheduler`` (reached
     within ``timeout``, dask's form: ``"10s"``), else a LocalCluster of ``jobs`` processes."""
-    try:  # an optional extra, imported only here; untyped, hence Any
-        distributed: Any = importlib.import_module("distributed")
+    try:  # an optional extra, imported only here: a module whose names the type checker does not know
+        distributed = importlib.import_module("distributed")
     except ImportError:
         raise EngineUnavailable(
             "the dask engine needs dask.distributed: pip install 'nsysaudit[fleet]'"

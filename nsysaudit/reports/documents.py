@@ -763,6 +763,26 @@ class SealedInput(TypedDict):
     kind: str
 
 
+class SealedTelemetryOptions(TypedDict):
+    """How the telemetry was read and aligned (``clock``: ``[kind, field]`` pairs; ``anchors`` as
+    ``--anchor`` spells them)."""
+
+    event_key: str
+    clock: list[list[str]]
+    lenient: bool
+    anchors: list[str]
+    tolerance_ns: int
+
+
+class SealedOptions(TypedDict):
+    """The options a sealed report was made with, the ones that change the analysis (``telemetry``:
+    null without telemetry)."""
+
+    library_domains: list[str]
+    max_pairs: int
+    telemetry: SealedTelemetryOptions | None
+
+
 class SealedAnalysisDocument(AnalysisKeys):
     """A sealed analysis' ``report.json``: the analysis (:class:`AnalysisKeys`) with paths as basenames and
     without what depends on the machine or the install (``tool``, ``input.export``, ``input.engine``,
@@ -772,7 +792,7 @@ class SealedAnalysisDocument(AnalysisKeys):
     format: str
     kind: Literal["analysis"]
     inputs: list[SealedInput]
-    options: NotRequired[dict[str, Any]]
+    options: NotRequired[SealedOptions]
 
 
 class ArmInput(TypedDict):
@@ -851,7 +871,7 @@ class ComparisonDocument(TypedDict):
     format: str
     kind: Literal["comparison"]
     inputs: list[SealedInput]
-    options: NotRequired[dict[str, Any]]
+    options: NotRequired[SealedOptions]
     arms: dict[str, ComparisonArm]
     differences: dict[str, Any]
     not_established: list[NotEstablished]

@@ -56,7 +56,6 @@ import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from nsysaudit.core.digests import sha256_bytes
 from nsysaudit.core.errors import CheckFailed, OutputExists, OutputNotWritable
@@ -76,6 +75,7 @@ from nsysaudit.seal.layout import (
 )
 from nsysaudit.seal.recipe import (
     Recipe,
+    SealMetadata,
     build,
     sealed_domains,
     sealed_metadata,
@@ -263,7 +263,7 @@ def _replace(tmp: Path, target: Path, replacing: tuple[int, int] | None) -> None
 def write_sealed(
     out: str | os.PathLike[str],
     files: Mapping[str, bytes],
-    metadata: Mapping[str, Any],
+    metadata: SealMetadata,
     *,
     force: bool = False,
     inputs: Sequence[str | os.PathLike[str]] = (),

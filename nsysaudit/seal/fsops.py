@@ -14,8 +14,8 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 _AT_FDCWD = -100
 _RENAME_NOREPLACE = 1
@@ -24,7 +24,8 @@ _RENAME_EXCHANGE = 2
 _UNSUPPORTED = {errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP}
 
 
-def _load() -> Any:
+def _load() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    """libc's ``renameat2(olddirfd, oldpath, newdirfd, newpath, flags)``, or None where it is missing."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         func = libc.renameat2

@@ -10,22 +10,31 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, cast
+from typing import NotRequired, TypedDict
 
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.core.progress import Progress
+from nsysaudit.core.shapes import JSON, JSONObject
 from nsysaudit.read.inputs import input_kind
-from nsysaudit.read.telemetry import CLOCK_KINDS, TelemetryOptions, parse_anchor
+from nsysaudit.read.telemetry import CLOCK_KINDS, ClockKind, TelemetryOptions, parse_anchor
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.render.html import report_html
 from nsysaudit.render.json import indented
 from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
-from nsysaudit.reports.documents import AnalysisDocument, ComparisonDocument, SealedAnalysisDocument, SealedInput
+from nsysaudit.reports.documents import (
+    AnalysisDocument,
+    ComparisonDocument,
+    Input,
+    SealedAnalysisDocument,
+    SealedInput,
+    SealedOptions,
+    SealedTelemetryOptions,
+)
 from nsysaudit.reports.timeline import Timeline, aligned_timelines, timeline
 from nsysaudit.seal.layout import (
     ANALYSIS_FORMAT,
@@ -100,7 +109,7 @@ class Recipe:
     def has_telemetry(self) -> bool:
         return any(role.endswith("telemetry") for role, _ in self.inputs)
 
-    def options(self) -> dict[str, Any]:
+    def options(self) -> SealedOptions:
         """The options that change the analysis, as ``report.json`` (``options``) and metadata.json
         record them (telemetry options only when telemetry was given)."""
         tel = self.telemetry_options or TelemetryOptions()
@@ -111,7 +120,7 @@ class Recipe:
         }
 
 
-def telemetry_options_dict(options: TelemetryOptions) -> dict[str, Any]:
+def telemetry_options_dict(options: TelemetryOptions) -> SealedTelemetryOptions:
     return {
         "event_key": options.event_key,
         "clock": [[kind, name] for kind, name in options.clock],
@@ -121,7 +130,7 @@ def telemetry_options_dict(options: TelemetryOptions) -> dict[str, Any]:
     }
 
 
-def telemetry_options_from(recorded: Mapping[str, Any] | None) -> TelemetryOptions | None:
+def telemetry_options_from(recorded: JSONObject | None) -> TelemetryOptions | None:
     """The :class:`TelemetryOptions` a metadata.json recorded (None: none recorded).
 
     Anything but the exact types :func:`telemetry_options_dict` writes is a failed check.
@@ -130,26 +139,37 @@ def telemetry_options_from(recorded: Mapping[str, Any] | None) -> TelemetryOptio
         return None
     try:
         clock, anchors, tolerance = recorded["clock"], recorded["anchors"], recorded["tolerance_ns"]
+        event_key = recorded["event_key"]
+        lenient = recorded["lenient"] if isinstance(event_key, str) else None  # read in this order: same KeyError
+        texts = [a for a in anchors if isinstance(a, str)] if isinstance(anchors, list) else []
+        pairs = [p for p in map(_clock_pair, clock) if p is not None] if isinstance(clock, list) else []
         if not (
-            isinstance(recorded["event_key"], str)
-            and isinstance(recorded["lenient"], bool)
+            isinstance(event_key, str)
+            and isinstance(lenient, bool)
             and type(tolerance) is int
             and isinstance(anchors, list)
-            and all(isinstance(a, str) for a in anchors)
+            and len(texts) == len(anchors)
             and isinstance(clock, list)
-            and all(isinstance(c, list) and len(c) == 2 and c[0] in CLOCK_KINDS and isinstance(c[1], str)
-                    for c in clock)
+            and len(pairs) == len(clock)
         ):
             raise TypeError("a value of the wrong type")
         return TelemetryOptions(
-            event_key=recorded["event_key"],
-            clock=tuple((kind, name) for kind, name in clock),
-            lenient=recorded["lenient"],
-            anchors=tuple(parse_anchor(a) for a in anchors),
+            event_key=event_key,
+            clock=tuple(pairs),
+            lenient=lenient,
+            anchors=tuple(parse_anchor(a) for a in texts),
             tolerance_ns=tolerance,
         )
     except (KeyError, TypeError, BadOption) as exc:
         raise CheckFailed(f"{METADATA}: unreadable telemetry options ({exc})") from None
+
+
+def _clock_pair(value: JSON) -> tuple[ClockKind, str] | None:
+    """A recorded ``[kind, field]`` clock as :class:`TelemetryOptions` holds it; None if it is not one."""
+    if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], str)):
+        return None
+    kind = next((k for k in CLOCK_KINDS if k == value[0]), None)
+    return None if kind is None else (kind, value[1])
 
 
 @dataclass
@@ -240,12 +260,12 @@ def sealed_form(
     evidence (every engine gives the same payload; ``verify`` re-runs it on whatever is installed).
     Added: ``format``, ``kind`` and ``inputs`` (and, by :func:`build`, ``options``).
     """
-    doc: dict[str, Any] = scrub_paths(document, paths)
-    doc.pop("tool", None)
-    inp = dict(doc["input"])
-    for key in ("export", *ENGINE_KEYS):
-        inp.pop(key, None)
-    doc["input"] = inp
+    scrubbed: AnalysisDocument = scrub_paths(document, paths)  # the same document, its paths basenames
+    inp: Input = scrubbed["input"].copy()
+    inp.pop("export", None)
+    inp.pop("engine", None)  # ENGINE_KEYS
+    inp.pop("sqlite_version", None)
+    inp.pop("native_unavailable", None)
     inputs: list[SealedInput] = [
         {
             "role": "arm",
@@ -257,8 +277,32 @@ def sealed_form(
     ]
     if telemetry is not None:
         inputs.append(telemetry)
-    doc.update({"format": ANALYSIS_FORMAT, "kind": "analysis", "inputs": inputs})
-    return cast(SealedAnalysisDocument, doc)
+    sealed: SealedAnalysisDocument = {  # AnalysisKeys (tool left out), then what the seal adds
+        "input": inp,
+        "census": scrubbed["census"],
+        "findings": scrubbed["findings"],
+        "failed_calls": scrubbed["failed_calls"],
+        "coverage": scrubbed["coverage"],
+        "processes": scrubbed["processes"],
+        "verdict": scrubbed["verdict"],
+        "verdict_reasons": scrubbed["verdict_reasons"],
+        "warnings": scrubbed["warnings"],
+        "limits": scrubbed["limits"],
+        "memory": scrubbed["memory"],
+        "answer": scrubbed["answer"],
+        "library_calls": scrubbed["library_calls"],
+        "devices": scrubbed["devices"],
+        "launches": scrubbed["launches"],
+        "ranks": scrubbed["ranks"],
+        "format": ANALYSIS_FORMAT,
+        "kind": "analysis",
+        "inputs": inputs,
+    }
+    if "alignment" in scrubbed:
+        sealed["alignment"] = scrubbed["alignment"]
+    if "telemetry" in scrubbed:
+        sealed["telemetry"] = scrubbed["telemetry"]
+    return sealed
 
 
 def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, progress: Progress | None = None) -> Built:
@@ -286,7 +330,10 @@ def _ordered(inputs: list[InputFile]) -> list[InputFile]:
 
 
 def _payload(
-    doc: Mapping[str, Any], markdown: str, inputs: list[InputFile], timelines: Sequence[Timeline]
+    doc: SealedAnalysisDocument | ComparisonDocument,
+    markdown: str,
+    inputs: list[InputFile],
+    timelines: Sequence[Timeline],
 ) -> dict[str, bytes]:
     lines = b"".join(checksum_line(i.sha256, i.name) for i in _ordered(inputs))
     # Each arm's timeline picture, and report.html: report.md with the pictures inline. The SVG
@@ -294,7 +341,7 @@ def _payload(
     from nsysaudit.render.pictures import render  # matplotlib is imported only when a picture is drawn
 
     pictures = [(t, render([t], ("svg",), salt=f"nsysaudit-{t.arm or 'arm'}")["svg"]) for t in timelines]
-    title = "nsysaudit comparison" if doc.get("kind") == "comparison" else "nsysaudit analysis"
+    title = "nsysaudit comparison" if doc["kind"] == "comparison" else "nsysaudit analysis"
     return {
         REPORT_JSON: indented(doc),
         REPORT_MD: markdown.encode("utf-8"),
@@ -340,30 +387,38 @@ def format_ms(ns: int) -> str:
     return format(Decimal(ns).scaleb(-6).normalize(), "f")
 
 
-def _telemetry_flags(options: Mapping[str, Any] | None) -> list[str]:
+def _telemetry_flags(options: SealedTelemetryOptions | None) -> list[str]:
     """The command-line flags that give ``options`` (a serialized TelemetryOptions): one per option that
     differs from the CLI's default (``TelemetryOptions()``), so the command is as short as it can be."""
     if not options:
         return []
     default = telemetry_options_dict(TelemetryOptions())
     out: list[str] = []
-    if options.get("event_key") != default["event_key"]:
-        out += ["--telemetry-event-key", str(options["event_key"])]
-    clock = [list(c) for c in options.get("clock", [])]
-    if clock != default["clock"]:
-        for kind, name in clock:
+    if options["event_key"] != default["event_key"]:
+        out += ["--telemetry-event-key", options["event_key"]]
+    if options["clock"] != default["clock"]:
+        for kind, name in options["clock"]:
             out += ["--telemetry-clock", f"{kind}={name}"]
-    if options.get("lenient"):
+    if options["lenient"]:
         out.append("--lenient")
-    for anchor in options.get("anchors", []):
-        out += ["--anchor", str(anchor)]
-    tol = options.get("tolerance_ns")
-    if tol is not None and tol != default["tolerance_ns"]:
-        out += ["--clock-tolerance", format_ms(int(tol))]
+    for anchor in options["anchors"]:
+        out += ["--anchor", anchor]
+    if options["tolerance_ns"] != default["tolerance_ns"]:
+        out += ["--clock-tolerance", format_ms(options["tolerance_ns"])]
     return out
 
 
-def tool_versions() -> dict[str, Any]:
+class ToolVersions(TypedDict):
+    """What made a sealed report (metadata.json's ``versions``): the pieces its bytes depend on."""
+
+    nsysaudit: str
+    python: str
+    polars: str
+    sqlite: str
+    matplotlib: str
+
+
+def tool_versions() -> ToolVersions:
     import polars
 
     from nsysaudit._version import __version__
@@ -382,27 +437,94 @@ def tool_versions() -> dict[str, Any]:
 ENGINE_KEYS = ("engine", "sqlite_version", "native_unavailable")
 
 
-def engines(built: Built) -> dict[str, dict[str, Any]]:
+class EngineRecord(TypedDict):
+    """How nsysaudit read one input (:data:`ENGINE_KEYS` of its analysis' ``input``)."""
+
+    engine: str | None
+    sqlite_version: str | None
+    native_unavailable: str | None
+
+
+class ExportRecord(TypedDict):
+    sha256: str | None
+    exported_with: str | None
+
+
+class ArmVersions(TypedDict):
+    """The nsys that made one input (``export``: a .nsys-rep's export)."""
+
+    nsys_version: str | None
+    schema_version: str | None
+    export: NotRequired[ExportRecord]
+
+
+class ReportRecord(TypedDict):
+    kind: ReportKind
+    format: str
+
+
+class RecipeRole(TypedDict):
+    role: str
+
+
+class RecipeInput(RecipeRole):
+    name: str
+
+
+class RecipeRecord(TypedDict):
+    """What ``verify`` re-runs: the kind of report, its inputs by role (basenames) and its options."""
+
+    kind: ReportKind
+    inputs: list[RecipeInput]
+    options: SealedOptions
+
+
+class FilesRecord(TypedDict):
+    payload: list[str]
+    tags: list[str]
+    tag_manifest: str
+
+
+class SealMetadata(TypedDict):
+    """``metadata.json`` as :func:`sealed_metadata` writes it."""
+
+    format: str
+    seal: str
+    report: ReportRecord
+    versions: ToolVersions
+    nsys: dict[str, ArmVersions]
+    engines: dict[str, EngineRecord]
+    command: list[str]
+    recipe: RecipeRecord
+    inputs: list[SealedInput]
+    files: FilesRecord
+
+
+def engines(built: Built) -> dict[str, EngineRecord]:
     """Per input role, the engine that read it (metadata.json's ``engines``)."""
-    out = {}
+    out: dict[str, EngineRecord] = {}
     for role, result in sorted(built.results.items()):
         described = result.input.to_dict()
-        out[role] = {key: described.get(key) for key in ENGINE_KEYS}
+        out[role] = {  # ENGINE_KEYS
+            "engine": described.get("engine"),
+            "sqlite_version": described.get("sqlite_version"),
+            "native_unavailable": described.get("native_unavailable"),
+        }
     return out
 
 
-def sealed_metadata(built: Built, out: str | os.PathLike[str]) -> dict[str, Any]:
-    arms = {}
+def sealed_metadata(built: Built, out: str | os.PathLike[str]) -> SealMetadata:
+    arms: dict[str, ArmVersions] = {}
     for role, result in sorted(built.results.items()):
         info = result.input
-        arm: dict[str, Any] = {"nsys_version": info.nsys_version, "schema_version": info.schema_version}
+        arm: ArmVersions = {"nsys_version": info.nsys_version, "schema_version": info.schema_version}
         if info.kind == "nsys-rep":
             arm["export"] = {"sha256": info.export_sha256, "exported_with": info.exported_with}
         arms[role] = arm
     return {
         "format": SEAL_FORMAT,
         "seal": f"sha256 of {TAGMANIFEST}",
-        "report": {"kind": built.recipe.kind, "format": built.document.get("format")},
+        "report": {"kind": built.recipe.kind, "format": built.document["format"]},
         "versions": tool_versions(),
         "nsys": arms,
         "engines": engines(built),
@@ -430,7 +552,29 @@ def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*DEFAULT_LIBRARY_DOMAINS, *domains]))
 
 
-def recipe_from(meta: Mapping[str, Any], paths: Mapping[str, str]) -> Recipe:
+class CheckedOptions(TypedDict):
+    library_domains: list[str]
+    telemetry: JSONObject | None
+
+
+class CheckedRecipe(TypedDict):
+    kind: ReportKind
+    inputs: list[RecipeRole]
+    options: CheckedOptions
+
+
+class CheckedMetadata(TypedDict):
+    """A ``metadata.json`` as :func:`~nsysaudit.seal.verify.metadata_of` checked it: every key and type
+    ``verify`` relies on (``engines`` as parsed: it is read only to say what changed)."""
+
+    format: str
+    inputs: list[SealedInput]
+    recipe: CheckedRecipe
+    versions: JSONObject
+    engines: NotRequired[JSON]
+
+
+def recipe_from(meta: CheckedMetadata, paths: Mapping[str, str]) -> Recipe:
     """The recipe metadata.json records (already checked by :func:`metadata_of`)."""
     spec = meta["recipe"]
     options = spec["options"]

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
+from nsysaudit.core.shapes import JSON
+from nsysaudit.reports.documents import SealedInput
 from nsysaudit.seal.layout import (
     INPUTS,
     MANIFEST,
@@ -28,6 +29,7 @@ from nsysaudit.seal.layout import (
     payload,
 )
 from nsysaudit.seal.recipe import (
+    CheckedMetadata,
     build,
     engines,
     input_file,
@@ -39,6 +41,11 @@ from nsysaudit.seal.recipe import (
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
 
+class VerifiedInput(SealedInput):
+    """A sealed input that ``verify`` found at ``path``, with the recorded digest and size."""
+
+    path: str
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -47,7 +54,7 @@ class Verification:
     dir: Path
     seal: str
     files: tuple[str, ...]
-    inputs: tuple[dict[str, Any], ...] = ()
+    inputs: tuple[VerifiedInput, ...] = ()
     rerun: bool = False
 
     def __repr__(self) -> str:
@@ -150,7 +157,7 @@ def verify(
     if inputs is None:
         return Verification(root, digest, files)
     given = _match_inputs(meta, [Path(p) for p in inputs])
-    checked = []
+    checked: list[VerifiedInput] = []
     for rec, path in given:
         found = input_file(rec["role"], path, rec["kind"])
         if found.sha256 != rec["sha256"] or found.size_bytes != rec["size_bytes"]:
@@ -201,11 +208,11 @@ def _refuse_older_format(root: Path) -> None:
     this format's list, which would only say that files are missing)."""
     path = root / METADATA
     try:
-        meta = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
+        meta: JSON = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON, or a 4,300-digit int
         return  # reported by the checks that follow
-    if isinstance(meta, dict) and isinstance(meta.get("format"), str) and meta["format"] in OLDER_FORMATS:
-        fmt = meta["format"]
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if isinstance(fmt, str) and fmt in OLDER_FORMATS:
         raise CheckFailed(
             f"{path}: an {fmt} folder, {OLDER_FORMATS[fmt]}; make it again with this nsysaudit "
             f"(its recorded command) to get an {SEAL_FORMAT} seal that pins every file"
@@ -218,7 +225,7 @@ def older_folder_problems(root: Path) -> list[str] | None:
     folder. ``--force`` may replace an older folder that is intact, as it may a current one."""
     path = root / METADATA
     try:
-        meta = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
+        meta: JSON = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON, or a 4,300-digit int
         return None
     if not (isinstance(meta, dict) and meta.get("format") in OLDER_FORMATS):
@@ -243,7 +250,7 @@ def older_folder_problems(root: Path) -> list[str] | None:
     return problems
 
 
-def check_kind(root: Path, meta: Mapping[str, Any]) -> ReportKind:
+def check_kind(root: Path, meta: CheckedMetadata) -> ReportKind:
     """The report's kind as ``metadata.json`` records it; the manifest must list that kind's payload."""
     kind: ReportKind = meta["recipe"]["kind"]
     if set(_read_manifest(root, MANIFEST)) != set(payload(kind)):
@@ -295,12 +302,12 @@ def check_files(root: Path) -> list[str]:
 _KINDS = ("sqlite", "nsys-rep", "telemetry")
 
 
-def metadata_of(root: Path) -> dict[str, Any]:
+def metadata_of(root: Path) -> CheckedMetadata:
     """``metadata.json``, checked for every key and type ``verify`` uses: anything else is a
     tampered folder, a failed check (exit 1), never a traceback."""
     path = root / METADATA
     try:
-        meta = json.loads(path.read_bytes().decode("utf-8"))
+        meta: JSON = json.loads(path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: also an integer of 4,300 digits
         raise CheckFailed(f"{path}: not readable JSON ({str(exc)[:200]})") from None
     if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
@@ -314,50 +321,75 @@ def metadata_of(root: Path) -> dict[str, Any]:
         raise bad("'versions' is not an object")
     if not isinstance(inputs, list) or not inputs:
         raise bad("'inputs' is not a non-empty list")
-    for i, rec in enumerate(inputs):
-        ok = (
-            isinstance(rec, dict)
-            and all(isinstance(rec.get(k), str) for k in ("role", "name", "sha256", "kind"))
-            and _HEX64.fullmatch(rec["sha256"]) is not None
-            and rec["kind"] in _KINDS
-            and type(rec.get("size_bytes")) is int
-            and rec["size_bytes"] >= 0
-        )
-        if not ok:
+    records: list[SealedInput] = []
+    for i, raw in enumerate(inputs):
+        rec = _sealed_input(raw)
+        if rec is None:
             raise bad(f"inputs[{i}] is not {{role, name, sha256 (hex), size_bytes (int), kind}}")
-    roles = [rec["role"] for rec in inputs]
+        records.append(rec)
+    roles = [rec["role"] for rec in records]
     if len(set(roles)) != len(roles):
         raise bad("an input role is listed twice")
-    if not isinstance(recipe, dict) or recipe.get("kind") not in ("compare", "analyze"):
+    kind = next((k for k in _REPORT_KINDS if isinstance(recipe, dict) and recipe.get("kind") == k), None)
+    if not isinstance(recipe, dict) or kind is None:
         raise bad("no recipe to re-run ('recipe.kind' is not compare or analyze)")
     spec_inputs = recipe.get("inputs")
     listed = spec_inputs if isinstance(spec_inputs, list) else []
-    spec_roles = [r["role"] for r in listed if isinstance(r, dict) and isinstance(r.get("role"), str)]
+    spec_roles = [role for r in listed if isinstance(r, dict) and isinstance(role := r.get("role"), str)]
     if not isinstance(spec_inputs, list) or len(spec_roles) != len(listed) or sorted(spec_roles) != sorted(roles):
         raise bad("'recipe.inputs' does not name the roles of 'inputs'")
     options = recipe.get("options")
     if not isinstance(options, dict):
         raise bad("'recipe.options' is not an object")
     domains = options.get("library_domains")
-    if not isinstance(domains, list) or not all(isinstance(d, str) for d in domains):
+    names = [d for d in domains if isinstance(d, str)] if isinstance(domains, list) else []
+    if not isinstance(domains, list) or len(names) != len(domains):
         raise bad("'recipe.options.library_domains' is not a list of strings")
     telemetry = options.get("telemetry")
     if telemetry is not None and not isinstance(telemetry, dict):
         raise bad("'recipe.options.telemetry' is not an object")
     telemetry_options_from(telemetry)  # raises CheckFailed naming the problem
-    return meta
+    checked: CheckedMetadata = {
+        "format": SEAL_FORMAT,
+        "inputs": records,
+        "recipe": {
+            "kind": kind,
+            "inputs": [{"role": role} for role in spec_roles],
+            "options": {"library_domains": names, "telemetry": telemetry},
+        },
+        "versions": versions,
+    }
+    if "engines" in meta:
+        checked["engines"] = meta["engines"]
+    return checked
 
 
-def _check_inputs_listing(root: Path, meta: Mapping[str, Any]) -> None:
+_REPORT_KINDS: tuple[ReportKind, ...] = ("compare", "analyze")
+
+
+def _sealed_input(rec: JSON) -> SealedInput | None:
+    """A recorded input of metadata.json, if it is one: ``role``, ``name``, ``sha256`` (hex),
+    ``size_bytes`` (a non-negative integer) and ``kind``, of those types."""
+    if not isinstance(rec, dict):
+        return None
+    role, name, sha, kind, size = (rec.get(k) for k in ("role", "name", "sha256", "kind", "size_bytes"))
+    if not (isinstance(role, str) and isinstance(name, str) and isinstance(sha, str) and isinstance(kind, str)):
+        return None
+    if _HEX64.fullmatch(sha) is None or kind not in _KINDS or type(size) is not int or size < 0:
+        return None
+    return {"role": role, "name": name, "sha256": sha, "size_bytes": size, "kind": kind}
+
+
+def _check_inputs_listing(root: Path, meta: CheckedMetadata) -> None:
     """``inputs-sha256.txt`` and the metadata's inputs must name the same digests."""
     recorded = b"".join(checksum_line(i["sha256"], i["name"]) for i in meta["inputs"])
     if (root / INPUTS).read_bytes() != recorded:
         raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
 
 
-def _match_inputs(meta: Mapping[str, Any], given: list[Path]) -> list[tuple[dict[str, Any], Path]]:
+def _match_inputs(meta: CheckedMetadata, given: list[Path]) -> list[tuple[SealedInput, Path]]:
     """Pair given paths with recorded inputs: by basename, then (renamed files) in recorded order."""
-    recorded: list[dict[str, Any]] = list(meta.get("inputs", []))
+    recorded = meta["inputs"]
     if len(given) != len(recorded):
         names = ", ".join(f"{r['name']} ({r['role']})" for r in recorded)
         raise BadOption(f"--inputs: the report was made from {len(recorded)} input(s) ({names}); {len(given)} given")
