@@ -32,11 +32,14 @@ from nsysaudit.read.inputs import Input, InputKind
 
 __all__ = [
     "AnalysisDocument",
+    "CaptureBounds",
     "CensoredReason",
     "Classification",
     "ComparisonDocument",
     "Coverage",
     "FindingKind",
+    "Input",
+    "InputKind",
     "Mechanism",
     "SealedAnalysisDocument",
     "Verdict",
