@@ -18,6 +18,7 @@ from scenarios import MAIN, PID, WORKER, observe_nested_failure
 import nsysaudit
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.read.telemetry import Anchor, TelemetryOptions, load_telemetry, parse_anchor, parse_clock
+from nsysaudit.reports import documents
 
 BEFORE = {"observe": "runtime_error", "release": "backward_end"}
 UTC0 = 1_796_064_718_689_501_058  # the builder's default TARGET_INFO_SESSION_START_TIME.utcEpochNs
@@ -270,6 +271,17 @@ def test_lenient_skips_bad_lines_warns_with_line_numbers_and_uses_the_rest(capsy
     assert "line 3: invalid JSON" in err and "line 6: no clock field" in err
     # Line numbers count the file's own lines (the shifted real lines keep theirs).
     assert [e["line"] for e in d["telemetry"]["timeline"]][:3] == [1, 2, 4]
+
+
+def test_a_skipped_lines_warning_is_of_its_documented_type(capsys, tmp_path: Path) -> None:
+    # telemetry.warnings are the skipped lines (line, problem), not the report's warnings (kind, count, message).
+    path = write_lines(tmp_path / "bad.jsonl", [*real_lines(), "not json at all"])
+    code, out, _ = run(capsys, "analyze", str(H200 / "observe.sqlite"), "--telemetry", str(path), "--json", "--lenient")
+    assert code == 0
+    doc = json.loads(out)
+    [skipped] = doc["telemetry"]["warnings"]
+    assert skipped.keys() == {"line", "problem"} and skipped["line"] == len(real_lines()) + 1
+    assert documents.problems(doc, documents.AnalysisDocument) == []
 
 
 def test_lenient_text_report_shows_the_warning(capsys, tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 import orjson
 import polars as pl
@@ -47,6 +47,13 @@ if TYPE_CHECKING:  # numpy is imported where telemetry is placed: an analysis wi
 
 Method = Literal["utc", "anchors"]
 AnchorRule = Literal["default", "configured"]
+
+
+class TelemetryBadLine(TypedDict):
+    """A telemetry line ``--lenient`` skipped, and why (``telemetry.warnings``)."""
+
+    line: int
+    problem: str
 
 
 def ms(ns: int) -> float:
@@ -356,7 +363,7 @@ class Alignment:
             "sha256": log.sha256,
             "events": log.lines.height,
             "bad_lines": len(log.bad_lines),
-            "warnings": [b.to_dict() for b in log.bad_lines],
+            "warnings": [TelemetryBadLine(line=b.line, problem=b.problem) for b in log.bad_lines],
             "lenient": opts.lenient,
             "event_key": opts.event_key,
             "clock_fields": dict(opts.clock_fields),

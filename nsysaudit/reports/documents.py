@@ -21,6 +21,7 @@ import types
 import typing
 from typing import Any, Literal, NotRequired, TypedDict, Union, get_args, get_origin, get_type_hints
 
+from nsysaudit.analysis.alignment import TelemetryBadLine
 from nsysaudit.analysis.coverage import CensoredReason
 from nsysaudit.analysis.findings import FindingKind
 from nsysaudit.analysis.ledger import Mechanism
@@ -744,7 +745,7 @@ class TelemetrySection(TypedDict):
     lenient: bool
     pids: list[int]
     clock_fields: dict[str, str]
-    warnings: list[ReportWarning]
+    warnings: list[TelemetryBadLine]
     timeline: list[TimelineLine]
     library_failures: list[LibraryFailure]
 
