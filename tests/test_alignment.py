@@ -284,6 +284,16 @@ def test_a_skipped_lines_warning_is_of_its_documented_type(capsys, tmp_path: Pat
     assert documents.problems(doc, documents.AnalysisDocument) == []
 
 
+def test_a_fractional_telemetry_value_is_of_its_documented_type(tmp_path: Path) -> None:
+    # A line's measured values are its numbers, integers or not: the document's type says both.
+    lines = [line.replace('"blocks": 21', '"blocks": 21, "fragmentation": 0.25') for line in real_lines()]
+    doc = json.loads(json.dumps(analyze_arm("observe", write_lines(tmp_path / "t.jsonl", lines))))
+    [values] = [e["values"] for e in doc["telemetry"]["timeline"] if "fragmentation" in e["values"]]
+    assert values["fragmentation"] == 0.25 and values["blocks"] == 21
+    assert doc["library_calls"][0]["telemetry"]["in_force"]["values"] == values
+    assert documents.problems(doc, documents.AnalysisDocument) == []
+
+
 def test_lenient_text_report_shows_the_warning(capsys, tmp_path: Path) -> None:
     lines = real_lines()
     lines.insert(1, "{oops")

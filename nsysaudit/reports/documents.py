@@ -10,7 +10,7 @@ and named here. A key marked ``NotRequired`` is present only when its evidence i
 ``telemetry`` with a telemetry file, ``finding`` on a memory point taken at a finding, ...); every
 other key is always present, ``null`` where the value is unknown.
 
-Open-ended maps stay maps: the application's own telemetry values (``dict[str, int]``), the memory
+Open-ended maps stay maps: the application's own telemetry values (``dict[str, int | float]``), the memory
 kinds nsys names (``dict[str, str]``), bytes by kind (``dict[str, int]``).
 """
 
@@ -94,7 +94,7 @@ class Moment(TypedDict):
     ns: int
     ms: float
     via: str
-    values: NotRequired[dict[str, int]]
+    values: NotRequired[dict[str, int | float]]
 
 
 class During(TypedDict):
@@ -709,7 +709,7 @@ class TimelineLine(TypedDict):
     via: str
     clocks: dict[str, int]
     fields: dict[str, Any]
-    values: dict[str, int]
+    values: dict[str, int | float]
 
 
 class LibraryFailureAfter(TypedDict):
