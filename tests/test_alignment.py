@@ -294,6 +294,27 @@ def test_a_fractional_telemetry_value_is_of_its_documented_type(tmp_path: Path) 
     assert documents.problems(doc, documents.AnalysisDocument) == []
 
 
+def test_nothing_placed_is_of_its_documented_type(tmp_path: Path) -> None:
+    # No mapping (no realtime clock read, no event names an NVTX range): method, clock fields, the
+    # lines' via and the positions' method are null, as the document's type says they may be.
+    path = rewrite(telemetry_of("observe"), tmp_path / "t.jsonl", lambda o: {**o, "event": "x_" + o["event"]})
+    doc = json.loads(json.dumps(analyze_arm("observe", path, clock=(("monotonic", "monotonic_ns"),))))
+    a = doc["alignment"]
+    assert a["method"] is None and a["clock_field"] is None and a["utc"]["clock_field"] is None
+    assert {e["via"] for e in doc["telemetry"]["timeline"]} == {None}
+    assert doc["library_calls"][0]["telemetry"]["method"] is None
+    assert documents.problems(doc, documents.AnalysisDocument) == []
+
+
+def test_an_anchor_without_a_utc_residual_is_of_its_documented_type(tmp_path: Path) -> None:
+    # An anchor line without a realtime stamp has no UTC residual: residuals_ns holds a null there.
+    path = rewrite(telemetry_of("observe"), tmp_path / "t.jsonl",
+                   lambda o: {k: v for k, v in o.items() if k != "realtime_ns" or o["event"] != "prepass_end"})
+    doc = json.loads(json.dumps(analyze_arm("observe", path)))
+    assert doc["alignment"]["method"] == "utc" and None in doc["alignment"]["residuals_ns"]
+    assert documents.problems(doc, documents.AnalysisDocument) == []
+
+
 def test_lenient_text_report_shows_the_warning(capsys, tmp_path: Path) -> None:
     lines = real_lines()
     lines.insert(1, "{oops")

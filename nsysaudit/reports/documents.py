@@ -108,7 +108,7 @@ class During(TypedDict):
 class Position(TypedDict):
     """Where a call or moment falls among the application's telemetry lines."""
 
-    method: str
+    method: str | None
     verified: bool
     before: Moment | None
     after: Moment | None
@@ -655,8 +655,8 @@ class SkippedAnchor(TypedDict):
 
 
 class Anchors(TypedDict):
-    clock: str
-    clock_field: str
+    clock: str | None
+    clock_field: str | None
     computed: bool
     offset_ns: int | None
     max_abs_residual_ns: int | None
@@ -668,7 +668,7 @@ class Anchors(TypedDict):
 
 
 class UtcAlignment(TypedDict):
-    clock_field: str
+    clock_field: str | None
     computed: bool
     offset_ns: int | None
     session_start_utc_ns: int | None
@@ -684,15 +684,15 @@ class AlignmentCheck(TypedDict):
 class AlignmentSection(TypedDict):
     """How the application's clock was put on the trace's (docs/alignment.md), and its checks."""
 
-    method: str
-    clock_field: str
+    method: str | None
+    clock_field: str | None
     offset_ns: int | None
     tolerance_ns: int
     checked: bool
     reasons: list[str]
     notes: list[str]
     checks: list[AlignmentCheck]
-    residuals_ns: list[int]
+    residuals_ns: list[int | None]
     utc: UtcAlignment
     anchors: Anchors
     agreement: Agreement | None
@@ -706,7 +706,7 @@ class TimelineLine(TypedDict):
     pid: int | None
     tid: int | None
     trace_ns: int | None
-    via: str
+    via: str | None
     clocks: dict[str, int]
     fields: dict[str, Any]
     values: dict[str, int | float]
