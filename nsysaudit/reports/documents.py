@@ -21,7 +21,23 @@ import types
 import typing
 from typing import Any, Literal, NotRequired, TypedDict, Union, get_args, get_origin, get_type_hints
 
-from nsysaudit.analysis.alignment import TelemetryBadLine
+from nsysaudit.analysis.alignment import (
+    Agreement,
+    AgreementDiff,
+    AlignmentCheck,
+    AlignmentSection,
+    AnchorPair,
+    Anchors,
+    During,
+    EventLine,
+    Moment,
+    Position,
+    SkippedAnchor,
+    TelemetryBadLine,
+    TelemetrySummary,
+    TimelineLine,
+    UtcAlignment,
+)
 from nsysaudit.analysis.coverage import CensoredReason
 from nsysaudit.analysis.findings import FindingKind
 from nsysaudit.analysis.ledger import Mechanism
@@ -30,14 +46,29 @@ from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
 
 __all__ = [
+    "Agreement",
+    "AgreementDiff",
+    "AlignmentCheck",
+    "AlignmentSection",
     "AnalysisDocument",
+    "AnchorPair",
+    "Anchors",
     "CensoredReason",
     "Classification",
     "ComparisonDocument",
     "Coverage",
+    "During",
+    "EventLine",
     "FindingKind",
     "Mechanism",
+    "Moment",
+    "Position",
     "SealedAnalysisDocument",
+    "SkippedAnchor",
+    "TelemetryBadLine",
+    "TelemetrySummary",
+    "TimelineLine",
+    "UtcAlignment",
     "Verdict",
 ]
 
@@ -84,36 +115,6 @@ class Census(TypedDict):
     nonzero_returns: int
     by_return: list[CensusRow]
     failed_calls: int
-
-
-class Moment(TypedDict):
-    """A telemetry line at or around a moment of the trace, on the application's clock."""
-
-    event: str
-    line: int
-    ns: int
-    ms: float
-    via: str
-    values: NotRequired[dict[str, int | float]]
-
-
-class During(TypedDict):
-    """A telemetry line strictly inside a call."""
-
-    event: str
-    line: int
-    ms_after_start: float
-
-
-class Position(TypedDict):
-    """Where a call or moment falls among the application's telemetry lines."""
-
-    method: str | None
-    verified: bool
-    before: Moment | None
-    after: Moment | None
-    during: list[During]
-    in_force: Moment | None
 
 
 class AllocationsBefore(TypedDict):
@@ -609,109 +610,6 @@ class Answer(TypedDict):
     limits: list[str]
 
 
-class AgreementDiff(TypedDict):
-    event: str
-    line: int
-    utc_minus_anchor_ns: int
-
-
-class Agreement(TypedDict):
-    events: int
-    max_abs_diff_ns: int | None
-    worst_event: str | None
-    worst_line: int | None
-    diffs_ns: list[AgreementDiff]
-
-
-class AnchorPair(TypedDict):
-    event: str
-    line: int
-    nvtx: str
-    domain: str | None
-    edge: str
-    edge_ns: int
-    clock_ns: int
-    offset_ns: int
-    residual_ns: int
-    utc_residual_ns: int | None
-    pid: int | None
-    tid: int | None
-    telemetry_tid: int | None
-    same_thread: bool | None
-    rule: str
-
-
-class EventLine(TypedDict):
-    event: str
-    line: int
-
-
-class SkippedAnchor(TypedDict):
-    event: str
-    nvtx: str
-    edge: str
-    lines: list[int]
-    reason: str
-
-
-class Anchors(TypedDict):
-    clock: str | None
-    clock_field: str | None
-    computed: bool
-    offset_ns: int | None
-    max_abs_residual_ns: int | None
-    reason: str | None
-    rule: str
-    pairs: list[AnchorPair]
-    skipped: list[SkippedAnchor]
-    events_without_anchor: list[EventLine]
-
-
-class UtcAlignment(TypedDict):
-    clock_field: str | None
-    computed: bool
-    offset_ns: int | None
-    session_start_utc_ns: int | None
-    reason: str | None
-
-
-class AlignmentCheck(TypedDict):
-    check: str
-    passed: bool | None
-    detail: str
-
-
-class AlignmentSection(TypedDict):
-    """How the application's clock was put on the trace's (docs/alignment.md), and its checks."""
-
-    method: str | None
-    clock_field: str | None
-    offset_ns: int | None
-    tolerance_ns: int
-    checked: bool
-    reasons: list[str]
-    notes: list[str]
-    checks: list[AlignmentCheck]
-    residuals_ns: list[int | None]
-    utc: UtcAlignment
-    anchors: Anchors
-    agreement: Agreement | None
-
-
-class TimelineLine(TypedDict):
-    """One telemetry line placed on the trace's clock."""
-
-    line: int
-    event: str
-    pid: int | None
-    tid: int | None
-    trace_ns: int | None
-    via: str | None
-    clocks: dict[str, int]
-    fields: dict[str, Any]
-    values: dict[str, int | float]
-
-
 class LibraryFailureAfter(TypedDict):
     lib_id: int
     api: str
@@ -736,17 +634,7 @@ class LibraryFailure(TypedDict):
     cuda_skip_some_api_calls: list[str]
 
 
-class TelemetrySection(TypedDict):
-    path: str
-    sha256: str
-    event_key: str
-    events: int
-    bad_lines: int
-    lenient: bool
-    pids: list[int]
-    clock_fields: dict[str, str]
-    warnings: list[TelemetryBadLine]
-    timeline: list[TimelineLine]
+class TelemetrySection(TelemetrySummary):
     library_failures: list[LibraryFailure]
 
 
