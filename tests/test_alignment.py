@@ -315,6 +315,16 @@ def test_an_anchor_without_a_utc_residual_is_of_its_documented_type(tmp_path: Pa
     assert documents.problems(doc, documents.AnalysisDocument) == []
 
 
+def test_a_status_only_in_a_number_field_is_of_its_documented_type(tmp_path: Path) -> None:
+    # A library failure recorded only as a status number ("cublas_status": 3) has no text: null.
+    status_line = json.dumps({**json.loads(real_lines()[-1]), "event": "lib_error", "cublas_status": 3})
+    path = write_lines(tmp_path / "t.jsonl", [*real_lines(), status_line])
+    doc = json.loads(json.dumps(analyze_arm("observe", path)))
+    [failure] = [f for f in doc["telemetry"]["library_failures"] if f["event"] == "lib_error"]
+    assert failure["statuses"] == ["cublas_status=3"] and failure["text"] is None
+    assert documents.problems(doc, documents.AnalysisDocument) == []
+
+
 def test_lenient_text_report_shows_the_warning(capsys, tmp_path: Path) -> None:
     lines = real_lines()
     lines.insert(1, "{oops")

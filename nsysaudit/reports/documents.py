@@ -627,7 +627,7 @@ class LibraryFailure(TypedDict):
     event: str
     pid: int | None
     trace_ns: int | None
-    text: str
+    text: str | None
     statuses: list[str]
     explained: bool
     after: LibraryFailureAfter | None
