@@ -38,10 +38,10 @@ from nsysaudit.analysis.alignment import (
     TimelineLine,
     UtcAlignment,
 )
-from nsysaudit.analysis.coverage import CensoredReason
+from nsysaudit.analysis.coverage import CensoredReason, CoverageState, SourceCoverage
 from nsysaudit.analysis.findings import FindingKind
 from nsysaudit.analysis.ledger import Mechanism
-from nsysaudit.analysis.verdict import Verdict
+from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
 
@@ -57,14 +57,19 @@ __all__ = [
     "Classification",
     "ComparisonDocument",
     "Coverage",
+    "CoverageState",
     "During",
     "EventLine",
     "FindingKind",
+    "LibraryFailure",
+    "LibraryFailureAfter",
+    "LibrarySource",
     "Mechanism",
     "Moment",
     "Position",
     "SealedAnalysisDocument",
     "SkippedAnchor",
+    "SourceCoverage",
     "TelemetryBadLine",
     "TelemetrySummary",
     "TimelineLine",
@@ -72,7 +77,6 @@ __all__ = [
     "Verdict",
 ]
 
-CoverageState = Literal["complete", "censored"]
 PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
 InputKind = Literal["sqlite", "nsys-rep"]
 
@@ -211,15 +215,6 @@ class FailedCalls(TypedDict):
     example_correlation_ids: list[int]
 
 
-class SourceCoverage(TypedDict):
-    source: str
-    pid: int | None
-    global_pid: int | None
-    first_ns: int | None
-    last_ns: int | None
-    rows: int
-
-
 class CaptureBounds(TypedDict):
     start_ns: int | None
     stop_ns: int | None
@@ -255,15 +250,6 @@ class NsysDiagnostic(TypedDict):
     library: str | None
     global_pid: int | None
     pid: int | None
-
-
-class LibrarySource(TypedDict):
-    library: str
-    requested: bool | None
-    status: str
-    calls: int
-    markers: int
-    reason: str | None
 
 
 class Coverage(TypedDict):
@@ -608,30 +594,6 @@ class Answer(TypedDict):
     censored: list[AnswerCensored]
     censored_total: int
     limits: list[str]
-
-
-class LibraryFailureAfter(TypedDict):
-    lib_id: int
-    api: str
-    tid: int | None
-    end_ns: int | None
-    ns_before_line: int | None
-    coverage: CoverageState
-    censored_reason: CensoredReason | None
-
-
-class LibraryFailure(TypedDict):
-    """A library failure the application reported (a telemetry line), and the library call before it."""
-
-    line: int
-    event: str
-    pid: int | None
-    trace_ns: int | None
-    text: str | None
-    statuses: list[str]
-    explained: bool
-    after: LibraryFailureAfter | None
-    cuda_skip_some_api_calls: list[str]
 
 
 class TelemetrySection(TelemetrySummary):
