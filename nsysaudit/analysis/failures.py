@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -51,7 +52,11 @@ REGION_SCHEMA: Schema = {
 EXAMPLE_IDS = 3
 
 
-def _names(frame: pl.DataFrame, predicate: Any) -> list[str]:
+# ``api, start_ns, end_ns, correlation_id`` of a call (a row of CALL_COLUMNS' frame, but gtid and return_code).
+CallEdge = tuple[str | None, int | None, int | None, int | None]
+
+
+def _names(frame: pl.DataFrame, predicate: Callable[[str], bool]) -> list[str]:
     return [a for a in frame["api"].drop_nulls().unique().to_list() if predicate(a)]
 
 
@@ -90,21 +95,23 @@ def capture_regions(capture_calls: pl.DataFrame) -> pl.DataFrame:
     )
     begins = _names(calls, is_capture_begin)
     ends = _names(calls, is_capture_end)
-    rows: list[tuple[Any, ...]] = []
+    rows: list[tuple[int | str | None, ...]] = []  # REGION_SCHEMA's columns but region_id
+    no_end: CallEdge = (None, None, None, None)
     for (gtid,), thread in calls.sort("start_ns", "correlation_id", nulls_last=True).partition_by(
         "gtid", as_dict=True, maintain_order=True
     ).items():
-        open_begin: dict[str, Any] | None = None
-        for call in thread.iter_rows(named=True):
-            if call["api"] in begins:
+        open_begin: CallEdge | None = None
+        call: CallEdge
+        for call in thread.select("api", "start_ns", "end_ns", "correlation_id").iter_rows():
+            if call[0] in begins:
                 if open_begin is not None:  # a second begin before an end: the first never closed here
-                    rows.append((gtid, *_edge(open_begin), None, None, None, None))
+                    rows.append((gtid, *open_begin, *no_end))
                 open_begin = call
-            elif call["api"] in ends and open_begin is not None:
-                rows.append((gtid, *_edge(open_begin), *_edge(call)))
+            elif call[0] in ends and open_begin is not None:
+                rows.append((gtid, *open_begin, *call))
                 open_begin = None
         if open_begin is not None:
-            rows.append((gtid, *_edge(open_begin), None, None, None, None))
+            rows.append((gtid, *open_begin, *no_end))
     regions = pl.DataFrame(rows, schema=[c for c in REGION_SCHEMA if c != "region_id"], orient="row")
     return (
         regions.cast({k: v for k, v in REGION_SCHEMA.items() if k != "region_id"})
@@ -112,10 +119,6 @@ def capture_regions(capture_calls: pl.DataFrame) -> pl.DataFrame:
         .with_row_index("region_id")
         .with_columns(pl.col("region_id").cast(pl.Int64))
     )
-
-
-def _edge(call: dict[str, Any]) -> tuple[Any, ...]:
-    return call["api"], call["start_ns"], call["end_ns"], call["correlation_id"]
 
 
 def failed_waits(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
