@@ -18,6 +18,7 @@ from scenarios import MAIN, PID, WORKER, observe_nested_failure
 import nsysaudit
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.read.telemetry import Anchor, TelemetryOptions, load_telemetry, parse_anchor, parse_clock
+from nsysaudit.reports import documents
 
 BEFORE = {"observe": "runtime_error", "release": "backward_end"}
 UTC0 = 1_796_064_718_689_501_058  # the builder's default TARGET_INFO_SESSION_START_TIME.utcEpochNs
@@ -270,6 +271,58 @@ def test_lenient_skips_bad_lines_warns_with_line_numbers_and_uses_the_rest(capsy
     assert "line 3: invalid JSON" in err and "line 6: no clock field" in err
     # Line numbers count the file's own lines (the shifted real lines keep theirs).
     assert [e["line"] for e in d["telemetry"]["timeline"]][:3] == [1, 2, 4]
+
+
+def test_a_skipped_lines_warning_is_of_its_documented_type(capsys, tmp_path: Path) -> None:
+    # telemetry.warnings are the skipped lines (line, problem), not the report's warnings (kind, count, message).
+    path = write_lines(tmp_path / "bad.jsonl", [*real_lines(), "not json at all"])
+    code, out, _ = run(capsys, "analyze", str(H200 / "observe.sqlite"), "--telemetry", str(path), "--json", "--lenient")
+    assert code == 0
+    doc = json.loads(out)
+    [skipped] = doc["telemetry"]["warnings"]
+    assert skipped.keys() == {"line", "problem"} and skipped["line"] == len(real_lines()) + 1
+    assert documents.problems(doc, documents.AnalysisDocument) == []
+
+
+def test_a_fractional_telemetry_value_is_of_its_documented_type(tmp_path: Path) -> None:
+    # A line's measured values are its numbers, integers or not: the document's type says both.
+    lines = [line.replace('"blocks": 21', '"blocks": 21, "fragmentation": 0.25') for line in real_lines()]
+    doc = json.loads(json.dumps(analyze_arm("observe", write_lines(tmp_path / "t.jsonl", lines))))
+    [values] = [e["values"] for e in doc["telemetry"]["timeline"] if "fragmentation" in e["values"]]
+    assert values["fragmentation"] == 0.25 and values["blocks"] == 21
+    assert doc["library_calls"][0]["telemetry"]["in_force"]["values"] == values
+    assert documents.problems(doc, documents.AnalysisDocument) == []
+
+
+def test_nothing_placed_is_of_its_documented_type(tmp_path: Path) -> None:
+    # No mapping (no realtime clock read, no event names an NVTX range): method, clock fields, the
+    # lines' via and the positions' method are null, as the document's type says they may be.
+    path = rewrite(telemetry_of("observe"), tmp_path / "t.jsonl", lambda o: {**o, "event": "x_" + o["event"]})
+    doc = json.loads(json.dumps(analyze_arm("observe", path, clock=(("monotonic", "monotonic_ns"),))))
+    a = doc["alignment"]
+    assert a["method"] is None and a["clock_field"] is None and a["utc"]["clock_field"] is None
+    assert {e["via"] for e in doc["telemetry"]["timeline"]} == {None}
+    assert doc["library_calls"][0]["telemetry"]["method"] is None
+    assert documents.problems(doc, documents.AnalysisDocument) == []
+
+
+def test_an_anchor_without_a_utc_residual_is_of_its_documented_type(tmp_path: Path) -> None:
+    # An anchor line without a realtime stamp has no UTC residual: residuals_ns holds a null there.
+    path = rewrite(telemetry_of("observe"), tmp_path / "t.jsonl",
+                   lambda o: {k: v for k, v in o.items() if k != "realtime_ns" or o["event"] != "prepass_end"})
+    doc = json.loads(json.dumps(analyze_arm("observe", path)))
+    assert doc["alignment"]["method"] == "utc" and None in doc["alignment"]["residuals_ns"]
+    assert documents.problems(doc, documents.AnalysisDocument) == []
+
+
+def test_a_status_only_in_a_number_field_is_of_its_documented_type(tmp_path: Path) -> None:
+    # A library failure recorded only as a status number ("cublas_status": 3) has no text: null.
+    status_line = json.dumps({**json.loads(real_lines()[-1]), "event": "lib_error", "cublas_status": 3})
+    path = write_lines(tmp_path / "t.jsonl", [*real_lines(), status_line])
+    doc = json.loads(json.dumps(analyze_arm("observe", path)))
+    [failure] = [f for f in doc["telemetry"]["library_failures"] if f["event"] == "lib_error"]
+    assert failure["statuses"] == ["cublas_status=3"] and failure["text"] is None
+    assert documents.problems(doc, documents.AnalysisDocument) == []
 
 
 def test_lenient_text_report_shows_the_warning(capsys, tmp_path: Path) -> None:

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, overload
 
 import orjson
 import polars as pl
@@ -37,6 +37,7 @@ from nsysaudit.read.telemetry import (
     INT64_MIN,
     ClockKind,
     Edge,
+    TelemetryBadLine,
     TelemetryLog,
     default_edge,
     default_range_name,
@@ -44,9 +45,169 @@ from nsysaudit.read.telemetry import (
 
 if TYPE_CHECKING:  # numpy is imported where telemetry is placed: an analysis without it never loads numpy
     import numpy as np
+    from numpy.typing import NDArray
 
 Method = Literal["utc", "anchors"]
 AnchorRule = Literal["default", "configured"]
+
+
+# --- the document's parts made here (named in nsysaudit.reports.documents, the JSON contract) -----
+class Moment(TypedDict):
+    """A telemetry line at or around a moment of the trace, on the application's clock."""
+
+    event: str
+    line: int
+    ns: int
+    ms: float
+    via: str
+    values: NotRequired[dict[str, int | float]]
+
+
+class During(TypedDict):
+    """A telemetry line strictly inside a call."""
+
+    event: str
+    line: int
+    ms_after_start: float
+
+
+class Position(TypedDict):
+    """Where a call or moment falls among the application's telemetry lines."""
+
+    method: str | None
+    verified: bool
+    before: Moment | None
+    after: Moment | None
+    during: list[During]
+    in_force: Moment | None
+
+
+class AgreementDiff(TypedDict):
+    event: str
+    line: int
+    utc_minus_anchor_ns: int
+
+
+class Agreement(TypedDict):
+    events: int
+    max_abs_diff_ns: int | None
+    worst_event: str | None
+    worst_line: int | None
+    diffs_ns: list[AgreementDiff]
+
+
+class AgreementSummary(TypedDict):
+    """:class:`Agreement` without its per-line list (what :attr:`Alignment.agreement` holds): how many
+    lines both mappings place, the largest difference and the first line that has it."""
+
+    events: int
+    max_abs_diff_ns: int
+    worst_event: str
+    worst_line: int
+
+
+class AnchorPair(TypedDict):
+    event: str
+    line: int
+    nvtx: str
+    domain: str | None
+    edge: str
+    edge_ns: int
+    clock_ns: int
+    offset_ns: int
+    residual_ns: int
+    utc_residual_ns: int | None
+    pid: int | None
+    tid: int | None
+    telemetry_tid: int | None
+    same_thread: bool | None
+    rule: str
+
+
+class EventLine(TypedDict):
+    event: str
+    line: int
+
+
+class SkippedAnchor(TypedDict):
+    event: str
+    nvtx: str
+    edge: str
+    lines: list[int]
+    reason: str
+
+
+class Anchors(TypedDict):
+    clock: str | None
+    clock_field: str | None
+    computed: bool
+    offset_ns: int | None
+    max_abs_residual_ns: int | None
+    reason: str | None
+    rule: str
+    pairs: list[AnchorPair]
+    skipped: list[SkippedAnchor]
+    events_without_anchor: list[EventLine]
+
+
+class UtcAlignment(TypedDict):
+    clock_field: str | None
+    computed: bool
+    offset_ns: int | None
+    session_start_utc_ns: int | None
+    reason: str | None
+
+
+class AlignmentCheck(TypedDict):
+    check: str
+    passed: bool | None
+    detail: str
+
+
+class AlignmentSection(TypedDict):
+    """How the application's clock was put on the trace's (docs/alignment.md), and its checks."""
+
+    method: str | None
+    clock_field: str | None
+    offset_ns: int | None
+    tolerance_ns: int
+    checked: bool
+    reasons: list[str]
+    notes: list[str]
+    checks: list[AlignmentCheck]
+    residuals_ns: list[int | None]
+    utc: UtcAlignment
+    anchors: Anchors
+    agreement: Agreement | None
+
+
+class TimelineLine(TypedDict):
+    """One telemetry line placed on the trace's clock."""
+
+    line: int
+    event: str
+    pid: int | None
+    tid: int | None
+    trace_ns: int | None
+    via: str | None
+    clocks: dict[str, int]
+    fields: dict[str, Any]
+    values: dict[str, int | float]
+
+
+class TelemetrySummary(TypedDict):
+    """The ``telemetry`` object but its ``library_failures`` (:mod:`nsysaudit.analysis.verdict` finds those)."""
+
+    path: str
+    sha256: str
+    event_key: str
+    events: int
+    bad_lines: int
+    lenient: bool
+    pids: list[int]
+    clock_fields: dict[str, str]
+    warnings: list[TelemetryBadLine]
+    timeline: list[TimelineLine]
 
 
 def ms(ns: int) -> float:
@@ -55,8 +216,8 @@ def ms(ns: int) -> float:
 
 
 @dataclass(frozen=True)
-class AnchorPair:
-    """One telemetry line paired with one NVTX range edge.
+class AnchorMatch:
+    """One telemetry line paired with one NVTX range edge (an ``alignment.anchors.pairs`` entry).
 
     ``residual_ns``: the line mapped with the anchor offset, minus the edge (positive: the line
     lands after the edge). ``utc_residual_ns``: the same with the UTC mapping (null without a
@@ -83,7 +244,7 @@ class AnchorPair:
     def offset_ns(self) -> int:
         return self.edge_ns - self.clock_ns
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AnchorPair:
         return {
             "line": self.line,
             "event": self.event,
@@ -111,7 +272,7 @@ class UtcMethod:
     offset_ns: int | None
     reason: str | None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> UtcAlignment:
         return {
             "computed": self.computed,
             "clock_field": self.clock_field,
@@ -128,8 +289,8 @@ class AnchorMethod:
     clock: ClockKind | None
     clock_field: str | None
     offset_ns: int | None
-    pairs: tuple[AnchorPair, ...]
-    skipped: tuple[dict[str, Any], ...]
+    pairs: tuple[AnchorMatch, ...]
+    skipped: tuple[SkippedAnchor, ...]
     # ``line, event`` of every telemetry line that is not an anchor, in file order.
     without_anchor: pl.DataFrame
     reason: str | None
@@ -146,11 +307,15 @@ class AnchorMethod:
             lambda frame: pl.concat_str(
                 [pl.lit('{"event":'), _event_json(frame), pl.lit(',"line":'), _int_json("line"), pl.lit("}")]
             ),
+            event_lines,
         )
 
-    def to_dict(self, *, lazy: bool = False) -> dict[str, Any]:
-        """The ``alignment.anchors`` object; ``lazy``: its per-line list left a :class:`LineList`."""
-        without = self.events_without_anchor
+    def to_dict(self) -> Anchors:
+        """The ``alignment.anchors`` object."""
+        return self.section(event_lines(self.without_anchor))
+
+    def section(self, events_without_anchor: list[EventLine]) -> Anchors:
+        """The ``alignment.anchors`` object with the given ``events_without_anchor``."""
         return {
             "computed": self.computed,
             "rule": self.rule,
@@ -160,7 +325,7 @@ class AnchorMethod:
             "pairs": [p.to_dict() for p in self.pairs],
             "max_abs_residual_ns": self.max_abs_residual_ns,
             "skipped": list(self.skipped),
-            "events_without_anchor": without if lazy else without.dicts(),
+            "events_without_anchor": events_without_anchor,
             "reason": self.reason,
         }
 
@@ -173,10 +338,8 @@ class Check:
     passed: bool | None
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> AlignmentCheck:
         return {"check": self.name, "passed": self.passed, "detail": self.detail}
-
-
 
 
 @dataclass(frozen=True, eq=False)
@@ -184,21 +347,22 @@ class LineList:
     """A per-line list of the document (one entry per telemetry line: 10^6 for a file of 10^6
     lines), kept as the rows of ``frame`` until it is written.
 
-    :meth:`dicts` gives the entries as Python objects (what :meth:`Alignment.to_dict` holds);
-    :meth:`json` their canonical JSON text, a slice at a time (``entry(frame)``: the text of one
-    entry, an expression over the frame's columns), byte for byte what ``canonical.dumps`` writes
-    for :meth:`dicts`, without making them."""
+    :meth:`dicts` gives the entries as Python objects (``make(frame)``: what :meth:`Alignment.to_dict`
+    holds, :class:`EventLine`, :class:`AgreementDiff` or :class:`TimelineLine` entries); :meth:`json`
+    their canonical JSON text, a slice at a time (``entry(frame)``: the text of one entry, an
+    expression over the frame's columns), byte for byte what ``canonical.dumps`` writes for
+    :meth:`dicts`, without making them."""
 
     frame: pl.DataFrame
     entry: Callable[[pl.DataFrame], pl.Expr]
-    make: Callable[[pl.DataFrame], list[dict[str, Any]]] | None = None
+    make: Callable[[pl.DataFrame], Sequence[Mapping[str, object]]]
 
     def __len__(self) -> int:
         return self.frame.height
 
-    def dicts(self) -> list[dict[str, Any]]:
-        """The entries as Python objects (the frame's rows, unless ``make`` makes them otherwise)."""
-        return self.make(self.frame) if self.make is not None else self.frame.to_dicts()
+    def dicts(self) -> Sequence[Mapping[str, object]]:
+        """The entries as Python objects (``make(frame)``)."""
+        return self.make(self.frame)
 
     def json(self, rows: int) -> Iterator[bytes]:
         """The entries' canonical JSON text, ``rows`` entries at a time, joined by commas (no
@@ -212,6 +376,17 @@ class LineList:
 def _int_json(column: str) -> pl.Expr:
     """An integer column as JSON: its digits, ``null`` for a null."""
     return pl.col(column).cast(pl.String).fill_null("null")
+
+
+def event_lines(frame: pl.DataFrame) -> list[EventLine]:
+    """``{"event", "line"}`` of each row of ``frame`` (``line, event`` columns)."""
+    return [{"event": str(event), "line": int(line)} for line, event in frame.select("line", "event").iter_rows()]
+
+
+def agreement_diffs(frame: pl.DataFrame) -> list[AgreementDiff]:
+    """``{"event", "line", "utc_minus_anchor_ns"}`` of each row of ``frame`` (columns of those names)."""
+    rows = frame.select("line", "event", "utc_minus_anchor_ns").iter_rows()
+    return [{"event": str(event), "line": int(line), "utc_minus_anchor_ns": int(diff)} for line, event, diff in rows]
 
 
 def _event_json(frame: pl.DataFrame) -> pl.Expr:
@@ -228,9 +403,9 @@ class Bounds:
     that carries values (-1: none yet). numpy arrays searched by ``np.searchsorted``: ``times``
     int64, or Python ints (dtype object) where a line was placed outside the 64-bit range."""
 
-    times: np.ndarray[Any, np.dtype[Any]]
-    rows: np.ndarray[Any, np.dtype[np.int64]]
-    last_with_values: np.ndarray[Any, np.dtype[np.int64]]
+    times: NDArray[np.int64] | NDArray[np.object_]
+    rows: NDArray[np.int64]
+    last_with_values: NDArray[np.int64]
 
 
 def boundaries_by_pid(log: TelemetryLog, placed: pl.DataFrame, pids: Iterable[int | None]) -> dict[int | None, Bounds]:
@@ -278,7 +453,7 @@ class Alignment:
     tolerance_ns: int
     utc: UtcMethod
     anchors: AnchorMethod
-    agreement: dict[str, Any] | None
+    agreement: AgreementSummary | None
     checks: tuple[Check, ...]
     placed: pl.DataFrame
     diffs: pl.DataFrame | None = None
@@ -319,19 +494,40 @@ class Alignment:
             return [p.utc_residual_ns for p in self.anchors.pairs]
         return [p.residual_ns for p in self.anchors.pairs]
 
-    def to_dict(self, *, lazy: bool = False) -> dict[str, Any]:
+    @overload
+    def to_dict(self, *, lazy: Literal[False] = False) -> AlignmentSection: ...
+
+    @overload
+    def to_dict(self, *, lazy: Literal[True]) -> dict[str, object]: ...
+
+    def to_dict(self, *, lazy: bool = False) -> AlignmentSection | dict[str, object]:
         """The top-level ``alignment`` object of the JSON report; ``lazy``: its per-line lists
-        (``agreement.diffs_ns``, ``anchors.events_without_anchor``) left :class:`LineList`."""
-        agreement = self.agreement
+        (``agreement.diffs_ns``, ``anchors.events_without_anchor``) left :class:`LineList` (an
+        object of that shape, not yet an :class:`AlignmentSection`)."""
+        if not lazy:
+            diffs = agreement_diffs(self.diffs) if self.diffs is not None else []
+            return self._section(diffs, event_lines(self.anchors.without_anchor))
+        section = self._section([], [])
+        out: dict[str, object] = {**section}
+        out["anchors"] = {**section["anchors"], "events_without_anchor": self.anchors.events_without_anchor}
+        agreement = section["agreement"]
         if agreement is not None and self.diffs is not None:
-            diffs = LineList(
+            diffs_list = LineList(
                 self.diffs,
                 lambda frame: pl.concat_str([
                     pl.lit('{"event":'), _event_json(frame), pl.lit(',"line":'), _int_json("line"),
                     pl.lit(',"utc_minus_anchor_ns":'), _int_json("utc_minus_anchor_ns"), pl.lit("}"),
                 ]),
+                agreement_diffs,
             )
-            agreement = {**agreement, "diffs_ns": diffs if lazy else diffs.dicts()}
+            out["agreement"] = {**agreement, "diffs_ns": diffs_list}
+        return out
+
+    def _section(self, diffs_ns: list[AgreementDiff], events_without_anchor: list[EventLine]) -> AlignmentSection:
+        """The ``alignment`` object with the given per-line lists."""
+        agreement: Agreement | None = None
+        if self.agreement is not None:
+            agreement = {**self.agreement, "diffs_ns": diffs_ns}
         return {
             "method": self.method,
             "clock_field": self.clock_field,
@@ -342,16 +538,24 @@ class Alignment:
             "reasons": self.reasons,
             "checks": [c.to_dict() for c in self.checks],
             "utc": self.utc.to_dict(),
-            "anchors": self.anchors.to_dict(lazy=lazy),
+            "anchors": self.anchors.section(events_without_anchor),
             "agreement": agreement,
             "notes": list(self.notes),
         }
 
-    def telemetry_summary(self, *, lazy: bool = False) -> dict[str, Any]:
-        """The top-level ``telemetry`` object: the file, its warnings, every line's placement
-        (``timeline``; ``lazy``: left a :class:`LineList`)."""
+    @overload
+    def telemetry_summary(self, *, lazy: Literal[False] = False) -> TelemetrySummary: ...
+
+    @overload
+    def telemetry_summary(self, *, lazy: Literal[True]) -> dict[str, object]: ...
+
+    def telemetry_summary(self, *, lazy: bool = False) -> TelemetrySummary | dict[str, object]:
+        """The top-level ``telemetry`` object but its ``library_failures``: the file, its warnings,
+        every line's placement (``timeline``; ``lazy``: left a :class:`LineList`, in an object of
+        that shape, not yet a :class:`TelemetrySummary`)."""
         log, opts = self.log, self.log.options
-        return {
+        timeline = self.timeline
+        summary: TelemetrySummary = {
             "path": log.path,
             "sha256": log.sha256,
             "events": log.lines.height,
@@ -359,10 +563,11 @@ class Alignment:
             "warnings": [b.to_dict() for b in log.bad_lines],
             "lenient": opts.lenient,
             "event_key": opts.event_key,
-            "clock_fields": dict(opts.clock_fields),
+            "clock_fields": {kind: name for kind, name in opts.clock_fields.items()},
             "pids": log.pids,
-            "timeline": self.timeline if lazy else self.timeline.dicts(),
+            "timeline": [] if lazy else self._timeline_dicts(timeline.frame),
         }
+        return {**summary, "timeline": timeline} if lazy else summary
 
     @property
     def timeline(self) -> LineList:
@@ -370,15 +575,15 @@ class Alignment:
         return LineList(pl.concat([self.log.lines, self.placed], how="horizontal"), self._timeline_entry,
                         self._timeline_dicts)
 
-    def _timeline_dicts(self, frame: pl.DataFrame) -> list[dict[str, Any]]:
+    def _timeline_dicts(self, frame: pl.DataFrame) -> list[TimelineLine]:
         log = self.log
         clocks = log.options.clock
-        out = []
+        out: list[TimelineLine] = []
         for row in frame.iter_rows(named=True):
             out.append(
                 {
-                    "line": row["line"],
-                    "event": row["event"],
+                    "line": int(row["line"]),
+                    "event": str(row["event"]),
                     "pid": row["pid"],
                     "tid": row["tid"],
                     "clocks": {name: row[kind] for kind, name in clocks if row[kind] is not None},
@@ -429,12 +634,13 @@ class Alignment:
         found = self.boundaries.get(pid)
         return found if found is not None else boundaries_by_pid(self.log, self.placed, [pid])[pid]
 
-    def _point(self, bounds: Bounds, index: int, delta: int) -> dict[str, Any]:
+    def _point(self, bounds: Bounds, index: int, delta: int) -> Moment:
+        # A boundary is a placed line: its via is the method that placed it.
         row = int(bounds.rows[index])
-        return {"event": self.log.lines["event"][row], "line": self.log.lines["line"][row], "ms": ms(delta),
-                "ns": delta, "via": self.placed["via"][row]}
+        return {"event": str(self.log.lines["event"][row]), "line": int(self.log.lines["line"][row]),
+                "ms": ms(delta), "ns": delta, "via": str(self.placed["via"][row])}
 
-    def position(self, pid: int | None, start_ns: int | None, end_ns: int | None) -> dict[str, Any]:
+    def position(self, pid: int | None, start_ns: int | None, end_ns: int | None) -> Position:
         """Where ``[start_ns, end_ns]`` of process ``pid`` falls among the telemetry boundaries.
 
         ``after``: the nearest line at or before the start (``ms`` = start - line);
@@ -442,7 +648,7 @@ class Alignment:
         ``during``: lines strictly inside; ``in_force``: the last line at or before the start that
         carries values (a snapshot such as ``handoff``), with those values.
         """
-        out: dict[str, Any] = {
+        out: Position = {
             "after": None,
             "before": None,
             "during": [],
@@ -462,8 +668,10 @@ class Alignment:
         if i and bounds.last_with_values[i - 1] >= 0:
             k = int(bounds.last_with_values[i - 1])
             row = int(bounds.rows[k])
-            values = self.log.values_of(self.log.lines["values"][row], self.log.lines["order"][row])
-            out["in_force"] = {**self._point(bounds, k, start_ns - int(times[k])), "values": values}
+            in_force = self._point(bounds, k, start_ns - int(times[k]))
+            lines = self.log.lines
+            in_force["values"] = self.log.values_of(str(lines["values"][row]), int(lines["order"][row]))
+            out["in_force"] = in_force
         if end_ns is not None:
             j = int(np.searchsorted(times, end_ns, side="left"))
             if j < times.size:
@@ -474,7 +682,7 @@ class Alignment:
                 events = self.log.lines["event"].gather(rows).to_list()
                 numbers = self.log.lines["line"].gather(rows).to_list()
                 out["during"] = [
-                    {"event": e, "line": n, "ms_after_start": ms(int(t) - start_ns)}
+                    {"event": str(e), "line": int(n), "ms_after_start": ms(int(t) - start_ns)}
                     for e, n, t in zip(events, numbers, times[inside].tolist(), strict=True)
                 ]
         return out
@@ -483,14 +691,32 @@ class Alignment:
 # --- computing the alignment ---------------------------------------------------------------------
 
 
-def _ranges(nvtx_ranges: pl.DataFrame) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Range:
+    """An NVTX range an anchor may pair with: its name, domain, thread and edges."""
+
+    text: str
+    domain: str | None
+    pid: int
+    tid: int
+    start_ns: int | None
+    end_ns: int | None
+
+    def at(self, edge: Edge) -> int | None:
+        return self.start_ns if edge == "start" else self.end_ns
+
+
+def _ranges(nvtx_ranges: pl.DataFrame) -> list[_Range]:
     cols = [c for c in ("gtid", "start_ns", "end_ns", "text", "domain") if c in nvtx_ranges.columns]
     frame = nvtx_ranges.select(cols).filter(pl.col("gtid").is_not_null() & pl.col("text").is_not_null())
     if "domain" not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.String).alias("domain"))
-    return frame.with_columns(
-        decode_pid(pl.col("gtid")).alias("pid"), decode_tid(pl.col("gtid")).alias("tid")
-    ).to_dicts()
+    rows = frame.select(
+        "text", "domain", decode_pid(pl.col("gtid")).alias("pid"), decode_tid(pl.col("gtid")).alias("tid"),
+        "start_ns", "end_ns",
+    ).iter_rows()
+    # text, pid and tid are not null (the filter above); the edges and the domain may be.
+    return [_Range(str(text), domain, int(pid), int(tid), start, end) for text, domain, pid, tid, start, end in rows]
 
 
 def _utc(log: TelemetryLog, session_start_utc_ns: int | None) -> UtcMethod:
@@ -544,7 +770,7 @@ def _wanted(log: TelemetryLog) -> dict[str, list[tuple[str, Edge]]]:
 
 
 def _anchors(
-    log: TelemetryLog, ranges: list[dict[str, Any]], trace_pids: set[int], utc_offset_ns: int | None
+    log: TelemetryLog, ranges: list[_Range], trace_pids: set[int], utc_offset_ns: int | None
 ) -> tuple[AnchorMethod, list[str]]:
     opts = log.options
     rule: AnchorRule = "configured" if opts.anchors else "default"
@@ -558,9 +784,9 @@ def _anchors(
     field_name = opts.clock_fields[clock]
     if clock == "realtime":
         notes.append(f"anchors use the realtime clock ({field_name!r}): no monotonic stamp is read")
-    by_name: dict[str, list[dict[str, Any]]] = {}
+    by_name: dict[str, list[_Range]] = {}
     for r in ranges:
-        by_name.setdefault(r["text"], []).append(r)
+        by_name.setdefault(r.text, []).append(r)
     wanted = _wanted(log)
     without_pid = log.lines["pid"].null_count()
     if without_pid:
@@ -581,9 +807,16 @@ def _anchors(
         .group_by(["event", "pid", "tid"], maintain_order=True)
         .agg(pl.col("line"), pl.col(clock).alias("stamp"), pl.col("realtime"))
     )
-    pairs: list[dict[str, Any]] = []  # AnchorPair fields, residuals added once the offset is known
-    skipped: list[dict[str, Any]] = []
+    pairs: list[AnchorMatch] = []  # residuals added once the offset is known
+    skipped: list[SkippedAnchor] = []
     anchored: set[int] = set()
+    # Per group: the event, pid, tid, and its lines' numbers, anchor clock stamps and realtime stamps.
+    name: str
+    pid: int | None
+    tid: int | None
+    lines: list[int]
+    stamps: list[int | None]
+    reals: list[int | None]
     for name, pid, tid, lines, stamps, reals in groups.iter_rows():
         for nvtx, edge in wanted[name]:
 
@@ -592,7 +825,7 @@ def _anchors(
             ) -> None:
                 skipped.append({"event": name, "lines": lines, "nvtx": nvtx, "edge": edge, "reason": reason})
 
-            candidates = [r for r in by_name.get(nvtx, []) if pid is None or r["pid"] == pid]
+            candidates = [r for r in by_name.get(nvtx, []) if pid is None or r.pid == pid]
             if not by_name.get(nvtx):
                 if rule == "configured":
                     skip(f"no NVTX range named {nvtx!r} in the trace")
@@ -600,17 +833,17 @@ def _anchors(
             if not candidates:
                 skip(
                     f"NVTX range {nvtx!r} exists only in other process(es) "
-                    f"(pid {', '.join(str(p) for p in sorted({r['pid'] for r in by_name[nvtx]}))}), "
+                    f"(pid {', '.join(str(p) for p in sorted({r.pid for r in by_name[nvtx]}))}), "
                     f"not in the line's pid {pid}"
                 )
                 continue
             same_thread: bool | None = None
             if tid is not None:
-                on_thread = [r for r in candidates if r["tid"] == tid]
+                on_thread = [r for r in candidates if r.tid == tid]
                 if on_thread:
                     candidates, same_thread = on_thread, True
                 elif rule == "default":
-                    tids = ", ".join(str(t) for t in sorted({r["tid"] for r in candidates}))
+                    tids = ", ".join(str(t) for t in sorted({r.tid for r in candidates}))
                     skip(
                         f"NVTX range {nvtx!r} is on other thread(s) of pid {pid} (tid {tids}), not on the "
                         f"line's tid {tid}: not the same moment (configure it with --anchor to use it)"
@@ -618,7 +851,8 @@ def _anchors(
                     continue
                 else:
                     same_thread = False
-            candidates = [r for r in candidates if r[f"{edge}_ns"] is not None]
+            # (range, its edge) of the candidates with that edge
+            edged = [(r, at) for r in candidates if (at := r.at(edge)) is not None]
             # (clock stamp, line, realtime stamp) of the group's lines with a stamp of the anchor clock
             stamped = [(t, n, real) for t, n, real in zip(stamps, lines, reals, strict=True) if t is not None]
             if len(stamped) < len(lines):
@@ -628,36 +862,24 @@ def _anchors(
                 )
             if not stamped:
                 continue
-            if len(stamped) != len(candidates):
+            if len(stamped) != len(edged):
                 skip(
-                    f"{len(stamped)} telemetry line(s) but {len(candidates)} NVTX range(s) {nvtx!r} with a "
+                    f"{len(stamped)} telemetry line(s) but {len(edged)} NVTX range(s) {nvtx!r} with a "
                     f"{edge} on that thread/process: pairing is ambiguous",
                     [n for _, n, _ in stamped],
                 )
                 continue
             stamped.sort(key=lambda e: (e[0], e[1]))
-            candidates.sort(key=lambda r: (r[f"{edge}_ns"], r["tid"]))
-            for (stamp, number, real), r in zip(stamped, candidates, strict=True):
+            edged.sort(key=lambda e: (e[1], e[0].tid))
+            for (stamp, number, real), (r, at) in zip(stamped, edged, strict=True):
                 anchored.add(number)
-                pairs.append(
-                    {
-                        "line": number,
-                        "event": name,
-                        "nvtx": nvtx,
-                        "edge": edge,
-                        "domain": r["domain"],
-                        "pid": r["pid"],
-                        "tid": r["tid"],
-                        "telemetry_tid": tid,
-                        "same_thread": same_thread,
-                        "rule": rule,
-                        "clock_ns": stamp,
-                        "edge_ns": r[f"{edge}_ns"],
-                        "realtime_ns": real,
-                    }
-                )
+                pairs.append(AnchorMatch(
+                    line=number, event=name, nvtx=nvtx, edge=edge, domain=r.domain, pid=r.pid, tid=r.tid,
+                    telemetry_tid=tid, same_thread=same_thread, rule=rule, clock_ns=stamp, edge_ns=at,
+                    realtime_ns=real,
+                ))
     without = log.lines.select("line", "event").filter(~pl.col("line").is_in(sorted(anchored)))
-    pairs.sort(key=lambda p: (p["edge_ns"], p["line"]))
+    pairs.sort(key=lambda p: (p.edge_ns, p.line))
     if not pairs:
         if other and not without_pid and not set(log.pids) & trace_pids:
             reason = (
@@ -676,15 +898,13 @@ def _anchors(
         else:
             reason = "anchors not computed: no configured anchor matched"
         return AnchorMethod(False, rule, clock, field_name, None, (), tuple(skipped), without, reason), notes
-    offset = round(statistics.median(p["edge_ns"] - p["clock_ns"] for p in pairs))
+    offset = round(statistics.median(p.edge_ns - p.clock_ns for p in pairs))
     done = tuple(
-        AnchorPair(
-            **p,
-            residual_ns=p["clock_ns"] + offset - p["edge_ns"],
+        replace(
+            p,
+            residual_ns=p.clock_ns + offset - p.edge_ns,
             utc_residual_ns=(
-                None
-                if utc_offset_ns is None or p["realtime_ns"] is None
-                else p["realtime_ns"] + utc_offset_ns - p["edge_ns"]
+                None if utc_offset_ns is None or p.realtime_ns is None else p.realtime_ns + utc_offset_ns - p.edge_ns
             ),
         )
         for p in pairs
@@ -710,7 +930,7 @@ def align(
     """
     tol = log.options.tolerance_ns
     ranges = _ranges(nvtx_ranges)
-    pids = set(trace_pids) | {r["pid"] for r in ranges}
+    pids = set(trace_pids) | {r.pid for r in ranges}
     utc = _utc(log, session_start_utc_ns)
     anchors, notes = _anchors(log, ranges, pids, utc.offset_ns if utc.computed else None)
 
@@ -785,7 +1005,7 @@ def align(
 
 def _placements(
     log: TelemetryLog, method: Method | None, utc: UtcMethod, anchors: AnchorMethod
-) -> tuple[pl.DataFrame, pl.DataFrame | None, dict[str, Any] | None, int]:
+) -> tuple[pl.DataFrame, pl.DataFrame | None, AgreementSummary | None, int]:
     """Each line's place on the trace clock (``trace_ns, via``, in the log's order), the lines both
     mappings place with their difference (``line, event, utc_minus_anchor_ns``) and its summary
     (both None: no line has both), and how many lines the mapping put outside the 64-bit trace
@@ -824,5 +1044,6 @@ def _placements(
         return placed, None, None, unplaced
     size = pl.col("utc_minus_anchor_ns").abs()
     line, event, diff = diffs.filter(size == size.max()).row(0)  # the first of the largest: the least line
-    agreement = {"events": diffs.height, "max_abs_diff_ns": abs(diff), "worst_event": event, "worst_line": line}
+    agreement: AgreementSummary = {"events": diffs.height, "max_abs_diff_ns": abs(int(diff)), "worst_event": str(event),
+                                   "worst_line": int(line)}
     return placed, diffs, agreement, unplaced

@@ -35,13 +35,16 @@ often initialize CUDA themselves.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Literal, get_args
+from typing import Literal, TypedDict, get_args
 
 import polars as pl
 
 from nsysaudit.core.ids import global_pid, pid_bits
 from nsysaudit.read.diagnostics import CUDA_GAPS, Capture
 from nsysaudit.read.trace import Trace
+
+# Whether the trace covers a library call (``censored``: it does not, and ``censored_reasons`` say why).
+CoverageState = Literal["complete", "censored"]
 
 # Reasons a call is censored, most telling first (the order of ``censored_reasons``).
 CensoredReason = Literal[
@@ -159,21 +162,30 @@ def censor(
     )
 
 
-def by_source(trace: Trace, cuda_api_span: pl.DataFrame) -> list[dict[str, Any]]:
+class SourceCoverage(TypedDict):
+    source: str
+    pid: int | None
+    global_pid: int | None
+    first_ns: int | None
+    last_ns: int | None
+    rows: int
+
+
+def by_source(trace: Trace, cuda_api_span: pl.DataFrame) -> list[SourceCoverage]:
     """First/last timestamp and row count per trace source and process."""
 
-    def rows(source: str, frame: pl.DataFrame) -> list[dict[str, Any]]:
-        return [
-            {
-                "source": source,
-                "pid": pid_bits(r["gpid"]) if r["gpid"] is not None else None,
-                "global_pid": r["gpid"],
-                "first_ns": r["first_ns"],
-                "last_ns": r["last_ns"],
-                "rows": r["rows"],
-            }
-            for r in frame.sort("gpid", nulls_last=True).to_dicts()
-        ]
+    def rows(source: str, frame: pl.DataFrame) -> list[SourceCoverage]:
+        out: list[SourceCoverage] = []
+        # gpid null: rows without a process; first_ns, last_ns null: no timestamp among them.
+        gpid: int | None
+        first: int | None
+        last: int | None
+        for gpid, first, last, count in frame.sort("gpid", nulls_last=True).select(
+            "gpid", "first_ns", "last_ns", "rows"
+        ).iter_rows():
+            out.append({"source": source, "pid": pid_bits(gpid) if gpid is not None else None, "global_pid": gpid,
+                        "first_ns": first, "last_ns": last, "rows": int(count)})
+        return out
 
     def span(frame: pl.DataFrame) -> pl.DataFrame:
         return (

@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypedDict
 
 import polars as pl
 
@@ -51,7 +53,11 @@ REGION_SCHEMA: Schema = {
 EXAMPLE_IDS = 3
 
 
-def _names(frame: pl.DataFrame, predicate: Any) -> list[str]:
+# ``api, start_ns, end_ns, correlation_id`` of a call (a row of CALL_COLUMNS' frame, but gtid and return_code).
+CallEdge = tuple[str | None, int | None, int | None, int | None]
+
+
+def _names(frame: pl.DataFrame, predicate: Callable[[str], bool]) -> list[str]:
     return [a for a in frame["api"].drop_nulls().unique().to_list() if predicate(a)]
 
 
@@ -90,21 +96,23 @@ def capture_regions(capture_calls: pl.DataFrame) -> pl.DataFrame:
     )
     begins = _names(calls, is_capture_begin)
     ends = _names(calls, is_capture_end)
-    rows: list[tuple[Any, ...]] = []
+    rows: list[tuple[int | str | None, ...]] = []  # REGION_SCHEMA's columns but region_id
+    no_end: CallEdge = (None, None, None, None)
     for (gtid,), thread in calls.sort("start_ns", "correlation_id", nulls_last=True).partition_by(
         "gtid", as_dict=True, maintain_order=True
     ).items():
-        open_begin: dict[str, Any] | None = None
-        for call in thread.iter_rows(named=True):
-            if call["api"] in begins:
+        open_begin: CallEdge | None = None
+        call: CallEdge
+        for call in thread.select("api", "start_ns", "end_ns", "correlation_id").iter_rows():
+            if call[0] in begins:
                 if open_begin is not None:  # a second begin before an end: the first never closed here
-                    rows.append((gtid, *_edge(open_begin), None, None, None, None))
+                    rows.append((gtid, *open_begin, *no_end))
                 open_begin = call
-            elif call["api"] in ends and open_begin is not None:
-                rows.append((gtid, *_edge(open_begin), *_edge(call)))
+            elif call[0] in ends and open_begin is not None:
+                rows.append((gtid, *open_begin, *call))
                 open_begin = None
         if open_begin is not None:
-            rows.append((gtid, *_edge(open_begin), None, None, None, None))
+            rows.append((gtid, *open_begin, *no_end))
     regions = pl.DataFrame(rows, schema=[c for c in REGION_SCHEMA if c != "region_id"], orient="row")
     return (
         regions.cast({k: v for k, v in REGION_SCHEMA.items() if k != "region_id"})
@@ -112,10 +120,6 @@ def capture_regions(capture_calls: pl.DataFrame) -> pl.DataFrame:
         .with_row_index("region_id")
         .with_columns(pl.col("region_id").cast(pl.Int64))
     )
-
-
-def _edge(call: dict[str, Any]) -> tuple[Any, ...]:
-    return call["api"], call["start_ns"], call["end_ns"], call["correlation_id"]
 
 
 def failed_waits(cuda_api_rows: pl.DataFrame) -> pl.DataFrame:
@@ -156,7 +160,42 @@ def records_in_regions(records: pl.DataFrame, regions: pl.DataFrame) -> pl.DataF
     )
 
 
-def captured_event_waits(waits: pl.DataFrame, regions: pl.DataFrame, records: pl.DataFrame) -> list[dict[str, Any]]:
+class CallTimes(TypedDict):
+    """A call a stream-capture finding names: a region's begin or end, an event record in it."""
+
+    api: str | None
+    start_ns: int | None
+    end_ns: int | None
+    correlation_id: int | None
+
+
+@dataclass(frozen=True)
+class CapturedWait:
+    """A failed wait (``api`` ... ``end_ns``) after a capture region of its process (``region_gtid``:
+    the capturing thread; ``begin``, ``end``, its event ``records``) that ended ``region_end_ns``;
+    ``regions_before``: how many such regions of the process ended before the wait."""
+
+    api: str
+    return_code: int
+    correlation_id: int | None
+    gtid: int
+    start_ns: int
+    end_ns: int | None
+    region_gtid: int
+    begin: CallTimes
+    end: CallTimes
+    region_end_ns: int
+    records: list[CallTimes]
+    regions_before: int
+
+
+def _call_times(row: pl.DataFrame) -> list[CallTimes]:
+    """``api, start_ns, end_ns, correlation_id`` of each row of ``row``."""
+    return [{"api": api, "start_ns": start, "end_ns": end, "correlation_id": corr}
+            for api, start, end, corr in row.select("api", "start_ns", "end_ns", "correlation_id").iter_rows()]
+
+
+def captured_event_waits(waits: pl.DataFrame, regions: pl.DataFrame, records: pl.DataFrame) -> list[CapturedWait]:
     """One finding per failed wait that follows, in its process, a capture region holding event records.
 
     The region named is the latest one that ended before the wait; ``regions_with_records_before``
@@ -166,10 +205,10 @@ def captured_event_waits(waits: pl.DataFrame, regions: pl.DataFrame, records: pl
     if waits.height == 0 or with_records.height == 0:
         return []
     by_region = {
-        rid: frame.drop("region_id").to_dicts()
+        rid: _call_times(frame)
         for (rid,), frame in records.partition_by("region_id", as_dict=True, maintain_order=True).items()
     }
-    out = []
+    out: list[CapturedWait] = []
     regions_rows = with_records.sort("end_end_ns", "region_id").to_dicts()
     for wait in waits.sort("start_ns", "gtid").iter_rows(named=True):
         gpid = gpid_of(wait["gtid"])
@@ -180,8 +219,16 @@ def captured_event_waits(waits: pl.DataFrame, regions: pl.DataFrame, records: pl
         if not before:
             continue
         region = before[-1]
-        records_of = by_region[region["region_id"]]
-        out.append({"wait": wait, "region": region, "records": records_of, "regions_before": len(before)})
+        # The wait's api, gtid and start are known (a failed wait of a process); the region is closed.
+        out.append(CapturedWait(
+            api=wait["api"], return_code=wait["return_code"], correlation_id=wait["correlation_id"],
+            gtid=wait["gtid"], start_ns=wait["start_ns"], end_ns=wait["end_ns"], region_gtid=region["gtid"],
+            begin={"api": region["begin_api"], "start_ns": region["begin_start_ns"],
+                   "end_ns": region["begin_end_ns"], "correlation_id": region["begin_correlation_id"]},
+            end={"api": region["end_api"], "start_ns": region["end_start_ns"],
+                 "end_ns": region["end_end_ns"], "correlation_id": region["end_correlation_id"]},
+            region_end_ns=region["end_end_ns"], records=by_region[region["region_id"]], regions_before=len(before),
+        ))
     return out
 
 

@@ -7,7 +7,7 @@ captured events (see :mod:`nsysaudit.analysis.failures`). Both have :data:`FINDI
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import polars as pl
 
@@ -157,31 +157,29 @@ def wait_findings(
     if not found:
         return pl.DataFrame(schema=FINDING_SCHEMA)
 
-    def call(prefix: str, region: dict[str, Any]) -> dict[str, Any]:
-        return {k: region[f"{prefix}_{k}"] for k in ("api", "start_ns", "end_ns", "correlation_id")}
-
-    rows = []
-    for f in found:
-        wait, region = f["wait"], f["region"]
-        rows.append(
-            {
-                "kind": "captured_event_wait_failure",
-                **{k: wait[k] for k in ("api", "return_code", "correlation_id", "gtid", "start_ns", "end_ns")},
-                "out_of_memory": is_out_of_memory(wait["api"], wait["return_code"]),
-                "enclosing_chain": [],
-                "allocated_before": [],
-                "stream_capture": {
-                    "gtid": region["gtid"],
-                    "begin": call("begin", region),
-                    "end": call("end", region),
-                    "event_records": [
-                        {k: r[k] for k in ("api", "start_ns", "end_ns", "correlation_id")} for r in f["records"]
-                    ],
-                    "regions_with_records_before": f["regions_before"],
-                    "ns_from_capture_end": wait["start_ns"] - region["end_end_ns"],
-                },
-            }
-        )
+    rows: list[dict[str, object]] = [  # FINDING_SCHEMA's columns but pid, tid, thread_name
+        {
+            "kind": "captured_event_wait_failure",
+            "api": f.api,
+            "return_code": f.return_code,
+            "correlation_id": f.correlation_id,
+            "gtid": f.gtid,
+            "start_ns": f.start_ns,
+            "end_ns": f.end_ns,
+            "out_of_memory": is_out_of_memory(f.api, f.return_code),
+            "enclosing_chain": [],
+            "allocated_before": [],
+            "stream_capture": {
+                "gtid": f.region_gtid,
+                "begin": f.begin,
+                "end": f.end,
+                "event_records": f.records,
+                "regions_with_records_before": f.regions_before,
+                "ns_from_capture_end": f.start_ns - f.region_end_ns,
+            },
+        }
+        for f in found
+    ]
     named_later = ("pid", "tid", "thread_name")
     frame = pl.DataFrame(rows, schema={k: v for k, v in FINDING_SCHEMA.items() if k not in named_later})
     return joins.with_ids(frame, names).select(list(FINDING_SCHEMA))

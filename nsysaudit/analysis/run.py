@@ -19,10 +19,11 @@ from nsysaudit.analysis import coverage, failures, integrity, joins
 from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
+from nsysaudit.analysis.coverage import SourceCoverage
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.analysis.ledger import Ledger, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
-from nsysaudit.analysis.verdict import Verdict
+from nsysaudit.analysis.verdict import LibraryFailure, LibrarySource, Verdict
 from nsysaudit.core.codes import is_allocation_api
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import gpid_of
@@ -57,14 +58,14 @@ class Analysis:
     cuda_api_trace: bool
     verdict: Verdict
     verdict_reasons: tuple[str, ...]
-    coverage_sources: tuple[dict[str, Any], ...]
+    coverage_sources: tuple[SourceCoverage, ...]
     processes: tuple[dict[str, Any], ...]
     capture: Mapping[str, list[str]]
     warnings: tuple[ReportWarning, ...]
-    limits: Mapping[str, Any]
+    limits: Mapping[str, int | None]  # max_pairs (None: no limit), pairs, pairs_listed: the document's Limits
     capture_bounds: Capture
-    library_sources: tuple[dict[str, Any], ...]
-    telemetry_library_failures: tuple[dict[str, Any], ...]
+    library_sources: tuple[LibrarySource, ...]
+    telemetry_library_failures: tuple[LibraryFailure, ...]
     # Set when telemetry was given: places findings and library calls on the application's clock.
     alignment: Alignment | None = None
     # The device-memory ledger, and its values at each finding, censored call and telemetry line.
@@ -179,7 +180,7 @@ def _analyze(
     )
 
 
-def _api_ends(coverage_sources: list[dict[str, Any]]) -> dict[int, int]:
+def _api_ends(coverage_sources: list[SourceCoverage]) -> dict[int, int]:
     """Each process's last CUDA API record (global pid -> ns), for the ledger to name where traced
     bytes exceed a device's total."""
     return {s["global_pid"]: s["last_ns"] for s in coverage_sources

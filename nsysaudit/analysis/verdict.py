@@ -9,15 +9,49 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal, NamedTuple, TypedDict
 
 import polars as pl
 
 from nsysaudit.analysis.alignment import Alignment
+from nsysaudit.analysis.coverage import CensoredReason, CoverageState
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.read.trace import Trace
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]
+
+
+class LibrarySource(TypedDict):
+    library: str
+    requested: bool | None
+    status: str
+    calls: int
+    markers: int
+    reason: str | None
+
+
+class LibraryFailureAfter(TypedDict):
+    lib_id: int
+    api: str
+    tid: int | None
+    end_ns: int | None
+    ns_before_line: int | None
+    coverage: CoverageState
+    censored_reason: CensoredReason | None
+
+
+class LibraryFailure(TypedDict):
+    """A library failure the application reported (a telemetry line), and the library call before it."""
+
+    line: int
+    event: str
+    pid: int | None
+    trace_ns: int | None
+    text: str | None
+    statuses: list[str]
+    explained: bool
+    after: LibraryFailureAfter | None
+    cuda_skip_some_api_calls: list[str]
 
 
 FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
@@ -33,7 +67,7 @@ EVIDENCE_TABLES = frozenset(
 LIBRARY_CAPTURE_TYPES = {"cuBLAS": frozenset({"CuBLAS", "cuBLAS"}), "cuDNN": frozenset({"CuDNN", "cuDNN"})}
 
 
-def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[str]) -> list[dict[str, Any]]:
+def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[str]) -> list[LibrarySource]:
     """Per library asked for, whether the capture traced it and how many calls it recorded.
 
     ``status``: ``traced`` (calls recorded, or tracing requested and nsys raised no objection),
@@ -42,7 +76,7 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
     """
     types = set(trace.capture.get("CAPTURE_EVENT_TYPE", []))
     refused = trace.diagnostics.filter(pl.col("category") == "library_not_traced")
-    out = []
+    out: list[LibrarySource] = []
     for library in dict.fromkeys(library_domains):
         calls = libs.filter(pl.col("library") == library).height
         markers = sum(n for table, n in trace.library_markers.items() if trace.tables_used.get(library) == table)
@@ -50,7 +84,9 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
         requested: bool | None = None
         if wanted is not None and types:
             requested = bool(wanted & types) or markers > 0
-        said = refused.filter(pl.col("library") == library)["text"].to_list()
+        said = [str(text) for text in refused.filter(pl.col("library") == library)["text"].to_list()]
+        status: str
+        reason: str | None
         if said:
             status, reason = "not_traced", f"nsys: {said[0]}"
         elif calls or requested:
@@ -84,7 +120,7 @@ _STATUS_FIELD = re.compile(r"^(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|cur
 
 def telemetry_library_failures(
     alignment: Alignment | None, libs: pl.DataFrame, findings: pl.DataFrame, capture: dict[str, list[str]]
-) -> list[dict[str, Any]]:
+) -> list[LibraryFailure]:
     """Telemetry lines that record a library failure (``CUBLAS_STATUS_ALLOC_FAILED``, ``cublas_status: 3``).
 
     ``explained``: some finding in the same process shows a failed call behind it. ``after``:
@@ -95,10 +131,15 @@ def telemetry_library_failures(
         return []
     skip_keys = sorted(k for k, v in capture.items() if k.endswith("CUDA_SKIP_SOME_API_CALLS") and "true" in v)
     found_pids = {int(p) for p in findings.filter(pl.col("kind").is_in(FAILURE_KINDS))["pid"].drop_nulls().to_list()}
-    out = []
+    out: list[LibraryFailure] = []
     # Only the lines whose text can hold a status (the reader keeps them, decoded: 10^6 lines are not searched).
     status_lines = alignment.log.status_lines
     rows = alignment.lines_of([row for row, _ in status_lines]).iter_rows() if status_lines else iter(())
+    # Each line's number, event, pid (null: none written) and place on the trace clock (null: not placed).
+    line: int
+    name: str
+    pid: int | None
+    trace_ns: int | None
     for (_, fields), (line, name, pid, trace_ns) in zip(status_lines, rows, strict=True):
         statuses: list[str] = []
         text = None
@@ -114,19 +155,20 @@ def telemetry_library_failures(
                 statuses.append(f"{key}={value}")
         if not statuses:
             continue
-        after = None
+        after: LibraryFailureAfter | None = None
         if trace_ns is not None and pid is not None:
             ended = libs.filter(
                 (pl.col("pid") == pid) & pl.col("end_ns").is_not_null() & (pl.col("end_ns") <= trace_ns)
             ).sort("end_ns")
             if ended.height:
                 last = ended.row(-1, named=True)
+                end_ns = int(last["end_ns"])  # not null: the filter above
                 after = {
-                    "lib_id": last["lib_id"],
-                    "api": last["api"],
+                    "lib_id": int(last["lib_id"]),
+                    "api": str(last["api"]),
                     "tid": last["tid"],
-                    "end_ns": last["end_ns"],
-                    "ns_before_line": trace_ns - last["end_ns"],
+                    "end_ns": end_ns,
+                    "ns_before_line": trace_ns - end_ns,
                     "coverage": last["coverage"],
                     "censored_reason": last["censored_reason"],
                 }
@@ -146,16 +188,34 @@ def telemetry_library_failures(
     return out
 
 
-def failed_call_line(r: dict[str, Any]) -> str:
-    thread = r["thread_name"] if r["thread_name"] is not None else "name unknown"
-    where = f" inside NVTX range {r['nvtx_range']}" if r.get("nvtx_range") is not None else ""
-    if r.get("library_call_unexamined"):
+class FailedGroup(NamedTuple):
+    """A group of failed calls outside library calls (a row of the analysis' ``failed_calls`` frame)."""
+
+    api: str | None
+    return_code: int
+    pid: int | None
+    tid: int | None
+    thread_name: str | None
+    nvtx_range: str | None
+    library_call_unexamined: bool | None
+    calls: int
+
+    @classmethod
+    def rows(cls, failed: pl.DataFrame) -> list[FailedGroup]:
+        columns = [*cls._fields[:-1], "count"]
+        return [cls(*row) for row in failed.select(columns).iter_rows()]
+
+
+def failed_call_line(r: FailedGroup) -> str:
+    thread = r.thread_name if r.thread_name is not None else "name unknown"
+    where = f" inside NVTX range {r.nvtx_range}" if r.nvtx_range is not None else ""
+    if r.library_call_unexamined:
         where += " (overlapping a library call the pair limit left unexamined)"
-    named = names(r["api"], r["return_code"])
+    named = names(r.api, r.return_code)
     name, api = named["return_name"], named["display_api"] or "an unknown API"
     return (
-        f"{r['count']} {api} returned {r['return_code']} ({name or 'unknown code'}) on pid {r['pid']} tid "
-        f"{r['tid']} ({thread}){where}"
+        f"{r.calls} {api} returned {r.return_code} ({name or 'unknown code'}) on pid {r.pid} tid "
+        f"{r.tid} ({thread}){where}"
     )
 
 
@@ -164,8 +224,8 @@ def decide(
     libs: pl.DataFrame,
     findings: pl.DataFrame,
     failed: pl.DataFrame,
-    sources: list[dict[str, Any]],
-    telemetry_failures: list[dict[str, Any]],
+    sources: list[LibrarySource],
+    telemetry_failures: list[LibraryFailure],
     undecided: Sequence[str] = (),
 ) -> tuple[Verdict, list[str]]:
     """The verdict and its reasons. The reasons always name untraced libraries and the failed
@@ -196,7 +256,7 @@ FOUND_WORDS = {
 }
 
 
-def _context(trace: Trace, failed: pl.DataFrame, sources: list[dict[str, Any]], shadowed: list[str]) -> list[str]:
+def _context(trace: Trace, failed: pl.DataFrame, sources: list[LibrarySource], shadowed: list[str]) -> list[str]:
     """What every verdict says besides: untraced libraries, the failed calls outside library calls,
     shadowed tables, nsys's own warnings that CUDA events were lost."""
     context: list[str] = []
@@ -205,7 +265,7 @@ def _context(trace: Trace, failed: pl.DataFrame, sources: list[dict[str, Any]], 
             context.append(f"{s['library']} was not traced ({s['status']}): {s['reason']}")
     if failed.height:
         total = int(failed["count"].sum())
-        lines = [failed_call_line(r) for r in failed.head(5).to_dicts()]
+        lines = [failed_call_line(r) for r in FailedGroup.rows(failed.head(5))]
         more = f"; and {failed.height - 5} more group(s)" if failed.height > 5 else ""
         context.append(
             f"{total} failed CUDA API call(s) outside library calls, in {failed.height} group(s) (see failed_calls): "
@@ -242,7 +302,7 @@ def _coverage_gaps(trace: Trace, libs: pl.DataFrame) -> list[str]:
 
 
 def _evidence_gaps(
-    trace: Trace, failed: pl.DataFrame, sources: list[dict[str, Any]], shadowed: list[str]
+    trace: Trace, failed: pl.DataFrame, sources: list[LibrarySource], shadowed: list[str]
 ) -> list[str]:
     """Evidence that may be elsewhere: another version of a table, allocation failures where no
     library API was traced."""
@@ -266,12 +326,14 @@ def _evidence_gaps(
     return gaps
 
 
-def _telemetry_gap(t: dict[str, Any]) -> str:
+def _telemetry_gap(t: LibraryFailure) -> str:
     """A library failure the application's telemetry recorded and no traced call explains."""
     after = t["after"]
     where = ""
     if after is not None:
-        where = f", {after['ns_before_line'] / 1e6:.3f} ms after {after['api']} (tid {after['tid']}) ended"
+        gap = after["ns_before_line"]  # known: the call ended at or before the placed line
+        ago = "" if gap is None else f"{gap / 1e6:.3f} ms "
+        where = f", {ago}after {after['api']} (tid {after['tid']}) ended"
         if after["coverage"] == "censored":
             where += f" (that call is censored, {after['censored_reason']}: the trace does not cover all of it)"
     skipped = (
@@ -286,7 +348,7 @@ def _telemetry_gap(t: dict[str, Any]) -> str:
     )
 
 
-def _nothing_failed(trace: Trace, libs: pl.DataFrame, failed: pl.DataFrame, sources: list[dict[str, Any]]) -> str:
+def _nothing_failed(trace: Trace, libs: pl.DataFrame, failed: pl.DataFrame, sources: list[LibrarySource]) -> str:
     """The first reason of ``no_failure``: what was looked at and found clean."""
     traced = [s["library"] for s in sources if s["status"] == "traced"]
     if libs.height:

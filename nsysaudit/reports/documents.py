@@ -10,7 +10,7 @@ and named here. A key marked ``NotRequired`` is present only when its evidence i
 ``telemetry`` with a telemetry file, ``finding`` on a memory point taken at a finding, ...); every
 other key is always present, ``null`` where the value is unknown.
 
-Open-ended maps stay maps: the application's own telemetry values (``dict[str, int]``), the memory
+Open-ended maps stay maps: the application's own telemetry values (``dict[str, int | float]``), the memory
 kinds nsys names (``dict[str, str]``), bytes by kind (``dict[str, int]``).
 """
 
@@ -21,31 +21,67 @@ import types
 import typing
 from typing import Any, Literal, NotRequired, TypedDict, Union, get_args, get_origin, get_type_hints
 
-from nsysaudit.analysis.coverage import CensoredReason
+from nsysaudit.analysis.alignment import (
+    Agreement,
+    AgreementDiff,
+    AlignmentCheck,
+    AlignmentSection,
+    AnchorPair,
+    Anchors,
+    During,
+    EventLine,
+    Moment,
+    Position,
+    SkippedAnchor,
+    TelemetrySummary,
+    TimelineLine,
+    UtcAlignment,
+)
+from nsysaudit.analysis.coverage import CensoredReason, CoverageState, SourceCoverage
 from nsysaudit.analysis.findings import FindingKind
 from nsysaudit.analysis.ledger import Mechanism
-from nsysaudit.analysis.verdict import Verdict
+from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.read.diagnostics import CaptureBounds
 from nsysaudit.read.inputs import Input, InputKind
+from nsysaudit.read.telemetry import TelemetryBadLine
 
 __all__ = [
+    "Agreement",
+    "AgreementDiff",
+    "AlignmentCheck",
+    "AlignmentSection",
     "AnalysisDocument",
+    "AnchorPair",
+    "Anchors",
     "CaptureBounds",
     "CensoredReason",
     "Classification",
     "ComparisonDocument",
     "Coverage",
+    "CoverageState",
+    "During",
+    "EventLine",
     "FindingKind",
     "Input",
     "InputKind",
+    "LibraryFailure",
+    "LibraryFailureAfter",
+    "LibrarySource",
     "Mechanism",
+    "Moment",
+    "Position",
     "SealedAnalysisDocument",
+    "SkippedAnchor",
+    "SourceCoverage",
+    "TelemetryBadLine",
+    "TelemetrySummary",
+    "TimelineLine",
+    "UtcAlignment",
     "Verdict",
 ]
 
-CoverageState = Literal["complete", "censored"]
 PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
 
 
@@ -69,36 +105,6 @@ class Census(TypedDict):
     nonzero_returns: int
     by_return: list[CensusRow]
     failed_calls: int
-
-
-class Moment(TypedDict):
-    """A telemetry line at or around a moment of the trace, on the application's clock."""
-
-    event: str
-    line: int
-    ns: int
-    ms: float
-    via: str
-    values: NotRequired[dict[str, int]]
-
-
-class During(TypedDict):
-    """A telemetry line strictly inside a call."""
-
-    event: str
-    line: int
-    ms_after_start: float
-
-
-class Position(TypedDict):
-    """Where a call or moment falls among the application's telemetry lines."""
-
-    method: str
-    verified: bool
-    before: Moment | None
-    after: Moment | None
-    during: list[During]
-    in_force: Moment | None
 
 
 class AllocationsBefore(TypedDict):
@@ -195,13 +201,6 @@ class FailedCalls(TypedDict):
     example_correlation_ids: list[int]
 
 
-class SourceCoverage(TypedDict):
-    source: str
-    pid: int | None
-    global_pid: int | None
-    first_ns: int | None
-    last_ns: int | None
-    rows: int
 
 
 class Censored(TypedDict):
@@ -231,15 +230,6 @@ class NsysDiagnostic(TypedDict):
     library: str | None
     global_pid: int | None
     pid: int | None
-
-
-class LibrarySource(TypedDict):
-    library: str
-    requested: bool | None
-    status: str
-    calls: int
-    markers: int
-    reason: str | None
 
 
 class Coverage(TypedDict):
@@ -586,144 +576,7 @@ class Answer(TypedDict):
     limits: list[str]
 
 
-class AgreementDiff(TypedDict):
-    event: str
-    line: int
-    utc_minus_anchor_ns: int
-
-
-class Agreement(TypedDict):
-    events: int
-    max_abs_diff_ns: int | None
-    worst_event: str | None
-    worst_line: int | None
-    diffs_ns: list[AgreementDiff]
-
-
-class AnchorPair(TypedDict):
-    event: str
-    line: int
-    nvtx: str
-    domain: str | None
-    edge: str
-    edge_ns: int
-    clock_ns: int
-    offset_ns: int
-    residual_ns: int
-    utc_residual_ns: int | None
-    pid: int | None
-    tid: int | None
-    telemetry_tid: int | None
-    same_thread: bool | None
-    rule: str
-
-
-class EventLine(TypedDict):
-    event: str
-    line: int
-
-
-class SkippedAnchor(TypedDict):
-    event: str
-    nvtx: str
-    edge: str
-    lines: list[int]
-    reason: str
-
-
-class Anchors(TypedDict):
-    clock: str
-    clock_field: str
-    computed: bool
-    offset_ns: int | None
-    max_abs_residual_ns: int | None
-    reason: str | None
-    rule: str
-    pairs: list[AnchorPair]
-    skipped: list[SkippedAnchor]
-    events_without_anchor: list[EventLine]
-
-
-class UtcAlignment(TypedDict):
-    clock_field: str
-    computed: bool
-    offset_ns: int | None
-    session_start_utc_ns: int | None
-    reason: str | None
-
-
-class AlignmentCheck(TypedDict):
-    check: str
-    passed: bool | None
-    detail: str
-
-
-class AlignmentSection(TypedDict):
-    """How the application's clock was put on the trace's (docs/alignment.md), and its checks."""
-
-    method: str
-    clock_field: str
-    offset_ns: int | None
-    tolerance_ns: int
-    checked: bool
-    reasons: list[str]
-    notes: list[str]
-    checks: list[AlignmentCheck]
-    residuals_ns: list[int]
-    utc: UtcAlignment
-    anchors: Anchors
-    agreement: Agreement | None
-
-
-class TimelineLine(TypedDict):
-    """One telemetry line placed on the trace's clock."""
-
-    line: int
-    event: str
-    pid: int | None
-    tid: int | None
-    trace_ns: int | None
-    via: str
-    clocks: dict[str, int]
-    fields: dict[str, Any]
-    values: dict[str, int]
-
-
-class LibraryFailureAfter(TypedDict):
-    lib_id: int
-    api: str
-    tid: int | None
-    end_ns: int | None
-    ns_before_line: int | None
-    coverage: CoverageState
-    censored_reason: CensoredReason | None
-
-
-class LibraryFailure(TypedDict):
-    """A library failure the application reported (a telemetry line), and the library call before it."""
-
-    line: int
-    event: str
-    pid: int | None
-    trace_ns: int | None
-    text: str
-    statuses: list[str]
-    explained: bool
-    after: LibraryFailureAfter | None
-    cuda_skip_some_api_calls: list[str]
-
-
-class TelemetrySection(TypedDict):
-    path: str
-    sha256: str
-    event_key: str
-    events: int
-    bad_lines: int
-    lenient: bool
-    pids: list[int]
-    clock_fields: dict[str, str]
-    warnings: list[ReportWarning]
-    timeline: list[TimelineLine]
+class TelemetrySection(TelemetrySummary):
     library_failures: list[LibraryFailure]
 
 
