@@ -581,8 +581,8 @@ def comparison_markdown(doc: ComparisonDocument) -> str:
     src = diff["sources"]
     cap = src["capture"]
     out += ["### Sources and capture options", ""]
-    for key, label in (("nsys_version", "nsys version"), ("schema_version", "schema version"), ("kind", "input kind")):
-        v = src[key]
+    for v, label in ((src["nsys_version"], "nsys version"), (src["schema_version"], "schema version"),
+                     (src["kind"], "input kind")):
         same = {True: "same", False: "DIFFERENT", None: "unknown"}[v["same"]]
         out.append(f"- {label}: observe {md(v['observe'])}, release {md(v['release'])} ({same})")
     out.append(
