@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import types
 import typing
-from typing import Any, Literal, NotRequired, TypedDict, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, NotRequired, TypedDict, TypeGuard, Union, get_args, get_origin, get_type_hints
 
 from nsysaudit.analysis.coverage import CensoredReason
 from nsysaudit.analysis.findings import FindingKind
@@ -1137,7 +1137,7 @@ class ComparisonDocument(TypedDict):
 
 
 # --- checking a document against its type -------------------------------------------------------
-def problems(value: object, t: Any, where: str = "$") -> list[str]:
+def problems(value: object, t: object, where: str = "$") -> list[str]:
     """Where ``value`` (parsed JSON) departs from the type ``t``: a key the type does not declare, a
     required key missing, a value of another type or outside its vocabulary. Empty when it conforms."""
     origin = get_origin(t)
@@ -1183,18 +1183,18 @@ def problems(value: object, t: Any, where: str = "$") -> list[str]:
 
 
 # --- the contract, generated -----------------------------------------------------------------------
-def _is_typed_dict(t: object) -> bool:
+def _is_typed_dict(t: object) -> TypeGuard[type]:
     return isinstance(t, type) and issubclass(t, dict) and hasattr(t, "__required_keys__")
 
 
-def _unwrap(t: Any) -> tuple[Any, bool]:
+def _unwrap(t: object) -> tuple[object, bool]:
     """``(type, required)`` with ``NotRequired[...]`` taken off."""
     if get_origin(t) is NotRequired:
         return get_args(t)[0], False
     return t, True
 
 
-def type_words(t: Any) -> str:
+def type_words(t: object) -> str:
     """A type as the contract writes it: ``integer or null``, ``list of Finding``, ``"a" or "b"``."""
     origin = get_origin(t)
     if t is type(None):
@@ -1217,7 +1217,7 @@ def type_words(t: Any) -> str:
     return str(t)
 
 
-def _mentioned(t: Any) -> list[type]:
+def _mentioned(t: object) -> list[type]:
     if _is_typed_dict(t):
         return [t]
     return [m for a in get_args(t) for m in _mentioned(a)]
