@@ -41,7 +41,7 @@ def escape(text: str) -> str:
     return UNSAFE.sub(lambda m: escape_char(m.group()), text)
 
 
-def byte_size(value: int) -> str:
+def byte_size(value: int | float) -> str:
     """Bytes as exact digits, with a binary unit when it helps: ``16,777,216 B (16.0 MiB)``.
 
     The digits are the number the export holds; the unit in brackets is only a reading aid, in

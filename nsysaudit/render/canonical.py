@@ -10,12 +10,11 @@ on the real captures and on hostile strings.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import orjson
 
 
-def dumps(doc: Any, *, indent: bool = False) -> bytes:
+def dumps(doc: object, *, indent: bool = False) -> bytes:
     """``doc`` as canonical JSON bytes (no trailing newline). An integer past 64 bits (the exact
     difference of two clock mappings of a damaged stamp) is valid JSON but not orjson's: such a
     document goes through the stdlib encoder, in the same form."""

@@ -14,7 +14,7 @@ import secrets
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import polars as pl
 
@@ -23,7 +23,7 @@ from nsysaudit.render import canonical
 from nsysaudit.reports.analysis import AnalysisResult
 
 
-def indented(doc: Any) -> bytes:
+def indented(doc: object) -> bytes:
     """Canonical JSON bytes, 2-space indented, one final newline (the sealed folders' files)."""
     return canonical.dumps(doc, indent=True) + b"\n"
 
@@ -73,7 +73,7 @@ def _write_with_lists(result: AnalysisResult, stream: BinaryIO) -> None:
     nonce = secrets.token_hex(16)
     lists: dict[bytes, LineList] = {}
 
-    def hold(doc: Mapping[str, Any]) -> dict[str, Any]:
+    def hold(doc: Mapping[str, object]) -> dict[str, object]:
         out = dict(doc)
         for key, value in doc.items():
             if isinstance(value, LineList):

@@ -15,12 +15,22 @@ from typing import Any
 
 from nsysaudit.core.text import escape
 from nsysaudit.reports.documents import (
+    AlignmentSection,
     Answer,
+    ArmCensus,
+    ArmLibraryCall,
+    Census,
+    ComparisonAnswer,
+    ComparisonArm,
     ComparisonDocument,
     Coverage,
     FailedCalls,
+    FailingByCode,
     Finding,
+    Handoff,
+    LibraryCall,
     Memory,
+    Position,
     SealedAnalysisDocument,
 )
 from nsysaudit.reports.ranks import device_lines
@@ -62,7 +72,7 @@ def md(value: object, limit: int = MAX_TEXT) -> str:
     return _SPECIAL.sub(r"\\\1", escape(s))
 
 
-def num(value: int | None) -> str:
+def num(value: int | float | None) -> str:
     return "unknown" if value is None else f"{value:,}"
 
 
@@ -98,11 +108,11 @@ def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
         out.append(f"- finding {n}, **{md(f['kind'])}**: {md(f['what'], 10_000)}{when}")
         if f["held"]:
             out.append(f"- held: {md(f['held'], 10_000)}")
-    for c in answer.get("censored", []):
+    for c in answer["censored"]:
         out.append(f"- censored: {md(c['what'], 10_000)}")
         if c["held"]:
             out.append(f"- held at its start: {md(c['held'], 10_000)}")
-    more = answer.get("censored_total", 0) - len(answer.get("censored", []))
+    more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         out.append(f"- and {more} more censored library call(s) (see Coverage)")
     if limits and answer["limits"]:
@@ -110,7 +120,7 @@ def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
     return [*out, ""]
 
 
-def _census(census: Mapping[str, Any]) -> list[str]:
+def _census(census: Census | ArmCensus) -> list[str]:
     out = [
         f"{num(census['cuda_api_calls'])} CUDA API calls, {num(census['nonzero_returns'])} with a non-zero return.",
         "",
@@ -120,21 +130,20 @@ def _census(census: Mapping[str, Any]) -> list[str]:
             ["api", "return code", "name", "count", "meaning"],
             (
                 [md(r["api"]), str(r["return_code"]), md(r["return_name"]), num(r["count"]),
-                 CLASSIFICATION_WORDS.get(r.get("classification") or "", "unknown")]
+                 CLASSIFICATION_WORDS.get(r["classification"] or "", "unknown")]
                 for r in census["by_return"]
             ),
         )
     return out
 
 
-def _findings(findings: Sequence[Finding], memory: Memory | None = None) -> list[str]:
+def _findings(findings: Sequence[Finding], memory: Memory) -> list[str]:
     if not findings:
         return ["No failed call inside or across a library call, and no failed wait on a captured event.", ""]
-    holders = {p["finding"]: p["holder"] for p in (memory["at"] if memory is not None else [])
-               if p["point"] == "finding" and "finding" in p}
+    holders = {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
     out = []
     for i, f in enumerate(findings):
-        oom = " (out of memory)" if f.get("out_of_memory") else ""
+        oom = " (out of memory)" if f["out_of_memory"] else ""
         line = (
             f"- **{md(f['kind'])}**: {md(f['api'])} returned {f['return_code']} ({md(f['return_name'])}){oom}, "
             f"correlation id {ident(f['correlation_id'])}, pid {ident(f['pid'])} tid {ident(f['tid'])} thread "
@@ -142,19 +151,19 @@ def _findings(findings: Sequence[Finding], memory: Memory | None = None) -> list
         )
         if f["kind"].endswith("alloc_failure"):
             line += f", requested bytes {num(f['requested_bytes'])}"
-        enc = f.get("enclosing")
+        enc = f["enclosing"]
         if enc is not None:
             line += (
                 f"; inside {md(enc['api'])} ({num(enc['start_ns'])} to "
-                f"{_end(enc['end_ns'], enc.get('recorded_end_ns'))} ns, coverage {md(enc.get('coverage'))})"
+                f"{_end(enc['end_ns'], enc['recorded_end_ns'])} ns, coverage {md(enc['coverage'])})"
             )
-            before = enc.get("allocations_before")
+            before = enc["allocations_before"]
             if before is not None:
                 each = " + ".join(num(b) for b in before["bytes_each"])
                 line += f", after {before['count']} successful allocation(s) in it" + (
                     f" ({each} bytes)" if before["count"] else ""
                 )
-        cap = f.get("stream_capture")
+        cap = f["stream_capture"]
         if cap is not None:
             records = ", ".join(num(r["start_ns"]) for r in cap["event_records"][:8])
             line += (
@@ -194,18 +203,15 @@ def _failed_calls(groups: Sequence[FailedCalls]) -> list[str]:
     )
 
 
-def _allocated(lc: Mapping[str, Any]) -> str:
+def _allocated(lc: LibraryCall) -> str:
     """A library call's allocated bytes; when unknown, what the trace shows of them."""
     if lc["allocated_bytes"] is not None:
         return num(lc["allocated_bytes"])
-    traced = lc.get("allocated_bytes_traced")
-    return "unknown" if traced is None else f"unknown ({num(traced)} in the trace)"
+    return f"unknown ({num(lc['allocated_bytes_traced'])} in the trace)"
 
 
-def _memory(memory: Memory | None) -> list[str]:
+def _memory(memory: Memory) -> list[str]:
     """The device-memory ledger: per device, and its value at each finding, censored call and telemetry line."""
-    if not memory:
-        return ["No device-memory evidence.", ""]
     if memory["ledger"]:
         out = [
             f"Ledger from {num(memory['allocation_events'])} allocation and {num(memory['deallocation_events'])} "
@@ -253,53 +259,53 @@ def _memory(memory: Memory | None) -> list[str]:
         [md(p["point"]), md(p["label"]), num(p["t_ns"]), ident(p["pid"]), str(d["device_id"]),
          num(d["process_live_bytes"]), num(d["device_resident_live_bytes"]), num(d["total_bytes"]),
          num(d["free_at_most_bytes"])]
-        for p in memory.get("at", [])
+        for p in memory["at"]
         for d in p["devices"]
     ]
     if rows:
         out += table(
             ["at", "what", "ns", "pid", "device", "process live", "all processes live", "total", "free at most"], rows
         )
-    for p in memory.get("at", []):
+    for p in memory["at"]:
         if not p["devices"]:
             out.append(f"- at {md(p['point'])} {md(p['label'])}: {md(p.get('unknown') or 'no traced device')}")
-        elif not any(d.get("process_has_events", True) for d in p["devices"]):
+        elif not any(d["process_has_events"] for d in p["devices"]):
             out.append(
                 f"- at {md(p['point'])} {md(p['label'])}: process {ident(p['pid'])} has no memory event, so its device "
                 "is unknown; every traced device is shown"
             )
-    said = [p for p in memory.get("at", []) if p.get("holder") and p["point"] != "telemetry"]
+    said = [p for p in memory["at"] if p["holder"] and p["point"] != "telemetry"]
     if said:
         out += ["", *(f"- {md(p['holder'], 4000)}" for p in said)]
-    if memory.get("at"):
+    if memory["at"]:
         out += ["", "Not counted: " + "; ".join(md(x) for x in memory["not_counted"]) + ".", ""]
     return out
 
 
 def _capture(coverage: Coverage) -> list[str]:
-    cap = coverage.get("capture") or {}
-    if cap.get("stop_ns") is None:
+    cap = coverage["capture"]
+    if cap["stop_ns"] is None:
         out = ["Capture bounds: unknown (no DIAGNOSTIC_EVENT and no ANALYSIS_DETAILS)."]
     else:
         out = [f"Capture: {num(cap['start_ns'])} to {num(cap['stop_ns'])} ns on the trace clock (from "
                f"{md(cap['stop_from'])})."]
-    if not cap.get("diagnostics_table"):
+    if not cap["diagnostics_table"]:
         out[-1] += (
             " The export has no nsys diagnostics (DIAGNOSTIC_EVENT): nsys's silence about lost events proves nothing."
         )
     out.append("")
-    for d in coverage.get("nsys_diagnostics", []):
+    for d in coverage["nsys_diagnostics"]:
         who = f" (pid {ident(d['pid'])})" if d["pid"] is not None else ""
         out.append(
             f"- nsys {md(d['severity'])} at {num(d['timestamp_ns'])} ns{who} [{md(d['category'])}]: "
             f"{md(d['text'], 300)}"
         )
-    if coverage.get("nsys_diagnostics"):
+    if coverage["nsys_diagnostics"]:
         out.append("")
-    for src in coverage.get("library_sources", []):
+    for src in coverage["library_sources"]:
         why = f": {md(src['reason'], 300)}" if src["reason"] else ""
         out.append(f"- library {md(src['library'])}: {md(src['status'])}, {num(src['calls'])} call(s){why}")
-    if coverage.get("library_sources"):
+    if coverage["library_sources"]:
         out.append("")
     return out
 
@@ -315,10 +321,10 @@ def _coverage(coverage: Coverage) -> list[str]:
     if not coverage["cuda_api_trace"]:
         out += ["The export has no CUDA API trace.", ""]
     for c in coverage["censored"]:
-        reasons = md(censored_reasons_words(c.get("reasons") or [c["reason"]]))
+        reasons = md(censored_reasons_words(c["reasons"] or [c["reason"]]))
         out.append(
             f"- censored: {md(c['api'])} (pid {ident(c['pid'])} tid {ident(c['tid'])}, {num(c['start_ns'])} to "
-            f"{_end(c['end_ns'], c.get('recorded_end_ns'))} ns): {reasons}; the process's CUDA API trace ends at "
+            f"{_end(c['end_ns'], c['recorded_end_ns'])} ns): {reasons}; the process's CUDA API trace ends at "
             f"{num(c['cuda_api_last_ns'])} ns"
         )
     if coverage["censored"]:
@@ -326,7 +332,7 @@ def _coverage(coverage: Coverage) -> list[str]:
     return out
 
 
-def _kv(mapping: Mapping[str, Any] | None) -> str:
+def _kv(mapping: Mapping[str, object] | None) -> str:
     if not mapping:
         return "none"
     return ", ".join(f"{md(k)} {md(_scalar(v))}" for k, v in sorted(mapping.items()))
@@ -340,19 +346,21 @@ def _scalar(v: object) -> object:
     return v
 
 
-def _library_call(lc: Mapping[str, Any]) -> list[str]:
+def _library_call(lc: ArmLibraryCall) -> list[str]:
     a = lc["allocations"]
     role = "main" if lc["thread_role"] == "main" else "non-main"
     unknown = f", {a['bytes_unknown']} of unknown size" if a["bytes_unknown"] else ""
+    reason = lc["censored_reason"]  # a censored call has its reason (analysis.coverage)
     out = [
         f"#### {md(lc['api'])} on pid {ident(lc['pid'])} tid {ident(lc['tid'])} ({role} thread, name "
         f"{md(lc['thread_name'])})",
         "",
-        f"- {md(lc['source'])}, {num(lc['start_ns'])} to {_end(lc['end_ns'], lc.get('recorded_end_ns'))} ns, "
+        # A comparison's library call carries no recorded end: an end the capture's stop clamped is unknown.
+        f"- {md(lc['source'])}, {num(lc['start_ns'])} to {num(lc['end_ns'])} ns, "
         f"coverage **{md(lc['coverage'])}**"
-        + (f" ({md(censored_reasons_words([lc['censored_reason']]))}; CUDA API trace ends at "
+        + (f" ({md(censored_reasons_words([reason]))}; CUDA API trace ends at "
            f"{num(lc['cuda_api_last_ns'])} ns)"
-           if lc["coverage"] == "censored" else ""),
+           if lc["coverage"] == "censored" and reason is not None else ""),
         f"- nested CUDA API calls: {num(lc['nested_calls'])}, of which {num(lc['nested_failed'])} failed",
         f"- nested allocation calls: {num(a['calls'])}: {num(a['succeeded'])} succeeded "
         f"({num(a['bytes'])} bytes{unknown}), "
@@ -381,29 +389,25 @@ def _library_call(lc: Mapping[str, Any]) -> list[str]:
         )
     if lc["straddling"]:
         out += [f"Calls straddling its edges: {len(lc['straddling'])}.", ""]
-    if lc.get("telemetry"):
+    if lc["telemetry"]:
         out += [f"Telemetry position: {md(_position(lc['telemetry']))}", ""]
     return out
 
 
-def _position(pos: object) -> str:
+def _position(pos: Position) -> str:
     """A telemetry position (``after``/``before`` boundaries) in words."""
-    if not isinstance(pos, Mapping):
-        return str(pos)
     parts = []
-    for key in ("after", "before"):
-        b = pos.get(key)
-        if isinstance(b, Mapping):
-            parts.append(f"{b.get('ms')} ms {key} {b.get('event')}")
-    in_force = pos.get("in_force")
-    if isinstance(in_force, Mapping):
-        parts.append(f"snapshot in force: {in_force.get('event')} (line {in_force.get('line')})")
-    if "verified" in pos:
-        parts.append("alignment checked" if pos["verified"] else "alignment NOT checked, unverified")
-    return "; ".join(parts) if parts else "none"
+    for key, b in (("after", pos["after"]), ("before", pos["before"])):
+        if b is not None:
+            parts.append(f"{b['ms']} ms {key} {b['event']}")
+    in_force = pos["in_force"]
+    if in_force is not None:
+        parts.append(f"snapshot in force: {in_force['event']} (line {in_force['line']})")
+    parts.append("alignment checked" if pos["verified"] else "alignment NOT checked, unverified")
+    return "; ".join(parts)
 
 
-def _handoff(handoff: Mapping[str, Any] | None) -> list[str]:
+def _handoff(handoff: Handoff | None) -> list[str]:
     if not handoff:
         return ["Handoff snapshot: none (no handoff line in the telemetry).", ""]
     at = "not placed on the trace clock" if handoff["trace_ns"] is None else (
@@ -416,20 +420,21 @@ def _handoff(handoff: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
-def _alignment(alignment: object) -> list[str]:
-    if not isinstance(alignment, Mapping):
+def _alignment(alignment: AlignmentSection | None) -> list[str]:
+    if alignment is None:
         return ["Alignment: none (no telemetry).", ""]
-    keys = ("method", "checked", "offset_ns", "tolerance_ns", "residuals_ns")
-    shown = ", ".join(f"{md(k)} {md(_scalar(alignment.get(k)))}" for k in keys if k in alignment)
+    shown = ", ".join(f"{md(k)} {md(_scalar(v))}" for k, v in (
+        ("method", alignment["method"]), ("checked", alignment["checked"]), ("offset_ns", alignment["offset_ns"]),
+        ("tolerance_ns", alignment["tolerance_ns"]), ("residuals_ns", alignment["residuals_ns"])))
     out = [f"Alignment: {shown}.", ""]
-    for reason in alignment.get("reasons", []) or []:
+    for reason in alignment["reasons"]:
         out.append(f"- {md(reason)}")
-    if alignment.get("reasons"):
+    if alignment["reasons"]:
         out.append("")
     return out
 
 
-def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
+def _arm(name: str, arm: ComparisonArm) -> list[str]:
     inp = arm["input"]
     out = [
         f"## The {name} arm",
@@ -446,10 +451,10 @@ def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
         *_census(arm["census"]),
         "### Findings",
         "",
-        *_findings(arm["findings"], arm.get("memory")),
+        *_findings(arm["findings"], arm["memory"]),
         "### Failed calls no finding explains",
         "",
-        *_failed_calls(arm.get("failed_calls", [])),
+        *_failed_calls(arm["failed_calls"]),
         f"### Library calls of interest ({len(arm['library_calls'])} of {arm['library_calls_total']})",
         "",
         f"Selection: {md(arm['library_calls_selection'])}.",
@@ -458,7 +463,7 @@ def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
     for lc in arm["library_calls"]:
         out += _library_call(lc)
     out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
-    out += ["### Device memory", "", *_memory(arm.get("memory"))]
+    out += ["### Device memory", "", *_memory(arm["memory"])]
     out += ["### Telemetry", ""]
     tel = arm["telemetry_input"]
     if tel:
@@ -474,10 +479,11 @@ def _arm(name: str, arm: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _failing(title: str, block: Mapping[str, Any]) -> list[str]:
+def _failing(title: str, block: FailingByCode) -> list[str]:
     rows = []
-    for where in ("only_in_observe", "only_in_release", "in_both"):
-        for r in block[where]:
+    for where, entries in (("only_in_observe", block["only_in_observe"]), ("only_in_release", block["only_in_release"]),
+                           ("in_both", block["in_both"])):
+        for r in entries:
             rows.append(
                 [where.replace("_", " "), md(r["api"]), str(r["return_code"]), md(r["return_name"]),
                  num(r["observe"]), num(r["release"])]
@@ -493,7 +499,7 @@ def _options(options: Mapping[str, Any] | None) -> list[str]:
         return []
     domains = ", ".join(md(d) for d in options["library_domains"])
     text = f"library domains {domains}; max pairs {num(options['max_pairs'])}"
-    tel = options.get("telemetry")
+    tel = options["telemetry"]
     if tel:
         anchors = ", ".join(md(a) for a in tel["anchors"]) or "the default rule"
         clocks = ", ".join(f"{md(kind)}={md(name)}" for kind, name in tel["clock"])
@@ -509,12 +515,10 @@ def _values(values: Sequence[str] | None) -> str:
     return "absent" if values is None else ", ".join(md(v) for v in values)
 
 
-def _comparison_answer(answer: Mapping[str, Any] | None) -> list[str]:
+def _comparison_answer(answer: ComparisonAnswer) -> list[str]:
     """The comparison's answer: grouped per arm, then what the memory did differently at the call."""
-    if answer is None:  # a document of an earlier format
-        return []
     out = ["## Answer", "", f"**{md(answer['summary'], 10_000)}**", ""]
-    if answer.get("ranks"):  # the arms are two ranks of one job
+    if answer["ranks"]:  # the arms are two ranks of one job
         out += ["### The ranks", "", *_bullets(answer["ranks"]), ""]
     for name in ("observe", "release"):
         out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False)]
@@ -531,7 +535,7 @@ def comparison_markdown(doc: ComparisonDocument) -> str:
     out = [
         "# nsysaudit comparison: observe arm vs release arm",
         "",
-        *_comparison_answer(doc.get("answer")),
+        *_comparison_answer(doc["answer"]),
         "## Inputs",
         "",
         SEAL_SENTENCE,
@@ -559,7 +563,7 @@ def comparison_markdown(doc: ComparisonDocument) -> str:
                 ["kind", "observe", "release"],
                 ([md(r["kind"]), num(r["observe"]), num(r["release"])] for r in diff["findings_by_kind"]),
             )
-            if diff.get("findings_by_kind")
+            if diff["findings_by_kind"]
             else ["No finding in either arm.", ""]
         ),
         "### What the library calls allocated, arm by arm",
@@ -581,8 +585,8 @@ def comparison_markdown(doc: ComparisonDocument) -> str:
     src = diff["sources"]
     cap = src["capture"]
     out += ["### Sources and capture options", ""]
-    for key, label in (("nsys_version", "nsys version"), ("schema_version", "schema version"), ("kind", "input kind")):
-        v = src[key]
+    for v, label in ((src["nsys_version"], "nsys version"), (src["schema_version"], "schema version"),
+                     (src["kind"], "input kind")):
         same = {True: "same", False: "DIFFERENT", None: "unknown"}[v["same"]]
         out.append(f"- {label}: observe {md(v['observe'])}, release {md(v['release'])} ({same})")
     out.append(
@@ -618,7 +622,9 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
     out = [
         f"# nsysaudit analysis: {md(inp['path'])}",
         "",
-        *(["## Answer", "", *answer_lines(doc["answer"])] if "answer" in doc else []),
+        "## Answer",
+        "",
+        *answer_lines(doc["answer"]),
         "## Input",
         "",
         SEAL_SENTENCE,
@@ -636,10 +642,10 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
         *_census(doc["census"]),
         "## Findings",
         "",
-        *_findings(doc["findings"], doc.get("memory")),
+        *_findings(doc["findings"], doc["memory"]),
         "## Failed calls no finding explains",
         "",
-        *_failed_calls(doc.get("failed_calls", [])),
+        *_failed_calls(doc["failed_calls"]),
         f"## Library calls ({len(doc['library_calls'])})",
         "",
     ]
@@ -648,7 +654,7 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
             ["api", "pid", "tid", "thread", "start ns", "end ns", "coverage", "nested", "failed", "allocated bytes"],
             (
                 [md(lc["api"]), ident(lc["pid"]), ident(lc["tid"]), md(lc["thread_name"]), num(lc["start_ns"]),
-                 _end(lc["end_ns"], lc.get("recorded_end_ns")), md(lc["coverage"]), num(len(lc["children"])),
+                 _end(lc["end_ns"], lc["recorded_end_ns"]), md(lc["coverage"]), num(len(lc["children"])),
                  num(lc["failed_children"]),
                  _allocated(lc)]
                 for lc in doc["library_calls"]
@@ -657,11 +663,11 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
     else:
         out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
-    out += ["## Device memory", "", *_memory(doc.get("memory"))]
+    out += ["## Device memory", "", *_memory(doc["memory"])]
     if device_lines(doc):  # several devices, or a rank known
         out += ["## Devices and ranks", "", *_bullets(md(line, 2000) for line in device_lines(doc)), ""]
     if "alignment" in doc:
-        out += ["## Telemetry", "", *_alignment(doc.get("alignment"))]
+        out += ["## Telemetry", "", *_alignment(doc["alignment"])]
     if doc["warnings"]:
         out += ["## Warnings", ""]
         out += [f"- {md(w['kind'])} ({num(w['count'])}): {md(w['message'], 300)}" for w in doc["warnings"]]

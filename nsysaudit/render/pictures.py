@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Literal
 
 from nsysaudit.core.errors import BadOption, PictureNotWritable
 from nsysaudit.core.files import write_atomic
@@ -59,10 +59,13 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # the rc keys as a Literal: only the checker needs it
+
 Format = Literal["svg", "png"]
 FORMATS: tuple[Format, ...] = ("svg", "png")
 
-STYLE: dict[str, Any] = {
+STYLE: dict[RcKeyType, str | bool | float] = {
     "svg.fonttype": "none",
     "svg.hashsalt": "nsysaudit",
     "text.parse_math": False,
@@ -536,7 +539,7 @@ def style(salt: str = "nsysaudit") -> Iterator[None]:
     """matplotlib's defaults plus :data:`STYLE`, whatever the user's matplotlibrc says."""
     with matplotlib.rc_context():
         matplotlib.rcdefaults()
-        cast(Any, matplotlib.rcParams).update({**STYLE, "svg.hashsalt": salt})  # typed keys: a Literal per key
+        matplotlib.rcParams.update({**STYLE, "svg.hashsalt": salt})
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Glyph .* missing from font")
             yield

@@ -30,11 +30,13 @@ from nsysaudit.reports.documents import (
     AlignmentSection,
     AnalysisDocument,
     Answer,
+    ComparisonDocument,
     Coverage,
     FailedCalls,
     Finding,
     Memory,
     Position,
+    SealedAnalysisDocument,
     TelemetrySection,
 )
 from nsysaudit.reports.ranks import device_lines
@@ -67,7 +69,7 @@ def ns(value: int | None) -> Text:
     return Text("unknown", style="dim italic") if value is None else Text(f"{value:,}")
 
 
-def nbytes(value: int | None) -> Text:
+def nbytes(value: int | float | None) -> Text:
     if value is None:
         return Text("unknown", style="dim italic")
     return Text(byte_size(value))
@@ -113,7 +115,7 @@ def _finding(f: Finding, holder: str | None = None) -> Text:
     t.append(": ")
     t.append_text(literal(f["api"]))
     t.append(f" returned {f['return_code']} ({f['return_name'] or 'unknown code'})")
-    if f.get("out_of_memory"):
+    if f["out_of_memory"]:
         t.append(" [out of memory]", style="bold")
     t.append(", correlation id ")
     t.append_text(ident(f["correlation_id"]))
@@ -131,17 +133,17 @@ def _finding(f: Finding, holder: str | None = None) -> Text:
     if enc is not None:
         t.append("\n    inside ")
         t.append_text(literal(enc["api"]))
-        t.append(f" {_span(enc['start_ns'], enc['end_ns'], enc.get('recorded_end_ns'))} (")
+        t.append(f" {_span(enc['start_ns'], enc['end_ns'], enc['recorded_end_ns'])} (")
         t.append_text(literal(enc["source"]))  # NVTX:<domain>: the domain name is trace text
         t.append(f", coverage {enc['coverage']})")
-        before = enc.get("allocations_before")
+        before = enc["allocations_before"]
         if before is not None:
             each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
             t.append(
                 f"\n    after {before['count']} successful allocation(s) in it"
                 + (f": {each} B" if before["count"] else "")
             )
-    cap = f.get("stream_capture")
+    cap = f["stream_capture"]
     if cap is not None:
         t.append("\n    after the stream capture on pid ")
         t.append_text(ident(cap["pid"]))
@@ -171,7 +173,7 @@ def _finding(f: Finding, holder: str | None = None) -> Text:
 
 def _holders(memory: Memory) -> dict[int, str]:
     """The ledger's holder sentence at each finding, by the finding's index."""
-    return {p["finding"]: p["holder"] for p in memory.get("at", []) if p["point"] == "finding" and "holder" in p}
+    return {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
 
 
 def _capture_parts(cov: Coverage) -> list[RenderableType]:
@@ -324,14 +326,14 @@ def _memory_parts(memory: Memory) -> list[RenderableType]:
             line.append(": ")
             line.append_text(literal(p.get("unknown") or "no traced device", 200))
             parts.append(line)
-        elif not any(d.get("process_has_events", True) for d in p["devices"]):
+        elif not any(d["process_has_events"] for d in p["devices"]):
             line = Text("  at ")
             line.append_text(literal(p["label"], 60))
             line.append(f": process {p['pid']} has no memory event, so its device is unknown; ")
             line.append("every traced device is shown")
             parts.append(line)
     for p in points:
-        if p["point"] != "finding" and p.get("holder"):
+        if p["point"] != "finding" and p["holder"]:
             line = Text(f"  - at {p['t_ns']:,}: ")  # which row of the table the sentence is about
             line.append_text(literal(p["holder"], 4000))
             parts.append(line)
@@ -392,7 +394,7 @@ def short_hash(sha256: str | None) -> str:
     return "unknown" if sha256 is None else f"{sha256[:12]}…"
 
 
-def input_head(d: Mapping[str, Any], command: str = "analyze") -> Text:
+def input_head(d: AnalysisDocument, command: str = "analyze") -> Text:
     inp = d["input"]
     head = Text()
     head.append(f"nsysaudit {command} ", style="bold")
@@ -432,11 +434,11 @@ def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableTyp
         parts.append(hanging(lead, body))
         if f["held"]:
             parts.append(hanging("held: ", literal(f["held"], 4000), indent=2 + len(lead), style="bold"))
-    for c in answer.get("censored", []):
+    for c in answer["censored"]:
         parts.append(hanging("censored: ", literal(c["what"], 4000), style="yellow"))
         if c["held"]:
             parts.append(hanging("held: ", literal(c["held"], 4000), indent=12, style="bold"))
-    more = answer.get("censored_total", 0) - len(answer.get("censored", []))
+    more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         parts.append(Text(f"  and {more} more censored library call(s) (--details)", style="yellow"))
     if answer["limits"]:
@@ -452,17 +454,17 @@ def glance(d: AnalysisDocument) -> list[RenderableType]:
     censored = sum(1 for lc in libs if lc["coverage"] == "censored")
     lines = [f"census: {c['cuda_api_calls']:,} CUDA API calls, {c['nonzero_returns']:,} non-zero returns; "
              f"{len(libs):,} library call(s), {censored} censored"]
-    if memory.get("ledger"):
+    if memory["ledger"]:
         lines.append(f"device memory: ledger of {memory['events']:,} events, read at {len(memory['at'])} moment(s)")
     else:
-        lines.append(f"device memory: no ledger ({memory.get('why_no_ledger')})")
+        lines.append(f"device memory: no ledger ({memory['why_no_ledger']})")
     if device_lines(d):
         ranks = d["ranks"]
         known = ", ".join(map(str, ranks["ranks"])) or "none stated"
         lines.append(f"devices: {len(d['devices'])}; ranks: {known} ({ranks['processes_with_rank']} of "
                      f"{ranks['processes']} process(es) with a rank)")
     if "alignment" in d:
-        checked = "checked" if d["alignment"].get("checked") else "NOT checked"
+        checked = "checked" if d["alignment"]["checked"] else "NOT checked"
         lines.append(f"telemetry: {d['telemetry']['events']:,} line(s), clock alignment {checked}")
     out: list[RenderableType] = [Text("")]
     out += [hanging("", literal(line, 2000), style="dim") for line in lines]
@@ -502,7 +504,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
             str(r["return_code"]),
             literal(r["return_name"]),
             f"{r['count']:,}",
-            CLASSIFICATION_WORDS.get(r.get("classification") or "", "unknown"),
+            CLASSIFICATION_WORDS.get(r["classification"] or "", "unknown"),
         )
     if not c["by_return"]:
         census.add_row(Text("no non-zero returns", style="dim"), "", "", "", "")
@@ -540,11 +542,11 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         t.append(" thread ")
         t.append_text(literal(lc["thread_name"]))
         dur = "duration unknown" if lc["duration_ns"] is None else f"{lc['duration_ns'] / 1e6:.3f} ms"
-        t.append(f"\n    {_span(lc['start_ns'], lc['end_ns'], lc.get('recorded_end_ns'))} ({dur})  coverage ")
+        t.append(f"\n    {_span(lc['start_ns'], lc['end_ns'], lc['recorded_end_ns'])} ({dur})  coverage ")
         t.append(lc["coverage"], style="yellow" if lc["coverage"] == "censored" else "green")
         if lc["censored_reason"]:
-            t.append(f" ({', '.join(lc.get('censored_reasons') or [lc['censored_reason']])})")
-        elif lc.get("coverage_evidence"):
+            t.append(f" ({', '.join(lc['censored_reasons'] or [lc['censored_reason']])})")
+        elif lc["coverage_evidence"]:
             t.append(f" ({lc['coverage_evidence']})", style="dim")
         t.append(
             f"\n    {len(lc['children'])} nested CUDA API call(s), {lc['failed_children']} failed, "
@@ -578,8 +580,8 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         t.append_text(ident(cen["pid"]))
         t.append(", tid ", style="yellow")
         t.append_text(ident(cen["tid"]))
-        t.append(f") {_span(cen['start_ns'], cen['end_ns'], cen.get('recorded_end_ns'))}: ", style="yellow")
-        reasons = cen.get("reasons") or [cen["reason"]]
+        t.append(f") {_span(cen['start_ns'], cen['end_ns'], cen['recorded_end_ns'])}: ", style="yellow")
+        reasons = cen["reasons"] or [cen["reason"]]
         t.append(censored_reasons_words(reasons), style="yellow")
         t.append(f" [{', '.join(reasons)}]", style="dim")
         if last is not None and cen["reason"] == "cuda_api_trace_ends_inside" and cen["end_ns"] is not None:
@@ -732,14 +734,12 @@ def progress_bar() -> TerminalProgress:
 # --- sealed reports: compare and verify ----------------------------------------------------------
 
 
-def comparison_answer_parts(doc: Mapping[str, Any]) -> list[RenderableType]:
+def comparison_answer_parts(doc: ComparisonDocument) -> list[RenderableType]:
     """The comparison's answer: the failure in one arm or both, each arm's answer, what the memory
     did differently at the call that failed, and what the comparison cannot establish."""
-    answer = doc.get("answer")
-    if answer is None:  # a report.json of an earlier format
-        return []
+    answer = doc["answer"]
     parts: list[RenderableType] = [Text(""), hanging("", literal(answer["summary"], 4000), indent=0, style="bold")]
-    if answer.get("ranks"):  # the arms are two ranks of one job
+    if answer["ranks"]:  # the arms are two ranks of one job
         parts.append(Text("\nthe ranks", style="bold"))
         parts.extend(hanging("- ", literal(s, 4000)) for s in answer["ranks"])
     for name in ("observe", "release"):
@@ -754,9 +754,14 @@ def comparison_answer_parts(doc: Mapping[str, Any]) -> list[RenderableType]:
     return parts
 
 
-def comparison_renderable(doc: Mapping[str, Any], *, details: bool = True) -> RenderableType:
+def comparison_renderable(
+    doc: ComparisonDocument | SealedAnalysisDocument, *, details: bool = True
+) -> RenderableType:
     """The comparison document (``report.json`` of ``nsysaudit compare``) for the terminal: its
-    answer first, then (``details``) the differences."""
+    answer first, then (``details``) the differences. (A sealed folder's document is either kind:
+    one of another kind is refused.)"""
+    if doc["kind"] != "comparison":
+        raise TypeError(f"a comparison document is rendered here, not a document of kind {doc['kind']!r}")
     parts: list[RenderableType] = []
     head = Text("nsysaudit compare", style="bold")
     for i in doc["inputs"]:
@@ -778,16 +783,17 @@ def comparison_renderable(doc: Mapping[str, Any], *, details: bool = True) -> Re
     diff = doc["differences"]
     parts.append(Text("\nDifferences", style="bold"))
     parts.append(Text("  ").append_text(literal(diff["nested_alloc_failure"]["statement"], 2000)))
-    for row in diff.get("findings_by_kind", []):
+    for row in diff["findings_by_kind"]:
         if row["kind"] != "nested_alloc_failure":
             parts.append(Text(f"  {row['kind']} findings: observe {row['observe']}, release {row['release']}"))
     for pair in diff["library_calls"]:
         for statement in pair["statements"]:
             parts.append(Text("  - ").append_text(literal(statement, 2000)))
     for scope, label in (("census", "whole export"), ("nested", "nested in library calls of interest")):
-        block = diff["failing_calls"][scope]
-        for where in ("only_in_observe", "only_in_release"):
-            for r in block[where]:
+        block = diff["failing_calls"]["census" if scope == "census" else "nested"]
+        for where, entries in (("only_in_observe", block["only_in_observe"]),
+                               ("only_in_release", block["only_in_release"])):
+            for r in entries:
                 t = Text(f"  fails {where.replace('_', ' ')} ({label}): ", style="yellow")
                 t.append_text(literal(r["api"]))
                 t.append(
@@ -802,16 +808,15 @@ def comparison_renderable(doc: Mapping[str, Any], *, details: bool = True) -> Re
             parts.append(t)
     src = diff["sources"]
     t = Text("  sources: ")
-    for key in ("nsys_version", "schema_version"):
-        v = src[key]
+    for key, version in (("nsys_version", src["nsys_version"]), ("schema_version", src["schema_version"])):
         t.append(f"{key} ")
-        if v["same"]:
+        if version["same"]:
             t.append("same", style="green")
         else:  # META_DATA_EXPORT strings: data like any trace text
             t.append("DIFFERENT (", style="bold yellow")
-            t.append_text(literal(v["observe"]))
+            t.append_text(literal(version["observe"]))
             t.append(" vs ", style="bold yellow")
-            t.append_text(literal(v["release"]))
+            t.append_text(literal(version["release"]))
             t.append(")", style="bold yellow")
         t.append("; ")
     cap = src["capture"]
@@ -840,8 +845,8 @@ def comparison_renderable(doc: Mapping[str, Any], *, details: bool = True) -> Re
         table = Table(title="Memory at the handoff (telemetry)", title_justify="left")
         for col in ("field", "observe", "release", "release - observe"):
             table.add_column(col, justify="left" if col == "field" else "right")
-        for key, v in diff["handoff"].items():
-            table.add_row(key, nbytes(v["observe"]), nbytes(v["release"]), ns(v["release_minus_observe"]))
+        for key, moved in diff["handoff"].items():
+            table.add_row(key, nbytes(moved["observe"]), nbytes(moved["release"]), ns(moved["release_minus_observe"]))
         parts.append(table)
     parts.append(Text("\nWhat this comparison does NOT establish", style="bold yellow"))
     for item in doc["not_established"]:
@@ -866,7 +871,7 @@ def _sealed_lines(directory: str, files: Sequence[str]) -> Text:
 
 
 def verification_renderable(
-    directory: str, files: Sequence[str], inputs: Sequence[Mapping[str, Any]], rerun: bool
+    directory: str, files: Sequence[str], inputs: Sequence[Mapping[str, object]], rerun: bool
 ) -> RenderableType:
     """What ``nsysaudit verify`` checked (it only returns when every check passed)."""
     t = Text("verified ", style="bold green")

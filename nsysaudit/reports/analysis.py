@@ -30,6 +30,7 @@ from nsysaudit.reports.documents import (
     AnalysisDocument,
     Censored,
     Census,
+    Coverage,
     FailedCalls,
     Finding,
     LibraryCall,
@@ -303,6 +304,15 @@ def _failed_calls(frames: Mapping[str, pl.DataFrame]) -> list[FailedCalls]:
     return out
 
 
+def censored_rows(frame: pl.DataFrame) -> list[Censored]:
+    """The rows of :func:`censored_table` (or a slice of it) as ``coverage.censored`` entries. polars
+    types a row ``dict[str, Any]``: the frame's columns are checked to be the entry's keys, and the
+    table's select gives each its type."""
+    if set(frame.columns) != Censored.__required_keys__:
+        raise ValueError(f"not a censored_table frame: columns {frame.columns}")
+    return cast(list[Censored], frame.to_dicts())
+
+
 def censored_table(analysis: Analysis) -> pl.DataFrame:
     """``coverage.censored`` as a frame, one row per censored library call in ``lib_id`` order, its
     columns the entries' keys: made by polars and written by polars (10^6 censored calls are never
@@ -430,7 +440,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[s
         }
     out["answer"] = answer(
         out["findings"], out["verdict"], out["verdict_reasons"], out["processes"], out["memory"],
-        cast(list[Censored], _rows(censored.head(MAX_CENSORED))), censored.height,
+        censored_rows(censored.head(MAX_CENSORED)), censored.height,
         devices=out["devices"], shown=out["ranks"]["shown"],
     )
     return out
@@ -486,19 +496,21 @@ class AnalysisResult:
 
     # --- the document -------------------------------------------------------------------------------
     @property
-    def census(self) -> dict[str, Any]:
-        return dict(self.head["census"])
+    def census(self) -> Census:
+        census: Census = self.head["census"]
+        return census.copy()
 
     @property
     def findings(self) -> list[dict[str, Any]]:
         return list(self.head["findings"])
 
     @property
-    def coverage(self) -> dict[str, Any]:
+    def coverage(self) -> Coverage:
         """The document's ``coverage`` (capture bounds, sources, censored library calls)."""
-        head = dict(self.head["coverage"])
-        return {"cuda_api_trace": head.pop("cuda_api_trace"), "by_source": head.pop("by_source"),
-                "censored": _rows(self.censored_table), **head}
+        head = self.head["coverage"]  # all of it but the censored calls, kept as their frame
+        return {"cuda_api_trace": head["cuda_api_trace"], "by_source": head["by_source"],
+                "censored": censored_rows(self.censored_table), "capture": head["capture"],
+                "nsys_diagnostics": head["nsys_diagnostics"], "library_sources": head["library_sources"]}
 
     def library_calls_frame(self) -> pl.DataFrame:
         """``library_calls`` as one polars frame (children and straddling as lists of structs)."""
@@ -533,7 +545,7 @@ class AnalysisResult:
         )
 
 
-def with_lists(doc: Mapping[str, Any]) -> dict[str, Any]:
+def with_lists(doc: Mapping[str, object]) -> dict[str, object]:
     """``doc`` with each :class:`~nsysaudit.analysis.alignment.LineList` in its objects made a list
     of Python objects (the objects holding one are copied; the rest is shared)."""
     out = dict(doc)
@@ -545,7 +557,7 @@ def with_lists(doc: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _holds_lists(doc: Mapping[str, Any]) -> bool:
+def _holds_lists(doc: Mapping[str, object]) -> bool:
     return any(isinstance(v, LineList) or (isinstance(v, Mapping) and _holds_lists(v)) for v in doc.values())
 
 

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any
 
 import polars as pl
 
@@ -33,14 +33,36 @@ from nsysaudit.core.codes import is_allocation_api, names
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import (
+    AnalysisDocument,
+    Arm,
     ArmInput,
+    ArmLedger,
+    ArmLibraryCall,
+    ArmTelemetry,
+    Child,
     ComparisonAnswer,
     ComparisonArm,
     ComparisonDocument,
+    Differences,
+    FailingByCode,
+    FailingCode,
+    FailurePresence,
+    Handoff,
+    HandoffChange,
+    KindCounts,
+    LibraryCall,
+    MatchKey,
+    MemoryDifferences,
     MemoryPoint,
+    NestedByApi,
     NotEstablished,
+    PairedCall,
+    PairedSide,
+    SameValue,
     SealedInput,
+    Sources,
     TelemetryFileRecord,
+    ThreadRole,
 )
 from nsysaudit.reports.ranks import environment_differences, rank_differences
 from nsysaudit.reports.statements import (
@@ -53,7 +75,6 @@ from nsysaudit.reports.statements import (
     when,
 )
 
-Arm = Literal["observe", "release"]
 ARMS: tuple[Arm, Arm] = ("observe", "release")
 REPORT_FORMAT = "nsysaudit.compare/1"
 
@@ -96,7 +117,7 @@ class Comparison:
         return self.observe if name == "observe" else self.release
 
     def to_dict(self) -> ComparisonDocument:
-        return cast(ComparisonDocument, dict(self.document))
+        return self.document.copy()
 
     def __repr__(self) -> str:
         arms = self.document["arms"]
@@ -112,7 +133,6 @@ def _document(
     results = {"observe": observe, "release": release}
     arms: dict[str, ComparisonArm] = {name: _arm(results[name], files.get(name)) for name in ARMS}
     differences = _differences(arms, results)
-    differences["ranks"] = rank_differences(arms, differences["library_calls"])  # two ranks of one job as arms
     not_established = _not_established(arms, differences)
     return {
         "format": REPORT_FORMAT,
@@ -127,7 +147,7 @@ def _document(
 
 
 def _answer(
-    arms: Mapping[str, ComparisonArm], differences: Mapping[str, Any], not_established: list[NotEstablished]
+    arms: Mapping[str, ComparisonArm], differences: Differences, not_established: list[NotEstablished]
 ) -> ComparisonAnswer:
     """What a person reads first: each arm's answer, whether the failure is in one arm only, and
     what the memory did differently at the call that failed (the first pair of library calls off
@@ -201,8 +221,8 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> Compar
     interest_of = of_interest(frame, failed_ids, enclosing_ids)
     chosen, total, selection = interest_of.frame, interest_of.total, interest_of.selection
     chosen_dicts = result.library_call_dicts(chosen.sort("lib_id"))
-    d = scrub_paths(result.document(chosen_dicts), result_paths(result))
-    chosen_list: list[dict[str, Any]] = d["library_calls"]
+    d: AnalysisDocument = scrub_paths(result.document(chosen_dicts), result_paths(result))  # the same shape
+    chosen_list = d["library_calls"]
     census = d["census"]
     # The device-memory ledger at each call's start, as the analysis read it (empty when no ledger is claimed).
     at_start = {
@@ -210,14 +230,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> Compar
         for p in d["memory"]["at"]
         if p["point"] in ("library_call", "censored_library_call") and "lib_id" in p
     }
-    interest = _keyed([
-        {
-            **_library_call(lc),
-            "memory_at_start": at_start[lc["lib_id"]]["devices"] if lc["lib_id"] in at_start else [],
-            "holder_at_start": at_start[lc["lib_id"]].get("holder") if lc["lib_id"] in at_start else None,
-        }
-        for lc in chosen_list
-    ])
+    interest = _keyed(chosen_list, at_start)
     return {
         "input": input_record(result),
         "telemetry_input": telemetry_file.to_dict() if telemetry_file else None,
@@ -248,7 +261,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> Compar
     }
 
 
-def _call(c: Mapping[str, Any]) -> dict[str, Any]:
+def _call(c: Child) -> Child:
     return {
         "api": c["api"],
         "display_api": c["display_api"],
@@ -261,19 +274,21 @@ def _call(c: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _library_call(lc: Mapping[str, Any]) -> dict[str, Any]:
-    """One library call of interest, with its nested calls summarized and the telling ones listed.
+def _library_call(lc: LibraryCall, match_key: MatchKey, at_start: MemoryPoint | None) -> ArmLibraryCall:
+    """One library call of interest, with its nested calls summarized and the telling ones listed,
+    and the ledger at its start (``at_start``: none when no ledger is claimed).
 
     Every nested allocation call and every failed nested call is listed one by one (return code,
     bytes); the other nested calls (often hundreds of ``cuGetProcAddress``) are counted per
     (api, return code) in ``nested_by_api``.
     """
-    children: list[dict[str, Any]] = lc["children"]
+    children = lc["children"]
     allocs = [c for c in children if c["api"] is not None and is_allocation_api(c["api"])]
     ok = [c for c in allocs if c["return_code"] == 0]
     failed_allocs = [c for c in allocs if c["return_code"] != 0]
     known = [c["bytes"] for c in ok if c["bytes"] is not None]
-    first_failure = min((c["start_ns"] for c in failed_allocs), default=None)
+    # A nested call lies inside its library call: it has a start (analysis.joins).
+    first_failure = min((c["start_ns"] for c in failed_allocs if c["start_ns"] is not None), default=None)
     by_api: Counter[tuple[str | None, int | None]] = Counter()
     bytes_by_api: dict[tuple[str | None, int | None], int] = {}
     for c in children:
@@ -291,7 +306,7 @@ def _library_call(lc: Mapping[str, Any]) -> dict[str, Any]:
         "tid": lc["tid"],
         "global_tid": lc["global_tid"],
         "thread_name": lc["thread_name"],
-        "thread_role": "main" if lc["tid"] == lc["pid"] else "other",
+        "thread_role": match_key["thread_role"],
         "start_ns": lc["start_ns"],
         "end_ns": lc["end_ns"],
         "duration_ns": lc["duration_ns"],
@@ -305,7 +320,8 @@ def _library_call(lc: Mapping[str, Any]) -> dict[str, Any]:
             "succeeded": len(ok),
             "failed": len(failed_allocs),
             "succeeded_before_first_failure": (
-                None if first_failure is None else sum(1 for c in ok if c["start_ns"] < first_failure)
+                None if first_failure is None
+                else sum(1 for c in ok if c["start_ns"] is not None and c["start_ns"] < first_failure)
             ),
             "bytes": sum(known) if known else 0,
             "bytes_unknown": len(ok) - len(known),
@@ -313,40 +329,47 @@ def _library_call(lc: Mapping[str, Any]) -> dict[str, Any]:
         },
         "allocation_calls": [_call(c) for c in allocs],
         "failed_calls": [_call(c) for c in children if c["return_code"] != 0],
-        "nested_by_api": [
-            {
-                "api": api,
-                **names(api, rc),
-                "return_code": rc,
-                "count": n,
-                # Only allocation calls have bytes; for them None means unknown (no memory event).
-                "allocation": api is not None and is_allocation_api(api),
-                "bytes": bytes_by_api.get((api, rc)),
-            }
-            for (api, rc), n in sorted(by_api.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0))
-        ],
+        "nested_by_api": [_nested(api, rc, n, bytes_by_api.get((api, rc)))
+                          for (api, rc), n in sorted(by_api.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0))],
         "straddling": [_call(c) for c in lc["straddling"]],
         "telemetry": lc.get("telemetry"),
+        "memory_at_start": at_start["devices"] if at_start is not None else [],
+        "holder_at_start": at_start["holder"] if at_start is not None else None,
+        "match_key": match_key,
     }
 
 
-def _keyed(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give each library call a ``match_key`` (api, thread role, ordinal) to pair it across arms.
+def _nested(api: str | None, rc: int | None, count: int, nbytes: int | None) -> NestedByApi:
+    return {
+        "api": api,
+        **names(api, rc),
+        "return_code": rc,
+        "count": count,
+        # Only allocation calls have bytes; for them None means unknown (no memory event).
+        "allocation": api is not None and is_allocation_api(api),
+        "bytes": nbytes,
+    }
+
+
+def _keyed(calls: Iterable[LibraryCall], at_start: Mapping[int, MemoryPoint]) -> list[ArmLibraryCall]:
+    """The library calls of interest (:func:`_library_call`), each with a ``match_key`` (api, thread
+    role, ordinal) to pair it across arms, and the ledger at its start (``at_start``, by ``lib_id``).
 
     PIDs and TIDs differ between runs, so calls are paired by what they are: the n-th call of
     the same API on the main thread, or on another thread, in time order.
     """
-    seen: Counter[tuple[str | None, str]] = Counter()
+    seen: Counter[tuple[str, ThreadRole]] = Counter()
     out = []
     # A damaged range may have no start: it sorts last, never compared with None.
     for lc in sorted(calls, key=lambda c: (c["start_ns"] is None, c["start_ns"] or 0, c["lib_id"])):
-        role = lc["thread_role"]
+        role: ThreadRole = "main" if lc["tid"] == lc["pid"] else "other"
         seen[(lc["api"], role)] += 1
-        out.append({**lc, "match_key": {"api": lc["api"], "thread_role": role, "ordinal": seen[(lc["api"], role)]}})
+        key: MatchKey = {"api": lc["api"], "thread_role": role, "ordinal": seen[(lc["api"], role)]}
+        out.append(_library_call(lc, key, at_start.get(lc["lib_id"])))
     return out
 
 
-def _handoff(d: Mapping[str, Any], libs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _handoff(d: AnalysisDocument, libs: list[ArmLibraryCall]) -> Handoff | None:
     """The telemetry ``handoff`` snapshot (allocated / reserved / physical_free), if telemetry was given.
 
     Read from the analysis result's ``telemetry`` timeline (the clock alignment, issue 3). With
@@ -355,9 +378,9 @@ def _handoff(d: Mapping[str, Any], libs: list[dict[str, Any]]) -> dict[str, Any]
     no telemetry or its telemetry has no ``handoff`` line.
     """
     telemetry = d.get("telemetry")
-    if not isinstance(telemetry, Mapping):
+    if telemetry is None:
         return None
-    handoffs = [e for e in telemetry.get("timeline", []) if e.get("event") == "handoff"]
+    handoffs = [e for e in telemetry["timeline"] if e["event"] == "handoff"]
     if not handoffs:
         return None
     first_start = min((lc["start_ns"] for lc in libs if lc["start_ns"] is not None), default=None)
@@ -369,26 +392,38 @@ def _handoff(d: Mapping[str, Any], libs: list[dict[str, Any]]) -> dict[str, Any]
         if placed
         else (handoffs[-1], "last handoff line in the file")
     )
-    values = chosen.get("values") or {}
+    values = chosen["values"]
     return {
         "line": chosen["line"],
         "trace_ns": chosen["trace_ns"],
         "via": chosen["via"],
         "chosen_by": rule,
         "handoff_lines": len(handoffs),
-        **{k: values.get(k) for k in HANDOFF_FIELDS},
+        # HANDOFF_FIELDS
+        "allocated": values.get("allocated"),
+        "reserved": values.get("reserved"),
+        "physical_free": values.get("physical_free"),
         "values": values,
     }
 
 
-def _telemetry(d: Mapping[str, Any], file: TelemetryFile | None) -> dict[str, Any] | None:
+def _telemetry(d: AnalysisDocument, file: TelemetryFile | None) -> ArmTelemetry | None:
     """The telemetry file's summary (without the per-line timeline; see ``handoff`` and positions)."""
     telemetry = d.get("telemetry")
-    if not isinstance(telemetry, Mapping):
+    if telemetry is None:
         return None
-    out = {k: v for k, v in telemetry.items() if k not in ("timeline", "path")}
-    out["name"] = file.name if file else basename(str(telemetry.get("path", "")))
-    return out
+    return {
+        "sha256": telemetry["sha256"],
+        "event_key": telemetry["event_key"],
+        "events": telemetry["events"],
+        "bad_lines": telemetry["bad_lines"],
+        "lenient": telemetry["lenient"],
+        "pids": telemetry["pids"],
+        "clock_fields": telemetry["clock_fields"],
+        "warnings": telemetry["warnings"],
+        "library_failures": telemetry["library_failures"],
+        "name": file.name if file else basename(telemetry["path"]),
+    }
 
 
 def result_paths(result: AnalysisResult) -> dict[str, str]:
@@ -419,11 +454,12 @@ def _inputs(arms: Mapping[str, ComparisonArm]) -> list[SealedInput]:
 # --- differences ---------------------------------------------------------------------------------
 
 
-def _differences(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
+def _differences(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult]) -> Differences:
+    pairs = _paired_calls(arms)
     return {
         "nested_alloc_failure": _failure_presence(arms),
         "findings_by_kind": _findings_by_kind(arms),
-        "library_calls": _paired_calls(arms),
+        "library_calls": pairs,
         "failing_calls": {
             "census": _failing_by_code(
                 {
@@ -447,22 +483,21 @@ def _differences(arms: Mapping[str, ComparisonArm], results: Mapping[str, Analys
         "sources": _sources(arms, results),
         "handoff": _handoff_diff(arms),
         "memory": _memory_diff(arms),
+        "ranks": rank_differences(arms, pairs),  # two ranks of one job as arms
     }
 
 
-
-
-def _findings_by_kind(arms: Mapping[str, ComparisonArm]) -> list[dict[str, Any]]:
+def _findings_by_kind(arms: Mapping[str, ComparisonArm]) -> list[KindCounts]:
     """Per finding kind present in either arm: how many in each."""
-    out = []
+    out: list[KindCounts] = []
     for kind in FINDING_KINDS:
-        counts: dict[str, Any] = {n: sum(1 for f in arms[n]["findings"] if f["kind"] == kind) for n in ARMS}
-        if any(counts.values()):
-            out.append({"kind": kind, **counts})
+        o, r = (sum(1 for f in arms[n]["findings"] if f["kind"] == kind) for n in ARMS)
+        if o or r:
+            out.append({"kind": kind, "observe": o, "release": r})
     return out
 
 
-def _failure_presence(arms: Mapping[str, ComparisonArm]) -> dict[str, Any]:
+def _failure_presence(arms: Mapping[str, ComparisonArm]) -> FailurePresence:
     counts = {n: sum(1 for f in arms[n]["findings"] if f["kind"] == "nested_alloc_failure") for n in ARMS}
     present = [n for n in ARMS if counts[n]]
     absent = [n for n in ARMS if not counts[n]]
@@ -487,84 +522,96 @@ def _failure_presence(arms: Mapping[str, ComparisonArm]) -> dict[str, Any]:
         statement = "No nested allocation failure is in either trace"
         if any(arms[n]["coverage"]["censored"] for n in ARMS):
             statement += " (but see what the comparison does not establish: coverage is censored)"
-    return {**{n: counts[n] for n in ARMS}, "present_in": present, "absent_in": absent, "statement": statement}
+    return {"observe": counts["observe"], "release": counts["release"], "present_in": present, "absent_in": absent,
+            "statement": statement}
 
 
-def _paired_calls(arms: Mapping[str, ComparisonArm]) -> list[dict[str, Any]]:
-    def key(lc: Mapping[str, Any]) -> tuple[str, str, int]:
+def _paired_calls(arms: Mapping[str, ComparisonArm]) -> list[PairedCall]:
+    def key(lc: ArmLibraryCall) -> tuple[str, ThreadRole, int]:
         mk = lc["match_key"]
         return (str(mk["api"]), mk["thread_role"], mk["ordinal"])
 
     by_arm = {n: {key(lc): lc for lc in arms[n]["library_calls"]} for n in ARMS}
     keys = sorted(set(by_arm["observe"]) | set(by_arm["release"]), key=lambda k: (k[1] != "other", k))
-    out = []
+    out: list[PairedCall] = []
     for k in keys:
-        entry: dict[str, Any] = {"match_key": {"api": k[0], "thread_role": k[1], "ordinal": k[2]}}
+        sides: dict[Arm, PairedSide | None] = {}
         statements = []
         for n in ARMS:
             lc = by_arm[n].get(k)
             if lc is None:
-                entry[n] = None
+                sides[n] = None
                 statements.append(f"{n}: no matching {k[0]} call ({role_words(k[1])}, call #{k[2]})")
                 continue
-            a = lc["allocations"]
-            entry[n] = {
-                "lib_id": lc["lib_id"],
-                "pid": lc["pid"],
-                "tid": lc["tid"],
-                "thread_name": lc["thread_name"],
-                "start_ns": lc["start_ns"],
-                "end_ns": lc["end_ns"],
-                "coverage": lc["coverage"],
-                "censored_reason": lc["censored_reason"],
-                "nested_allocations_succeeded": a["succeeded"],
-                "nested_allocations_failed": a["failed"],
-                "succeeded_before_first_failure": a["succeeded_before_first_failure"],
-                "allocated_bytes": a["bytes"],
-                "allocated_bytes_each": a["bytes_each"],
-                "bytes_unknown": a["bytes_unknown"],
-                "failed_allocations": [c for c in lc["allocation_calls"] if c["return_code"] != 0],
-                "telemetry": lc["telemetry"],
-                "memory_at_start": lc["memory_at_start"],
-                "holder_at_start": lc["holder_at_start"],
-            }
-            statements.append(allocation_statement(n, lc))
-            if lc["holder_at_start"]:
-                statements.append(f"{n}: {lc['holder_at_start']}")
-                handoff = _handoff_point(arms[n])
-                if handoff is not None and handoff["t_ns"] is not None and handoff["t_ns"] <= (lc["start_ns"] or 0):
-                    statements.append(change_statement(n, moment_words(handoff), handoff["devices"],
-                                                       f"{lc['api']}'s start", lc["memory_at_start"]))
-            where = position_statement(n, lc)
-            if where is not None:
-                statements.append(where)
-        if entry["observe"] is not None and entry["release"] is not None:
-            if entry["observe"]["memory_at_start"] and entry["release"]["memory_at_start"]:
-                statements.append(arms_memory_statement(f"{k[0]}'s start", entry["observe"]["memory_at_start"],
-                                                        entry["release"]["memory_at_start"]))
+            sides[n] = _side(lc)
+            statements += _side_statements(n, lc, arms[n])
+        observe, release = sides["observe"], sides["release"]
+        same: bool | None = None
+        if observe is not None and release is not None:
+            if observe["memory_at_start"] and release["memory_at_start"]:
+                statements.append(arms_memory_statement(f"{k[0]}'s start", observe["memory_at_start"],
+                                                        release["memory_at_start"]))
             same = by_arm["observe"][k]["nested_by_api"] == by_arm["release"][k]["nested_by_api"]
-            entry["nested_calls_same"] = same
             calls = by_arm["observe"][k]["nested_calls"]
             statements.append(
                 f"The traced nested calls are the same in both arms ({calls:,} calls, same api and return code counts)"
                 if same
                 else "The traced nested calls differ between the arms (api and return code counts)"
             )
-        else:
-            entry["nested_calls_same"] = None
-        entry["statements"] = statements
-        out.append(entry)
+        out.append({"match_key": {"api": k[0], "thread_role": k[1], "ordinal": k[2]}, "observe": observe,
+                    "release": release, "nested_calls_same": same, "statements": statements})
     return out
 
 
-def _failing_by_code(rows: Mapping[str, list[tuple[Any, Any, int]]]) -> dict[str, Any]:
+def _side(lc: ArmLibraryCall) -> PairedSide:
+    """One arm's library call as a pair shows it."""
+    a = lc["allocations"]
+    return {
+        "lib_id": lc["lib_id"],
+        "pid": lc["pid"],
+        "tid": lc["tid"],
+        "thread_name": lc["thread_name"],
+        "start_ns": lc["start_ns"],
+        "end_ns": lc["end_ns"],
+        "coverage": lc["coverage"],
+        "censored_reason": lc["censored_reason"],
+        "nested_allocations_succeeded": a["succeeded"],
+        "nested_allocations_failed": a["failed"],
+        "succeeded_before_first_failure": a["succeeded_before_first_failure"],
+        "allocated_bytes": a["bytes"],
+        "allocated_bytes_each": a["bytes_each"],
+        "bytes_unknown": a["bytes_unknown"],
+        "failed_allocations": [c for c in lc["allocation_calls"] if c["return_code"] != 0],
+        "telemetry": lc["telemetry"],
+        "memory_at_start": lc["memory_at_start"],
+        "holder_at_start": lc["holder_at_start"],
+    }
+
+
+def _side_statements(n: str, lc: ArmLibraryCall, arm: ComparisonArm) -> list[str]:
+    """What one arm's call of a pair allocated, who held the device at its start (and what changed
+    since the handoff), and where it falls among the telemetry lines."""
+    statements = [allocation_statement(n, lc)]
+    if lc["holder_at_start"]:
+        statements.append(f"{n}: {lc['holder_at_start']}")
+        handoff = _handoff_point(arm)
+        if handoff is not None and handoff["t_ns"] is not None and handoff["t_ns"] <= (lc["start_ns"] or 0):
+            statements.append(change_statement(n, moment_words(handoff), handoff["devices"],
+                                               f"{lc['api']}'s start", lc["memory_at_start"]))
+    where = position_statement(n, lc)
+    if where is not None:
+        statements.append(where)
+    return statements
+
+
+def _failing_by_code(rows: Mapping[str, list[tuple[str | None, int | None, int]]]) -> FailingByCode:
     """Per (api, return code): how many calls failed so in each arm, split by where they failed."""
-    counts: dict[str, Counter[tuple[str, int]]] = {n: Counter() for n in ARMS}
+    counts: dict[str, Counter[tuple[str | None, int | None]]] = {n: Counter() for n in ARMS}
     for n in ARMS:
         for api, rc, count in rows[n]:
             counts[n][(api, rc)] += count
 
-    def entries(keys: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    def entries(keys: Iterable[tuple[str | None, int | None]]) -> list[FailingCode]:
         return [
             {
                 "api": api,
@@ -587,14 +634,16 @@ def _expected_reason(key: str) -> str | None:
     return None
 
 
-def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult]) -> dict[str, Any]:
-    versions = {}
-    for field_name in ("nsys_version", "schema_version", "kind"):
-        o, r = (arms[n]["input"][field_name] for n in ARMS)
-        versions[field_name] = {"observe": o, "release": r, "same": o == r if o is not None and r is not None else None}
+def _same(o: str | None, r: str | None) -> SameValue:
+    return {"observe": o, "release": r, "same": o == r if o is not None and r is not None else None}
+
+
+def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult]) -> Sources:
+    inputs = [arms[n]["input"] for n in ARMS]
     cap = {n: results[n].capture for n in ARMS}
     keys = sorted(set(cap["observe"]) | set(cap["release"]))
-    differs, expected = [], []
+    differs: list[dict[str, Any]] = []  # environment_differences (reports/ranks.py) makes rows too: untyped
+    expected: list[dict[str, Any]] = []
     same = 0
     for k in keys:
         seen_o, seen_r = cap["observe"].get(k), cap["release"].get(k)
@@ -613,7 +662,9 @@ def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisRe
         else:
             expected.append({**row, "why": why})
     return {
-        **versions,
+        "nsys_version": _same(*(i["nsys_version"] for i in inputs)),
+        "schema_version": _same(*(i["schema_version"] for i in inputs)),
+        "kind": _same(*(i["kind"] for i in inputs)),
         "capture": {
             "keys_compared": len(keys),
             "same": same,
@@ -623,58 +674,59 @@ def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisRe
     }
 
 
-def _memory_diff(arms: Mapping[str, ComparisonArm]) -> dict[str, Any]:
+def _memory_diff(arms: Mapping[str, ComparisonArm]) -> MemoryDifferences:
     """Both arms' device-memory ledgers side by side: whether each claims one, and its value at the
     telemetry handoff (the last handoff line placed on the trace clock)."""
-    out: dict[str, Any] = {"statements": []}
+    statements: list[str] = []
+    entries: dict[str, ArmLedger] = {}
     for n in ARMS:
         memory = arms[n]["memory"]
-        entry: dict[str, Any] = {
+        entry: ArmLedger = {
             "ledger": memory["ledger"],
             "why_no_ledger": memory["why_no_ledger"],
             "at_handoff": _handoff_point(arms[n]),
         }
-        out[n] = entry
+        entries[n] = entry
         if not memory["ledger"]:
-            out["statements"].append(f"{n}: no device-memory ledger: {memory['why_no_ledger']}")
+            statements.append(f"{n}: no device-memory ledger: {memory['why_no_ledger']}")
         elif entry["at_handoff"] is not None:
-            out["statements"].append(f"{n}: {entry['at_handoff']['holder']}")
-    if out["observe"]["at_handoff"] is not None and out["release"]["at_handoff"] is not None:
-        out["statements"].append(arms_memory_statement("the handoff", out["observe"]["at_handoff"]["devices"],
-                                                       out["release"]["at_handoff"]["devices"]))
-    return out
+            statements.append(f"{n}: {entry['at_handoff']['holder']}")
+    o, r = entries["observe"]["at_handoff"], entries["release"]["at_handoff"]
+    if o is not None and r is not None:
+        statements.append(arms_memory_statement("the handoff", o["devices"], r["devices"]))
+    return {"statements": statements, "observe": entries["observe"], "release": entries["release"]}
 
 
-def _handoff_point(arm: Mapping[str, Any]) -> MemoryPoint | None:
+def _handoff_point(arm: ComparisonArm) -> MemoryPoint | None:
     """The ledger at the arm's telemetry handoff (the last handoff line placed on the trace clock)."""
     at = [p for p in arm["memory"]["at"] if p["point"] == "telemetry" and p["label"] == "handoff"
           and p["t_ns"] is not None and p["devices"]]
     return at[-1] if at else None
 
 
-def _handoff_diff(arms: Mapping[str, ComparisonArm]) -> dict[str, Any] | None:
+def _handoff_diff(arms: Mapping[str, ComparisonArm]) -> dict[str, HandoffChange] | None:
     snaps = {n: arms[n]["handoff"] for n in ARMS}
     if not any(snaps.values()):
         return None
-    out: dict[str, Any] = {}
+    out: dict[str, HandoffChange] = {}
     for f in HANDOFF_FIELDS:
-        o = snaps["observe"].get(f) if snaps["observe"] else None
-        r = snaps["release"].get(f) if snaps["release"] else None
-        both = isinstance(o, int) and isinstance(r, int)
-        out[f] = {"observe": o, "release": r, "release_minus_observe": (r - o) if both else None}  # type: ignore[operator]
+        o, r = ((snap["values"].get(f) if snap else None) for snap in (snaps["observe"], snaps["release"]))
+        out[f] = {"observe": o, "release": r,
+                  "release_minus_observe": (r - o) if isinstance(o, int) and isinstance(r, int) else None}
     return out
 
 
 # --- what the comparison does not establish ------------------------------------------------------
 
 
-def _not_established(arms: Mapping[str, ComparisonArm], differences: Mapping[str, Any]) -> list[NotEstablished]:
+def _not_established(arms: Mapping[str, ComparisonArm], differences: Differences) -> list[NotEstablished]:
     out: list[NotEstablished] = []
     # 1. Censored library calls: absence of a failure there is not evidence.
     for pair in differences["library_calls"]:
         api = pair["match_key"]["api"]
-        censored = [n for n in ARMS if pair[n] is not None and pair[n]["coverage"] == "censored"]
-        undetermined = [n for n in censored if not pair[n]["nested_allocations_failed"]]
+        sides = {n: side for n in ARMS if (side := pair[n]) is not None}
+        censored = [n for n in ARMS if n in sides and sides[n]["coverage"] == "censored"]
+        undetermined = [n for n in censored if not sides[n]["nested_allocations_failed"]]
         if undetermined:
             where = " and ".join(undetermined)
             arms_word = "in either arm" if len(undetermined) == 2 else f"in the {where} arm"
@@ -688,7 +740,7 @@ def _not_established(arms: Mapping[str, ComparisonArm], differences: Mapping[str
                         f"The comparison cannot establish whether an allocation failed inside {api} "
                         f"({role_words(mk['thread_role'])}, call #{mk['ordinal']}) {arms_word} from the traces "
                         f"alone: the call is censored in {where} ("
-                        + "; ".join(f"{n}: {pair[n]['censored_reason']}" for n in undetermined)
+                        + "; ".join(f"{n}: {sides[n]['censored_reason']}" for n in undetermined)
                         + "), so the absence of a failed allocation there is not evidence that none failed"
                     ),
                 }
@@ -720,8 +772,8 @@ def _not_established(arms: Mapping[str, ComparisonArm], differences: Mapping[str
             )
     # 2. The arms differ in source or configuration.
     src = differences["sources"]
-    for field_name, label in (("nsys_version", "nsys version"), ("schema_version", "export schema version")):
-        v = src[field_name]
+    for field_name, v, label in (("nsys_version", src["nsys_version"], "nsys version"),
+                                 ("schema_version", src["schema_version"], "export schema version")):
         if v["same"] is not True:
             out.append(
                 {
@@ -764,7 +816,7 @@ def _not_established(arms: Mapping[str, ComparisonArm], differences: Mapping[str
             )
             continue
         alignment = arm["alignment"]
-        if not isinstance(alignment, Mapping) or alignment.get("checked") is not True:
+        if alignment is None or alignment["checked"] is not True:
             out.append(
                 {
                     "code": "alignment_not_checked",
@@ -801,7 +853,7 @@ def _not_established(arms: Mapping[str, ComparisonArm], differences: Mapping[str
 
 
 def _summary(
-    arms: Mapping[str, ComparisonArm], differences: Mapping[str, Any], not_established: list[NotEstablished]
+    arms: Mapping[str, ComparisonArm], differences: Differences, not_established: list[NotEstablished]
 ) -> list[str]:
     lines = [f"{n}: verdict {arms[n]['verdict']}" for n in ARMS]
     lines.append(differences["nested_alloc_failure"]["statement"])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 import types
 import typing
-from typing import Any, Literal, NotRequired, TypedDict, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, NotRequired, TypedDict, TypeGuard, Union, get_args, get_origin, get_type_hints
 
 from nsysaudit.analysis.alignment import (
     Agreement,
@@ -83,6 +83,8 @@ __all__ = [
 ]
 
 PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
+ThreadRole = Literal["main", "other"]
+Arm = Literal["observe", "release"]
 
 
 # --- the parts ------------------------------------------------------------------------------------
@@ -672,6 +674,106 @@ class ArmCensus(TypedDict):
     by_return: list[CensusRow]
 
 
+class MatchKey(TypedDict):
+    """How a library call is paired across the arms: the ``ordinal``-th call of ``api`` (in time order) on
+    the main thread or on another (pids and tids differ between runs)."""
+
+    api: str
+    thread_role: ThreadRole
+    ordinal: int
+
+
+class NestedAllocations(TypedDict):
+    """A library call's nested allocation calls: how many succeeded and failed, and the bytes of those
+    that succeeded (``bytes_each``: ``null`` where a size is unknown)."""
+
+    calls: int
+    succeeded: int
+    failed: int
+    succeeded_before_first_failure: int | None
+    bytes: int
+    bytes_unknown: int
+    bytes_each: list[int | None]
+
+
+class NestedByApi(TypedDict):
+    """Nested calls counted per (api, return code); ``bytes``: only allocation calls have them (``null``
+    where unknown)."""
+
+    api: str | None
+    display_api: str | None
+    return_name: str | None
+    return_code: int | None
+    count: int
+    allocation: bool
+    bytes: int | None
+
+
+class ArmLibraryCall(TypedDict):
+    """A library call of interest in one arm: its nested calls summarized (``nested_by_api``; every
+    allocation and failed one listed), the ledger at its start, and its ``match_key`` across the arms."""
+
+    lib_id: int
+    api: str
+    display_api: str | None
+    library: str | None
+    source: str
+    pid: int | None
+    tid: int | None
+    global_tid: int | None
+    thread_name: str | None
+    thread_role: ThreadRole
+    start_ns: int | None
+    end_ns: int | None
+    duration_ns: int | None
+    coverage: CoverageState
+    censored_reason: CensoredReason | None
+    cuda_api_last_ns: int | None
+    nested_calls: int
+    nested_failed: int
+    allocations: NestedAllocations
+    allocation_calls: list[Child]
+    failed_calls: list[Child]
+    nested_by_api: list[NestedByApi]
+    straddling: list[Child]
+    telemetry: Position | None
+    memory_at_start: list[PointDevice]
+    holder_at_start: str | None
+    match_key: MatchKey
+
+
+class ArmTelemetry(TypedDict):
+    """The arm's telemetry file summarized (``telemetry`` of the analysis without its path and per-line
+    timeline), named by its basename."""
+
+    sha256: str
+    event_key: str
+    events: int
+    bad_lines: int
+    lenient: bool
+    pids: list[int]
+    clock_fields: dict[str, str]
+    warnings: list[TelemetryBadLine]
+    library_failures: list[LibraryFailure]
+    name: str
+
+
+class Handoff(TypedDict):
+    """The telemetry ``handoff`` snapshot of an arm (``chosen_by`` says which line, of ``handoff_lines``),
+    its ``allocated``, ``reserved`` and ``physical_free`` values shown side by side (``null`` where the
+    line has none)."""
+
+    line: int
+    trace_ns: int | None
+    via: str | None
+    chosen_by: str
+    handoff_lines: int
+    allocated: int | float | None
+    reserved: int | float | None
+    physical_free: int | float | None
+    values: dict[str, int | float]
+
+
 class ComparisonArm(TypedDict):
     """One arm of a comparison: its analysis' keys, with the library calls of interest summarized
     (``library_calls``: at most ten, chosen as ``library_calls_selection`` says)."""
@@ -686,10 +788,10 @@ class ComparisonArm(TypedDict):
     library_calls_total: int
     library_calls_listed: int
     library_calls_selection: str
-    library_calls: list[dict[str, Any]]
+    library_calls: list[ArmLibraryCall]
     coverage: Coverage
-    telemetry: dict[str, Any] | None
-    handoff: dict[str, Any] | None
+    telemetry: ArmTelemetry | None
+    handoff: Handoff | None
     alignment: AlignmentSection | None
     warnings: list[ReportWarning]
     memory: Memory
@@ -700,12 +802,153 @@ class ComparisonArm(TypedDict):
     ranks: Ranks
 
 
+class FailurePresence(TypedDict):
+    """Nested allocation failures in each arm (counts), where present and absent, in a sentence."""
+
+    observe: int
+    release: int
+    present_in: list[Arm]
+    absent_in: list[Arm]
+    statement: str
+
+
+class KindCounts(TypedDict):
+    kind: FindingKind
+    observe: int
+    release: int
+
+
+class PairedSide(TypedDict):
+    """One arm's side of a pair of library calls: where it ran, what its nested allocations did, and
+    the ledger at its start."""
+
+    lib_id: int
+    pid: int | None
+    tid: int | None
+    thread_name: str | None
+    start_ns: int | None
+    end_ns: int | None
+    coverage: CoverageState
+    censored_reason: CensoredReason | None
+    nested_allocations_succeeded: int
+    nested_allocations_failed: int
+    succeeded_before_first_failure: int | None
+    allocated_bytes: int
+    allocated_bytes_each: list[int | None]
+    bytes_unknown: int
+    failed_allocations: list[Child]
+    telemetry: Position | None
+    memory_at_start: list[PointDevice]
+    holder_at_start: str | None
+
+
+class PairedCall(TypedDict):
+    """The library calls of the two arms with the same ``match_key`` (``null`` on the side that has
+    none), and what they say side by side (``statements``)."""
+
+    match_key: MatchKey
+    observe: PairedSide | None
+    release: PairedSide | None
+    nested_calls_same: bool | None
+    statements: list[str]
+
+
+class FailingCode(TypedDict):
+    """How many calls returned this (api, return code) in each arm."""
+
+    api: str | None
+    display_api: str | None
+    return_name: str | None
+    return_code: int | None
+    observe: int
+    release: int
+
+
+class FailingByCode(TypedDict):
+    only_in_observe: list[FailingCode]
+    only_in_release: list[FailingCode]
+    in_both: list[FailingCode]
+
+
+class FailingCalls(TypedDict):
+    """The failing (api, return code)s of the whole export (``census``) and nested in the library calls
+    of interest (``nested``), by the arms they fail in."""
+
+    census: FailingByCode
+    nested: FailingByCode
+
+
+class SameValue(TypedDict):
+    """One value of each arm's input, and whether they are the same (``null`` where one is unknown)."""
+
+    observe: str | None
+    release: str | None
+    same: bool | None
+
+
+class CaptureComparison(TypedDict):
+    """The arms' META_DATA_CAPTURE settings compared key by key (an environment variable by variable):
+    ``differs`` rows are ``key``, ``observe``, ``release`` (the values, ``null`` where absent);
+    ``differs_as_expected`` rows add ``why``."""
+
+    keys_compared: int
+    same: int
+    # Rows made by nsysaudit.reports.ranks.environment_differences too, which is not typed yet.
+    differs: list[dict[str, Any]]
+    differs_as_expected: list[dict[str, Any]]
+
+
+class Sources(TypedDict):
+    """Whether the arms were exported and captured alike."""
+
+    nsys_version: SameValue
+    schema_version: SameValue
+    kind: SameValue
+    capture: CaptureComparison
+
+
+class HandoffChange(TypedDict):
+    observe: int | float | None
+    release: int | float | None
+    release_minus_observe: int | None
+
+
+class ArmLedger(TypedDict):
+    """Whether an arm's ledger is claimed, and its value at the arm's telemetry handoff."""
+
+    ledger: bool
+    why_no_ledger: str | None
+    at_handoff: MemoryPoint | None
+
+
+class MemoryDifferences(TypedDict):
+    """Both arms' device-memory ledgers side by side, in sentences."""
+
+    statements: list[str]
+    observe: ArmLedger
+    release: ArmLedger
+
+
+class Differences(TypedDict):
+    """What differs between the arms. ``handoff``: each handoff field in both arms (``null`` when neither
+    arm's telemetry has a handoff line); ``ranks``: made by nsysaudit.reports.ranks.rank_differences."""
+
+    nested_alloc_failure: FailurePresence
+    findings_by_kind: list[KindCounts]
+    library_calls: list[PairedCall]
+    failing_calls: FailingCalls
+    sources: Sources
+    handoff: dict[str, HandoffChange] | None
+    memory: MemoryDifferences
+    ranks: dict[str, Any]
+
+
 class NotEstablished(TypedDict):
     """What the comparison cannot establish, and why."""
 
     code: str
     api: str | None
-    arms: list[Literal["observe", "release"]]
+    arms: list[Arm]
     statement: str
 
 
@@ -729,14 +972,14 @@ class ComparisonDocument(TypedDict):
     inputs: list[SealedInput]
     options: NotRequired[SealedOptions]
     arms: dict[str, ComparisonArm]
-    differences: dict[str, Any]
+    differences: Differences
     not_established: list[NotEstablished]
     summary: list[str]
     answer: ComparisonAnswer
 
 
 # --- checking a document against its type -------------------------------------------------------
-def problems(value: object, t: Any, where: str = "$") -> list[str]:
+def problems(value: object, t: object, where: str = "$") -> list[str]:
     """Where ``value`` (parsed JSON) departs from the type ``t``: a key the type does not declare, a
     required key missing, a value of another type or outside its vocabulary. Empty when it conforms."""
     origin = get_origin(t)
@@ -782,18 +1025,18 @@ def problems(value: object, t: Any, where: str = "$") -> list[str]:
 
 
 # --- the contract, generated -----------------------------------------------------------------------
-def _is_typed_dict(t: object) -> bool:
+def _is_typed_dict(t: object) -> TypeGuard[type]:
     return isinstance(t, type) and issubclass(t, dict) and hasattr(t, "__required_keys__")
 
 
-def _unwrap(t: Any) -> tuple[Any, bool]:
+def _unwrap(t: object) -> tuple[object, bool]:
     """``(type, required)`` with ``NotRequired[...]`` taken off."""
     if get_origin(t) is NotRequired:
         return get_args(t)[0], False
     return t, True
 
 
-def type_words(t: Any) -> str:
+def type_words(t: object) -> str:
     """A type as the contract writes it: ``integer or null``, ``list of Finding``, ``"a" or "b"``."""
     origin = get_origin(t)
     if t is type(None):
@@ -816,7 +1059,7 @@ def type_words(t: Any) -> str:
     return str(t)
 
 
-def _mentioned(t: Any) -> list[type]:
+def _mentioned(t: object) -> list[type]:
     if _is_typed_dict(t):
         return [t]
     return [m for a in get_args(t) for m in _mentioned(a)]

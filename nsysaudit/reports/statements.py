@@ -7,14 +7,16 @@ returns a sentence; the sentences are part of the document (``statements``, ``st
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Literal
 
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.reports.documents import (
+    ArmLibraryCall,
     FreeCallsWithoutEvent,
     FreedNeverAllocated,
     MemoryPoint,
     Moment,
+    PointDevice,
     PointProcess,
     Position,
     TargetDevice,
@@ -37,12 +39,12 @@ def role_words(role: str) -> str:
     return "main thread" if role == "main" else "non-main thread"
 
 
-def _thread(lc: Mapping[str, Any]) -> str:
+def _thread(lc: ArmLibraryCall) -> str:
     name = "name unknown" if lc["thread_name"] is None else f"thread name {lc['thread_name']}"
     return f"{role_words(lc['thread_role'])}, pid {lc['pid']} tid {lc['tid']}, {name}"
 
 
-def allocation_statement(arm: str, lc: Mapping[str, Any]) -> str:
+def allocation_statement(arm: str, lc: ArmLibraryCall) -> str:
     """What one library call allocated in one arm, in words a reviewer can quote."""
     a = lc["allocations"]
     head = f"{arm}: {lc['api']} ({_thread(lc)})"
@@ -71,10 +73,10 @@ def allocation_statement(arm: str, lc: Mapping[str, Any]) -> str:
     return head + ": " + "; ".join(parts)
 
 
-def censored_words(lc: Mapping[str, Any]) -> str:
+def censored_words(lc: ArmLibraryCall) -> str:
     """Why a library call of interest is censored, in words, with its numbers."""
     reason = lc["censored_reason"]
-    last, end = lc.get("cuda_api_last_ns"), lc.get("end_ns")
+    last, end = lc["cuda_api_last_ns"], lc["end_ns"]
     if reason == "capture_ended_inside":
         return (
             "the capture ended while it ran (its recorded end is the capture's stop), so what happened in it "
@@ -161,17 +163,17 @@ def censored_reasons_words(reasons: Sequence[str]) -> str:
     return "; ".join(CENSORED_WORDS.get(r, r) for r in reasons)
 
 
-def _values(values: Mapping[str, Any]) -> str:
+def _values(values: Mapping[str, int | float]) -> str:
     return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
 
 
-def position_statement(arm: str, lc: Mapping[str, Any]) -> str | None:
+def position_statement(arm: str, lc: ArmLibraryCall) -> str | None:
     """Where a library call falls among its arm's telemetry lines, and the snapshot then in force."""
-    pos = lc.get("telemetry")
-    if not isinstance(pos, Mapping):
+    pos = lc["telemetry"]
+    if pos is None:
         return None
     parts = []
-    after, before, in_force = pos.get("after"), pos.get("before"), pos.get("in_force")
+    after, before, in_force = pos["after"], pos["before"], pos["in_force"]
     if after:
         parts.append(f"starts {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']})")
     if before:
@@ -182,7 +184,7 @@ def position_statement(arm: str, lc: Mapping[str, Any]) -> str | None:
     if in_force:
         text += f"; last telemetry snapshot before it: {in_force['event']} (line {in_force['line']}): "
         text += _values(in_force.get("values") or {})
-    text += "; alignment checked" if pos.get("verified") else "; alignment NOT checked, positions unverified"
+    text += "; alignment checked" if pos["verified"] else "; alignment NOT checked, positions unverified"
     return text
 
 
@@ -223,7 +225,7 @@ def _held(p: PointProcess, *, pool_first: bool) -> list[str]:
         parts.append(f"{size_word(m['segments'])} allocated{outside} (cudaMalloc, cuMemAlloc)")
     if m["static"]:
         parts.append(f"{size_word(m['static'])} of the driver's module memory")
-    if p.get("imported_pool_bytes"):
+    if p["imported_pool_bytes"]:
         parts.append(f"{size_word(p['imported_pool_bytes'])} from a pool imported from another process (counted there)")
     return parts or ["nothing on the device"]
 
@@ -274,20 +276,20 @@ def held_words(
     moment = moment_words(point)
     known = None if named is None else {(d["vm"], d["device_id"]): d for d in named}
     sentences = []
-    devices = list(point.get("devices") or [])
+    devices = point["devices"]
     role = {"finding": "the failing process", "library_call": "the calling process",
             "censored_library_call": "the calling process"}.get(point["point"])
 
     def who(p: PointProcess, several: bool) -> str:
         name = names.get(p["global_pid"])
-        mine = several and role is not None and p["pid"] == point.get("pid")
+        mine = several and role is not None and p["pid"] == point["pid"]
         extra = ", ".join(x for x in (name, role if mine else None) if x)
         return f"pid {p['pid']}" + (f" ({extra})" if extra else "")
 
     for d in devices:
         total = d["total_bytes"]
         held = d["device_resident_live_bytes"]
-        procs = [p for p in d["processes"] if p["resident_bytes"] or p.get("imported_pool_bytes")]
+        procs = [p for p in d["processes"] if p["resident_bytes"] or p["imported_pool_bytes"]]
         of_total = f" of {size_word(total)}" if total is not None else ""
         prefix = f"device {d['device_id']}: " if len(devices) > 1 else ""
         if known is not None:
@@ -308,11 +310,11 @@ def held_words(
             text += f"; at most {byte_size(d['free_at_most_bytes'])} free"
         else:
             text += "; the device's total is unknown, so free memory is unknown"
-        managed = d.get("managed_live_bytes") or 0
+        managed = d["managed_live_bytes"]
         if managed:
             text += f" (managed memory, {size_word(managed)}, may reside on the host: not counted)"
-        if not d.get("process_has_events", True):
-            text += (f"; pid {point.get('pid')} has no memory event, so the trace does not say which device it used: "
+        if not d["process_has_events"]:
+            text += (f"; pid {point['pid']} has no memory event, so the trace does not say which device it used: "
                      "every traced device is shown")
         sentences.append(text)
     if not sentences:
@@ -320,20 +322,24 @@ def held_words(
     return "; ".join(sentences) + "."
 
 
-_VERBS = {
+# The mechanisms a change between two moments, or between the arms, is told by.
+Held = Literal["pool_reserved", "segments", "mapped"]
+_VERBS: dict[Held, tuple[str, str]] = {
     "pool_reserved": ("grew its CUDA memory pool by", "trimmed its CUDA memory pool by"),
     "segments": ("allocated", "freed"),
     "mapped": ("mapped", "unmapped"),
 }
+_HELD_WORDS: tuple[tuple[Held, str], ...] = (
+    ("pool_reserved", "CUDA memory pools"), ("segments", "plain allocations"), ("mapped", "mapped memory"),
+)
 
 
-def _by_pid(devices: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, Any], dict[str, Any]]:
-    return {(d["device_id"], p["global_pid"]): p for d in devices for p in d.get("processes", [])}
+def _by_pid(devices: Iterable[PointDevice]) -> dict[tuple[int, int], PointProcess]:
+    return {(d["device_id"], p["global_pid"]): p for d in devices for p in d["processes"]}
 
 
 def change_statement(
-    arm: str, before: str, before_devices: Iterable[Mapping[str, Any]], after: str,
-    after_devices: Iterable[Mapping[str, Any]],
+    arm: str, before: str, before_devices: Iterable[PointDevice], after: str, after_devices: Iterable[PointDevice],
 ) -> str:
     """What the traced processes of one arm took or gave back between two ledger points, by mechanism:
     "release: between telemetry line 4 (handoff) and cublasCreate_v2's start, pid 845 trimmed its CUDA
@@ -342,25 +348,22 @@ def change_statement(
     was, now = _by_pid(before_devices), _by_pid(after_devices)
     said = []
     for key in sorted(set(was) | set(now), key=lambda k: (str(k[0]), k[1])):
-        old = (was.get(key) or {}).get("by_mechanism") or {}
-        new = (now.get(key) or {}).get("by_mechanism") or {}
+        old, new = was.get(key), now.get(key)
         verbs = []
         for mechanism, (up, down) in _VERBS.items():
-            change = new.get(mechanism, 0) - old.get(mechanism, 0)
+            change = (new["by_mechanism"][mechanism] if new else 0) - (old["by_mechanism"][mechanism] if old else 0)
             if change:
                 verbs.append(f"{up if change > 0 else down} {size_word(abs(change))}")
         if verbs:
-            pid = (now.get(key) or was.get(key) or {}).get("pid")
-            said.append(f"pid {pid} " + ", ".join(verbs))
+            proc = new or old
+            said.append(f"pid {proc['pid'] if proc else None} " + ", ".join(verbs))
     held = [sum(d["device_resident_live_bytes"] for d in ds) for ds in (before_devices, after_devices)]
     tail = f"{size_word(held[0])} held before, {size_word(held[1])} after"
     what = "; ".join(said) if said else "no traced process took or gave back device memory"
     return f"{arm}: between {before} and {after}, {what}; {tail}"
 
 
-def arms_memory_statement(
-    moment: str, observe: Iterable[Mapping[str, Any]], release: Iterable[Mapping[str, Any]]
-) -> str:
+def arms_memory_statement(moment: str, observe: Iterable[PointDevice], release: Iterable[PointDevice]) -> str:
     """How the two arms' device memory differed at the same moment: held in all, by mechanism, and
     the bound on free memory."""
     arms = {"observe": list(observe), "release": list(release)}
@@ -374,8 +377,7 @@ def arms_memory_statement(
         else f"At {moment} both arms held the same device memory ({size_word(held['observe'])})"
     )
     parts = []
-    for mechanism, label in (("pool_reserved", "CUDA memory pools"), ("segments", "plain allocations"),
-                             ("mapped", "mapped memory")):
+    for mechanism, label in _HELD_WORDS:
         o, r = (sum(d["by_mechanism"][mechanism] for d in arms[n]) for n in ("observe", "release"))
         if o != r:
             parts.append(f"{label} {size_word(abs(r - o))} {'smaller' if r < o else 'larger'}")

@@ -43,6 +43,8 @@ from nsysaudit.core.errors import BadOption
 from nsysaudit.core.ids import pid_bits, tid_bits
 from nsysaudit.core.paths import basename
 from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.documents import Device
+from nsysaudit.reports.documents import Memory as MemoryKey
 
 DEFAULT_BOUNDARY = "backward_start"
 MAX_LANES = 10
@@ -301,11 +303,12 @@ def _focus(
 
 def _capture_span(result: AnalysisResult) -> tuple[int, int]:
     """The capture's bounds on the trace clock, else the span of the rows the trace holds, else 0."""
-    cap = result.coverage.get("capture") or {}
-    if cap.get("start_ns") is not None and cap.get("stop_ns") is not None and cap["stop_ns"] > cap["start_ns"]:
-        return cap["start_ns"], cap["stop_ns"]
-    rows = [(s["first_ns"], s["last_ns"]) for s in result.coverage.get("by_source", [])
-            if s["first_ns"] is not None and s["last_ns"] is not None]
+    coverage = result.coverage
+    start, stop = coverage["capture"]["start_ns"], coverage["capture"]["stop_ns"]
+    if start is not None and stop is not None and stop > start:
+        return start, stop
+    rows = [(first, last) for s in coverage["by_source"]
+            if (first := s["first_ns"]) is not None and (last := s["last_ns"]) is not None]
     if rows:
         return min(a for a, _ in rows), max(b for _, b in rows)
     return 0, 0
@@ -494,8 +497,7 @@ def _view(
     boundaries = tuple(
         b for b in _boundary_lines(result, None, None) if lo <= b.trace_ns <= hi and b.pid in (None, *pids)
     )
-    cap = result.coverage.get("capture") or {}
-    stop = cap.get("stop_ns")
+    stop = result.coverage["capture"]["stop_ns"]
     return View(
         lo, hi, origin, tuple(shown), bars, tuple(ticks), ranges, boundaries,
         _shades(result, lanes, shown, lo, hi), stop if stop is not None and lo <= stop <= hi else None, focus_tick,
@@ -506,17 +508,16 @@ def _shades(result: AnalysisResult, lanes: Sequence[Lane], shown: Sequence[int],
     coverage = result.coverage
     out: list[Shade] = []
     every = tuple(shown)
-    cap = coverage.get("capture") or {}
-    start, stop = cap.get("start_ns"), cap.get("stop_ns")
+    start, stop = coverage["capture"]["start_ns"], coverage["capture"]["stop_ns"]
     if start is not None and start > lo and every:
         out.append(Shade("capture_not_started", every, lo, min(start, hi), "not covered: capture not started"))
-    sources = coverage.get("by_source", [])
+    sources = coverage["by_source"]
     last_record = {s["pid"]: s["last_ns"] for s in sources if s["source"] == "cuda_api" and s["pid"] is not None}
     stopped: dict[int, int | None] = {}
-    for c in coverage.get("censored", []):
-        reasons = set(c.get("reasons") or [c.get("reason")])
+    for c in coverage["censored"]:
+        reasons = set(c["reasons"] or [c["reason"]])
         if reasons & CUDA_TRACE_REASONS and c["pid"] is not None:
-            stopped[c["pid"]] = last_record.get(c["pid"], c.get("cuda_api_last_ns"))
+            stopped[c["pid"]] = last_record.get(c["pid"], c["cuda_api_last_ns"])
     for pid in sorted(stopped):
         mine = tuple(i for i in shown if lanes[i].pid == pid)
         last = stopped[pid]
@@ -570,9 +571,9 @@ def _build(
 
 def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Memory | None, list[str]]:
     """The ledger panel's data (see the module docstring), or None when no ledger is claimed."""
-    doc = result.head.get("memory") or {}
+    doc: MemoryKey = result.head["memory"]
     series = result.frames.get("memory_series")
-    if not doc.get("ledger") or series is None or series.height == 0:
+    if not doc["ledger"] or series is None or series.height == 0:
         return None, []
     mine = series.filter(pl.col("pid") == focus.pid) if focus.pid is not None else series.clear()
     pick = mine if mine.height else series
@@ -588,14 +589,14 @@ def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Me
     read_at = focus.end_ns if focus.whole else focus.start_ns  # with nothing to focus on: the capture's end
     at = on.filter(pl.col("start_ns") <= read_at)
     live = int(at["device_resident_live"][-1]) if at.height else 0
-    info: dict[str, Any] = next(
-        (d for d in doc.get("devices", []) if d.get("vm") == vm and d.get("device_id") == device), {}
+    info: Device | None = next(
+        (d for d in doc.get("devices", []) if d["vm"] == vm and d["device_id"] == device), None
     )
-    total = info.get("total_bytes")
-    point = next((p for p in doc.get("at", []) if p["t_ns"] == focus.start_ns and p["pid"] == focus.pid
+    total = info["total_bytes"] if info is not None else None
+    point = next((p for p in doc["at"] if p["t_ns"] == focus.start_ns and p["pid"] == focus.pid
                   and p["point"] != "telemetry"), None)
-    memory = Memory(device, info.get("name"), total, steps, read_at, live,
-                    None if total is None else total - live, point.get("holder") if point else None,
+    memory = Memory(device, info["name"] if info is not None else None, total, steps, read_at, live,
+                    None if total is None else total - live, point["holder"] if point else None,
                     "at the end of the capture" if focus.whole else "at the focus")
     why = "the device the focus's process allocated most on" if mine.height else (
         "the focus's process has no memory event: the device with the most allocated"
