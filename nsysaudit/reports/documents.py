@@ -399,7 +399,7 @@ class DeviceProcess(TypedDict):
     """One process's memory on one device over the whole trace."""
 
     pid: int | None
-    global_pid: int
+    global_pid: int | None
     allocated_bytes: int
     driver_allocated_bytes: int
     freed_bytes: int
@@ -413,8 +413,8 @@ class Device(TypedDict):
     """A device the export names, what was allocated on it, and (when the ledger is claimed,
     ``memory.ledger``) what was freed and live, its peak and each process's share."""
 
-    device_id: int
-    vm: int
+    device_id: int | None
+    vm: int | None
     name: str | None
     total_bytes: int | None
     allocation_events: int
@@ -442,8 +442,8 @@ class PointProcess(TypedDict):
 class PointDevice(TypedDict):
     """A device at a moment: what was live, and the bound on what could have been free."""
 
-    device_id: int
-    vm: int
+    device_id: int | None
+    vm: int | None
     total_bytes: int | None
     process_has_events: bool
     process_live_bytes: int
@@ -490,10 +490,10 @@ class FreedNeverAllocated(TypedDict):
 
 
 class Pool(TypedDict):
-    address: int
+    address: int | None
     pid: int | None
-    global_pid: int
-    device_id: int
+    global_pid: int | None
+    device_id: int | None
     created: bool
     destroyed: bool
     allocation_events: int
