@@ -36,10 +36,11 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from nsysaudit.core.ids import pid_bits, vm_of
-from nsysaudit.read.devices import DeviceEvidence, Launch
+from nsysaudit.read.devices import DeviceEvidence as ExportDevices
+from nsysaudit.read.devices import Launch
 from nsysaudit.read.telemetry import TelemetryLog
 
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
@@ -58,6 +59,79 @@ RANK_RULE = (
 )
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _INT = re.compile(r"^(0|[1-9][0-9]{0,8})$")
+
+
+# --- the devices, processes and launched commands, as the documents hold them -------------------
+# (named in nsysaudit.reports.documents)
+
+
+class DeviceEvidence(TypedDict):
+    """Why a process is said to have used a device: the tables that tie it there (docs/multigpu.md)."""
+
+    vm: int | None
+    device_id: int | None
+    cuda_device: int | None
+    sources: list[str]
+    memory_events: int
+
+
+class Process(TypedDict):
+    """A traced process, the devices it used and its rank where a row of the evidence states it
+    (``rank_unknown`` says why not; docs/multigpu.md)."""
+
+    global_pid: int
+    pid: int
+    name: str | None
+    devices: list[int | None]
+    device_evidence: list[DeviceEvidence]
+    launched: bool | None
+    rank: int | None
+    rank_source: str | None
+    rank_unknown: str | None
+    local_rank: int | None
+    world_size: int | None
+    cuda_visible_devices: str | None
+
+
+class TargetDevice(TypedDict):
+    """A GPU of the target (TARGET_INFO_GPU, or a device id the events name without a row there):
+    its identity, total, who used it, and the ledger's totals on it."""
+
+    vm: int | None
+    device_id: int | None
+    cuda_device: int | None
+    name: str | None
+    bus_location: str | None
+    uuid: str | None
+    total_bytes: int | None
+    in_target_info: bool
+    processes: list[int]
+    global_pids: list[int]
+    ranks: list[int]
+    allocated_bytes: int | None
+    peak_device_resident_live_bytes: int | None
+    device_resident_live_bytes_at_end: int | None
+
+
+class RankClaim(TypedDict):
+    value: int
+    source: str
+
+
+class LaunchedCommand(TypedDict):
+    """A command nsys launched (META_DATA_CAPTURE ``PROCESS_<index>``), as recorded, and which traced
+    process it is (``process_rule`` says how that was decided, or why not)."""
+
+    index: int
+    command: str | None
+    arguments: list[str]
+    environment_recorded: bool
+    environment_variables: int
+    rank_claims: list[RankClaim]
+    cuda_visible_devices: str | None
+    pid: int | None
+    global_pid: int | None
+    process_rule: str
 
 
 @dataclass(frozen=True)
@@ -215,7 +289,7 @@ def _launched(launch: Launch, processes: Sequence[Mapping[str, Any]]) -> tuple[i
 
 
 def device_truth(
-    evidence: DeviceEvidence | None,
+    evidence: ExportDevices | None,
     processes: Sequence[Mapping[str, Any]],
     ledger_devices: Iterable[Mapping[str, Any]] = (),
     telemetry: TelemetryLog | None = None,
@@ -223,7 +297,7 @@ def device_truth(
     """Devices and ranks of one export (see the module docstring). ``processes``: the analysis'
     ``processes`` entries (``pid, global_pid, name``); ``ledger_devices``: the ledger summary's
     ``devices`` (per-device allocated bytes, peak, what was held at the end)."""
-    evidence = evidence or DeviceEvidence()
+    evidence = evidence or ExportDevices()
     by_pid = {int(p["pid"]): int(p["global_pid"]) for p in processes
               if p.get("pid") is not None and p.get("global_pid") is not None}
     uses = _device_uses(evidence, processes, by_pid)
@@ -245,7 +319,7 @@ def device_truth(
 _Uses = dict[int, dict[tuple[Any, Any], dict[str, Any]]]
 
 
-def _device_uses(evidence: DeviceEvidence, processes: Sequence[Mapping[str, Any]], by_pid: dict[int, int]) -> _Uses:
+def _device_uses(evidence: ExportDevices, processes: Sequence[Mapping[str, Any]], by_pid: dict[int, int]) -> _Uses:
     """Which device each process used: by its memory events, and by the CUDA contexts it created."""
     uses: _Uses = {int(p["global_pid"]): {} for p in processes if p.get("global_pid") is not None}
     for gpid, device, events in evidence.memory_use.iter_rows():
@@ -266,7 +340,7 @@ def _device_uses(evidence: DeviceEvidence, processes: Sequence[Mapping[str, Any]
 
 
 def _launches(
-    evidence: DeviceEvidence, processes: Sequence[Mapping[str, Any]]
+    evidence: ExportDevices, processes: Sequence[Mapping[str, Any]]
 ) -> tuple[dict[int, Launch], list[dict[str, Any]]]:
     """Each command nsys launched, by the global pid of the traced process that is it (where one
     is), and the JSON ``launches`` entries."""
@@ -294,7 +368,7 @@ def _launches(
 
 
 def _process_entries(
-    evidence: DeviceEvidence,
+    evidence: ExportDevices,
     processes: Sequence[Mapping[str, Any]],
     uses: _Uses,
     launched: dict[int, Launch],
@@ -340,7 +414,7 @@ def _process_entries(
 
 
 def _device_entries(
-    evidence: DeviceEvidence,
+    evidence: ExportDevices,
     uses: _Uses,
     processes: Mapping[int, Mapping[str, Any]],
     ledger_devices: Iterable[Mapping[str, Any]],

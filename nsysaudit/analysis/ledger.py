@@ -44,10 +44,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 import polars as pl
 
+from nsysaudit.analysis.coverage import CensoredReason
 from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import decode_pid, decode_vm, global_pid, pid_of
@@ -96,6 +97,180 @@ SERIES_SCHEMA: Schema = {
 GAP_SCHEMA: Schema = {"gpid": pl.Int64, "start_ns": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
 EXAMPLES = 5
 GAP_EXAMPLES_AT = 3
+
+
+# --- what the ledger says, as the documents hold it (named in nsysaudit.reports.documents) ---------
+
+# The moments the ledger is read at (:func:`points`).
+PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
+
+
+class ByMechanism(TypedDict):
+    segments: int
+    mapped: int
+    pool_reserved: int
+    pool_utilized: int
+    static: int
+
+
+class MechanismCounts(TypedDict):
+    allocation_events: int
+    allocated_bytes: int
+    deallocation_events: int
+
+
+class CallAllocations(TypedDict):
+    call: str
+    api: str | None
+    kind: str
+    events: int
+    bytes: int
+
+
+class DeviceProcess(TypedDict):
+    """One process's memory on one device over the whole trace."""
+
+    pid: int | None
+    global_pid: int | None
+    allocated_bytes: int
+    driver_allocated_bytes: int
+    freed_bytes: int
+    live_bytes_at_end: int
+    live_bytes_by_kind_at_end: dict[str, int]
+    held_by_mechanism_at_end: ByMechanism
+    allocations_by_call: list[CallAllocations]
+
+
+class Device(TypedDict):
+    """A device the export names, what was allocated on it, and (when the ledger is claimed,
+    ``memory.ledger``) what was freed and live, its peak and each process's share."""
+
+    device_id: int | None
+    vm: int | None
+    name: str | None
+    total_bytes: int | None
+    allocation_events: int
+    allocated_bytes: int
+    allocated_bytes_by_kind: dict[str, int]
+    freed_bytes: NotRequired[int]
+    live_bytes_at_end: NotRequired[int]
+    live_bytes_by_kind_at_end: NotRequired[dict[str, int]]
+    device_resident_live_bytes_at_end: NotRequired[int]
+    held_by_mechanism_at_end: NotRequired[ByMechanism]
+    peak_device_resident_live_bytes: NotRequired[int]
+    peak_at_ns: NotRequired[int | None]
+    processes: NotRequired[list[DeviceProcess]]
+
+
+class PointProcess(TypedDict):
+    pid: int | None
+    global_pid: int
+    resident_bytes: int
+    managed_bytes: int
+    imported_pool_bytes: int
+    by_mechanism: ByMechanism
+
+
+class PointDevice(TypedDict):
+    """A device at a moment: what was live, and the bound on what could have been free."""
+
+    device_id: int | None
+    vm: int | None
+    total_bytes: int | None
+    process_has_events: bool
+    process_live_bytes: int
+    device_resident_live_bytes: int
+    managed_live_bytes: int
+    freed_before_bytes: int
+    free_at_most_bytes: int | None
+    live_bytes_by_kind: dict[str, int]
+    by_mechanism: ByMechanism
+    processes: list[PointProcess]
+    bound_unknown: NotRequired[str]
+
+
+class MemoryPoint(TypedDict):
+    """The ledger at one moment (a finding, a library call, a censored call, a telemetry line, the end)."""
+
+    point: PointKind
+    label: str
+    t_ns: int | None
+    pid: int | None
+    global_pid: int | None
+    covered: bool
+    devices: list[PointDevice]
+    holder: str
+    free_calls_without_event_before: NotRequired[int]
+    free_calls_without_event_examples: NotRequired[list[int]]
+    unknown: NotRequired[str]
+    finding: NotRequired[int]
+    lib_id: NotRequired[int]
+    line: NotRequired[int]
+    censored_reasons: NotRequired[list[CensoredReason]]
+
+
+class FreeCallsWithoutEvent(TypedDict):
+    count: int
+    by_api: dict[str, int]
+    example_correlation_ids: list[int]
+    note: str
+
+
+class FreedNeverAllocated(TypedDict):
+    events: int
+    bytes: int
+
+
+class Pool(TypedDict):
+    address: int | None
+    pid: int | None
+    global_pid: int | None
+    device_id: int | None
+    created: bool
+    destroyed: bool
+    allocation_events: int
+    deallocation_events: int
+    trims: int
+    peak_size_bytes: int
+    size_at_end_bytes: int
+    utilized_at_end_bytes: int
+
+
+class VirtualMemory(TypedDict):
+    address_reservations: int
+    address_frees: int
+    handles_created: int
+    handles_released: int
+    mapped_events: int
+    unmapped_events: int
+    note: str
+
+
+class TelemetryPoints(TypedDict):
+    lines: int
+    read_at: int
+    rule: str
+
+
+class Memory(TypedDict):
+    """The memory ledger (docs/ledger.md): per device and process, and at each moment (``at``)."""
+
+    ledger: bool
+    why_no_ledger: str | None
+    at: list[MemoryPoint]
+    collected: NotRequired[bool | None]
+    events: NotRequired[int]
+    allocation_events: NotRequired[int]
+    deallocation_events: NotRequired[int]
+    kinds: NotRequired[dict[str, str]]
+    mechanisms: NotRequired[dict[Mechanism, MechanismCounts]]
+    devices: NotRequired[list[Device]]
+    pools: NotRequired[list[Pool]]
+    virtual_memory: NotRequired[VirtualMemory]
+    free_calls_without_event: NotRequired[FreeCallsWithoutEvent]
+    freed_never_allocated: NotRequired[FreedNeverAllocated]
+    not_counted: NotRequired[list[str]]
+    telemetry_points: NotRequired[TelemetryPoints]
 
 
 @dataclass(frozen=True)
