@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builder import Call, Export, Gpu, LibCall, MemoryEvent, Range
+from builder import Call, Export, Gpu, LibCall, MemoryEvent, Range, strip_not_null
 
 import nsysaudit
 from nsysaudit.analysis.devices import device_truth, program
@@ -362,6 +362,18 @@ def test_the_documents_of_a_two_gpu_job_are_of_their_types(make_export: Callable
     for doc in (analyze(export), analyze(export, telemetry=telemetry_lines(tmp_path / "t.jsonl", {RANK1: 1})),
                 analyze(make_export(per_rank(1)))):
         assert problems(doc, AnalysisDocument) == []
+def test_a_process_of_unknown_pid_is_null_in_its_document_and_of_its_type(make_export: Callable[..., Path]) -> None:
+    """A PROCESSES row whose pid is not an integer (a damaged export) is listed with pid null, as its
+    type says (``integer or null``)."""
+    from nsysaudit.reports.documents import AnalysisDocument, problems
+
+    spec = one_report()
+    spec.raw_sql = [strip_not_null("PROCESSES"), "UPDATE PROCESSES SET pid = 'x' WHERE name = 'torchrun'"]
+    doc = json.loads(json.dumps(analyze(make_export(spec))))
+    assert [p["pid"] for p in doc["processes"]] == [None, RANK0, RANK1]
+    assert problems(doc, AnalysisDocument) == []
+
+
 # --- across ranks: batch and compare -----------------------------------------------------------------
 
 

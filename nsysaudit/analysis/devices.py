@@ -80,7 +80,7 @@ class Process(TypedDict):
     (``rank_unknown`` says why not; docs/multigpu.md)."""
 
     global_pid: int
-    pid: int
+    pid: int | None
     name: str | None
     devices: list[int | None]
     device_evidence: list[DeviceEvidence]
