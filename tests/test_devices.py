@@ -447,6 +447,24 @@ def test_compare_the_failing_rank_with_a_healthy_one(make_export: Callable[..., 
     assert "different_capture_options" not in [x["code"] for x in doc["not_established"]]
 
 
+def test_compare_of_a_rank_that_used_an_unknown_device_too(make_export: Callable[..., Path]) -> None:
+    """A rank whose memory events name its device and, once, no device (a NULL deviceId): its devices
+    are the unknown one and its own, and the comparison says so (sorting them once raised TypeError)."""
+    from nsysaudit.reports.compare import compare_results
+
+    spec = per_rank(1)
+    spec.memory_events.append(MemoryEvent(600, RANK1, 4_096, corr=0, device=1, address=0x9000))
+    spec.raw_sql = [strip_not_null("CUDA_GPU_MEMORY_USAGE_EVENTS"),
+                    "UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET deviceId = NULL WHERE start = 600"]
+    failing, healthy = (nsysaudit.analyze(make_export(s)) for s in (spec, per_rank(0)))
+    assert process(failing.to_dict(), RANK1)["devices"] == [1, None]
+    ranks = compare_results(failing, healthy).to_dict()["differences"]["ranks"]
+    assert ranks["observe"]["devices"] == [1, None]
+    assert ranks["statements"][0].startswith(
+        "The arms are two ranks: rank 1 (observe, pid 300, on device 1 (NVIDIA H100 80GB HBM3, 0000:00:06.0), "
+        "device None) and rank 0")
+
+
 def test_compare_of_arms_without_ranks_says_nothing_of_ranks(make_export: Callable[..., Path]) -> None:
     from nsysaudit.reports.compare import compare_results
 

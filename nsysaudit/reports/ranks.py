@@ -163,7 +163,9 @@ def _arm_rank(arm: Mapping[str, Any]) -> dict[str, Any]:
     processes = [p for p in arm.get("processes") or [] if p.get("rank") is not None]
     stated = sorted({p["rank"] for p in processes})
     one = processes[0] if len(stated) == 1 else None
-    devices = sorted({d for p in processes for d in p.get("devices", [])}) if one else []
+    # in the order a process's own devices are listed: by id, an unknown one (None) last
+    used = {d for p in processes for d in p.get("devices", [])}
+    devices = sorted(used, key=lambda d: (d is None, d or 0)) if one else []
     return {
         "ranks": stated,
         "rank": stated[0] if len(stated) == 1 else None,
