@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builder import Call, Export, Gpu, LibCall, MemoryEvent, Range
+from builder import Call, Export, Gpu, LibCall, MemoryEvent, Range, strip_not_null
 
 import nsysaudit
 from nsysaudit.analysis.devices import device_truth, program
@@ -362,6 +362,18 @@ def test_the_documents_of_a_two_gpu_job_are_of_their_types(make_export: Callable
     for doc in (analyze(export), analyze(export, telemetry=telemetry_lines(tmp_path / "t.jsonl", {RANK1: 1})),
                 analyze(make_export(per_rank(1)))):
         assert problems(doc, AnalysisDocument) == []
+def test_a_process_of_unknown_pid_is_null_in_its_document_and_of_its_type(make_export: Callable[..., Path]) -> None:
+    """A PROCESSES row whose pid is not an integer (a damaged export) is listed with pid null, as its
+    type says (``integer or null``)."""
+    from nsysaudit.reports.documents import AnalysisDocument, problems
+
+    spec = one_report()
+    spec.raw_sql = [strip_not_null("PROCESSES"), "UPDATE PROCESSES SET pid = 'x' WHERE name = 'torchrun'"]
+    doc = json.loads(json.dumps(analyze(make_export(spec))))
+    assert [p["pid"] for p in doc["processes"]] == [None, RANK0, RANK1]
+    assert problems(doc, AnalysisDocument) == []
+
+
 # --- across ranks: batch and compare -----------------------------------------------------------------
 
 
@@ -433,6 +445,24 @@ def test_compare_the_failing_rank_with_a_healthy_one(make_export: Callable[..., 
     assert [d["key"] for d in capture["differs_as_expected"]] == [
         "PROCESS_0:ENVIRONMENT_VARIABLE:LOCAL_RANK", "PROCESS_0:ENVIRONMENT_VARIABLE:RANK"]
     assert "different_capture_options" not in [x["code"] for x in doc["not_established"]]
+
+
+def test_compare_of_a_rank_that_used_an_unknown_device_too(make_export: Callable[..., Path]) -> None:
+    """A rank whose memory events name its device and, once, no device (a NULL deviceId): its devices
+    are the unknown one and its own, and the comparison says so (sorting them once raised TypeError)."""
+    from nsysaudit.reports.compare import compare_results
+
+    spec = per_rank(1)
+    spec.memory_events.append(MemoryEvent(600, RANK1, 4_096, corr=0, device=1, address=0x9000))
+    spec.raw_sql = [strip_not_null("CUDA_GPU_MEMORY_USAGE_EVENTS"),
+                    "UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET deviceId = NULL WHERE start = 600"]
+    failing, healthy = (nsysaudit.analyze(make_export(s)) for s in (spec, per_rank(0)))
+    assert process(failing.to_dict(), RANK1)["devices"] == [1, None]
+    ranks = compare_results(failing, healthy).to_dict()["differences"]["ranks"]
+    assert ranks["observe"]["devices"] == [1, None]
+    assert ranks["statements"][0].startswith(
+        "The arms are two ranks: rank 1 (observe, pid 300, on device 1 (NVIDIA H100 80GB HBM3, 0000:00:06.0), "
+        "device None) and rank 0")
 
 
 def test_compare_of_arms_without_ranks_says_nothing_of_ranks(make_export: Callable[..., Path]) -> None:

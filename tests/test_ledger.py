@@ -5,6 +5,7 @@ Numbers on the real captures are checked against plain SQL sums over CUDA_GPU_ME
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from builder import Call, Export, LibCall, MemoryEvent, strip_not_null
+from builder import Call, Export, LibCall, MemoryEvent, PoolEvent, strip_not_null
 from conftest import H200_2025, PUBLIC
 
 import nsysaudit
@@ -20,6 +21,7 @@ import nsysaudit.render
 from nsysaudit.analysis.ledger import build_ledger
 from nsysaudit.read.memory import DEVICE_SCHEMA, EVENT_SCHEMA, MemoryEvidence
 from nsysaudit.read.memory import MEM_KINDS_FALLBACK as MEM_KINDS
+from nsysaudit.reports import documents
 
 TORCH, CAPI = H200_2025 / "torch", H200_2025 / "capi"
 GPU = (0, "Test GPU", 10_000_000)
@@ -264,6 +266,38 @@ def test_events_of_an_unknown_process_or_device_are_summed_under_unknown(make_ex
     assert devices[(0, None)]["processes"][0]["live_bytes_at_end"] == 1_000_000
     assert (devices[(0, 0)]["allocated_bytes"], devices[(0, 0)]["live_bytes_at_end"]) == (4_000_000, 0)
     assert sum(x["allocation_events"] for x in devices.values()) == d["memory"]["allocation_events"] == 3
+
+
+def test_a_document_of_unknown_processes_and_devices_conforms_to_its_type(make_export) -> None:
+    """The unknown vm, device and process of the events above are null in the document wherever the
+    ledger names them (its devices and their processes, the devices at a moment, the pools),
+    and the document's type says so: ``integer or null``."""
+    spec = scenario(
+        MemoryEvent(1_000, 100, 4_000_000, corr=1, mem_kind=DEVICE, address=0x1000),
+        MemoryEvent(2_000, 100, 3_000_000, corr=2, mem_kind=DEVICE, address=0x2000),
+        MemoryEvent(2_500, 100, 1_000_000, corr=3, mem_kind=DEVICE, address=0x3000),
+        # a pool allocation of an unknown process, on an unknown device
+        MemoryEvent(2_600, 100, 1_000, corr=5, mem_kind=DEVICE, address=0x9000, pool_address=0x8000,
+                    pool_size=2_000, pool_utilized=1_000),
+        calls=[Call("cudaMalloc_v3020", 5_000, 5_100, 300, 300, ret=2, corr=99)],
+    )
+    spec.lib_calls = [LibCall("cublasCreate_v2", 4_900, 5_200, 300, 300)]
+    spec.processes = {100: "trainer", 300: "neighbour"}
+    spec.pool_events = [PoolEvent(2_700, 100, 0xA000, op=1, size=4_096)]  # a pool of unknown address
+    spec.raw_sql = [
+        strip_not_null("CUDA_GPU_MEMORY_USAGE_EVENTS"),
+        strip_not_null("CUDA_GPU_MEMORY_POOL_EVENTS"),
+        "UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET globalPid = NULL WHERE start IN (2000, 2600)",
+        "UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET deviceId = NULL WHERE start IN (2500, 2600)",
+        "UPDATE CUDA_GPU_MEMORY_POOL_EVENTS SET address = NULL",
+    ]
+    d = json.loads(json.dumps(nsysaudit.analyze(make_export(spec)).to_dict()))
+    [point] = [p for p in d["memory"]["at"] if p["point"] == "finding"]
+    assert [(x["vm"], x["device_id"]) for x in point["devices"]] == [(None, None), (None, 0), (0, None), (0, 0)]
+    assert [p["global_pid"] for x in d["memory"]["devices"] for p in x["processes"]][:2] == [None, None]
+    assert [(p["global_pid"], p["device_id"], p["address"]) for p in d["memory"]["pools"]] == [
+        (None, None, 0x8000), (100 << 24, 0, None)]
+    assert documents.problems(d, documents.AnalysisDocument) == []
 
 
 def test_a_failing_process_without_memory_events_sees_every_device(make_export, tmp_path) -> None:

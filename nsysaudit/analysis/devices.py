@@ -36,10 +36,12 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from nsysaudit.analysis.ledger import Device
 from nsysaudit.core.ids import pid_bits, vm_of
-from nsysaudit.read.devices import DeviceEvidence, Launch
+from nsysaudit.read.devices import DeviceEvidence as ExportDevices
+from nsysaudit.read.devices import Launch
 from nsysaudit.read.telemetry import TelemetryLog
 
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
@@ -60,6 +62,102 @@ _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _INT = re.compile(r"^(0|[1-9][0-9]{0,8})$")
 
 
+# --- the devices, processes and launched commands, as the documents hold them -------------------
+# (named in nsysaudit.reports.documents)
+
+
+class DeviceEvidence(TypedDict):
+    """Why a process is said to have used a device: the tables that tie it there (docs/multigpu.md)."""
+
+    vm: int | None
+    device_id: int | None
+    cuda_device: int | None
+    sources: list[str]
+    memory_events: int
+
+
+class Process(TypedDict):
+    """A traced process, the devices it used and its rank where a row of the evidence states it
+    (``rank_unknown`` says why not; docs/multigpu.md)."""
+
+    global_pid: int
+    pid: int | None
+    name: str | None
+    devices: list[int | None]
+    device_evidence: list[DeviceEvidence]
+    launched: bool | None
+    rank: int | None
+    rank_source: str | None
+    rank_unknown: str | None
+    local_rank: int | None
+    world_size: int | None
+    cuda_visible_devices: str | None
+
+
+class TargetDevice(TypedDict):
+    """A GPU of the target (TARGET_INFO_GPU, or a device id the events name without a row there):
+    its identity, total, who used it, and the ledger's totals on it."""
+
+    vm: int | None
+    device_id: int | None
+    cuda_device: int | None
+    name: str | None
+    bus_location: str | None
+    uuid: str | None
+    total_bytes: int | None
+    in_target_info: bool
+    processes: list[int]
+    global_pids: list[int]
+    ranks: list[int]
+    allocated_bytes: int | None
+    peak_device_resident_live_bytes: int | None
+    device_resident_live_bytes_at_end: int | None
+
+
+class RankClaim(TypedDict):
+    value: int
+    source: str
+
+
+class LaunchedCommand(TypedDict):
+    """A command nsys launched (META_DATA_CAPTURE ``PROCESS_<index>``), as recorded, and which traced
+    process it is (``process_rule`` says how that was decided, or why not)."""
+
+    index: int
+    command: str | None
+    arguments: list[str]
+    environment_recorded: bool
+    environment_variables: int
+    rank_claims: list[RankClaim]
+    cuda_visible_devices: str | None
+    pid: int | None
+    global_pid: int | None
+    process_rule: str
+
+
+class TracedProcess(TypedDict):
+    """A traced process as the analysis lists it (PROCESSES: ``pid, globalPid, name``)."""
+
+    pid: int | None
+    global_pid: int | None
+    name: str | None
+
+
+class Placement(TypedDict):
+    """The keys a traced process's ``processes[]`` entry (:class:`Process`) gains here: the devices
+    it used, whether it is the command nsys launched, its rank."""
+
+    devices: list[int | None]
+    device_evidence: list[DeviceEvidence]
+    launched: bool | None
+    rank: int | None
+    rank_source: str | None
+    rank_unknown: str | None
+    local_rank: int | None
+    world_size: int | None
+    cuda_visible_devices: str | None
+
+
 @dataclass(frozen=True)
 class Claim:
     """One row's statement of a value (a rank, a local rank, a world size) and where it is."""
@@ -75,21 +173,21 @@ class DeviceTruth:
     ``devices``: the JSON ``devices`` entries; ``processes``: per global pid the keys each
     ``processes[]`` entry gains; ``launches``: the JSON ``launches`` entries."""
 
-    devices: list[dict[str, Any]]
-    processes: dict[int, dict[str, Any]]
-    launches: list[dict[str, Any]]
+    devices: Sequence[TargetDevice]
+    processes: Mapping[int, Placement]
+    launches: Sequence[LaunchedCommand]
     several_devices: bool = False
     ranks_known: bool = False
     _by_pid: dict[int, int] = field(default_factory=dict)
 
-    def of(self, gpid: int | None) -> dict[str, Any]:
+    def of(self, gpid: int | None) -> Placement:
         """The device and rank keys of process ``gpid`` (every value unknown for an unknown process)."""
         return self.processes.get(gpid, _UNKNOWN) if gpid is not None else _UNKNOWN
 
-    def of_pid(self, pid: int | None) -> dict[str, Any]:
+    def of_pid(self, pid: int | None) -> Placement:
         return self.of(self._by_pid.get(pid)) if pid is not None else _UNKNOWN
 
-    def device(self, vm: Any, device_id: Any) -> dict[str, Any] | None:
+    def device(self, vm: int | None, device_id: int | None) -> TargetDevice | None:
         return next((d for d in self.devices if d["vm"] == vm and d["device_id"] == device_id), None)
 
     @property
@@ -99,7 +197,7 @@ class DeviceTruth:
         return self.several_devices or self.ranks_known
 
 
-_UNKNOWN: dict[str, Any] = {
+_UNKNOWN: Placement = {
     "devices": [],
     "device_evidence": [],
     "launched": None,
@@ -194,7 +292,7 @@ def _decide(claims: Sequence[Claim]) -> tuple[int | None, str | None, str | None
     return values[0], "; ".join(c.source for c in claims), None
 
 
-def _launched(launch: Launch, processes: Sequence[Mapping[str, Any]]) -> tuple[int | None, str]:
+def _launched(launch: Launch, processes: Sequence[TracedProcess]) -> tuple[int | None, str]:
     """The global pid of the traced process that is ``launch``, or None, and how it was decided."""
     if launch.pid is not None:
         hits = [p["global_pid"] for p in processes if p["pid"] == launch.pid]
@@ -204,8 +302,7 @@ def _launched(launch: Launch, processes: Sequence[Mapping[str, Any]]) -> tuple[i
     if name is None:
         return None, (f"nsys recorded no command for PROCESS_{launch.index}" if launch.command is None
                       else f"the program that {launch.command!r} ran is not in its recorded command line")
-    same = [p["global_pid"] for p in processes if p.get("name") is not None
-            and posixpath.basename(str(p["name"])) == name]
+    same = [p["global_pid"] for p in processes if p["name"] is not None and posixpath.basename(p["name"]) == name]
     if len(same) == 1:
         return same[0], f"the only traced process named {name!r}, the launched command's name"
     pid_note = "" if launch.pid is not None else f" and PROCESS_{launch.index}:PID is not recorded"
@@ -215,21 +312,24 @@ def _launched(launch: Launch, processes: Sequence[Mapping[str, Any]]) -> tuple[i
 
 
 def device_truth(
-    evidence: DeviceEvidence | None,
-    processes: Sequence[Mapping[str, Any]],
-    ledger_devices: Iterable[Mapping[str, Any]] = (),
+    evidence: ExportDevices | None,
+    processes: Iterable[Mapping[str, Any]],
+    ledger_devices: Iterable[Device] = (),
     telemetry: TelemetryLog | None = None,
 ) -> DeviceTruth:
     """Devices and ranks of one export (see the module docstring). ``processes``: the analysis'
-    ``processes`` entries (``pid, global_pid, name``); ``ledger_devices``: the ledger summary's
-    ``devices`` (per-device allocated bytes, peak, what was held at the end)."""
-    evidence = evidence or DeviceEvidence()
-    by_pid = {int(p["pid"]): int(p["global_pid"]) for p in processes
-              if p.get("pid") is not None and p.get("global_pid") is not None}
-    uses = _device_uses(evidence, processes, by_pid)
-    launched, launch_entries = _launches(evidence, processes)
+    ``processes`` entries (``pid, global_pid, name``: each a :class:`TracedProcess`, as the maps the
+    analysis keeps); ``ledger_devices``: the ledger summary's ``devices`` (per-device allocated bytes,
+    peak, what was held at the end)."""
+    evidence = evidence or ExportDevices()
+    traced: list[TracedProcess] = [{"pid": p.get("pid"), "global_pid": p.get("global_pid"), "name": p.get("name")}
+                                   for p in processes]
+    by_pid = {pid: gpid for pid, gpid in ((p["pid"], p["global_pid"]) for p in traced)
+              if pid is not None and gpid is not None}
+    uses = _device_uses(evidence, traced, by_pid)
+    launched, launch_entries = _launches(evidence, traced)
     told = _telemetry_claims(telemetry, set(by_pid))
-    out = _process_entries(evidence, processes, uses, launched, launch_entries, told, telemetry is not None)
+    out = _process_entries(evidence, traced, uses, launched, launch_entries, told, telemetry is not None)
     devices = _device_entries(evidence, uses, out, ledger_devices)
     return DeviceTruth(
         devices=devices,
@@ -241,37 +341,45 @@ def device_truth(
     )
 
 
-# Per global pid, the devices (vm, device id) it used: the tables that say so, and its memory events.
-_Uses = dict[int, dict[tuple[Any, Any], dict[str, Any]]]
+@dataclass
+class _Use:
+    """A process's use of one device: the tables that say so, and its memory events there."""
+
+    sources: list[str] = field(default_factory=list)
+    events: int = 0
 
 
-def _device_uses(evidence: DeviceEvidence, processes: Sequence[Mapping[str, Any]], by_pid: dict[int, int]) -> _Uses:
+# Per global pid, the devices (vm, device id) it used.
+_Uses = dict[int, dict[tuple[int | None, int | None], _Use]]
+
+
+def _device_uses(evidence: ExportDevices, processes: Sequence[TracedProcess], by_pid: dict[int, int]) -> _Uses:
     """Which device each process used: by its memory events, and by the CUDA contexts it created."""
-    uses: _Uses = {int(p["global_pid"]): {} for p in processes if p.get("global_pid") is not None}
+    uses: _Uses = {p["global_pid"]: {} for p in processes if p["global_pid"] is not None}
     for gpid, device, events in evidence.memory_use.iter_rows():
         if gpid is None:
             continue
-        entry = uses.setdefault(gpid, {}).setdefault((vm_of(gpid), device), {"sources": [], "events": 0})
-        entry["sources"].append("CUDA_GPU_MEMORY_USAGE_EVENTS")
-        entry["events"] += events
+        entry = uses.setdefault(gpid, {}).setdefault((vm_of(gpid), device), _Use())
+        entry.sources.append("CUDA_GPU_MEMORY_USAGE_EVENTS")
+        entry.events += events
     for vm, pid, device, _ in evidence.contexts.iter_rows():
         gpid = by_pid.get(pid) if pid is not None else None
         if gpid is None:
             continue
         vm = vm if vm is not None else vm_of(gpid)
-        entry = uses.setdefault(gpid, {}).setdefault((vm, device), {"sources": [], "events": 0})
-        if "TARGET_INFO_CUDA_CONTEXT_INFO" not in entry["sources"]:
-            entry["sources"].append("TARGET_INFO_CUDA_CONTEXT_INFO")
+        entry = uses.setdefault(gpid, {}).setdefault((vm, device), _Use())
+        if "TARGET_INFO_CUDA_CONTEXT_INFO" not in entry.sources:
+            entry.sources.append("TARGET_INFO_CUDA_CONTEXT_INFO")
     return uses
 
 
 def _launches(
-    evidence: DeviceEvidence, processes: Sequence[Mapping[str, Any]]
-) -> tuple[dict[int, Launch], list[dict[str, Any]]]:
+    evidence: ExportDevices, processes: Sequence[TracedProcess]
+) -> tuple[dict[int, Launch], list[LaunchedCommand]]:
     """Each command nsys launched, by the global pid of the traced process that is it (where one
     is), and the JSON ``launches`` entries."""
     launched: dict[int, Launch] = {}
-    entries = []
+    entries: list[LaunchedCommand] = []
     for launch in evidence.launches:
         gpid, how = _launched(launch, processes)
         claims = _launch_claims(launch)
@@ -294,20 +402,21 @@ def _launches(
 
 
 def _process_entries(
-    evidence: DeviceEvidence,
-    processes: Sequence[Mapping[str, Any]],
+    evidence: ExportDevices,
+    processes: Sequence[TracedProcess],
     uses: _Uses,
     launched: dict[int, Launch],
-    launch_entries: Sequence[Mapping[str, Any]],
+    launch_entries: Sequence[LaunchedCommand],
     told: dict[int, dict[str, list[Claim]]],
     has_telemetry: bool,
-) -> dict[int, dict[str, Any]]:
+) -> dict[int, Placement]:
     """Per global pid, the keys its ``processes[]`` entry gains: its devices, rank and launch."""
-    ordinals = {(pid, device): cuda for pid, device, cuda in evidence.cuda_devices.iter_rows()}
+    ordinals: dict[tuple[int | None, int | None], int | None] = {
+        (pid, device): cuda for pid, device, cuda in evidence.cuda_devices.iter_rows()}
     rank_words = ", ".join(RANK_VARIABLES)
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, Placement] = {}
     for p in processes:
-        gpid, pid = p.get("global_pid"), p.get("pid")
+        gpid, pid = p["global_pid"], p["pid"]
         if gpid is None:
             continue
         own: Launch | None = launched.get(gpid)
@@ -324,7 +433,7 @@ def _process_entries(
             "devices": [device for (_, device), _ in used],
             "device_evidence": [
                 {"vm": vm, "device_id": device, "cuda_device": ordinals.get((pid, device)),
-                 "sources": entry["sources"], "memory_events": entry["events"]}
+                 "sources": entry.sources, "memory_events": entry.events}
                 for (vm, device), entry in used
             ],
             # Whether it is the command nsys launched: unknown where a launched command's process is not known.
@@ -340,22 +449,24 @@ def _process_entries(
 
 
 def _device_entries(
-    evidence: DeviceEvidence,
+    evidence: ExportDevices,
     uses: _Uses,
-    processes: Mapping[int, Mapping[str, Any]],
-    ledger_devices: Iterable[Mapping[str, Any]],
-) -> list[dict[str, Any]]:
+    processes: Mapping[int, Placement],
+    ledger_devices: Iterable[Device],
+) -> list[TargetDevice]:
     """The JSON ``devices`` entries: every device the export names or a process used, in (vm, id)
     order, with who used it, their ranks, and what the ledger says it held."""
     gpus = evidence.gpus.to_dicts()
-    ledger = {(d.get("vm"), d.get("device_id")): d for d in ledger_devices}
+    ledger = {(d["vm"], d["device_id"]): d for d in ledger_devices}
     seen = {(vm, device) for per in uses.values() for vm, device in per}
-    known = {(g["vm"], g["device_id"]) for g in gpus}
-    devices = []
+    known: set[tuple[int | None, int | None]] = {(g["vm"], g["device_id"]) for g in gpus}
+    devices: list[TargetDevice] = []
     for vm, device in sorted(known | seen, key=lambda k: (k[0] is None, k[0] or 0, k[1] is None, k[1] or 0)):
         g = next((g for g in gpus if g["vm"] == vm and g["device_id"] == device), None)
         users = sorted(gp for gp, per in uses.items() if (vm, device) in per)
-        held = ledger.get((vm, device)) or {}
+        held = ledger.get((vm, device))
+        peak = held.get("peak_device_resident_live_bytes") if held is not None else None
+        at_end = held.get("device_resident_live_bytes_at_end") if held is not None else None
         devices.append({
             "vm": vm,
             "device_id": device,
@@ -367,17 +478,16 @@ def _device_entries(
             "in_target_info": g is not None,
             "processes": [pid_bits(gp) for gp in users],
             "global_pids": users,
-            "ranks": sorted({processes[gp]["rank"] for gp in users
-                             if gp in processes and processes[gp]["rank"] is not None}),
-            "allocated_bytes": held.get("allocated_bytes"),
-            "peak_device_resident_live_bytes": held.get("peak_device_resident_live_bytes"),
-            "device_resident_live_bytes_at_end": held.get("device_resident_live_bytes_at_end"),
+            "ranks": sorted({rank for gp in users if gp in processes and (rank := processes[gp]["rank"]) is not None}),
+            "allocated_bytes": held["allocated_bytes"] if held is not None else None,
+            "peak_device_resident_live_bytes": peak,
+            "device_resident_live_bytes_at_end": at_end,
         })
     return devices
 
 
 def _why_no_rank(
-    launch: Launch | None, launches: Sequence[Launch], entries: Sequence[Mapping[str, Any]], rank_words: str,
+    launch: Launch | None, launches: Sequence[Launch], entries: Sequence[LaunchedCommand], rank_words: str,
     telemetry: bool,
 ) -> str:
     tail = "; no telemetry line of it has a rank field" if telemetry else "; no telemetry was given"

@@ -44,10 +44,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, get_args
+from typing import Any, Literal, NotRequired, TypedDict, get_args, overload
 
 import polars as pl
 
+from nsysaudit.analysis.coverage import CensoredReason
 from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import decode_pid, decode_vm, global_pid, pid_of
@@ -59,7 +60,8 @@ MANAGED = frozenset({"Managed", "Managed Static"})
 # The mechanisms a device-resident byte is held by, in the order they are shown; ``pool_utilized``
 # is the part of ``pool_reserved`` in use, not more memory.
 HELD = ("segments", "mapped", "pool_reserved", "static")
-BY_MECHANISM = ("segments", "mapped", "pool_reserved", "pool_utilized", "static")
+HeldBy = Literal["segments", "mapped", "pool_reserved", "pool_utilized", "static"]
+BY_MECHANISM: tuple[HeldBy, ...] = get_args(HeldBy)
 # How memory is held (docs/ledger.md): plain allocations, VMM maps, pool allocations, allocations from
 # an imported pool, driver module memory, managed memory, host or unknown kinds.
 Mechanism = Literal["segments", "mapped", "pool", "imported_pool", "static", "managed", "host"]
@@ -98,6 +100,180 @@ EXAMPLES = 5
 GAP_EXAMPLES_AT = 3
 
 
+# --- what the ledger says, as the documents hold it (named in nsysaudit.reports.documents) ---------
+
+# The moments the ledger is read at (:func:`points`).
+PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
+
+
+class ByMechanism(TypedDict):
+    segments: int
+    mapped: int
+    pool_reserved: int
+    pool_utilized: int
+    static: int
+
+
+class MechanismCounts(TypedDict):
+    allocation_events: int
+    allocated_bytes: int
+    deallocation_events: int
+
+
+class CallAllocations(TypedDict):
+    call: str
+    api: str | None
+    kind: str
+    events: int
+    bytes: int
+
+
+class DeviceProcess(TypedDict):
+    """One process's memory on one device over the whole trace."""
+
+    pid: int | None
+    global_pid: int | None
+    allocated_bytes: int
+    driver_allocated_bytes: int
+    freed_bytes: int
+    live_bytes_at_end: int
+    live_bytes_by_kind_at_end: dict[str, int]
+    held_by_mechanism_at_end: ByMechanism
+    allocations_by_call: list[CallAllocations]
+
+
+class Device(TypedDict):
+    """A device the export names, what was allocated on it, and (when the ledger is claimed,
+    ``memory.ledger``) what was freed and live, its peak and each process's share."""
+
+    device_id: int | None
+    vm: int | None
+    name: str | None
+    total_bytes: int | None
+    allocation_events: int
+    allocated_bytes: int
+    allocated_bytes_by_kind: dict[str, int]
+    freed_bytes: NotRequired[int]
+    live_bytes_at_end: NotRequired[int]
+    live_bytes_by_kind_at_end: NotRequired[dict[str, int]]
+    device_resident_live_bytes_at_end: NotRequired[int]
+    held_by_mechanism_at_end: NotRequired[ByMechanism]
+    peak_device_resident_live_bytes: NotRequired[int]
+    peak_at_ns: NotRequired[int | None]
+    processes: NotRequired[list[DeviceProcess]]
+
+
+class PointProcess(TypedDict):
+    pid: int | None
+    global_pid: int
+    resident_bytes: int
+    managed_bytes: int
+    imported_pool_bytes: int
+    by_mechanism: ByMechanism
+
+
+class PointDevice(TypedDict):
+    """A device at a moment: what was live, and the bound on what could have been free."""
+
+    device_id: int | None
+    vm: int | None
+    total_bytes: int | None
+    process_has_events: bool
+    process_live_bytes: int
+    device_resident_live_bytes: int
+    managed_live_bytes: int
+    freed_before_bytes: int
+    free_at_most_bytes: int | None
+    live_bytes_by_kind: dict[str, int]
+    by_mechanism: ByMechanism
+    processes: list[PointProcess]
+    bound_unknown: NotRequired[str]
+
+
+class MemoryPoint(TypedDict):
+    """The ledger at one moment (a finding, a library call, a censored call, a telemetry line, the end)."""
+
+    point: PointKind
+    label: str
+    t_ns: int | None
+    pid: int | None
+    global_pid: int | None
+    covered: bool
+    devices: list[PointDevice]
+    holder: str
+    free_calls_without_event_before: NotRequired[int]
+    free_calls_without_event_examples: NotRequired[list[int]]
+    unknown: NotRequired[str]
+    finding: NotRequired[int]
+    lib_id: NotRequired[int]
+    line: NotRequired[int]
+    censored_reasons: NotRequired[list[CensoredReason]]
+
+
+class FreeCallsWithoutEvent(TypedDict):
+    count: int
+    by_api: dict[str, int]
+    example_correlation_ids: list[int]
+    note: str
+
+
+class FreedNeverAllocated(TypedDict):
+    events: int
+    bytes: int
+
+
+class Pool(TypedDict):
+    address: int | None
+    pid: int | None
+    global_pid: int | None
+    device_id: int | None
+    created: bool
+    destroyed: bool
+    allocation_events: int
+    deallocation_events: int
+    trims: int
+    peak_size_bytes: int
+    size_at_end_bytes: int
+    utilized_at_end_bytes: int
+
+
+class VirtualMemory(TypedDict):
+    address_reservations: int
+    address_frees: int
+    handles_created: int
+    handles_released: int
+    mapped_events: int
+    unmapped_events: int
+    note: str
+
+
+class TelemetryPoints(TypedDict):
+    lines: int
+    read_at: int
+    rule: str
+
+
+class Memory(TypedDict):
+    """The memory ledger (docs/ledger.md): per device and process, and at each moment (``at``)."""
+
+    ledger: bool
+    why_no_ledger: str | None
+    at: list[MemoryPoint]
+    collected: NotRequired[bool | None]
+    events: NotRequired[int]
+    allocation_events: NotRequired[int]
+    deallocation_events: NotRequired[int]
+    kinds: NotRequired[dict[str, str]]
+    mechanisms: NotRequired[dict[Mechanism, MechanismCounts]]
+    devices: NotRequired[list[Device]]
+    pools: NotRequired[list[Pool]]
+    virtual_memory: NotRequired[VirtualMemory]
+    free_calls_without_event: NotRequired[FreeCallsWithoutEvent]
+    freed_never_allocated: NotRequired[FreedNeverAllocated]
+    not_counted: NotRequired[list[str]]
+    telemetry_points: NotRequired[TelemetryPoints]
+
+
 @dataclass(frozen=True)
 class Ledger:
     """Bytes held over time by process and mechanism, or why none is claimed.
@@ -109,7 +285,9 @@ class Ledger:
     ``device_resident_live`` (all processes' device-resident bytes on that device) just after it.
     Pool operations (created, trimmed, destroyed) are rows too, with ``bytes`` null. Empty when
     ``claimed`` is False. ``gaps``: the successful free calls with no deallocation event of their own
-    correlation id (:data:`GAP_SCHEMA`), in time order.
+    correlation id (:data:`GAP_SCHEMA`), in time order. ``summary``: the document's ``memory`` key as
+    the ledger gives it, per device and process (``ledger`` and ``why_no_ledger`` are ``claimed`` and
+    ``why_not``); its points (``at``) are read with :func:`points`, and empty here.
     """
 
     claimed: bool
@@ -117,20 +295,20 @@ class Ledger:
     collected: bool | None
     series: pl.DataFrame
     devices: pl.DataFrame
-    summary: dict[str, Any]
+    summary: Memory
     gaps: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=GAP_SCHEMA))
     warnings: tuple[ReportWarning, ...] = ()
     # Each process's last CUDA API record (global pid -> ns): named where the traced bytes exceed the
     # device's total (a process's memory goes back at its exit without deallocation events).
     api_ends: Mapping[int, int] = field(default_factory=dict)
 
-    def at(self, t_ns: int, gpid: int | None) -> list[dict[str, Any]]:
+    def at(self, t_ns: int, gpid: int | None) -> list[PointDevice]:
         """Per device the process ``gpid`` used, just after ``t_ns``: its held bytes, every traced
         process's device-resident bytes by mechanism, their total, the device's total and the upper
         bound on free memory (see :meth:`at_many`)."""
         return self.at_many([(t_ns, gpid)])[0]
 
-    def at_many(self, moments: Sequence[tuple[int, int | None]]) -> list[list[dict[str, Any]]]:
+    def at_many(self, moments: Sequence[tuple[int, int | None]]) -> list[list[PointDevice]]:
         """:meth:`at` for each ``(t_ns, gpid)``, read off running sums by binary search, all moments
         of a device at once.
 
@@ -140,7 +318,7 @@ class Ledger:
             return [[] for _ in moments]
         reader = self._reader
         wanted: dict[tuple[int, int], set[int]] = {}
-        plans: list[list[tuple[Any, Any, bool]]] = []
+        plans: list[list[tuple[int | None, int | None, bool]]] = []
         for t, gpid in moments:
             if gpid is None:
                 plans.append([])
@@ -157,29 +335,31 @@ class Ledger:
         for (t, gpid), plan in zip(moments, plans, strict=True):
             entries = []
             for vm, device, own in plan:
-                state = values[(vm, device)][t] if (vm, device) in values else _State()
+                # An unknown vm or device is never read (no moment of it is wanted): nothing there is counted.
+                read = values.get((vm, device)) if vm is not None and device is not None else None
+                state = read[t] if read is not None else _State()
                 entries.append(self._entry(vm, device, own, gpid, state, t))
             out.append(entries)
         return out
 
     def _entry(
-        self, vm: Any, device: Any, own: bool, gpid: int | None, state: _State, t_ns: int
-    ) -> dict[str, Any]:
+        self, vm: int | None, device: int | None, own: bool, gpid: int | None, state: _State, t_ns: int
+    ) -> PointDevice:
         total = _total(self.devices, vm, device)
         resident = state.resident
-        processes: list[dict[str, Any]] = [
+        processes: list[PointProcess] = [
             {
                 "pid": pid_of(g),
                 "global_pid": g,
                 "resident_bytes": sum(mech.get(m, 0) for m in HELD),
-                "by_mechanism": {m: mech.get(m, 0) for m in BY_MECHANISM},
+                "by_mechanism": _by_mechanism(mech),
                 "managed_bytes": mech.get("managed", 0),
                 "imported_pool_bytes": mech.get("imported_pool", 0),
             }
             for g, mech in state.by_process.items()
         ]
         processes.sort(key=lambda p: (-p["resident_bytes"], p["global_pid"]))
-        entry: dict[str, Any] = {
+        entry: PointDevice = {
             "vm": vm,
             "device_id": device,
             "process_has_events": own,
@@ -190,7 +370,7 @@ class Ledger:
             "total_bytes": total,
             "free_at_most_bytes": None if total is None or resident > total else total - resident,
             "freed_before_bytes": state.freed,
-            "by_mechanism": {m: sum(p["by_mechanism"][m] for p in processes) for m in BY_MECHANISM},
+            "by_mechanism": _by_mechanism_summed([p["by_mechanism"] for p in processes]),
             "processes": [p for p in processes if p["resident_bytes"] or p["managed_bytes"]
                           or p["imported_pool_bytes"] or p["global_pid"] == gpid],
         }
@@ -202,7 +382,7 @@ class Ledger:
             )
         return entry
 
-    def _why_exceeded(self, processes: Sequence[Mapping[str, Any]], gpid: int | None, t_ns: int) -> str:
+    def _why_exceeded(self, processes: Sequence[PointProcess], gpid: int | None, t_ns: int) -> str:
         """Why held bytes can exceed the device: a process that had exited (its memory is returned
         without deallocation events) when the trace says it stopped calling CUDA, else damage."""
         ended = [(p["pid"], self.api_ends[p["global_pid"]]) for p in processes
@@ -283,14 +463,15 @@ class _SeriesReader:
 
     def __init__(self, series: pl.DataFrame) -> None:
         self.series = series
-        self._pairs: dict[int | None, list[tuple[Any, Any]]] = {}
+        self._pairs: dict[int | None, list[tuple[int | None, int | None]]] = {}
         self._devices: dict[tuple[int, int], _Curve] = {}
 
-    def pairs(self, gpid: int | None) -> list[tuple[Any, Any]]:
+    def pairs(self, gpid: int | None) -> list[tuple[int | None, int | None]]:
         """The (vm, device) pairs of the process's events (every process's when None), sorted."""
         if gpid not in self._pairs:
             rows = self.series if gpid is None else self.series.filter(pl.col("gpid") == gpid)
-            self._pairs[gpid] = rows.select("vm", "device_id").unique().sort("vm", "device_id").rows()
+            self._pairs[gpid] = [(vm, device) for vm, device in
+                                 rows.select("vm", "device_id").unique().sort("vm", "device_id").iter_rows()]
         return self._pairs[gpid]
 
     def device(self, vm: int, device: int) -> _Curve:
@@ -304,7 +485,8 @@ class _SeriesReader:
             ).with_columns(pl.col("start_ns").fill_null(-(1 << 63))).sort("start_ns", maintain_order=True)
             delta = pl.col("delta")
             parts = rows.partition_by("gpid", "mechanism", "kind", maintain_order=True, as_dict=True)
-            groups, starts, sums = [], [], []
+            groups: list[tuple[int, str, str | None]] = []
+            starts, sums = [], []
             for (gpid, mechanism, kind), part in sorted(parts.items(), key=lambda kv: _order_key(kv[0])):
                 groups.append((gpid, mechanism, kind))
                 starts.append(part["start_ns"])
@@ -318,7 +500,8 @@ class _SeriesReader:
         return self._devices[key]
 
 
-def _order_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
+def _order_key(key: Sequence[int | str | None]) -> tuple[tuple[bool, int | str], ...]:
+    """A key of values that may be unknown, sortable: the unknown (None) first, then by value."""
     return tuple((v is not None, v if v is not None else 0) for v in key)
 
 
@@ -362,9 +545,16 @@ def collection_on(capture: Mapping[str, list[str]]) -> bool | None:
     return any(v.lower() == "true" for v in values)
 
 
-def exact_sum(values: pl.Series | pl.Expr) -> Any:
-    """A sum that cannot wrap around: in 128 bits (a polars Int64 sum wraps silently past 2^63)."""
-    return values.cast(pl.Int128).sum()
+@overload
+def exact_sum(values: pl.Series) -> int: ...
+@overload
+def exact_sum(values: pl.Expr) -> pl.Expr: ...
+def exact_sum(values: pl.Series | pl.Expr) -> int | pl.Expr:
+    """A sum that cannot wrap around: in 128 bits (a polars Int64 sum wraps silently past 2^63). Of a
+    series, the sum itself (0 for none); of an expression, the expression."""
+    if isinstance(values, pl.Expr):
+        return values.cast(pl.Int128).sum()
+    return int(values.cast(pl.Int128).sum() or 0)
 
 
 # --- classification ------------------------------------------------------------------------------
@@ -409,7 +599,7 @@ def _refusal(events: pl.DataFrame, memory: MemoryEvidence) -> tuple[str | None, 
     too_big = events.filter(pl.col("bytes") >= SIZE_LIMIT).height
     sizes = pl.concat([events["pool_size"], memory.pool_events["pool_size"]]).drop_nulls()
     too_big += int((sizes >= SIZE_LIMIT).sum()) + int((sizes < 0).sum())
-    total = int(exact_sum(events["bytes"]) or 0)
+    total = exact_sum(events["bytes"])
     if too_big or total >= SIZE_LIMIT:
         why = (f"the memory events' sizes add up to {total:,} B, past any device (2^62 B): damaged sizes, so live "
                "bytes are not summed")
@@ -447,15 +637,15 @@ def build_ledger(
     devices = memory.devices if memory is not None else pl.DataFrame()
     absent = _absent(memory, collected)
     if memory is None or absent is not None:
-        return Ledger(False, absent, collected, empty, devices, _summary(memory, collected, empty, 0, 0))
+        return Ledger(False, absent, collected, empty, devices, _summary(memory, collected, empty, 0, 0, absent))
     calls = calls if calls is not None else pl.DataFrame(schema=CALL_SCHEMA)
     events, said = _events(memory, calls)
     gaps = _gaps(memory.events, memory_calls)
     extra = _vmm_and_gaps(events, memory_calls, gaps)
 
     def refused(why: str) -> Ledger:
-        return Ledger(False, why, collected, empty, devices, {**_summary(memory, collected, empty, 0, 0), **extra},
-                      gaps, tuple(said))
+        summary = _with(_summary(memory, collected, empty, 0, 0, why), extra)
+        return Ledger(False, why, collected, empty, devices, summary, gaps, tuple(said))
 
     refusal, damage = _refusal(events, memory)
     if damage is not None:
@@ -483,8 +673,8 @@ def build_ledger(
                        "held on the device is unknown")
     del events
     series = _series(pl.concat([plain, pooled.drop("_pool_known")], how="diagonal_relaxed"), calls)
-    summary = {**_summary(memory, collected, series, unmatched, unmatched_bytes), **extra,
-               "pools": _pools(series)}
+    summary = _with(_summary(memory, collected, series, unmatched, unmatched_bytes, None), extra)
+    summary["pools"] = _pools(series)
     return Ledger(True, None, collected, series, devices, summary, gaps, tuple(said))
 
 
@@ -600,7 +790,7 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
         pl.lit(None, dtype=pl.Int64).alias("pool_address"),
         pl.lit(None, dtype=pl.Int64).alias("pool_size"),
     ).select(_ROW_COLUMNS)
-    return rows, unmatched.height, int(exact_sum(unmatched["bytes"]) or 0), mismatched
+    return rows, unmatched.height, exact_sum(unmatched["bytes"]), mismatched
 
 
 # What the matching reads, and the series' rows before their running columns and call names.
@@ -691,7 +881,23 @@ def _gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None) -> pl.DataFra
     return gaps.sort("start_ns", "correlation_id", nulls_last=True).cast(GAP_SCHEMA)  # type: ignore[arg-type]
 
 
-def _vmm_and_gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None, gaps: pl.DataFrame) -> dict[str, Any]:
+class _Extra(TypedDict):
+    """The summary's keys made once its events are classified (:func:`_vmm_and_gaps`)."""
+
+    mechanisms: dict[Mechanism, MechanismCounts]
+    virtual_memory: VirtualMemory
+    free_calls_without_event: FreeCallsWithoutEvent
+
+
+def _with(summary: Memory, extra: _Extra) -> Memory:
+    """``summary`` with the keys of ``extra``."""
+    summary["mechanisms"] = extra["mechanisms"]
+    summary["virtual_memory"] = extra["virtual_memory"]
+    summary["free_calls_without_event"] = extra["free_calls_without_event"]
+    return summary
+
+
+def _vmm_and_gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None, gaps: pl.DataFrame) -> _Extra:
     """The summary's ``virtual_memory``, ``free_calls_without_event`` and ``mechanisms`` keys."""
     roles: dict[str, int] = {}
     if memory_calls is not None:
@@ -704,7 +910,7 @@ def _vmm_and_gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None, gaps:
     for api, n in gaps.group_by("api").len().sort("api").iter_rows():
         by_api[str(api)] = int(n)
     examples = gaps.head(EXAMPLES)["correlation_id"].to_list()
-    mechanisms: dict[str, dict[str, int]] = {}
+    mechanisms: dict[str, MechanismCounts] = {}
     for mechanism, op, n, b in (
         events.group_by("mechanism", "operation").agg(pl.len(), exact_sum(pl.col("bytes")))
         .sort("mechanism", "operation", nulls_last=True).iter_rows()
@@ -739,12 +945,12 @@ def _vmm_and_gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None, gaps:
     }
 
 
-def _pools(series: pl.DataFrame) -> list[dict[str, Any]]:
+def _pools(series: pl.DataFrame) -> list[Pool]:
     """Per CUDA memory pool (process, device, address): its size and use at the end and at its largest."""
     rows = series.filter(pl.col("mechanism") == "pool")
     if not rows.height:
         return []
-    out = []
+    out: list[Pool] = []
     pool = ["gpid", "device_id", "pool_address"]
     for (gpid, device, address), part in rows.partition_by(pool, maintain_order=True, as_dict=True).items():
         utilized = part["utilized_delta"].cum_sum()
@@ -768,48 +974,60 @@ def _pools(series: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def _summary(
-    memory: MemoryEvidence | None, collected: bool | None, series: pl.DataFrame, unmatched: int, unmatched_bytes: int
-) -> dict[str, Any]:
-    """The ledger's summary per device and process (the JSON ``memory`` key, without its points).
+    memory: MemoryEvidence | None, collected: bool | None, series: pl.DataFrame, unmatched: int, unmatched_bytes: int,
+    why_not: str | None,
+) -> Memory:
+    """The ledger's summary per device and process (the JSON ``memory`` key, without its points);
+    ``why_not``: why no ledger is claimed (None: it is).
 
     A device is a (vm, device id) pair; either may be unknown (NULL globalPid or deviceId): such
     events are summed under the unknown pair, never dropped. Per process, one group-by over the
     device's rows (not one filter per process). Sums are exact (128 bits): damaged sizes cannot wrap."""
     events = memory.events if memory is not None else pl.DataFrame(schema={"operation": pl.Int64})
     operation = events["operation"]
-    out: dict[str, Any] = {
+    kinds = memory.kinds if memory is not None else {}
+    out: Memory = {
+        "ledger": why_not is None,
+        "why_no_ledger": why_not,
+        "at": [],
         "collected": collected,
         "events": events.height,
         "allocation_events": int((operation == 0).sum()),
         "deallocation_events": int((operation == 1).sum()),
         "freed_never_allocated": {"events": unmatched, "bytes": unmatched_bytes},
         "not_counted": list(NOT_COUNTED),
-        "devices": [],
+        "devices": _devices(memory, series),
+        "kinds": {str(k): v for k, v in sorted(kinds.items())},
     }
-    kinds = memory.kinds if memory is not None else {}
-    allocs = (
-        events.filter(pl.col("operation") == 0).with_columns(decode_vm(pl.col("gpid")).alias("_vm"))
-        if memory is not None
-        else None
-    )
-    device_rows = memory.devices.to_dicts() if memory is not None else []
-    used: set[tuple[Any, Any]] = set()
-    if allocs is not None and allocs.height:
-        used = set(allocs.select("_vm", "device_id").unique().iter_rows())
-    known = {(r["vm"], r["device_id"]) for r in device_rows}
+    return out
 
-    def on_device(vm: Any, device: Any, vm_column: str) -> pl.Expr:
+
+def _devices(memory: MemoryEvidence | None, series: pl.DataFrame) -> list[Device]:
+    """The summary's ``devices``: each device the export names or an allocation event is on, in
+    (vm, device id) order, unknown first."""
+    if memory is None:
+        return []
+    kinds = memory.kinds
+    allocs = memory.events.filter(pl.col("operation") == 0).with_columns(decode_vm(pl.col("gpid")).alias("_vm"))
+    device_rows = memory.devices.to_dicts()
+    used: set[tuple[int | None, int | None]] = set()
+    if allocs.height:
+        used = {(vm, device) for vm, device in allocs.select("_vm", "device_id").unique().iter_rows()}
+    known: set[tuple[int | None, int | None]] = {(r["vm"], r["device_id"]) for r in device_rows}
+
+    def on_device(vm: int | None, device: int | None, vm_column: str) -> pl.Expr:
         return pl.col(vm_column).eq_missing(vm) & pl.col("device_id").eq_missing(device)
 
+    out: list[Device] = []
     for vm, device in sorted(known | used, key=_order_key):
         info = next((r for r in device_rows if r["vm"] == vm and r["device_id"] == device), None)
-        on = allocs.filter(on_device(vm, device, "_vm")) if allocs is not None else pl.DataFrame()
-        entry: dict[str, Any] = {
+        on = allocs.filter(on_device(vm, device, "_vm"))
+        entry: Device = {
             "vm": vm,
             "device_id": device,
             "name": info["name"] if info else None,
             "total_bytes": info["total_bytes"] if info else None,
-            "allocated_bytes": int(exact_sum(on["bytes"]) or 0) if on.height else 0,
+            "allocated_bytes": exact_sum(on["bytes"]) if on.height else 0,
             "allocation_events": on.height,
             "allocated_bytes_by_kind": {
                 kinds.get(k, str(k)) if k is not None else "unknown": int(v or 0)
@@ -820,25 +1038,27 @@ def _summary(
         }
         mine = series.select(SUMMARY_COLUMNS).filter(on_device(vm, device, "vm"))
         if mine.height:
-            delta = pl.col("delta")
-            peak = int(mine["device_resident_live"].max())  # type: ignore[arg-type]
-            # The first moment at the peak; unknown when an event without a start reached it.
-            at_peak = mine.filter(pl.col("device_resident_live") == peak)["start_ns"]
-            entry.update(
-                {
-                    "freed_bytes": int(-mine.filter(delta < 0)["delta"].sum()),
-                    "live_bytes_at_end": int(mine["delta"].sum()),
-                    "device_resident_live_bytes_at_end": int(mine["device_resident_live"][-1]),
-                    "peak_device_resident_live_bytes": peak,
-                    "peak_at_ns": None if at_peak.null_count() else at_peak.min(),
-                    "live_bytes_by_kind_at_end": _live_by_kind(mine),
-                    "held_by_mechanism_at_end": _held_by_mechanism(mine),
-                    "processes": _processes(mine),
-                }
-            )
-        out["devices"].append(entry)
-    out["kinds"] = {str(k): v for k, v in sorted(kinds.items())}
+            _held_on(entry, mine)
+        out.append(entry)
     return out
+
+
+def _held_on(entry: Device, mine: pl.DataFrame) -> None:
+    """Give a device's summary entry (in place) what the ledger's rows on it say was freed and
+    held: at the end, at its peak, and per process."""
+    delta = pl.col("delta")
+    peak = int(mine["device_resident_live"].max())  # type: ignore[arg-type]
+    # The first moment at the peak; unknown when an event without a start reached it.
+    at_peak = mine.filter(pl.col("device_resident_live") == peak)["start_ns"]
+    first = at_peak.min()
+    entry["freed_bytes"] = int(-mine.filter(delta < 0)["delta"].sum())
+    entry["live_bytes_at_end"] = int(mine["delta"].sum())
+    entry["device_resident_live_bytes_at_end"] = int(mine["device_resident_live"][-1])
+    entry["peak_device_resident_live_bytes"] = peak
+    entry["peak_at_ns"] = first if isinstance(first, int) and not at_peak.null_count() else None
+    entry["live_bytes_by_kind_at_end"] = _live_by_kind(mine)
+    entry["held_by_mechanism_at_end"] = _held_by_mechanism(mine)
+    entry["processes"] = _processes(mine)
 
 
 SUMMARY_COLUMNS = ("vm", "device_id", "gpid", "start_ns", "kind", "operation", "bytes", "delta", "correlation_id",
@@ -850,7 +1070,27 @@ def _live_by_kind(rows: pl.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in sums.iter_rows() if v}
 
 
-def _held_by_mechanism(rows: pl.DataFrame) -> dict[str, int]:
+def _by_mechanism(mech: Mapping[str, int]) -> ByMechanism:
+    """A process's bytes by mechanism (:data:`BY_MECHANISM`; 0 where it holds none)."""
+    return {
+        "segments": mech.get("segments", 0),
+        "mapped": mech.get("mapped", 0),
+        "pool_reserved": mech.get("pool_reserved", 0),
+        "pool_utilized": mech.get("pool_utilized", 0),
+        "static": mech.get("static", 0),
+    }
+
+
+def _by_mechanism_summed(parts: Iterable[ByMechanism]) -> ByMechanism:
+    """The sum of several processes' bytes by mechanism."""
+    total = _by_mechanism({})
+    for part in parts:
+        for m in BY_MECHANISM:
+            total[m] += part[m]
+    return total
+
+
+def _held_by_mechanism(rows: pl.DataFrame) -> ByMechanism:
     """Device-resident bytes held at the end by mechanism (:data:`BY_MECHANISM`)."""
     sums = dict(rows.group_by("mechanism").agg(pl.col("resident_delta").sum()).iter_rows())
     utilized = int(rows.filter(pl.col("mechanism") == "pool")["utilized_delta"].sum())
@@ -863,7 +1103,7 @@ def _held_by_mechanism(rows: pl.DataFrame) -> dict[str, int]:
     }
 
 
-def _processes(rows: pl.DataFrame) -> list[dict[str, Any]]:
+def _processes(rows: pl.DataFrame) -> list[DeviceProcess]:
     """Per process of one device's series rows (by globalPid): what it allocated, freed, still
     held at the end (in all, by kind and by mechanism) and by which calls it allocated."""
     delta = pl.col("delta")
@@ -879,11 +1119,11 @@ def _processes(rows: pl.DataFrame) -> list[dict[str, Any]]:
         )
         .sort("gpid")
     )
-    by_kind: dict[Any, dict[str, int]] = {}
+    by_kind: dict[int | None, dict[str, int]] = {}
     for gpid, kind, live in rows.group_by("gpid", "kind").agg(delta.sum()).sort("gpid", "kind").iter_rows():
         if live:
             by_kind.setdefault(gpid, {})[str(kind)] = int(live)
-    by_call: dict[Any, list[dict[str, Any]]] = {}
+    by_call: dict[int | None, list[CallAllocations]] = {}
     for gpid, c, api, kind, n, b in _by_call(rows).iter_rows():
         by_call.setdefault(gpid, []).append({"call": c, "api": api, "kind": kind, "events": int(n), "bytes": int(b)})
     held = {g: _held_by_mechanism(part) for (g,), part in rows.partition_by("gpid", as_dict=True).items()}
@@ -896,7 +1136,7 @@ def _processes(rows: pl.DataFrame) -> list[dict[str, Any]]:
             "live_bytes_at_end": int(live),
             "driver_allocated_bytes": int(driver or 0),
             "live_bytes_by_kind_at_end": by_kind.get(gpid, {}),
-            "held_by_mechanism_at_end": held.get(gpid, {}),
+            "held_by_mechanism_at_end": held[gpid],  # the same rows, by the same key: every process is there
             "allocations_by_call": by_call.get(gpid, []),
         }
         for gpid, allocated, freed, live, driver in totals.iter_rows()
@@ -904,10 +1144,14 @@ def _processes(rows: pl.DataFrame) -> list[dict[str, Any]]:
 
 
 def points(
-    ledger: Ledger, wanted: Iterable[tuple[str, str, int | None, int | None, dict[str, Any]]]
+    ledger: Ledger, wanted: Iterable[tuple[str, str, int | None, int | None, Mapping[str, int]]]
 ) -> list[dict[str, Any]]:
     """The ledger at each wanted moment: ``(point, label, t_ns, gpid, extra)`` (a finding, a library
-    call of interest, a censored library call, a telemetry boundary). Empty when no ledger is claimed."""
+    call of interest, a censored library call, a telemetry boundary; ``extra``: the moment's own key,
+    ``finding``, ``lib_id`` or ``line``). Empty when no ledger is claimed.
+
+    Each entry is a :class:`MemoryPoint` but for ``covered`` and ``holder`` (the analysis and the
+    report add them); a map of its keys, as :mod:`nsysaudit.analysis.run` takes it."""
     if not ledger.claimed:
         return []
     wanted = list(wanted)

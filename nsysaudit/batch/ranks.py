@@ -9,14 +9,16 @@ devices of its findings. A rank is only what a row of the evidence states, never
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypedDict
 
 import polars as pl
 
+from nsysaudit.core.shapes import Schema
 from nsysaudit.core.text import escape
+from nsysaudit.reports.documents import Process, Ranks, TargetDevice
 
-INPUT_COLUMNS: dict[str, Any] = {
+INPUT_COLUMNS: Schema = {
     "devices": pl.Int64,
     "devices_used": pl.String,
     "rank": pl.Int64,
@@ -26,36 +28,52 @@ INPUT_COLUMNS: dict[str, Any] = {
     "failing_rank_unknown": pl.Int64,
     "failing_devices": pl.String,
 }
-FINDING_COLUMNS: dict[str, Any] = {"rank": pl.Int64, "rank_source": pl.String, "device_id": pl.Int64}
+FINDING_COLUMNS: Schema = {"rank": pl.Int64, "rank_source": pl.String, "device_id": pl.Int64}
 
 
-def _joined(values: Any) -> str | None:
-    values = list(values)
-    return ", ".join(str(v) for v in values) if values else None
+def _joined(values: Iterable[int]) -> str | None:
+    said = [str(v) for v in values]
+    return ", ".join(said) if said else None
 
 
-def input_columns(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The :data:`INPUT_COLUMNS` of one analysis document."""
-    devices = doc.get("devices") or []
-    processes = doc.get("processes") or []
-    ranks = doc.get("ranks") or {}
+class RankColumns(TypedDict):
+    """The :data:`INPUT_COLUMNS` of one input's row (batch/output.py's InputRow holds them)."""
+
+    devices: int
+    devices_used: str | None
+    rank: int | None
+    rank_source: str | None
+    ranks: str | None
+    failing_ranks: str | None
+    failing_rank_unknown: int
+    failing_devices: str | None
+
+
+def input_columns(doc: Mapping[str, Any]) -> RankColumns:
+    """The :data:`INPUT_COLUMNS` of one analysis document (``doc``: its keys, as batch/run.py holds
+    them; the document's ``devices``, ``processes`` and ``ranks`` are read)."""
+    return _columns(doc["devices"], doc["processes"], doc["ranks"])
+
+
+def _columns(
+    devices: Sequence[TargetDevice], processes: Sequence[Process], ranks: Ranks
+) -> RankColumns:
     used = []
     for d in devices:
         if d["processes"]:
-            said = ", ".join(str(x) for x in (d.get("name"), d.get("bus_location")) if x)
+            said = ", ".join(x for x in (d["name"], d["bus_location"]) if x)
             used.append(f"{d['device_id']}" + (f" ({said})" if said else ""))
-    stated = [p for p in processes if p.get("rank") is not None]
+    stated = [p for p in processes if p["rank"] is not None]
     one = {p["rank"] for p in stated}
-    failing = ranks.get("failing") or []
     return {
         "devices": len(devices),
         "devices_used": "; ".join(used) or None,
         "rank": next(iter(one)) if len(one) == 1 else None,
         "rank_source": stated[0]["rank_source"] if len(one) == 1 and len(stated) == 1 else None,
-        "ranks": _joined(ranks.get("ranks") or []),
-        "failing_ranks": _joined(ranks.get("failing_ranks") or []),
-        "failing_rank_unknown": ranks.get("failing_rank_unknown", 0),
-        "failing_devices": _joined(sorted({f["device_id"] for f in failing if f.get("device_id") is not None})),
+        "ranks": _joined(ranks["ranks"]),
+        "failing_ranks": _joined(ranks["failing_ranks"]),
+        "failing_rank_unknown": ranks["failing_rank_unknown"],
+        "failing_devices": _joined(sorted({i for f in ranks["failing"] if (i := f["device_id"]) is not None})),
     }
 
 

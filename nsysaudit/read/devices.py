@@ -31,14 +31,13 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import polars as pl
 
 from nsysaudit.core.ids import vm_sql
 from nsysaudit.core.shapes import Schema
-from nsysaudit.read.memory import MemoryEvidence
-from nsysaudit.read.source import ExportFile, quote
+from nsysaudit.read.memory import FrameBuilder, MemoryEvidence
+from nsysaudit.read.source import ExportFile, Table, quote
 
 GPU_SCHEMA: Schema = {
     "vm": pl.Int64,
@@ -114,39 +113,49 @@ def environment_entry(row: str) -> tuple[str, str]:
     return name, value
 
 
+@dataclass
+class _Recorded:
+    """What META_DATA_CAPTURE records of one ``PROCESS_<index>``, as its rows are read."""
+
+    command: str | None = None
+    pid: int | None = None
+    args: dict[int, str] = field(default_factory=dict)
+    env: list[tuple[str, str]] = field(default_factory=list)
+
+
 def launches(capture: Mapping[str, list[str]]) -> tuple[Launch, ...]:
     """The commands nsys launched, from META_DATA_CAPTURE (``capture``: key -> values, in row order)."""
-    found: dict[int, dict[str, Any]] = {}
+    found: dict[int, _Recorded] = {}
     for key, values in capture.items():
         m = _PROCESS_KEY.match(key)
         if m is None or not values:
             continue
-        entry = found.setdefault(int(m.group(1)), {"args": {}, "env": [], "command": None, "pid": None})
+        entry = found.setdefault(int(m.group(1)), _Recorded())
         what = m.group(2)
         if what == "COMMAND":
-            entry["command"] = values[-1]
+            entry.command = values[-1]
         elif what == "PID":
             value = values[-1].strip()
-            entry["pid"] = int(value) if value.isascii() and value.isdigit() and int(value) > 0 else None
+            entry.pid = int(value) if value.isascii() and value.isdigit() and int(value) > 0 else None
         elif what == "ENVIRONMENT_VARIABLE":
-            entry["env"] += [environment_entry(v) for v in values]
+            entry.env += [environment_entry(v) for v in values]
         else:
-            entry["args"][int(m.group(3))] = values[-1]
+            entry.args[int(m.group(3))] = values[-1]
     return tuple(
         Launch(
             index=index,
-            command=e["command"],
-            arguments=tuple(e["args"][k] for k in sorted(e["args"])),
-            environment=tuple(e["env"]),
-            environment_rows=len(e["env"]),
-            pid=e["pid"],
+            command=e.command,
+            arguments=tuple(e.args[k] for k in sorted(e.args)),
+            environment=tuple(e.env),
+            environment_rows=len(e.env),
+            pid=e.pid,
         )
         for index, e in sorted(found.items())
     )
 
 
 def read_devices(
-    export: ExportFile, frame: Any, typed: Counter[str], memory: MemoryEvidence | None,
+    export: ExportFile, frame: FrameBuilder, typed: Counter[str], memory: MemoryEvidence | None,
     capture: Mapping[str, list[str]],
 ) -> DeviceEvidence:
     """Read :class:`DeviceEvidence` from ``export``. ``frame`` is the strict frame builder of
@@ -155,7 +164,7 @@ def read_devices(
     tables: dict[str, str] = {}
     out: dict[str, pl.DataFrame] = {}
 
-    def col(t: Any, name: str) -> str:
+    def col(t: Table, name: str) -> str:
         return quote(name) if t.has(name) else "NULL"
 
     gpu = export.table("TARGET_INFO_GPU")

@@ -17,7 +17,7 @@ import sqlite3
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 import polars as pl
 
@@ -83,6 +83,17 @@ MEM_KINDS_FALLBACK = {
     7: "Unknown",
 }
 ALLOCATION, DEALLOCATION = 0, 1  # ENUM_CUDA_DEV_MEM_EVENT_OPER fallback
+
+
+class FrameBuilder(Protocol):
+    """The strict frame builder of :mod:`nsysaudit.read.trace` (its ``frame``): the rows of ``sql`` as
+    a frame with exactly ``schema``, a value whose type contradicts its column NULL and counted in
+    ``mismatched[source]``."""
+
+    def __call__(
+        self, conn: sqlite3.Connection, sql: str, schema: Schema, *, mismatched: Counter[str] | None = None,
+        source: str = "",
+    ) -> pl.DataFrame: ...
 
 
 @dataclass(frozen=True)
@@ -243,7 +254,7 @@ class Prefetch:
 
 
 def read_memory(
-    export: ExportFile, frame: Any, typed: Counter[str], prefetched: Prefetch | None = None
+    export: ExportFile, frame: FrameBuilder, typed: Counter[str], prefetched: Prefetch | None = None
 ) -> MemoryEvidence:
     """Read the memory events and device totals of ``export``.
 

@@ -23,7 +23,6 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
@@ -39,11 +38,13 @@ from nsysaudit.reports.documents import (
     ArmLedger,
     ArmLibraryCall,
     ArmTelemetry,
+    CaptureDifference,
     Child,
     ComparisonAnswer,
     ComparisonArm,
     ComparisonDocument,
     Differences,
+    ExpectedCaptureDifference,
     FailingByCode,
     FailingCode,
     FailurePresence,
@@ -642,8 +643,8 @@ def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisRe
     inputs = [arms[n]["input"] for n in ARMS]
     cap = {n: results[n].capture for n in ARMS}
     keys = sorted(set(cap["observe"]) | set(cap["release"]))
-    differs: list[dict[str, Any]] = []  # environment_differences (reports/ranks.py) makes rows too: untyped
-    expected: list[dict[str, Any]] = []
+    differs: list[CaptureDifference] = []
+    expected: list[ExpectedCaptureDifference] = []
     same = 0
     for k in keys:
         seen_o, seen_r = cap["observe"].get(k), cap["release"].get(k)
@@ -655,7 +656,7 @@ def _sources(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisRe
             differs += more
             expected += as_expected
             continue
-        row = {"key": k, "observe": seen_o, "release": seen_r}
+        row: CaptureDifference = {"key": k, "observe": seen_o, "release": seen_r}
         why = _expected_reason(k)
         if why is None:
             differs.append(row)

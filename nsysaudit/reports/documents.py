@@ -38,8 +38,26 @@ from nsysaudit.analysis.alignment import (
     UtcAlignment,
 )
 from nsysaudit.analysis.coverage import CensoredReason, CoverageState, SourceCoverage
+from nsysaudit.analysis.devices import DeviceEvidence, LaunchedCommand, Process, RankClaim, TargetDevice
 from nsysaudit.analysis.findings import FindingKind
-from nsysaudit.analysis.ledger import Mechanism
+from nsysaudit.analysis.ledger import (
+    ByMechanism,
+    CallAllocations,
+    Device,
+    DeviceProcess,
+    FreeCallsWithoutEvent,
+    FreedNeverAllocated,
+    Mechanism,
+    MechanismCounts,
+    Memory,
+    MemoryPoint,
+    PointDevice,
+    PointKind,
+    PointProcess,
+    Pool,
+    TelemetryPoints,
+    VirtualMemory,
+)
 from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
@@ -55,34 +73,53 @@ __all__ = [
     "AnalysisDocument",
     "AnchorPair",
     "Anchors",
+    "ByMechanism",
+    "CallAllocations",
     "CaptureBounds",
     "CensoredReason",
     "Classification",
     "ComparisonDocument",
     "Coverage",
     "CoverageState",
+    "Device",
+    "DeviceEvidence",
+    "DeviceProcess",
     "During",
     "EventLine",
     "FindingKind",
+    "FreeCallsWithoutEvent",
+    "FreedNeverAllocated",
     "Input",
     "InputKind",
+    "LaunchedCommand",
     "LibraryFailure",
     "LibraryFailureAfter",
     "LibrarySource",
     "Mechanism",
+    "MechanismCounts",
+    "Memory",
+    "MemoryPoint",
     "Moment",
+    "PointDevice",
+    "PointKind",
+    "PointProcess",
+    "Pool",
     "Position",
+    "Process",
+    "RankClaim",
     "SealedAnalysisDocument",
     "SkippedAnchor",
     "SourceCoverage",
+    "TargetDevice",
     "TelemetryBadLine",
+    "TelemetryPoints",
     "TelemetrySummary",
     "TimelineLine",
     "UtcAlignment",
     "Verdict",
+    "VirtualMemory",
 ]
 
-PointKind = Literal["finding", "library_call", "censored_library_call", "telemetry"]
 ThreadRole = Literal["main", "other"]
 Arm = Literal["observe", "release"]
 
@@ -243,75 +280,6 @@ class Coverage(TypedDict):
     library_sources: list[LibrarySource]
 
 
-class DeviceEvidence(TypedDict):
-    """Why a process is said to have used a device: the tables that tie it there (docs/multigpu.md)."""
-
-    vm: int | None
-    device_id: int | None
-    cuda_device: int | None
-    sources: list[str]
-    memory_events: int
-
-
-class Process(TypedDict):
-    """A traced process, the devices it used and its rank where a row of the evidence states it
-    (``rank_unknown`` says why not; docs/multigpu.md)."""
-
-    global_pid: int
-    pid: int
-    name: str | None
-    devices: list[int | None]
-    device_evidence: list[DeviceEvidence]
-    launched: bool | None
-    rank: int | None
-    rank_source: str | None
-    rank_unknown: str | None
-    local_rank: int | None
-    world_size: int | None
-    cuda_visible_devices: str | None
-
-
-class TargetDevice(TypedDict):
-    """A GPU of the target (TARGET_INFO_GPU, or a device id the events name without a row there):
-    its identity, total, who used it, and the ledger's totals on it."""
-
-    vm: int | None
-    device_id: int | None
-    cuda_device: int | None
-    name: str | None
-    bus_location: str | None
-    uuid: str | None
-    total_bytes: int | None
-    in_target_info: bool
-    processes: list[int]
-    global_pids: list[int]
-    ranks: list[int]
-    allocated_bytes: int | None
-    peak_device_resident_live_bytes: int | None
-    device_resident_live_bytes_at_end: int | None
-
-
-class RankClaim(TypedDict):
-    value: int
-    source: str
-
-
-class LaunchedCommand(TypedDict):
-    """A command nsys launched (META_DATA_CAPTURE ``PROCESS_<index>``), as recorded, and which traced
-    process it is (``process_rule`` says how that was decided, or why not)."""
-
-    index: int
-    command: str | None
-    arguments: list[str]
-    environment_recorded: bool
-    environment_variables: int
-    rank_claims: list[RankClaim]
-    cuda_visible_devices: str | None
-    pid: int | None
-    global_pid: int | None
-    process_rule: str
-
-
 class FailingRank(TypedDict):
     finding: int
     pid: int | None
@@ -341,174 +309,6 @@ class Limits(TypedDict):
     max_pairs: int | None
     pairs: int
     pairs_listed: int
-
-
-class ByMechanism(TypedDict):
-    segments: int
-    mapped: int
-    pool_reserved: int
-    pool_utilized: int
-    static: int
-
-
-class MechanismCounts(TypedDict):
-    allocation_events: int
-    allocated_bytes: int
-    deallocation_events: int
-
-
-class CallAllocations(TypedDict):
-    call: str
-    api: str | None
-    kind: str
-    events: int
-    bytes: int
-
-
-class DeviceProcess(TypedDict):
-    """One process's memory on one device over the whole trace."""
-
-    pid: int | None
-    global_pid: int
-    allocated_bytes: int
-    driver_allocated_bytes: int
-    freed_bytes: int
-    live_bytes_at_end: int
-    live_bytes_by_kind_at_end: dict[str, int]
-    held_by_mechanism_at_end: ByMechanism
-    allocations_by_call: list[CallAllocations]
-
-
-class Device(TypedDict):
-    """A device the export names, what was allocated on it, and (when the ledger is claimed,
-    ``memory.ledger``) what was freed and live, its peak and each process's share."""
-
-    device_id: int
-    vm: int
-    name: str | None
-    total_bytes: int | None
-    allocation_events: int
-    allocated_bytes: int
-    allocated_bytes_by_kind: dict[str, int]
-    freed_bytes: NotRequired[int]
-    live_bytes_at_end: NotRequired[int]
-    live_bytes_by_kind_at_end: NotRequired[dict[str, int]]
-    device_resident_live_bytes_at_end: NotRequired[int]
-    held_by_mechanism_at_end: NotRequired[ByMechanism]
-    peak_device_resident_live_bytes: NotRequired[int]
-    peak_at_ns: NotRequired[int | None]
-    processes: NotRequired[list[DeviceProcess]]
-
-
-class PointProcess(TypedDict):
-    pid: int | None
-    global_pid: int
-    resident_bytes: int
-    managed_bytes: int
-    imported_pool_bytes: int
-    by_mechanism: ByMechanism
-
-
-class PointDevice(TypedDict):
-    """A device at a moment: what was live, and the bound on what could have been free."""
-
-    device_id: int
-    vm: int
-    total_bytes: int | None
-    process_has_events: bool
-    process_live_bytes: int
-    device_resident_live_bytes: int
-    managed_live_bytes: int
-    freed_before_bytes: int
-    free_at_most_bytes: int | None
-    live_bytes_by_kind: dict[str, int]
-    by_mechanism: ByMechanism
-    processes: list[PointProcess]
-    bound_unknown: NotRequired[str]
-
-
-class MemoryPoint(TypedDict):
-    """The ledger at one moment (a finding, a library call, a censored call, a telemetry line, the end)."""
-
-    point: PointKind
-    label: str
-    t_ns: int | None
-    pid: int | None
-    global_pid: int | None
-    covered: bool
-    devices: list[PointDevice]
-    holder: str
-    free_calls_without_event_before: NotRequired[int]
-    free_calls_without_event_examples: NotRequired[list[int]]
-    unknown: NotRequired[str]
-    finding: NotRequired[int]
-    lib_id: NotRequired[int]
-    line: NotRequired[int]
-    censored_reasons: NotRequired[list[CensoredReason]]
-
-
-class FreeCallsWithoutEvent(TypedDict):
-    count: int
-    by_api: dict[str, int]
-    example_correlation_ids: list[int]
-    note: str
-
-
-class FreedNeverAllocated(TypedDict):
-    events: int
-    bytes: int
-
-
-class Pool(TypedDict):
-    address: int
-    pid: int | None
-    global_pid: int
-    device_id: int
-    created: bool
-    destroyed: bool
-    allocation_events: int
-    deallocation_events: int
-    trims: int
-    peak_size_bytes: int
-    size_at_end_bytes: int
-    utilized_at_end_bytes: int
-
-
-class VirtualMemory(TypedDict):
-    address_reservations: int
-    address_frees: int
-    handles_created: int
-    handles_released: int
-    mapped_events: int
-    unmapped_events: int
-    note: str
-
-
-class TelemetryPoints(TypedDict):
-    lines: int
-    read_at: int
-    rule: str
-
-
-class Memory(TypedDict):
-    """The memory ledger (docs/ledger.md): per device and process, and at each moment (``at``)."""
-
-    ledger: bool
-    why_no_ledger: str | None
-    at: list[MemoryPoint]
-    collected: NotRequired[bool | None]
-    events: NotRequired[int]
-    allocation_events: NotRequired[int]
-    deallocation_events: NotRequired[int]
-    kinds: NotRequired[dict[str, str]]
-    mechanisms: NotRequired[dict[Mechanism, MechanismCounts]]
-    devices: NotRequired[list[Device]]
-    pools: NotRequired[list[Pool]]
-    virtual_memory: NotRequired[VirtualMemory]
-    free_calls_without_event: NotRequired[FreeCallsWithoutEvent]
-    freed_never_allocated: NotRequired[FreedNeverAllocated]
-    not_counted: NotRequired[list[str]]
-    telemetry_points: NotRequired[TelemetryPoints]
 
 
 class Child(TypedDict):
@@ -886,16 +686,28 @@ class SameValue(TypedDict):
     same: bool | None
 
 
+class CaptureDifference(TypedDict):
+    """A META_DATA_CAPTURE key (or ``KEY:NAME``, an environment variable) whose values differ: each
+    arm's values, ``null`` where the arm does not record it."""
+
+    key: str
+    observe: list[str] | None
+    release: list[str] | None
+
+
+class ExpectedCaptureDifference(CaptureDifference):
+    """A difference the comparison expects (``why``: e.g. the rank's own identity)."""
+
+    why: str
+
+
 class CaptureComparison(TypedDict):
-    """The arms' META_DATA_CAPTURE settings compared key by key (an environment variable by variable):
-    ``differs`` rows are ``key``, ``observe``, ``release`` (the values, ``null`` where absent);
-    ``differs_as_expected`` rows add ``why``."""
+    """The arms' META_DATA_CAPTURE settings compared key by key (an environment variable by variable)."""
 
     keys_compared: int
     same: int
-    # Rows made by nsysaudit.reports.ranks.environment_differences too, which is not typed yet.
-    differs: list[dict[str, Any]]
-    differs_as_expected: list[dict[str, Any]]
+    differs: list[CaptureDifference]
+    differs_as_expected: list[ExpectedCaptureDifference]
 
 
 class Sources(TypedDict):
@@ -929,6 +741,31 @@ class MemoryDifferences(TypedDict):
     release: ArmLedger
 
 
+class ArmRank(TypedDict):
+    """What one arm of a comparison states about its rank: the ranks its processes state, the one
+    rank (where exactly one is stated) with its source, pid, devices and world size, and its
+    failing ranks."""
+
+    ranks: list[int]
+    rank: int | None
+    rank_source: str | None
+    pid: int | None
+    devices: list[int | None]
+    world_size: int | None
+    failing_ranks: list[int]
+
+
+class RankDifferences(TypedDict):
+    """The comparison's ``differences.ranks`` (made by :func:`nsysaudit.reports.ranks.rank_differences`)."""
+
+    observe: ArmRank
+    release: ArmRank
+    two_ranks: bool
+    same_job: bool | None
+    same_job_evidence: str | None
+    statements: list[str]
+
+
 class Differences(TypedDict):
     """What differs between the arms. ``handoff``: each handoff field in both arms (``null`` when neither
     arm's telemetry has a handoff line); ``ranks``: made by nsysaudit.reports.ranks.rank_differences."""
@@ -940,7 +777,7 @@ class Differences(TypedDict):
     sources: Sources
     handoff: dict[str, HandoffChange] | None
     memory: MemoryDifferences
-    ranks: dict[str, Any]
+    ranks: RankDifferences
 
 
 class NotEstablished(TypedDict):

@@ -10,19 +10,33 @@ something: an export of several devices, or one where a process's rank is known
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 
 from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_RULE, RANK_VARIABLES, DeviceTruth
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.read.devices import environment_entry
-from nsysaudit.reports.documents import FailingRank, Finding, LaunchedCommand, Process, Ranks, TargetDevice
+from nsysaudit.reports.documents import (
+    AnalysisKeys,
+    ArmRank,
+    CaptureDifference,
+    ComparisonArm,
+    ExpectedCaptureDifference,
+    FailingRank,
+    Finding,
+    LaunchedCommand,
+    PointDevice,
+    Process,
+    RankDifferences,
+    Ranks,
+    TargetDevice,
+)
 
 
 def _placed(truth: DeviceTruth, finding: Finding) -> None:
     """Give a finding its rank and device: its process's (in place). ``device_id`` is the process's one
     device (null when it used several or none: a failed call has no memory event to say which)."""
-    p = truth.of(gpid_of(finding.get("global_tid")))
+    p = truth.of(gpid_of(finding["global_tid"]))
     devices = list(p["devices"])
     finding["rank"] = p["rank"]
     finding["rank_source"] = p["rank_source"]
@@ -59,32 +73,36 @@ class DocumentKeys(TypedDict):
 
 
 def document_keys(truth: DeviceTruth, processes: Sequence[Mapping[str, Any]], findings: list[Finding]) -> DocumentKeys:
-    """``processes`` with their device and rank keys, ``findings`` given theirs (in place), and the
-    document's ``devices``, ``launches`` and ``ranks``."""
-    procs = [cast(Process, {**dict(p), **truth.of(p.get("global_pid"))}) for p in processes]
+    """``processes`` (the analysis' entries: ``pid, global_pid, name``, as maps) with their device and
+    rank keys, ``findings`` given theirs (in place), and the document's ``devices``, ``launches`` and
+    ``ranks``."""
+    procs: list[Process] = [
+        {"pid": p["pid"], "global_pid": p["global_pid"], "name": p["name"], **truth.of(p["global_pid"])}
+        for p in processes
+    ]
     for f in findings:
         _placed(truth, f)
     return {
         "processes": procs,
-        "devices": cast(list[TargetDevice], truth.devices),
-        "launches": cast(list[LaunchedCommand], truth.launches),
+        "devices": list(truth.devices),
+        "launches": list(truth.launches),
         "ranks": ranks_key(truth, procs, findings),
     }
 
 
-def device_words(device: Mapping[str, Any] | None, device_id: Any) -> str:
+def device_words(device: TargetDevice | None, device_id: int | None) -> str:
     """ "device 1 (NVIDIA H200, 0000:00:07.0)": a device as the export names it."""
     if device is None:
         return f"device {device_id}"
-    said = ", ".join(str(x) for x in (device.get("name"), device.get("bus_location")) if x)
+    said = ", ".join(x for x in (device["name"], device["bus_location"]) if x)
     return f"device {device_id}" + (f" ({said})" if said else "")
 
 
-def placement_words(f: Mapping[str, Any], devices: Sequence[Mapping[str, Any]], shown: bool) -> str | None:
+def placement_words(f: Finding, devices: Sequence[TargetDevice], shown: bool) -> str | None:
     """Where a finding ran, in words, when the document shows devices and ranks (``shown``, its
     ``ranks.shown``): "rank 1, device 1 (NVIDIA H200, 0000:00:07.0)"; None otherwise. ``devices``: the
     document's ``devices``."""
-    if not shown or "rank" not in f:
+    if not shown:
         return None
     rank = "rank unknown" if f["rank"] is None else f"rank {f['rank']}"
     if f["device_id"] is not None:
@@ -97,10 +115,9 @@ def placement_words(f: Mapping[str, Any], devices: Sequence[Mapping[str, Any]], 
     return f"{rank}, {where}"
 
 
-def shown(doc: Mapping[str, Any]) -> bool:
+def shown(doc: AnalysisKeys) -> bool:
     """Whether reports for people name devices and ranks (the document's ``ranks.shown``)."""
-    ranks = doc.get("ranks")
-    return bool(isinstance(ranks, Mapping) and ranks.get("shown"))
+    return doc["ranks"]["shown"]
 
 
 def failing_statement(failing: Sequence[FailingRank], processes: Mapping[int, Process]) -> str | None:
@@ -108,7 +125,7 @@ def failing_statement(failing: Sequence[FailingRank], processes: Mapping[int, Pr
     if not failing:
         return None
     parts = []
-    seen: set[Any] = set()
+    seen: set[tuple[int | None, int | None]] = set()
     for f in failing:
         key = (f["global_pid"], f["rank"])
         if key in seen:
@@ -124,31 +141,34 @@ def failing_statement(failing: Sequence[FailingRank], processes: Mapping[int, Pr
     return "failing: " + "; ".join(parts)
 
 
-def device_lines(doc: Mapping[str, Any]) -> list[str]:
+def device_lines(doc: AnalysisKeys) -> list[str]:
     """One line per device (identity, total, who used it, with ranks) and per launched command's
     rank claims, for the terminal's and report.md's details; empty when :func:`shown` is false."""
     if not shown(doc):
         return []
-    procs = {p["global_pid"]: p for p in doc.get("processes", [])}
+    procs = {p["global_pid"]: p for p in doc["processes"]}
     lines = []
-    for d in doc.get("devices", []):
+    for d in doc["devices"]:
         total = "total unknown" if d["total_bytes"] is None else byte_size(d["total_bytes"])
         cuda = "" if d["cuda_device"] is None else f", nsys's CUDA device {d['cuda_device']}"
         users = []
         for g in d["global_pids"]:
-            p = procs.get(g) or {}
-            rank = "rank unknown" if p.get("rank") is None else f"rank {p['rank']}"
-            ordinal = next((e["cuda_device"] for e in p.get("device_evidence", [])
+            p = procs.get(g)
+            if p is None:  # not a process of the document (it lists every one that used a device)
+                users.append("pid None (rank unknown)")
+                continue
+            rank = "rank unknown" if p["rank"] is None else f"rank {p['rank']}"
+            ordinal = next((e["cuda_device"] for e in p["device_evidence"]
                             if e["device_id"] == d["device_id"] and e["cuda_device"] is not None), None)
             seen_as = "" if ordinal is None else f", its cuda:{ordinal}"
-            users.append(f"pid {p.get('pid')} ({rank}{seen_as})")
+            users.append(f"pid {p['pid']} ({rank}{seen_as})")
         used = "; used by " + ", ".join(users) if users else "; no traced process used it"
-        peak = d.get("peak_device_resident_live_bytes")
+        peak = d["peak_device_resident_live_bytes"]
         held = "" if peak is None else f"; peak held {size_word(peak)}"
         lines.append(f"{device_words(d, d['device_id'])}: {total}{cuda}{used}{held}")
-    ranks = doc.get("ranks") or {}
-    if ranks.get("statement"):
-        lines.append(str(ranks["statement"]))
+    statement = doc["ranks"]["statement"]
+    if statement:
+        lines.append(statement)
     return lines
 
 
@@ -157,45 +177,56 @@ def device_lines(doc: Mapping[str, Any]) -> list[str]:
 ARMS = ("observe", "release")
 
 
-def _arm_rank(arm: Mapping[str, Any]) -> dict[str, Any]:
-    """What one arm's document states about its rank and device."""
-    ranks = arm.get("ranks") or {}
-    processes = [p for p in arm.get("processes") or [] if p.get("rank") is not None]
-    stated = sorted({p["rank"] for p in processes})
+
+
+# A launched command as recorded: its command and arguments.
+Command = tuple[str | None, list[str]]
+
+
+def _arm_rank(arm: ComparisonArm) -> tuple[ArmRank, list[Command]]:
+    """What one arm's document states about its rank and device, and its launched commands."""
+    processes = [p for p in arm["processes"] if p["rank"] is not None]
+    stated = sorted({p["rank"] for p in processes if p["rank"] is not None})
     one = processes[0] if len(stated) == 1 else None
-    devices = sorted({d for p in processes for d in p.get("devices", [])}) if one else []
-    return {
+    used = {d for p in processes for d in p["devices"]}
+    # in the order a process's own devices are listed: by id, an unknown one (None) last
+    devices = sorted(used, key=lambda d: (d is None, d or 0)) if one else []
+    said: ArmRank = {
         "ranks": stated,
         "rank": stated[0] if len(stated) == 1 else None,
         "rank_source": one["rank_source"] if one is not None and len(processes) == 1 else None,
         "pid": one["pid"] if one is not None and len(processes) == 1 else None,
         "devices": devices,
-        "world_size": one.get("world_size") if one is not None else None,
-        "failing_ranks": list(ranks.get("failing_ranks") or []),
-        "command": [(launch.get("command"), launch.get("arguments")) for launch in arm.get("launches") or []],
+        "world_size": one["world_size"] if one is not None else None,
+        "failing_ranks": list(arm["ranks"]["failing_ranks"]),
     }
+    return said, [(launch["command"], launch["arguments"]) for launch in arm["launches"]]
 
 
-def _holder(devices: Sequence[Mapping[str, Any]], named: Mapping[Any, Mapping[str, Any]]) -> str:
+def _holder(devices: Sequence[PointDevice], named: Mapping[int | None, TargetDevice]) -> str:
     parts = []
     for d in devices:
-        procs = sorted(d.get("processes") or [], key=lambda p: -p["resident_bytes"])
+        procs = sorted(d["processes"], key=lambda p: -p["resident_bytes"])
         top = (f"most by pid {procs[0]['pid']} ({size_word(procs[0]['resident_bytes'])})" if procs
                else "by no traced process")
         total = "" if d["total_bytes"] is None else f" of {size_word(d['total_bytes'])}"
-        free = ("free memory unknown" if d.get("free_at_most_bytes") is None
-                else f"at most {byte_size(d['free_at_most_bytes'])} free")
+        free = d["free_at_most_bytes"]
+        bound = "free memory unknown" if free is None else f"at most {byte_size(free)} free"
         parts.append(f"{device_words(named.get(d['device_id']), d['device_id'])} held "
-                     f"{size_word(d['device_resident_live_bytes'])}{total}, {top}; {free}")
+                     f"{size_word(d['device_resident_live_bytes'])}{total}, {top}; {bound}")
     return "; ".join(parts) or "no ledger at it"
 
 
-def rank_differences(arms: Mapping[str, Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def rank_differences(arms: Mapping[str, ComparisonArm], pairs: Sequence[Mapping[str, Any]]) -> RankDifferences:
     """The comparison's ``differences.ranks``: which rank each arm is, whether they are two ranks of
     one job, and what differs between them at the paired library calls: who held each rank's device
     (the holder), how much could have been free (the headroom), and the nested calls (the library
-    calls). ``statements`` is empty unless each arm states one rank and the ranks differ."""
-    each = {n: _arm_rank(arms[n]) for n in ARMS}
+    calls). ``statements`` is empty unless each arm states one rank and the ranks differ. ``pairs``:
+    the comparison's ``differences.library_calls`` (maps, as :mod:`nsysaudit.reports.compare` pairs
+    them)."""
+    each, commands = {}, {}
+    for n in ARMS:
+        each[n], commands[n] = _arm_rank(arms[n])
     o, r = each["observe"], each["release"]
     two = o["rank"] is not None and r["rank"] is not None and o["rank"] != r["rank"]
     same_job: bool | None = None
@@ -204,54 +235,60 @@ def rank_differences(arms: Mapping[str, Mapping[str, Any]], pairs: Sequence[Mapp
         sizes = {o["world_size"], r["world_size"]}
         if None not in sizes and len(sizes) > 1:
             same_job, why = False, f"their world sizes differ ({o['world_size']} and {r['world_size']})"
-        elif o["command"] and o["command"] == r["command"]:
+        elif commands["observe"] and commands["observe"] == commands["release"]:
             same_job = True
             why = "the same launched command and arguments" + (
                 f", world size {o['world_size']}" if o["world_size"] is not None and None not in sizes else "")
         else:
             why = "their launched commands differ or are not recorded: the export does not say they are one job"
-    statements: list[str] = []
-    if two:
-        named = {n: {d["device_id"]: d for d in arms[n].get("devices") or []} for n in ARMS}
-
-        def who(n: str) -> str:
-            e = each[n]
-            on = ", ".join(device_words(named[n].get(i), i) for i in e["devices"]) or "device unknown"
-            return f"rank {e['rank']} ({n}{'' if e['pid'] is None else ', pid ' + str(e['pid'])}, on {on})"
-
-        failing = [n for n in ARMS if each[n]["failing_ranks"]]
-        head = f"The arms are two ranks: {who('observe')} and {who('release')}"
-        if same_job is True:
-            head += f", of one job ({why})"
-        elif same_job is False:
-            head += f", not of one job: {why}"
-        if len(failing) == 1:
-            healthy = ARMS[1 - ARMS.index(failing[0])]
-            head += (f"; rank {each[failing[0]]['rank']} failed and rank {each[healthy]['rank']} did not: the failing "
-                     "rank against a healthy one")
-        statements.append(head)
-        for pair in pairs:
-            if pair.get("observe") is None or pair.get("release") is None:
-                continue
-            mk = pair["match_key"]
-            call = f"{mk['api']} (call #{mk['ordinal']} off the main thread)" if mk["thread_role"] == "other" else (
-                f"{mk['api']} (call #{mk['ordinal']} on the main thread)")
-            for n in ARMS:
-                p = pair[n]
-                failed = p["failed_allocations"]
-                calls = (f"{p['nested_allocations_succeeded']} nested allocation(s) succeeded"
-                         + (f", then {failed[0]['api']} returned {failed[0]['return_code']}"
-                            f" ({failed[0]['return_name'] or 'unknown code'})" if failed else ", none failed"))
-                statements.append(f"At {call}, rank {each[n]['rank']}: {calls}; at its start "
-                                  f"{_holder(p.get('memory_at_start') or [], named[n])}")
     return {
-        "observe": {k: v for k, v in o.items() if k != "command"},
-        "release": {k: v for k, v in r.items() if k != "command"},
+        "observe": o,
+        "release": r,
         "two_ranks": two,
         "same_job": same_job,
         "same_job_evidence": why if two else None,
-        "statements": statements,
+        "statements": _rank_statements(arms, each, same_job, why, pairs) if two else [],
     }
+
+
+def _rank_statements(
+    arms: Mapping[str, ComparisonArm], each: Mapping[str, ArmRank], same_job: bool | None, why: str,
+    pairs: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """:func:`rank_differences`' statements, where the arms are two ranks."""
+    named = {n: {d["device_id"]: d for d in arms[n]["devices"]} for n in ARMS}
+
+    def who(n: str) -> str:
+        e = each[n]
+        on = ", ".join(device_words(named[n].get(i), i) for i in e["devices"]) or "device unknown"
+        return f"rank {e['rank']} ({n}{'' if e['pid'] is None else ', pid ' + str(e['pid'])}, on {on})"
+
+    failing = [n for n in ARMS if each[n]["failing_ranks"]]
+    head = f"The arms are two ranks: {who('observe')} and {who('release')}"
+    if same_job is True:
+        head += f", of one job ({why})"
+    elif same_job is False:
+        head += f", not of one job: {why}"
+    if len(failing) == 1:
+        healthy = ARMS[1 - ARMS.index(failing[0])]
+        head += (f"; rank {each[failing[0]]['rank']} failed and rank {each[healthy]['rank']} did not: the failing "
+                 "rank against a healthy one")
+    statements = [head]
+    for pair in pairs:
+        if pair.get("observe") is None or pair.get("release") is None:
+            continue
+        mk = pair["match_key"]
+        call = f"{mk['api']} (call #{mk['ordinal']} off the main thread)" if mk["thread_role"] == "other" else (
+            f"{mk['api']} (call #{mk['ordinal']} on the main thread)")
+        for n in ARMS:
+            p = pair[n]
+            failed = p["failed_allocations"]
+            calls = (f"{p['nested_allocations_succeeded']} nested allocation(s) succeeded"
+                     + (f", then {failed[0]['api']} returned {failed[0]['return_code']}"
+                        f" ({failed[0]['return_name'] or 'unknown code'})" if failed else ", none failed"))
+            statements.append(f"At {call}, rank {each[n]['rank']}: {calls}; at its start "
+                              f"{_holder(p.get('memory_at_start') or [], named[n])}")
+    return statements
 
 
 # Environment variables that name a rank's own identity: two ranks of one job differ in them by construction.
@@ -263,17 +300,19 @@ IDENTITY_WHY = "the rank's own identity (its rank, local rank, and the devices i
 
 def environment_differences(
     key: str, observe: Sequence[str] | None, release: Sequence[str] | None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[CaptureDifference], list[ExpectedCaptureDifference]]:
     """A launched command's recorded environment (``PROCESS_n:ENVIRONMENT_VARIABLE`` rows) compared
     variable by variable: (differs, differs as expected), each row ``key`` (``KEY:NAME``),
     ``observe``, ``release`` (the values, or None where the variable is not recorded)."""
     sides = [dict(environment_entry(v) for v in values or []) for values in (observe, release)]
-    differs, expected = [], []
+    differs: list[CaptureDifference] = []
+    expected: list[ExpectedCaptureDifference] = []
     for name in sorted(set(sides[0]) | set(sides[1])):
         o, r = sides[0].get(name), sides[1].get(name)
         if o == r:
             continue
-        row = {"key": f"{key}:{name}", "observe": None if o is None else [o], "release": None if r is None else [r]}
+        row: CaptureDifference = {"key": f"{key}:{name}", "observe": None if o is None else [o],
+                           "release": None if r is None else [r]}
         if name in IDENTITY_VARIABLES:
             expected.append({**row, "why": IDENTITY_WHY})
         else:

@@ -334,7 +334,7 @@ _HELD_WORDS: tuple[tuple[Held, str], ...] = (
 )
 
 
-def _by_pid(devices: Iterable[PointDevice]) -> dict[tuple[int, int], PointProcess]:
+def _by_pid(devices: Iterable[PointDevice]) -> dict[tuple[int | None, int], PointProcess]:
     return {(d["device_id"], p["global_pid"]): p for d in devices for p in d["processes"]}
 
 
