@@ -36,7 +36,7 @@ import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from nsysaudit.analysis.ledger import Device
 from nsysaudit.core.ids import pid_bits, vm_of
@@ -80,7 +80,7 @@ class Process(TypedDict):
     """A traced process, the devices it used and its rank where a row of the evidence states it
     (``rank_unknown`` says why not; docs/multigpu.md)."""
 
-    global_pid: int
+    global_pid: int | None
     pid: int | None
     name: str | None
     devices: list[int | None]
@@ -313,17 +313,15 @@ def _launched(launch: Launch, processes: Sequence[TracedProcess]) -> tuple[int |
 
 def device_truth(
     evidence: ExportDevices | None,
-    processes: Iterable[Mapping[str, Any]],
+    processes: Iterable[TracedProcess],
     ledger_devices: Iterable[Device] = (),
     telemetry: TelemetryLog | None = None,
 ) -> DeviceTruth:
     """Devices and ranks of one export (see the module docstring). ``processes``: the analysis'
-    ``processes`` entries (``pid, global_pid, name``: each a :class:`TracedProcess`, as the maps the
-    analysis keeps); ``ledger_devices``: the ledger summary's ``devices`` (per-device allocated bytes,
-    peak, what was held at the end)."""
+    ``processes`` entries (``pid, global_pid, name``); ``ledger_devices``: the ledger summary's
+    ``devices`` (per-device allocated bytes, peak, what was held at the end)."""
     evidence = evidence or ExportDevices()
-    traced: list[TracedProcess] = [{"pid": p.get("pid"), "global_pid": p.get("global_pid"), "name": p.get("name")}
-                                   for p in processes]
+    traced = list(processes)
     by_pid = {pid: gpid for pid, gpid in ((p["pid"], p["global_pid"]) for p in traced)
               if pid is not None and gpid is not None}
     uses = _device_uses(evidence, traced, by_pid)

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NotRequired, TypedDict, get_args, overload
+from typing import Literal, NotRequired, TypedDict, get_args, overload
 
 import polars as pl
 
@@ -190,24 +190,40 @@ class PointDevice(TypedDict):
     bound_unknown: NotRequired[str]
 
 
-class MemoryPoint(TypedDict):
-    """The ledger at one moment (a finding, a library call, a censored call, a telemetry line, the end)."""
+# A moment's own key (``finding``: the finding's index, ``lib_id``: the library call's, ``line``: the
+# telemetry line's number) and its value.
+PointKeyName = Literal["finding", "lib_id", "line"]
+
+
+class LedgerPoint(TypedDict):
+    """The ledger at one moment, as :func:`points` reads it (the analysis adds ``covered``)."""
 
     point: PointKind
     label: str
     t_ns: int | None
     pid: int | None
     global_pid: int | None
-    covered: bool
     devices: list[PointDevice]
-    holder: str
     free_calls_without_event_before: NotRequired[int]
     free_calls_without_event_examples: NotRequired[list[int]]
     unknown: NotRequired[str]
     finding: NotRequired[int]
     lib_id: NotRequired[int]
     line: NotRequired[int]
-    censored_reasons: NotRequired[list[CensoredReason]]
+    censored_reasons: NotRequired[list[CensoredReason]]  # the analysis sets them where it is not covered
+
+
+class CoveredPoint(LedgerPoint):
+    """A ledger point and whether the trace covers its moment (:mod:`nsysaudit.analysis.run` decides;
+    the report adds ``holder``)."""
+
+    covered: bool
+
+
+class MemoryPoint(CoveredPoint):
+    """The ledger at one moment (a finding, a library call, a censored call, a telemetry line, the end)."""
+
+    holder: str
 
 
 class FreeCallsWithoutEvent(TypedDict):
@@ -1143,28 +1159,30 @@ def _processes(rows: pl.DataFrame) -> list[DeviceProcess]:
     ]
 
 
-def points(
-    ledger: Ledger, wanted: Iterable[tuple[str, str, int | None, int | None, Mapping[str, int]]]
-) -> list[dict[str, Any]]:
-    """The ledger at each wanted moment: ``(point, label, t_ns, gpid, extra)`` (a finding, a library
-    call of interest, a censored library call, a telemetry boundary; ``extra``: the moment's own key,
-    ``finding``, ``lib_id`` or ``line``). Empty when no ledger is claimed.
+Wanted = tuple[PointKind, str, int | None, int | None, PointKeyName, int]
+
+
+def points(ledger: Ledger, wanted: Iterable[Wanted]) -> list[LedgerPoint]:
+    """The ledger at each wanted moment: ``(point, label, t_ns, gpid, key, value)`` (a finding, a
+    library call of interest, a censored library call, a telemetry boundary; ``key``: the moment's own
+    key, ``finding``, ``lib_id`` or ``line``, with its ``value``). Empty when no ledger is claimed.
 
     Each entry is a :class:`MemoryPoint` but for ``covered`` and ``holder`` (the analysis and the
-    report add them); a map of its keys, as :mod:`nsysaudit.analysis.run` takes it."""
+    report add them)."""
     if not ledger.claimed:
         return []
     wanted = list(wanted)
-    readable = [(t, g) for _, _, t, g, _ in wanted if t is not None and g is not None]
+    readable = [(t, g) for _, _, t, g, _, _ in wanted if t is not None and g is not None]
     read = iter(ledger.at_many(readable))
     out = []
-    for point, label, t_ns, gpid, extra in wanted:
-        entry: dict[str, Any] = {"point": point, "label": label, "t_ns": t_ns, "pid": pid_of(gpid),
-                                 "global_pid": gpid, **extra}
+    for point, label, t_ns, gpid, key, value in wanted:
+        entry: LedgerPoint = {"point": point, "label": label, "t_ns": t_ns, "pid": pid_of(gpid),
+                              "global_pid": gpid, "devices": []}
+        entry[key] = value
         if t_ns is None or gpid is None:
             # Kept, not dropped: the reader sees the moment and why the ledger cannot be read at it.
             missing = "start time" if t_ns is None else "process (globalTid)"
-            entry.update(devices=[], unknown=f"the call's {missing} is unknown, so the ledger cannot be read at it")
+            entry["unknown"] = f"the call's {missing} is unknown, so the ledger cannot be read at it"
         else:
             entry["devices"] = next(read)
             gaps, examples = ledger.free_calls_without_event_before(t_ns)

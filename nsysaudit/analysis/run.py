@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypedDict
 
 import polars as pl
 
@@ -20,8 +20,9 @@ from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
 from nsysaudit.analysis.coverage import SourceCoverage
+from nsysaudit.analysis.devices import TracedProcess
 from nsysaudit.analysis.interest import of_interest
-from nsysaudit.analysis.ledger import Ledger, build_ledger
+from nsysaudit.analysis.ledger import CoveredPoint, Ledger, LedgerPoint, PointKind, Wanted, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
 from nsysaudit.analysis.verdict import LibraryFailure, LibrarySource, Verdict
 from nsysaudit.core.codes import is_allocation_api
@@ -32,6 +33,15 @@ from nsysaudit.read.devices import DeviceEvidence
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.telemetry import TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
+
+
+class Limits(TypedDict):
+    """The pair limit the analysis ran with (``max_pairs``; null: none), the library-call/CUDA-call
+    pairs it found and those it listed."""
+
+    max_pairs: int | None
+    pairs: int
+    pairs_listed: int
 
 
 @dataclass(frozen=True)
@@ -59,10 +69,10 @@ class Analysis:
     verdict: Verdict
     verdict_reasons: tuple[str, ...]
     coverage_sources: tuple[SourceCoverage, ...]
-    processes: tuple[dict[str, Any], ...]
+    processes: tuple[TracedProcess, ...]
     capture: Mapping[str, list[str]]
     warnings: tuple[ReportWarning, ...]
-    limits: Mapping[str, int | None]  # max_pairs (None: no limit), pairs, pairs_listed: the document's Limits
+    limits: Limits
     capture_bounds: Capture
     library_sources: tuple[LibrarySource, ...]
     telemetry_library_failures: tuple[LibraryFailure, ...]
@@ -70,7 +80,7 @@ class Analysis:
     alignment: Alignment | None = None
     # The device-memory ledger, and its values at each finding, censored call and telemetry line.
     ledger: Ledger | None = None
-    memory_points: tuple[dict[str, Any], ...] = ()
+    memory_points: tuple[CoveredPoint, ...] = ()
     # The GPUs, which process used which, and the launched command (nsysaudit.analysis.devices reads them).
     devices: DeviceEvidence | None = None
 
@@ -143,9 +153,9 @@ def _analyze(
         ledger_points(memory, _memory_moments(findings, interest.frame, alignment, trace.processes)),
         trace, cuda_api_span,
     )
-    processes = [
-        {"pid": r["pid"], "global_pid": r["gpid"], "name": r["process_name"]}
-        for r in trace.processes.sort("gpid").to_dicts()
+    processes: list[TracedProcess] = [
+        {"pid": pid, "global_pid": gpid, "name": name}
+        for pid, gpid, name in trace.processes.sort("gpid").select("pid", "gpid", "process_name").iter_rows()
     ]
     return Analysis(
         frames={
@@ -323,7 +333,7 @@ def _telemetry_warnings(telemetry: TelemetryLog | None) -> list[ReportWarning]:
 
 def _memory_moments(
     findings: pl.DataFrame, interest: pl.DataFrame, alignment: Alignment | None, processes: pl.DataFrame,
-) -> Iterator[tuple[str, str, int | None, int | None, dict[str, Any]]]:
+) -> Iterator[Wanted]:
     """The moments the ledger is read at: each finding (the first :data:`MAX_FINDING_POINTS`), the
     start of each library call of interest (:mod:`nsysaudit.analysis.interest`: at most 200, censored
     ones among them), the telemetry lines :func:`telemetry_moments` chooses (for their process). Made
@@ -331,34 +341,34 @@ def _memory_moments(
     tuples for nothing)."""
     rows = findings.head(MAX_FINDING_POINTS).select("kind", "api", "start_ns", "gtid").iter_rows()
     for i, (kind, api, start, gtid) in enumerate(rows):
-        yield "finding", f"{kind}: {api}", start, gpid_of(gtid), {"finding": i}
+        yield "finding", f"{kind}: {api}", start, gpid_of(gtid), "finding", i
     for api, start, gtid, lib_id, state in interest.select("api", "start_ns", "gtid", "lib_id", "coverage").iter_rows():
-        point = "censored_library_call" if state == "censored" else "library_call"
-        yield point, str(api), start, gpid_of(gtid), {"lib_id": lib_id}
+        point: PointKind = "censored_library_call" if state == "censored" else "library_call"
+        yield point, str(api), start, gpid_of(gtid), "lib_id", lib_id
     if alignment is not None:
         gpids = {pid: gpid for pid, gpid in processes.select("pid", "gpid").iter_rows()}
         lines = alignment.lines_of().filter(pl.col("pid").is_in(list(gpids)))
         for line, event, pid, trace_ns in telemetry_moments(lines).iter_rows():
-            yield "telemetry", event, trace_ns, gpids[pid], {"line": line}
+            yield "telemetry", event, trace_ns, gpids[pid], "line", line
 
 
 MAX_FINDING_POINTS = 200
 
 
-def _covered(points: list[dict[str, Any]], trace: Trace, cuda_api_span: pl.DataFrame) -> list[dict[str, Any]]:
+def _covered(points: list[LedgerPoint], trace: Trace, cuda_api_span: pl.DataFrame) -> list[CoveredPoint]:
     """Each ledger point with ``covered``: whether the trace covers its moment, by the rule that
     decides a library call's coverage (:func:`nsysaudit.analysis.coverage.censor`, the moment as a call
     of no length). Past the evidence (after the capture stopped, after the process's CUDA trace ended
     with nothing to confirm it went on) a free could be missing, and a missing free would make the
     bound too small: there no bound is claimed."""
     if not points:
-        return points
+        return []
     moments = pl.DataFrame(
         {
             "lib_id": list(range(len(points))),
-            "gtid": [p.get("global_pid") for p in points],
-            "start_ns": [p.get("t_ns") for p in points],
-            "end_ns": [p.get("t_ns") for p in points],
+            "gtid": [p["global_pid"] for p in points],
+            "start_ns": [p["t_ns"] for p in points],
+            "end_ns": [p["t_ns"] for p in points],
         },
         schema={"lib_id": pl.Int64, "gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64},
     )
@@ -366,9 +376,9 @@ def _covered(points: list[dict[str, Any]], trace: Trace, cuda_api_span: pl.DataF
         moments, cuda_api_span, has_cuda_api=trace.has_cuda_api, capture=trace.capture_bounds,
         diagnostics=trace.diagnostics, process_gpids=trace.processes["gpid"].drop_nulls().to_list(),
     )
-    out = []
-    for point, (state, reasons) in zip(points, judged.select("coverage", "censored_reasons").iter_rows(), strict=True):
-        point = {**point, "covered": state == "complete"}
+    out: list[CoveredPoint] = []
+    for read, (state, reasons) in zip(points, judged.select("coverage", "censored_reasons").iter_rows(), strict=True):
+        point: CoveredPoint = {**read, "covered": state == "complete"}
         if state != "complete" and point["devices"]:
             point["censored_reasons"] = list(reasons)
             why = (f"the trace does not cover this moment ({', '.join(reasons)}): a free after its evidence ends would "

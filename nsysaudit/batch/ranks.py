@@ -9,14 +9,15 @@ devices of its findings. A rank is only what a row of the evidence states, never
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, TypedDict
+from collections.abc import Iterable, Sequence
+from typing import TypedDict
 
 import polars as pl
 
 from nsysaudit.core.shapes import Schema
 from nsysaudit.core.text import escape
 from nsysaudit.reports.documents import Process, Ranks, TargetDevice
+from nsysaudit.reports.ranks import DocumentKeys
 
 INPUT_COLUMNS: Schema = {
     "devices": pl.Int64,
@@ -49,9 +50,9 @@ class RankColumns(TypedDict):
     failing_devices: str | None
 
 
-def input_columns(doc: Mapping[str, Any]) -> RankColumns:
+def input_columns(doc: DocumentKeys) -> RankColumns:
     """The :data:`INPUT_COLUMNS` of one analysis document (``doc``: its keys, as batch/run.py holds
-    them; the document's ``devices``, ``processes`` and ``ranks`` are read)."""
+    them; its ``devices``, ``processes`` and ``ranks`` are read)."""
     return _columns(doc["devices"], doc["processes"], doc["ranks"])
 
 

@@ -173,7 +173,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
     if expected is not None and sha != expected:
         return _failed(path, f"{path}: the file changed while it was read (SHA-256 {expected} then {sha})")
     census = result.census
-    findings: list[Finding] = list(result.head["findings"])  # the document's findings (result.findings)
+    findings = result.findings
     censored = result.censored_table
     kinds = [f["kind"] for f in findings]
     ranks = by_rank.input_columns(result.head)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import polars as pl
 
 from nsysaudit._version import __version__
 from nsysaudit.analysis import Analysis
-from nsysaudit.analysis.alignment import Alignment, LineList
+from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.analysis.devices import DeviceTruth, device_truth
 from nsysaudit.analysis.run import TELEMETRY_POINTS_RULE
 from nsysaudit.analysis.verdict import Verdict
@@ -28,17 +28,30 @@ from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.answer import MAX_CENSORED, answer
 from nsysaudit.reports.documents import (
     AnalysisDocument,
+    Answer,
+    CaptureBounds,
     Censored,
     Census,
     Coverage,
+    Enclosing,
     FailedCalls,
     Finding,
+    Input,
+    LaunchedCommand,
     LibraryCall,
+    LibrarySource,
+    Limits,
     Memory,
     MemoryPoint,
+    NsysDiagnostic,
+    Process,
+    Ranks,
+    SourceCoverage,
     TargetDevice,
+    Tool,
+    required_keys,
 )
-from nsysaudit.reports.ranks import document_keys
+from nsysaudit.reports.ranks import document_keys, placement
 from nsysaudit.reports.statements import holder_statement
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
@@ -204,7 +217,7 @@ def ranked_library_calls(calls: Sequence[LibraryCall]) -> list[LibraryCall]:
     return sorted(calls, key=lambda c: (c["coverage"] != "censored", c["failed_children"] == 0, c["lib_id"]))
 
 
-def _findings(analysis: Analysis) -> list[Finding]:
+def _findings(analysis: Analysis, truth: DeviceTruth) -> list[Finding]:
     thread_names = {r["gtid"]: r["thread_name"] for r in analysis.frames["thread_names"].to_dicts()}
     complete = bool(analysis.frames["library_calls"]["children_complete"].all()) if (
         "children_complete" in analysis.frames["library_calls"].columns
@@ -212,10 +225,13 @@ def _findings(analysis: Analysis) -> list[Finding]:
     out: list[Finding] = []
     for r in _rows(analysis.frames["findings"]):
         api = r["api"]
-        finding: dict[str, Any] = {
+        said = names(api, r["return_code"])
+        where = placement(truth, r["gtid"])
+        finding: Finding = {
             "kind": r["kind"],
             "api": api,
-            **names(api, r["return_code"]),
+            "display_api": said["display_api"],
+            "return_name": said["return_name"],
             "return_code": r["return_code"],
             "correlation_id": r["correlation_id"],
             "pid": r["pid"],
@@ -228,51 +244,57 @@ def _findings(analysis: Analysis) -> list[Finding]:
             # Other calls request no memory (null).
             "requested_bytes": r["bytes"] if is_allocation_api(api) else None,
             "out_of_memory": bool(r.get("out_of_memory")),
-            "enclosing": None,
+            "enclosing": _enclosing(r, complete) if r["lib_id"] is not None else None,
             "enclosing_chain": r["enclosing_chain"] or [],
             "stream_capture": None,
+            "rank": where["rank"],
+            "rank_source": where["rank_source"],
+            "device_id": where["device_id"],
+            "devices": where["devices"],
         }
-        if r["lib_id"] is not None:
-            end_known = r.get("lib_end_known") is not False
-            finding["enclosing"] = {
-                "lib_id": r["lib_id"],
-                "api": r["lib_api"],
-                "library": r["lib_library"],
-                "source": r["lib_source"],
-                "start_ns": r["lib_start_ns"],
-                "end_ns": r["lib_end_ns"] if end_known else None,
-                "recorded_end_ns": r["lib_end_ns"],
-                "end_known": end_known,
-                "coverage": r["lib_coverage"],
-            }
-            # The successful allocations nested in it before the failed call ("after 1,024 +
-            # 131,072 B"); unknown when a pair limit left successful calls unlisted.
-            each = list(r.get("allocated_before") or [])
-            finding["enclosing"]["allocations_before"] = (
-                {
-                    "count": len(each),
-                    "bytes_each": each,
-                    "bytes": sum(each) if all(b is not None for b in each) else None,
-                }
-                if complete
-                else None
-            )
         capture = r.get("stream_capture")
         if capture is not None:
             g = capture["gtid"]
             finding["stream_capture"] = {
-                **capture,
+                "begin": capture["begin"],
+                "end": capture["end"],
+                "event_records": capture["event_records"],
+                "event_records_count": len(capture["event_records"]),
+                "ns_from_capture_end": capture["ns_from_capture_end"],
+                "regions_with_records_before": capture["regions_with_records_before"],
                 "pid": pid_bits(g) if g is not None else None,
                 "tid": tid_bits(g) if g is not None else None,
                 "global_tid": g,
                 "thread_name": thread_names.get(g),
-                "event_records_count": len(capture["event_records"]),
             }
-            del finding["stream_capture"]["gtid"]
         if analysis.alignment is not None:
             finding["telemetry"] = analysis.alignment.position(r["pid"], r["start_ns"], r["end_ns"])
-        out.append(cast(Finding, finding))
+        out.append(finding)
     return out
+
+
+def _enclosing(r: Mapping[str, Any], complete: bool) -> Enclosing:
+    """The library call a finding's row ``r`` is nested in, and the successful allocations nested in
+    it before the failed call ("after 1,024 + 131,072 B"; unknown when a pair limit left successful
+    calls unlisted: not ``complete``)."""
+    end_known = r.get("lib_end_known") is not False
+    each = list(r.get("allocated_before") or [])
+    return {
+        "lib_id": r["lib_id"],
+        "api": r["lib_api"],
+        "library": r["lib_library"],
+        "source": r["lib_source"],
+        "start_ns": r["lib_start_ns"],
+        "end_ns": r["lib_end_ns"] if end_known else None,
+        "recorded_end_ns": r["lib_end_ns"],
+        "end_known": end_known,
+        "coverage": r["lib_coverage"],
+        "allocations_before": {
+            "count": len(each),
+            "bytes_each": each,
+            "bytes": sum(each) if all(b is not None for b in each) else None,
+        } if complete else None,
+    }
 
 
 def _failed_calls(frames: Mapping[str, pl.DataFrame]) -> list[FailedCalls]:
@@ -308,7 +330,7 @@ def censored_rows(frame: pl.DataFrame) -> list[Censored]:
     """The rows of :func:`censored_table` (or a slice of it) as ``coverage.censored`` entries. polars
     types a row ``dict[str, Any]``: the frame's columns are checked to be the entry's keys, and the
     table's select gives each its type."""
-    if set(frame.columns) != Censored.__required_keys__:
+    if set(frame.columns) != required_keys(Censored):
         raise ValueError(f"not a censored_table frame: columns {frame.columns}")
     return cast(list[Censored], frame.to_dicts())
 
@@ -346,11 +368,21 @@ def censored_table(analysis: Analysis) -> pl.DataFrame:
     )
 
 
-def _coverage(analysis: Analysis) -> dict[str, Any]:
+class CoverageHead(TypedDict):
+    """``coverage`` but its ``censored`` library calls (:func:`censored_table`, kept as a frame)."""
+
+    cuda_api_trace: bool
+    by_source: list[SourceCoverage]
+    capture: CaptureBounds
+    nsys_diagnostics: list[NsysDiagnostic]
+    library_sources: list[LibrarySource]
+
+
+def _coverage(analysis: Analysis) -> CoverageHead:
     """Where the evidence stops: the capture's bounds, nsys's own warnings (the censored library
     calls are :func:`censored_table`, kept as a frame)."""
     diagnostics = analysis.frames.get("diagnostics")
-    said = []
+    said: list[NsysDiagnostic] = []
     if diagnostics is not None:
         for d in diagnostics.filter(pl.col("severity").is_in(list(WARNING_SEVERITIES))).to_dicts():
             gpid = d["gpid"]
@@ -388,18 +420,16 @@ def _memory(analysis: Analysis, truth: DeviceTruth | None = None) -> Memory:
     if ledger is None:
         return {"ledger": False, "why_no_ledger": "not analyzed", "at": []}
     names = {p["global_pid"]: p["name"] for p in analysis.processes}
-    at = []
+    at: list[MemoryPoint] = []
     for p in analysis.memory_points:
-        point = cast(MemoryPoint, dict(p))
         in_force = None
         if analysis.alignment is not None and p["t_ns"] is not None:
             in_force = analysis.alignment.position(p["pid"], p["t_ns"], p["t_ns"])["in_force"]
-        point["holder"] = holder_statement(point, names, gap_examples=p.get("free_calls_without_event_examples", ()),
-                                           in_force=in_force,
-                                           devices=cast(list[TargetDevice], truth.devices)
-                                           if truth is not None and truth.several_devices else None)
-        at.append(point)
-    out = {
+        holder = holder_statement(p, names, gap_examples=p.get("free_calls_without_event_examples", ()),
+                                  in_force=in_force,
+                                  devices=truth.devices if truth is not None and truth.several_devices else None)
+        at.append({**p, "holder": holder})
+    out: Memory = {
         **ledger.summary,
         "ledger": ledger.claimed,
         "why_no_ledger": ledger.why_not,
@@ -410,39 +440,68 @@ def _memory(analysis: Analysis, truth: DeviceTruth | None = None) -> Memory:
         lines = pids.len() - pids.null_count()
         out["telemetry_points"] = {"lines": lines, "read_at": sum(1 for p in at if p["point"] == "telemetry"),
                                    "rule": TELEMETRY_POINTS_RULE}
-    return cast(Memory, out)
+    return out
 
 
-def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> dict[str, Any]:
+class Head(TypedDict):
+    """Every key of the analysis document but ``library_calls`` and ``coverage.censored``, which stay
+    frames until asked for; ``alignment`` and ``telemetry`` in their lazy form, their per-line lists
+    :class:`~nsysaudit.analysis.alignment.LineList` (:meth:`AnalysisResult.document` makes them lists)."""
+
+    tool: Tool
+    input: Input
+    census: Census
+    findings: list[Finding]
+    failed_calls: list[FailedCalls]
+    coverage: CoverageHead
+    processes: list[Process]
+    verdict: Verdict
+    verdict_reasons: list[str]
+    warnings: list[ReportWarning]
+    limits: Limits
+    memory: Memory
+    devices: list[TargetDevice]
+    launches: list[LaunchedCommand]
+    ranks: Ranks
+    answer: Answer
+    alignment: NotRequired[dict[str, object]]
+    telemetry: NotRequired[dict[str, object]]
+
+
+def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
     """Every key of the document but ``library_calls`` and ``coverage.censored`` (``censored``: its frame)."""
     truth = truth_of(analysis)
-    findings = _findings(analysis)
-    out: dict[str, Any] = {
+    findings = _findings(analysis, truth)
+    keys = document_keys(truth, analysis.processes, findings)  # processes, devices, launches, ranks
+    memory = _memory(analysis, truth)
+    out: Head = {
         "tool": {"name": "nsysaudit", "version": __version__},
         "input": info.to_dict(),
         "census": _census(analysis),
         "findings": findings,
         "failed_calls": _failed_calls(analysis.frames),
         "coverage": _coverage(analysis),
-        "processes": [dict(p) for p in analysis.processes],
+        "processes": keys["processes"],
         "verdict": analysis.verdict,
         "verdict_reasons": list(analysis.verdict_reasons),
-        "warnings": [dict(w) for w in analysis.warnings],
-        "limits": dict(analysis.limits),
-        "memory": _memory(analysis, truth),
+        "warnings": [w.copy() for w in analysis.warnings],
+        "limits": analysis.limits.copy(),
+        "memory": memory,
+        "devices": keys["devices"],
+        "launches": keys["launches"],
+        "ranks": keys["ranks"],
+        "answer": answer(
+            findings, analysis.verdict, list(analysis.verdict_reasons), keys["processes"], memory,
+            censored_rows(censored.head(MAX_CENSORED)), censored.height,
+            devices=keys["devices"], shown=keys["ranks"]["shown"],
+        ),
     }
-    out.update(document_keys(truth, out["processes"], findings))  # devices, launches, ranks (reports/ranks.py)
     if analysis.alignment is not None:
         out["alignment"] = analysis.alignment.to_dict(lazy=True)
         out["telemetry"] = {
             **analysis.alignment.telemetry_summary(lazy=True),
             "library_failures": list(analysis.telemetry_library_failures),
         }
-    out["answer"] = answer(
-        out["findings"], out["verdict"], out["verdict_reasons"], out["processes"], out["memory"],
-        censored_rows(censored.head(MAX_CENSORED)), censored.height,
-        devices=out["devices"], shown=out["ranks"]["shown"],
-    )
     return out
 
 
@@ -460,7 +519,7 @@ class AnalysisResult:
 
     input: InputInfo
     analysis: Analysis
-    head: Mapping[str, Any]
+    head: Head
     library_calls_table: pl.DataFrame
     censored_table: pl.DataFrame
 
@@ -501,7 +560,7 @@ class AnalysisResult:
         return census.copy()
 
     @property
-    def findings(self) -> list[dict[str, Any]]:
+    def findings(self) -> list[Finding]:
         return list(self.head["findings"])
 
     @property
@@ -516,18 +575,34 @@ class AnalysisResult:
         """``library_calls`` as one polars frame (children and straddling as lists of structs)."""
         return self.library_calls_table
 
-    def library_call_dicts(self, frame: pl.DataFrame) -> list[dict[str, Any]]:
-        """Rows of :meth:`library_calls_frame` (or a subset of it) as ``library_calls`` entries."""
-        out = frame.to_dicts()
+    def library_call_dicts(self, frame: pl.DataFrame) -> list[LibraryCall]:
+        """Rows of :meth:`library_calls_frame` (or a subset of it) as ``library_calls`` entries. polars
+        types a row ``dict[str, Any]``: the frame's columns are checked to be the entry's keys (the
+        table's schema gives each its type)."""
+        if set(frame.columns) != required_keys(LibraryCall):
+            raise ValueError(f"not a library_calls_table frame: columns {frame.columns}")
+        out = cast(list[LibraryCall], frame.to_dicts())
         if self.alignment is not None:
             for row in out:
                 row["telemetry"] = self.alignment.position(row["pid"], row["start_ns"], row["end_ns"])
         return out
 
-    def document(self, library_calls: list[dict[str, Any]]) -> AnalysisDocument:
+    def document(self, library_calls: list[LibraryCall]) -> AnalysisDocument:
         """The document with the given ``library_calls`` (a subset, for reports that select)."""
-        doc = {**with_lists(self.head), "coverage": self.coverage, "library_calls": library_calls}
-        return cast(AnalysisDocument, doc)
+        h = self.head
+        doc: AnalysisDocument = {
+            "tool": h["tool"], "input": h["input"], "census": h["census"], "findings": h["findings"],
+            "failed_calls": h["failed_calls"], "coverage": self.coverage, "processes": h["processes"],
+            "verdict": h["verdict"], "verdict_reasons": h["verdict_reasons"], "warnings": h["warnings"],
+            "limits": h["limits"], "memory": h["memory"], "answer": h["answer"], "library_calls": library_calls,
+            "devices": h["devices"], "launches": h["launches"], "ranks": h["ranks"],
+        }
+        alignment = self.analysis.alignment
+        if alignment is not None:  # the head's lazy forms, their per-line lists made
+            doc["alignment"] = alignment.to_dict()
+            doc["telemetry"] = {**alignment.telemetry_summary(),
+                                "library_failures": list(self.analysis.telemetry_library_failures)}
+        return doc
 
     def to_dict(self) -> AnalysisDocument:
         """The JSON document ``nsysaudit analyze --json`` prints, as Python objects."""
@@ -543,22 +618,6 @@ class AnalysisResult:
             f"{self.library_calls_table.height} library call(s), {len(self.head['failed_calls'])} failed-call "
             f"group(s), {len(self.analysis.warnings)} warning(s)>"
         )
-
-
-def with_lists(doc: Mapping[str, object]) -> dict[str, object]:
-    """``doc`` with each :class:`~nsysaudit.analysis.alignment.LineList` in its objects made a list
-    of Python objects (the objects holding one are copied; the rest is shared)."""
-    out = dict(doc)
-    for key, value in doc.items():
-        if isinstance(value, LineList):
-            out[key] = value.dicts()
-        elif isinstance(value, Mapping) and _holds_lists(value):
-            out[key] = with_lists(value)
-    return out
-
-
-def _holds_lists(doc: Mapping[str, object]) -> bool:
-    return any(isinstance(v, LineList) or (isinstance(v, Mapping) and _holds_lists(v)) for v in doc.values())
 
 
 def report_analysis(info: InputInfo, analysis: Analysis) -> AnalysisResult:

@@ -16,6 +16,7 @@ kinds nsys names (``dict[str, str]``), bytes by kind (``dict[str, int]``).
 
 from __future__ import annotations
 
+import functools
 import sys
 import types
 import typing
@@ -58,6 +59,7 @@ from nsysaudit.analysis.ledger import (
     TelemetryPoints,
     VirtualMemory,
 )
+from nsysaudit.analysis.run import Limits
 from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
@@ -95,6 +97,7 @@ __all__ = [
     "LibraryFailure",
     "LibraryFailureAfter",
     "LibrarySource",
+    "Limits",
     "Mechanism",
     "MechanismCounts",
     "Memory",
@@ -303,12 +306,6 @@ class Ranks(TypedDict):
     failing_rank_unknown: int
     statement: str | None
     shown: bool
-
-
-class Limits(TypedDict):
-    max_pairs: int | None
-    pairs: int
-    pairs_listed: int
 
 
 class Child(TypedDict):
@@ -864,6 +861,13 @@ def problems(value: object, t: object, where: str = "$") -> list[str]:
 # --- the contract, generated -----------------------------------------------------------------------
 def _is_typed_dict(t: object) -> TypeGuard[type]:
     return isinstance(t, type) and issubclass(t, dict) and hasattr(t, "__required_keys__")
+
+
+@functools.cache
+def required_keys(t: type) -> frozenset[str]:
+    """The keys of the TypedDict ``t`` always there (not ``NotRequired``). Read from the type hints:
+    under ``from __future__ import annotations`` Python 3.11's ``__required_keys__`` counts every key."""
+    return frozenset(key for key, hint in get_type_hints(t, include_extras=True).items() if _unwrap(hint)[1])
 
 
 def _unwrap(t: object) -> tuple[object, bool]:

@@ -1,7 +1,7 @@
 """Devices and ranks in the documents: the keys an analysis document gains, and their words.
 
-:func:`document_keys` gives an analysis document its ``devices``, ``launches`` and ``ranks`` keys,
-the device and rank keys of each ``processes[]`` entry and of each finding
+:func:`document_keys` gives an analysis document its ``devices``, ``launches`` and ``ranks`` keys and
+the device and rank keys of each ``processes[]`` entry, :func:`placement` those of each finding
 (:mod:`nsysaudit.analysis.devices` decides them). The words are said only where they tell
 something: an export of several devices, or one where a process's rank is known
 (:func:`shown`); a single-device export without ranks reads as it always did.
@@ -10,9 +10,9 @@ something: an export of several devices, or one where a process's rank is known
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_RULE, RANK_VARIABLES, DeviceTruth
+from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_RULE, RANK_VARIABLES, DeviceTruth, TracedProcess
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.read.devices import environment_entry
@@ -25,6 +25,7 @@ from nsysaudit.reports.documents import (
     FailingRank,
     Finding,
     LaunchedCommand,
+    PairedCall,
     PointDevice,
     Process,
     RankDifferences,
@@ -33,15 +34,23 @@ from nsysaudit.reports.documents import (
 )
 
 
-def _placed(truth: DeviceTruth, finding: Finding) -> None:
-    """Give a finding its rank and device: its process's (in place). ``device_id`` is the process's one
-    device (null when it used several or none: a failed call has no memory event to say which)."""
-    p = truth.of(gpid_of(finding["global_tid"]))
+class FindingPlacement(TypedDict):
+    """A finding's rank and device: its process's."""
+
+    rank: int | None
+    rank_source: str | None
+    device_id: int | None
+    devices: list[int | None]
+
+
+def placement(truth: DeviceTruth, global_tid: int | None) -> FindingPlacement:
+    """The rank and device of a finding on thread ``global_tid``: its process's. ``device_id`` is the
+    process's one device (null when it used several or none: a failed call has no memory event to
+    say which)."""
+    p = truth.of(gpid_of(global_tid))
     devices = list(p["devices"])
-    finding["rank"] = p["rank"]
-    finding["rank_source"] = p["rank_source"]
-    finding["device_id"] = devices[0] if len(devices) == 1 else None
-    finding["devices"] = devices
+    return {"rank": p["rank"], "rank_source": p["rank_source"],
+            "device_id": devices[0] if len(devices) == 1 else None, "devices": devices}
 
 
 def ranks_key(truth: DeviceTruth, processes: Sequence[Process], findings: Sequence[Finding]) -> Ranks:
@@ -72,16 +81,16 @@ class DocumentKeys(TypedDict):
     ranks: Ranks
 
 
-def document_keys(truth: DeviceTruth, processes: Sequence[Mapping[str, Any]], findings: list[Finding]) -> DocumentKeys:
-    """``processes`` (the analysis' entries: ``pid, global_pid, name``, as maps) with their device and
-    rank keys, ``findings`` given theirs (in place), and the document's ``devices``, ``launches`` and
-    ``ranks``."""
+def document_keys(
+    truth: DeviceTruth, processes: Sequence[TracedProcess], findings: Sequence[Finding]
+) -> DocumentKeys:
+    """``processes`` (the analysis' entries: ``pid, global_pid, name``) with their device and rank
+    keys, and the document's ``devices``, ``launches`` and ``ranks`` (``findings``: placed by
+    :func:`placement`)."""
     procs: list[Process] = [
         {"pid": p["pid"], "global_pid": p["global_pid"], "name": p["name"], **truth.of(p["global_pid"])}
         for p in processes
     ]
-    for f in findings:
-        _placed(truth, f)
     return {
         "processes": procs,
         "devices": list(truth.devices),
@@ -120,7 +129,7 @@ def shown(doc: AnalysisKeys) -> bool:
     return doc["ranks"]["shown"]
 
 
-def failing_statement(failing: Sequence[FailingRank], processes: Mapping[int, Process]) -> str | None:
+def failing_statement(failing: Sequence[FailingRank], processes: Mapping[int | None, Process]) -> str | None:
     """ "rank 1 failed (pid 851, device 1)": which rank(s) the findings are in; None without findings."""
     if not failing:
         return None
@@ -217,7 +226,7 @@ def _holder(devices: Sequence[PointDevice], named: Mapping[int | None, TargetDev
     return "; ".join(parts) or "no ledger at it"
 
 
-def rank_differences(arms: Mapping[str, ComparisonArm], pairs: Sequence[Mapping[str, Any]]) -> RankDifferences:
+def rank_differences(arms: Mapping[str, ComparisonArm], pairs: Sequence[PairedCall]) -> RankDifferences:
     """The comparison's ``differences.ranks``: which rank each arm is, whether they are two ranks of
     one job, and what differs between them at the paired library calls: who held each rank's device
     (the holder), how much could have been free (the headroom), and the nested calls (the library
@@ -253,7 +262,7 @@ def rank_differences(arms: Mapping[str, ComparisonArm], pairs: Sequence[Mapping[
 
 def _rank_statements(
     arms: Mapping[str, ComparisonArm], each: Mapping[str, ArmRank], same_job: bool | None, why: str,
-    pairs: Sequence[Mapping[str, Any]],
+    pairs: Sequence[PairedCall],
 ) -> list[str]:
     """:func:`rank_differences`' statements, where the arms are two ranks."""
     named = {n: {d["device_id"]: d for d in arms[n]["devices"]} for n in ARMS}
@@ -275,19 +284,19 @@ def _rank_statements(
                  "rank against a healthy one")
     statements = [head]
     for pair in pairs:
-        if pair.get("observe") is None or pair.get("release") is None:
+        observe, release = pair["observe"], pair["release"]
+        if observe is None or release is None:
             continue
         mk = pair["match_key"]
         call = f"{mk['api']} (call #{mk['ordinal']} off the main thread)" if mk["thread_role"] == "other" else (
             f"{mk['api']} (call #{mk['ordinal']} on the main thread)")
-        for n in ARMS:
-            p = pair[n]
+        for n, p in (("observe", observe), ("release", release)):
             failed = p["failed_allocations"]
             calls = (f"{p['nested_allocations_succeeded']} nested allocation(s) succeeded"
                      + (f", then {failed[0]['api']} returned {failed[0]['return_code']}"
                         f" ({failed[0]['return_name'] or 'unknown code'})" if failed else ", none failed"))
             statements.append(f"At {call}, rank {each[n]['rank']}: {calls}; at its start "
-                              f"{_holder(p.get('memory_at_start') or [], named[n])}")
+                              f"{_holder(p['memory_at_start'], named[n])}")
     return statements
 
 

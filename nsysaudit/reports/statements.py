@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
+from nsysaudit.analysis.ledger import CoveredPoint, LedgerPoint
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.reports.documents import (
     ArmLibraryCall,
     FreeCallsWithoutEvent,
     FreedNeverAllocated,
-    MemoryPoint,
     Moment,
     PointDevice,
     PointProcess,
@@ -197,7 +197,7 @@ def when(pos: Position | None) -> str:
     return f", {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 
-def moment_words(point: MemoryPoint) -> str:
+def moment_words(point: LedgerPoint) -> str:
     """A ledger point's moment in words: "the failure", "cublasCreate_v2's start", "telemetry line 4 (handoff)"."""
     kind, label = point["point"], point["label"]
     if kind == "finding":
@@ -231,8 +231,8 @@ def _held(p: PointProcess, *, pool_first: bool) -> list[str]:
 
 
 def holder_statement(
-    point: MemoryPoint,
-    names: Mapping[int, str | None],
+    point: CoveredPoint,
+    names: Mapping[int | None, str | None],
     *,
     gap_examples: Iterable[int] = (),
     in_force: Moment | None = None,
@@ -269,7 +269,7 @@ def allocator_words(in_force: Moment | None) -> str | None:
 
 
 def held_words(
-    point: MemoryPoint, names: Mapping[int, str | None], named: Iterable[TargetDevice] | None = None
+    point: LedgerPoint, names: Mapping[int | None, str | None], named: Iterable[TargetDevice] | None = None
 ) -> str:
     """The first sentence of :func:`holder_statement`: held, by whom and how, and the bound; each
     device named as the export names it when ``named`` (the document's ``devices``) is given."""

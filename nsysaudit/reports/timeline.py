@@ -267,17 +267,18 @@ def _focus(
         how = "the first finding"
     if chosen:
         f = chosen[0]
-        enc = f.get("enclosing") or {}
+        enc = f["enclosing"]
         text = f"{f['kind']}: {display_name(f['api'])} returned {f['return_code']} ({f['return_name']})"
-        start = f["start_ns"] if f["start_ns"] is not None else enc.get("start_ns") or 0
-        after = (f.get("telemetry") or {}).get("after")
+        start = f["start_ns"] if f["start_ns"] is not None else (enc["start_ns"] if enc is not None else None) or 0
+        told = f.get("telemetry")
+        line_before = told["after"] if told is not None else None
         position = None
-        if after:
-            checked = "" if f["telemetry"].get("verified") else " (alignment NOT checked)"
-            position = f"{after['ms']:.3f} ms after {after['event']}{checked}"
+        if told is not None and line_before:
+            checked = "" if told["verified"] else " (alignment NOT checked)"
+            position = f"{line_before['ms']:.3f} ms after {line_before['event']}{checked}"
         return _Focus(
             start, f["end_ns"] if f["end_ns"] is not None else start, f["global_tid"], f["pid"],
-            enc.get("lib_id"), f"{how}, {text}", f["correlation_id"], position,
+            enc["lib_id"] if enc is not None else None, f"{how}, {text}", f["correlation_id"], position,
         )
     censored = libs.filter(pl.col("coverage") == "censored")
     if censored.height:
