@@ -15,7 +15,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, BinaryIO, Literal, Protocol, TypeVar, cast
 
 import click
 
@@ -644,13 +644,19 @@ def _error(message: str, code: int, *, prefix: str = "nsysaudit: error: ") -> in
     return code
 
 
+class _BytesSink(Protocol):
+    def write(self, data: ReadableBuffer, /) -> int: ...
+
+    def flush(self) -> object: ...
+
+
 class _Stdout(io.RawIOBase):
     """``sys.stdout.buffer`` for writers that hide the OSError they got (polars reports EPIPE as a
     plain ``OSError("Broken pipe (os error 32)")``): the first real error is kept in ``error``."""
 
     # sys.stdout.buffer, or a replaced stdout that has none, which is then written bytes itself
-    # (typeshed's TextIO always has a buffer, so no declared type says what that object is).
-    def __init__(self, raw: Any) -> None:
+    # (typeshed's TextIO always has a buffer, so what that object is is said by what is used of it).
+    def __init__(self, raw: _BytesSink) -> None:
         self._raw = raw
         self.error: OSError | None = None
 
@@ -675,7 +681,8 @@ def printing() -> Iterator[_Stdout]:
     Yields a binary stream over stdout (for streamed ``--json``); flushes stdout at the end.
     """
     buffer = getattr(sys.stdout, "buffer", None)
-    out = _Stdout(buffer if buffer is not None else sys.stdout)
+    # A stdout without a buffer (replaced by a caller) is given the bytes itself, as before.
+    out = _Stdout(buffer if buffer is not None else cast(_BytesSink, sys.stdout))
     try:
         yield out
         sys.stdout.flush()

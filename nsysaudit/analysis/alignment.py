@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, overload
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, overload
 
 import orjson
 import polars as pl
@@ -191,7 +191,7 @@ class TimelineLine(TypedDict):
     trace_ns: int | None
     via: str | None
     clocks: dict[str, int]
-    fields: dict[str, Any]
+    fields: Mapping[str, object]  # the line's own fields, as written: any JSON values
     values: dict[str, int | float]
 
 

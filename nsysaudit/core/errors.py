@@ -7,7 +7,8 @@ import errno
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any, TypedDict
+from types import FrameType
+from typing import TypedDict
 
 
 class NsysAuditError(Exception):
@@ -88,7 +89,7 @@ def signal_raises(signum: int, error: type[BaseException]) -> Iterator[None]:
         yield
         return
 
-    def raise_error(signum: int, frame: Any) -> None:
+    def raise_error(signum: int, frame: FrameType | None) -> None:
         raise error()
 
     earlier = signal.signal(signum, raise_error)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeVar, cast
 
 from nsysaudit.core.errors import UnusableInput
+
+T = TypeVar("T")
 
 # What separates a path's components here: ``/``, and on Windows ``\`` too. On POSIX a backslash
 # is part of a name (``run\1.sqlite``), not a separator.
@@ -24,17 +26,23 @@ def basename(path: str) -> str:
     return os.path.basename(path.rstrip(_SEPARATORS)) or path
 
 
-def scrub_paths(value: Any, paths: Mapping[str, str]) -> Any:
-    """Replace every given path inside strings of ``value`` by its basename (no paths in reports)."""
+def scrub_paths(value: T, paths: Mapping[str, str]) -> T:
+    """Replace every given path inside strings of ``value`` by its basename (no paths in reports).
+    ``value`` keeps its shape (a string becomes a string, a list or map the same list or map of
+    scrubbed values), so it keeps its type."""
+    return cast(T, _scrubbed(value, paths))
+
+
+def _scrubbed(value: object, paths: Mapping[str, str]) -> object:
     if isinstance(value, str):
         for path, name in paths.items():
             if path and path in value:
                 value = value.replace(path, name)
         return value
     if isinstance(value, list):
-        return [scrub_paths(v, paths) for v in value]
+        return [_scrubbed(v, paths) for v in value]
     if isinstance(value, dict):
-        return {k: scrub_paths(v, paths) for k, v in value.items()}
+        return {k: _scrubbed(v, paths) for k, v in value.items()}
     return value
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from nsysaudit.core.text import escape
 from nsysaudit.reports.documents import (
@@ -32,6 +31,7 @@ from nsysaudit.reports.documents import (
     Memory,
     Position,
     SealedAnalysisDocument,
+    SealedOptions,
 )
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.statements import (
@@ -493,7 +493,7 @@ def _failing(title: str, block: FailingByCode) -> list[str]:
     return [f"{title}:", "", *table(["where", "api", "return code", "name", "observe", "release"], rows)]
 
 
-def _options(options: Mapping[str, Any] | None) -> list[str]:
+def _options(options: SealedOptions | None) -> list[str]:
     """The options that changed the analysis (``options`` of a sealed document; absent otherwise)."""
     if not options:
         return []

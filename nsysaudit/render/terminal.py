@@ -12,7 +12,7 @@ import io
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO, cast
+from typing import TextIO, cast
 
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -702,7 +702,7 @@ class _NoTrailingSpaces:
         self._stream.write(_TRAILING.sub(r"\1", text))
         return len(text)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
 
 

@@ -20,7 +20,8 @@ import functools
 import sys
 import types
 import typing
-from typing import Any, Literal, NotRequired, TypedDict, TypeGuard, Union, get_args, get_origin, get_type_hints
+from collections.abc import Mapping
+from typing import Literal, NotRequired, TypedDict, TypeGuard, Union, get_args, get_origin, get_type_hints
 
 from nsysaudit.analysis.alignment import (
     Agreement,
@@ -817,7 +818,7 @@ def problems(value: object, t: object, where: str = "$") -> list[str]:
     """Where ``value`` (parsed JSON) departs from the type ``t``: a key the type does not declare, a
     required key missing, a value of another type or outside its vocabulary. Empty when it conforms."""
     origin = get_origin(t)
-    if t is Any:
+    if t is object:  # any JSON value
         return []
     if t is type(None):
         return [] if value is None else [f"{where}: {value!r:.60} where null"]
@@ -830,7 +831,7 @@ def problems(value: object, t: object, where: str = "$") -> list[str]:
         if not isinstance(value, list):
             return [f"{where}: {type(value).__name__} where a list"]
         return [p for i, v in enumerate(value) for p in problems(v, get_args(t)[0], f"{where}[{i}]")]
-    if origin is dict:
+    if origin in (dict, Mapping):
         if not isinstance(value, dict):
             return [f"{where}: {type(value).__name__} where a map"]
         k, v = get_args(t)
@@ -882,7 +883,7 @@ def type_words(t: object) -> str:
     origin = get_origin(t)
     if t is type(None):
         return "null"
-    if t is Any:
+    if t is object:
         return "any"
     if origin is Literal:
         return " or ".join(f'"{a}"' for a in get_args(t))
@@ -890,7 +891,7 @@ def type_words(t: object) -> str:
         return " or ".join(type_words(a) for a in get_args(t))
     if origin is list:
         return f"list of {type_words(get_args(t)[0])}"
-    if origin is dict:
+    if origin in (dict, Mapping):
         k, v = get_args(t)
         return f"map {type_words(k)} to {type_words(v)}"
     if _is_typed_dict(t):

@@ -32,9 +32,9 @@ The choices the issue leaves open, and what is chosen (each Timeline says it in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 import polars as pl
 
@@ -282,14 +282,14 @@ def _focus(
         )
     censored = libs.filter(pl.col("coverage") == "censored")
     if censored.height:
-        return _lib_focus(censored.row(0, named=True), "the first censored library call")
+        return _lib_focus(censored, "the first censored library call")
     origin = _boundary_lines(result, boundary, None)
     if origin and libs.height:
         after = libs.filter(pl.col("start_ns") >= origin[0].trace_ns)
         if after.height:
-            return _lib_focus(after.row(0, named=True), f"the first library call after {boundary}")
+            return _lib_focus(after, f"the first library call after {boundary}")
     if libs.height:
-        return _lib_focus(libs.row(0, named=True), "the first library call")
+        return _lib_focus(libs, "the first library call")
     failed = _usable(result.frames["cuda_api_rows"], "start_ns", "gtid").filter(pl.col("classification") == "failure")
     if failed.height:
         row = failed.sort(["start_ns", "gtid"]).row(0, named=True)
@@ -315,8 +315,10 @@ def _capture_span(result: AnalysisResult) -> tuple[int, int]:
     return 0, 0
 
 
-def _lib_focus(row: Mapping[str, Any], how: str) -> _Focus:
-    return _Focus(row["start_ns"], row["end_ns"], row["gtid"], row["pid"], row["lib_id"], f"{how}, {row['api']}")
+def _lib_focus(libs: pl.DataFrame, how: str) -> _Focus:
+    """The focus on the first library call of ``libs`` (rows with a start and an end)."""
+    start, end, gtid, pid, lib_id, api = libs.select("start_ns", "end_ns", "gtid", "pid", "lib_id", "api").row(0)
+    return _Focus(start, end, gtid, pid, lib_id, f"{how}, {api}")
 
 
 def _boundary_lines(result: AnalysisResult, event: str | None, pid: int | None) -> list[Boundary]:
@@ -355,11 +357,21 @@ def _origin(result: AnalysisResult, focus: _Focus, boundary: str) -> tuple[int, 
     return focus.start_ns, f"{what} (trace {_fmt(focus.start_ns)}; {why})"
 
 
-def _lib_row(result: AnalysisResult, lib_id: int | None) -> dict[str, Any] | None:
+class _LibSpan(TypedDict):
+    start_ns: int
+    end_ns: int
+    api: str
+
+
+def _lib_row(result: AnalysisResult, lib_id: int | None) -> _LibSpan | None:
+    """Library call ``lib_id``'s start, end and api, where it has a start and an end."""
     if lib_id is None:
         return None
     rows = _usable(result.frames["library_calls"], "start_ns", "end_ns").filter(pl.col("lib_id") == lib_id)
-    return rows.row(0, named=True) if rows.height else None
+    if not rows.height:
+        return None
+    start, end, api = rows.select("start_ns", "end_ns", "api").row(0)
+    return {"start_ns": start, "end_ns": end, "api": api}
 
 
 def _auto_window(result: AnalysisResult, focus: _Focus, origin: int) -> tuple[int, int]:
