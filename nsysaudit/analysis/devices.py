@@ -76,24 +76,6 @@ class DeviceEvidence(TypedDict):
     memory_events: int
 
 
-class Process(TypedDict):
-    """A traced process, the devices it used and its rank where a row of the evidence states it
-    (``rank_unknown`` says why not; docs/multigpu.md)."""
-
-    global_pid: int | None
-    pid: int | None
-    name: str | None
-    devices: list[int | None]
-    device_evidence: list[DeviceEvidence]
-    launched: bool | None
-    rank: int | None
-    rank_source: str | None
-    rank_unknown: str | None
-    local_rank: int | None
-    world_size: int | None
-    cuda_visible_devices: str | None
-
-
 class TargetDevice(TypedDict):
     """A GPU of the target (TARGET_INFO_GPU, or a device id the events name without a row there):
     its identity, total, who used it, and the ledger's totals on it."""
@@ -156,6 +138,11 @@ class Placement(TypedDict):
     local_rank: int | None
     world_size: int | None
     cuda_visible_devices: str | None
+
+
+class Process(TracedProcess, Placement):
+    """A traced process, the devices it used and its rank where a row of the evidence states it
+    (``rank_unknown`` says why not; docs/multigpu.md)."""
 
 
 @dataclass(frozen=True)
