@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
     from nsysaudit.reports.analysis import AnalysisResult
     from nsysaudit.reports.compare import Comparison, compare_results
+    from nsysaudit.schemas import SCHEMA_KINDS, schema, schema_text
     from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare
     from nsysaudit.seal.verify import verify
     from nsysaudit.session import Session, analyze, open
@@ -72,6 +73,7 @@ _HOMES = {
     "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
     "AnalysisResult": "nsysaudit.reports.analysis",
     **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
+    **dict.fromkeys(("SCHEMA_KINDS", "schema", "schema_text"), "nsysaudit.schemas"),
     **dict.fromkeys(("Sealed", "Verification", "seal_analysis", "seal_compare", "verify"), "nsysaudit.seal"),
 }
 
@@ -82,6 +84,7 @@ __all__ = [
     "DEFAULT_CLOCKS",
     "DEFAULT_LIBRARY_DOMAINS",
     "DEFAULT_MAX_PAIRS",
+    "SCHEMA_KINDS",
     "AnalysisResult",
     "BadOption",
     "BatchOutputNotWritable",
@@ -115,6 +118,8 @@ __all__ = [
     "compare_results",
     "open",
     "run_batch",
+    "schema",
+    "schema_text",
     "seal_analysis",
     "seal_compare",
     "verify",

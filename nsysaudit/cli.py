@@ -319,7 +319,8 @@ def analyze_cmd(
 @telemetry_option("--observe-telemetry", help="The observe arm's JSON Lines telemetry.")
 @telemetry_option("--release-telemetry", help="The release arm's JSON Lines telemetry.")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout (the seal goes to stderr).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the comparison (report.json's document) as one JSON line (the seal goes to stderr).")
 @click.option("--details", "-v", "details", is_flag=True,
               help="After the answer, every difference: library calls, failing calls, sources, memory.")
 @reading_options
@@ -362,9 +363,11 @@ def compare_cmd(
     )
     for result in sealed.results.values():
         echo_telemetry_warnings(result)
-    with printing():
-        if as_json:
-            click.echo(render.indented(sealed.document).decode("utf-8"), nl=False)
+    with printing() as stdout:
+        if as_json:  # compact, as analyze --json (report.json in DIR is indented)
+            sys.stdout.flush()
+            stdout.write(render.compact(sealed.document))
+            stdout.flush()
         else:
             render.show(render.comparison_renderable(sealed.document, details=details))
         echo_seal(sealed, as_json)
@@ -569,6 +572,25 @@ def plot_cmd(
         click.echo(render.escape(f"timeline: {out} ({size:,} bytes)"))
         for note in notes:
             click.echo(render.escape(f"  {note}"))
+
+
+@cli.command("schema", short_help="Print the JSON Schema that validates a document.")
+@click.argument("kind", required=False, metavar="[KIND]", type=click.Choice(list(nsysaudit.SCHEMA_KINDS)))
+def schema_cmd(kind: str | None) -> None:
+    """Print the JSON Schema (2020-12) that validates KIND, a document nsysaudit writes; without KIND,
+    list them. Every JSON document names its own in its "schema" key (docs/json.md).
+
+    \b
+    Examples:
+      nsysaudit schema analysis > analysis.schema.json
+      nsysaudit analyze run.sqlite --json | jq .schema
+    """
+    with printing():
+        if kind is None:
+            for known, validates in nsysaudit.SCHEMA_KINDS.items():
+                click.echo(f"{known:<16} {validates}")
+        else:
+            click.echo(nsysaudit.schema_text(kind), nl=False)
 
 
 def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
