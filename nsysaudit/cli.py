@@ -46,6 +46,13 @@ def progress_for(as_json: bool) -> nsysaudit.Progress | None:
     return render.progress_bar()
 
 
+def progress_on_stderr() -> nsysaudit.Progress | None:
+    """A progress bar when stderr is a terminal, whatever stdout is (check's lines come after it, and
+    are the same with or without it)."""
+    stderr = sys.stderr
+    return render.progress_bar() if stderr is not None and stderr.isatty() else None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(nsysaudit.__version__, prog_name="nsysaudit")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
@@ -478,25 +485,37 @@ def batch_cmd(
 @click.option("--junit", type=str, default=None, metavar="FILE", help="Also write JUnit XML (one testcase per check).")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
 @click.option(
+    "--only-matching",
+    is_flag=True,
+    help="Check only the expectations that match a PATH given: one that matches none is left out, not "
+    "failed (a file that no expectation matches still fails).",
+)
+@click.option(
     "--nsys",
     "nsys_path",
     type=str,
     envvar="NSYSAUDIT_NSYS",
     help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
 )
-def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, nsys_path: str | None) -> None:
+def check_cmd(
+    paths: Sequence[str], expect: str, junit: str | None, jobs: int, only_matching: bool, nsys_path: str | None
+) -> None:
     """Check every PATH (files, or folders searched for *.sqlite, *.nsys-rep, *.qdrep) against FILE.toml.
 
-    One line per file (pass, FAIL and why, or ERROR and why it could not be analyzed), then "N
-    passed, M failed". Every file is checked and the JUnit XML written even when one is unusable.
-    Exit 0 when all pass, 1 when any fails (a file no expectation matches, or an expectation that
-    matches no file, fails too), 2 when an input or the expectations file is unusable.
+    One line per check, a file against an expectation, as the JUnit XML has one testcase per
+    check (pass, FAIL and why, or ERROR and why it could not be analyzed), then "N passed, M
+    failed". Every file is checked and the JUnit XML written even when one is unusable. Exit 0
+    when all pass, 1 when any fails (a file no expectation matches, or an expectation that matches
+    no file, fails too, unless --only-matching), 2 when an input or the expectations file is
+    unusable. A progress bar on stderr when it is a terminal.
 
     \b
-    Example:
+    Examples:
       nsysaudit check tests/fixtures --expect tests/fixtures/expectations.toml --junit junit.xml
+      nsysaudit check tests/fixtures/public --expect tests/fixtures/expectations.toml --only-matching
     """
-    report = nsysaudit.check_exports(paths, expect, junit=junit, jobs=jobs, nsys_path=nsys_path)
+    report = nsysaudit.check_exports(paths, expect, junit=junit, jobs=jobs, nsys_path=nsys_path,
+                                     only_matching=only_matching, progress=progress_on_stderr())
     lines = report.lines()
     with printing():
         for line in lines:
