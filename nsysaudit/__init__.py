@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         UnusableInput,
     )
     from nsysaudit.core.progress import Progress
+    from nsysaudit.read.cache import list_cache, prune_cache
     from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions
     from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
     from nsysaudit.reports.analysis import AnalysisResult
@@ -70,6 +71,7 @@ _HOMES = {
     "DEFAULT_MAX_PAIRS": "nsysaudit.analysis.joins",
     "Progress": "nsysaudit.core.progress",
     **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions"), "nsysaudit.read.telemetry"),
+    **dict.fromkeys(("list_cache", "prune_cache"), "nsysaudit.read.cache"),
     "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
     "AnalysisResult": "nsysaudit.reports.analysis",
     **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
@@ -116,7 +118,9 @@ __all__ = [
     "audit_many",
     "check_exports",
     "compare_results",
+    "list_cache",
     "open",
+    "prune_cache",
     "run_batch",
     "schema",
     "schema_text",

@@ -593,6 +593,31 @@ def plot_cmd(
             click.echo(render.escape(f"  {note}"))
 
 
+@cli.command("cache", short_help="List the exports of .nsys-rep reports cached, or prune them.")
+@click.option("--prune", is_flag=True,
+              help="Remove the least recently used exports until the cache fits its bound ($NSYSAUDIT_CACHE_MAX) "
+              "or --max-size; exports in use are kept.")
+@click.option("--max-size", metavar="SIZE", default=None,
+              help="With --prune: the size to prune to (500M, 20G, bytes; 0 empties the cache).")
+def cache_cmd(prune: bool, max_size: str | None) -> None:
+    """List the exports of .nsys-rep reports in the export cache ($NSYSAUDIT_CACHE/exports, default
+    ~/.cache/nsysaudit/exports), least recently used first: when each was last used, its size, the
+    report's SHA-256 and the nsys that exported it. The cache holds at most $NSYSAUDIT_CACHE_MAX
+    (default 20G; unlimited for no bound): after each new export the least recently used go.
+
+    \b
+    Examples:
+      nsysaudit cache
+      nsysaudit cache --prune --max-size 5G
+    """
+    if max_size is not None and not prune:
+        raise click.UsageError("--max-size is the size --prune prunes to: give --prune too")
+    lines = nsysaudit.prune_cache(max_size).lines() if prune else nsysaudit.list_cache().lines()
+    with printing():
+        for line in lines:
+            click.echo(render.escape(line))
+
+
 @cli.command("schema", short_help="Print the JSON Schema that validates a document.")
 @click.argument("kind", required=False, metavar="[KIND]", type=click.Choice(list(nsysaudit.SCHEMA_KINDS)))
 def schema_cmd(kind: str | None) -> None:
