@@ -200,3 +200,14 @@ def test_a_cache_folder_that_is_a_file_is_one_line(capsys, cache: Path) -> None:
     cache.write_bytes(b"not a folder")
     code, out, err = run(capsys, "cache")
     assert (code, out) == (2, "") and err == f"nsysaudit: error: {cache}: the export cache is not a folder\n"
+
+
+def test_a_lock_that_is_a_symlink_is_never_followed_one_line(capsys, cache: Path, fake_nsys: Path, tmp_path) -> None:
+    path = report(tmp_path / "runs", "a")
+    cache.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_bytes(b"not the cache's")
+    (cache / f"{sha256_file(path)}.lock").symlink_to(elsewhere)
+    code, out, err = run(capsys, "analyze", "--nsys", fake_nsys, path)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and f"cannot write the export cache {cache}" in err
+    assert elsewhere.read_bytes() == b"not the cache's" and runs(fake_nsys) == 0

@@ -110,26 +110,18 @@ class EntryLock:
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise OSError(f"{path} is not a regular file")
-                if fcntl is None:  # pragma: no cover
-                    return cls(fd, path)
-                try:
-                    fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
-                    if time.monotonic() >= deadline:
-                        return None
-                    time.sleep(pause)
-                    pause = min(pause * 2, 0.5)
-                    continue
-                if _same_file(fd, path):  # not a lock file a pruner removed between the open and the lock
-                    return cls(fd, path)
-                os.close(fd)
+                held, busy = _try_lock(fd, path, exclusive)
             except BaseException:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+                os.close(fd)
                 raise
+            if held:
+                return cls(fd, path)
+            os.close(fd)  # busy, or a lock file a pruner removed between the open and the lock: again
+            if busy:
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.5)
 
     def share(self) -> None:
         """Exclusive to shared (not atomic: another process may lock in between; nothing removes
@@ -151,6 +143,20 @@ class EntryLock:
 
     def __del__(self) -> None:
         self.release()
+
+
+def _try_lock(fd: int, path: Path, exclusive: bool) -> tuple[bool, bool]:
+    """(locked, busy): whether ``fd`` now holds the lock of the file at ``path``, and whether another
+    holder is why not."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise OSError(f"{path} is not a regular file")
+    if fcntl is None:  # pragma: no cover
+        return True, False
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False, True
+    return _same_file(fd, path), False
 
 
 def _same_file(fd: int, path: Path) -> bool:

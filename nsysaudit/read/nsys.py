@@ -188,11 +188,7 @@ def _lock(report: Path, cache: Path, sha256: str, *, exclusive: bool, timeout: f
     made (read-only) is read without it; one that must be written is :class:`ExportFailed`."""
     try:
         lock = EntryLock.acquire(cache, sha256, exclusive=exclusive, wait_s=timeout)
-    except FileNotFoundError as exc:
-        if needed:
-            raise _unwritable(report, cache, exc) from None
-        return None  # no cache yet: nothing to read
-    except OSError as exc:
+    except OSError as exc:  # no cache folder yet (nothing to read), or a read-only one
         if needed:
             raise _unwritable(report, cache, exc) from None
         return None
