@@ -42,6 +42,7 @@ LAYERS: dict[str, int] = {
     "nsysaudit.batch": 7,
     "nsysaudit": 8,
     "nsysaudit.cli": 8,
+    "nsysaudit.schemas": 8,
     "nsysaudit.__main__": 8,
 }
 # Within the bottom layer the order still matters: a core module may use only those before it.

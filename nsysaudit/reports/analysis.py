@@ -27,7 +27,9 @@ from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.answer import MAX_CENSORED, answer
 from nsysaudit.reports.documents import (
+    SCHEMA_VERSION,
     AnalysisDocument,
+    AnalysisSchemaName,
     Answer,
     CaptureBounds,
     Censored,
@@ -449,6 +451,7 @@ class Head(TypedDict):
     :class:`~nsysaudit.analysis.alignment.LineList` (:meth:`AnalysisResult.document` makes them lists)."""
 
     tool: Tool
+    schema: AnalysisSchemaName
     input: Input
     census: Census
     findings: list[Finding]
@@ -476,6 +479,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
     memory = _memory(analysis, truth)
     out: Head = {
         "tool": {"name": "nsysaudit", "version": __version__},
+        "schema": {"kind": "analysis", "version": SCHEMA_VERSION},
         "input": info.to_dict(),
         "census": _census(analysis),
         "findings": findings,
@@ -595,7 +599,7 @@ class AnalysisResult:
             "failed_calls": h["failed_calls"], "coverage": self.coverage, "processes": h["processes"],
             "verdict": h["verdict"], "verdict_reasons": h["verdict_reasons"], "warnings": h["warnings"],
             "limits": h["limits"], "memory": h["memory"], "answer": h["answer"], "library_calls": library_calls,
-            "devices": h["devices"], "launches": h["launches"], "ranks": h["ranks"],
+            "devices": h["devices"], "launches": h["launches"], "ranks": h["ranks"], "schema": h["schema"],
         }
         alignment = self.analysis.alignment
         if alignment is not None:  # the head's lazy forms, their per-line lists made

@@ -32,6 +32,7 @@ from nsysaudit.core.codes import is_allocation_api, names
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import (
+    SCHEMA_VERSION,
     AnalysisDocument,
     Arm,
     ArmInput,
@@ -77,7 +78,8 @@ from nsysaudit.reports.statements import (
 )
 
 ARMS: tuple[Arm, Arm] = ("observe", "release")
-REPORT_FORMAT = "nsysaudit.compare/1"
+# /1 had no ``schema`` key (verify --inputs names a folder sealed with it: seal.verify.OLDER_REPORTS).
+REPORT_FORMAT = "nsysaudit.compare/2"
 
 # META_DATA_CAPTURE keys that differ between any two runs by construction. They are reported
 # under ``differs_as_expected`` (with the reason), never silently dropped.
@@ -144,6 +146,7 @@ def _document(
         "not_established": not_established,
         "summary": _summary(arms, differences, not_established),
         "answer": _answer(arms, differences, not_established),
+        "schema": {"kind": "comparison", "version": SCHEMA_VERSION},
     }
 
 

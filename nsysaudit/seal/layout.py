@@ -16,7 +16,8 @@ TAGMANIFEST = "tagmanifest-sha256.txt"
 TAG_FILES = (MANIFEST, METADATA)
 # /1 sealed manifest-sha256.txt only; /2 had no pictures and no report.html.
 SEAL_FORMAT = "nsysaudit.seal/3"
-ANALYSIS_FORMAT = "nsysaudit.analysis/1"
+# report.json of a sealed analysis; /1 had no ``schema`` key (see nsysaudit.seal.verify.OLDER_REPORTS).
+ANALYSIS_FORMAT = "nsysaudit.analysis/2"
 
 ReportKind = Literal["compare", "analyze"]
 # The timeline picture of each arm (see nsysaudit.reports.timeline): a comparison has two, an analysis one.

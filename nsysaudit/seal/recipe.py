@@ -27,6 +27,7 @@ from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
 from nsysaudit.reports.documents import (
+    SCHEMA_VERSION,
     AnalysisDocument,
     ComparisonDocument,
     Input,
@@ -297,6 +298,7 @@ def sealed_form(
         "format": ANALYSIS_FORMAT,
         "kind": "analysis",
         "inputs": inputs,
+        "schema": {"kind": "sealed-analysis", "version": SCHEMA_VERSION},
     }
     if "alignment" in scrubbed:
         sealed["alignment"] = scrubbed["alignment"]

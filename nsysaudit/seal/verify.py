@@ -13,8 +13,10 @@ from pathlib import Path
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
 from nsysaudit.core.shapes import JSON
+from nsysaudit.reports.compare import REPORT_FORMAT
 from nsysaudit.reports.documents import SealedInput
 from nsysaudit.seal.layout import (
+    ANALYSIS_FORMAT,
     INPUTS,
     MANIFEST,
     MANIFEST_LINE,
@@ -167,6 +169,7 @@ def verify(
                 f"{rec['size_bytes']:,} bytes)"
             )
         checked.append({**rec, "path": os.fspath(path)})
+    _refuse_other_report_format(root, kind)
     recipe = recipe_from(meta, {rec["role"]: os.fspath(path) for rec, path in given})
     rebuilt = build(recipe, nsys_path=nsys_path)
     for name in payload(kind):
@@ -217,6 +220,35 @@ def _refuse_older_format(root: Path) -> None:
             f"{path}: an {fmt} folder, {OLDER_FORMATS[fmt]}; make it again with this nsysaudit "
             f"(its recorded command) to get an {SEAL_FORMAT} seal that pins every file"
         )
+
+
+# report.json formats this nsysaudit verifies but no longer writes: a re-run cannot give their bytes.
+OLDER_REPORTS = {
+    "nsysaudit.analysis/1": "made before report.json named its schema",
+    "nsysaudit.compare/1": "made before report.json named its schema",
+}
+REPORT_FORMATS: dict[ReportKind, str] = {"analyze": ANALYSIS_FORMAT, "compare": REPORT_FORMAT}
+
+
+def _refuse_other_report_format(root: Path, kind: ReportKind) -> None:
+    """Before ``verify --inputs`` re-runs anything: a report.json of another format than this
+    nsysaudit writes (``metadata.json``'s ``report.format``, pinned by the seal) cannot come out
+    byte-identical; that is said in one line, not as a difference at some line of report.json."""
+    try:
+        meta: JSON = json.loads((root / METADATA).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # metadata_of() read it: cannot happen
+        return
+    report = meta.get("report") if isinstance(meta, dict) else None
+    fmt = report.get("format") if isinstance(report, dict) else None
+    if not isinstance(fmt, str) or fmt == REPORT_FORMATS[kind]:
+        return
+    why = OLDER_REPORTS.get(fmt, "not a format this nsysaudit knows")
+    shown = fmt if len(fmt) <= 80 else fmt[:77] + "..."
+    raise CheckFailed(
+        f"{root}: its report.json is {shown} ({why}); this nsysaudit writes {REPORT_FORMATS[kind]}, so re-running "
+        "it cannot give the same bytes: verify without --inputs checks its seal, and the command recorded in "
+        f"{METADATA} makes it again"
+    )
 
 
 def older_folder_problems(root: Path) -> list[str] | None:
