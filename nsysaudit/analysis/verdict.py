@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal, NamedTuple, TypedDict
+from typing import Literal, NamedTuple, NotRequired, TypedDict
 
 import polars as pl
 
+from nsysaudit.analysis import nccl
 from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.analysis.coverage import CensoredReason, CoverageState
+from nsysaudit.analysis.nccl import HelperThread
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
+from nsysaudit.read.nccl import NCCL
 from nsysaudit.read.trace import Trace
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]
@@ -28,6 +31,11 @@ class LibrarySource(TypedDict):
     calls: int
     markers: int
     reason: str | None
+    # NCCL only: how the export shows NCCL's calls (its domain's name, or its payload schemas), its
+    # calls per API, and the threads NCCL started for its calls (nsysaudit.analysis.nccl).
+    evidence: NotRequired[str]
+    calls_by_api: NotRequired[dict[str, int]]
+    helper_threads: NotRequired[list[HelperThread]]
 
 
 class LibraryFailureAfter(TypedDict):
@@ -52,6 +60,12 @@ class LibraryFailure(TypedDict):
     explained: bool
     after: LibraryFailureAfter | None
     cuda_skip_some_api_calls: list[str]
+    # NCCL's error text ("Failed to CUDA calloc async 24 bytes", ncclUnhandledCudaError): its library, the
+    # finding it is tied to (the process's last finding before the line; null: none) and whether that
+    # finding is an out-of-memory failure (the trace confirms one).
+    library: NotRequired[str]
+    finding: NotRequired[int | None]
+    trace_confirms_out_of_memory: NotRequired[bool]
 
 
 FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
@@ -64,7 +78,8 @@ EVIDENCE_TABLES = frozenset(
 
 
 # Capture settings (META_DATA_CAPTURE CAPTURE_EVENT_TYPE values) that request library API tracing.
-LIBRARY_CAPTURE_TYPES = {"cuBLAS": frozenset({"CuBLAS", "cuBLAS"}), "cuDNN": frozenset({"CuDNN", "cuDNN"})}
+LIBRARY_CAPTURE_TYPES = {"cuBLAS": frozenset({"CuBLAS", "cuBLAS"}), "cuDNN": frozenset({"CuDNN", "cuDNN"}),
+                         NCCL: frozenset({"NvtxEvents"})}  # NCCL's calls are its own NVTX ranges
 
 
 def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[str]) -> list[LibrarySource]:
@@ -73,11 +88,18 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
     ``status``: ``traced`` (calls recorded, or tracing requested and nsys raised no objection),
     ``not_traced`` (requested, but nsys said it could not trace it: never read as "no calls"),
     ``not_requested`` (the capture settings do not ask for it), ``unknown`` (no capture settings).
+    NCCL is listed only where the export shows it (:func:`nsysaudit.analysis.nccl.library_source`): a
+    capture of a job that does not use NCCL says nothing about NCCL.
     """
     types = set(trace.capture.get("CAPTURE_EVENT_TYPE", []))
     refused = trace.diagnostics.filter(pl.col("category") == "library_not_traced")
     out: list[LibrarySource] = []
     for library in dict.fromkeys(library_domains):
+        if library == NCCL:
+            if trace.nccl.seen:
+                wants_nvtx = bool(LIBRARY_CAPTURE_TYPES[NCCL] & types) if types else None
+                out.append(nccl.library_source(trace, libs, wants_nvtx))
+            continue
         calls = libs.filter(pl.col("library") == library).height
         markers = sum(n for table, n in trace.library_markers.items() if trace.tables_used.get(library) == table)
         wanted = LIBRARY_CAPTURE_TYPES.get(library)
@@ -115,6 +137,15 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
 _LIBRARY_STATUS = re.compile(r"\b(CUBLAS(?:LT)?|CUDNN|CUSOLVER|CUSPARSE|CUFFT|CURAND)_STATUS_([A-Z0-9_]+)")
 
 
+# NCCL's own words for a failure: its ncclResult_t names, and the warning of its allocation helpers
+# (src/include/alloc.h: "Failed to CUDA calloc async %ld bytes", ...), which PyTorch's DistBackendError
+# repeats as NCCL's "Last error".
+_NCCL_ERROR = re.compile(
+    r"\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)\b"
+    r"|Failed to CUDA (?:calloc async|calloc|malloc|host alloc|host calloc) \d+ bytes"
+)
+
+
 _STATUS_FIELD = re.compile(r"^(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|curand)_status$", re.IGNORECASE)
 
 
@@ -143,8 +174,14 @@ def telemetry_library_failures(
     for (_, fields), (line, name, pid, trace_ns) in zip(status_lines, rows, strict=True):
         statuses: list[str] = []
         text = None
+        nccl_said: list[str] = []
         for key, value in fields.items():
             if isinstance(value, str):
+                if "nccl" in value.lower() or "Failed to CUDA" in value:
+                    said = [m.group(0) for m in _NCCL_ERROR.finditer(value)]
+                    if said and text is None:
+                        text = value
+                    nccl_said += said
                 if "_STATUS_" not in value:  # what _LIBRARY_STATUS needs
                     continue
                 hits = [m.group(0) for m in _LIBRARY_STATUS.finditer(value) if m.group(2) != "SUCCESS"]
@@ -153,6 +190,7 @@ def telemetry_library_failures(
                 statuses += hits
             elif type(value) is int and value != 0 and key[-7:].lower() == "_status" and _STATUS_FIELD.match(key):
                 statuses.append(f"{key}={value}")
+        statuses += nccl_said
         if not statuses:
             continue
         after: LibraryFailureAfter | None = None
@@ -172,20 +210,45 @@ def telemetry_library_failures(
                     "coverage": last["coverage"],
                     "censored_reason": last["censored_reason"],
                 }
-        out.append(
-            {
-                "line": line,
-                "event": name,
-                "pid": pid,
-                "statuses": list(dict.fromkeys(statuses)),
-                "text": text,
-                "trace_ns": trace_ns,
-                "after": after,
-                "explained": pid in found_pids if pid is not None else bool(found_pids),
-                "cuda_skip_some_api_calls": skip_keys,
-            }
-        )
+        entry: LibraryFailure = {
+            "line": line,
+            "event": name,
+            "pid": pid,
+            "statuses": list(dict.fromkeys(statuses)),
+            "text": text,
+            "trace_ns": trace_ns,
+            "after": after,
+            "explained": pid in found_pids if pid is not None else bool(found_pids),
+            "cuda_skip_some_api_calls": skip_keys,
+        }
+        if nccl_said:
+            tie = _nccl_tie(findings, pid, trace_ns)
+            entry["library"] = tie["library"]
+            entry["finding"] = tie["finding"]
+            entry["trace_confirms_out_of_memory"] = tie["trace_confirms_out_of_memory"]
+        out.append(entry)
     return out
+
+
+class _NcclTie(TypedDict):
+    library: str
+    finding: int | None
+    trace_confirms_out_of_memory: bool
+
+
+def _nccl_tie(findings: pl.DataFrame, pid: int | None, trace_ns: int | None) -> _NcclTie:
+    """The finding an NCCL error line is tied to: the last finding of its process (``pid``) that
+    started at or before the line (``trace_ns``; where the line is not placed, the process's last),
+    and whether it is an out-of-memory failure."""
+    keyed = findings.with_row_index("_i").filter(pl.col("kind").is_in(FAILURE_KINDS))
+    if pid is not None:
+        keyed = keyed.filter(pl.col("pid") == pid)
+    if trace_ns is not None:
+        keyed = keyed.filter(pl.col("start_ns") <= trace_ns)
+    if keyed.height == 0:
+        return {"library": NCCL, "finding": None, "trace_confirms_out_of_memory": False}
+    last = keyed.sort("start_ns", "_i").row(-1, named=True)
+    return {"library": NCCL, "finding": int(last["_i"]), "trace_confirms_out_of_memory": bool(last["out_of_memory"])}
 
 
 class FailedGroup(NamedTuple):
@@ -227,21 +290,27 @@ def decide(
     sources: list[LibrarySource],
     telemetry_failures: list[LibraryFailure],
     undecided: Sequence[str] = (),
+    *,
+    unrecovered: pl.DataFrame | None = None,
 ) -> tuple[Verdict, list[str]]:
     """The verdict and its reasons. The reasons always name untraced libraries and the failed
-    calls outside library calls, so ``no_failure`` is never read as "nothing failed"."""
+    calls outside library calls, so ``no_failure`` is never read as "nothing failed".
+    ``unrecovered``: the out-of-memory failures outside library calls after which their process made
+    no successful allocation (:func:`nsysaudit.analysis.recovery.unrecovered`, with pid, tid and
+    thread name): a gap (``inconclusive``), never ``no_failure``."""
     # A shadow copy of a table the joins read may hide the rows that matter: which one nsys wrote
     # is unknown, so the absence of a failure in the one read proves nothing.
     shadowed = sorted(t for t in EVIDENCE_TABLES if trace.export.is_ambiguous(t))
     context = _context(trace, failed, sources, shadowed)
     counts = {k: findings.filter(pl.col("kind") == k).height for k in FAILURE_KINDS}
     if any(counts.values()):
-        return "failure_found", [f"{n} {FOUND_WORDS[k]}" for k, n in counts.items() if n] + context
+        return "failure_found", _found(findings, counts) + context
     gaps = [
         *_coverage_gaps(trace, libs),
         *undecided,
         *_evidence_gaps(trace, failed, sources, shadowed),
         *(_telemetry_gap(t) for t in telemetry_failures if not t["explained"]),
+        *_unrecovered_gap(unrecovered),
     ]
     if gaps:
         return "inconclusive", gaps + context
@@ -253,6 +322,31 @@ FOUND_WORDS = {
     "nested_call_failure": "other failed CUDA API call(s) wholly inside a library call on the same thread",
     "captured_event_wait_failure": "failed stream wait(s) on an event, after events were recorded inside "
     "a stream capture of the same process",
+}
+
+
+def _found(findings: pl.DataFrame, counts: dict[str, int]) -> list[str]:
+    """The first reasons of ``failure_found``: the findings per kind; those of an NCCL call's helper
+    thread (:mod:`nsysaudit.analysis.nccl`) are counted apart, since their thread is not the call's."""
+    off = (
+        findings.filter(pl.col("lib_gtid").is_not_null() & (pl.col("lib_gtid") != pl.col("gtid")))
+        if "lib_gtid" in findings.columns else findings.clear()
+    )
+    out = []
+    for kind, n in counts.items():
+        helper = off.filter(pl.col("kind") == kind).height
+        if n - helper:
+            out.append(f"{n - helper} {FOUND_WORDS[kind]}")
+        if helper:
+            out.append(f"{helper} {HELPER_FOUND_WORDS[kind]}")
+    return out
+
+
+HELPER_FOUND_WORDS = {
+    "nested_alloc_failure": "failed allocation call(s) inside an NCCL call, on a thread NCCL started for it (every "
+    "CUDA API call of that thread lies inside the call)",
+    "nested_call_failure": "other failed CUDA API call(s) inside an NCCL call, on a thread NCCL started for it (every "
+    "CUDA API call of that thread lies inside the call)",
 }
 
 
@@ -324,6 +418,29 @@ def _evidence_gaps(
                 "whether any happened inside a library call cannot be told"
             )
     return gaps
+
+
+def _unrecovered_gap(unrecovered: pl.DataFrame | None) -> list[str]:
+    """Out-of-memory allocation failures outside library calls that nothing after them shows the
+    process survived (:mod:`nsysaudit.analysis.recovery`): named, the first three of them."""
+    if unrecovered is None or unrecovered.height == 0:
+        return []
+    shown = []
+    for api, rc, pid, tid, name, start, corr in unrecovered.head(3).select(
+        "api", "return_code", "pid", "tid", "thread_name", "start_ns", "correlation_id"
+    ).iter_rows():
+        said = names(api, rc)
+        thread = name if name is not None else "name unknown"
+        code = said["return_name"] or "unknown code"
+        shown.append(f"{said['display_api'] or 'an unknown API'} returned {rc} ({code}) on pid {pid} tid {tid} "
+                     f"({thread}) at {start:,} ns, correlation {corr}")
+    more = f"; and {unrecovered.height - 3} more" if unrecovered.height > 3 else ""
+    return [
+        f"{unrecovered.height} out-of-memory allocation failure(s) outside library calls after which their process "
+        f"made no successful allocation in the trace: {'; '.join(shown)}{more}. Nothing shows the process recovered "
+        "from them, and no traced library call encloses them to name what made them (a caching allocator's handled "
+        "failure is followed by a successful allocation of its process)"
+    ]
 
 
 def _telemetry_gap(t: LibraryFailure) -> str:
