@@ -108,6 +108,8 @@ def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
         out.append(f"- finding {n}, **{md(f['kind'])}**: {md(f['what'], 10_000)}{when}")
         if f["held"]:
             out.append(f"- held: {md(f['held'], 10_000)}")
+        if "reported" in f:
+            out.append(f"- reported: {md(f['reported'], 10_000)}")
     for c in answer["censored"]:
         out.append(f"- censored: {md(c['what'], 10_000)}")
         if c["held"]:

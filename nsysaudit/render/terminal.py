@@ -434,6 +434,8 @@ def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableTyp
         parts.append(hanging(lead, body))
         if f["held"]:
             parts.append(hanging("held: ", literal(f["held"], 4000), indent=2 + len(lead), style="bold"))
+        if "reported" in f:
+            parts.append(hanging("reported: ", literal(f["reported"], 4000), indent=2 + len(lead), style="bold"))
     for c in answer["censored"]:
         parts.append(hanging("censored: ", literal(c["what"], 4000), style="yellow"))
         if c["held"]:
