@@ -6,24 +6,15 @@ analysis against the rows, not against itself.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import H200, H200_2025
+from conftest import H200, H200_2025, sql
 
 import nsysaudit
 
 TORCH, CAPI, EVENT, STOP = (H200_2025 / d for d in ("torch", "capi", "event", "capture-stop"))
-
-
-def sql(path: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query, params).fetchall()
-    finally:
-        con.close()
 
 
 def analyze(path: Path, telemetry: Path | None = None) -> dict[str, Any]:

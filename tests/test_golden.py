@@ -3,6 +3,7 @@ report.md. Regenerate with `make golden` (NSYSAUDIT_REGEN_GOLDEN=1) and review t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from conftest import ENGINE_KEYS, H200, H200_2025, REPO
-from scenarios import observe_nested_failure, release_three_allocations
+from scenarios import nccl_arm, nccl_telemetry, observe_nested_failure, release_three_allocations
 
 import nsysaudit
 from nsysaudit.render import canonical, terminal
-from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
+from nsysaudit.render.markdown import analysis_markdown, answer_lines, comparison_markdown
 from nsysaudit.render.terminal import analysis_renderable, comparison_renderable
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -71,6 +72,19 @@ def test_comparison_of_builder_arms(make_export: Callable[..., Path], at_repo: N
     # tmp paths differ per run; the comparison names inputs by basename only.
     check("builder-compare.txt", render(comparison_renderable(doc)))
     check("builder-compare.md", comparison_markdown(doc))
+
+
+def test_nccl_builder_case(make_export, tmp_path: Path, at_repo: None) -> None:
+    """The NCCL failure (tests/scenarios.py, nccl_arm): its answer and the comparison of its arms."""
+    results = []
+    for arm in ("observe", "release"):
+        telemetry = tmp_path / f"{arm}.telemetry.jsonl"
+        telemetry.write_text("".join(json.dumps(line) + "\n" for line in nccl_telemetry(arm)))
+        results.append(nsysaudit.analyze(make_export(nccl_arm(arm), f"{arm}.sqlite"), telemetry=telemetry))
+    check("builder-nccl-answer.md", "\n".join(answer_lines(results[0].to_dict()["answer"])))
+    doc = nsysaudit.compare_results(*results).to_dict()
+    check("builder-nccl-compare.txt", render(comparison_renderable(doc)))
+    check("builder-nccl-compare.md", comparison_markdown(doc))
 
 
 # --- the real nsys 2025.3 captures ------------------------------------------------------------------

@@ -38,9 +38,10 @@ def last_successful_allocations(
     export: ExportFile, frame: FrameBuilder, runtime: Table, strings: Table, failed: pl.DataFrame, typed: Counter[str]
 ) -> pl.DataFrame:
     """Per process with an out-of-memory allocation failure among ``failed`` (CUDA API rows), the
-    start of its last successful allocation call and how many it made (:data:`LAST_ALLOCATION_SCHEMA`;
-    a process that made none has no row). Empty, and nothing read, when ``failed`` holds no such failure."""
-    oom = out_of_memory_allocations(failed.filter(pl.col("gtid").is_not_null()))
+    start of its last successful allocation call after the first such failure and how many it made
+    after it (:data:`LAST_ALLOCATION_SCHEMA`; a process that made none has no row). Empty, and nothing
+    read, when ``failed`` holds no such failure."""
+    oom = out_of_memory_allocations(failed.filter(pl.col("gtid").is_not_null() & pl.col("start_ns").is_not_null()))
     if oom.height == 0:
         return pl.DataFrame(schema=LAST_ALLOCATION_SCHEMA)
     gpids = sorted(int(g) for g in oom.select(global_pid(pl.col("gtid")))["gtid"].unique())
@@ -52,9 +53,9 @@ def last_successful_allocations(
         export.conn,
         f"""SELECT {gpid_sql("globalTid")} AS gpid, max(start), count(*) FROM {quote(runtime.name)}
             WHERE returnValue = 0 AND nameId IN (SELECT value FROM json_each(?)) AND globalTid IS NOT NULL
-            GROUP BY gpid""",
+            AND start > ? GROUP BY gpid""",
         LAST_ALLOCATION_SCHEMA,
-        (json.dumps(ids),),
+        (json.dumps(ids), int(oom["start_ns"].min())),  # type: ignore[arg-type]
         mismatched=typed,
         source=runtime.name,
     )

@@ -306,7 +306,12 @@ def _capture(coverage: Coverage) -> list[str]:
         out.append("")
     for src in coverage["library_sources"]:
         why = f": {md(src['reason'], 300)}" if src["reason"] else ""
-        out.append(f"- library {md(src['library'])}: {md(src['status'])}, {num(src['calls'])} call(s){why}")
+        by_api = ", ".join(f"{num(n)} {md(api)}" for api, n in src.get("calls_by_api", {}).items())  # NCCL's calls
+        said = f" ({by_api}); {md(src['evidence'], 600)}" if "evidence" in src else ""
+        out.append(f"- library {md(src['library'])}: {md(src['status'])}, {num(src['calls'])} call(s){said}{why}")
+        for h in src.get("helper_threads", []):
+            out.append(f"  - tid {ident(h['tid'])}: every one of its {num(h['calls'])} CUDA API calls lies inside "
+                       f"{md(h['api'] or 'an unnamed call')} (tid {ident(h['calling_tid'])})")
     if coverage["library_sources"]:
         out.append("")
     return out

@@ -199,7 +199,8 @@ def _capture_parts(cov: Coverage) -> list[RenderableType]:
             t.append("; " if i else "")
             t.append_text(literal(s["library"]))
             t.append(f" {s['status']}", style="green" if s["status"] == "traced" else "yellow")
-            t.append(f" ({s['calls']} call(s))" if s["status"] == "traced" else "")
+            by_api = ", ".join(f"{n:,} {api}" for api, n in s.get("calls_by_api", {}).items())  # NCCL's calls
+            t.append(f" ({s['calls']} call(s){': ' + by_api if by_api else ''})" if s["status"] == "traced" else "")
     t.append("\n")
     return [t]
 

@@ -21,7 +21,7 @@ from nsysaudit.analysis.devices import DeviceTruth, device_truth
 from nsysaudit.analysis.nccl import HelperThread
 from nsysaudit.analysis.run import TELEMETRY_POINTS_RULE
 from nsysaudit.analysis.verdict import Verdict
-from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
+from nsysaudit.core.codes import is_allocation_api, is_allocation_failure, is_out_of_memory, names
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import pid_bits, pid_of, tid_bits
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
@@ -324,7 +324,7 @@ def _failed_calls(frames: Mapping[str, pl.DataFrame]) -> list[FailedCalls]:
                 "api": api,
                 **names(api, rc),
                 "return_code": rc,
-                "allocation": api is not None and is_allocation_api(api),
+                "allocation": api is not None and (is_allocation_api(api) or is_allocation_failure(api, rc)),
                 "out_of_memory": api is not None and is_out_of_memory(api, rc),
                 "pid": r["pid"],
                 "tid": r["tid"],
