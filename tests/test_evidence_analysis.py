@@ -256,7 +256,7 @@ def test_allocation_failure_with_no_library_tracing_is_inconclusive(make_export)
     d = nsysaudit.analyze(make_export(spec)).to_dict()
     assert d["verdict"] == "inconclusive"
     assert d["verdict_reasons"][0] == (
-        "1 allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN) was traced: "
+        "1 allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN/NCCL) was traced: "
         "whether any happened inside a library call cannot be told"
     )
     [group] = d["failed_calls"]

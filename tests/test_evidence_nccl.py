@@ -333,3 +333,39 @@ def test_real_nccl_release_has_no_finding() -> None:
     path = REAL_NCCL / "release.sqlite"
     d = nsysaudit.analyze(path, telemetry=REAL_NCCL / "release.telemetry.jsonl").to_dict()
     assert d["findings"] == []
+
+
+def test_with_many_library_calls_ncclss_initialization_is_still_compared(make_export) -> None:
+    """Past 10 library calls only the telling ones are compared: an NCCL communicator's initialization
+    (main thread, no failure in release) is one of them."""
+    from builder import LibCall
+
+    results = []
+    for arm in ("observe", "release"):
+        spec = nccl_arm(arm)
+        spec.lib_calls += [LibCall("ncclGroupStart", 1_391_600_000 + i * 10_000, 1_391_602_000 + i * 10_000,
+                                   NCCL_PID, NCCL_MAIN, library="NCCL") for i in range(12)]
+        results.append(nsysaudit.analyze(make_export(spec, f"{arm}.sqlite")))
+    doc = nsysaudit.compare_results(*results).to_dict()
+    assert "an NCCL communicator's initialization" in doc["arms"]["release"]["library_calls_selection"]
+    assert any(s.startswith("release: ncclCommInitRankConfig (NCCL communicator initialization) allocated 6,291,456 B")
+               for s in doc["answer"]["memory"])
+
+
+def test_without_ncclss_ranges_its_error_line_is_tied_to_the_unenclosed_out_of_memory(make_export, tmp_path) -> None:
+    spec = nccl_arm("observe", domain_row=False)
+    spec.payload_schema_entries = None
+    path = make_export(spec)
+    telemetry = tmp_path / "observe.telemetry.jsonl"
+    telemetry.write_text("".join(json.dumps(line) + "\n" for line in nccl_telemetry("observe")))
+    d = nsysaudit.analyze(path, telemetry=telemetry).to_dict()
+    [failure] = d["telemetry"]["library_failures"]
+    [(corr,)] = sql(path, f"SELECT r.correlationId FROM {RUNTIME} r JOIN StringIds s ON s.id = r.nameId "
+                          "WHERE s.value = 'cuMemCreate' AND r.returnValue = 2")
+    assert (failure["finding"], failure["trace_confirms_out_of_memory"], failure["explained"]) == (None, True, False)
+    assert (failure["failed_call"]["api"], failure["failed_call"]["correlation_id"]) == ("cuMemCreate", corr)
+    assert d["verdict"] == "inconclusive"
+    assert any(r.startswith("telemetry line 5 (runtime_error) records ncclUnhandledCudaError") and
+               f"the trace shows an out-of-memory before it, cuMemCreate returned 2 (CUDA_ERROR_OUT_OF_MEMORY) on tid "
+               f"{NCCL_JOB} (correlation {corr}), but no traced library call encloses it" in r
+               for r in d["verdict_reasons"])

@@ -134,12 +134,13 @@ def _analyze(
     failed, attribution_warnings = _failed_calls(trace, findings, nested, library_domains, max_pairs)
     sources = verdicts.library_sources(trace, libs, library_domains)
     alignment = _aligned(trace, libs, telemetry)
-    telemetry_failures = verdicts.telemetry_library_failures(alignment, libs, findings, trace.capture)
     # Out-of-memory failures outside library calls that nothing after them shows the process survived.
     unrecovered = joins.with_ids(
         recovery.unrecovered(cuda_api_rows, findings.select(failures.CALL_COLUMNS), trace.last_allocations),
         trace.thread_names,
     )
+    telemetry_failures = verdicts.telemetry_library_failures(alignment, libs, findings, trace.capture,
+                                                             unrecovered=unrecovered)
     verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, nested.undecided,
                                        unrecovered=unrecovered)
     coverage_sources = coverage.by_source(trace, cuda_api_span)

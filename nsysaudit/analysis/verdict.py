@@ -66,6 +66,18 @@ class LibraryFailure(TypedDict):
     library: NotRequired[str]
     finding: NotRequired[int | None]
     trace_confirms_out_of_memory: NotRequired[bool]
+    # Where no finding is: the out-of-memory failure before the line that no library call encloses.
+    failed_call: NotRequired[FailedCall]
+
+
+class FailedCall(TypedDict):
+    """A failed CUDA API call a telemetry line is tied to, where no finding holds it."""
+
+    api: str | None
+    return_code: int | None
+    correlation_id: int | None
+    tid: int | None
+    start_ns: int | None
 
 
 FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
@@ -150,7 +162,8 @@ _STATUS_FIELD = re.compile(r"^(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|cur
 
 
 def telemetry_library_failures(
-    alignment: Alignment | None, libs: pl.DataFrame, findings: pl.DataFrame, capture: dict[str, list[str]]
+    alignment: Alignment | None, libs: pl.DataFrame, findings: pl.DataFrame, capture: dict[str, list[str]],
+    *, unrecovered: pl.DataFrame | None = None,
 ) -> list[LibraryFailure]:
     """Telemetry lines that record a library failure (``CUBLAS_STATUS_ALLOC_FAILED``, ``cublas_status: 3``).
 
@@ -226,8 +239,28 @@ def telemetry_library_failures(
             entry["library"] = tie["library"]
             entry["finding"] = tie["finding"]
             entry["trace_confirms_out_of_memory"] = tie["trace_confirms_out_of_memory"]
+            if tie["finding"] is None:  # no finding: an out-of-memory no library call encloses, if any
+                before = _unrecovered_before(unrecovered, pid, trace_ns)
+                if before is not None:
+                    entry["failed_call"] = before
+                    entry["trace_confirms_out_of_memory"] = True
         out.append(entry)
     return out
+
+
+def _unrecovered_before(unrecovered: pl.DataFrame | None, pid: int | None, trace_ns: int | None) -> FailedCall | None:
+    """The last unrecovered out-of-memory failure (:mod:`nsysaudit.analysis.recovery`) of process
+    ``pid`` at or before ``trace_ns`` (where the line is placed), or None."""
+    if unrecovered is None or unrecovered.height == 0 or pid is None:
+        return None
+    rows = unrecovered.filter(pl.col("pid") == pid)
+    if trace_ns is not None:
+        rows = rows.filter(pl.col("start_ns") <= trace_ns)
+    if rows.height == 0:
+        return None
+    last = rows.sort("start_ns").row(-1, named=True)
+    return {"api": last["api"], "return_code": last["return_code"], "correlation_id": last["correlation_id"],
+            "tid": last["tid"], "start_ns": last["start_ns"]}
 
 
 class _NcclTie(TypedDict):
@@ -414,7 +447,7 @@ def _evidence_gaps(
         )
         if oom:
             gaps.append(
-                f"{oom} allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN) was traced: "
+                f"{oom} allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN/NCCL) was traced: "
                 "whether any happened inside a library call cannot be told"
             )
     return gaps
@@ -459,6 +492,15 @@ def _telemetry_gap(t: LibraryFailure) -> str:
         if t["cuda_skip_some_api_calls"]
         else ""
     )
+    failed = t.get("failed_call")
+    if failed is not None:  # NCCL's error after an out-of-memory that no library call encloses
+        said = names(failed["api"], failed["return_code"])
+        return (
+            f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}; the trace shows "
+            f"an out-of-memory before it, {said['display_api']} returned {failed['return_code']} "
+            f"({said['return_name'] or 'unknown code'}) on tid {failed['tid']} (correlation "
+            f"{failed['correlation_id']}), but no traced library call encloses it{skipped}"
+        )
     return (
         f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}, but no traced "
         f"CUDA API call shows its cause{skipped}"

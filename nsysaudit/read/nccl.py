@@ -47,7 +47,7 @@ COMMUNICATOR_ENTRY = "NCCL communicator ID"
 # NCCL's API functions, as NCCL names its ranges (__func__): ncclAllReduce, ncclCommInitRankConfig, ...
 API_NAME = re.compile(r"^nccl[A-Z][A-Za-z0-9]*$")
 # The calls that make a communicator (NCCL runs their work on a thread of its own).
-_COMMUNICATOR_CALLS = re.compile(r"^ncclComm(InitRank(Config|Scalable)?|InitAll|Split|Shrink|Grow)$")
+COMMUNICATOR_CALLS = re.compile(r"^ncclComm(InitRank(Config|Scalable)?|InitAll|Split|Shrink|Grow)$")
 
 HELPER_THREAD_SCHEMA: Schema = {
     "gtid": pl.Int64,  # the helper thread
@@ -83,7 +83,7 @@ def is_api_name(text: str | None) -> bool:
 
 def is_communicator_call(api: str | None) -> bool:
     """Whether ``api`` makes a communicator (``ncclCommInitRank*``, ``ncclCommInitAll``, ``ncclCommSplit`` ...)."""
-    return api is not None and _COMMUNICATOR_CALLS.match(api) is not None
+    return api is not None and COMMUNICATOR_CALLS.match(api) is not None
 
 
 def schema_domains(export: ExportFile) -> list[int]:

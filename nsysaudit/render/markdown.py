@@ -668,7 +668,7 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
             ),
         )
     else:
-        out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
+        out += ["No library API ranges (cuBLAS/cuDNN/NCCL) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
     out += ["## Device memory", "", *_memory(doc["memory"])]
     if device_lines(doc):  # several devices, or a rank known

@@ -564,7 +564,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
             t.append_text(position_text(lc["telemetry"]))
         parts.append(t)
     if not libs:
-        parts.append(Text("  no library API ranges (cuBLAS/cuDNN) in this export", style="dim"))
+        parts.append(Text("  no library API ranges (cuBLAS/cuDNN/NCCL) in this export", style="dim"))
     parts.append(Text(""))
 
     cov_table = Table(title="Coverage by trace source and process", title_justify="left")

@@ -12,8 +12,9 @@ Everything in the document comes from the two results: nothing is guessed. An un
 
 Which library calls are "of interest" (the issue leaves it open): every library call when an arm
 has at most :data:`FEW_LIBRARY_CALLS` of them; otherwise each one that runs on a thread other than
-its process's main thread, is censored, has a failed nested call, or encloses a finding. The rule
-applied is written into the document (``library_calls_selection``).
+its process's main thread, is censored, has a failed nested call, encloses a finding, or initializes an
+NCCL communicator (:mod:`nsysaudit.analysis.interest`). The rule applied is written into the document
+(``library_calls_selection``).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ from nsysaudit.analysis.ledger import (
 )
 from nsysaudit.analysis.nccl import HelperThread
 from nsysaudit.analysis.run import Limits
-from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
+from nsysaudit.analysis.verdict import FailedCall, LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.read.diagnostics import CaptureBounds
@@ -90,6 +90,7 @@ __all__ = [
     "DeviceProcess",
     "During",
     "EventLine",
+    "FailedCall",
     "FindingKind",
     "FreeCallsWithoutEvent",
     "FreedNeverAllocated",
