@@ -369,3 +369,26 @@ def test_without_ncclss_ranges_its_error_line_is_tied_to_the_unenclosed_out_of_m
                f"the trace shows an out-of-memory before it, cuMemCreate returned 2 (CUDA_ERROR_OUT_OF_MEMORY) on tid "
                f"{NCCL_JOB} (correlation {corr}), but no traced library call encloses it" in r
                for r in d["verdict_reasons"])
+
+
+def test_a_thread_that_outlives_the_nccl_call_is_not_its_helper(make_export) -> None:
+    """NCCL's proxy threads live as long as the communicator: a thread with one CUDA API call after the
+    NCCL call ends is not the call's helper, and its failure stays outside every library call."""
+    from builder import Call
+
+    spec = nccl_arm("observe")
+    spec.calls.append(Call("cudaGetDevice_v3020", 1_395_000_000, 1_395_001_000, NCCL_PID, NCCL_JOB, corr=900))
+    d = nsysaudit.analyze(make_export(spec)).to_dict()
+    assert d["findings"] == [] and d["verdict"] == "inconclusive"
+    [source] = [s for s in d["coverage"]["library_sources"] if s["library"] == "NCCL"]
+    assert source["helper_threads"] == []
+
+
+def test_many_processes_read_every_threads_span(make_export, monkeypatch) -> None:
+    """Past MAX_PROCESS_RANGES processes the span query reads every thread: the same helper threads."""
+    from nsysaudit.read import nccl as read_nccl
+
+    path = make_export(nccl_arm("observe"))
+    before = nsysaudit.analyze(path).to_dict()["findings"]
+    monkeypatch.setattr(read_nccl, "MAX_PROCESS_RANGES", 0)
+    assert nsysaudit.analyze(path).to_dict()["findings"] == before != []

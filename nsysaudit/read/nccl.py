@@ -56,6 +56,18 @@ HELPER_THREAD_SCHEMA: Schema = {
     "last_ns": pl.Int64,  # its last CUDA API record's end
     "rows": pl.Int64,  # its CUDA API records
 }
+# A helper thread's CUDA API rows, with the NCCL call they lie in.
+HELPER_CALL_SCHEMA: Schema = {
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+    "name_id": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+    "lib_id": pl.Int64,
+}
+MAX_PROCESS_RANGES = 500  # SQLite allows 32,766 parameters a statement
 _SPAN_SCHEMA: Schema = {"gtid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
 _ROW_SCHEMA: Schema = {
     "gtid": pl.Int64,
@@ -125,7 +137,7 @@ class NcclEvidence:
     by_schemas: tuple[tuple[int, int], ...] = ()
     calls: int = 0
     helper_threads: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=HELPER_THREAD_SCHEMA))
-    helper_calls: pl.DataFrame = field(default_factory=pl.DataFrame)
+    helper_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=HELPER_CALL_SCHEMA))
     nvtx_disabled: str | None = None
 
     @property
@@ -163,19 +175,20 @@ def helper_threads(
         (pl.col("library") == NCCL) & pl.col("gtid").is_not_null() & pl.col("start_ns").is_not_null()
         & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
     ).with_columns(global_pid(pl.col("gtid")).alias("gpid"))
-    empty = pl.DataFrame(schema=HELPER_THREAD_SCHEMA), pl.DataFrame()
+    empty = pl.DataFrame(schema=HELPER_THREAD_SCHEMA), pl.DataFrame(schema=HELPER_CALL_SCHEMA)
     if nccl.height == 0:
         return empty
     gpids = sorted(int(g) for g in nccl["gpid"].unique())
-    bounds = json.dumps([list(thread_ids_of(g)) for g in gpids])  # each process's threads' globalTids
+    # Each process's threads are one range of globalTid: a plain comparison per row, no JSON; past
+    # MAX_PROCESS_RANGES processes every thread is read and the processes are picked below.
+    few = len(gpids) <= MAX_PROCESS_RANGES
+    within = " OR ".join("(r.globalTid >= ? AND r.globalTid < ?)" for _ in gpids) if few else "1"
     spans = frame(
         export.conn,
         f"""SELECT r.globalTid, min(r.start), max(r."end"), count(*) FROM {quote(runtime.name)} AS r
-            WHERE EXISTS (SELECT 1 FROM json_each(?) AS b
-                          WHERE r.globalTid >= json_extract(b.value, '$[0]')
-                            AND r.globalTid < json_extract(b.value, '$[1]'))
-            GROUP BY r.globalTid""",
-        _SPAN_SCHEMA, (bounds,), mismatched=typed, source=runtime.name,
+            WHERE {within} GROUP BY r.globalTid""",
+        _SPAN_SCHEMA, [bound for g in gpids for bound in thread_ids_of(g)] if few else [],
+        mismatched=typed, source=runtime.name,
     )
     spans = spans.filter(
         pl.col("gtid").is_not_null() & pl.col("first_ns").is_not_null() & pl.col("last_ns").is_not_null()
@@ -207,7 +220,7 @@ def helper_threads(
     helper_calls = (
         rows.join(names, on="name_id", how="left")
         .join(threads.select("gtid", "lib_id"), on="gtid")
-        .select("gtid", "start_ns", "end_ns", "correlation_id", "name_id", "api", "return_code", "lib_id")
+        .select(list(HELPER_CALL_SCHEMA))
         .sort("lib_id", "start_ns", "correlation_id", nulls_last=True)
     )
     return threads, helper_calls

@@ -391,7 +391,8 @@ def _nccl(
     named, by_schemas = nccl.domains_of(as_written, ranges)
     threads, helper_calls = (
         nccl.helper_threads(export, frame, runtime, strings, calls, typed)
-        if runtime is not None else (pl.DataFrame(schema=nccl.HELPER_THREAD_SCHEMA), pl.DataFrame())
+        if runtime is not None
+        else (pl.DataFrame(schema=nccl.HELPER_THREAD_SCHEMA), pl.DataFrame(schema=nccl.HELPER_CALL_SCHEMA))
     )
     said = [v for launch in devices.launches if (v := launch.variable("NCCL_NVTX_DISABLE")) is not None]
     disabled = said[-1] if said else None
