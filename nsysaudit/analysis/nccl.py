@@ -11,7 +11,9 @@ says the call ran on another thread, and why it is counted inside).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
@@ -119,3 +121,67 @@ def library_source(trace: Trace, libs: pl.DataFrame, requested: bool | None) -> 
 
 def _pids(gpids: Sequence[int]) -> str:
     return ", ".join(str(pid_bits(g)) for g in sorted(set(gpids)))
+
+
+# --- NCCL's error text in the application's telemetry -----------------------------------------------
+
+# NCCL's own words for a failure: its ncclResult_t names, and the warning of its allocation helpers
+# (src/include/alloc.h: "Failed to CUDA calloc async %ld bytes", ...), which PyTorch's DistBackendError
+# repeats as NCCL's "Last error".
+ERROR_TEXT = re.compile(
+    r"\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)\b"
+    r"|Failed to CUDA (?:calloc async|calloc|malloc|host alloc|host calloc) \d+ bytes"
+)
+
+
+def error_text(value: str) -> list[str]:
+    """NCCL's error names and allocation warnings in a telemetry value, in order (none: [])."""
+    if "nccl" not in value.lower() and "Failed to CUDA" not in value:
+        return []
+    return [m.group(0) for m in ERROR_TEXT.finditer(value)]
+
+
+class FailedCall(TypedDict):
+    """A failed CUDA API call a telemetry line is tied to, where no finding holds it."""
+
+    api: str | None
+    return_code: int | None
+    correlation_id: int | None
+    tid: int | None
+    start_ns: int | None
+
+
+@dataclass(frozen=True)
+class Tie:
+    """What an NCCL error line is tied to: the index of a finding (``finding``), or, with none, an
+    out-of-memory failure no library call encloses (``failed_call``); ``out_of_memory``: whether the
+    trace confirms an out-of-memory."""
+
+    finding: int | None
+    out_of_memory: bool
+    failed_call: FailedCall | None = None
+
+
+def tie(findings: pl.DataFrame, unrecovered: pl.DataFrame | None, pid: int | None, trace_ns: int | None) -> Tie:
+    """The failed call an NCCL error line of process ``pid``, placed at ``trace_ns`` (None: not placed),
+    is tied to: the last of ``findings`` (the findings frame, its row index the finding's) of the
+    process that started at or before the line; with none, the last unrecovered out-of-memory failure
+    of the process before it (:func:`nsysaudit.analysis.recovery.unrecovered`, with pid and tid)."""
+    keyed = findings.with_row_index("_i")
+    if pid is not None:
+        keyed = keyed.filter(pl.col("pid") == pid)
+    if trace_ns is not None:
+        keyed = keyed.filter(pl.col("start_ns") <= trace_ns)
+    if keyed.height:
+        last = keyed.sort("start_ns", "_i").row(-1, named=True)
+        return Tie(int(last["_i"]), bool(last["out_of_memory"]))
+    if unrecovered is None or unrecovered.height == 0 or pid is None:
+        return Tie(None, False)
+    rows = unrecovered.filter(pl.col("pid") == pid)
+    if trace_ns is not None:
+        rows = rows.filter(pl.col("start_ns") <= trace_ns)
+    if rows.height == 0:
+        return Tie(None, False)
+    r = rows.sort("start_ns").row(-1, named=True)
+    return Tie(None, True, {"api": r["api"], "return_code": r["return_code"], "correlation_id": r["correlation_id"],
+                            "tid": r["tid"], "start_ns": r["start_ns"]})

@@ -16,7 +16,7 @@ import polars as pl
 from nsysaudit.analysis import nccl
 from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.analysis.coverage import CensoredReason, CoverageState
-from nsysaudit.analysis.nccl import HelperThread
+from nsysaudit.analysis.nccl import FailedCall, HelperThread
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
 from nsysaudit.read.nccl import NCCL
 from nsysaudit.read.trace import Trace
@@ -68,16 +68,6 @@ class LibraryFailure(TypedDict):
     trace_confirms_out_of_memory: NotRequired[bool]
     # Where no finding is: the out-of-memory failure before the line that no library call encloses.
     failed_call: NotRequired[FailedCall]
-
-
-class FailedCall(TypedDict):
-    """A failed CUDA API call a telemetry line is tied to, where no finding holds it."""
-
-    api: str | None
-    return_code: int | None
-    correlation_id: int | None
-    tid: int | None
-    start_ns: int | None
 
 
 FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
@@ -149,15 +139,6 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
 _LIBRARY_STATUS = re.compile(r"\b(CUBLAS(?:LT)?|CUDNN|CUSOLVER|CUSPARSE|CUFFT|CURAND)_STATUS_([A-Z0-9_]+)")
 
 
-# NCCL's own words for a failure: its ncclResult_t names, and the warning of its allocation helpers
-# (src/include/alloc.h: "Failed to CUDA calloc async %ld bytes", ...), which PyTorch's DistBackendError
-# repeats as NCCL's "Last error".
-_NCCL_ERROR = re.compile(
-    r"\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError)\b"
-    r"|Failed to CUDA (?:calloc async|calloc|malloc|host alloc|host calloc) \d+ bytes"
-)
-
-
 _STATUS_FIELD = re.compile(r"^(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|curand)_status$", re.IGNORECASE)
 
 
@@ -190,11 +171,10 @@ def telemetry_library_failures(
         nccl_said: list[str] = []
         for key, value in fields.items():
             if isinstance(value, str):
-                if "nccl" in value.lower() or "Failed to CUDA" in value:
-                    said = [m.group(0) for m in _NCCL_ERROR.finditer(value)]
-                    if said and text is None:
-                        text = value
-                    nccl_said += said
+                said = nccl.error_text(value)  # NCCL's error names and allocation warning
+                if said and text is None:
+                    text = value
+                nccl_said += said
                 if "_STATUS_" not in value:  # what _LIBRARY_STATUS needs
                     continue
                 hits = [m.group(0) for m in _LIBRARY_STATUS.finditer(value) if m.group(2) != "SUCCESS"]
@@ -234,54 +214,15 @@ def telemetry_library_failures(
             "explained": pid in found_pids if pid is not None else bool(found_pids),
             "cuda_skip_some_api_calls": skip_keys,
         }
-        if nccl_said:
-            tie = _nccl_tie(findings, pid, trace_ns)
-            entry["library"] = tie["library"]
-            entry["finding"] = tie["finding"]
-            entry["trace_confirms_out_of_memory"] = tie["trace_confirms_out_of_memory"]
-            if tie["finding"] is None:  # no finding: an out-of-memory no library call encloses, if any
-                before = _unrecovered_before(unrecovered, pid, trace_ns)
-                if before is not None:
-                    entry["failed_call"] = before
-                    entry["trace_confirms_out_of_memory"] = True
+        if nccl_said:  # tied to the failed call (analysis/nccl)
+            tie = nccl.tie(findings.filter(pl.col("kind").is_in(FAILURE_KINDS)), unrecovered, pid, trace_ns)
+            entry["library"] = NCCL
+            entry["finding"] = tie.finding
+            entry["trace_confirms_out_of_memory"] = tie.out_of_memory
+            if tie.failed_call is not None:
+                entry["failed_call"] = tie.failed_call
         out.append(entry)
     return out
-
-
-def _unrecovered_before(unrecovered: pl.DataFrame | None, pid: int | None, trace_ns: int | None) -> FailedCall | None:
-    """The last unrecovered out-of-memory failure (:mod:`nsysaudit.analysis.recovery`) of process
-    ``pid`` at or before ``trace_ns`` (where the line is placed), or None."""
-    if unrecovered is None or unrecovered.height == 0 or pid is None:
-        return None
-    rows = unrecovered.filter(pl.col("pid") == pid)
-    if trace_ns is not None:
-        rows = rows.filter(pl.col("start_ns") <= trace_ns)
-    if rows.height == 0:
-        return None
-    last = rows.sort("start_ns").row(-1, named=True)
-    return {"api": last["api"], "return_code": last["return_code"], "correlation_id": last["correlation_id"],
-            "tid": last["tid"], "start_ns": last["start_ns"]}
-
-
-class _NcclTie(TypedDict):
-    library: str
-    finding: int | None
-    trace_confirms_out_of_memory: bool
-
-
-def _nccl_tie(findings: pl.DataFrame, pid: int | None, trace_ns: int | None) -> _NcclTie:
-    """The finding an NCCL error line is tied to: the last finding of its process (``pid``) that
-    started at or before the line (``trace_ns``; where the line is not placed, the process's last),
-    and whether it is an out-of-memory failure."""
-    keyed = findings.with_row_index("_i").filter(pl.col("kind").is_in(FAILURE_KINDS))
-    if pid is not None:
-        keyed = keyed.filter(pl.col("pid") == pid)
-    if trace_ns is not None:
-        keyed = keyed.filter(pl.col("start_ns") <= trace_ns)
-    if keyed.height == 0:
-        return {"library": NCCL, "finding": None, "trace_confirms_out_of_memory": False}
-    last = keyed.sort("start_ns", "_i").row(-1, named=True)
-    return {"library": NCCL, "finding": int(last["_i"]), "trace_confirms_out_of_memory": bool(last["out_of_memory"])}
 
 
 class FailedGroup(NamedTuple):

@@ -60,9 +60,9 @@ from nsysaudit.analysis.ledger import (
     TelemetryPoints,
     VirtualMemory,
 )
-from nsysaudit.analysis.nccl import HelperThread
+from nsysaudit.analysis.nccl import FailedCall, HelperThread
 from nsysaudit.analysis.run import Limits
-from nsysaudit.analysis.verdict import FailedCall, LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
+from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.read.diagnostics import CaptureBounds
