@@ -2,10 +2,12 @@
 threads it starts for a call, a failed allocation inside a collective's initialization, its answer,
 the verdict rule for out-of-memory failures outside library calls, and NCCL in check and batch.
 
-The real capture of the NCCL failure (../shared/capture/nccl_workload.py) is not bundled yet: the
-failure is a builder case modelled on NCCL 2.27's source (tests/scenarios.py, ``nccl_arm``). The
-real nsys 2026.2 export tests/fixtures/public/nsys-ai_mfu_2gpu_after_2026.2.sqlite holds NCCL's
-ranges without a failure. Every number pinned is also read back with plain SQL.
+The real capture (tests/fixtures/h200-cuda13-nsys2025.3/nccl: NCCL 2.28.9, nsys 2025.3) fails on the
+calling thread, inside ``ncclCommInitRankConfig``. The builder case (tests/scenarios.py, ``nccl_arm``),
+modelled on NCCL 2.27's source, covers what the capture does not show: the initialization on a thread
+NCCL starts for the call. The real nsys 2026.2 export tests/fixtures/public/nsys-ai_mfu_2gpu_after_2026.2.sqlite
+holds NCCL's ranges in a domain without its name, and no failure. Every number pinned is also read back
+with plain SQL.
 """
 
 from __future__ import annotations
@@ -194,11 +196,12 @@ def test_nccl_compare_says_the_cache_was_freed_and_what_ncclss_initialization_th
     doc = nsysaudit.compare_results(*arms).to_dict()
     assert doc["differences"]["nested_alloc_failure"]["present_in"] == ["observe"]
     memory = doc["answer"]["memory"]
-    assert ("release: ncclCommInitRankConfig (NCCL communicator initialization) allocated 6,291,456 B (6.0 MiB, "
-            "from the memory events of the calls inside it) in 3 cuMemCreate call(s), all succeeded") in memory
-    assert ("observe: ncclCommInitRankConfig (NCCL communicator initialization) allocated 4,194,304 B (4.0 MiB, "
-            "from the memory events of the calls inside it) in 3 cuMemCreate call(s), 1 failed (cuMemCreate "
-            "returned 2)") in memory
+    assert ("release: ncclCommInitRankConfig (NCCL communicator initialization) allocated 6,291,456 B of device "
+            "memory (6.0 MiB, from the memory events of the calls inside it) in 3 cuMemCreate call(s), all "
+            "succeeded") in memory
+    assert ("observe: ncclCommInitRankConfig (NCCL communicator initialization) allocated 4,194,304 B of device "
+            "memory (4.0 MiB, from the memory events of the calls inside it) in 3 cuMemCreate call(s), 1 failed "
+            "(cuMemCreate returned 2)") in memory
     freed = [s for s in memory if s.startswith("release: between telemetry line 3 (handoff) and ncclCommInit")]
     assert freed and f"pid {NCCL_PID} freed 137.0 GiB" in freed[0]
 
@@ -302,37 +305,137 @@ def test_check_expects_the_library_and_batch_rows_carry_it(make_export, tmp_path
     assert table["library"].to_list() == ["NCCL"]
 
 
-# --- the real capture, once bundled (tests/fixtures/h200-cuda13-nsys2025.3/nccl/) ---------------------
-# Until then these are skipped. They hold the analysis to the rows whatever the capture shows: every
-# out-of-memory allocation failure of the observe arm is a finding inside an NCCL call or named as
-# unrecovered (never silently no_failure); the release arm has no finding.
+# --- the real capture (tests/fixtures/h200-cuda13-nsys2025.3/nccl, NCCL 2.28.9, nsys 2025.3) ---------
 
 REAL_NCCL = H200_2025 / "nccl"
-needs_real_nccl = pytest.mark.skipif(not (REAL_NCCL / "observe.sqlite").is_file(),
-                                     reason="the real NCCL capture is not bundled yet (tests/scenarios.py models it)")
 
 
-@needs_real_nccl
-def test_real_nccl_observe_every_out_of_memory_is_a_finding_or_named() -> None:
+def real(arm: str) -> dict[str, Any]:
+    return nsysaudit.analyze(REAL_NCCL / f"{arm}.sqlite", telemetry=REAL_NCCL / f"{arm}.telemetry.jsonl").to_dict()
+
+
+def test_real_nccl_observe_cumemcreate_fails_inside_ncclcomminitrankconfig_on_the_calling_thread() -> None:
     path = REAL_NCCL / "observe.sqlite"
-    d = nsysaudit.analyze(path, telemetry=REAL_NCCL / "observe.telemetry.jsonl").to_dict()
-    failed = sql(path, f"""SELECT r.correlationId, r.globalTid, s.value FROM {RUNTIME} r
-                           JOIN StringIds s ON s.id = r.nameId WHERE r.returnValue = 2""")
-    oom = [(corr, gtid) for corr, gtid, api in failed if is_allocation_failure(api, 2)]
-    assert oom and d["verdict"] != "no_failure"
-    found = {(f["correlation_id"], f["global_tid"]) for f in d["findings"]}
-    for f in d["findings"]:
-        assert f["enclosing"] is not None and f["enclosing"]["library"] == "NCCL"
-    recovered_or_named = [k for k in oom if k not in found]
-    if not found:
-        assert any("outside library calls after which" in r for r in d["verdict_reasons"]), recovered_or_named
+    d = real("observe")
+    assert d["verdict"] == "failure_found"
+    [f] = d["findings"]
+    [(corr, start, end, gtid)] = sql(path, f"""SELECT r.correlationId, r.start, r."end", r.globalTid FROM {RUNTIME} r
+                                           JOIN StringIds s ON s.id = r.nameId
+                                           WHERE s.value = 'cuMemCreate' AND r.returnValue = 2""")
+    assert (f["kind"], f["api"], f["return_code"], f["return_name"], f["out_of_memory"]) == (
+        "nested_alloc_failure", "cuMemCreate", 2, "CUDA_ERROR_OUT_OF_MEMORY", True
+    )
+    assert (f["correlation_id"], f["start_ns"], f["end_ns"], f["global_tid"]) == (corr, start, end, gtid) == (
+        3276, 4_909_102_068, f["end_ns"], gtid
+    )
+    assert (f["pid"], f["tid"], f["thread_name"], f["requested_bytes"]) == (533, 533, "python3", None)
+    # The enclosing range: NCCL's, on the same thread (NCCL 2.28.9 runs a lone init job on the caller).
+    [(domain,)] = sql(path, "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'NCCL'")
+    [(lib_start, lib_end, lib_gtid)] = sql(
+        path, """SELECT n.start, n."end", n.globalTid FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId
+                 WHERE s.value = 'ncclCommInitRankConfig' AND n.domainId = ?""", domain)
+    enc = f["enclosing"]
+    assert (enc["api"], enc["library"], enc["source"], enc["coverage"]) == (
+        "ncclCommInitRankConfig", "NCCL", "NVTX:NCCL", "complete"
+    )
+    assert (enc["start_ns"], enc["end_ns"], lib_gtid) == (lib_start, lib_end, gtid)
+    assert "helper_thread" not in enc
+    assert sql(path, f"SELECT count(DISTINCT globalTid) FROM {RUNTIME}") == [(1,)]
+    # What succeeded inside it before: allocation calls (bytes from their events; a cuMemCreate has
+    # none) and the mappings' events.
+    before = sql(path, f"""SELECT s.value, m.bytes FROM {RUNTIME} r JOIN StringIds s ON s.id = r.nameId
+                          LEFT JOIN CUDA_GPU_MEMORY_USAGE_EVENTS m ON m.correlationId = r.correlationId
+                          AND m.memoryOperationType = 0
+                          WHERE r.globalTid = ? AND r.start >= ? AND r.start < ? AND r.returnValue = 0
+                          AND (s.value = 'cuMemCreate' OR s.value LIKE 'cudaHostAlloc%' OR s.value = 'cuMemSetAccess')
+                          ORDER BY r.start""", gtid, lib_start, start)
+    allocated = [b for api, b in before if api != "cuMemSetAccess"]
+    assert enc["allocations_before"] == {"count": 7, "bytes_each": allocated, "bytes": None}
+    assert allocated == [None, 4, None, None, None, None, None]
+    assert enc["mapped_before"]["bytes_each"] == [b for api, b in before if api == "cuMemSetAccess"] == [2 << 20] * 5
+    # The admission failures stay one failed-calls group; the verdict names the nested failure.
+    [group] = d["failed_calls"]
+    assert (group["api"], group["count"], group["nvtx_range"]) == ("cudaMalloc_v3020", 27, "admission")
+    assert d["verdict_reasons"][0] == "1 failed allocation call(s) wholly inside a library call on the same thread"
 
 
-@needs_real_nccl
-def test_real_nccl_release_has_no_finding() -> None:
+def test_real_nccl_observe_answer_holder_and_nccls_own_error() -> None:
+    path = REAL_NCCL / "observe.sqlite"
+    d = real("observe")
+    [f] = d["findings"]
+    [said] = d["answer"]["findings"]
+    [(utc,)] = sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
+    lines = [json.loads(line) for line in (REAL_NCCL / "observe.telemetry.jsonl").read_text().splitlines()]
+    ms = (f["start_ns"] - (lines[3]["realtime_ns"] - utc)) / 1e6
+    assert lines[3]["event"] == "dp_reduce_start"
+    assert said["when"] == f"{ms:.3f} ms after dp_reduce_start (telemetry line 4)"
+    assert d["answer"]["summary"] == (
+        "cuMemCreate returned 2 (CUDA_ERROR_OUT_OF_MEMORY) inside ncclCommInitRankConfig (NCCL communicator "
+        f"initialization) on python3, {ms:.3f} ms after dp_reduce_start (telemetry line 4)"
+    )
+    # Who held the device at the failure: the memory events up to it (device and static memory, and
+    # the CUDA memory pool NCCL created, 32 MiB) against the device's total.
+    [(total,)] = sql(path, "SELECT totalMemory FROM TARGET_INFO_GPU")
+    [(held,)] = sql(path, """SELECT sum(CASE memoryOperationType WHEN 0 THEN bytes ELSE -bytes END)
+                             FROM CUDA_GPU_MEMORY_USAGE_EVENTS WHERE start <= ? AND memKind IN (2, 5)""", f["start_ns"])
+    [(pool,)] = sql(path, "SELECT localMemoryPoolSize FROM CUDA_GPU_MEMORY_POOL_EVENTS WHERE start <= ? "
+                          "ORDER BY start DESC LIMIT 1", f["start_ns"])
+    assert total - held - pool == 653_889_626
+    assert said["held"].startswith("139.2 GiB of 139.8 GiB held at the failure, all by pid 533 (python3)")
+    assert f"at most {total - held - pool:,} B (623.6 MiB) free" in said["held"]
+    handoff = lines[2]
+    assert handoff["event"] == "handoff" and said["held"].endswith(
+        f"Telemetry line 3 (handoff), the allocator's own figures: reserved but unused 138.5 GiB (reserved "
+        f"{handoff['reserved']:,} B, allocated {handoff['allocated']:,} B)."
+    )
+    # NCCL's error as PyTorch reported it, tied to the failed call: the trace confirms an out-of-memory.
+    [failure] = d["telemetry"]["library_failures"]
+    assert (failure["line"], failure["event"], failure["library"], failure["finding"]) == (
+        5, "runtime_error", "NCCL", 0
+    )
+    assert failure["statuses"] == ["ncclUnhandledCudaError", "Failed to CUDA calloc async 4 bytes"]
+    assert failure["trace_confirms_out_of_memory"] and failure["explained"]
+    assert said["reported"].endswith("the trace confirms an out-of-memory: cuMemCreate returned 2 "
+                                     "(CUDA_ERROR_OUT_OF_MEMORY)")
+
+
+def test_real_nccl_release_has_no_failure_and_its_initialization_allocated_on_the_main_thread() -> None:
     path = REAL_NCCL / "release.sqlite"
-    d = nsysaudit.analyze(path, telemetry=REAL_NCCL / "release.telemetry.jsonl").to_dict()
-    assert d["findings"] == []
+    d = real("release")
+    assert (d["verdict"], d["findings"]) == ("no_failure", [])
+    nccl_ranges = sql(path, """SELECT s.value FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId
+                               WHERE n.domainId = (SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75
+                                                   AND text = 'NCCL') ORDER BY n.start""")
+    assert [lc["api"] for lc in d["library_calls"] if lc["library"] == "NCCL"] == [api for (api,) in nccl_ranges] == [
+        "ncclCommInitRankConfig", "ncclAllReduce", "ncclCommFinalize", "ncclCommDestroy"
+    ]
+    [source] = [s for s in d["coverage"]["library_sources"] if s["library"] == "NCCL"]
+    assert source["helper_threads"] == []  # pt_nccl_watchdg's 5 calls lie between two NCCL calls
+    [group] = d["failed_calls"]
+    assert (group["api"], group["count"]) == ("cudaMalloc_v3020", 27)
+
+
+def test_real_nccl_compare_says_the_cache_was_freed_and_what_the_initialization_then_allocated() -> None:
+    arms = [nsysaudit.analyze(REAL_NCCL / f"{a}.sqlite", telemetry=REAL_NCCL / f"{a}.telemetry.jsonl")
+            for a in ("observe", "release")]
+    doc = nsysaudit.compare_results(*arms).to_dict()
+    path = REAL_NCCL / "release.sqlite"
+    inside = f"""FROM {RUNTIME} r JOIN StringIds s ON s.id = r.nameId
+                 JOIN (SELECT n.start AS s0, n."end" AS e0 FROM NVTX_EVENTS n JOIN StringIds t ON t.id = n.textId
+                       WHERE t.value = 'ncclCommInitRankConfig') ON r.start >= s0 AND r."end" <= e0"""
+    [(created,)] = sql(path, f"SELECT count(*) {inside} WHERE s.value = 'cuMemCreate' AND r.returnValue = 0")
+    [(mapped,)] = sql(path, f"""SELECT sum(m.bytes) {inside} JOIN CUDA_GPU_MEMORY_USAGE_EVENTS m
+                               ON m.correlationId = r.correlationId WHERE s.value = 'cuMemSetAccess'""")
+    [(hosts, host_bytes)] = sql(path, f"""SELECT count(*), sum(m.bytes) {inside} JOIN CUDA_GPU_MEMORY_USAGE_EVENTS m
+                                          ON m.correlationId = r.correlationId WHERE s.value LIKE 'cudaHostAlloc%'""")
+    assert (created, mapped, hosts, host_bytes) == (195, 406_847_488, 4, 1_179_652)
+    memory = doc["answer"]["memory"]
+    assert (f"release: ncclCommInitRankConfig (NCCL communicator initialization) allocated {mapped:,} B of device "
+            f"memory (388.0 MiB, from the memory events of the calls inside it) in {created} cuMemCreate call(s), all "
+            f"succeeded; and {host_bytes:,} B of pinned host memory in {hosts} cudaHostAlloc call(s)") in memory
+    [freed] = [m for m in memory if m.startswith("release: between telemetry line 3 (handoff) and ncclCommInit")]
+    assert "pid 647 freed 138.5 GiB" in freed
+    assert doc["differences"]["nested_alloc_failure"]["present_in"] == ["observe"]
 
 
 def test_with_many_library_calls_ncclss_initialization_is_still_compared(make_export) -> None:
@@ -348,7 +451,8 @@ def test_with_many_library_calls_ncclss_initialization_is_still_compared(make_ex
         results.append(nsysaudit.analyze(make_export(spec, f"{arm}.sqlite")))
     doc = nsysaudit.compare_results(*results).to_dict()
     assert "an NCCL communicator's initialization" in doc["arms"]["release"]["library_calls_selection"]
-    assert any(s.startswith("release: ncclCommInitRankConfig (NCCL communicator initialization) allocated 6,291,456 B")
+    assert any(s.startswith("release: ncclCommInitRankConfig (NCCL communicator initialization) allocated 6,291,456 B "
+                            "of device memory")
                for s in doc["answer"]["memory"])
 
 

@@ -91,7 +91,7 @@ def test_nccl_builder_case(make_export, tmp_path: Path, at_repo: None) -> None:
 
 REAL_2025 = ["torch/observe", "torch/release", "capi/observe", "capi/release", "event/observe", "event/release",
              "capture-stop/stop", "async/observe", "async/release", "expandable/observe", "expandable/release",
-             "shared/observe", "shared/release"]
+             "shared/observe", "shared/release", "nccl/observe", "nccl/release"]
 
 
 def analyze_real(name: str) -> nsysaudit.AnalysisResult:
@@ -105,7 +105,7 @@ def render_at(renderable: object, width: int) -> str:
     return re.sub(r"^  engine .*$", "  engine <engine>", terminal.to_text(renderable, width=width), flags=re.MULTILINE)
 
 
-@pytest.mark.parametrize("name", ["torch/observe", "async/observe", "capture-stop/stop"])
+@pytest.mark.parametrize("name", ["torch/observe", "async/observe", "capture-stop/stop", "nccl/observe"])
 def test_the_answer_first_at_80_columns(at_repo: None, name: str) -> None:
     """What a newcomer sees without --details: the answer, in 80 columns, hanging indents."""
     check(f"answer-{name.replace('/', '-')}.txt", render_at(analysis_renderable(analyze_real(name)), 80))
@@ -119,7 +119,7 @@ def test_reports_of_real_nsys2025_captures(at_repo: None, name: str) -> None:
     check(f"{stem}.md", analysis_markdown(result.to_dict()))
 
 
-@pytest.mark.parametrize("pair", ["torch", "event", "capi", "async", "expandable", "shared"])
+@pytest.mark.parametrize("pair", ["torch", "event", "capi", "async", "expandable", "shared", "nccl"])
 def test_comparisons_of_real_nsys2025_pairs(at_repo: None, pair: str) -> None:
     doc = nsysaudit.compare_results(analyze_real(f"{pair}/observe"), analyze_real(f"{pair}/release")).to_dict()
     check(f"nsys2025-{pair}-compare.txt", render(comparison_renderable(doc)))

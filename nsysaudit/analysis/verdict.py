@@ -215,14 +215,18 @@ def telemetry_library_failures(
             "cuda_skip_some_api_calls": skip_keys,
         }
         if nccl_said:  # tied to the failed call (analysis/nccl)
-            tie = nccl.tie(findings.filter(pl.col("kind").is_in(FAILURE_KINDS)), unrecovered, pid, trace_ns)
-            entry["library"] = NCCL
-            entry["finding"] = tie.finding
-            entry["trace_confirms_out_of_memory"] = tie.out_of_memory
-            if tie.failed_call is not None:
-                entry["failed_call"] = tie.failed_call
+            _tie_nccl(entry, nccl.tie(findings.filter(pl.col("kind").is_in(FAILURE_KINDS)), unrecovered, pid, trace_ns))
         out.append(entry)
     return out
+
+
+def _tie_nccl(entry: LibraryFailure, tie: nccl.Tie) -> None:
+    """Record on an NCCL error line's ``entry`` what :func:`nsysaudit.analysis.nccl.tie` tied it to."""
+    entry["library"] = NCCL
+    entry["finding"] = tie.finding
+    entry["trace_confirms_out_of_memory"] = tie.out_of_memory
+    if tie.failed_call is not None:
+        entry["failed_call"] = tie.failed_call
 
 
 class FailedGroup(NamedTuple):

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from nsysaudit.core.codes import display_name
 from nsysaudit.core.text import size_word
-from nsysaudit.reports.documents import ArmLibraryCall, Enclosing, Finding, HelperThread, LibraryFailure
+from nsysaudit.reports.documents import ArmLibraryCall, Child, Enclosing, Finding, HelperThread, LibraryFailure
 
 # What an NCCL API call does, as a user reads it (NCCL's API, src/nccl.h.in).
 OPERATIONS = {
@@ -97,18 +98,34 @@ ALLOCATED = "from the memory events of the calls inside it"  # marks :func:`allo
 
 def allocations_words(arm: str, lc: ArmLibraryCall) -> str | None:
     """An NCCL call's allocations in one arm: "release: ncclCommInitRankConfig (NCCL communicator
-    initialization) allocated 6,291,456 B (6.0 MiB, from the memory events of the calls inside it) in 3
-    cuMemCreate call(s), all succeeded"; None for another library's call or one with no allocation."""
+    initialization) allocated 406,847,488 B of device memory (388.0 MiB, from the memory events of the
+    calls inside it) in 195 cuMemCreate call(s), all succeeded; and 1,179,652 B of pinned host memory in
+    4 cudaHostAlloc call(s)"; None for another library's call or one with no allocation."""
     what = operation(lc["api"], lc["library"])
-    if what is None:
-        return None
     allocs = lc["allocation_calls"]
-    if not allocs:
+    if what is None or not allocs:
         return None
-    apis = sorted({c["display_api"] or c["api"] or "unknown" for c in allocs})
+    device = [c for c in allocs if not _host(c["api"])]
+    host = [c for c in allocs if _host(c["api"])]
+    # Device bytes: every memory event of a call inside it but host allocations' (a cuMemCreate's
+    # memory has its event at the cuMemSetAccess that maps it).
+    device_bytes = sum(n["bytes"] or 0 for n in lc["nested_by_api"] if n["bytes"] is not None and not _host(n["api"]))
     failed = [c for c in allocs if c["return_code"] != 0]
-    traced = sum(n["bytes"] or 0 for n in lc["nested_by_api"] if n["bytes"] is not None)
     returned = ", ".join(f"{c['display_api'] or c['api']} returned {c['return_code']}" for c in failed)
     outcome = f"{len(failed)} failed ({returned})" if failed else "all succeeded"
-    return (f"{arm}: {lc['api']} ({what}) allocated {traced:,} B ({size_word(traced)}, {ALLOCATED}) in "
-            f"{len(allocs)} {'/'.join(apis)} call(s), {outcome}")
+    text = (f"{arm}: {lc['api']} ({what}) allocated {device_bytes:,} B of device memory ({size_word(device_bytes)}, "
+            f"{ALLOCATED}) in {len(device)} {_apis(device)} call(s), {outcome}")
+    if host:
+        host_bytes = sum(c["bytes"] or 0 for c in host if c["bytes"] is not None)
+        text += f"; and {host_bytes:,} B of pinned host memory in {len(host)} {_apis(host)} call(s)"
+    return text
+
+
+def _host(api: str | None) -> bool:
+    """Whether ``api`` allocates pinned host memory (cudaHostAlloc, cudaMallocHost, cuMemHostAlloc ...)."""
+    name = display_name(api) if api is not None else ""
+    return name.startswith(("cudaHostAlloc", "cudaMallocHost", "cuMemHostAlloc", "cuMemAllocHost"))
+
+
+def _apis(calls: Sequence[Child]) -> str:
+    return "/".join(sorted({c["display_api"] or c["api"] or "unknown" for c in calls}))
