@@ -203,7 +203,7 @@ def out_options(func: F) -> F:
 
 
 def with_default_domains(extra: Sequence[str]) -> tuple[str, ...]:
-    """``--library-domain`` adds to cuBLAS and cuDNN: the full set :func:`nsysaudit.analyze` takes."""
+    """``--library-domain`` adds to cuBLAS, cuDNN and NCCL: the full set :func:`nsysaudit.analyze` takes."""
     return tuple(dict.fromkeys([*nsysaudit.DEFAULT_LIBRARY_DOMAINS, *extra]))
 
 
@@ -216,7 +216,8 @@ def reading_options(func: F) -> F:
         callback=lambda _ctx, _param, extra: with_default_domains(extra),
         metavar="DOMAIN",
         help="NVTX domain whose ranges are library calls too, besides "
-        f"{' and '.join(nsysaudit.DEFAULT_LIBRARY_DOMAINS)} (repeatable).",
+        f"{', '.join(nsysaudit.DEFAULT_LIBRARY_DOMAINS[:-1])} and {nsysaudit.DEFAULT_LIBRARY_DOMAINS[-1]} "
+        "(repeatable).",
     )(func)
     return click.option(
         "--nsys",

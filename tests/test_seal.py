@@ -496,11 +496,11 @@ def test_sealed_payload_holds_the_options_and_metadata_cannot_change_them(capsys
     code, _, err = run(capsys, *compare_real(out, "--clock-tolerance", "1.234567", "--library-domain", "myLib"))
     assert code == 0, err
     options = json.loads((out / "report.json").read_text())["options"]
-    assert options["library_domains"] == ["cuBLAS", "cuDNN", "myLib"]
+    assert options["library_domains"] == ["cuBLAS", "cuDNN", "NCCL", "myLib"]
     assert options["telemetry"]["tolerance_ns"] == 1_234_567  # '%g' wrote 1.23457 ms = 1,234,570 ns
     assert options["max_pairs"] == 1_000_000
     report = (out / "report.md").read_text()
-    assert "Options: library domains cuBLAS, cuDNN, myLib; max pairs 1,000,000; telemetry" in report
+    assert "Options: library domains cuBLAS, cuDNN, NCCL, myLib; max pairs 1,000,000; telemetry" in report
     assert "clock tolerance 1,234,567 ns" in report
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["command"][-4:] == ["--library-domain", "myLib", "--clock-tolerance", "1.234567"]

@@ -25,6 +25,7 @@ import polars as pl
 from nsysaudit.analysis.joins import count_pairs
 from nsysaudit.core.codes import (
     is_allocation_api,
+    is_allocation_failure,
     is_capture_begin,
     is_capture_end,
     is_event_record,
@@ -232,11 +233,12 @@ def captured_event_waits(waits: pl.DataFrame, regions: pl.DataFrame, records: pl
     return out
 
 
-def nested_failure_kind(api: str | None, relation: str) -> str | None:
-    """The finding kind of a failed call in a (library call, call) pair, or None (not a finding)."""
+def nested_failure_kind(api: str | None, relation: str, code: int | None = None) -> str | None:
+    """The finding kind of a failed call in a (library call, call) pair, or None (not a finding).
+    ``code``: its return (``cuMemMap`` returning out of memory is an allocation failure)."""
     if api is None:
         return None
-    if is_allocation_api(api):
+    if is_allocation_api(api) or is_allocation_failure(api, code):
         return "nested_alloc_failure" if relation == "nested" else "straddling_alloc_failure"
     return "nested_call_failure" if relation == "nested" else None
 
@@ -253,7 +255,7 @@ def nested_failures(pairs: pl.DataFrame) -> pl.DataFrame:
     failed = classify_returns(pairs).filter(is_failure() & pl.col("api").is_not_null())
     keys = failed.select("api", "relation", "return_code").unique()
     table = pl.DataFrame(
-        [(a, rel, rc, nested_failure_kind(a, rel), is_out_of_memory(a, rc)) for a, rel, rc in keys.iter_rows()],
+        [(a, rel, rc, nested_failure_kind(a, rel, rc), is_out_of_memory(a, rc)) for a, rel, rc in keys.iter_rows()],
         schema={
             "api": pl.String,
             "relation": pl.String,

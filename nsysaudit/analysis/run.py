@@ -15,7 +15,7 @@ from typing import TypedDict
 
 import polars as pl
 
-from nsysaudit.analysis import coverage, failures, integrity, joins
+from nsysaudit.analysis import coverage, failures, integrity, joins, nccl, recovery
 from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
@@ -134,8 +134,15 @@ def _analyze(
     failed, attribution_warnings = _failed_calls(trace, findings, nested, library_domains, max_pairs)
     sources = verdicts.library_sources(trace, libs, library_domains)
     alignment = _aligned(trace, libs, telemetry)
-    telemetry_failures = verdicts.telemetry_library_failures(alignment, libs, findings, trace.capture)
-    verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, nested.undecided)
+    # Out-of-memory failures outside library calls that nothing after them shows the process survived.
+    unrecovered = joins.with_ids(
+        recovery.unrecovered(cuda_api_rows, findings.select(failures.CALL_COLUMNS), trace.last_allocations),
+        trace.thread_names,
+    )
+    telemetry_failures = verdicts.telemetry_library_failures(alignment, libs, findings, trace.capture,
+                                                             unrecovered=unrecovered)
+    verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, nested.undecided,
+                                       unrecovered=unrecovered)
     coverage_sources = coverage.by_source(trace, cuda_api_span)
     memory = replace(ledger.result(), api_ends=_api_ends(coverage_sources))
     said = [
@@ -229,7 +236,11 @@ def _nest(trace: Trace, max_pairs: int | None) -> _Nested:
     closed = closed_library_calls(trace.library_calls)
     windows = trace.library_windows  # union_windows(closed), made once by the read
     nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
-    pairs = joins.attach_bytes(nesting.pairs, trace.allocations)  # in nest's order: lib_id, start, correlation
+    # The calls of the threads NCCL started for its calls, nested in those calls (analysis.nccl).
+    helpers = nccl.helper_pairs(trace.nccl.helper_calls, complete=nesting.complete,
+                                capture_start=trace.capture_bounds.start_ns)
+    nested = nccl.with_helper_pairs(nesting.pairs, helpers)
+    pairs = joins.attach_bytes(nested, trace.allocations)  # in nest's order: lib_id, start, correlation
     # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
     pairs, undecided, review_warnings = integrity.review(trace, pairs, windows)
     limit_reasons, limit_warnings = integrity.limit_review(nesting)

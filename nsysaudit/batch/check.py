@@ -16,7 +16,8 @@ disappearance). The expectations file is TOML, one ``[[expect]]`` table per file
 
 Globs: ``*``, ``?`` and ``[...]`` within one path segment, ``**`` for any number of segments.
 Each finding table may give ``count`` (default 1) and any of ``kind``, ``api``, ``return_code``,
-``enclosing`` (the innermost enclosing library call's api); the file's findings must be exactly
+``enclosing`` (the innermost enclosing library call's api), ``library`` (its library: ``cuBLAS``,
+``cuDNN``, ``NCCL``); the file's findings must be exactly
 these (each expected finding matched by a distinct finding, none left over). Every key is checked:
 an unknown key is an error, so a typo cannot make a check pass.
 
@@ -66,7 +67,7 @@ from nsysaudit.core.text import escape
 
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
 EXPECT_KEYS = {"files", "verdict", "findings", "allow_censored", "max_failed_calls", "name", "telemetry"}
-FINDING_KEYS = {"kind", "api", "return_code", "enclosing", "count"}
+FINDING_KEYS = {"kind", "api", "return_code", "enclosing", "library", "count"}
 
 
 # --- the expectations file -----------------------------------------------------------------------------
@@ -81,6 +82,7 @@ class FindingExpectation:
     api: str | None = None
     return_code: int | None = None
     enclosing: str | None = None
+    library: str | None = None  # the enclosing call's library (cuBLAS, cuDNN, NCCL)
 
     def matches(self, row: Mapping[str, object]) -> bool:
         return all(
@@ -90,6 +92,7 @@ class FindingExpectation:
                 (self.api, "api"),
                 (self.return_code, "return_code"),
                 (self.enclosing, "enclosing_api"),
+                (self.library, "enclosing_library"),
             )
         )
 
@@ -97,7 +100,7 @@ class FindingExpectation:
         """The fields given: (name in the file, finding row column, value)."""
         given: tuple[tuple[str, str, str | int | None], ...] = (
             ("kind", "kind", self.kind), ("api", "api", self.api), ("return_code", "return_code", self.return_code),
-            ("enclosing", "enclosing_api", self.enclosing),
+            ("enclosing", "enclosing_api", self.enclosing), ("library", "enclosing_library", self.library),
         )
         return [(name, column, value) for name, column, value in given if value is not None]
 
@@ -158,7 +161,8 @@ def _unmatched(expected: Sequence[FindingExpectation], rows: Sequence[FindingRow
     left = list(rows)
     why = []
     described: set[int] = set()  # findings already named as "differs" (not repeated as unexpected)
-    specific = sorted(expected, key=lambda e: -sum(v is not None for v in (e.kind, e.api, e.return_code, e.enclosing)))
+    specific = sorted(expected, key=lambda e: -sum(v is not None for v in (e.kind, e.api, e.return_code, e.enclosing,
+                                                                            e.library)))
     for want in specific:
         hits = [r for r in left if want.matches(r)][: want.count]
         for r in hits:
@@ -284,7 +288,7 @@ def _finding(bad: Callable[[str], ExpectationsUnusable], n: int, raw: object) ->
         raise bad(f"finding {n}: unknown key(s) {', '.join(sorted(unknown))} (known: {known})")
     if "kind" in raw and raw["kind"] not in KIND_COLUMNS:
         raise bad(f"finding {n}: kind {raw['kind']!r} is not one of {', '.join(KIND_COLUMNS)}")
-    for key in ("kind", "api", "enclosing"):
+    for key in ("kind", "api", "enclosing", "library"):
         if key in raw and not isinstance(raw[key], str):
             raise bad(f"finding {n}: {key!r} must be a string")
     for key in ("return_code", "count"):

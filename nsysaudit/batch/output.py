@@ -51,6 +51,7 @@ INPUT_SCHEMA: Schema = {
     "straddling_alloc_failures": pl.Int64,
     "nested_call_failures": pl.Int64,
     "captured_event_wait_failures": pl.Int64,
+    "library": pl.String,
     "warnings": pl.Int64,
     "error": pl.String,
     "status": pl.String,
@@ -111,6 +112,7 @@ class StoredInput(TypedDict):
     straddling_alloc_failures: NotRequired[int]
     nested_call_failures: NotRequired[int]
     captured_event_wait_failures: NotRequired[int]
+    library: NotRequired[str | None]
     warnings: NotRequired[int]
     error: NotRequired[str | None]
     devices: NotRequired[int]

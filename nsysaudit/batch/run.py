@@ -201,6 +201,9 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "straddling_alloc_failures": kinds.count("straddling_alloc_failure"),
         "nested_call_failures": kinds.count("nested_call_failure"),
         "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
+        # The libraries whose calls enclose the findings (cuBLAS, NCCL ...): null where none does.
+        "library": ", ".join(sorted({lib for f in findings if f["enclosing"] is not None
+                                     and (lib := f["enclosing"]["library"]) is not None})) or None,
         # by_rank.INPUT_COLUMNS, in its order
         "devices": ranks["devices"],
         "devices_used": ranks["devices_used"],

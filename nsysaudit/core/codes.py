@@ -317,6 +317,24 @@ def is_allocation_api(api: str) -> bool:
     return display_name(api).startswith(_ALLOC_PREFIXES)
 
 
+# Calls that only allocate on the way to their own job: a CUDA_ERROR_OUT_OF_MEMORY from mapping a
+# physical allocation is an allocation failure (NCCL's ncclCuMemAlloc: cuMemCreate, cuMemMap, cuMemSetAccess).
+_ALLOCATING_ON_OOM = frozenset({"cuMemMap"})
+
+
+@lru_cache(maxsize=65536)
+def is_allocation_failure(api: str, code: int | None) -> bool:
+    """Whether ``api`` returning ``code`` is a failed allocation: an allocation call (:func:`is_allocation_api`)
+    that failed, or ``cuMemMap`` returning CUDA_ERROR_OUT_OF_MEMORY.
+
+    >>> [is_allocation_failure(api, code) for api, code in (("cuMemCreate", 2), ("cuMemMap", 2), ("cuMemMap", 1))]
+    [True, True, False]
+    """
+    if code is None or code == 0:
+        return False
+    return is_allocation_api(api) or (display_name(api) in _ALLOCATING_ON_OOM and is_out_of_memory(api, code))
+
+
 @lru_cache(maxsize=65536)
 def return_name(api: str, code: int) -> str | None:
     """The symbolic name of ``code`` as returned by ``api``; None when the code is not known.

@@ -252,8 +252,8 @@ class TelemetryLog:
 
     ``field_orders``: the key orders the lines' fields were written in (a line's ``order`` indexes
     it), so that fields and values are shown as written. ``status_lines``: ``(row, the decoded
-    line)`` of each line whose text could record a library status (it holds ``_status`` in any
-    case, or a backslash: an escape could spell it); no other line can, so only these are searched
+    line)`` of each line whose text could record a library status (it holds ``_status`` or ``nccl``
+    in any case, or a backslash: an escape could spell it); no other line can, so only these are searched
     (:func:`nsysaudit.analysis.verdict.telemetry_library_failures`).
     """
 
@@ -568,7 +568,13 @@ def _pieces(handle: IO[bytes]) -> Iterator[bytes]:
         yield rest
 
 
-_STATUS_WORD = re.compile(rb"_[sS][tT][aA][tT][uU][sS]")  # what bytes.lower() makes b"_status"
+def _status_word(lowered: bytes) -> bool:
+    """Whether a line's lowered text could record a library status: ``_status`` (cuBLAS, cuDNN ...) or
+    ``nccl`` (NCCL's error names and its allocation warnings, as PyTorch's DistBackendError repeats them)."""
+    return b"_status" in lowered or b"nccl" in lowered
+
+
+_STATUS_WORD = re.compile(rb"_[sS][tT][aA][tT][uU][sS]|[nN][cC][cC][lL]")  # bytes.lower(): b"_status", b"nccl"
 _ROWS = 1 << 16  # lines per batch of columns while reading (the Python objects of one batch at a time)
 
 
@@ -717,7 +723,7 @@ class _Reader:
                         if k in of_values:
                             measured[k] = v
                     else:
-                        if statusy and (b"\\" in raw or b"_status" in raw.lower()):
+                        if statusy and (b"\\" in raw or _status_word(raw.lower())):
                             status.append((len(lines), loads(raw)))
                         lines.append(number)
                         events.append(name)
@@ -739,7 +745,7 @@ class _Reader:
                 bad.append(parsed)
                 continue
             kept = {k: v for k, v in parsed.fields.items() if k not in skip}
-            if statusy and (b"\\" in raw or b"_status" in raw.lower()):
+            if statusy and (b"\\" in raw or _status_word(raw.lower())):
                 status.append((len(lines), parsed.fields))
             lines.append(number)
             events.append(parsed.event)

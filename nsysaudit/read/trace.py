@@ -28,6 +28,7 @@ from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
+from nsysaudit.read import nccl, recovery
 from nsysaudit.read.devices import DeviceEvidence, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
@@ -40,7 +41,7 @@ from nsysaudit.read.source import ExportFile, Table, quote, sql_name
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
 NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
-DEFAULT_LIBRARY_DOMAINS = ("cuBLAS", "cuDNN")
+DEFAULT_LIBRARY_DOMAINS = ("cuBLAS", "cuDNN", "NCCL")
 LIBRARY_TABLES = {"CUBLAS_EVENTS": "cuBLAS", "CUDNN_EVENTS": "cuDNN"}
 # ENUM_NSYS_EVENT_CLASS ids of the zero-length "cuBLAS start/finish", "cuDNN start/finish" marker
 # rows nsys writes into CUBLAS_EVENTS / CUDNN_EVENTS (nsys 2022.2 through 2026.2), for exports
@@ -158,6 +159,10 @@ class Trace:
       against its own deallocation event and counts handles and reserved address ranges.
     - ``devices``: the GPUs, which process used which, and the launched command
       (:class:`nsysaudit.read.devices.DeviceEvidence`).
+    - ``nccl``: NCCL's domains, the threads NCCL started for its calls and their CUDA API rows
+      (:class:`nsysaudit.read.nccl.NcclEvidence`).
+    - ``last_allocations``: per process with an out-of-memory allocation failure, its last successful
+      allocation call (:data:`nsysaudit.read.recovery.LAST_ALLOCATION_SCHEMA`; read only then).
     """
 
     export: ExportFile
@@ -190,6 +195,10 @@ class Trace:
     memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
     devices: DeviceEvidence = field(default_factory=DeviceEvidence)
+    nccl: nccl.NcclEvidence = field(default_factory=nccl.NcclEvidence)
+    last_allocations: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=recovery.LAST_ALLOCATION_SCHEMA)
+    )
 
 
 
@@ -307,7 +316,8 @@ def _load(
     runtime = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     if runtime is not None:
         _require(export.path, runtime, "start", "end", "globalTid", "nameId", "returnValue")
-    nvtx_ranges, nvtx_table = _nvtx_ranges(export, strings, typed)
+    as_written, nvtx_table = _nvtx_ranges(export, strings, typed)
+    nvtx_ranges = nccl.recognize(as_written, nccl.schema_domains(export))  # NCCL's domain, where nsys named none
     library = _library_calls(export, strings, nvtx_ranges, library_domains, typed)
     library_windows = union_windows(closed_library_calls(library.calls))
     memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
@@ -319,6 +329,11 @@ def _load(
     session_start = _session_start(export, typed)
     capture = _capture_settings(export, typed)
     devices = read_devices(export, frame, typed, memory, capture)
+    nccl_evidence = _nccl(export, runtime, strings, as_written, nvtx_ranges, library.calls, devices, typed)
+    last_allocations = (
+        recovery.last_successful_allocations(export, frame, runtime, strings, scanned.rows, typed)
+        if runtime is not None else pl.DataFrame(schema=recovery.LAST_ALLOCATION_SCHEMA)
+    )
     diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
     read_warnings = [
         *name_warnings,
@@ -362,6 +377,29 @@ def _load(
         memory_calls=scanned.memory_calls,
         alloc_calls=scanned.alloc_calls,
         devices=devices,
+        nccl=nccl_evidence,
+        last_allocations=last_allocations,
+    )
+
+
+def _nccl(
+    export: ExportFile, runtime: Table | None, strings: Table, as_written: pl.DataFrame, ranges: pl.DataFrame,
+    calls: pl.DataFrame, devices: DeviceEvidence, typed: Counter[str],
+) -> nccl.NcclEvidence:
+    """What the export says about NCCL (:class:`nsysaudit.read.nccl.NcclEvidence`): its domains, its
+    calls, the threads it started for them (read only when there are NCCL calls)."""
+    named, by_schemas = nccl.domains_of(as_written, ranges)
+    threads, helper_calls = (
+        nccl.helper_threads(export, frame, runtime, strings, calls, typed)
+        if runtime is not None
+        else (pl.DataFrame(schema=nccl.HELPER_THREAD_SCHEMA), pl.DataFrame(schema=nccl.HELPER_CALL_SCHEMA))
+    )
+    said = [v for launch in devices.launches if (v := launch.variable("NCCL_NVTX_DISABLE")) is not None]
+    disabled = said[-1] if said else None
+    return nccl.NcclEvidence(
+        named=named, by_schemas=by_schemas, calls=calls.filter(pl.col("library") == nccl.NCCL).height,
+        helper_threads=threads, helper_calls=helper_calls,
+        nvtx_disabled=disabled if disabled not in (None, "", "0") else None,
     )
 
 

@@ -70,6 +70,7 @@ from nsysaudit.analysis.ledger import (
     TelemetryPoints,
     VirtualMemory,
 )
+from nsysaudit.analysis.nccl import FailedCall, HelperThread
 from nsysaudit.analysis.run import Limits
 from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
@@ -99,9 +100,11 @@ __all__ = [
     "DeviceProcess",
     "During",
     "EventLine",
+    "FailedCall",
     "FindingKind",
     "FreeCallsWithoutEvent",
     "FreedNeverAllocated",
+    "HelperThread",
     "Input",
     "InputKind",
     "LaunchedCommand",
@@ -204,6 +207,10 @@ class Enclosing(TypedDict):
     end_known: bool
     coverage: CoverageState
     allocations_before: AllocationsBefore | None
+    # Where the failed call ran on a thread NCCL started for the call (analysis/nccl): that thread.
+    helper_thread: NotRequired[HelperThread]
+    # The mappings (cuMemSetAccess's allocation events) nested in the call before the failed call.
+    mapped_before: NotRequired[AllocationsBefore]
 
 
 class ChainLink(TypedDict):
@@ -394,6 +401,8 @@ class AnswerFinding(TypedDict):
     what: str
     when: str | None
     held: str | None
+    # What the application's telemetry recorded of the library's error (NCCL's), tied to this finding.
+    reported: NotRequired[str]
 
 
 class AnswerCensored(TypedDict):

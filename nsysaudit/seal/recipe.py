@@ -543,8 +543,8 @@ def sealed_metadata(built: Built, out: str | os.PathLike[str]) -> SealMetadata:
 
 def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
     """The library domains of a sealed report, in the order the CLI gives them: the defaults, then
-    the added ones. A set without cuBLAS or cuDNN is refused (exit 2): ``--library-domain`` only
-    adds, so the recorded command could not reproduce it."""
+    the added ones. A set without one of them (cuBLAS, cuDNN, NCCL) is refused (exit 2):
+    ``--library-domain`` only adds, so the recorded command could not reproduce it."""
     missing = [d for d in DEFAULT_LIBRARY_DOMAINS if d not in domains]
     if missing:
         raise BadOption(
