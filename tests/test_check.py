@@ -45,7 +45,8 @@ def test_committed_expectations_pass_over_every_bundled_export(capsys, tmp_path:
     assert f"pass {TORCH / 'observe.sqlite'} (failure_found, 1 finding(s))" in lines
     capi = FIXTURES / "h200-cuda13-nsys2025.3" / "capi" / "observe.sqlite"
     assert [line for line in lines if str(capi) in line] == [  # each check named as its testcase
-        f"pass {capi} [expectation 3 (files = 'h200-cuda13-nsys2025.3/capi/observe.sqlite')] (inconclusive, 0 finding(s))",
+        f"pass {capi} [expectation 3 (files = 'h200-cuda13-nsys2025.3/capi/observe.sqlite')] "
+        "(inconclusive, 0 finding(s))",
         f"pass {capi} [capi observe with its telemetry] (inconclusive, 0 finding(s))",
     ]
     suite = ET.parse(junit).getroot().find("testsuite")
