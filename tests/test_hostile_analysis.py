@@ -413,3 +413,104 @@ def test_a_start_at_the_capture_start_is_not_damaged(capsys, make_export) -> Non
     spec.raw_sql = ['UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 0 WHERE correlationId = 22']
     d = analyze_json(capsys, make_export(spec))
     assert [f["correlation_id"] for f in d["findings"]] == [22] and "damaged_time_range" not in kinds(d)
+
+
+# --- any timestamp outside the capture's own bounds is damage, whichever column holds it ------------
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_damaged_end_on_the_failed_call_is_inconclusive_not_no_failure(
+    capsys, monkeypatch, tmp_path: Path, native: str
+) -> None:
+    # The end half of the start test above: the failed cudaMalloc's end set to 2^63-1, long after the
+    # capture stopped (5,617,749,898 ns, nsys's "Profiling has stopped."), straddled cublasCreate_v2
+    # and gave no_failure with no warning.
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", native)
+    path = mutated(
+        tmp_path,
+        f'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = {INT64_MAX} WHERE correlationId = {FAILED_CORRELATION}',
+    )
+    d = analyze_json(capsys, path)
+    assert d["verdict"] == "inconclusive" and d["findings"] == []
+    assert all(c["correlation_id"] != FAILED_CORRELATION for lc in d["library_calls"] for c in lc["straddling"])
+    [damaged] = [w for w in d["warnings"] if w["kind"] == "damaged_time_range"]
+    assert damaged["count"] == 1 and "after it stopped (5,617,749,898 ns)" in damaged["message"]
+    [outside] = [w for w in d["warnings"] if w["kind"] == "time_outside_capture"]
+    assert outside["count"] == 1 and outside["message"].startswith("CUPTI_ACTIVITY_KIND_RUNTIME")
+    [undecided] = [w for w in d["warnings"] if w["kind"] == "undecided_calls"]
+    assert "[time_damaged]" in undecided["message"]
+    # The process's last CUDA API record is read from the rows inside the capture: the damaged
+    # end is never evidence that the trace went on.
+    [span] = [s for s in d["coverage"]["by_source"] if s["source"] == "cuda_api"]
+    assert span["last_ns"] == 4_900_049_660 and span["rows"] == 1_229
+
+
+def test_a_damaged_end_is_no_evidence_that_the_trace_went_on(capsys, make_export) -> None:
+    # cublasCreate_v2's last CUDA API record (corr 22) ends inside it; a damaged end on the process's
+    # last call (past the capture's stop) made every library call look covered.
+    spec = observe_nested_failure()
+    spec.calls = [c for c in spec.calls if c.corr != 30]
+    spec.calls.append(Call("cudaFree_v3020", 12_500, 12_600, PID, WORKER, corr=30))
+    spec.analysis_duration = 50_000
+    spec.raw_sql = [f'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = {INT64_MAX} WHERE correlationId = 10']
+    d = analyze_json(capsys, make_export(spec))
+    [lc] = d["library_calls"]
+    assert lc["coverage"] == "censored" and lc["censored_reason"] == "cuda_api_trace_ends_inside"
+    [outside] = [w for w in d["warnings"] if w["kind"] == "time_outside_capture"]
+    assert outside["count"] == 1 and "0 .. 50,000 ns" in outside["message"]
+
+
+def test_a_library_call_ending_after_the_capture_stopped_is_damaged_and_never_joined(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.analysis_duration = 50_000
+    spec.lib_calls[0].end = 60_000  # nsys clamps a range open at the stop to the stop: never past it
+    d = analyze_json(capsys, make_export(spec))
+    [lc] = d["library_calls"]
+    assert lc["censored_reasons"][0] == "library_call_outside_capture" and lc["coverage"] == "censored"
+    assert "capture_ended_inside" not in lc["censored_reasons"]
+    assert lc["children"] == [] and d["findings"] == [] and d["verdict"] == "inconclusive"
+    assert "time_outside_capture" in kinds(d)
+    # At the stop exactly, it is the capture that ended inside it, as before.
+    spec.lib_calls[0].end = 50_000
+    d = analyze_json(capsys, make_export(spec, "at-stop.sqlite"))
+    assert d["library_calls"][0]["censored_reasons"][0] == "capture_ended_inside" and d["findings"]
+    assert "time_outside_capture" not in kinds(d)
+
+
+def test_a_memory_event_outside_the_capture_has_an_unknown_start(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.analysis_duration = 50_000
+    spec.gpus = [(0, "NVIDIA H200", 1 << 30)]
+    d = analyze_json(capsys, make_export(spec, "plain.sqlite"))
+    [point] = [p for p in d["memory"]["at"] if p["point"] == "finding"]
+    assert point["devices"][0]["device_resident_live_bytes"] == 262 * MiB
+    # The 256 MiB allocation (corr 10) dated after the stop: its time is unknown, so it is held at no moment
+    # (an allocation of unknown time never lowers the bound), and a warning says so.
+    spec.raw_sql = ["UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET start = 60000 WHERE correlationId = 10"]
+    d = analyze_json(capsys, make_export(spec))
+    [point] = [p for p in d["memory"]["at"] if p["point"] == "finding"]
+    assert point["devices"][0]["device_resident_live_bytes"] == 6 * MiB
+    [outside] = [w for w in d["warnings"] if w["kind"] == "time_outside_capture"]
+    assert outside["count"] == 1 and outside["message"].startswith("CUDA_GPU_MEMORY_USAGE_EVENTS")
+    [span] = [s for s in d["coverage"]["by_source"] if s["source"] == "memory_events"]
+    assert span["last_ns"] == 11_001  # corr 21's event (1 ns into its call), not the damaged start
+
+
+def test_without_recorded_bounds_nothing_is_checked_against_them(capsys, make_export) -> None:
+    spec = observe_nested_failure()  # no ANALYSIS_DETAILS row, no diagnostics: no bound recorded
+    spec.lib_calls[0].end = 60_000
+    spec.raw_sql = ["UPDATE CUDA_GPU_MEMORY_USAGE_EVENTS SET start = 70000 WHERE correlationId = 10"]
+    d = analyze_json(capsys, make_export(spec))
+    assert d["coverage"]["capture"]["stop_ns"] is None and d["coverage"]["capture"]["stop_from"] is None
+    assert "time_outside_capture" not in kinds(d) and "damaged_time_range" not in kinds(d)
+    assert [f["correlation_id"] for f in d["findings"]] == [22]
+
+
+def test_analysis_details_rows_that_disagree_leave_the_stop_unknown(capsys, make_export) -> None:
+    spec = observe_nested_failure()
+    spec.analysis_duration = 50_000
+    spec.raw_sql = ["INSERT INTO ANALYSIS_DETAILS SELECT globalVid, 40000, startTime, stopTime FROM ANALYSIS_DETAILS"]
+    d = analyze_json(capsys, make_export(spec))
+    assert d["coverage"]["capture"]["stop_ns"] is None
+    [conflict] = [w for w in d["warnings"] if w["kind"] == "conflicting_rows"]
+    assert conflict["message"].startswith("ANALYSIS_DETAILS: 2 rows that disagree")

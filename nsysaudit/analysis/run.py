@@ -224,9 +224,9 @@ class _Nested:
 
 def _nest(trace: Trace, max_pairs: int | None) -> _Nested:
     """The CUDA API calls nested in (or straddling) each library call, with their bytes."""
-    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds.start_ns)
+    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds)
     # The library calls the joins can use, and their union per thread: made once, used by every step.
-    closed = closed_library_calls(trace.library_calls)
+    closed = closed_library_calls(trace.library_calls, trace.capture_bounds.stop_ns)
     windows = trace.library_windows  # union_windows(closed), made once by the read
     nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
     pairs = joins.attach_bytes(nesting.pairs, trace.allocations)  # in nest's order: lib_id, start, correlation
@@ -374,7 +374,7 @@ def _covered(points: list[LedgerPoint], trace: Trace, cuda_api_span: pl.DataFram
     )
     judged = coverage.censor(
         moments, cuda_api_span, has_cuda_api=trace.has_cuda_api, capture=trace.capture_bounds,
-        diagnostics=trace.diagnostics, process_gpids=trace.processes["gpid"].drop_nulls().to_list(),
+        diagnostics=trace.diagnostics, process_gpids=trace.processes["gpid"].drop_nulls().to_list(), recorded=False,
     )
     out: list[CoveredPoint] = []
     for read, (state, reasons) in zip(points, judged.select("coverage", "censored_reasons").iter_rows(), strict=True):

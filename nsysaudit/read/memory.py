@@ -364,6 +364,18 @@ def _grouped(events: pl.DataFrame) -> _Grouped:
     # Correlation id 0 (or NULL) marks memory the driver allocates itself (module and static
     # memory): no API call made it, so it joins nothing and is never a duplicate.
     no_call = pl.col("correlation_id").is_null() | (pl.col("correlation_id") == 0)
+    return _Grouped(
+        grouped.filter(~no_call).select(list(ALLOC_SCHEMA)).sort("gpid", "correlation_id"),
+        grouped.filter(no_call).group_by("gpid").agg(pl.col("events").sum(), pl.col("bytes").sum()).sort(
+            "gpid", nulls_last=True
+        ),
+        memory_span(events),
+        int(allocs["bytes"].null_count()),
+    )
+
+
+def memory_span(events: pl.DataFrame) -> pl.DataFrame:
+    """Per globalPid the first and last event and the row count (:data:`SPAN_SCHEMA`; coverage)."""
     span = (
         events.group_by("gpid")
         .agg(
@@ -373,11 +385,4 @@ def _grouped(events: pl.DataFrame) -> _Grouped:
         )
         .sort("gpid", nulls_last=True)
     )
-    return _Grouped(
-        grouped.filter(~no_call).select(list(ALLOC_SCHEMA)).sort("gpid", "correlation_id"),
-        grouped.filter(no_call).group_by("gpid").agg(pl.col("events").sum(), pl.col("bytes").sum()).sort(
-            "gpid", nulls_last=True
-        ),
-        span.cast(SPAN_SCHEMA),  # type: ignore[arg-type]
-        int(allocs["bytes"].null_count()),
-    )
+    return span.cast(SPAN_SCHEMA)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -28,6 +28,7 @@ from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
+from nsysaudit.read.bounds import within_capture
 from nsysaudit.read.devices import DeviceEvidence, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
@@ -300,27 +301,31 @@ def load(
 def _load(
     export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None, prefetch: Prefetch | None = None
 ) -> Trace:
-    """The steps in the order they read the export: strings, NVTX, library calls, memory, the CUDA
-    API scan, names, session and capture settings, diagnostics; then the warnings of what was read."""
+    """The steps in the order they read the export: strings, diagnostics (the capture's bounds), NVTX,
+    library calls, memory, the CUDA API scan, names, session and capture settings; then what lies
+    outside the capture, and the warnings of what was read."""
     typed: Counter[str] = Counter()  # values of the wrong type read as NULL, per table
     strings = _strings(export)
     runtime = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     if runtime is not None:
         _require(export.path, runtime, "start", "end", "globalTid", "nameId", "returnValue")
+    diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
     nvtx_ranges, nvtx_table = _nvtx_ranges(export, strings, typed)
     library = _library_calls(export, strings, nvtx_ranges, library_domains, typed)
-    library_windows = union_windows(closed_library_calls(library.calls))
+    library_windows = union_windows(closed_library_calls(library.calls, capture_bounds.stop_ns))
     memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
     scanned = (
         _scan(export, strings, runtime, library_windows, memory, progress) if runtime is not None else _Scanned()
     )
+    bounded = within_capture(export, capture_bounds, runtime, scanned.span, memory, nvtx_ranges, nvtx_table)
+    scanned, memory = replace(scanned, span=bounded.cuda_api_span), bounded.memory
     thread_names, name_warnings = _thread_names(export, strings, typed)
     processes = _processes(export, typed)
     session_start = _session_start(export, typed)
     capture = _capture_settings(export, typed)
     devices = read_devices(export, frame, typed, memory, capture)
-    diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
     read_warnings = [
+        *bounded.warnings,
         *name_warnings,
         *_read_warnings(export, typed, memory, runtime, scanned, library.calls, thread_names),
     ]

@@ -105,6 +105,8 @@ CENSORED_WORDS = {
     "library_call_has_no_start": "the range has no start",
     "library_call_reversed": "the range ends before it starts",
     "library_call_has_no_thread": "the range has no thread",
+    "library_call_outside_capture": "the range ends after the capture stopped, which nsys never records: its times "
+    "are damaged",
 }
 
 
