@@ -48,8 +48,8 @@ CUDA_GAPS: frozenset[str] = frozenset({"cuda_events_missing", "cuda_trace_degrad
 SEVERITY_FALLBACK = {0: "unknown", 1: "info", 2: "warning", 3: "error", 4: "verbose"}
 WARNING_SEVERITIES = frozenset({"warning", "error"})
 
-_STARTED = re.compile(r"^Profiling has started\.?$")
-_STOPPED = re.compile(r"^Profiling has stopped\.?$")
+_STARTED = re.compile(r"\AProfiling has started\.?\Z")
+_STOPPED = re.compile(r"\AProfiling has stopped\.?\Z")
 _NVTX_MISSING = re.compile(r"Not all NVTX events might have been collected", re.IGNORECASE)
 _CUDA_MISSING = re.compile(r"Not all (CUDA|CUPTI) events might have been collected", re.IGNORECASE)
 _LOST = re.compile(r"\b(lost|dropped|discarded|overflow(ed)?|not all\b.*\bcollected)\b", re.IGNORECASE)
