@@ -104,17 +104,7 @@ def censor(
     the rows are ranges nsys recorded, whose times lie inside the capture unless damaged (False for
     moments the analysis reads at, which may lie after the capture stopped).
     """
-    spans = cuda_api_span.select(
-        "gpid", pl.col("first_ns").alias("cuda_api_first_ns"), pl.col("last_ns").alias("cuda_api_last_ns")
-    )
-    gpids = library_calls.select(global_pid(pl.col("gtid")).alias("gpid"))["gpid"].drop_nulls().to_list()
-    gaps = cuda_gaps(diagnostics, {*gpids, *cuda_api_span["gpid"].drop_nulls().to_list(), *process_gpids})
-    out = (
-        library_calls.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
-        .join(spans, on="gpid", how="left")
-        .join(gaps, on="gpid", how="left")
-        .with_columns(pl.col("degraded").fill_null(False), pl.col("events_missing").fill_null(False))
-    )
+    out = _with_process_evidence(library_calls, cuda_api_span, diagnostics, process_gpids)
     start, end, last = pl.col("start_ns"), pl.col("end_ns"), pl.col("cuda_api_last_ns")
     stop = pl.lit(capture.stop_ns, dtype=pl.Int64)
     cap_start = pl.lit(capture.start_ns, dtype=pl.Int64)
@@ -170,6 +160,24 @@ def censor(
         )
         .drop("gpid", "degraded", "events_missing")
         .sort("lib_id")
+    )
+
+
+def _with_process_evidence(
+    library_calls: pl.DataFrame, cuda_api_span: pl.DataFrame, diagnostics: pl.DataFrame, process_gpids: Iterable[int]
+) -> pl.DataFrame:
+    """Each call with its process (``gpid``), the process's first and last CUDA API record and the
+    nsys CUDA warnings that apply to it (``degraded``, ``events_missing``)."""
+    spans = cuda_api_span.select(
+        "gpid", pl.col("first_ns").alias("cuda_api_first_ns"), pl.col("last_ns").alias("cuda_api_last_ns")
+    )
+    gpids = library_calls.select(global_pid(pl.col("gtid")).alias("gpid"))["gpid"].drop_nulls().to_list()
+    gaps = cuda_gaps(diagnostics, {*gpids, *cuda_api_span["gpid"].drop_nulls().to_list(), *process_gpids})
+    return (
+        library_calls.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+        .join(spans, on="gpid", how="left")
+        .join(gaps, on="gpid", how="left")
+        .with_columns(pl.col("degraded").fill_null(False), pl.col("events_missing").fill_null(False))
     )
 
 

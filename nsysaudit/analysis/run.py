@@ -20,7 +20,7 @@ from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
 from nsysaudit.analysis.coverage import SourceCoverage
-from nsysaudit.analysis.devices import TracedProcess
+from nsysaudit.analysis.devices import TracedProcess, launch_warnings
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.analysis.ledger import CoveredPoint, Ledger, LedgerPoint, PointKind, Wanted, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
@@ -138,8 +138,13 @@ def _analyze(
     verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, nested.undecided)
     coverage_sources = coverage.by_source(trace, cuda_api_span)
     memory = replace(ledger.result(), api_ends=_api_ends(coverage_sources))
+    processes: list[TracedProcess] = [
+        {"pid": pid, "global_pid": gpid, "name": name}
+        for pid, gpid, name in trace.processes.sort("gpid").select("pid", "gpid", "process_name").iter_rows()
+    ]
     said = [
         *trace.warnings,
+        *launch_warnings(trace.devices, processes),
         *nested.warnings,
         *_library_call_warnings(trace, libs, nested.pairs),
         *attribution_warnings,
@@ -153,10 +158,6 @@ def _analyze(
         ledger_points(memory, _memory_moments(findings, interest.frame, alignment, trace.processes)),
         trace, cuda_api_span,
     )
-    processes: list[TracedProcess] = [
-        {"pid": pid, "global_pid": gpid, "name": name}
-        for pid, gpid, name in trace.processes.sort("gpid").select("pid", "gpid", "process_name").iter_rows()
-    ]
     return Analysis(
         frames={
             "census": _census(cuda_api_rows),

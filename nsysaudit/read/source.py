@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.read.unique import agreed, disagreement
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
@@ -425,6 +426,23 @@ def schema_version_warnings(table: str, meta: dict[str, str]) -> list[ReportWarn
     return out
 
 
+def _metadata(
+    path: Path, conn: sqlite3.Connection, meta_table: Table | None
+) -> tuple[dict[str, str], list[ReportWarning]]:
+    """The metadata table's name -> value (none without the table), one value per name: a name whose
+    rows disagree (two nsys versions) is left out, and a warning says so."""
+    if meta_table is None:
+        return {}, []
+    if not meta_table.has("name", "value"):
+        raise UnusableInput(path, f"not an Nsight Systems export: {meta_table.name} has no name/value columns")
+    try:
+        rows = conn.execute(f"SELECT name, value FROM {quote(meta_table.name)}").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
+    meta, conflicts = agreed((str(k), str(v)) for k, v in rows if k is not None and v is not None)
+    return meta, disagreement(meta_table.name, "names", conflicts)
+
+
 def probe(path: Path) -> ExportFile:
     """Check ``path`` is a whole SQLite file and an nsys export, and list what it holds."""
     header = check_sqlite_file(path)
@@ -467,18 +485,7 @@ def probe(path: Path) -> ExportFile:
             missing = " and ".join(x for x, ok in found if not ok)
             raise UnusableInput(path, f"not an Nsight Systems export: no {missing} table")
         refuse_view(path, strings)
-        meta: dict[str, str] = {}
-        if meta_table is not None:
-            if not meta_table.has("name", "value"):
-                raise UnusableInput(
-                    path, f"not an Nsight Systems export: {meta_table.name} has no name/value columns"
-                )
-            try:
-                for key, value in conn.execute(f"SELECT name, value FROM {quote(meta_table.name)}"):
-                    if key is not None and value is not None:
-                        meta[str(key)] = str(value)
-            except sqlite3.DatabaseError as exc:
-                raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
+        meta, meta_warnings = _metadata(path, conn, meta_table)
         export = ExportFile(
             path=path,
             conn=conn,
@@ -486,7 +493,7 @@ def probe(path: Path) -> ExportFile:
             meta=meta,
             uri=readonly_uri(path),
             text=decoder,
-            warnings=[*side_warnings, *ambiguity_warnings(versions)],
+            warnings=[*side_warnings, *ambiguity_warnings(versions), *meta_warnings],
             versions=versions,
         )
         if meta_table is None:

@@ -218,8 +218,10 @@ def _held(p: PointProcess, *, pool_first: bool) -> list[str]:
     m = p["by_mechanism"]
     parts = []
     if m["pool_reserved"]:
-        parts.append(f"{size_word(m['pool_reserved'])} in its CUDA memory pool ({size_word(m['pool_utilized'])} of it "
-                     "in use)")
+        # More in use than the pool holds cannot be: the events contradict themselves (warned).
+        use = (f"{size_word(m['pool_utilized'])} of it in use" if m["pool_utilized"] <= m["pool_reserved"] else
+               f"its use unknown: the events say {size_word(m['pool_utilized'])}, more than the pool")
+        parts.append(f"{size_word(m['pool_reserved'])} in its CUDA memory pool ({use})")
     if m["mapped"]:
         parts.append(f"{size_word(m['mapped'])} mapped (virtual memory: cuMemMap, cuMemSetAccess)")
     if m["segments"]:
