@@ -175,7 +175,10 @@ def run_dask(
         raise EngineUnavailable(
             "the dask engine needs dask.distributed: pip install 'nsysaudit[fleet]'"
         ) from None
-    with contextlib.ExitStack() as stack:
+    # SIGTERM raises Terminated while dask runs: the client and the cluster are closed on the way
+    # out (its workers stopped quietly), and the CLI says so in one line; ended outright, the driver
+    # left its cluster's processes to print distributed's tracebacks and leaked semaphores.
+    with signal_raises(signal.SIGTERM, Terminated), contextlib.ExitStack() as stack:
         if scheduler is not None:
             try:
                 client = stack.enter_context(distributed.Client(scheduler, timeout=timeout))
