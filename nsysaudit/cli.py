@@ -636,6 +636,14 @@ def _run(args: list[str], state: dict[str, bool]) -> int:
             raise
         where = exc.filename if exc.filename is not None else "nsysaudit"
         return _error(f"{where}: {exc.strerror or exc}", 2)
+    except MemoryError:  # the environment's limit: one line, exit 2 (never 1, "a check failed")
+        if state["debug"]:
+            raise
+        return _error("out of memory; nothing more was done (raise the memory limit, ulimit -v, or give less input)", 2)
+    except RuntimeError as exc:  # threading's "can't start new thread": a limit of memory or of threads
+        if state["debug"] or "new thread" not in str(exc):
+            raise
+        return _error(f"cannot start a thread ({exc}); nothing more was done (raise the memory or thread limit)", 2)
     return 0
 
 

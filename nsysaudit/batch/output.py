@@ -34,6 +34,7 @@ from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.batch import ranks as by_rank
 from nsysaudit.core.errors import BadOption, BatchOutputNotWritable
 from nsysaudit.core.files import write_atomic, write_with
+from nsysaudit.core.limits import read_at_most
 from nsysaudit.core.paths import storable
 from nsysaudit.core.shapes import Schema
 from nsysaudit.reports.documents import CoverageState, InputKind
@@ -344,9 +345,11 @@ class BatchOutput:
 
     def _recorded(self) -> object:
         try:
-            return json.loads(self.record.read_text(encoding="utf-8"))
+            return json.loads(read_at_most(self.record).decode("utf-8"))
         except (ValueError, UnicodeDecodeError, RecursionError):
             raise BatchOutputNotWritable(self.record, "not a batch record (unreadable JSON)") from None
+        except OSError as exc:
+            raise BatchOutputNotWritable(self.record, exc.strerror or str(exc)) from None
 
     def still_ours(self, batch: str) -> None:
         """Before the tables: refuse when another batch's record replaced this one's meanwhile (two

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
+from nsysaudit.core.limits import read_at_most
 from nsysaudit.core.shapes import JSON
 from nsysaudit.read.source import SIDE_SUFFIXES
 from nsysaudit.reports.documents import SealedInput
@@ -212,7 +213,8 @@ def _refuse_older_format(root: Path) -> None:
     this format's list, which would only say that files are missing)."""
     path = root / METADATA
     try:
-        meta: JSON = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
+        readable = path.is_file() and not path.is_symlink()
+        meta: JSON = json.loads(read_at_most(path).decode("utf-8")) if readable else None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON, or a 4,300-digit int
         return  # reported by the checks that follow
     fmt = meta.get("format") if isinstance(meta, dict) else None
@@ -229,7 +231,8 @@ def older_folder_problems(root: Path) -> list[str] | None:
     folder. ``--force`` may replace an older folder that is intact, as it may a current one."""
     path = root / METADATA
     try:
-        meta: JSON = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
+        readable = path.is_file() and not path.is_symlink()
+        meta: JSON = json.loads(read_at_most(path).decode("utf-8")) if readable else None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON, or a 4,300-digit int
         return None
     if not (isinstance(meta, dict) and meta.get("format") in OLDER_FORMATS):
@@ -311,7 +314,7 @@ def metadata_of(root: Path) -> CheckedMetadata:
     tampered folder, a failed check (exit 1), never a traceback."""
     path = root / METADATA
     try:
-        meta: JSON = json.loads(path.read_bytes().decode("utf-8"))
+        meta: JSON = json.loads(read_at_most(path).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: also an integer of 4,300 digits
         raise CheckFailed(f"{path}: not readable JSON ({str(exc)[:200]})") from None
     if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
