@@ -46,7 +46,22 @@ def progress_for(as_json: bool) -> nsysaudit.Progress | None:
     return render.progress_bar()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group. click answers an EOFError raised under a command as if Ctrl-C were pressed
+    (an empty line, then "aborted", exit 130): where a stream or a worker ended under a command (out
+    of memory, killed), that is a lie; it is one line naming it, exit 2."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except EOFError as exc:
+            raise NsysAuditError(
+                f"a stream ended unexpectedly (EOFError{': ' + str(exc) if str(exc) else ''}: a worker or a pipe "
+                "went away, out of memory or killed); nothing more was done"
+            ) from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(nsysaudit.__version__, prog_name="nsysaudit")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
 @click.pass_obj

@@ -274,13 +274,10 @@ def test_records_larger_than_any_record_are_not_read_whole(capsys, tmp_path: Pat
 
 
 def test_a_memory_error_is_one_line_and_exit_2(capsys, monkeypatch) -> None:
-    from nsysaudit.analysis import run as analysis
-
     def exhausted(*args: object, **kwargs: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr(analysis, "analyze_trace", exhausted)
-    monkeypatch.setattr("nsysaudit.session.analyze_trace", exhausted, raising=False)
+    monkeypatch.setattr("nsysaudit.session.analyze_trace", exhausted)
     code, out, err = run(capsys, "analyze", "--json", OBSERVE)
     assert (code, out) == (2, "") and err.startswith("nsysaudit: error: out of memory") and err.count("\n") == 1
 
@@ -314,3 +311,14 @@ def test_a_4m_row_export_under_1_gib_gives_the_unlimited_answer(tmp_path: Path, 
         done = limited(limit, "analyze", "--json", export, env=env)
         assert (done.returncode, done.stderr) == (0, ""), done.stderr[-2000:]
         assert done.stdout == free.stdout
+
+
+def test_a_stream_that_ends_under_a_command_is_no_false_aborted(capsys, monkeypatch) -> None:
+    """click answers an EOFError as Ctrl-C: an empty line and "aborted", exit 130."""
+    def ended(*args: object, **kwargs: object) -> None:
+        raise EOFError("Ran out of input")
+
+    monkeypatch.setattr("nsysaudit.session.analyze_trace", ended)
+    code, out, err = run(capsys, "analyze", "--json", OBSERVE)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "aborted" not in err
+    assert err.startswith("nsysaudit: error: a stream ended unexpectedly (EOFError: Ran out of input")
