@@ -363,24 +363,39 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 @pytest.mark.parametrize("native", ["1", "0"])
-def test_a_damaged_start_on_the_failed_call_is_inconclusive_not_no_failure(
-    capsys, monkeypatch, tmp_path: Path, native: str
+@pytest.mark.parametrize(
+    ("column", "value", "said"),
+    [("start", INT64_MIN, "before the capture began (0 ns)"),
+     # The end half (issue 34): 2^63-1, long after the capture stopped (nsys's "Profiling has stopped."),
+     # straddled cublasCreate_v2 and gave no_failure with no warning.
+     ("end", INT64_MAX, "after it stopped (5,617,749,898 ns)")],
+    ids=["start", "end"],
+)
+def test_a_damaged_time_on_the_failed_call_is_inconclusive_not_no_failure(
+    capsys, monkeypatch, tmp_path: Path, native: str, column: str, value: int, said: str
 ) -> None:
     monkeypatch.setenv("NSYSAUDIT_NATIVE", native)
     path = mutated(
         tmp_path,
-        f"UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = {INT64_MIN} WHERE correlationId = {FAILED_CORRELATION}",
+        f'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "{column}" = {value} WHERE correlationId = {FAILED_CORRELATION}',
     )
     d = analyze_json(capsys, path)
     assert d["verdict"] == "inconclusive" and d["findings"] == []
     assert all(c["correlation_id"] != FAILED_CORRELATION for lc in d["library_calls"] for c in lc["children"])
     assert all(c["correlation_id"] != FAILED_CORRELATION for lc in d["library_calls"] for c in lc["straddling"])
     [damaged] = [w for w in d["warnings"] if w["kind"] == "damaged_time_range"]
-    assert damaged["count"] == 1 and "before the capture began (0 ns)" in damaged["message"]
+    assert damaged["count"] == 1 and said in damaged["message"]
     [undecided] = [w for w in d["warnings"] if w["kind"] == "undecided_calls"]
     assert undecided["count"] == 1 and "[time_damaged]" in undecided["message"]
     assert d["verdict_reasons"][0].startswith("1 CUDA API row(s) could be a failed allocation inside a library call")
     assert d["census"]["failed_calls"] == 28  # still counted
+    [outside] = [w for w in d["warnings"] if w["kind"] == "time_outside_capture"]
+    assert outside["count"] == 1 and outside["message"].startswith("CUPTI_ACTIVITY_KIND_RUNTIME")
+    # The process's first and last CUDA API records are read from the rows inside the capture: a
+    # damaged time is never evidence that the trace went on.
+    [span] = [s for s in d["coverage"]["by_source"] if s["source"] == "cuda_api"]
+    assert (span["first_ns"], span["last_ns"], span["rows"]) == (
+        4_338_805_031, 4_900_049_660 if column == "end" else 4_900_347_005, 1_229)
 
 
 @pytest.mark.parametrize(
@@ -416,33 +431,6 @@ def test_a_start_at_the_capture_start_is_not_damaged(capsys, make_export) -> Non
 
 
 # --- any timestamp outside the capture's own bounds is damage, whichever column holds it ------------
-
-
-@pytest.mark.parametrize("native", ["1", "0"])
-def test_a_damaged_end_on_the_failed_call_is_inconclusive_not_no_failure(
-    capsys, monkeypatch, tmp_path: Path, native: str
-) -> None:
-    # The end half of the start test above: the failed cudaMalloc's end set to 2^63-1, long after the
-    # capture stopped (5,617,749,898 ns, nsys's "Profiling has stopped."), straddled cublasCreate_v2
-    # and gave no_failure with no warning.
-    monkeypatch.setenv("NSYSAUDIT_NATIVE", native)
-    path = mutated(
-        tmp_path,
-        f'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = {INT64_MAX} WHERE correlationId = {FAILED_CORRELATION}',
-    )
-    d = analyze_json(capsys, path)
-    assert d["verdict"] == "inconclusive" and d["findings"] == []
-    assert all(c["correlation_id"] != FAILED_CORRELATION for lc in d["library_calls"] for c in lc["straddling"])
-    [damaged] = [w for w in d["warnings"] if w["kind"] == "damaged_time_range"]
-    assert damaged["count"] == 1 and "after it stopped (5,617,749,898 ns)" in damaged["message"]
-    [outside] = [w for w in d["warnings"] if w["kind"] == "time_outside_capture"]
-    assert outside["count"] == 1 and outside["message"].startswith("CUPTI_ACTIVITY_KIND_RUNTIME")
-    [undecided] = [w for w in d["warnings"] if w["kind"] == "undecided_calls"]
-    assert "[time_damaged]" in undecided["message"]
-    # The process's last CUDA API record is read from the rows inside the capture: the damaged
-    # end is never evidence that the trace went on.
-    [span] = [s for s in d["coverage"]["by_source"] if s["source"] == "cuda_api"]
-    assert span["last_ns"] == 4_900_049_660 and span["rows"] == 1_229
 
 
 def test_a_damaged_end_is_no_evidence_that_the_trace_went_on(capsys, make_export) -> None:
