@@ -722,3 +722,22 @@ def test_random_duplicated_rows_are_never_a_silent_pick(tmp_path_factory: pytest
         assert d["findings"][0]["correlation_id"] == 22
 
     check()
+
+
+@pytest.mark.parametrize("record_inside", [True, False], ids=["finding-when-sound", "no-finding-when-sound"])
+def test_a_failed_wait_outside_the_capture_is_no_finding_and_undecided(
+    capsys, make_export, record_inside: bool
+) -> None:
+    """A failed wait "after" a capture region is decided by its times: a damaged one decides nothing,
+    either way (it was a captured_event_wait_failure, or no_failure)."""
+    from test_evidence_rules import capture_scenario
+
+    spec = capture_scenario(record_inside=record_inside)
+    spec.analysis_duration = 20_000
+    d = analyze_json(capsys, make_export(spec, "plain.sqlite"))
+    assert d["verdict"] == ("failure_found" if record_inside else "no_failure")
+    spec.raw_sql = [f'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = {INT64_MAX} WHERE correlationId = 77']
+    d = analyze_json(capsys, make_export(spec))
+    assert d["findings"] == [] and d["verdict"] == "inconclusive"
+    assert "captured_event_wait_failure cannot be ruled out" in d["verdict_reasons"][0]
+    assert {"damaged_time_range", "time_outside_capture", "undecided_calls"} <= set(kinds(d))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from nsysaudit.analysis.joins import Nesting
-from nsysaudit.core.codes import is_allocation_api
+from nsysaudit.core.codes import is_allocation_api, is_stream_wait
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
@@ -216,7 +216,33 @@ def review(
     """
     pairs, byte_warnings = _attributable_bytes(trace, pairs)
     reasons, undecided_warnings = _undecided(trace, windows, pairs)
-    return pairs, reasons, [*byte_warnings, *_damaged_rows(trace), *undecided_warnings]
+    wait_reasons, wait_warnings = _undecided_waits(trace)
+    return pairs, reasons + wait_reasons, [*byte_warnings, *_damaged_rows(trace), *undecided_warnings,
+                                           *wait_warnings]
+
+
+def _undecided_waits(trace: Trace) -> tuple[list[str], list[ReportWarning]]:
+    """Failed stream waits on an event whose times are damaged (:func:`damaged_times`), in a process
+    that began a stream capture: whether they follow a capture region is unknown (such rows make no
+    capture region and no finding), so a ``captured_event_wait_failure`` cannot be ruled out."""
+    rows = trace.cuda_api_rows
+    waits = [a for a in rows["api"].drop_nulls().unique().to_list() if is_stream_wait(a)]
+    captured = trace.capture_calls.filter(pl.col("gtid").is_not_null()).select(
+        global_pid(pl.col("gtid")).alias("gpid")).unique()
+    if not waits or not captured.height:
+        return [], []
+    damaged = rows.filter(
+        pl.col("api").is_in(waits) & _could_fail() & damaged_times(trace.capture_bounds) & pl.col("gtid").is_not_null()
+    ).with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(captured, on="gpid", how="semi")
+    if not damaged.height:
+        return [], []
+    said = warning(
+        "undecided_calls", damaged.height,
+        "failed stream waits on an event whose times are damaged (outside the capture, or a duration past 64 "
+        "bits), in a process that began a stream capture: whether they follow a capture region is unknown",
+    )
+    return [f"{damaged.height} failed stream wait(s) with damaged times could follow a stream capture, so a "
+            "captured_event_wait_failure cannot be ruled out"], [said]
 
 
 def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[ReportWarning]]:
