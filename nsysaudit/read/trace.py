@@ -282,13 +282,22 @@ def _refuse_repeated_ids(export: ExportFile, strings: Table) -> None:
         )
 
 
+# The enums the reads use (nsysaudit.read.damage's evidence tables: rows of no other table are read).
+READ_ENUMS = ("ENUM_NSYS_EVENT_TYPE", "ENUM_NSYS_EVENT_CLASS", "ENUM_CUDA_MEM_KIND", "ENUM_CUDA_DEV_MEM_EVENT_OPER",
+              "ENUM_CUDA_MEMPOOL_TYPE", "ENUM_CUDA_MEMPOOL_OPER", "ENUM_DIAGNOSTIC_SEVERITY_LEVEL",
+              "ENUM_DIAGNOSTIC_SOURCE_TYPE")
+
+
 def _refuse_conflicting_enums(export: ExportFile) -> None:
-    """An ENUM_* table that gives one id two names (or labels), or one name two ids, says two things
-    about what every row of that kind is (a push/pop range or a domain, an allocation or a free):
-    which one nsys meant is unknown, and reading either would be a pick. nsys writes each once."""
-    for name, table in sorted(export.tables.items()):
-        if not sql_name(name).startswith("enum_") or table.kind != "table" or not table.has("id", "name"):
+    """An enum the reads use (:data:`READ_ENUMS`) that gives one id two names (or labels), or one
+    name two ids, says two things about what every row of that kind is (a push/pop range or a domain,
+    an allocation or a free): which one nsys meant is unknown, and reading either would be a pick.
+    nsys writes each once."""
+    for base in READ_ENUMS:
+        table = export.table(base)
+        if table is None or not table.has("id", "name"):
             continue
+        name = table.name
         label = " OR count(DISTINCT label) > 1" if table.has("label") else ""
         q = quote(name)
         by_id = export.conn.execute(
