@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -185,6 +186,10 @@ def run_dask(
             except (OSError, TimeoutError, ValueError) as exc:
                 raise EngineUnavailable(f"dask scheduler {scheduler}: cannot connect ({exc})") from None
         else:
+            # Its scheduler's HTTP server takes another port where 8787 is taken, and warns about it on
+            # stderr ("Port 8787 is already in use"): not the batch's business, and no second line.
+            stack.enter_context(warnings.catch_warnings())
+            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
             cluster = stack.enter_context(
                 distributed.LocalCluster(
                     n_workers=jobs,
