@@ -53,7 +53,22 @@ def progress_on_stderr() -> nsysaudit.Progress | None:
     return render.progress_bar() if stderr is not None and stderr.isatty() else None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command group. click answers an EOFError raised under a command as if Ctrl-C were pressed
+    (an empty line, then "aborted", exit 130): where a stream or a worker ended under a command (out
+    of memory, killed), that is a lie; it is one line naming it, exit 2."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except EOFError as exc:
+            raise NsysAuditError(
+                f"a stream ended unexpectedly (EOFError{': ' + str(exc) if str(exc) else ''}: a worker or a pipe "
+                "went away, out of memory or killed); nothing more was done"
+            ) from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(nsysaudit.__version__, prog_name="nsysaudit")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
 @click.pass_obj
@@ -703,6 +718,14 @@ def _run(args: list[str], state: dict[str, bool]) -> int:
             raise
         where = exc.filename if exc.filename is not None else "nsysaudit"
         return _error(f"{where}: {exc.strerror or exc}", 2)
+    except MemoryError:  # the environment's limit: one line, exit 2 (never 1, "a check failed")
+        if state["debug"]:
+            raise
+        return _error("out of memory; nothing more was done (raise the memory limit, ulimit -v, or give less input)", 2)
+    except RuntimeError as exc:  # threading's "can't start new thread": a limit of memory or of threads
+        if state["debug"] or "new thread" not in str(exc):
+            raise
+        return _error(f"cannot start a thread ({exc}); nothing more was done (raise the memory or thread limit)", 2)
     return 0
 
 

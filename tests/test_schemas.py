@@ -179,7 +179,8 @@ def test_analyze_and_compare_json_are_one_compact_line_naming_their_schema(capsy
 
 
 def test_batch_rows_validate_as_table_rows(tmp_path: Path) -> None:
-    broken = tmp_path / "broken.sqlite"
+    (tmp_path / "inputs").mkdir()  # never beside the evidence: the output is not in an input's folder
+    broken = tmp_path / "inputs" / "broken.sqlite"
     broken.write_bytes(b"not an export")
     result = nsysaudit.run_batch([TORCH, broken], out=tmp_path / "audit", jobs=1)
     for kind, name in (("batch-input", "inputs"), ("batch-finding", "findings")):

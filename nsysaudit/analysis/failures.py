@@ -321,12 +321,19 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
             parts.append(joined)
     if not parts:
         return empty, True
+    # The innermost range: the shortest. Two shortest ranges of one span that name different texts
+    # leave it unknown (never the first row's).
+    span = pl.col("r_end") - pl.col("r_start")
     inner = (
         pl.concat(parts)
-        .sort("_call", pl.col("r_end") - pl.col("r_start"), "range_id")
+        .filter(span == span.min().over("_call"))
+        .sort("_call", "range_id")
         .group_by("_call", maintain_order=True)
-        .first()
-        .select("_call", pl.col("text").alias("nvtx_range"), pl.col("domain").alias("nvtx_domain"))
+        .agg(pl.col("text").first(), pl.col("domain").first(),
+             (pl.struct("text", "domain").n_unique() > 1).alias("_ambiguous"))
+        .select("_call",
+                pl.when(pl.col("_ambiguous")).then(None).otherwise(pl.col("text")).alias("nvtx_range"),
+                pl.when(pl.col("_ambiguous")).then(None).otherwise(pl.col("domain")).alias("nvtx_domain"))
     )
     return keyed.join(inner, on="_call", how="left").drop("_call"), True
 

@@ -12,6 +12,7 @@ from typing import Literal, get_args
 import polars as pl
 
 from nsysaudit.analysis import failures, joins
+from nsysaudit.analysis.integrity import damaged_times
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.trace import Trace
@@ -163,11 +164,14 @@ def wait_findings(
     trace: Trace, cuda_api_rows: pl.DataFrame, event_records: pl.DataFrame | None, names: pl.DataFrame
 ) -> pl.DataFrame:
     """``captured_event_wait_failure`` findings (see :func:`nsysaudit.analysis.failures.captured_event_waits`)."""
-    regions = failures.capture_regions(trace.capture_calls)
+    # Calls whose times cannot be true make no capture region and no finding (integrity says what
+    # that leaves undecided).
+    sound = ~damaged_times(trace.capture_bounds)
+    regions = failures.capture_regions(trace.capture_calls.filter(sound))
     records = failures.records_in_regions(
         event_records if event_records is not None else pl.DataFrame(schema=cuda_api_rows.schema), regions
     )
-    found = failures.captured_event_waits(failures.failed_waits(cuda_api_rows), regions, records)
+    found = failures.captured_event_waits(failures.failed_waits(cuda_api_rows.filter(sound)), regions, records)
     if not found:
         return pl.DataFrame(schema=FINDING_SCHEMA)
 

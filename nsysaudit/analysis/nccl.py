@@ -22,6 +22,7 @@ from nsysaudit.analysis import joins
 from nsysaudit.analysis.integrity import joinable_calls
 from nsysaudit.analysis.joins import PAIR_SCHEMA
 from nsysaudit.core.ids import pid_bits
+from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.nccl import COMMUNICATOR_ENTRY, NCCL
 from nsysaudit.read.trace import Trace
 
@@ -35,14 +36,14 @@ HELPER_RULE = (
 )
 
 
-def helper_pairs(helper_calls: pl.DataFrame, *, complete: bool, capture_start: int | None) -> pl.DataFrame:
+def helper_pairs(helper_calls: pl.DataFrame, *, complete: bool, capture: Capture) -> pl.DataFrame:
     """The (NCCL call, CUDA API call) pairs of the helper threads' calls (``helper_calls``: their rows
     with ``lib_id``, :class:`nsysaudit.read.nccl.NcclEvidence`), relation ``nested``. ``complete``
     False (a pair limit listed only failing calls): only the calls that failed or whose return is
     unknown. Rows whose thread or times cannot be used are left out, as the joins leave them out."""
     if helper_calls.height == 0:
         return pl.DataFrame(schema=PAIR_SCHEMA)
-    rows = joinable_calls(helper_calls, capture_start)
+    rows = joinable_calls(helper_calls, capture)
     if not complete:
         rows = rows.filter(pl.col("return_code").is_null() | (pl.col("return_code") != 0))
     return rows.with_columns(pl.lit("nested").alias("relation")).select(list(PAIR_SCHEMA)).cast(PAIR_SCHEMA)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
 from nsysaudit.analysis.coverage import SourceCoverage
-from nsysaudit.analysis.devices import TracedProcess
+from nsysaudit.analysis.devices import TracedProcess, launch_warnings
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.analysis.ledger import CoveredPoint, Ledger, LedgerPoint, PointKind, Wanted, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
@@ -115,6 +115,14 @@ def analyze_trace(
         return _analyze(trace, ledger, max_pairs, telemetry, event_records, library_domains)
 
 
+def _traced_processes(trace: Trace) -> list[TracedProcess]:
+    """The traced processes, by globalPid."""
+    return [
+        {"pid": pid, "global_pid": gpid, "name": name}
+        for pid, gpid, name in trace.processes.sort("gpid").select("pid", "gpid", "process_name").iter_rows()
+    ]
+
+
 def _analyze(
     trace: Trace,
     ledger: Future[Ledger],
@@ -145,8 +153,10 @@ def _analyze(
                                        unrecovered=unrecovered)
     coverage_sources = coverage.by_source(trace, cuda_api_span)
     memory = replace(ledger.result(), api_ends=_api_ends(coverage_sources))
+    processes = _traced_processes(trace)
     said = [
         *trace.warnings,
+        *launch_warnings(trace.devices, processes),
         *nested.warnings,
         *_library_call_warnings(trace, libs, nested.pairs),
         *attribution_warnings,
@@ -160,10 +170,6 @@ def _analyze(
         ledger_points(memory, _memory_moments(findings, interest.frame, alignment, trace.processes)),
         trace, cuda_api_span,
     )
-    processes: list[TracedProcess] = [
-        {"pid": pid, "global_pid": gpid, "name": name}
-        for pid, gpid, name in trace.processes.sort("gpid").select("pid", "gpid", "process_name").iter_rows()
-    ]
     return Analysis(
         frames={
             "census": _census(cuda_api_rows),
@@ -231,14 +237,13 @@ class _Nested:
 
 def _nest(trace: Trace, max_pairs: int | None) -> _Nested:
     """The CUDA API calls nested in (or straddling) each library call, with their bytes."""
-    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds.start_ns)
+    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds)
     # The library calls the joins can use, and their union per thread: made once, used by every step.
-    closed = closed_library_calls(trace.library_calls)
+    closed = closed_library_calls(trace.library_calls, trace.capture_bounds.stop_ns)
     windows = trace.library_windows  # union_windows(closed), made once by the read
     nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
     # The calls of the threads NCCL started for its calls, nested in those calls (analysis.nccl).
-    helpers = nccl.helper_pairs(trace.nccl.helper_calls, complete=nesting.complete,
-                                capture_start=trace.capture_bounds.start_ns)
+    helpers = nccl.helper_pairs(trace.nccl.helper_calls, complete=nesting.complete, capture=trace.capture_bounds)
     nested = nccl.with_helper_pairs(nesting.pairs, helpers)
     pairs = joins.attach_bytes(nested, trace.allocations)  # in nest's order: lib_id, start, correlation
     # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
@@ -385,7 +390,7 @@ def _covered(points: list[LedgerPoint], trace: Trace, cuda_api_span: pl.DataFram
     )
     judged = coverage.censor(
         moments, cuda_api_span, has_cuda_api=trace.has_cuda_api, capture=trace.capture_bounds,
-        diagnostics=trace.diagnostics, process_gpids=trace.processes["gpid"].drop_nulls().to_list(),
+        diagnostics=trace.diagnostics, process_gpids=trace.processes["gpid"].drop_nulls().to_list(), recorded=False,
     )
     out: list[CoveredPoint] = []
     for read, (state, reasons) in zip(points, judged.select("coverage", "censored_reasons").iter_rows(), strict=True):

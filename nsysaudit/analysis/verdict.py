@@ -139,7 +139,7 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
 _LIBRARY_STATUS = re.compile(r"\b(CUBLAS(?:LT)?|CUDNN|CUSOLVER|CUSPARSE|CUFFT|CURAND)_STATUS_([A-Z0-9_]+)")
 
 
-_STATUS_FIELD = re.compile(r"^(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|curand)_status$", re.IGNORECASE)
+_STATUS_FIELD = re.compile(r"\A(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|curand)_status\Z", re.IGNORECASE)
 
 
 def telemetry_library_failures(

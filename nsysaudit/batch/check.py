@@ -60,8 +60,9 @@ from pathlib import Path
 from nsysaudit.batch.output import FindingRow, InputRow
 from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, AuditOutcome, audit_one, find_inputs
 from nsysaudit.batch.workers import run_local
-from nsysaudit.core.errors import BadOption, ExpectationsUnusable
+from nsysaudit.core.errors import BadOption, ExpectationsUnusable, UnusableInput
 from nsysaudit.core.files import write_atomic
+from nsysaudit.core.limits import refuse_larger
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 
@@ -201,6 +202,8 @@ class Expectations:
             raise ExpectationsUnusable(where, "not a regular file") from None
         except UnicodeDecodeError as exc:
             raise ExpectationsUnusable(where, f"not UTF-8 text (byte {exc.start})") from None
+        except UnusableInput as exc:  # larger than any expectations file
+            raise ExpectationsUnusable(where, exc.problem) from None
         except OSError as exc:
             raise ExpectationsUnusable(where, f"cannot read: {exc.strerror or exc}") from None
         return cls.parse(text, base=where.parent, source=str(where))
@@ -226,16 +229,24 @@ class Expectations:
 
 
 def _read_regular(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file; opened without blocking and checked before
-    reading, so /dev/zero (endless) or a FIFO (no writer: it would block) is refused, not read."""
+    """The bytes of ``path`` if it is a regular file of at most :data:`MAX_EXPECTATIONS_BYTES`; opened
+    without blocking and checked before reading, so /dev/zero (endless), a FIFO (no writer: it would
+    block) or a 3 GB file (a MemoryError, not one line) is refused, not read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise IsADirectoryError(path)  # not a regular file (the caller's one line says so)
+        refuse_larger(path, info.st_size, MAX_EXPECTATIONS_BYTES, "expectations file")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
+            data = handle.read(MAX_EXPECTATIONS_BYTES + 1)  # a file that grew meanwhile is read no further
+        refuse_larger(path, len(data), MAX_EXPECTATIONS_BYTES, "expectations file")
+        return data
     finally:
         os.close(fd)
+
+
+MAX_EXPECTATIONS_BYTES = 16 << 20  # thousands of [[expect]] tables take a few hundred kB
 
 
 def _entry(source: str, index: int, table: object, base: Path) -> Expectation:

@@ -21,6 +21,7 @@ from pathlib import Path
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import ExportFailed, NsysAuditError, NsysNotFound
 from nsysaudit.core.files import write_atomic
+from nsysaudit.core.limits import read_at_most
 from nsysaudit.core.shapes import JSON
 from nsysaudit.read.cache import CACHE_FORMAT, ENV_CACHE, EntryLock, cache_dir, max_bytes, prune_cache
 
@@ -101,7 +102,7 @@ def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> str 
         record_file = _record_path(entry)
         if not entry.is_file() or record_file.is_symlink() or not record_file.is_file():  # never open a FIFO
             return None
-        record: JSON = json.loads(record_file.read_text(encoding="utf-8"))
+        record: JSON = json.loads(read_at_most(record_file).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None  # no record, or an unreadable one (not JSON, nested too deep, an integer too long): export again
     if not isinstance(record, dict) or record.get("format") != CACHE_FORMAT:

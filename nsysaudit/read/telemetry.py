@@ -33,6 +33,7 @@ import orjson
 import polars as pl
 
 from nsysaudit.core.errors import BadOption, UnusableInput
+from nsysaudit.core.limits import TELEMETRY_BYTES_PER_BYTE, refuse_unfit
 from nsysaudit.core.paths import refuse_undecodable_name
 from nsysaudit.core.shapes import JSON, JSONObject
 
@@ -516,12 +517,14 @@ def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | Non
         raise UnusableInput(given, "no such file (telemetry)")
     if not given.is_file():
         raise UnusableInput(given, "not a regular file (telemetry)")
+    # Sized before it is read: under a memory limit a file whose lines cannot be held is refused.
+    refuse_unfit(given, given.stat().st_size, per_byte=TELEMETRY_BYTES_PER_BYTE, what="this telemetry file")
     reader = _Reader(options)
     digest = hashlib.sha256()
     size = 0
     try:
         with open(given, "rb") as handle:
-            for piece in _pieces(handle):
+            for piece in _pieces(handle, given):
                 digest.update(piece)
                 size += len(piece)
                 reader.read(piece)
@@ -553,10 +556,14 @@ def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | Non
 PIECE_BYTES = 1 << 23  # the file is read, hashed and parsed this much at a time
 
 
-def _pieces(handle: IO[bytes]) -> Iterator[bytes]:
+MAX_LINE_BYTES = 64 << 20  # a telemetry line is a few hundred bytes; one past this is no line
+
+
+def _pieces(handle: IO[bytes], path: Path) -> Iterator[bytes]:
     """The file's bytes in pieces of about :data:`PIECE_BYTES`, each but the last ending with a
     newline: the lines of the pieces, numbered on, are the lines of the whole (a piece never ends
-    between the CR and the LF of a CRLF)."""
+    between the CR and the LF of a CRLF). A line longer than :data:`MAX_LINE_BYTES` is refused before
+    it is held whole (a file of one endless line would fill the memory)."""
     rest = b""
     while block := handle.read(PIECE_BYTES):
         data = rest + block if rest else block
@@ -564,6 +571,8 @@ def _pieces(handle: IO[bytes]) -> Iterator[bytes]:
         if cut:
             yield data[:cut]
         rest = data[cut:]
+        if len(rest) > MAX_LINE_BYTES:
+            raise UnusableInput(path, f"a line longer than {MAX_LINE_BYTES >> 20} MiB: not a telemetry file")
     if rest:
         yield rest
 

@@ -86,12 +86,12 @@ REPORT_FORMAT = "nsysaudit.compare/2"
 # META_DATA_CAPTURE keys that differ between any two runs by construction. They are reported
 # under ``differs_as_expected`` (with the reason), never silently dropped.
 _EXPECTED_CAPTURE_KEYS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^PROFILING_SESSION_(UUID|ID)$"), "identifies the capture session"),
-    (re.compile(r"^RUN_DURATION_MS$"), "measured length of the run"),
-    (re.compile(r"^(APPLICATION_PID|PROCESS_\d+:PID)$"), "process id assigned by the OS"),
-    (re.compile(r"^PROCESS_\d+:ARGUMENT_\d+$"), "the arm's own command arguments"),
+    (re.compile(r"\APROFILING_SESSION_(UUID|ID)\Z"), "identifies the capture session"),
+    (re.compile(r"\ARUN_DURATION_MS\Z"), "measured length of the run"),
+    (re.compile(r"\A(APPLICATION_PID|PROCESS_[0-9]+:PID)\Z"), "process id assigned by the OS"),
+    (re.compile(r"\APROCESS_[0-9]+:ARGUMENT_[0-9]+\Z"), "the arm's own command arguments"),
 )
-_ENVIRONMENT = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
+_ENVIRONMENT = re.compile(r"\APROCESS_[0-9]+:ENVIRONMENT_VARIABLE\Z")
 # Snapshot fields of the telemetry ``handoff`` event that the comparison shows side by side.
 HANDOFF_FIELDS = ("allocated", "reserved", "physical_free")
 

@@ -39,7 +39,7 @@ def picture_name(arm: str | None) -> str:
     return "timeline.svg" if arm is None else f"timeline-{arm}.svg"
 
 
-MANIFEST_LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
+MANIFEST_LINE = re.compile(r"\A([0-9a-f]{64})  (.+)\Z")
 
 
 def manifest_text(digests: Mapping[str, str]) -> bytes:
