@@ -428,10 +428,12 @@ def _telemetry(d: AnalysisDocument, file: TelemetryFile | None) -> ArmTelemetry 
 
 
 def result_paths(result: AnalysisResult) -> dict[str, str]:
-    """The paths an analysis result may mention (input, telemetry), longest first, to their basenames."""
+    """The paths an analysis result may mention (input, telemetry, snapshots), longest first, to their basenames."""
     given = [result.input.path]
     if result.alignment is not None:
         given.append(result.alignment.log.path)
+    if result.analysis.allocator is not None:
+        given += [j.snapshot.path for j in result.analysis.allocator.joined]
     out: dict[str, str] = {}
     for p in given:
         for form in (p, os.path.abspath(p)):

@@ -39,6 +39,28 @@ from nsysaudit.analysis.alignment import (
     TimelineLine,
     UtcAlignment,
 )
+from nsysaudit.analysis.allocator import (
+    AllocatorNote,
+    AllocatorPoint,
+    AllocatorSection,
+    AllocatorState,
+    AtSnapshot,
+    ByAction,
+    ClockCheck,
+    Frame,
+    InactiveHolder,
+    LargestInactive,
+    OomEntry,
+    OutsideAllocator,
+    OutsideApi,
+    SegmentFrees,
+    SizeClass,
+    SnapshotClock,
+    SnapshotHistory,
+    SnapshotProcess,
+    SnapshotSection,
+    Stack,
+)
 from nsysaudit.analysis.coverage import CensoredReason, CoverageState, SourceCoverage
 from nsysaudit.analysis.devices import DeviceEvidence, LaunchedCommand, Process, RankClaim, TargetDevice
 from nsysaudit.analysis.findings import FindingKind
@@ -73,14 +95,21 @@ __all__ = [
     "AgreementDiff",
     "AlignmentCheck",
     "AlignmentSection",
+    "AllocatorNote",
+    "AllocatorPoint",
+    "AllocatorSection",
+    "AllocatorState",
     "AnalysisDocument",
     "AnchorPair",
     "Anchors",
+    "AtSnapshot",
+    "ByAction",
     "ByMechanism",
     "CallAllocations",
     "CaptureBounds",
     "CensoredReason",
     "Classification",
+    "ClockCheck",
     "ComparisonDocument",
     "Coverage",
     "CoverageState",
@@ -90,10 +119,13 @@ __all__ = [
     "During",
     "EventLine",
     "FindingKind",
+    "Frame",
     "FreeCallsWithoutEvent",
     "FreedNeverAllocated",
+    "InactiveHolder",
     "Input",
     "InputKind",
+    "LargestInactive",
     "LaunchedCommand",
     "LibraryFailure",
     "LibraryFailureAfter",
@@ -104,6 +136,9 @@ __all__ = [
     "Memory",
     "MemoryPoint",
     "Moment",
+    "OomEntry",
+    "OutsideAllocator",
+    "OutsideApi",
     "PointDevice",
     "PointKind",
     "PointProcess",
@@ -112,8 +147,15 @@ __all__ = [
     "Process",
     "RankClaim",
     "SealedAnalysisDocument",
+    "SegmentFrees",
+    "SizeClass",
     "SkippedAnchor",
+    "SnapshotClock",
+    "SnapshotHistory",
+    "SnapshotProcess",
+    "SnapshotSection",
     "SourceCoverage",
+    "Stack",
     "TargetDevice",
     "TelemetryBadLine",
     "TelemetryPoints",
@@ -403,6 +445,7 @@ class AnalysisKeys(TypedDict):
     devices: list[TargetDevice]
     launches: list[LaunchedCommand]
     ranks: Ranks
+    allocator: NotRequired[AllocatorSection]
 
 
 class AnalysisDocument(AnalysisKeys):
@@ -437,6 +480,14 @@ class SealedOptions(TypedDict):
     library_domains: list[str]
     max_pairs: int
     telemetry: SealedTelemetryOptions | None
+    snapshots: NotRequired[SealedSnapshotOptions]
+
+
+class SealedSnapshotOptions(TypedDict):
+    """How the memory snapshots were joined (``tolerance_ns``: how far their clock may disagree with
+    the trace's, ``--clock-tolerance``)."""
+
+    tolerance_ns: int
 
 
 class SealedAnalysisDocument(AnalysisKeys):
