@@ -649,6 +649,7 @@ class ComparisonArm(TypedDict):
     processes: list[Process]
     launches: list[LaunchedCommand]
     ranks: Ranks
+    allocator: NotRequired[AllocatorSection]
 
 
 class FailurePresence(TypedDict):
@@ -815,9 +816,58 @@ class RankDifferences(TypedDict):
     statements: list[str]
 
 
+class AllocatorChange(TypedDict):
+    """The allocator of both arms at one moment (each arm's first device; ``null``: no snapshot of
+    that arm's process reaches it) and the release arm's figures less the observe arm's."""
+
+    observe: AllocatorState | None
+    release: AllocatorState | None
+    reserved_release_minus_observe: int | None
+    requested_release_minus_observe: int | None
+    inactive_release_minus_observe: int | None
+
+
+class AllocatorPair(AllocatorChange):
+    """The allocator at the start of a pair of library calls (``match_key`` as in ``differences.library_calls``)."""
+
+    match_key: MatchKey
+
+
+class SegmentsReleased(TypedDict):
+    """The segments an arm's allocator gave back to CUDA in its history (``segment_free``/``segment_unmap``:
+    ``torch.cuda.empty_cache()``, or freeing to allocate again), by the stack that gave them back
+    (stacks of that arm's ``allocator.stacks``)."""
+
+    snapshot: int
+    segments: int
+    bytes: int
+    by_stack: list[SegmentFrees]
+
+
+class ArmAllocator(TypedDict):
+    """One arm's snapshots in a comparison: how many, whether every one's clock is checked, what its
+    allocator gave back to CUDA (from the snapshot whose history ends last)."""
+
+    snapshots: int
+    checked: bool
+    segments_released: SegmentsReleased | None
+
+
+class AllocatorDifferences(TypedDict):
+    """What the release did to the allocator's blocks: each arm's segments given back to CUDA, and the
+    allocator side by side at the telemetry handoff and at the start of each pair of library calls
+    (``null`` on an arm without snapshots)."""
+
+    observe: ArmAllocator | None
+    release: ArmAllocator | None
+    at_handoff: AllocatorChange
+    library_calls: list[AllocatorPair]
+
+
 class Differences(TypedDict):
     """What differs between the arms. ``handoff``: each handoff field in both arms (``null`` when neither
-    arm's telemetry has a handoff line); ``ranks``: made by nsysaudit.reports.ranks.rank_differences."""
+    arm's telemetry has a handoff line); ``ranks``: made by nsysaudit.reports.ranks.rank_differences;
+    ``allocator``: with memory snapshots only."""
 
     nested_alloc_failure: FailurePresence
     findings_by_kind: list[KindCounts]
@@ -827,6 +877,7 @@ class Differences(TypedDict):
     handoff: dict[str, HandoffChange] | None
     memory: MemoryDifferences
     ranks: RankDifferences
+    allocator: NotRequired[AllocatorDifferences]
 
 
 class NotEstablished(TypedDict):
