@@ -451,6 +451,11 @@ def verify_cmd(
     help="local: worker processes here; dask: dask.distributed (a LocalCluster unless --scheduler).",
 )
 @click.option("--scheduler", metavar="ADDRESS", default=None, help="A dask scheduler (with --engine dask).")
+@click.option(
+    "--snapshots", "snapshots", is_flag=True,
+    help="Join the PyTorch memory snapshots beside each input: NAME.pickle, NAME-*.pickle, NAME.*.pickle and "
+    "NAME_*.pickle for NAME.sqlite (docs/batch.md).",
+)
 @reading_options
 def batch_cmd(
     paths: Sequence[str],
@@ -458,6 +463,7 @@ def batch_cmd(
     jobs: int | None,
     engine: Literal["local", "dask"],  # click.Choice lets only these through
     scheduler: str | None,
+    snapshots: bool,
     nsys_path: str | None,
     library_domains: Sequence[str],
 ) -> None:
@@ -486,6 +492,7 @@ def batch_cmd(
         nsys_path=nsys_path,
         progress=progress_for(False),
         on_row=warn,
+        snapshots=snapshots,
     )
     with printing():
         for line in result.summary_lines():
