@@ -461,6 +461,11 @@ def _inputs(arms: Mapping[str, ComparisonArm]) -> list[SealedInput]:
         if tel:
             out.append({"role": f"{name}_telemetry", "name": tel["name"], "sha256": tel["sha256"],
                         "size_bytes": tel["size_bytes"], "kind": "telemetry"})
+    for name in ARMS:  # memory snapshots: after the arms and their telemetry, as the sealed recipe orders them
+        section = arms[name].get("allocator")
+        for i, snap in enumerate(section["snapshots"] if section is not None else [], start=1):
+            out.append({"role": f"{name}_snapshot_{i}", "name": basename(snap["path"]), "sha256": snap["sha256"],
+                        "size_bytes": snap["size_bytes"], "kind": "snapshot"})
     return out
 
 
