@@ -82,6 +82,10 @@ class Decoder:
         self.stack_rows: list[tuple[int, ...]] = []
         self.stack_totals: list[int] = []
         self.walked: set[int] = set()  # id() of containers already checked by free_shape
+        # id() of texts already checked, and of those in the table: a pickle shares one string object
+        # among many frames (the whole snapshot stays alive while it is decoded, so no id is reused)
+        self.checked: set[int] = set()
+        self.string_of: dict[int, int] = {}
 
     # --- scalars ------------------------------------------------------------------------------
     def integer(self, value: object, where: str, *, minimum: int = INT64_MIN) -> int:
@@ -95,26 +99,36 @@ class Decoder:
     def optional_integer(
         self, d: dict[object, object], key: str, where: str, *, minimum: int = INT64_MIN
     ) -> int | None:
-        if key not in d or d[key] is None:
+        value = d.get(key)
+        if value is None:
             return None
-        return self.integer(d[key], f"{where}.{key}", minimum=minimum)
+        if type(value) is int and minimum <= value <= INT64_MAX:
+            return value
+        return self.integer(value, f"{where}.{key}", minimum=minimum)  # raises
 
     def text(self, value: object, where: str) -> str:
         if type(value) is not str:
             raise Refused(f"{where} is {_kind(value)}, not a string")
+        if id(value) in self.checked:
+            return value
         if len(value) > MAX_TEXT:
             raise Refused(f"{where} is a text of {len(value):,} characters (at most {MAX_TEXT:,} are read)")
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
             raise Refused(f"{where} holds a lone surrogate (not text any report can write)") from None
+        self.checked.add(id(value))
         return value
 
     def string_id(self, value: object, where: str) -> int:
+        found = self.string_of.get(id(value))
+        if found is not None:
+            return found
         text = self.text(value, where)
         found = self.strings.get(text)
         if found is None:
             found = self.strings[text] = len(self.strings)
+        self.string_of[id(value)] = found
         return found
 
     # --- containers ---------------------------------------------------------------------------
@@ -160,7 +174,13 @@ class Decoder:
         for k, v in d.items():
             if type(k) is not str:
                 raise Refused(f"{where} has a key that is {_kind(k)}, not a string")
-            if k not in used:
+            if k in used:
+                continue
+            kind = type(v)
+            if kind is str:
+                if id(v) not in self.checked:
+                    self.text(v, f"{where}.{_short(k)}")
+            elif kind not in SCALARS:
                 self.free_shape(v, f"{where}.{_short(k)}", depth + 1)
 
     # --- stacks -------------------------------------------------------------------------------
@@ -175,7 +195,16 @@ class Decoder:
         if depth + 2 > MAX_DEPTH:
             raise Refused(f"{where} is nested more than {MAX_DEPTH} levels deep")
         row: list[int] = []
+        ids = self.string_of
         for i, frame in enumerate(frames):
+            # the usual frame, {filename, line, name} of texts already read: no text checked twice
+            if type(frame) is dict and len(frame) == 3:
+                filename, line, name = frame.get("filename"), frame.get("line"), frame.get("name")
+                file_id, name_id = ids.get(id(filename)), ids.get(id(name))
+                if file_id is not None and name_id is not None and type(line) is int and 0 <= line <= INT64_MAX:
+                    if i < MAX_FRAMES:
+                        row += (file_id, line, name_id)
+                    continue
             at = f"{where}[{i}]"
             f = self.mapping(frame, at)
             name, filename = f.get("name"), f.get("filename")
