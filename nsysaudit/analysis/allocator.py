@@ -37,6 +37,7 @@ from typing import Literal, NotRequired, TypedDict
 
 import polars as pl
 
+from nsysaudit.analysis.ledger import PointKind, Wanted
 from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
 from nsysaudit.core.ids import pid_of
 from nsysaudit.read.diagnostics import Capture
@@ -257,7 +258,7 @@ class AllocatorState(TypedDict):
 class AllocatorPoint(TypedDict):
     """The allocator at one of the moments the ledger is read at (``allocator.at[]``)."""
 
-    point: str
+    point: PointKind
     label: str
     t_ns: int | None
     pid: int | None
@@ -325,9 +326,6 @@ class AllocatorView:
     def section(self) -> AllocatorSection:
         return {"snapshots": [j.section for j in self.joined], "at": list(self.points), "stacks": list(self.stacks),
                 "rule": RULE}
-
-
-Wanted = tuple[str, str, int | None, int | None, str, int]
 
 
 def allocator_view(
@@ -478,7 +476,7 @@ def _process(
                                                                                                       descending=True)
         rule = "segment_events"
     elif candidates.height and offset is not None and raw["t_raw"].null_count() < raw.height:
-        nearest = int(((candidates["residual_raw"] - offset).abs()).min() or 0)  # type: ignore[arg-type]
+        nearest = _int(((candidates["residual_raw"] - offset).abs()).min()) or 0
         raise UnusableInput(path, (
             f"not a snapshot of this run: its segment events are at addresses the trace's memory events name, but "
             f"not at their times (the nearest {nearest / 1e9:,.3f} s away on the trace clock, tolerance "
@@ -539,7 +537,7 @@ def _unmatched(
 def _window(raw: pl.DataFrame, offset: int | None) -> tuple[int, int] | None:
     if offset is None or raw["t_raw"].null_count() == raw.height:
         return None
-    return int(raw["t_raw"].min() + offset), int(raw["t_raw"].max() + offset)  # type: ignore[operator]
+    return _known(raw["t_raw"].min()) + offset, _known(raw["t_raw"].max()) + offset
 
 
 def _matched(candidates: pl.DataFrame, gpid: int, offset: int | None, events: pl.DataFrame) -> pl.DataFrame:
@@ -594,7 +592,7 @@ def _clock(
     times, every matched segment event within the tolerance, the telemetry's alignment (when given)."""
     timed = raw.height > 0 and raw["t_raw"].null_count() < raw.height
     residuals = matched.filter(pl.col("_row").is_not_null() & pl.col("residual_ns").is_not_null())["residual_ns"]
-    worst = int(residuals.abs().max()) if residuals.len() else None  # type: ignore[arg-type]
+    worst = _int(residuals.abs().max()) if residuals.len() else None
     median = _median(residuals) if residuals.len() else None
     agree = None if worst is None else worst <= tolerance_ns
     checks: list[ClockCheck] = [
@@ -778,8 +776,8 @@ def _device(snapshot: Snapshot, placed: pl.DataFrame, device: int, device_id: in
         totals=totals,
         allocs=_allocations(entries, snapshot, device),
         pieces=_pieces(entries, snapshot, device),
-        first_ns=int(timed["t_ns"].min()) if timed.height else None,  # type: ignore[arg-type]
-        last_ns=int(timed["reach_ns"].max()) if timed.height else None,  # type: ignore[arg-type]
+        first_ns=_int(timed["t_ns"].min()),
+        last_ns=_int(timed["reach_ns"].max()),
     )
 
 
@@ -897,7 +895,16 @@ def _state(j: Joined, dev: _Device, t: int) -> AllocatorState:
 
 
 def _int(value: object) -> int | None:
-    return None if value is None else int(value)  # type: ignore[call-overload]
+    """A polars scalar of an integer column (its ``min()``, ``max()``, ``item()``): the int, or None."""
+    return value if isinstance(value, int) else None
+
+
+def _known(value: object) -> int:
+    """:func:`_int` of a column known to hold a value."""
+    found = _int(value)
+    if found is None:
+        raise ValueError(f"expected an integer, found {value!r}")
+    return found
 
 
 def _point(joined: Sequence[Joined], wanted: Wanted) -> AllocatorPoint:
@@ -906,7 +913,7 @@ def _point(joined: Sequence[Joined], wanted: Wanted) -> AllocatorPoint:
     point, label, t, gpid, key, value = wanted
     out: AllocatorPoint = {"point": point, "label": label, "t_ns": t, "pid": pid_of(gpid), "global_pid": gpid,
                            "states": []}
-    out[key] = value  # type: ignore[literal-required]  # one of finding, lib_id, line
+    out[key] = value
     mine = [j for j in joined if j.global_pid is not None and j.global_pid == gpid]
     if t is None or not mine:
         return out
@@ -967,8 +974,8 @@ def _history(raw: pl.DataFrame, offset: int | None, devices: Sequence[_Device]) 
         .iter_rows()
     ]
     timed = raw.filter(pl.col("time_us").is_not_null())
-    first_us = int(timed["time_us"].min()) if timed.height else None  # type: ignore[arg-type]
-    last_us = int(timed["time_us"].max()) if timed.height else None  # type: ignore[arg-type]
+    first_us = _int(timed["time_us"].min())
+    last_us = _int(timed["time_us"].max())
     return {
         "entries": raw.height,
         "by_action": [{"action": a, "entries": int(n), "bytes": int(b)} for a, n, b in by.iter_rows()],

@@ -138,9 +138,9 @@ class Decoder:
         return value
 
     def sequence(self, value: object, where: str) -> list[object] | tuple[object, ...]:
-        if type(value) not in (list, tuple):
-            raise Refused(f"{where} is {_kind(value)}, not a list")
-        return value  # type: ignore[return-value]  # checked just above
+        if isinstance(value, list | tuple) and type(value) in (list, tuple):  # no subclass: plain data only
+            return value
+        raise Refused(f"{where} is {_kind(value)}, not a list")
 
     def free_shape(self, value: object, where: str, depth: int) -> None:
         """Check a value this reader does not use: plain data only, at most MAX_DEPTH deep (from the
