@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         UnusableInput,
     )
     from nsysaudit.core.progress import Progress
+    from nsysaudit.read.snapshot import Snapshot, load_snapshot
     from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions
     from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
     from nsysaudit.reports.analysis import AnalysisResult
@@ -69,6 +70,7 @@ _HOMES = {
     "DEFAULT_MAX_PAIRS": "nsysaudit.analysis.joins",
     "Progress": "nsysaudit.core.progress",
     **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions"), "nsysaudit.read.telemetry"),
+    **dict.fromkeys(("Snapshot", "load_snapshot"), "nsysaudit.read.snapshot"),
     "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
     "AnalysisResult": "nsysaudit.reports.analysis",
     **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
@@ -103,6 +105,7 @@ __all__ = [
     "Progress",
     "Sealed",
     "Session",
+    "Snapshot",
     "TelemetryOptions",
     "Terminated",
     "UnusableInput",
@@ -113,6 +116,7 @@ __all__ = [
     "audit_many",
     "check_exports",
     "compare_results",
+    "load_snapshot",
     "open",
     "run_batch",
     "seal_analysis",
