@@ -54,6 +54,7 @@ def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
         "error": None,
         "status": "analyzed",
         **expected_rank_columns(doc),
+        "snapshots": len(doc["allocator"]["snapshots"]) if "allocator" in doc else None,
     }
 
 
@@ -77,7 +78,7 @@ def expected_rank_columns(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None:
+def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any], state: dict[str, Any] | None = None) -> None:
     for key in ("kind", "api", "display_api", "return_code", "return_name", "correlation_id", "pid", "tid",
                 "global_tid", "thread_name", "start_ns", "end_ns", "requested_bytes", "out_of_memory", "rank",
                 "rank_source", "device_id"):
@@ -90,6 +91,9 @@ def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None
     capture = finding["stream_capture"] or {}
     assert row["stream_capture_event_records"] == capture.get("event_records_count")
     assert row["ns_from_capture_end"] == capture.get("ns_from_capture_end")
+    allocator = state or {}  # the document's allocator.at[] state at this finding (with snapshots only)
+    assert (row["allocator_reserved_bytes"], row["allocator_inactive_bytes"]) == (
+        allocator.get("reserved_bytes"), allocator.get("inactive_bytes"))
 
 
 @pytest.mark.parametrize(("engine", "jobs"), [
@@ -106,8 +110,8 @@ def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: 
     )
     assert code == 0, err
     assert stdout.splitlines()[:2] == [
-        "28 input(s): 26 analyzed, 0 resumed, 2 unusable; 8 finding(s)",
-        "verdicts: failure_found 8, inconclusive 4, no_failure 14",
+        "31 input(s): 29 analyzed, 0 resumed, 2 unusable; 10 finding(s)",
+        "verdicts: failure_found 10, inconclusive 4, no_failure 15",
     ]
     assert err.count("\n") == 2 and "broken.sqlite: empty file" in err and "missing.sqlite: no such file" in err
     inputs = pl.read_parquet(out / "inputs.parquet")
@@ -179,7 +183,7 @@ def test_rerun_resumes_by_sha256_without_analyzing_again(tmp_path: Path, engine:
 def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    for i, path in enumerate(REAL * 3):  # 78 inputs, 26 distinct
+    for i, path in enumerate(REAL * 3):  # 87 inputs, 29 distinct
         shutil.copyfile(path, inputs / f"{i:02d}-{Path(path).name}")
     out = tmp_path / "batch"
     proc = subprocess.Popen(
@@ -196,7 +200,7 @@ def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     result = fleet.run_batch([inputs], out=out, jobs=1)
     resumed = result.inputs.filter(pl.col("status") == "resumed")
     assert set(resumed["sha256"].to_list()) == finished
-    assert result.inputs.height == 78 and result.inputs["error"].null_count() == 78
+    assert result.inputs.height == 87 and result.inputs["error"].null_count() == 87
     fresh = fleet.run_batch([inputs], jobs=1).inputs
     assert result.inputs.drop("status").equals(fresh.drop("status"))
 

@@ -67,6 +67,7 @@ INPUT_SCHEMA: Schema = {
     "error": pl.String,
     "status": pl.String,
     **by_rank.INPUT_COLUMNS,  # devices and ranks (nsysaudit/batch/ranks.py)
+    "snapshots": pl.Int64,  # memory snapshots joined (batch --snapshots; null without)
 }
 FINDING_SCHEMA: Schema = {
     "input_sha256": pl.String,
@@ -97,6 +98,9 @@ FINDING_SCHEMA: Schema = {
     "stream_capture_event_records": pl.Int64,
     "ns_from_capture_end": pl.Int64,
     **by_rank.FINDING_COLUMNS,  # the finding's rank and device
+    # the allocator at the finding (batch --snapshots: allocator.at[] of the finding, its first device)
+    "allocator_reserved_bytes": pl.Int64,
+    "allocator_inactive_bytes": pl.Int64,
 }
 
 InputStatus = Literal["analyzed", "resumed", "error"]
@@ -134,6 +138,7 @@ class StoredInput(TypedDict):
     failing_ranks: NotRequired[str | None]
     failing_rank_unknown: NotRequired[int]
     failing_devices: NotRequired[str | None]
+    snapshots: NotRequired[int | None]
 
 
 class InputRow(StoredInput):
@@ -181,13 +186,17 @@ class FindingRow(TypedDict):
     rank: int | None  # by_rank.FINDING_COLUMNS
     rank_source: str | None
     device_id: int | None
+    allocator_reserved_bytes: int | None
+    allocator_inactive_bytes: int | None
 
 
 class BatchOptions(TypedDict):
-    """The options that change a batch's rows, as ``parts/batch.json`` records them."""
+    """The options that change a batch's rows, as ``parts/batch.json`` records them (``snapshots``:
+    only when ``--snapshots`` read the memory snapshots beside each input)."""
 
     library_domains: list[str]
     max_pairs: int | None
+    snapshots: NotRequired[bool]
 
 
 class BatchRecord(TypedDict):

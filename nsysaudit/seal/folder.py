@@ -79,6 +79,7 @@ from nsysaudit.seal.recipe import (
     build,
     sealed_domains,
     sealed_metadata,
+    snapshot_roles,
 )
 from nsysaudit.seal.verify import (
     check_files,
@@ -332,8 +333,11 @@ def seal_compare(
     nsys_path: str | os.PathLike[str] | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    observe_snapshots: Sequence[str | os.PathLike[str]] = (),
+    release_snapshots: Sequence[str | os.PathLike[str]] = (),
 ) -> Sealed:
-    """Compare an observe arm and a release arm and write the sealed comparison into ``out``.
+    """Compare an observe arm and a release arm and write the sealed comparison into ``out``
+    (``observe_snapshots``, ``release_snapshots``: each arm's PyTorch memory snapshots, sealed as inputs).
 
     >>> import tempfile, pathlib
     >>> torch = "tests/fixtures/h200-cuda13-nsys2025.3/torch/"
@@ -347,6 +351,7 @@ def seal_compare(
         roles.append(("observe_telemetry", os.fspath(observe_telemetry)))
     if release_telemetry is not None:
         roles.append(("release_telemetry", os.fspath(release_telemetry)))
+    roles += snapshot_roles(observe_snapshots, "observe_") + snapshot_roles(release_snapshots, "release_")
     recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options)
     return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)
 
@@ -361,10 +366,13 @@ def seal_analysis(
     nsys_path: str | os.PathLike[str] | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    snapshots: Sequence[str | os.PathLike[str]] = (),
 ) -> Sealed:
-    """Analyze one arm and write the sealed report into ``out``."""
+    """Analyze one arm and write the sealed report into ``out`` (``snapshots``: PyTorch memory
+    snapshots of the run, sealed as inputs)."""
     roles: list[tuple[str, str]] = [("arm", os.fspath(path))]
     if telemetry is not None:
         roles.append(("telemetry", os.fspath(telemetry)))
+    roles += snapshot_roles(snapshots)
     recipe = Recipe("analyze", tuple(roles), tuple(library_domains), telemetry_options)
     return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)

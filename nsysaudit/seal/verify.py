@@ -41,6 +41,7 @@ from nsysaudit.seal.recipe import (
     engines,
     input_file,
     recipe_from,
+    snapshot_options_from,
     telemetry_options_from,
     tool_versions,
 )
@@ -338,7 +339,7 @@ def check_files(root: Path) -> list[str]:
     return problems
 
 
-_KINDS = ("sqlite", "nsys-rep", "telemetry")
+_KINDS = ("sqlite", "nsys-rep", "telemetry", "snapshot")
 
 
 def metadata_of(root: Path) -> CheckedMetadata:
@@ -388,6 +389,7 @@ def metadata_of(root: Path) -> CheckedMetadata:
     if telemetry is not None and not isinstance(telemetry, dict):
         raise bad("'recipe.options.telemetry' is not an object")
     telemetry_options_from(telemetry)  # raises CheckFailed naming the problem
+    tolerance = snapshot_options_from(options.get("snapshots"))  # the same
     checked: CheckedMetadata = {
         "format": SEAL_FORMAT,
         "inputs": records,
@@ -398,6 +400,8 @@ def metadata_of(root: Path) -> CheckedMetadata:
         },
         "versions": versions,
     }
+    if tolerance is not None:
+        checked["recipe"]["options"]["snapshot_tolerance_ns"] = tolerance
     if "engines" in meta:
         checked["engines"] = meta["engines"]
     return checked
