@@ -23,10 +23,10 @@ from nsysaudit._version import __version__
 from nsysaudit.core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
     from nsysaudit.batch.audit import audit
     from nsysaudit.batch.check import CheckReport, Expectations, check_exports
     from nsysaudit.batch.run import BatchResult, audit_many, run_batch
+    from nsysaudit.core.defaults import DEFAULT_LIBRARY_DOMAINS, DEFAULT_MAX_PAIRS
     from nsysaudit.core.errors import (
         BadOption,
         BatchOutputNotWritable,
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     )
     from nsysaudit.core.progress import Progress
     from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions
-    from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
     from nsysaudit.reports.analysis import AnalysisResult
     from nsysaudit.reports.compare import Comparison, compare_results
     from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare
@@ -66,10 +65,9 @@ _HOMES = {
     **dict.fromkeys(("CheckReport", "Expectations", "check_exports"), "nsysaudit.batch.check"),
     **dict.fromkeys(ERRORS, "nsysaudit.core.errors"),
     **dict.fromkeys(("BatchResult", "audit_many", "run_batch"), "nsysaudit.batch.run"),
-    "DEFAULT_MAX_PAIRS": "nsysaudit.analysis.joins",
+    **dict.fromkeys(("DEFAULT_LIBRARY_DOMAINS", "DEFAULT_MAX_PAIRS"), "nsysaudit.core.defaults"),
     "Progress": "nsysaudit.core.progress",
     **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions"), "nsysaudit.read.telemetry"),
-    "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
     "AnalysisResult": "nsysaudit.reports.analysis",
     **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
     **dict.fromkeys(("Sealed", "Verification", "seal_analysis", "seal_compare", "verify"), "nsysaudit.seal"),

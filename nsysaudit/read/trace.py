@@ -23,6 +23,7 @@ from nsysaudit.core.codes import (
     is_device_free_api,
     is_event_record,
 )
+from nsysaudit.core.defaults import DEFAULT_LIBRARY_DOMAINS as DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
@@ -40,7 +41,6 @@ from nsysaudit.read.source import ExportFile, Table, quote, sql_name
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
 NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
-DEFAULT_LIBRARY_DOMAINS = ("cuBLAS", "cuDNN")
 LIBRARY_TABLES = {"CUBLAS_EVENTS": "cuBLAS", "CUDNN_EVENTS": "cuDNN"}
 # ENUM_NSYS_EVENT_CLASS ids of the zero-length "cuBLAS start/finish", "cuDNN start/finish" marker
 # rows nsys writes into CUBLAS_EVENTS / CUDNN_EVENTS (nsys 2022.2 through 2026.2), for exports
