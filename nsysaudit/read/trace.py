@@ -158,6 +158,9 @@ class Trace:
       against its own deallocation event and counts handles and reserved address ranges.
     - ``devices``: the GPUs, which process used which, and the launched command
       (:class:`nsysaudit.read.devices.DeviceEvidence`).
+
+    ``cuda_api_checked``: what the native reader's own check of the CUDA API table found as it read
+    it (:attr:`nsysaudit.read.scan.CudaApiScan.checked`; None: it did not check it).
     """
 
     export: ExportFile
@@ -190,6 +193,7 @@ class Trace:
     memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
     devices: DeviceEvidence = field(default_factory=DeviceEvidence)
+    cuda_api_checked: str | None = None
 
 
 
@@ -362,6 +366,7 @@ def _load(
         memory_calls=scanned.memory_calls,
         alloc_calls=scanned.alloc_calls,
         devices=devices,
+        cuda_api_checked=scanned.checked,
     )
 
 
@@ -499,6 +504,7 @@ class _Scanned:
     engine: str = "none"
     problems: dict[str, int] = field(default_factory=dict)
     type_mismatch_rows: int = 0
+    checked: str | None = None
 
 
 def _scan(
@@ -553,6 +559,7 @@ def _scan(
         engine=scanned.engine,
         problems=scanned.problems,
         type_mismatch_rows=scanned.type_mismatch_rows,
+        checked=scanned.checked,
     )
 
 
