@@ -515,15 +515,25 @@ static int check_page(checker *c, int64_t pgno, const uint8_t *page, int leaf, i
         if (i > 0 ? e->key <= c->cells[i - 1].key : has_lower && e->key <= lower) return unsure(c->why, pgno, "keys out of order");
         if (e->key > upper) return unsure(c->why, pgno, "keys out of order");
     }
-    /* the coverage (checkTreePage's min-heap, as a merge): the cells, by offset (SQLite writes the
-     * last one lowest), and the freeblocks (in order already), each byte of the page used once */
-    uint32_t m = 0, sorted = 1;
-    for (uint32_t i = n; i-- > 0;) {
+    /* the coverage (checkTreePage's min-heap, as a merge): the cells, by offset (SQLite writes them
+     * one way or the other: sorted either way, or sorted here), and the freeblocks (in order
+     * already), each byte of the page used once */
+    uint32_t m = n, up = 1, down = 1;
+    for (uint32_t i = 0; i < n; i++) {
         uint32_t span = c->cells[i].pc << 16 | (c->cells[i].pc + c->cells[i].size - 1);
-        sorted &= !m || c->cover[m - 1] <= span;
-        c->cover[m++] = span;
+        up &= i == 0 || c->cover[i - 1] <= span;
+        down &= i == 0 || c->cover[i - 1] >= span;
+        c->cover[i] = span;
     }
-    if (!sorted) qsort(c->cover, m, sizeof *c->cover, by_value);
+    if (!up && down) {
+        for (uint32_t i = 0; i < m / 2; i++) {
+            uint32_t t = c->cover[i];
+            c->cover[i] = c->cover[m - 1 - i];
+            c->cover[m - 1 - i] = t;
+        }
+    } else if (!up) {
+        qsort(c->cover, m, sizeof *c->cover, by_value);
+    }
     uint32_t i = 0, j = 0, k = 0;
     while (i < m || j < n_blocks) c->merged[k++] = j == n_blocks || (i < m && c->cover[i] <= c->blocks[j]) ? c->cover[i++] : c->blocks[j++];
     uint32_t prev = top - 1, frag = 0;
@@ -717,6 +727,19 @@ done:
     return pl;
 }
 
+/* For a one-byte serial type (below 128): its value's size (0xff: types 10 and 11, reserved), and
+ * whether quick_check names it in a column of each class (a TEXT where a number belongs, a number
+ * where TEXT does). Filled once, when the module is loaded. */
+static uint8_t SHORT_SIZE[128], NAMED[COL_CLASS + 1][128];
+
+static void fill_tables(void) {
+    for (int st = 0; st < 128; st++) {
+        SHORT_SIZE[st] = st == 10 || st == 11 ? 0xff : st >= 12 ? (uint8_t)((st - 12) / 2) : (uint8_t)"\0\1\2\3\4\6\10\10\0\0"[st];
+        NAMED[COL_NUMBER][st] = st >= 13 && (st & 1);
+        NAMED[COL_TEXT][st] = st >= 1 && st <= 9;
+    }
+}
+
 /* The size of a value of serial type st (10 and 11 are reserved: UINT64_MAX). */
 static inline uint64_t serial_size(uint64_t st) {
     static const uint64_t small[12] = {0, 1, 2, 3, 4, 6, 8, 8, 0, 0, UINT64_MAX, UINT64_MAX};
@@ -786,26 +809,37 @@ static int record(leaves *r, int64_t pgno, const uint8_t *a, uint64_t n, uint64_
         return hand_over(r, pgno, "a record header larger than its record");
     }
     uint64_t types[MAX_FIELDS], offsets[MAX_FIELDS];
-    const uint8_t *h = a + k, *end = a + header;
-    int fields = 0;
-    for (off = header; h < end && !broken; fields++) {
-        if (!serial_type(&h, end, &st) || st > 0x7fffffff || st == 10 || st == 11) {
-            broken = "a record's header unreadable";
-        } else if ((size = serial_size(st)) > n - off) {
-            broken = "a record's values do not fit in it";
+    const uint8_t *h = a + k, *end = a + header, *classes = r->classes;
+    const int kept = decode ? r->max_field + 1 : 0, n_cols = r->n_cols; /* kept: the fields decoding needs */
+    int fields = 0, named = 0;
+    for (off = header; h < end; fields++) {
+        if (*h < 0x80) { /* every type up to a 57-byte string: one byte, its size and checks from tables */
+            st = *h++;
+            size = SHORT_SIZE[st];
+            if (size == 0xff) {
+                broken = "a record's header unreadable";
+                break;
+            }
+            named |= fields < n_cols && NAMED[classes[fields] & COL_CLASS][st];
         } else {
-            if (fields < r->n_cols) {
-                int cls = r->classes[fields] & COL_CLASS;
-                if ((cls == COL_NUMBER && st >= 13 && (st & 1)) || (cls == COL_TEXT && st >= 1 && st <= 9))
-                    doubt(r, pgno, "a value of a type its column's check names");
+            if (!serial_type(&h, end, &st) || st > 0x7fffffff) {
+                broken = "a record's header unreadable";
+                break;
             }
-            if (fields < MAX_FIELDS) {
-                types[fields] = st;
-                offsets[fields] = off;
-            }
-            off += size;
+            size = serial_size(st);
+            named |= fields < n_cols && (classes[fields] & COL_CLASS) == COL_NUMBER && (st & 1);
         }
+        if (size > n - off) {
+            broken = "a record's values do not fit in it";
+            break;
+        }
+        if (fields < kept) {
+            types[fields] = st;
+            offsets[fields] = off;
+        }
+        off += size;
     }
+    if (named) doubt(r, pgno, "a value of a type its column's check names");
     if (!broken && off != n) broken = "a record's values do not fill it";
     if (broken) {
         doubt(r, pgno, broken);
@@ -1518,6 +1552,7 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
+    fill_tables();
     if (PyType_Ready(&PlanType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
