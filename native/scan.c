@@ -1373,40 +1373,82 @@ static PyObject *py_plan(PyObject *self, PyObject *args) {
     return (PyObject *)out;
 }
 
-/* The table's check without reading its rows (a table the scan does not read): "" when it is sound,
- * else why the check is unsure. */
-static PyObject *py_check(PyObject *self, PyObject *args) {
-    (void)self;
-    const char *uri, *table;
-    Py_buffer classes;
-    sqlite3 *db = NULL;
-    if (!PyArg_ParseTuple(args, "ssy*:check", &uri, &table, &classes)) return NULL;
-    if (open_readonly(uri, &db)) {
-        PyBuffer_Release(&classes);
-        return NULL;
-    }
-    char why[200] = "";
-    int rc = PAGE_OK;
-    Py_BEGIN_ALLOW_THREADS
+/* One table's check without reading its rows, on connection db: "" into why when it is sound, else
+ * why the check is unsure. PAGE_FAILED when out of memory. */
+static int check_one(sqlite3 *db, const char *table, const uint8_t *classes, int n_cols, char *why) {
     plan_t *pl = plan_table(db, table);
-    if (!pl) {
-        rc = PAGE_FAILED;
-    } else if (pl->why[0]) {
-        snprintf(why, sizeof why, "%s", pl->why);
+    int rc = PAGE_OK;
+    why[0] = 0;
+    if (!pl) return PAGE_FAILED;
+    if (pl->why[0]) {
+        snprintf(why, 200, "%s", pl->why);
     } else {
         leaves lr;
-        rc = leaves_init(&lr, pl, db, classes.buf, (int)classes.len, NULL);
+        rc = leaves_init(&lr, pl, db, classes, n_cols, NULL);
         if (rc == 0) rc = read_leaves(&lr, NULL, 0, pl->n_leaves);
         else if (rc > 0) doubt(&lr, 0, "the file cannot be read through its handle");
-        if (rc != PAGE_FAILED && !lr.sound) snprintf(why, sizeof why, "%s", lr.why);
+        if (rc != PAGE_FAILED && !lr.sound) snprintf(why, 200, "%s", lr.why);
         leaves_free(&lr);
     }
     plan_free(pl);
+    return rc == PAGE_FAILED ? PAGE_FAILED : PAGE_OK;
+}
+
+/* The tables' checks without reading their rows (the tables the scan does not read), on one
+ * connection: per (table, classes), "" when it is sound, else why the check is unsure. */
+static PyObject *py_check(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *uri;
+    PyObject *given;
+    sqlite3 *db = NULL;
+    if (!PyArg_ParseTuple(args, "sO:check", &uri, &given)) return NULL;
+    PyObject *seq = PySequence_Fast(given, "check: expected a sequence of (table, classes)");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char **names = calloc((size_t)n + 1, sizeof(char *));
+    const char **classes = calloc((size_t)n + 1, sizeof(char *));
+    Py_ssize_t *widths = calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    char(*whys)[200] = calloc((size_t)n + 1, 200);
+    PyObject *out = NULL;
+    if (!names || !classes || !widths || !whys) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* the strings and bytes live in seq while the GIL is released */
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *name, *cls;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyUnicode_Check(name = PyTuple_GET_ITEM(item, 0)) ||
+            !PyBytes_Check(cls = PyTuple_GET_ITEM(item, 1))) {
+            PyErr_SetString(PyExc_TypeError, "check: expected a sequence of (table, classes)");
+            goto done;
+        }
+        if (!(names[i] = PyUnicode_AsUTF8(name))) goto done;
+        classes[i] = PyBytes_AS_STRING(cls);
+        widths[i] = PyBytes_GET_SIZE(cls);
+    }
+    if (open_readonly(uri, &db)) goto done;
+    int rc = PAGE_OK;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && rc == PAGE_OK; i++)
+        rc = check_one(db, names[i], (const uint8_t *)classes[i], (int)widths[i], whys[i]);
     sqlite3_close(db);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&classes);
-    if (rc == PAGE_FAILED) return PyErr_NoMemory();
-    return PyUnicode_FromString(why);
+    if (rc == PAGE_FAILED) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *why = PyUnicode_FromString(whys[i]);
+        if (!why) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, why);
+    }
+done:
+    free(names);
+    free(classes);
+    free(widths);
+    free(whys);
+    Py_DECREF(seq);
+    return out;
 }
 
 static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -1538,7 +1580,7 @@ static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_VARARGS | METH_KEYWORDS,
      "Reduce one rowid range of the CUDA API table (see nsysaudit/read/native.py)."},
     {"plan", py_plan, METH_VARARGS, "A table's plan: its interior pages checked, its leaves listed."},
-    {"check", py_check, METH_VARARGS, "A table's check, as quick_check's: \"\" when sound, else why unsure."},
+    {"check", py_check, METH_VARARGS, "Tables' checks, as quick_check's: \"\" when sound, else why unsure."},
     {"read", (PyCFunction)(void (*)(void))py_read, METH_VARARGS | METH_KEYWORDS,
      "The rows of a query of integer columns: (values, nulls, rows, values of another type)."},
     {"sqlite_version", py_sqlite_version, METH_NOARGS, "sqlite3_libversion() of the SQLite this module runs on."},

@@ -146,15 +146,15 @@ def native_classes(conn: sqlite3.Connection, table: str) -> bytes | None:
     return None if indexed(conn, table) else column_classes(conn, table)
 
 
-def native_sound(uri: str, conn: sqlite3.Connection, table: str) -> bool:
-    """Whether the native check finds ``table`` sound (quick_check would say nothing of it)."""
-    classes = native_classes(conn, table)
-    if classes is None:
-        return False
+def native_sound(uri: str, conn: sqlite3.Connection, tables: Sequence[str]) -> set[str]:
+    """The ``tables`` the native check finds sound (quick_check would say nothing of them), all
+    checked on one connection."""
+    classes = {t: c for t in tables if (c := native_classes(conn, t)) is not None}
     try:
-        return native.check_table(uri, table, classes) == ""
+        whys = native.check_tables(uri, list(classes.items()))
     except native.NativeScanError:
-        return False
+        return set()
+    return {t for t, why in zip(classes, whys, strict=True) if why == ""}
 
 
 def evidence_tables(export: ExportFile) -> tuple[str, ...]:
@@ -249,10 +249,11 @@ def check_export(
     warnings: list[ReportWarning] = []
     per_table = sqlite3.sqlite_version_info >= (3, 33, 0)
     with closing(sqlite3.connect(uri, uri=True, check_same_thread=False)) as conn:
+        sound = native_sound(uri, conn, tables) if native_first and per_table else set()
         for table in (*tables, *([SCHEMA] if schema else [])) if per_table else (SCHEMA,):
             if interrupted is not None and interrupted.is_set():
                 break
-            if native_first and table != SCHEMA and native_sound(uri, conn, table):
+            if table in sound:
                 continue
             where = "its schema" if table == SCHEMA else f"table {table}"
             try:

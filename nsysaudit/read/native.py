@@ -268,17 +268,23 @@ def plan(uri: str, table: str) -> Plan:
         raise NativeScanError(str(exc) or "out of memory") from None
 
 
-def check_table(uri: str, table: str, classes: bytes) -> str:
-    """``table`` checked as SQLite's ``PRAGMA quick_check(table)`` checks it, without reading its rows
-    (``classes``: :func:`nsysaudit.read.damage.column_classes`): "" when it is sound (quick_check would
-    say nothing), else why the check is unsure (then quick_check must say)."""
+def check_tables(uri: str, tables: Sequence[tuple[str, bytes]]) -> list[str]:
+    """Each table checked as SQLite's ``PRAGMA quick_check(table)`` checks it, without reading its
+    rows, on one connection (with its columns' classes: :func:`nsysaudit.read.damage.column_classes`):
+    "" where it is sound (quick_check would say nothing), else why the check is unsure (then
+    quick_check must say)."""
     _require()
     from nsysaudit.read import _native
 
     try:
-        return _native.check(uri, table, classes)
+        return _native.check(uri, tables)
     except (_native.Error, MemoryError) as exc:
         raise NativeScanError(str(exc) or "out of memory") from None
+
+
+def check_table(uri: str, table: str, classes: bytes) -> str:
+    """:func:`check_tables` of one table."""
+    return check_tables(uri, [(table, classes)])[0]
 
 
 @dataclass(frozen=True)
