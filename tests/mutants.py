@@ -10,6 +10,7 @@ its export and its seed.
 from __future__ import annotations
 
 import random
+import re
 import shutil
 import sqlite3
 from collections.abc import Callable
@@ -306,9 +307,10 @@ def outcome(path: Path, engine: str) -> tuple[int, str, str, tuple[str, ...]]:
     import io
     import os
 
+    from conftest import engine_free
+
     from nsysaudit.cli import main
     from nsysaudit.read import scan
-    from nsysaudit.seal.recipe import ENGINE_KEYS
 
     flag, pages, adbc_rows = ENGINES[engine]
     saved = os.environ.get("NSYSAUDIT_NATIVE"), scan.ADBC_MIN_ROWS, scan.page_layout
@@ -328,15 +330,9 @@ def outcome(path: Path, engine: str) -> tuple[int, str, str, tuple[str, ...]]:
         scan.ADBC_MIN_ROWS, scan.page_layout = saved[1], saved[2]  # type: ignore[assignment]
     out.flush()
     report = out.buffer.getvalue()  # type: ignore[attr-defined]
-    warned: tuple[str, ...] = ()
     if report:
-        import json
-
-        document = json.loads(report)
-        for key in ENGINE_KEYS:
-            document["input"].pop(key)
-        warned = tuple(w["kind"] for w in document["warnings"] if w["kind"].startswith("damaged_"))
-        report = json.dumps(document, sort_keys=True).encode()
+        report = engine_free(report)[0]
+    warned = tuple(k.decode() for k in re.findall(rb'"kind":"(damaged_[a-z_]+)"', report))
     return code, hashlib.sha256(report).hexdigest() if report else "", err.getvalue(), warned
 
 
