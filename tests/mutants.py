@@ -214,11 +214,15 @@ def _freeblock(export: Export, data: bytearray, page: int, rng: random.Random) -
 
 
 def _overflow(export: Export, data: bytearray, tree: str, rng: random.Random) -> str:
-    """An overflow chain cut (a page's next set to 0), lengthened, or pointed into another page."""
+    """An overflow chain cut (a page's next set to 0), lengthened (its last page pointing on), or
+    pointed into another page, itself or past the file."""
     page = rng.choice(export.overflow[tree])
     at = (page - 1) * export.page_size
     pages = len(data) // export.page_size
-    data[at : at + 4] = rng.choice([0, rng.randrange(2, pages + 1), page, pages + 3]).to_bytes(4, "big")
+    follows = [rng.randrange(2, pages + 1), page, pages + 3]
+    if int.from_bytes(data[at : at + 4], "big"):
+        follows.append(0)
+    data[at : at + 4] = rng.choice(follows).to_bytes(4, "big")
     return "overflow chain"
 
 
@@ -267,9 +271,11 @@ def mutate(export: Export, rng: random.Random) -> tuple[bytes, str, str]:
         pages = len(data) // export.page_size
         cut = rng.randrange(1, pages) * export.page_size - rng.choice([0, 0, 1, 100, export.page_size // 2])
         return bytes(data[: max(cut, 100)]), "truncated", "file"
-    if roll < 0.1 and export.overflow:
-        tree = rng.choice(sorted(export.overflow))
-        return bytes(data), _overflow(export, data, tree, rng), category(export, tree)
+    if roll < 0.1 and export.overflow:  # an evidence table's chains most often, where there are some
+        trees = sorted(export.overflow)
+        tree = rng.choices(trees, [TREE_WEIGHTS[category(export, t)] for t in trees])[0]
+        done = _overflow(export, data, tree, rng)
+        return bytes(data), done, category(export, tree)
     kinds: dict[str, list[str]] = {}
     for t in export.trees:
         kinds.setdefault(category(export, t), []).append(t)
@@ -300,8 +306,9 @@ ENGINES = {
 
 def outcome(path: Path, engine: str) -> tuple[int, str, str, tuple[str, ...]]:
     """``analyze --json`` of ``path`` read by ``engine``, in this process: its exit code, its report
-    with the keys naming the engine set aside (its SHA-256: the reports are long), its stderr, and
-    the damage it warned of (``damaged_index``, ``damaged_free_list``)."""
+    with the keys naming the engine set aside (its SHA-256: the reports are long), its stderr
+    (SQLite's own words set aside: :func:`sqlites_words`), and the damage it warned of
+    (``damaged_index``, ``damaged_free_list``)."""
     import contextlib
     import hashlib
     import io
@@ -333,7 +340,19 @@ def outcome(path: Path, engine: str) -> tuple[int, str, str, tuple[str, ...]]:
     if report:
         report = engine_free(report)[0]
     warned = tuple(k.decode() for k in re.findall(rb'"kind":"(damaged_[a-z_]+)"', report))
-    return code, hashlib.sha256(report).hexdigest() if report else "", err.getvalue(), warned
+    return code, hashlib.sha256(report).hexdigest() if report else "", sqlites_words(err.getvalue()), warned
+
+
+# What SQLite's quick_check says of a damaged record, after the table it names: its words can change
+# from one run to the next on the same file (it reads bytes past the damaged page, which it did not
+# write: rows and then "database disk image is malformed", or that error at once).
+_SQLITES_WORDS = re.compile(r"\(SQLite's quick_check[^\n]*\)$", re.MULTILINE)
+
+
+def sqlites_words(err: str) -> str:
+    """``err`` with SQLite's own words of what is damaged set aside (the file, the table and the
+    rest of the line stay)."""
+    return _SQLITES_WORDS.sub("(SQLite's quick_check: <its words>)", err)
 
 
 @dataclass(frozen=True)

@@ -92,9 +92,11 @@ def test_every_engine_gives_one_answer_on_damaged_real_exports(tmp_path: Path) -
     headers changed; overflow chains cut or lengthened; pages zeroed; copies cut short): each read by
     the native engine and the stdlib reader, every fifth by all four engines, gives one exit code and
     one report (every key but those naming the engine), or one error line: SQLite's quick_check
-    decides, and where the native check finds a table sound quick_check does too."""
+    decides, and where the native check finds a table sound quick_check does too. (SQLite's own
+    words of what is damaged are set aside: on a damaged record they can change from one run to the
+    next, whatever reads the file.)"""
     seen, kinds, unstable = one_answer(tmp_path, 350, 5)
-    said = (dict(seen), dict(kinds), unstable)
+    said = str((dict(seen), dict(kinds), unstable))
     # not vacuous: damage refused, warned of and read past, on every kind of page, by every kind of damage
     assert seen[("CUDA API table", "refused")] > 200 and seen[("evidence table", "refused")] > 60, said
     assert seen[("index", "read")] + seen[("index", "warned")] > 50 and seen[("free list", "read")] > 20, said
