@@ -20,7 +20,7 @@ help: ## list the targets
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
-	CFLAGS="$${CFLAGS:-} -Werror" $(PY) -m pip install --quiet -e '.[test,fleet,notebook]'
+	CFLAGS="$${CFLAGS:-} -Werror" $(PY) -m pip install --quiet -e '.[test,fleet,notebook,adbc]'
 	touch $@
 
 # The bytecode is compiled here, as pip does for a regular install: an editable install under
@@ -56,8 +56,9 @@ test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CL
 	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" NSYSAUDIT_REQUIRE_CHROMIUM=1 \
 		NSYSAUDIT_REQUIRE_NATIVE=1 $(PY) -m pytest -q
 
-# The tests of what reads an export, which CI runs a second time on the pure engines (polars over
-# ADBC, the stdlib reader: what an install without the native extension runs).
+# The tests of what reads an export, which CI runs a second time without the native engine: the bundled
+# exports are under ADBC's 50,000 rows, so on the stdlib reader (an install without the native extension
+# and the adbc extra); tests/test_reading_scan.py holds the ADBC engine to the same answers in make test.
 # tests/test_hostile_damage.py and the native engine's own tests (needs_native) switch engines themselves.
 READER_TESTS := tests/test_reading_scan.py tests/test_reading_nvtx.py tests/test_golden.py \
 	tests/test_evidence_nsys2025.py tests/test_evidence_rules.py tests/test_evidence_analysis.py tests/test_ledger.py \

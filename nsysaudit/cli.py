@@ -482,6 +482,10 @@ def verify_cmd(
     help="Join the PyTorch memory snapshots beside each input: NAME.pickle, NAME-*.pickle, NAME.*.pickle and "
     "NAME_*.pickle for NAME.sqlite (docs/batch.md).",
 )
+@click.option(
+    "--strict", is_flag=True,
+    help="Exit 2 when any input is unusable (CI), after writing the tables with its error row.",
+)
 @reading_options
 def batch_cmd(
     paths: Sequence[str],
@@ -490,6 +494,7 @@ def batch_cmd(
     engine: Literal["local", "dask"],  # click.Choice lets only these through
     scheduler: str | None,
     snapshots: bool,
+    strict: bool,
     nsys_path: str | None,
     library_domains: Sequence[str],
 ) -> None:
@@ -497,12 +502,14 @@ def batch_cmd(
 
     One row per input (path, sha256, versions, verdict, census totals, censored calls, findings,
     error) and one row per finding. An unusable input is a row with its one-line error (also shown
-    on stderr); it never stops the batch.
+    on stderr); it never stops the batch. Exit 0 when the batch ran, 1 when every input was
+    unusable; with --strict, 2 when any was (the tables are written first).
 
     \b
     Examples:
       nsysaudit batch /runs/job-1234 --out audit/
       nsysaudit batch /runs --out audit.csv --jobs 8
+      nsysaudit batch /runs --out audit/ --strict
     """
     def warn(row: Mapping[str, object]) -> None:  # an input row
         if row.get("error"):
@@ -523,6 +530,10 @@ def batch_cmd(
     with printing():
         for line in result.summary_lines():
             click.echo(render.escape(line))
+    unusable = result.unusable()
+    if strict and unusable.height:
+        raise NsysAuditError(f"{unusable.height} input(s) could not be analyzed (--strict), the first: "
+                             f"{unusable['error'][0]} (the tables hold their rows)")
     if result.inputs.height and (result.inputs["status"] == "error").all():
         raise CheckFailed(f"every input of the batch was unusable ({result.inputs.height}): see the rows' errors")
 

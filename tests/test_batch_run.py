@@ -34,6 +34,9 @@ def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
     """The batch's input row, computed independently from the ``analyze --json`` document."""
     censored = doc["coverage"]["censored"]
     kinds = [f["kind"] for f in doc["findings"]]
+    reasons = sorted({r for c in censored for r in c["reasons"]})
+    libraries = sorted({f["enclosing"]["library"] for f in doc["findings"]
+                        if f["enclosing"] is not None and f["enclosing"]["library"]})
     return {
         "path": doc["input"]["path"],
         **{k: doc["input"][k] for k in ("sha256", "kind", "size_bytes", "nsys_version", "schema_version")},
@@ -42,19 +45,20 @@ def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
         **{k: doc["census"][k] for k in ("cuda_api_calls", "nonzero_returns", "failed_calls")},
         "library_calls": len(doc["library_calls"]),
         "censored_library_calls": len(censored),
-        "censored_reasons": ", ".join(sorted({r for c in censored for r in c["reasons"]})) or None,
+        "censored_reasons": ", ".join(reasons) or None,
         "findings": len(doc["findings"]),
         "nested_alloc_failures": kinds.count("nested_alloc_failure"),
         "straddling_alloc_failures": kinds.count("straddling_alloc_failure"),
         "nested_call_failures": kinds.count("nested_call_failure"),
         "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
-        "library": ", ".join(sorted({f["enclosing"]["library"] for f in doc["findings"]
-                                     if f["enclosing"] is not None and f["enclosing"]["library"]})) or None,
+        "library": ", ".join(libraries) or None,
         "warnings": len(doc["warnings"]),
         "error": None,
         "status": "analyzed",
         **expected_rank_columns(doc),
         "snapshots": len(doc["allocator"]["snapshots"]) if "allocator" in doc else None,
+        "censored_reasons_list": reasons,
+        "library_list": libraries,
     }
 
 
@@ -64,17 +68,46 @@ def expected_rank_columns(doc: dict[str, Any]) -> dict[str, Any]:
     stated = [p for p in doc["processes"] if p["rank"] is not None]
     ranks = sorted({p["rank"] for p in stated})
     failing = doc["ranks"]["failing"]
+    used_list = [f"{d['device_id']} ({', '.join(x for x in (d['name'], d['bus_location']) if x)})" for d in used]
+    failing_ranks = sorted({f["rank"] for f in failing if f["rank"] is not None})
+    failing_devices = sorted({f["device_id"] for f in failing if f["device_id"] is not None})
     return {
         "devices": len(doc["devices"]),
-        "devices_used": "; ".join(
-            f"{d['device_id']} ({', '.join(x for x in (d['name'], d['bus_location']) if x)})" for d in used) or None,
+        "devices_used": "; ".join(used_list) or None,
         "rank": ranks[0] if len(ranks) == 1 else None,
         "rank_source": stated[0]["rank_source"] if len(stated) == 1 else None,
         "ranks": ", ".join(map(str, ranks)) or None,
-        "failing_ranks": ", ".join(map(str, sorted({f["rank"] for f in failing if f["rank"] is not None}))) or None,
+        "failing_ranks": ", ".join(map(str, failing_ranks)) or None,
         "failing_rank_unknown": sum(1 for f in failing if f["rank"] is None),
-        "failing_devices": ", ".join(map(str, sorted({f["device_id"] for f in failing
-                                                      if f["device_id"] is not None}))) or None,
+        "failing_devices": ", ".join(map(str, failing_devices)) or None,
+        # the joined columns as lists: the same items, typed; [] where the string is null
+        "devices_used_list": used_list,
+        "ranks_list": ranks,
+        "failing_ranks_list": failing_ranks,
+        "failing_devices_list": failing_devices,
+    }
+
+
+def expected_holder(doc: dict[str, Any], index: int) -> dict[str, Any]:
+    """The ledger's figures at finding ``index``, from the document's ``memory.at[]`` point of it."""
+    names = ("held_bytes", "process_held_bytes", "free_at_most_bytes", "device_total_bytes", "holder_pid",
+             "holder_bytes", "holders", "held_covered")
+    point = next((p for p in doc["memory"]["at"] if p["point"] == "finding" and p.get("finding") == index), None)
+    if point is None:
+        return dict.fromkeys(names)
+    device_id = doc["findings"][index]["device_id"]
+    devices = [d for d in point["devices"] if len(point["devices"]) == 1 or d["device_id"] == device_id]
+    if len(devices) != 1 or (len(point["devices"]) > 1 and device_id is None):
+        return {**dict.fromkeys(names), "held_covered": point["covered"]}
+    d = devices[0]
+    holding = sorted((p for p in d["processes"] if p["resident_bytes"] > 0), key=lambda p: -p["resident_bytes"])
+    return {
+        "held_bytes": d["device_resident_live_bytes"], "process_held_bytes": d["process_live_bytes"],
+        "free_at_most_bytes": d["free_at_most_bytes"], "device_total_bytes": d["total_bytes"],
+        "holder_pid": holding[0]["pid"] if holding else None,
+        "holder_bytes": holding[0]["resident_bytes"] if holding else None,
+        "holders": sum(1 for p in d["processes"] if p["resident_bytes"] or p["imported_pool_bytes"]),
+        "held_covered": point["covered"],
     }
 
 
@@ -122,8 +155,10 @@ def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: 
         assert row == expected_input_row(doc)
         rows = findings.filter(pl.col("input_sha256") == row["sha256"]).sort("finding").to_dicts()
         assert len(rows) == len(doc["findings"])
-        for found, finding in zip(rows, doc["findings"], strict=True):
+        for i, (found, finding) in enumerate(zip(rows, doc["findings"], strict=True)):
             assert_finding_matches(found, finding)
+            assert found["path"] == path  # as the inputs table has it
+            assert {k: found[k] for k in expected_holder(doc, i)} == expected_holder(doc, i)
     bad = inputs.row(len(REAL), named=True)
     assert bad["status"] == "error" and bad["verdict"] is None and bad["error"].startswith(f"{broken}: empty file")
     assert bad["sha256"] == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # of no bytes

@@ -117,3 +117,29 @@ def test_the_cli_asks_jemalloc_to_return_freed_memory_unless_the_user_said(prese
         assert conf[-2:] == ["dirty_decay_ms:200", "muzzy_decay_ms:0"], conf
     else:
         assert conf[-1] == preset and "dirty_decay_ms:200" not in conf, conf
+
+
+TORCH_DIR = OBSERVE.parent
+
+
+def drawing(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in ("matplotlib", "PIL"))
+
+
+@pytest.mark.parametrize("args", [
+    ["analyze", str(OBSERVE)],
+    ["analyze", str(OBSERVE), "--details"],
+    ["check", str(TORCH_DIR), "--expect", str(ROOT / "tests/fixtures/expectations.toml"), "--only-matching"],
+    ["batch", str(OBSERVE), "--out", "{tmp}/audit", "--jobs", "1"],
+    ["batch", str(OBSERVE), "--out", "{tmp}/audit.csv", "--jobs", "1"],
+    ["schema", "batch-finding"],
+], ids=["analyze", "details", "check", "batch", "batch-csv", "schema"])
+def test_matplotlib_is_imported_only_when_a_picture_is_drawn(args: list[str], tmp_path: Path) -> None:
+    """matplotlib (and Pillow, through it) is a dependency for the pictures alone: a command that draws
+    none never imports it (``python -X importtime -m nsysaudit ...`` shows the same)."""
+    assert drawing(loaded_by([a.format(tmp=tmp_path) for a in args])) == []
+
+
+def test_a_picture_imports_matplotlib(tmp_path: Path) -> None:
+    """The test above would pass if nothing loaded at all: drawing does load it."""
+    assert "matplotlib" in drawing(loaded_by(["plot", str(OBSERVE), "--out", str(tmp_path / "t.svg")]))

@@ -102,21 +102,22 @@ def test_a_fifo_named_like_an_export_is_an_error_row_even_when_resuming(tmp_path
 @pytest.mark.parametrize(
     ("out", "cwd", "named", "problem"),
     [
-        # the folder holding the inputs
-        ("evidence", None, "evidence", "it holds the input {evidence}/good.sqlite"),
+        # the folder holding the inputs (the line names a place outside it: --out evidence-audit)
+        ("evidence", None, "evidence", "it holds the input {evidence}/good.sqlite|evidence-audit"),
         # the inputs' own folder, as . from inside it
-        (".", "evidence", ".", "it holds the input {evidence}/good.sqlite"),
-        # a folder holding the inputs deeper down
-        (".", None, ".", "it holds the input {evidence}/good.sqlite"),
+        (".", "evidence", ".", "it holds the input {evidence}/good.sqlite|../evidence-audit"),
+        # a folder holding the inputs deeper down: a new folder in it, beside the evidence
+        (".", None, ".", "it holds the input {evidence}/good.sqlite|audit"),
         # a symlink to the inputs' folder: paths are compared resolved
-        ("link", None, "link", "it holds the input {evidence}/good.sqlite"),
+        ("link", None, "link", "it holds the input {evidence}/good.sqlite|evidence-audit"),
         # a table file beside the inputs
-        ("evidence/audit.parquet", None, "evidence/audit.parquet", "its folder holds the input {evidence}/good.sqlite"),
+        ("evidence/audit.parquet", None, "evidence/audit.parquet",
+         "its folder holds the input {evidence}/good.sqlite|evidence-audit/audit.parquet"),
         # a folder inside the inputs' folder (was written, while a table file there was refused)
         ("evidence/sub", None, "evidence/sub",
-         "it lies inside {evidence}, the folder of the input {evidence}/good.sqlite"),
+         "it lies inside {evidence}, the folder of the input {evidence}/good.sqlite|evidence-audit"),
         ("evidence/deep/audit.csv", None, "evidence/deep/audit.csv",
-         "it lies inside {evidence}, the folder of the input {evidence}/good.sqlite"),
+         "it lies inside {evidence}, the folder of the input {evidence}/good.sqlite|evidence-audit/audit.csv"),
         # a folder holding files no batch wrote
         ("mine", None, "mine", "holds files or folders no nsysaudit batch wrote (notes.txt)"),
         # a parts folder holding a file no batch wrote (a batch's record is there)
@@ -143,12 +144,33 @@ def test_batch_out_beside_the_evidence_or_over_other_files_is_refused(
     given = "good.sqlite" if cwd else evidence
     code, stdout, err = run(capsys, "batch", given, "--out", out, "--jobs", 1)
     assert (code, stdout) == (2, ""), err
+    problem, _, instead = problem.partition("|")
     shown = problem.format(evidence="." if cwd else evidence).replace("./good.sqlite", "good.sqlite")
     assert err == f"nsysaudit: error: {named}: cannot write the batch output here: {shown}" + (
-        ": a batch never writes beside its evidence (nothing was written)\n" if "input" in problem
-        else ": choose an empty or new --out (nothing was written)\n"
+        f": a batch never writes beside its evidence; write it elsewhere, e.g. --out {instead} (nothing was "
+        "written)\n" if "input" in problem else ": choose an empty or new --out (nothing was written)\n"
     )
     assert folder_state(tmp_path) == before  # nothing written, nothing deleted
+    if instead:  # the place it names may be written
+        code, _, err = run(capsys, "batch", given, "--out", instead, "--jobs", 1)
+        assert code == 0, err
+
+
+def test_the_refusal_names_a_place_outside_every_evidence_folder(capsys, monkeypatch, tmp_path: Path) -> None:
+    """From inside a run's folder, ``batch *.sqlite --out b.csv``: the line names ``../run-audit/b.csv``;
+    where that folder holds evidence too, the one beside it; an absolute --out gets an absolute place."""
+    run_dir, other = tmp_path / "run", tmp_path / "run-audit"
+    for folder in (run_dir, other):
+        folder.mkdir()
+        shutil.copyfile(OBSERVE, folder / "x.sqlite")
+    monkeypatch.chdir(run_dir)
+    code, _, err = run(capsys, "batch", "x.sqlite", "--out", "b.csv", "--jobs", 1)
+    assert code == 2 and err.endswith("write it elsewhere, e.g. --out ../run-audit/b.csv (nothing was written)\n"), err
+    code, _, err = run(capsys, "batch", "x.sqlite", other / "x.sqlite", "--out", "b.csv", "--jobs", 1)
+    assert code == 2 and "e.g. --out ../run-audit-audit/b.csv (" in err, err
+    code, _, err = run(capsys, "batch", "x.sqlite", "--out", run_dir / "b c.csv", "--jobs", 1)
+    assert code == 2 and f"e.g. --out '{tmp_path}/run-audit/b c.csv' (" in err, err
+    assert sorted(p.name for p in run_dir.iterdir()) == ["x.sqlite"]
 
 
 def test_batch_out_that_may_be_written(capsys, monkeypatch, evidence: Path, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ pure engines, and its reports say why."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -38,13 +39,20 @@ def build_wheel(tmp: Path, **env: str) -> Path:
     return wheel
 
 
-def run_from(wheel: Path, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_from(wheel: Path, tmp: Path, *args: str, hide: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """``python ARGS`` importing nsysaudit from the unpacked wheel alone (``-S``: not the checkout's
-    editable install), its dependencies from this venv."""
+    editable install), its dependencies from this venv; the packages ``hide`` names are not installed
+    (their import raises ImportError)."""
     unpacked = tmp / "unpacked"
-    with zipfile.ZipFile(wheel) as z:
-        z.extractall(unpacked)
-    path = os.pathsep.join([str(unpacked), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    if not unpacked.exists():
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(unpacked)
+    hidden = tmp / "hidden"
+    for name in hide:
+        (hidden / name).mkdir(parents=True, exist_ok=True)
+        (hidden / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed')\n")
+    folders = [hidden, unpacked] if hide else [unpacked]
+    path = os.pathsep.join([*map(str, folders), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
     env = {**os.environ, "PYTHONPATH": path, "NSYSAUDIT_CACHE": str(tmp / "cache")}
     env.pop("NSYSAUDIT_NATIVE", None)
     return subprocess.run([sys.executable, "-S", *args], capture_output=True, text=True, env=env, cwd=tmp, check=False)
@@ -83,3 +91,29 @@ def test_without_a_compiler_the_wheel_installs_and_runs_on_the_pure_engines(tmp_
     said = [line for line in proc.stdout.splitlines() if "engine" in line]
     assert len(said) == 1 and said[0].endswith("(native engine not built)"), said
     assert "\nfailure_found: " in proc.stdout  # the answer, first
+
+
+# The analysis of a table ADBC would read (its threshold lowered: the bundled exports are small).
+LARGE = "import nsysaudit.read.scan as s, sys; s.ADBC_MIN_ROWS = 0; from nsysaudit.cli import main; main(sys.argv[1:])"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the platform tag and the C compiler's name are Linux's")
+def test_the_default_install_needs_neither_pyarrow_nor_adbc(tmp_path: Path) -> None:
+    """pyarrow and ADBC's driver are the ``adbc`` extra: a wheel built without a compiler, where they
+    are not installed, reads every table with the stdlib reader and says so; with them (the extra),
+    the ADBC engine reads a large table."""
+    wheel = build_wheel(tmp_path, CC=str(tmp_path / "no-such-cc"))
+    with zipfile.ZipFile(wheel) as z:
+        meta = next(z.read(n).decode() for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+    requires = [line.split(": ", 1)[1] for line in meta.splitlines() if line.startswith("Requires-Dist: ")]
+    arrow = [r for r in requires if r.startswith(("pyarrow", "adbc-driver-sqlite"))]
+    assert sorted(arrow) == ['adbc-driver-sqlite>=1.0; extra == "adbc"', 'pyarrow>=14; extra == "adbc"'], requires
+    assert "Provides-Extra: adbc" in meta.splitlines()
+    proc = run_from(wheel, tmp_path, "-c", LARGE, "analyze", str(TORCH), hide=("pyarrow", "adbc_driver_sqlite"))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    said = [line.strip() for line in proc.stdout.splitlines() if "engine" in line]
+    assert len(said) == 1 and said[0].startswith("engine sqlite3, SQLite ") and said[0].endswith(
+        "(native engine not built)"), said
+    assert "\nfailure_found: " in proc.stdout
+    proc = run_from(wheel, tmp_path, "-c", LARGE, "analyze", str(TORCH), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["input"]["engine"] == "adbc", proc.stderr

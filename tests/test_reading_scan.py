@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -19,6 +20,22 @@ from nsysaudit.core.intervals import union_windows
 from nsysaudit.read import native, scan
 from nsysaudit.read.source import probe, readonly_uri
 from nsysaudit.read.trace import load
+
+
+class Recorder:
+    """A progress that keeps the labels it was started with."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    def start(self, label: str, total: int | None) -> None:
+        self.started.append(label)
+
+    def advance(self, amount: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
 
 
 def busy_export(seed: int = 7) -> Export:
@@ -114,6 +131,22 @@ def test_sqlite3_fallback_gives_the_same_answer(make_export, monkeypatch) -> Non
     assert (fast.engine, slow.engine) == ("adbc", "sqlite3")
     assert slow.selected.equals(fast.selected)
     assert slow.span.equals(fast.span)
+
+
+def test_without_the_adbc_extra_a_large_table_is_read_by_the_stdlib_reader_at_once(make_export, monkeypatch) -> None:
+    """ADBC and pyarrow are the ``adbc`` extra: an install without them reads every table with the
+    stdlib reader from the start (not ADBC tried first, then the whole table again), same answer."""
+    path = make_export(busy_export(5))
+    fast, _ = selected(path)
+    assert scan.adbc_installed() and fast.engine == "adbc"  # make venv installs the extra
+    for hidden in ("adbc_driver_sqlite", "adbc_driver_sqlite.dbapi", "pyarrow"):
+        monkeypatch.setitem(sys.modules, hidden, None)  # import raises ImportError, as when not installed
+    monkeypatch.setattr(scan, "_adbc_batches", lambda *a, **k: pytest.fail("ADBC tried without the extra"))
+    assert not scan.adbc_installed()
+    progress = Recorder()
+    slow, _ = selected(path, progress=progress)
+    assert slow.engine == "sqlite3" and progress.started == [f"scanning {slow.total:,} CUDA API rows"]
+    assert slow.selected.equals(fast.selected) and slow.span.equals(fast.span) and slow.problems == fast.problems
 
 
 def test_value_of_the_wrong_type_falls_back_and_is_reported(tmp_path: Path) -> None:

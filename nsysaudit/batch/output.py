@@ -22,6 +22,7 @@ import io
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,10 +38,16 @@ from nsysaudit.core.files import write_atomic, write_with
 from nsysaudit.core.limits import read_at_most
 from nsysaudit.core.paths import storable
 from nsysaudit.core.shapes import Schema
-from nsysaudit.reports.documents import CoverageState, InputKind
+from nsysaudit.reports.documents import CensoredReason, CoverageState, InputKind
 
-BATCH_FORMAT = 2  # 2: the PATHs given in batch.json, the batch and the digests in each part's metadata
+# 2: the PATHs given in batch.json, the batch and the digests in each part's metadata; 3: the list columns,
+# the findings' path and holder figures (a part of format 2 has other columns: refused, never misread).
+BATCH_FORMAT = 3
 PART_BATCH, PART_ROW, PART_FINDINGS = "nsysaudit.batch", "nsysaudit.row_sha256", "nsysaudit.findings_sha256"
+
+# The ledger's figures at a finding (batch/run.py's holder_columns), each an integer column.
+HOLDER_COLUMNS = ("held_bytes", "process_held_bytes", "free_at_most_bytes", "device_total_bytes", "holder_pid",
+                  "holder_bytes", "holders")
 
 INPUT_SCHEMA: Schema = {
     "path": pl.String,
@@ -68,6 +75,10 @@ INPUT_SCHEMA: Schema = {
     "status": pl.String,
     **by_rank.INPUT_COLUMNS,  # devices and ranks (nsysaudit/batch/ranks.py)
     "snapshots": pl.Int64,  # memory snapshots joined (batch --snapshots; null without)
+    # The joined columns above as Parquet lists, their items typed (null in an error row; [] where none).
+    "censored_reasons_list": pl.List(pl.String),
+    "library_list": pl.List(pl.String),
+    **by_rank.INPUT_LIST_COLUMNS,
 }
 FINDING_SCHEMA: Schema = {
     "input_sha256": pl.String,
@@ -101,7 +112,14 @@ FINDING_SCHEMA: Schema = {
     # the allocator at the finding (batch --snapshots: allocator.at[] of the finding, its first device)
     "allocator_reserved_bytes": pl.Int64,
     "allocator_inactive_bytes": pl.Int64,
+    # The input's path as the inputs table has it (the first row of its SHA-256): the driver's, not a part's.
+    "path": pl.String,
+    # The device-memory ledger at the finding (memory.at[] of the finding, its device): numbers only.
+    **{column: pl.Int64 for column in HOLDER_COLUMNS},
+    "held_covered": pl.Boolean,
 }
+# A findings part keeps what the export gives: the path is the batch's (the same export under another).
+PART_FINDING_SCHEMA: Schema = {k: v for k, v in FINDING_SCHEMA.items() if k != "path"}
 
 InputStatus = Literal["analyzed", "resumed", "error"]
 
@@ -139,6 +157,12 @@ class StoredInput(TypedDict):
     failing_rank_unknown: NotRequired[int]
     failing_devices: NotRequired[str | None]
     snapshots: NotRequired[int | None]
+    censored_reasons_list: NotRequired[list[CensoredReason] | None]
+    library_list: NotRequired[list[str] | None]
+    devices_used_list: NotRequired[list[str] | None]
+    ranks_list: NotRequired[list[int] | None]
+    failing_ranks_list: NotRequired[list[int] | None]
+    failing_devices_list: NotRequired[list[int] | None]
 
 
 class InputRow(StoredInput):
@@ -188,6 +212,15 @@ class FindingRow(TypedDict):
     device_id: int | None
     allocator_reserved_bytes: int | None
     allocator_inactive_bytes: int | None
+    path: str
+    held_bytes: int | None  # HOLDER_COLUMNS, then held_covered
+    process_held_bytes: int | None
+    free_at_most_bytes: int | None
+    device_total_bytes: int | None
+    holder_pid: int | None
+    holder_bytes: int | None
+    holders: int | None
+    held_covered: bool | None
 
 
 class BatchOptions(TypedDict):
@@ -223,9 +256,17 @@ def _row_digest(row: Mapping[str, object]) -> str:
 
 def table(rows: Sequence[Mapping[str, object]], schema: Schema) -> pl.DataFrame:
     """Rows as a frame of ``schema`` (a key a row lacks is null)."""
-    # A path found in a folder, and the error that names it, may hold bytes that are not UTF-8.
-    full = [{k: storable(v) if isinstance(v := r.get(k), str) else v for k in schema} for r in rows]
+    full = [{k: _storable(r.get(k)) for k in schema} for r in rows]
     return pl.DataFrame(full, schema=schema, orient="row") if full else pl.DataFrame(schema=schema)
+
+
+def _storable(value: object) -> object:
+    # A path found in a folder, the error that names it, a device's name may hold bytes that are not UTF-8.
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, list):
+        return [storable(v) if isinstance(v, str) else v for v in value]
+    return value
 
 
 def findings_frame(rows: Sequence[FindingRow]) -> pl.DataFrame:
@@ -281,15 +322,14 @@ class BatchOutput:
         output (a folder, or ``FILE.parquet`` / ``FILE.csv``: the tables, their parts folder and
         temporary files) that lies in the folder of an input file or inside a folder given as a PATH,
         at any depth (``batch ev --out ev/sub`` as ``--out ev/audit.csv``). Paths are compared resolved.
+        The line names a place to write instead (:meth:`instead`).
         """
         given = [(p, os.path.realpath(p)) for p in dict.fromkeys(inputs) if os.path.lexists(p)]
         where = os.path.realpath(self.inputs.parent)  # the folder the batch writes into
         if self.folder_form:
             held = next((p for p, real in given if _within(real, where)), None)
             if held is not None:
-                raise BatchOutputNotWritable(
-                    self.inputs.parent, f"it holds the input {held}: a batch never writes beside its evidence"
-                )
+                raise BatchOutputNotWritable(self.inputs.parent, f"it holds the input {held}{self._never(given)}")
         named = self.inputs.parent if self.folder_form else self.inputs
         for p, real in given:
             folder = os.path.isdir(real)
@@ -299,7 +339,33 @@ class BatchOutput:
             what = (f"it lies inside {p}, a folder given as input" if folder
                     else f"its folder holds the input {p}" if where == evidence
                     else f"it lies inside {evidence}, the folder of the input {p}")
-            raise BatchOutputNotWritable(named, f"{what}: a batch never writes beside its evidence")
+            raise BatchOutputNotWritable(named, f"{what}{self._never(given)}")
+
+    def _never(self, given: Sequence[tuple[str, str]]) -> str:
+        instead = self.instead(given)
+        said = ": a batch never writes beside its evidence"
+        return said + (f"; write it elsewhere, e.g. --out {shlex.quote(instead)}" if instead is not None else "")
+
+    def instead(self, given: Sequence[tuple[str, str]]) -> str | None:
+        """Where this output could go instead, outside every input's folder and folder given (``given``:
+        each path given or found, and its resolved path): beside the outermost evidence folder it lies in,
+        that folder's name with ``-audit`` (``batch run/*.sqlite --out run/b.csv``: ``run-audit/b.csv``), or
+        ``audit`` inside a folder that holds the inputs deeper down (``--out .`` above them). Relative
+        to this folder when ``--out`` was; None at the file system's root."""
+        where = os.path.realpath(self.inputs.parent)
+        for _ in range(16):  # each step leaves the folder at fault: out of one evidence folder, or one deeper
+            fault = _fault(where, given, self.folder_form)
+            if fault is None:
+                shown = where if self.folder_form else os.path.join(where, self.inputs.name)
+                return shown if self.inputs.is_absolute() else os.path.relpath(shown, os.path.realpath(os.curdir))
+            folder, holds = fault
+            if holds:
+                where = os.path.join(folder, "audit")
+            elif os.path.dirname(folder) == folder:
+                return None
+            else:
+                where = os.path.join(os.path.dirname(folder), os.path.basename(folder) + "-audit")
+        return None
 
     def _refuse_foreign(self) -> None:
         """Refuse an output folder (or parts folder) that holds anything a batch does not write."""
@@ -330,6 +396,13 @@ class BatchOutput:
             self._refuse_foreign()
             if self.record.is_file():
                 recorded = self._recorded()
+                older = recorded.get("format") if isinstance(recorded, dict) else None
+                if type(older) is int and older != BATCH_FORMAT:
+                    raise BadOption(
+                        f"{self.parts}: its parts were written by another version of nsysaudit (batch format "
+                        f"{older}; this one writes {BATCH_FORMAT}, with other columns), so they cannot be resumed: "
+                        "delete --out to start over, or choose another (nothing was written)"
+                    )
                 if recorded != wanted:
                     raise BadOption(
                         f"{self.parts}: its parts were made for another batch ({_differs(recorded, wanted)}); a "
@@ -388,7 +461,7 @@ class BatchOutput:
         carrying ``batch`` (its record's SHA-256) and the input part the digests of its row and of the
         findings part's bytes."""
         sha = row["sha256"]
-        found = _parquet(findings_frame(findings), {PART_BATCH: batch})
+        found = _parquet(findings_frame(findings).drop("path"), {PART_BATCH: batch})
         _write_bytes(found, self.parts / f"{sha}.findings.parquet")
         stored = table([{k: v for k, v in row.items() if k not in ("path", "status")}], INPUT_SCHEMA)
         digests = {PART_BATCH: batch, PART_ROW: _row_digest(stored.row(0, named=True)),
@@ -396,10 +469,11 @@ class BatchOutput:
         _write_bytes(_parquet(stored, digests), self.parts / f"{sha}.input.parquet")
 
     def load_part(self, sha: str, batch: str) -> tuple[StoredInput, pl.DataFrame]:
-        """The input row (without path and status) and findings of a finished part.
+        """The input row (without path and status) and findings of a finished part (their ``path``
+        null: the batch's, not the part's).
 
         The parts are held to what :meth:`save_part` writes: one input row of :data:`INPUT_SCHEMA`
-        carrying ``sha`` and findings of :data:`FINDING_SCHEMA` carrying it (a part of another schema
+        carrying ``sha`` and findings of :data:`PART_FINDING_SCHEMA` carrying it (a part of another schema
         would be a row of nulls, resumed as if analyzed), written by this batch (``batch``) and
         unchanged since (its digests): a part rewritten, or written by another batch, is refused."""
         inputs, found = self.parts / f"{sha}.input.parquet", self.parts / f"{sha}.findings.parquet"
@@ -412,7 +486,7 @@ class BatchOutput:
             raise BatchOutputNotWritable(
                 self.parts / sha, f"a part of the earlier batch cannot be read ({exc})", kept=True
             ) from None
-        for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, FINDING_SCHEMA)):
+        for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, PART_FINDING_SCHEMA)):
             if dict(frame.schema) != schema:
                 raise BatchOutputNotWritable(
                     path, f"not a part this nsysaudit writes (its columns are not {path.name.split('.')[1]} "
@@ -437,7 +511,8 @@ class BatchOutput:
             )
         # A parse boundary, checked: the part has INPUT_SCHEMA's columns (above) and save_part wrote it
         # from an analyzed InputRow (less path and status), so its row holds a StoredInput's values.
-        return cast(StoredInput, part.row(0, named=True)), findings
+        return cast(StoredInput, part.row(0, named=True)), findings.with_columns(path=None).select(
+            pl.col(c).cast(t) for c, t in FINDING_SCHEMA.items())
 
     def write_tables(self, inputs: pl.DataFrame, findings: pl.DataFrame) -> list[Path]:
         """Write both tables (the findings first), each atomically; return where, the inputs first."""
@@ -453,6 +528,19 @@ _TABLE_NAME = re.compile("|".join(["inputs\\.parquet", "findings\\.parquet", "pa
                                    _TMP.format("(inputs|findings)\\.parquet")]))
 _PART_NAME = re.compile("|".join(["batch\\.json", "[0-9a-f]{64}\\.(input|findings)\\.parquet",
                                   _TMP.format("(batch\\.json|[0-9a-f]{64}\\.(input|findings)\\.parquet)")]))
+
+
+def _fault(where: str, given: Sequence[tuple[str, str]], folder_form: bool) -> tuple[str, bool] | None:
+    """Why a batch may not write into the resolved folder ``where``: the outermost evidence folder (an
+    input's folder, or a folder given) it lies in, and False; else, a folder ``--out`` that holds an
+    input deeper down, ``where`` itself and True; else None (``given``: as :meth:`BatchOutput.instead`)."""
+    evidence = [real if os.path.isdir(real) else os.path.dirname(real) for _, real in given]
+    inside = [e for e in evidence if _within(where, e)]
+    if inside:
+        return min(inside, key=len), False
+    if folder_form and any(_within(real, where) for _, real in given):
+        return where, True
+    return None
 
 
 def _within(path: str, folder: str) -> bool:
@@ -493,10 +581,22 @@ def _write_bytes(data: bytes, target: Path) -> None:
         raise BatchOutputNotWritable(target, exc.strerror or str(exc)) from None
 
 
+def csv_ready(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` as a CSV file holds it: each list column's cells as JSON arrays (``["a", "b"]``,
+    ``[0, 1]``, ``[]``; empty for null), which CSV has no other way to hold unambiguously (a device's
+    name holds commas)."""
+    lists = [c for c, t in frame.schema.items() if isinstance(t, pl.List)]
+    return frame.with_columns(
+        pl.Series(c, [None if v is None else json.dumps(v, ensure_ascii=False) for v in frame[c].to_list()],
+                  dtype=pl.String)
+        for c in lists
+    )
+
+
 def _write_frame(frame: pl.DataFrame, target: Path, fmt: str) -> None:
     """Write ``frame`` atomically (:func:`~nsysaudit.core.files.write_with`): never half a file."""
     try:
-        write_with(target, frame.write_csv if fmt == "csv" else frame.write_parquet)
+        write_with(target, csv_ready(frame).write_csv if fmt == "csv" else frame.write_parquet)
     except pl.exceptions.PolarsError as exc:  # polars wraps the OSError of a full disk
         raise BatchOutputNotWritable(target, str(exc)) from None
     except OSError as exc:

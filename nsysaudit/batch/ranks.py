@@ -29,6 +29,13 @@ INPUT_COLUMNS: Schema = {
     "failing_rank_unknown": pl.Int64,
     "failing_devices": pl.String,
 }
+# The joined columns above as lists (the batch's inputs table puts them after its own, at its end).
+INPUT_LIST_COLUMNS: Schema = {
+    "devices_used_list": pl.List(pl.String),
+    "ranks_list": pl.List(pl.Int64),
+    "failing_ranks_list": pl.List(pl.Int64),
+    "failing_devices_list": pl.List(pl.Int64),
+}
 FINDING_COLUMNS: Schema = {"rank": pl.Int64, "rank_source": pl.String, "device_id": pl.Int64}
 
 
@@ -38,7 +45,8 @@ def _joined(values: Iterable[int]) -> str | None:
 
 
 class RankColumns(TypedDict):
-    """The :data:`INPUT_COLUMNS` of one input's row (batch/output.py's InputRow holds them)."""
+    """The :data:`INPUT_COLUMNS` and :data:`INPUT_LIST_COLUMNS` of one input's row (batch/output.py's
+    InputRow holds them)."""
 
     devices: int
     devices_used: str | None
@@ -48,6 +56,10 @@ class RankColumns(TypedDict):
     failing_ranks: str | None
     failing_rank_unknown: int
     failing_devices: str | None
+    devices_used_list: list[str]
+    ranks_list: list[int]
+    failing_ranks_list: list[int]
+    failing_devices_list: list[int]
 
 
 def input_columns(doc: DocumentKeys) -> RankColumns:
@@ -66,6 +78,7 @@ def _columns(
             used.append(f"{d['device_id']}" + (f" ({said})" if said else ""))
     stated = [p for p in processes if p["rank"] is not None]
     one = {p["rank"] for p in stated}
+    failing_devices = sorted({i for f in ranks["failing"] if (i := f["device_id"]) is not None})
     return {
         "devices": len(devices),
         "devices_used": "; ".join(used) or None,
@@ -74,7 +87,11 @@ def _columns(
         "ranks": _joined(ranks["ranks"]),
         "failing_ranks": _joined(ranks["failing_ranks"]),
         "failing_rank_unknown": ranks["failing_rank_unknown"],
-        "failing_devices": _joined(sorted({i for f in ranks["failing"] if (i := f["device_id"]) is not None})),
+        "failing_devices": _joined(failing_devices),
+        "devices_used_list": used,
+        "ranks_list": list(ranks["ranks"]),
+        "failing_ranks_list": list(ranks["failing_ranks"]),
+        "failing_devices_list": failing_devices,
     }
 
 

@@ -72,7 +72,7 @@ from nsysaudit.core.errors import BadOption, BatchOutputNotWritable, NsysAuditEr
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.reports.documents import AllocatorSection, AllocatorState, Finding
+from nsysaudit.reports.documents import AllocatorSection, AllocatorState, CensoredReason, Finding, MemoryPoint
 from nsysaudit.session import analyze
 
 INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -223,6 +223,9 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
     censored = result.censored_table
     kinds = [f["kind"] for f in findings]
     ranks = by_rank.input_columns(result.head)
+    reasons: list[CensoredReason] = sorted(censored["reasons"].explode().drop_nulls().unique().to_list())
+    libraries = sorted({lib for f in findings if f["enclosing"] is not None
+                        and (lib := f["enclosing"]["library"]) is not None})
     row: InputRow = {
         "path": path,
         "sha256": sha,
@@ -237,7 +240,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "failed_calls": census["failed_calls"],
         "library_calls": result.frames["library_calls"].height,
         "censored_library_calls": censored.height,
-        "censored_reasons": ", ".join(sorted(censored["reasons"].explode().drop_nulls().unique().to_list())) or None,
+        "censored_reasons": ", ".join(reasons) or None,
         "findings": len(findings),
         "warnings": len(result.warnings),
         "error": None,
@@ -248,8 +251,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "nested_call_failures": kinds.count("nested_call_failure"),
         "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
         # The libraries whose calls enclose the findings (cuBLAS, NCCL ...): null where none does.
-        "library": ", ".join(sorted({lib for f in findings if f["enclosing"] is not None
-                                     and (lib := f["enclosing"]["library"]) is not None})) or None,
+        "library": ", ".join(libraries) or None,
         # by_rank.INPUT_COLUMNS, in its order
         "devices": ranks["devices"],
         "devices_used": ranks["devices_used"],
@@ -260,9 +262,18 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "failing_rank_unknown": ranks["failing_rank_unknown"],
         "failing_devices": ranks["failing_devices"],
         "snapshots": len(snapshots) if options.snapshots else None,
+        # the joined columns as lists ([] where the string is null)
+        "censored_reasons_list": reasons,
+        "library_list": libraries,
+        "devices_used_list": ranks["devices_used_list"],
+        "ranks_list": ranks["ranks_list"],
+        "failing_ranks_list": ranks["failing_ranks_list"],
+        "failing_devices_list": ranks["failing_devices_list"],
     }
     at = _allocator_at_findings(result.head.get("allocator"))
-    return {"input": row, "findings": [finding_row(sha, i, f, at.get(i)) for i, f in enumerate(findings)]}
+    ledger = {p["finding"]: p for p in result.head["memory"]["at"] if p["point"] == "finding" and "finding" in p}
+    return {"input": row, "findings": [finding_row(sha, i, f, at.get(i), ledger.get(i), path=path)
+                                       for i, f in enumerate(findings)]}
 
 
 def _allocator_at_findings(section: AllocatorSection | None) -> dict[int, AllocatorState]:
@@ -273,9 +284,19 @@ def _allocator_at_findings(section: AllocatorSection | None) -> dict[int, Alloca
             and p["states"]}
 
 
-def finding_row(sha256: str, index: int, finding: Finding, allocator: AllocatorState | None = None) -> FindingRow:
+def finding_row(
+    sha256: str,
+    index: int,
+    finding: Finding,
+    allocator: AllocatorState | None = None,
+    ledger: MemoryPoint | None = None,
+    *,
+    path: str = "",
+) -> FindingRow:
     """One ``findings[]`` entry of the JSON contract as a flat row (the input's SHA-256 first), with
-    the allocator at it (``allocator``: its ``allocator.at[]`` state, when snapshots were read)."""
+    the allocator at it (``allocator``: its ``allocator.at[]`` state, when snapshots were read), the
+    input's ``path`` (the batch sets the one its inputs table has) and the ledger's figures at it
+    (``ledger``: its ``memory.at[]`` point; :func:`holder_columns`)."""
     enclosing = finding["enclosing"]
     before = enclosing["allocations_before"] if enclosing is not None else None
     capture = finding["stream_capture"]
@@ -313,6 +334,58 @@ def finding_row(sha256: str, index: int, finding: Finding, allocator: AllocatorS
         "ns_from_capture_end": capture["ns_from_capture_end"] if capture is not None else None,
         "allocator_reserved_bytes": allocator["reserved_bytes"] if allocator is not None else None,
         "allocator_inactive_bytes": allocator["inactive_bytes"] if allocator is not None else None,
+        "path": path,
+        **holder_columns(ledger, finding["device_id"]),
+    }
+
+
+class HolderColumns(TypedDict):
+    """The ledger at a finding as numbers (output.HOLDER_COLUMNS, then ``held_covered``): its holder
+    sentence (``memory.at[].holder``) is the analysis document's."""
+
+    held_bytes: int | None
+    process_held_bytes: int | None
+    free_at_most_bytes: int | None
+    device_total_bytes: int | None
+    holder_pid: int | None
+    holder_bytes: int | None
+    holders: int | None
+    held_covered: bool | None
+
+
+def holder_columns(point: MemoryPoint | None, device_id: int | None) -> HolderColumns:
+    """The figures of the ledger's point at a finding, on the finding's device: the point's one device,
+    else the one that is ``device_id`` (the finding's); null where there is no point (no ledger) or
+    the device is not one of its (a process without memory events, several devices traced).
+
+    ``held_bytes``: what every traced process held on the device (device-resident); ``process_held_bytes``:
+    the failing process's own live bytes there; ``free_at_most_bytes``: the bound on free memory (null
+    where the ledger claims none); ``device_total_bytes``; ``holder_pid`` and ``holder_bytes``: the
+    process that held the most, and how much (null when none held any); ``holders``: how many traced
+    processes held device memory; ``held_covered``: whether the trace covers the moment."""
+    none: HolderColumns = {"held_bytes": None, "process_held_bytes": None, "free_at_most_bytes": None,
+                           "device_total_bytes": None, "holder_pid": None, "holder_bytes": None, "holders": None,
+                           "held_covered": None}
+    if point is None:
+        return none
+    devices = point["devices"]
+    chosen = devices if len(devices) == 1 else [d for d in devices if device_id is not None
+                                                 and d["device_id"] == device_id]
+    if len(chosen) != 1:
+        return {**none, "held_covered": point["covered"]}
+    (d,) = chosen
+    holding = [p for p in d["processes"] if p["resident_bytes"] or p["imported_pool_bytes"]]
+    top = min((p for p in holding if p["resident_bytes"]), key=lambda p: (-p["resident_bytes"], p["global_pid"]),
+              default=None)
+    return {
+        "held_bytes": d["device_resident_live_bytes"],
+        "process_held_bytes": d["process_live_bytes"],
+        "free_at_most_bytes": d["free_at_most_bytes"],
+        "device_total_bytes": d["total_bytes"],
+        "holder_pid": top["pid"] if top is not None else None,
+        "holder_bytes": top["resident_bytes"] if top is not None else None,
+        "holders": len(holding),
+        "held_covered": point["covered"],
     }
 
 
@@ -359,6 +432,10 @@ class BatchResult:
         # distinct export's once, by SHA-256).
         per_input = int(self.inputs["findings"].fill_null(0).sum())
         return {"inputs": self.inputs.height, "findings": per_input, **out}
+
+    def unusable(self) -> pl.DataFrame:
+        """The rows of the inputs that could not be analyzed (``status = "error"``), in the order given."""
+        return self.inputs.filter(pl.col("status") == "error")
 
     def summary_lines(self) -> list[str]:
         """What the CLI prints (and ``repr`` shows): counts, verdicts, files written."""
@@ -427,6 +504,7 @@ def run_batch(
         inputs_table = table([{**collected.rows[absolute[p]], "path": p} for p in inputs], INPUT_SCHEMA)
         findings = collected.findings
         found = pl.concat([findings[s] for s in sorted(findings)]) if findings else pl.DataFrame(schema=FINDING_SCHEMA)
+        found = _with_paths(found, inputs_table)
         if output is not None:
             output.still_ours(prepared.batch)
         written = output.write_tables(inputs_table, found) if output is not None else []
@@ -436,6 +514,17 @@ def run_batch(
             raise BatchOutputNotWritable(exc.path, exc.problem, kept=True) from None
         raise
     return BatchResult(inputs_table, found, written)
+
+
+def _with_paths(findings: pl.DataFrame, inputs: pl.DataFrame) -> pl.DataFrame:
+    """The findings with their input's ``path`` as the inputs table has it: the first row of the
+    SHA-256 that was analyzed or resumed (an export given under two paths has its findings once)."""
+    rows = inputs.filter(pl.col("status") != "error", pl.col("sha256").is_not_null())
+    first = rows.unique("sha256", keep="first", maintain_order=True)
+    paths = dict(zip(first["sha256"].to_list(), first["path"].to_list(), strict=True))
+    return findings.with_columns(
+        path=pl.col("input_sha256").replace_strict(paths, default=None, return_dtype=pl.String)
+    )
 
 
 def _check_engine(engine: Engine, scheduler: str | None, jobs: int | None) -> None:

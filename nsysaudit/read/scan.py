@@ -1,8 +1,9 @@
 """One pass over the CUDA API table (CUPTI_ACTIVITY_KIND_RUNTIME), however large it is.
 
 Real exports hold tens of millions of API rows. SQLite's GROUP BY sorts every row, so instead
-the table is streamed once, as Arrow record batches (ADBC's SQLite driver, read-only URI), split
-by rowid range across worker threads, and each batch is reduced at once with polars:
+the table is streamed once (by the native engine where it is built, docs/native.md; else as Arrow
+record batches from ADBC's SQLite driver, the ``adbc`` extra, read-only URI; else by the stdlib
+reader), split by rowid range across worker threads, and each batch is reduced at once with polars:
 
 - per process: first start, last end and row count (coverage);
 - the rows that matter: every non-zero or NULL return (census and findings) and every call on a thread
@@ -17,6 +18,7 @@ become NULL and are counted in the warnings, never silently "fixed".
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sqlite3
@@ -43,6 +45,7 @@ PARALLEL_MIN_ROWS = 1 << 20
 PARTS_PER_WORKER = 4
 # Below this many rows the stdlib reader is used from the start: importing ADBC and pyarrow costs
 # more (~0.3 s) than reading a small table with sqlite3. The reduction, and so the result, is the same.
+# ADBC and pyarrow are the ``adbc`` extra: without them every table is read by the stdlib reader.
 ADBC_MIN_ROWS = 50_000
 
 # The table's columns the scan reads, in the order of ROW_SCHEMA's (and of the native scan's).
@@ -503,6 +506,8 @@ def _read(reading: _Reading, engine: str, polars_engine: str, size: int) -> tupl
             if progress is not None:
                 progress.finish()
                 progress.start(f"scanning {size:,} CUDA API rows", int(size))
+    if engine == "adbc" and not adbc_installed():  # an install without the adbc extra: the stdlib reader
+        engine = "sqlite3"
     if engine == "adbc":
         try:
             with ThreadPoolExecutor(max_workers=reading.workers) as pool:
@@ -608,6 +613,18 @@ def _combined(total: int, engine: str, read: _Read) -> CudaApiScan:
         rows_of([r.marked for r in reduced]), alloc_rows, sum(r.counted for r in reduced), read.page_rows,
         read.checked,
     )
+
+
+def adbc_installed() -> bool:
+    """Whether ADBC's SQLite driver and pyarrow can be imported: they are the ``adbc`` extra
+    (``pip install 'nsysaudit[adbc]'``), not dependencies. Without them a large table is read by the
+    stdlib reader from the start (the same reduction, slower), never tried with ADBC first."""
+    try:
+        importlib.import_module("adbc_driver_sqlite.dbapi")
+        importlib.import_module("pyarrow")
+    except ImportError:
+        return False
+    return True
 
 
 def engine_sqlite_version(engine: str) -> str:

@@ -1132,9 +1132,12 @@ class _SchemaWriter:
         required: list[str] = []
         for key, hint in get_type_hints(t, include_extras=True).items():
             inner, is_required = _unwrap(hint)
-            properties[key] = self.of(inner)
-            if table_row and not is_required:
-                properties[key], is_required = _any_of([self.of(inner), {"type": "null"}]), True
+            schema = self.of(inner)
+            if table_row and not is_required:  # null where the row has no value (once, if its type says so)
+                nullable = get_origin(inner) in (Union, types.UnionType) and type(None) in get_args(inner)
+                schema = schema if nullable else _any_of([schema, {"type": "null"}])
+                is_required = True
+            properties[key] = schema
             if is_required:
                 required.append(key)
         out.update({"type": "object", "properties": properties, "required": required})
