@@ -322,6 +322,8 @@ def analyze_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout (the seal goes to stderr).")
 @click.option("--details", "-v", "details", is_flag=True,
               help="After the answer, every difference: library calls, failing calls, sources, memory.")
+@click.option("--labels", metavar="OBSERVE,RELEASE", default=None,
+              help="What the sentences call the two arms, e.g. --labels serialized,forked (default observe,release).")
 @reading_options
 @alignment_options
 def compare_cmd(
@@ -333,6 +335,7 @@ def compare_cmd(
     force: bool,
     as_json: bool,
     details: bool,
+    labels: str | None,
     nsys_path: str | None,
     library_domains: Sequence[str],
     telemetry_options: nsysaudit.TelemetryOptions,
@@ -359,6 +362,7 @@ def compare_cmd(
         nsys_path=nsys_path,
         force=force,
         progress=progress_for(as_json),
+        labels=labels.split(",") if labels is not None else None,
     )
     for result in sealed.results.values():
         echo_telemetry_warnings(result)

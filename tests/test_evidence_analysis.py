@@ -82,7 +82,7 @@ PUBLIC_FILES = sorted(p.name for p in PUBLIC.glob("*.sqlite"))
 
 
 def test_public_fixtures_are_present_with_licenses() -> None:
-    assert len(PUBLIC_FILES) == 5
+    assert len(PUBLIC_FILES) == 6
     for lic in ("LICENSE.flameox", "LICENSE.nsys-ai", "LICENSE.pipit", "README.md"):
         assert (PUBLIC / lic).is_file()
 

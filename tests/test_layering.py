@@ -47,7 +47,8 @@ LAYERS: dict[str, int] = {
 # Within the bottom layer the order still matters: a core module may use only those before it.
 CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.shapes", "nsysaudit._version", "nsysaudit.core.lazy",
               "nsysaudit.core.files",
-              "nsysaudit.core.codes", "nsysaudit.core.text", "nsysaudit.core.digests", "nsysaudit.core.paths",
+              "nsysaudit.core.codes", "nsysaudit.core.blocking", "nsysaudit.core.text", "nsysaudit.core.digests",
+              "nsysaudit.core.paths",
               "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core"]
 
 

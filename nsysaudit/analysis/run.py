@@ -24,6 +24,7 @@ from nsysaudit.analysis.devices import TracedProcess
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.analysis.ledger import CoveredPoint, Ledger, LedgerPoint, PointKind, Wanted, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
+from nsysaudit.analysis.stalls import StallsAnalysis, analyze_stalls
 from nsysaudit.analysis.verdict import LibraryFailure, LibrarySource, Verdict
 from nsysaudit.core.codes import is_allocation_api
 from nsysaudit.core.errors import ReportWarning, warning
@@ -83,6 +84,8 @@ class Analysis:
     memory_points: tuple[CoveredPoint, ...] = ()
     # The GPUs, which process used which, and the launched command (nsysaudit.analysis.devices reads them).
     devices: DeviceEvidence | None = None
+    # The calls that blocked the host and what ran on the device meanwhile (nsysaudit.analysis.stalls).
+    stalls: StallsAnalysis | None = None
 
     def __repr__(self) -> str:
         kinds = self.frames["findings"]["kind"].value_counts(sort=True).rows()
@@ -170,6 +173,9 @@ def _analyze(
             "thread_names": names,
             "diagnostics": trace.diagnostics,
             "memory_series": memory.series,
+            # The blocking calls and the GPU rows behind the longest waits (nsysaudit.read.gpu_work).
+            "stall_calls": trace.gpu_work.calls,
+            "stall_work": trace.gpu_work.attributed,
         },
         cuda_api_calls=trace.cuda_api_total,
         cuda_api_trace=trace.has_cuda_api and trace.cuda_api_total > 0,
@@ -187,6 +193,8 @@ def _analyze(
         ledger=memory,
         memory_points=tuple(memory_points),
         devices=trace.devices,
+        stalls=analyze_stalls(trace.gpu_work, trace.nvtx_ranges, trace.library_calls, names, trace.processes,
+                              cuda_api_span, library_domains),
     )
 
 

@@ -55,6 +55,11 @@ INPUT_SCHEMA: Schema = {
     "error": pl.String,
     "status": pl.String,
     **by_rank.INPUT_COLUMNS,  # devices and ranks (nsysaudit/batch/ranks.py)
+    # The host stalls (the document's stalls key): every blocking call, and those of the stall minimum.
+    "blocking_calls": pl.Int64,
+    "blocked_ns": pl.Int64,
+    "stalls": pl.Int64,
+    "stalled_ns": pl.Int64,
 }
 FINDING_SCHEMA: Schema = {
     "input_sha256": pl.String,
@@ -121,6 +126,10 @@ class StoredInput(TypedDict):
     failing_ranks: NotRequired[str | None]
     failing_rank_unknown: NotRequired[int]
     failing_devices: NotRequired[str | None]
+    blocking_calls: NotRequired[int]
+    blocked_ns: NotRequired[int]
+    stalls: NotRequired[int]
+    stalled_ns: NotRequired[int]
 
 
 class InputRow(StoredInput):

@@ -38,11 +38,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import polars as pl
 
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.analysis.stalls import RangeStalls
 from nsysaudit.batch import ranks as by_rank
 from nsysaudit.batch.output import (
     FINDING_SCHEMA as FINDING_SCHEMA,
@@ -125,10 +126,14 @@ class AuditOptions:
 
 
 class AuditRows(TypedDict):
-    """What the analysis of one input gives a batch: its input row and its finding rows."""
+    """What the analysis of one input gives a batch: its input row and its finding rows; for ``check``'s
+    stall budgets, the NVTX ranges holding blocking calls (the document's ``stalls.ranges``, listed
+    longest stalls first, and how many there are)."""
 
     input: InputRow
     findings: list[FindingRow]
+    stall_ranges: NotRequired[list[RangeStalls]]
+    stall_ranges_total: NotRequired[int]
 
 
 class AuditOutcome(AuditRows):
@@ -177,6 +182,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
     censored = result.censored_table
     kinds = [f["kind"] for f in findings]
     ranks = by_rank.input_columns(result.head)
+    stalls = result.head["stalls"]
     row: InputRow = {
         "path": path,
         "sha256": sha,
@@ -210,8 +216,15 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "failing_ranks": ranks["failing_ranks"],
         "failing_rank_unknown": ranks["failing_rank_unknown"],
         "failing_devices": ranks["failing_devices"],
+        # the host stalls' totals
+        "blocking_calls": stalls["blocking_calls"],
+        "blocked_ns": stalls["blocked_ns"],
+        "stalls": stalls["stalls"],
+        "stalled_ns": stalls["stalled_ns"],
     }
-    return {"input": row, "findings": [finding_row(sha, i, f) for i, f in enumerate(findings)]}
+    ranges: list[RangeStalls] = list(stalls["ranges"])
+    return {"input": row, "findings": [finding_row(sha, i, f) for i, f in enumerate(findings)],
+            "stall_ranges": ranges, "stall_ranges_total": stalls["ranges_total"]}
 
 
 def finding_row(sha256: str, index: int, finding: Finding) -> FindingRow:

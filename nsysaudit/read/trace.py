@@ -30,6 +30,8 @@ from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.devices import DeviceEvidence, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
+from nsysaudit.read.gpu_work import GpuWork, Prepared, blocking_candidates, read_gpu_work
+from nsysaudit.read.gpu_work import prepare as prepare_gpu_work
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
 from nsysaudit.read.nvtx import source as nvtx_source
@@ -158,6 +160,8 @@ class Trace:
       against its own deallocation event and counts handles and reserved address ranges.
     - ``devices``: the GPUs, which process used which, and the launched command
       (:class:`nsysaudit.read.devices.DeviceEvidence`).
+    - ``gpu_work``: the calls that blocked the host and the GPU work that ran while they did
+      (:class:`nsysaudit.read.gpu_work.GpuWork`; the blocking calls' rows come from the same scan).
     """
 
     export: ExportFile
@@ -190,6 +194,7 @@ class Trace:
     memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
     devices: DeviceEvidence = field(default_factory=DeviceEvidence)
+    gpu_work: GpuWork = field(default_factory=GpuWork)
 
 
 
@@ -311,8 +316,15 @@ def _load(
     library = _library_calls(export, strings, nvtx_ranges, library_domains, typed)
     library_windows = union_windows(closed_library_calls(library.calls))
     memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
+    # The blocking calls' names (marked in the scan) and the copies of pageable memory.
+    blocking = prepare_gpu_work(export, strings, frame, typed) if runtime is not None else None
     scanned = (
-        _scan(export, strings, runtime, library_windows, memory, progress) if runtime is not None else _Scanned()
+        _scan(export, strings, runtime, library_windows, memory, progress, blocking)
+        if runtime is not None else _Scanned()
+    )
+    gpu_work = (
+        read_gpu_work(export, scanned.blocking, blocking, frame, typed, runtime.name, progress=progress)
+        if runtime is not None and blocking is not None else GpuWork()
     )
     thread_names, name_warnings = _thread_names(export, strings, typed)
     processes = _processes(export, typed)
@@ -332,6 +344,7 @@ def _load(
         **({"memory": memory.table} if memory.table is not None else {}),
         # The pools' own operations (created, trimmed) the ledger reads for a pool's size.
         **({"memory_pools": memory.pool_table} if memory.pool_table is not None else {}),
+        **gpu_work.tables,  # kernel, memcpy, memset, synchronization, launches: the host stalls' evidence
     }
     return Trace(
         export=export,
@@ -351,7 +364,7 @@ def _load(
         session_start_utc_ns=session_start,
         capture=capture,
         tables_used=tables_used,
-        warnings=(*export.warnings, *diagnostic_warnings, *read_warnings),
+        warnings=(*export.warnings, *diagnostic_warnings, *read_warnings, *gpu_work.warnings),
         capture_calls=scanned.capture_calls,
         diagnostics=diagnostics,
         capture_bounds=capture_bounds,
@@ -362,6 +375,7 @@ def _load(
         memory_calls=scanned.memory_calls,
         alloc_calls=scanned.alloc_calls,
         devices=devices,
+        gpu_work=gpu_work,
     )
 
 
@@ -499,6 +513,9 @@ class _Scanned:
     engine: str = "none"
     problems: dict[str, int] = field(default_factory=dict)
     type_mismatch_rows: int = 0
+    blocking: pl.DataFrame = field(default_factory=lambda: blocking_candidates(
+        pl.DataFrame(schema=CALL_SCHEMA), pl.DataFrame(schema=CALL_SCHEMA),
+        pl.DataFrame(schema={"name_id": pl.Int64, "api": pl.String, "kind": pl.String})))
 
 
 def _scan(
@@ -508,6 +525,7 @@ def _scan(
     library_windows: pl.DataFrame,
     memory: MemoryEvidence,
     progress: Progress | None,
+    blocking: Prepared | None = None,
 ) -> _Scanned:
     """The CUDA API (runtime and driver) in one streaming pass, the rows it kept given their names."""
     conn = export.conn
@@ -515,7 +533,8 @@ def _scan(
     string_ids = pl.Series("id", ids, dtype=pl.Int64)
     capture_ids = _capture_name_ids(conn, strings.name)
     memory_call_ids = _memory_call_ids(conn, strings.name)
-    marked_ids = pl.concat([capture_ids, memory_call_ids]).unique().sort()
+    blocking_ids = blocking.name_ids["name_id"] if blocking is not None else pl.Series("name_id", [], pl.Int64)
+    marked_ids = pl.concat([capture_ids, memory_call_ids, blocking_ids]).unique().sort()
     scanned = scan_cuda_api(
         conn,
         export.path,
@@ -536,10 +555,12 @@ def _scan(
     marked = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
     # The one API call behind each allocation event's (process, correlation id), where it is one.
     sole = scanned.alloc_rows.filter(pl.col("rows") == 1)
+    rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
     return _Scanned(
-        rows=scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA)),
+        rows=rows,
         capture_calls=marked.filter(pl.col("name_id").is_in(capture_ids.implode())),
         memory_calls=marked.filter(pl.col("name_id").is_in(memory_call_ids.implode())),
+        blocking=blocking_candidates(marked, rows, blocking.name_ids) if blocking is not None else _Scanned().blocking,
         shared_alloc_ids=scanned.alloc_rows.filter(pl.col("rows") > 1).join(
             memory.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
         ),

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from nsysaudit.core.text import escape
+from nsysaudit.render import stall_parts
 from nsysaudit.reports.documents import (
     AlignmentSection,
     Answer,
@@ -115,6 +116,7 @@ def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
     more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         out.append(f"- and {more} more censored library call(s) (see Coverage)")
+    out += stall_parts.answer_lines(answer.get("stalls", []))
     if limits and answer["limits"]:
         out += ["", "Also:", "", *_bullets(answer["limits"])]
     return [*out, ""]
@@ -464,6 +466,7 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
         out += _library_call(lc)
     out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
     out += ["### Device memory", "", *_memory(arm["memory"])]
+    out += stall_parts.markdown_lines(arm["stalls"], "### Host stalls")
     out += ["### Telemetry", ""]
     tel = arm["telemetry_input"]
     if tel:
@@ -526,6 +529,8 @@ def _comparison_answer(answer: ComparisonAnswer) -> list[str]:
         out += ["### Memory at the call", "", *_bullets(answer["memory"]), ""]
     if answer["not_established"]:
         out += ["### Not established", "", *_bullets(answer["not_established"]), ""]
+    if answer.get("stalls"):
+        out += ["### Host stalls", "", md(answer["stalls"], 10_000), ""]
     return out
 
 
@@ -664,6 +669,7 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
         out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
     out += ["## Device memory", "", *_memory(doc["memory"])]
+    out += stall_parts.markdown_lines(doc["stalls"])
     if device_lines(doc):  # several devices, or a rank known
         out += ["## Devices and ranks", "", *_bullets(md(line, 2000) for line in device_lines(doc)), ""]
     if "alignment" in doc:

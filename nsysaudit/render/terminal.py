@@ -25,6 +25,7 @@ from rich.text import Text
 
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
+from nsysaudit.render import stall_parts
 from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
 from nsysaudit.reports.documents import (
     AlignmentSection,
@@ -40,6 +41,7 @@ from nsysaudit.reports.documents import (
     TelemetrySection,
 )
 from nsysaudit.reports.ranks import device_lines
+from nsysaudit.reports.stalls import glance_words
 from nsysaudit.reports.statements import (
     CALL_WORDS,
     CLASSIFICATION_WORDS,
@@ -441,6 +443,8 @@ def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableTyp
     more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         parts.append(Text(f"  and {more} more censored library call(s) (--details)", style="yellow"))
+    for stall in answer.get("stalls", []):  # the host stalls above the share docs/stalls.md states
+        parts.append(hanging("stall: ", literal(stall, 4000), style="yellow"))
     if answer["limits"]:
         parts.append(Text("  also:", style="dim"))
         for limit in answer["limits"]:
@@ -466,6 +470,8 @@ def glance(d: AnalysisDocument) -> list[RenderableType]:
     if "alignment" in d:
         checked = "checked" if d["alignment"]["checked"] else "NOT checked"
         lines.append(f"telemetry: {d['telemetry']['events']:,} line(s), clock alignment {checked}")
+    if d["stalls"]["blocking_calls"]:
+        lines.append(glance_words(d["stalls"]))
     out: list[RenderableType] = [Text("")]
     out += [hanging("", literal(line, 2000), style="dim") for line in lines]
     out.append(hanging("", Text("the full report: --details (census, calls, memory, library calls, coverage, "
@@ -520,6 +526,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         parts.extend(_failed_calls(d["failed_calls"]))
 
     parts.extend(_memory_parts(d["memory"]))
+    parts.extend(stall_parts.terminal_parts(d["stalls"]))
     lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
     if lines:
         parts.append(Text("\nDevices and ranks:", style="bold"))
@@ -751,6 +758,9 @@ def comparison_answer_parts(doc: ComparisonDocument) -> list[RenderableType]:
         parts.extend(hanging("- ", literal(s, 4000)) for s in answer["memory"])
     for s in answer["not_established"]:
         parts.append(hanging("not established: ", literal(s, 4000), style="yellow"))
+    if answer.get("stalls"):
+        parts.append(Text("\nhost stalls", style="bold"))
+        parts.append(hanging("- ", literal(answer["stalls"], 4000)))
     return parts
 
 

@@ -92,12 +92,13 @@ def answer(
     *,
     devices: Sequence[TargetDevice] = (),
     shown: bool = False,
+    stalls: Sequence[str] = (),
 ) -> Answer:
     """The ``answer`` key of an analysis document (see the module docstring) from its other keys;
     ``censored_calls``: the first :data:`MAX_CENSORED` entries of ``coverage.censored``, of
     ``censored_total``; ``devices`` (the document's ``devices``) and ``shown`` (``ranks.shown``): where the
     export has several devices or a stated rank, the findings say where they ran and the holder
-    sentences name each device."""
+    sentences name each device. ``stalls``: the host stalls' sentences (the ``stalls`` key's ``statements``)."""
     names = {p["global_pid"]: p["name"] for p in processes}
     named = devices if shown and len(devices) > 1 else None
     points = {p["finding"]: p for p in memory["at"] if p["point"] == "finding" and "finding" in p}
@@ -145,4 +146,4 @@ def answer(
         summary = reasons[0] if reasons else f"verdict {verdict}"
         limits = list(reasons[1:])
     return {"verdict": verdict, "summary": summary, "findings": said, "censored": censored,
-            "censored_total": censored_total, "limits": limits}
+            "censored_total": censored_total, "limits": limits, "stalls": list(stalls)}

@@ -61,12 +61,32 @@ from nsysaudit.analysis.ledger import (
     VirtualMemory,
 )
 from nsysaudit.analysis.run import Limits
+from nsysaudit.analysis.stalls import (
+    Attribution,
+    CallCopy,
+    KernelName,
+    KindStalls,
+    LaunchGroup,
+    LaunchThread,
+    RangeStreamTime,
+    StallRules,
+    StallStream,
+    Synchronized,
+)
 from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.read.diagnostics import CaptureBounds
 from nsysaudit.read.inputs import Input, InputKind
 from nsysaudit.read.telemetry import TelemetryBadLine
+from nsysaudit.reports.stalls import (
+    ArmStalls,
+    ProcessStallEntry,
+    RangeStallEntry,
+    StallCallEntry,
+    Stalls,
+    StallsDifference,
+)
 
 __all__ = [
     "Agreement",
@@ -76,8 +96,11 @@ __all__ = [
     "AnalysisDocument",
     "AnchorPair",
     "Anchors",
+    "ArmStalls",
+    "Attribution",
     "ByMechanism",
     "CallAllocations",
+    "CallCopy",
     "CaptureBounds",
     "CensoredReason",
     "Classification",
@@ -94,6 +117,10 @@ __all__ = [
     "FreedNeverAllocated",
     "Input",
     "InputKind",
+    "KernelName",
+    "KindStalls",
+    "LaunchGroup",
+    "LaunchThread",
     "LaunchedCommand",
     "LibraryFailure",
     "LibraryFailureAfter",
@@ -110,10 +137,19 @@ __all__ = [
     "Pool",
     "Position",
     "Process",
+    "ProcessStallEntry",
+    "RangeStallEntry",
+    "RangeStreamTime",
     "RankClaim",
     "SealedAnalysisDocument",
     "SkippedAnchor",
     "SourceCoverage",
+    "StallCallEntry",
+    "StallRules",
+    "StallStream",
+    "Stalls",
+    "StallsDifference",
+    "Synchronized",
     "TargetDevice",
     "TelemetryBadLine",
     "TelemetryPoints",
@@ -374,6 +410,7 @@ class Answer(TypedDict):
     censored: list[AnswerCensored]
     censored_total: int
     limits: list[str]
+    stalls: list[str]  # the processes whose host stalls are above the share stalls.rules says (docs/stalls.md)
 
 
 class TelemetrySection(TelemetrySummary):
@@ -403,6 +440,7 @@ class AnalysisKeys(TypedDict):
     devices: list[TargetDevice]
     launches: list[LaunchedCommand]
     ranks: Ranks
+    stalls: Stalls
 
 
 class AnalysisDocument(AnalysisKeys):
@@ -437,6 +475,7 @@ class SealedOptions(TypedDict):
     library_domains: list[str]
     max_pairs: int
     telemetry: SealedTelemetryOptions | None
+    labels: NotRequired[list[str]]  # compare --labels: the arms' names in the sentences (observe, release otherwise)
 
 
 class SealedAnalysisDocument(AnalysisKeys):
@@ -598,6 +637,7 @@ class ComparisonArm(TypedDict):
     processes: list[Process]
     launches: list[LaunchedCommand]
     ranks: Ranks
+    stalls: Stalls
 
 
 class FailurePresence(TypedDict):
@@ -776,6 +816,7 @@ class Differences(TypedDict):
     handoff: dict[str, HandoffChange] | None
     memory: MemoryDifferences
     ranks: RankDifferences
+    stalls: StallsDifference
 
 
 class NotEstablished(TypedDict):
@@ -796,6 +837,7 @@ class ComparisonAnswer(TypedDict):
     ranks: list[str]
     memory: list[str]
     not_established: list[str]
+    stalls: str  # the host stalls of the arms, by their labels, and what changed
 
 
 class ComparisonDocument(TypedDict):
@@ -807,6 +849,7 @@ class ComparisonDocument(TypedDict):
     inputs: list[SealedInput]
     options: NotRequired[SealedOptions]
     arms: dict[str, ComparisonArm]
+    labels: dict[str, str]  # what the sentences call each arm (compare --labels; observe, release otherwise)
     differences: Differences
     not_established: list[NotEstablished]
     summary: list[str]

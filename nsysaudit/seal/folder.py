@@ -77,6 +77,7 @@ from nsysaudit.seal.recipe import (
     Recipe,
     SealMetadata,
     build,
+    check_labels,
     sealed_domains,
     sealed_metadata,
 )
@@ -332,8 +333,10 @@ def seal_compare(
     nsys_path: str | os.PathLike[str] | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Sealed:
     """Compare an observe arm and a release arm and write the sealed comparison into ``out``.
+    ``labels``: what the sentences call the two arms (two names; :func:`check_labels`).
 
     >>> import tempfile, pathlib
     >>> torch = "tests/fixtures/h200-cuda13-nsys2025.3/torch/"
@@ -347,7 +350,8 @@ def seal_compare(
         roles.append(("observe_telemetry", os.fspath(observe_telemetry)))
     if release_telemetry is not None:
         roles.append(("release_telemetry", os.fspath(release_telemetry)))
-    recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options)
+    named = check_labels(labels) if labels is not None else None
+    recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options, named)
     return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)
 
 

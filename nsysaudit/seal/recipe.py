@@ -18,6 +18,7 @@ from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import JSON, JSONObject
+from nsysaudit.core.text import escape
 from nsysaudit.read.inputs import input_kind
 from nsysaudit.read.telemetry import CLOCK_KINDS, ClockKind, TelemetryOptions, parse_anchor
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
@@ -101,6 +102,7 @@ class Recipe:
     inputs: tuple[tuple[str, str], ...]
     library_domains: tuple[str, ...] = DEFAULT_LIBRARY_DOMAINS
     telemetry_options: TelemetryOptions | None = None
+    labels: tuple[str, str] | None = None  # compare --labels (None: observe, release)
 
     def path(self, role: str) -> str | None:
         return dict(self.inputs).get(role)
@@ -113,11 +115,14 @@ class Recipe:
         """The options that change the analysis, as ``report.json`` (``options``) and metadata.json
         record them (telemetry options only when telemetry was given)."""
         tel = self.telemetry_options or TelemetryOptions()
-        return {
+        out: SealedOptions = {
             "library_domains": list(self.library_domains),
             "max_pairs": DEFAULT_MAX_PAIRS,  # a sealed analysis always runs with the default limit
             "telemetry": telemetry_options_dict(tel) if self.has_telemetry else None,
         }
+        if self.labels is not None:
+            out["labels"] = list(self.labels)
+        return out
 
 
 def telemetry_options_dict(options: TelemetryOptions) -> SealedTelemetryOptions:
@@ -226,7 +231,8 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
             t = _telemetry_input(f"{arm}_telemetry", telemetry, results[arm])
             inputs.append(t)
             telemetry_files[arm] = TelemetryFile(t.name, t.sha256, t.size_bytes)
-    comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files)
+    comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files,
+                                 labels=recipe.labels)
     doc = comparison.to_dict()
     doc["options"] = recipe.options()
     timelines = aligned_timelines(results["observe"], results["release"])
@@ -294,6 +300,7 @@ def sealed_form(
         "devices": scrubbed["devices"],
         "launches": scrubbed["launches"],
         "ranks": scrubbed["ranks"],
+        "stalls": scrubbed["stalls"],
         "format": ANALYSIS_FORMAT,
         "kind": "analysis",
         "inputs": inputs,
@@ -375,7 +382,20 @@ def _command(recipe: Recipe, out: str | os.PathLike[str]) -> list[str]:
         if d not in DEFAULT_LIBRARY_DOMAINS:
             cmd += ["--library-domain", d]
     cmd += _telemetry_flags(recipe.options()["telemetry"])
+    if recipe.labels is not None:
+        cmd += ["--labels", ",".join(recipe.labels)]
     return cmd
+
+
+def check_labels(labels: Sequence[str]) -> tuple[str, str]:
+    """The two arms' names ``compare --labels`` gives (observe's first), checked: two different
+    non-empty names of printable characters, without a comma. Raises :class:`BadOption`."""
+    names = tuple(labels)
+    if (len(names) != 2 or names[0] == names[1]
+            or any(not n.strip() or n != n.strip() or "," in n or escape(n) != n for n in names)):
+        raise BadOption("--labels takes two different names, the observe arm's first: --labels serialized,forked "
+                        "(printable characters, no comma)")
+    return names[0], names[1]
 
 
 def format_ms(ns: int) -> str:
@@ -555,6 +575,7 @@ def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
 class CheckedOptions(TypedDict):
     library_domains: list[str]
     telemetry: JSONObject | None
+    labels: NotRequired[list[str]]
 
 
 class CheckedRecipe(TypedDict):
@@ -583,4 +604,5 @@ def recipe_from(meta: CheckedMetadata, paths: Mapping[str, str]) -> Recipe:
         inputs=tuple((r["role"], paths[r["role"]]) for r in spec["inputs"]),
         library_domains=tuple(options["library_domains"] or DEFAULT_LIBRARY_DOMAINS),
         telemetry_options=telemetry_options_from(options.get("telemetry")),
+        labels=(options["labels"][0], options["labels"][1]) if "labels" in options else None,
     )

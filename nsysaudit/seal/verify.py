@@ -349,6 +349,10 @@ def metadata_of(root: Path) -> CheckedMetadata:
     if telemetry is not None and not isinstance(telemetry, dict):
         raise bad("'recipe.options.telemetry' is not an object")
     telemetry_options_from(telemetry)  # raises CheckFailed naming the problem
+    labels = options.get("labels")
+    if labels is not None and (not isinstance(labels, list) or len(labels) != 2
+                               or not all(isinstance(a, str) and a for a in labels)):
+        raise bad("'recipe.options.labels' is not a list of two names")
     checked: CheckedMetadata = {
         "format": SEAL_FORMAT,
         "inputs": records,
@@ -359,6 +363,8 @@ def metadata_of(root: Path) -> CheckedMetadata:
         },
         "versions": versions,
     }
+    if isinstance(labels, list):
+        checked["recipe"]["options"]["labels"] = [str(a) for a in labels]
     if "engines" in meta:
         checked["engines"] = meta["engines"]
     return checked

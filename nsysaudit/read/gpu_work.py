@@ -1,0 +1,858 @@
+"""Host stalls' device-side evidence: which CUDA calls blocked the host, and the GPU work that ran
+while each did, from CUPTI_ACTIVITY_KIND_KERNEL, _MEMCPY, _MEMSET and _SYNCHRONIZATION.
+
+The blocking calls themselves are CUDA API rows the scan keeps by name (:mod:`nsysaudit.core.blocking`;
+:func:`blocking_name_ids` gives the scan its marked name ids). Whether an implicit one blocked is
+decided here, from the rows of its own correlation id (same process): a synchronous copy unless
+every copy row of it is device to device, an asynchronous copy only from or to pageable memory, a
+synchronous memset only into pinned or managed memory (CUDA's API synchronization rules, as
+``nsys analyze`` applies them). For each blocking call:
+
+- ``blocked_ns``: the call's own duration (end - start): the host was inside it;
+- ``own_ns``: how long its own copy or memset rows ran on the device inside that time (their union);
+- per stream, the other GPU work of the process that ran inside the call (``busy_ns``: the sum of
+  each row's part inside the call; a stream runs one thing at a time), and how many rows;
+- ``covered_ns``: how much of the call some GPU work of the process (its own included) covered,
+  the union over all streams; the rest, ``blocked - covered``, the device did nothing of this
+  process's while the host waited.
+
+The GPU tables hold as many rows as the CUDA API table. They are read in rowid batches of a few
+columns (the native reader on two threads where it is built), and each batch is reduced at once:
+per (call, stream) counts and sums by as-of joins over the stream's rows (no (call, row) pairs), the
+union as merged intervals. Memory is bounded by the batch, the calls and the merged intervals
+(:data:`MAX_BUSY_INTERVALS`: above it ``covered_ns`` is unknown, and a warning says so).
+
+For the longest waits (:data:`ATTRIBUTION_RULE`) the work rows are kept one by one, and their
+launches read by correlation id from the CUDA API table (one more pass over it): which thread
+launched each, when (before the call or not), and so inside which NVTX range and library call
+(:mod:`nsysaudit.analysis.stalls`). The trace shows what ran while the host waited, not a dependency
+graph: the reports say "behind", never "because".
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from nsysaudit.core.blocking import NAME_PATTERNS, blocking_kind
+from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.ids import global_pid
+from nsysaudit.core.intervals import union_windows
+from nsysaudit.core.progress import Progress
+from nsysaudit.core.shapes import Schema
+from nsysaudit.read import native
+from nsysaudit.read.memory import FrameBuilder
+from nsysaudit.read.scan import INT64_MAX, INT64_MIN, rowid_name
+from nsysaudit.read.source import ExportFile, Table, quote
+
+KERNEL, MEMCPY, MEMSET, SYNC = (
+    "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+)
+WORK_TABLES = {"kernel": KERNEL, "memcpy": MEMCPY, "memset": MEMSET}
+WORK_COLUMNS = ("start", "end", "globalPid", "streamId")
+# ENUM_CUDA_MEM_KIND / ENUM_CUDA_MEMCPY_OPER ids by name, for exports without the enum tables
+# (nsys 2022.2 through 2026.2 number them so).
+MEM_KIND_FALLBACK = {"PAGEABLE": 0, "PINNED": 1, "DEVICE": 2, "MANAGED": 4}
+COPY_KIND_FALLBACK = {"DTOD": 8}
+INVALID_ID = 0xFFFFFFFF  # CUPTI_SYNCHRONIZATION_INVALID_VALUE: no stream (a context or event synchronization)
+
+BATCH_ROWS = 1 << 20
+MAX_BUSY_INTERVALS = 4_000_000
+STALL_MIN_NS = 1_000_000  # a blocking call is a stall from this wait on (also the answer's rule)
+MAX_ATTRIBUTED_CALLS = 20
+MAX_ATTRIBUTED_ROWS = 200_000
+ATTRIBUTION_RULE = (
+    f"the work behind the {MAX_ATTRIBUTED_CALLS} longest waits of at least {STALL_MIN_NS / 1e6:g} ms, "
+    f"row by row with its launch (at most {MAX_ATTRIBUTED_ROWS:,} rows)"
+)
+
+CANDIDATE_SCHEMA: Schema = {
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+    "name_id": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+}
+CALL_SCHEMA: Schema = {
+    "call_id": pl.Int64,
+    "gtid": pl.Int64,
+    "gpid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+    "kind": pl.String,
+    "scope": pl.String,  # stream | device | event | unknown: what the call waited for
+    "stream_id": pl.Int64,  # the stream it synchronized, where a row says (else null)
+    "stream_source": pl.String,  # the table that says so
+    "device_id": pl.Int64,
+    "context_id": pl.Int64,
+    "own_rows": pl.Int64,
+    "own_ns": pl.Int64,
+    "own_bytes": pl.Int64,
+    "copy_kind": pl.String,
+    "memory_kinds": pl.String,
+    "covered_ns": pl.Int64,
+}
+BEHIND_SCHEMA: Schema = {
+    "call_id": pl.Int64,
+    "work": pl.String,
+    "stream_id": pl.Int64,
+    "rows": pl.Int64,
+    "busy_ns": pl.Int64,
+}
+ATTRIBUTED_SCHEMA: Schema = {
+    "call_id": pl.Int64,
+    "work": pl.String,
+    "stream_id": pl.Int64,
+    "device_id": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "overlap_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+    "name": pl.String,
+    "bytes": pl.Int64,
+    "launch_gtid": pl.Int64,
+    "launch_start_ns": pl.Int64,
+    "launch_api": pl.String,
+}
+OWN_SCHEMA: Schema = {
+    "gpid": pl.Int64,
+    "correlation_id": pl.Int64,
+    "work": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "stream_id": pl.Int64,
+    "device_id": pl.Int64,
+    "context_id": pl.Int64,
+    "bytes": pl.Int64,
+    "copy_kind": pl.Int64,
+    "src_kind": pl.Int64,
+    "dst_kind": pl.Int64,
+    "mem_kind": pl.Int64,
+}
+
+
+@dataclass(frozen=True)
+class Enums:
+    """The ids and labels of the memory and copy kinds, from the export's enum tables (or nsys's ids)."""
+
+    pageable: int
+    pinned: int
+    managed: int
+    dtod: int
+    memory_labels: dict[int, str] = field(default_factory=dict)
+    copy_labels: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What is read before the CUDA API scan: the name ids the scan marks, and the pageable copies
+    (an asynchronous copy blocks only from or to pageable memory: without one, no asynchronous copy
+    name is marked)."""
+
+    name_ids: pl.DataFrame  # name_id, api, kind
+    pageable: pl.DataFrame  # OWN_SCHEMA: the copy rows of pageable memory
+    enums: Enums
+
+
+@dataclass(frozen=True)
+class GpuWork:
+    """The blocking calls and what ran while they blocked (see the module docstring).
+
+    ``calls``: :data:`CALL_SCHEMA`, one row per blocking call in (start, gtid, correlation id) order.
+    ``behind``: :data:`BEHIND_SCHEMA`, per call, kind of work and stream: the rows of other work of the
+    process that ran inside the call and their time there. ``attributed``: :data:`ATTRIBUTED_SCHEMA`,
+    for the calls :data:`ATTRIBUTION_RULE` chooses, each such row with its launch (null where the
+    CUDA API table has no single row of its correlation id). ``work_rows``: the rows read per kind of
+    work. ``attributed_calls``: the calls attributed; ``attribution_complete``: no row was left out
+    by the row limit. ``not_established``: calls whose name can block but whose device rows do not
+    say it did (per kind).
+    """
+
+    calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
+    behind: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=BEHIND_SCHEMA))
+    attributed: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ATTRIBUTED_SCHEMA))
+    work_rows: dict[str, int] = field(default_factory=dict)
+    attributed_calls: tuple[int, ...] = ()
+    attribution_complete: bool = True
+    covered_known: bool = True
+    synchronization_rows: int = 0
+    not_established: dict[str, int] = field(default_factory=dict)
+    tables: dict[str, str] = field(default_factory=dict)
+    warnings: tuple[ReportWarning, ...] = ()
+
+
+# --- before the scan -------------------------------------------------------------------------------
+
+
+def _enum_ids(export: ExportFile, table: str, prefix: str) -> tuple[dict[str, int], dict[int, str]]:
+    """``{SUFFIX: id}`` of an enum table's names ``PREFIX_SUFFIX``, and ``{id: label}``."""
+    t = export.table(table)
+    if t is None or not t.has("id", "name"):
+        return {}, {}
+    label = "label" if t.has("label") else "name"
+    ids: dict[str, int] = {}
+    labels: dict[int, str] = {}
+    for i, name, text in export.conn.execute(f"SELECT id, name, {quote(label)} FROM {quote(t.name)}"):
+        if type(i) is int and isinstance(name, str):
+            if name.startswith(prefix):
+                ids.setdefault(name[len(prefix):], i)
+            if isinstance(text, str):
+                labels.setdefault(i, text)
+    return ids, labels
+
+
+def read_enums(export: ExportFile) -> Enums:
+    kinds, memory_labels = _enum_ids(export, "ENUM_CUDA_MEM_KIND", "CUDA_MEMOPR_MEMORY_KIND_")
+    copies, copy_labels = _enum_ids(export, "ENUM_CUDA_MEMCPY_OPER", "CUDA_MEMCPY_KIND_")
+    mem = {**MEM_KIND_FALLBACK, **kinds}
+    return Enums(mem["PAGEABLE"], mem["PINNED"], mem["MANAGED"], {**COPY_KIND_FALLBACK, **copies}["DTOD"],
+                 memory_labels, copy_labels)
+
+
+def _usable(export: ExportFile, base: str, *columns: str) -> Table | None:
+    t = export.table(base)
+    return t if t is not None and t.has(*columns) else None
+
+
+def _col(t: Table, column: str) -> str:
+    return quote(column) if t.has(column) else "NULL"
+
+
+def _own_sql(t: Table, work: str, where: str) -> str:
+    """The OWN_SCHEMA columns of ``t`` (a MEMCPY or MEMSET table) for the rows ``where`` selects."""
+    copy = work == "memcpy"
+    columns = [
+        "globalPid", "correlationId", f"'{work}'", "start", '"end"', "streamId", _col(t, "deviceId"),
+        _col(t, "contextId"), _col(t, "bytes"),
+        _col(t, "copyKind") if copy else "NULL", _col(t, "srcKind") if copy else "NULL",
+        _col(t, "dstKind") if copy else "NULL", "NULL" if copy else _col(t, "memKind"),
+    ]
+    return f"SELECT {', '.join(columns)} FROM {quote(t.name)} WHERE {where}"
+
+
+def _strings_like(conn: sqlite3.Connection, strings: str, patterns: tuple[str, ...]) -> list[tuple[int, str]]:
+    where = " OR ".join("value LIKE ?" for _ in patterns)
+    rows = conn.execute(f"SELECT id, value FROM {quote(strings)} WHERE {where}", patterns).fetchall()
+    return [(i, v) for i, v in rows if type(i) is int and isinstance(v, str)]
+
+
+def prepare(export: ExportFile, strings: Table, frame: FrameBuilder, typed: Counter[str]) -> Prepared:
+    """The blocking calls' name ids for the scan, and the copy rows of pageable memory."""
+    enums = read_enums(export)
+    pageable = pl.DataFrame(schema=OWN_SCHEMA)
+    t = _usable(export, MEMCPY, "start", "end", "globalPid", "streamId", "correlationId")
+    if t is not None and (t.has("srcKind") or t.has("dstKind")):
+        kinds = " OR ".join(f"{c} = {int(enums.pageable)}" for c in ("srcKind", "dstKind") if t.has(c))
+        pageable = _read(export, _own_sql(t, "memcpy", kinds), OWN_SCHEMA, frame, typed, t.name)
+    rows = [(i, v, blocking_kind(v)) for i, v in _strings_like(export.conn, strings.name, NAME_PATTERNS)]
+    rows = [(i, v, k) for i, v, k in rows if k is not None and (k != "async_copy" or pageable.height)]
+    name_ids = pl.DataFrame(rows, schema={"name_id": pl.Int64, "api": pl.String, "kind": pl.String}, orient="row")
+    return Prepared(name_ids, pageable, enums)
+
+
+def _read(
+    export: ExportFile, sql: str, schema: Schema, frame: FrameBuilder, typed: Counter[str], source: str
+) -> pl.DataFrame:
+    """The rows of ``sql`` (integer columns but string literals) with the native reader where it is
+    built (on its own connection: any thread), else the strict frame builder."""
+    if native.load() is not None and all(d != pl.String for d in schema.values()):
+        try:
+            rows, wrong = native.read_ints(export.uri, sql, schema)
+            if wrong:
+                typed[source] += wrong
+            return rows
+        except native.NativeScanError:
+            pass
+    return frame(export.conn, sql, schema, mismatched=typed, source=source)
+
+
+# --- after the scan --------------------------------------------------------------------------------
+
+
+def read_gpu_work(
+    export: ExportFile,
+    candidates: pl.DataFrame,
+    prepared: Prepared,
+    frame: FrameBuilder,
+    typed: Counter[str],
+    cuda_api_table: str | None,
+    *,
+    progress: Progress | None = None,
+) -> GpuWork:
+    """The blocking calls among ``candidates`` (the CUDA API rows of a blocking name, ``CANDIDATE_SCHEMA``
+    with ``kind``) and the GPU work that ran while they blocked."""
+    tables: dict[str, str] = {}
+    own = _own_rows(export, candidates, prepared, frame, typed, tables)
+    calls, not_established = _decide(candidates, own, prepared.enums)
+    sync_rows, calls = _synchronized(export, calls, frame, typed, tables)
+    if not calls.height:
+        return GpuWork(not_established=not_established, tables=tables, synchronization_rows=sync_rows)
+    top = _attributed_calls(calls)
+    passed = _pass(export, calls, top, frame, typed, tables, progress)
+    behind = _without_own(passed.behind, calls, own)
+    # A copy's own rows ran inside it too: they are its own time (own_ns), not work it was behind.
+    own_corr = pl.col("_own")
+    attributed = (
+        _launches(export, passed.attributed, cuda_api_table, frame, typed, tables)
+        .join(calls.select("call_id", pl.col("correlation_id").alias("_own")), on="call_id", how="left")
+        .filter(pl.col("correlation_id").is_null() | own_corr.is_null() | (pl.col("correlation_id") != own_corr))
+        .select(list(ATTRIBUTED_SCHEMA))
+    )
+    calls = calls.join(passed.covered, on="call_id", how="left").with_columns(
+        pl.col("covered_ns") if passed.covered_known else pl.lit(None, dtype=pl.Int64).alias("covered_ns")
+    )
+    said: list[ReportWarning] = []
+    if not passed.covered_known:
+        said.append(warning(
+            "gpu_work_union_unknown", calls.height,
+            f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside blocking calls: how much of "
+            "each wait no GPU work covered is unknown (null); the time behind each stream is still counted",
+        ))
+    if passed.unsorted:
+        said.append(warning(
+            "gpu_work_unsorted", passed.unsorted,
+            "GPU activity tables whose rows are not stored in start order (nsys writes them so): read whole, "
+            "which costs more time, the same answer",
+        ))
+    return GpuWork(
+        calls=calls.select(list(CALL_SCHEMA)),
+        behind=behind,
+        attributed=attributed,
+        work_rows=passed.rows,
+        attributed_calls=tuple(int(c) for c in top["call_id"].to_list()),
+        attribution_complete=passed.complete,
+        covered_known=passed.covered_known,
+        synchronization_rows=sync_rows,
+        not_established=not_established,
+        tables=tables,
+        warnings=tuple(said),
+    )
+
+
+def _own_rows(
+    export: ExportFile, candidates: pl.DataFrame, prepared: Prepared, frame: FrameBuilder, typed: Counter[str],
+    tables: dict[str, str],
+) -> pl.DataFrame:
+    """The copy and memset rows of the candidate copies and memsets (OWN_SCHEMA): the pageable copies
+    read before the scan, the synchronous copies' rows by correlation id, the memsets into pinned or
+    managed memory."""
+    keyed = candidates.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+    parts = [prepared.pageable]
+    copy = _usable(export, MEMCPY, "start", "end", "globalPid", "streamId", "correlationId")
+    if copy is not None:
+        tables["memcpy"] = copy.name
+    sync_copies = keyed.filter(pl.col("kind") == "sync_copy")["correlation_id"].drop_nulls().unique().sort()
+    if copy is not None and sync_copies.len():
+        ids = json.dumps(sync_copies.to_list())
+        parts.append(_read(export, _own_sql(copy, "memcpy", f"correlationId IN (SELECT value FROM json_each('{ids}'))"),
+                           OWN_SCHEMA, frame, typed, copy.name))
+    sets = _usable(export, MEMSET, "start", "end", "globalPid", "streamId", "correlationId")
+    if sets is not None:
+        tables["memset"] = sets.name
+    e = prepared.enums
+    if sets is not None and sets.has("memKind") and keyed.filter(pl.col("kind") == "sync_memset").height:
+        parts.append(_read(export, _own_sql(sets, "memset", f"memKind IN ({int(e.pinned)}, {int(e.managed)})"),
+                           OWN_SCHEMA, frame, typed, sets.name))
+    own = pl.concat(parts).unique(maintain_order=True)
+    return own.join(keyed.select("gpid", "correlation_id").unique(), on=["gpid", "correlation_id"], how="semi")
+
+
+def _decide(candidates: pl.DataFrame, own: pl.DataFrame, e: Enums) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The candidates that blocked (:mod:`nsysaudit.core.blocking`), each with its own rows summed;
+    and per kind the candidates the device rows do not show blocking (asynchronous copies of
+    pinned memory are not counted there: they are what an asynchronous copy should be)."""
+    pageable = pl.col("src_kind").is_in([e.pageable]) | pl.col("dst_kind").is_in([e.pageable])
+    own_union = _union_length(own, ["gpid", "correlation_id"])
+    summed = own.group_by("gpid", "correlation_id").agg(
+        pl.len().cast(pl.Int64).alias("own_rows"),
+        pl.col("bytes").sum().alias("own_bytes"),
+        pageable.any().alias("_pageable"),
+        (pl.col("copy_kind") != e.dtod).fill_null(True).any().alias("_not_dtod"),
+        pl.col("mem_kind").is_in([e.pinned, e.managed]).any().alias("_host_memset"),
+        pl.col("copy_kind").drop_nulls().first().alias("_copy_kind"),
+        pl.concat([pl.col("src_kind"), pl.col("dst_kind"), pl.col("mem_kind")]).drop_nulls().unique().sort()
+        .alias("_kinds"),
+        pl.col("stream_id").first().alias("_stream"),
+        pl.col("device_id").first().alias("_device"),
+        pl.col("context_id").first().alias("_context"),
+    ).join(own_union, on=["gpid", "correlation_id"], how="left")
+    joined = (
+        candidates.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+        .filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gtid").is_not_null())
+        .join(summed, on=["gpid", "correlation_id"], how="left")
+    )
+    has_own = pl.col("own_rows").is_not_null()
+    blocked = (
+        (pl.col("kind").is_in(["explicit", "free"]))
+        | ((pl.col("kind") == "sync_copy") & (~has_own | pl.col("_not_dtod")))
+        | ((pl.col("kind") == "async_copy") & has_own & pl.col("_pageable"))
+        | ((pl.col("kind") == "sync_memset") & has_own & pl.col("_host_memset"))
+    )
+    joined = joined.with_columns(blocked.fill_null(False).alias("_blocked"))
+    undecided = joined.filter(~pl.col("_blocked") & ~has_own & pl.col("kind").is_in(["async_copy", "sync_memset"]))
+    not_established = {k: n for k, n in undecided.group_by("kind").len().sort("kind").iter_rows()}
+    labels = {**e.memory_labels}
+    copy_labels = e.copy_labels
+    calls = (
+        joined.filter(pl.col("_blocked"))
+        .sort("start_ns", "gtid", "correlation_id", nulls_last=True)
+        .with_row_index("call_id")
+        .with_columns(
+            pl.col("call_id").cast(pl.Int64),
+            pl.col("own_rows").fill_null(0),
+            pl.col("own_ns").fill_null(0),
+            pl.col("_copy_kind").replace_strict(copy_labels, default=pl.col("_copy_kind").cast(pl.String),
+                                                return_dtype=pl.String).alias("copy_kind"),
+            pl.col("_kinds").list.eval(
+                pl.element().replace_strict(labels, default=pl.element().cast(pl.String), return_dtype=pl.String)
+            ).list.join(", ").alias("memory_kinds"),
+            pl.when(pl.col("kind").is_in(["sync_copy", "async_copy", "sync_memset"]) & has_own)
+            .then(pl.col("_stream")).otherwise(None).alias("stream_id"),
+            pl.when(pl.col("kind").is_in(["sync_copy", "async_copy", "sync_memset"]) & has_own)
+            .then(pl.when(pl.col("kind") == "sync_memset").then(pl.lit(MEMSET)).otherwise(pl.lit(MEMCPY)))
+            .otherwise(None).alias("stream_source"),
+            pl.col("_device").alias("device_id"),
+            pl.col("_context").alias("context_id"),
+        )
+    )
+    return calls, not_established
+
+
+def _union_length(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """``keys..., own_ns``: per key the length of the union of its rows' [start, end] intervals."""
+    if not rows.height:
+        return pl.DataFrame(schema={**{k: pl.Int64 for k in keys}, "own_ns": pl.Int64})
+    merged = _merge(rows.select(*keys, "start_ns", "end_ns").filter(pl.col("end_ns") >= pl.col("start_ns")), keys)
+    return merged.group_by(keys).agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("own_ns"))
+
+
+def _merge(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per key, the union of the rows' intervals as disjoint sorted intervals (``keys, start_ns, end_ns``)."""
+    ordered = rows.sort(*keys, "start_ns")
+    reach = pl.col("end_ns").cum_max().over(keys)
+    same = pl.all_horizontal([pl.col(k) == pl.col(k).shift(1) for k in keys])
+    new = ~(same & (pl.col("start_ns") <= reach.shift(1))).fill_null(False)
+    return (
+        ordered.with_columns(new.cum_sum().alias("_piece"))
+        .group_by("_piece", maintain_order=True)
+        .agg(*(pl.col(k).first() for k in keys), pl.col("start_ns").min(), pl.col("end_ns").max())
+        .drop("_piece")
+    )
+
+
+SCOPES = {"Stream": "stream", "Device": "device", "Ctx": "device", "Thread": "device", "Event": "event"}
+
+
+def _synchronized(
+    export: ExportFile, calls: pl.DataFrame, frame: FrameBuilder, typed: Counter[str], tables: dict[str, str]
+) -> tuple[int, pl.DataFrame]:
+    """Each call's scope (what it waited for) and, for an explicit synchronization, the stream,
+    device and context its CUPTI_ACTIVITY_KIND_SYNCHRONIZATION row names (joined by process and
+    correlation id; that row's syncType is not read: nsys releases number it differently, measured
+    on the bundled exports). Returns the synchronization rows joined, and the calls."""
+    name = pl.col("api").str.replace(r"_v\d+$", "")
+    scope = (
+        pl.when(pl.col("kind").is_in(["sync_copy", "async_copy", "sync_memset"])).then(pl.lit("stream"))
+        .when(pl.col("kind") == "free").then(pl.lit("device"))
+        .otherwise(
+            name.str.extract(r"^cu(?:da)?(Stream|Device|Event|Ctx|Thread)Synchronize", 1)
+            .replace_strict(SCOPES, default="unknown")
+        )
+    )
+    calls = calls.with_columns(scope.alias("scope"))
+    t = _usable(export, SYNC, "globalPid", "correlationId", "streamId")
+    explicit = calls.filter(pl.col("kind") == "explicit")
+    if t is None or not explicit.height:
+        return 0, calls
+    tables["synchronization"] = t.name
+    corrs = explicit["correlation_id"].drop_nulls()
+    if not corrs.len():
+        return 0, calls
+    lo, hi = int(corrs.min()), int(corrs.max())  # type: ignore[arg-type]
+    schema: Schema = {"gpid": pl.Int64, "correlation_id": pl.Int64, "_sync_stream": pl.Int64, "_sync_device": pl.Int64,
+              "_sync_context": pl.Int64}
+    rows = _read(
+        export,
+        f"SELECT globalPid, correlationId, streamId, {_col(t, 'deviceId')}, {_col(t, 'contextId')} FROM "
+        f"{quote(t.name)} WHERE correlationId BETWEEN {lo} AND {hi}",
+        schema, frame, typed, t.name,
+    )
+    # One row per (process, correlation id); several rows for one call name it ambiguously: none is used.
+    rows = rows.join(explicit.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi")
+    single = rows.filter(pl.len().over("gpid", "correlation_id") == 1)
+    valid = pl.col("_sync_stream").is_not_null() & (pl.col("_sync_stream") != INVALID_ID)
+    joined = calls.join(single, on=["gpid", "correlation_id"], how="left").with_columns(
+        pl.when((pl.col("kind") == "explicit") & valid).then(pl.col("_sync_stream"))
+        .otherwise(pl.col("stream_id")).alias("stream_id"),
+        pl.when((pl.col("kind") == "explicit") & valid).then(pl.lit(SYNC))
+        .otherwise(pl.col("stream_source")).alias("stream_source"),
+        pl.coalesce("device_id", "_sync_device").alias("device_id"),
+        pl.coalesce("context_id", "_sync_context").alias("context_id"),
+    )
+    return single.height, joined.drop("_sync_stream", "_sync_device", "_sync_context")
+
+
+def _attributed_calls(calls: pl.DataFrame) -> pl.DataFrame:
+    """``call_id, gpid, start_ns, end_ns`` of the calls whose work is attributed row by row
+    (:data:`ATTRIBUTION_RULE`)."""
+    waited = pl.col("end_ns") - pl.col("start_ns") - pl.col("own_ns")
+    return (
+        calls.filter(waited >= STALL_MIN_NS)
+        .sort(waited, "start_ns", "call_id", descending=[True, False, False])
+        .head(MAX_ATTRIBUTED_CALLS)
+        .select("call_id", "gpid", "start_ns", "end_ns")
+    )
+
+
+# --- the pass over the GPU tables ------------------------------------------------------------------
+
+
+@dataclass
+class _Passed:
+    behind: pl.DataFrame
+    covered: pl.DataFrame
+    attributed: pl.DataFrame
+    rows: dict[str, int]
+    covered_known: bool
+    complete: bool
+    unsorted: int
+
+
+@dataclass
+class _Acc:
+    """What the batches add up to (appended by the worker threads, read once they are done)."""
+
+    behind: list[pl.DataFrame] = field(default_factory=list)
+    pieces: list[pl.DataFrame] = field(default_factory=list)
+    pieces_rows: int = 0
+    attributed: list[pl.DataFrame] = field(default_factory=list)
+    attributed_rows: int = 0
+    complete: bool = True
+
+
+def _batches(export: ExportFile, t: Table) -> list[str]:
+    """The SELECTs of ``t``'s work columns (and rowid), one per rowid range of :data:`BATCH_ROWS`."""
+    rowid = rowid_name(export.conn, t.name, t.columns)
+    columns = f"{rowid if rowid else 'NULL'}, start, \"end\", globalPid, streamId"
+    select = f"SELECT {columns} FROM {quote(t.name)}"
+    if rowid is None:
+        return [select]
+    lo, hi = export.conn.execute(f"SELECT min({rowid}), max({rowid}) FROM {quote(t.name)}").fetchone()
+    if lo is None:
+        return []
+    bounds = list(range(int(lo), int(hi) + 1, BATCH_ROWS))
+    out = []
+    for i, first in enumerate(bounds):
+        a = INT64_MIN if i == 0 else first
+        b = INT64_MAX if i == len(bounds) - 1 else first + BATCH_ROWS - 1
+        out.append(f"{select} WHERE {rowid} BETWEEN {a} AND {b}")
+    return out
+
+
+WORK_ROW_SCHEMA: Schema = {"rowid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "gpid": pl.Int64,
+                           "stream_id": pl.Int64}
+
+
+def _pass(
+    export: ExportFile, calls: pl.DataFrame, top: pl.DataFrame, frame: FrameBuilder, typed: Counter[str],
+    tables: dict[str, str], progress: Progress | None,
+) -> _Passed:
+    """Every row of the GPU tables once, in rowid batches, each reduced against the calls."""
+    windows = calls.filter(pl.col("end_ns") > pl.col("start_ns")).select(
+        "call_id", "gpid", pl.col("start_ns").alias("a"), pl.col("end_ns").alias("b"))
+    spans = union_windows(windows.select(pl.col("gpid").alias("gtid"), pl.col("a").alias("start_ns"),
+                                         pl.col("b").alias("end_ns")))
+    acc = _Acc()
+    rows: dict[str, int] = {}
+    unsorted = 0
+    work: list[tuple[str, str, Table]] = []
+    for kind, base in WORK_TABLES.items():
+        t = _usable(export, base, *WORK_COLUMNS)
+        if t is None:
+            continue
+        tables[kind] = t.name
+        work += [(kind, sql, t) for sql in _batches(export, t)]
+        rows[kind] = 0
+    threads = 2 if native.load() is not None and len(work) > 1 else 1
+    if progress is not None and work:
+        progress.start(f"reading GPU activity ({len(work)} batch(es))", len(work))
+
+    def one(item: tuple[str, str, Table]) -> tuple[str, int, bool]:
+        kind, sql, t = item
+        batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
+        ordered = bool(batch.height < 2 or batch["start_ns"].drop_nulls().is_sorted())
+        _reduce(kind, batch, windows, spans, top, acc)
+        if progress is not None:
+            progress.advance(1)
+        return kind, batch.height, ordered
+
+    try:
+        if threads > 1:
+            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nsysaudit-gpu") as pool:
+                done = list(pool.map(one, work))
+        else:
+            done = [one(item) for item in work]
+    finally:
+        if progress is not None and work:
+            progress.finish()
+    for kind, n, ordered in done:
+        rows[kind] += n
+        unsorted += not ordered
+    behind = (
+        pl.concat(acc.behind).group_by("call_id", "work", "stream_id")
+        .agg(pl.col("rows").sum(), pl.col("busy_ns").sum())
+        if acc.behind else pl.DataFrame(schema=BEHIND_SCHEMA)
+    )
+    covered_known = acc.pieces_rows <= MAX_BUSY_INTERVALS
+    covered = pl.DataFrame(schema={"call_id": pl.Int64, "covered_ns": pl.Int64})
+    if covered_known:
+        merged = (
+            _merge(pl.concat(acc.pieces), ["gpid"]) if acc.pieces
+            else pl.DataFrame(schema={"gpid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+        )
+        covered = _sums(windows, merged.with_columns(pl.lit(0, dtype=pl.Int64).alias("stream_id")))
+        covered = windows.select("call_id").join(
+            covered.select("call_id", pl.col("busy_ns").alias("covered_ns")), on="call_id", how="left"
+        ).with_columns(pl.col("covered_ns").fill_null(0))
+    attributed = pl.concat(acc.attributed) if acc.attributed else pl.DataFrame(schema=_PAIR_SCHEMA)
+    return _Passed(behind.select(list(BEHIND_SCHEMA)), covered, attributed, rows, covered_known, acc.complete,
+                   unsorted)
+
+
+_PAIR_SCHEMA: Schema = {"call_id": pl.Int64, "work": pl.String, "rowid": pl.Int64, "gpid": pl.Int64,
+                        "stream_id": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "overlap_ns": pl.Int64}
+
+
+def _reduce(kind: str, batch: pl.DataFrame, windows: pl.DataFrame, spans: pl.DataFrame, top: pl.DataFrame,
+            acc: _Acc) -> None:
+    """One batch of work rows against the calls' windows: the per (call, stream) sums, the merged
+    intervals inside some call, the rows behind the attributed calls."""
+    work = batch.filter(
+        pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gpid").is_not_null()
+        & pl.col("stream_id").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+    )
+    if not work.height or not windows.height:
+        return
+    # Only the rows inside some call's window matter: the first window ending after the row's start
+    # overlaps it iff it starts before the row's end (a process's windows are disjoint and sorted).
+    inside = (
+        work.sort("start_ns")
+        .join_asof(spans.rename({"gtid": "gpid"}), left_on="start_ns", right_on="w_end", by="gpid",
+                   strategy="forward", allow_exact_matches=False, check_sortedness=False)
+        .filter(pl.col("w_start") < pl.col("end_ns"))
+        .drop("w_start", "w_end")
+    )
+    if not inside.height:
+        return
+    span = inside.group_by("gpid").agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
+    near = windows.join(span, on="gpid").filter((pl.col("a") < pl.col("_hi")) & (pl.col("b") > pl.col("_lo")))
+    sums = _sums(near.drop("_lo", "_hi"), inside)
+    pieces = _merge(inside.select("gpid", "start_ns", "end_ns"), ["gpid"])
+    pairs = pl.DataFrame(schema=_PAIR_SCHEMA)
+    if top.height:
+        pairs = (
+            inside.join(top.rename({"start_ns": "a", "end_ns": "b"}), on="gpid")
+            .filter((pl.col("start_ns") < pl.col("b")) & (pl.col("end_ns") > pl.col("a")))
+            .select("call_id", pl.lit(kind).alias("work"), "rowid", "gpid", "stream_id", "start_ns", "end_ns",
+                    (pl.min_horizontal("end_ns", "b") - pl.max_horizontal("start_ns", "a")).alias("overlap_ns"))
+        )
+    acc.behind.append(sums.with_columns(pl.lit(kind).alias("work")).select(list(BEHIND_SCHEMA)))
+    acc.pieces.append(pieces)
+    acc.pieces_rows += pieces.height
+    if acc.pieces_rows > MAX_BUSY_INTERVALS:
+        acc.pieces.clear()  # the union is unknown from here on (covered_known false): free the memory
+    if pairs.height:
+        room = MAX_ATTRIBUTED_ROWS - acc.attributed_rows
+        if pairs.height > room:
+            acc.complete = False
+            pairs = pairs.sort("call_id", "start_ns").head(max(room, 0))
+        acc.attributed.append(pairs)
+        acc.attributed_rows += pairs.height
+
+
+def _sums(windows: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
+    """``call_id, stream_id, rows, busy_ns``: per window (``call_id, gpid, a, b``) and stream of its
+    process, how many ``work`` rows (``gpid, stream_id, start_ns, end_ns``) overlap it and the sum of
+    their parts inside it, without forming (window, row) pairs.
+
+    With F(t) = sum over rows of |[s, e] before t| = t*Ns(t) - Ss(t) - t*Ne(t) + Se(t) (Ns, Ss: the
+    count and sum of the starts before t; Ne, Se: of the ends), a window's sum is F(b) - F(a), and its
+    rows those starting before b less those ending at or before a. Each count and sum is an as-of
+    join by (process, stream) over the rows sorted by start, or by end (computed in 128 bits: the
+    sums of timestamps pass 2^63 on large traces). It holds for any rows, overlapping or not."""
+    if not windows.height or not work.height:
+        return pl.DataFrame(schema={"call_id": pl.Int64, "stream_id": pl.Int64, "rows": pl.Int64, "busy_ns": pl.Int64})
+    by = ["gpid", "stream_id"]
+
+    def ranked(column: str) -> pl.DataFrame:
+        return (
+            work.select(*by, pl.col(column).alias("t"))
+            .sort(*by, "t")
+            .with_columns(
+                pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(by).alias("n"),
+                pl.col("t").cast(pl.Int128).cum_sum().over(by).alias("s"),
+            )
+            .sort("t")
+        )
+
+    starts, ends = ranked("start_ns"), ranked("end_ns")
+    streams = work.select(*by).unique()
+    q = windows.join(streams, on="gpid")
+
+    def at(edge: str, table: pl.DataFrame, tag: str, exact: bool) -> pl.DataFrame:
+        return (
+            q.select("call_id", *by, edge)
+            .sort(edge)
+            .join_asof(table.rename({"t": f"_t{tag}"}), left_on=edge, right_on=f"_t{tag}", by=by,
+                       strategy="backward", allow_exact_matches=exact, check_sortedness=False)
+            .select("call_id", "stream_id", pl.col("n").fill_null(0).alias(f"n{tag}"),
+                    pl.col("s").fill_null(0).cast(pl.Int128).alias(f"s{tag}"))
+        )
+
+    keys = ["call_id", "stream_id"]
+    joined = (
+        q.select(*keys, pl.col("a").cast(pl.Int128), pl.col("b").cast(pl.Int128))
+        .join(at("a", starts, "sa", False), on=keys)
+        .join(at("b", starts, "sb", False), on=keys)
+        .join(at("a", ends, "ea", False), on=keys)
+        .join(at("b", ends, "eb", False), on=keys)
+        .join(at("a", ends, "ela", True).select(*keys, "nela"), on=keys)
+    )
+    f_b = pl.col("b") * pl.col("nsb") - pl.col("ssb") - pl.col("b") * pl.col("neb") + pl.col("seb")
+    f_a = pl.col("a") * pl.col("nsa") - pl.col("ssa") - pl.col("a") * pl.col("nea") + pl.col("sea")
+    return joined.select(
+        *keys,
+        (pl.col("nsb") - pl.col("nela")).alias("rows"),
+        (f_b - f_a).cast(pl.Int64).alias("busy_ns"),
+    ).filter(pl.col("rows") > 0)
+
+
+def _without_own(behind: pl.DataFrame, calls: pl.DataFrame, own: pl.DataFrame) -> pl.DataFrame:
+    """``behind`` less each copy's or memset's own rows (they are the call's own time, ``own_ns``)."""
+    order = dict(by=["call_id", "busy_ns", "work", "stream_id"], descending=[False, True, False, False])
+    if not own.height or not behind.height:
+        return behind.sort(**order)  # type: ignore[arg-type]
+    mine = (
+        own.join(calls.select("call_id", "gpid", "correlation_id", pl.col("start_ns").alias("a"),
+                              pl.col("end_ns").alias("b")), on=["gpid", "correlation_id"])
+        .filter((pl.col("start_ns") < pl.col("b")) & (pl.col("end_ns") > pl.col("a")) | (
+            (pl.col("start_ns") == pl.col("end_ns")) & (pl.col("start_ns") > pl.col("a"))
+            & (pl.col("start_ns") < pl.col("b"))))
+        .group_by("call_id", "work", "stream_id")
+        .agg(pl.len().cast(pl.Int64).alias("_rows"),
+             (pl.min_horizontal("end_ns", "b") - pl.max_horizontal("start_ns", "a")).clip(0).sum().alias("_ns"))
+    )
+    return (
+        behind.join(mine, on=["call_id", "work", "stream_id"], how="left")
+        .with_columns((pl.col("rows") - pl.col("_rows").fill_null(0)).alias("rows"),
+                      (pl.col("busy_ns") - pl.col("_ns").fill_null(0)).alias("busy_ns"))
+        .filter(pl.col("rows") > 0)
+        .select(list(BEHIND_SCHEMA))
+        .sort(**order)  # type: ignore[arg-type]
+    )
+
+
+# --- the launches of the attributed rows -----------------------------------------------------------
+
+
+def _launches(
+    export: ExportFile, pairs: pl.DataFrame, cuda_api_table: str | None, frame: FrameBuilder, typed: Counter[str],
+    tables: dict[str, str],
+) -> pl.DataFrame:
+    """The attributed rows with their correlation id, name, bytes and device (read by rowid), and
+    their launch: the one CUDA API row of the process with that correlation id."""
+    if not pairs.height:
+        return pl.DataFrame(schema=ATTRIBUTED_SCHEMA)
+    parts = []
+    for kind, base in WORK_TABLES.items():
+        mine = pairs.filter(pl.col("work") == kind)
+        t = export.table(base)
+        if not mine.height or t is None:
+            continue
+        name = "shortName" if kind == "kernel" and t.has("shortName") else "NULL"
+        ids = json.dumps(mine["rowid"].unique().sort().to_list())
+        extra = _read(
+            export,
+            f"SELECT rowid, correlationId, {_col(t, 'deviceId')}, {_col(t, 'bytes') if kind != 'kernel' else 'NULL'}, "
+            f"{name}, {_col(t, 'copyKind') if kind == 'memcpy' else 'NULL'} FROM {quote(t.name)} "
+            f"WHERE rowid IN (SELECT value FROM json_each('{ids}'))",
+            {"rowid": pl.Int64, "correlation_id": pl.Int64, "device_id": pl.Int64, "bytes": pl.Int64,
+             "_name_id": pl.Int64, "_copy_kind": pl.Int64},
+            frame, typed, t.name,
+        )
+        parts.append(mine.join(extra, on="rowid", how="left"))
+    rows = pl.concat(parts)
+    strings = export.table("StringIds")
+    name_ids = rows["_name_id"].drop_nulls().unique().sort().to_list()
+    names = pl.DataFrame(schema={"_name_id": pl.Int64, "_kernel": pl.String})
+    if strings is not None and name_ids:
+        names = frame(export.conn, f"SELECT id, value FROM {quote(strings.name)} WHERE id IN "
+                      f"(SELECT value FROM json_each('{json.dumps(name_ids)}'))",
+                      {"_name_id": pl.Int64, "_kernel": pl.String}, mismatched=typed, source=strings.name)
+    enums = read_enums(export)
+    rows = rows.join(names, on="_name_id", how="left").with_columns(
+        pl.when(pl.col("work") == "kernel").then(pl.col("_kernel"))
+        .when(pl.col("work") == "memcpy").then(
+            pl.col("_copy_kind").replace_strict(enums.copy_labels, default=pl.col("_copy_kind").cast(pl.String),
+                                                return_dtype=pl.String))
+        .otherwise(pl.lit(None, dtype=pl.String)).alias("name")
+    )
+    launches = pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64, "launch_gtid": pl.Int64,
+                                    "launch_start_ns": pl.Int64, "launch_api": pl.String})
+    corrs = rows["correlation_id"].drop_nulls().unique().sort()
+    runtime = export.table(cuda_api_table) if cuda_api_table is not None else None
+    if runtime is not None and corrs.len():
+        tables["launches"] = runtime.name
+        found = _read(
+            export,
+            f"SELECT globalTid, start, correlationId, nameId FROM {quote(runtime.name)} WHERE correlationId BETWEEN "
+            f"{int(corrs[0])} AND {int(corrs[-1])} AND correlationId IN (SELECT value FROM json_each('"
+            f"{json.dumps(corrs.to_list())}'))",
+            {"launch_gtid": pl.Int64, "launch_start_ns": pl.Int64, "correlation_id": pl.Int64, "_api_id": pl.Int64},
+            frame, typed, runtime.name,
+        ).with_columns(global_pid(pl.col("launch_gtid")).alias("gpid"))
+        # A correlation id several rows of the process carry names no single launch: left unknown.
+        found = found.filter(pl.len().over("gpid", "correlation_id") == 1)
+        api_ids = found["_api_id"].drop_nulls().unique().sort().to_list()
+        apis = pl.DataFrame(schema={"_api_id": pl.Int64, "launch_api": pl.String})
+        if strings is not None and api_ids:
+            apis = frame(export.conn, f"SELECT id, value FROM {quote(strings.name)} WHERE id IN "
+                         f"(SELECT value FROM json_each('{json.dumps(api_ids)}'))",
+                         {"_api_id": pl.Int64, "launch_api": pl.String}, mismatched=typed, source=strings.name)
+        launches = found.join(apis, on="_api_id", how="left").select(list(launches.schema))
+    return (
+        rows.join(launches, on=["gpid", "correlation_id"], how="left")
+        .sort("call_id", "start_ns", "work", "rowid")
+        .select(list(ATTRIBUTED_SCHEMA))
+    )
+
+
+def blocking_candidates(marked: pl.DataFrame, failed: pl.DataFrame, name_ids: pl.DataFrame) -> pl.DataFrame:
+    """The CUDA API rows of a blocking name (``CANDIDATE_SCHEMA`` and ``kind``): the successful ones
+    the scan marked, and the failed ones (a failed synchronization blocked the host too)."""
+    keep = name_ids.select("name_id", "kind")
+    ok = marked.join(keep, on="name_id", how="inner")
+    bad = failed.filter(pl.col("return_code").is_null() | (pl.col("return_code") != 0)).join(keep, on="name_id")
+    return pl.concat([ok, bad]).select(*CANDIDATE_SCHEMA, "kind")
+
+
+__all__ = [
+    "ATTRIBUTION_RULE",
+    "STALL_MIN_NS",
+    "GpuWork",
+    "Prepared",
+    "blocking_candidates",
+    "prepare",
+    "read_gpu_work",
+]
