@@ -102,8 +102,8 @@ def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: 
     )
     assert code == 0, err
     assert stdout.splitlines()[:2] == [
-        "26 input(s): 24 analyzed, 0 resumed, 2 unusable; 7 finding(s)",
-        "verdicts: failure_found 7, inconclusive 3, no_failure 14",
+        "28 input(s): 26 analyzed, 0 resumed, 2 unusable; 7 finding(s)",
+        "verdicts: failure_found 7, inconclusive 3, no_failure 16",
     ]
     assert err.count("\n") == 2 and "broken.sqlite: empty file" in err and "missing.sqlite: no such file" in err
     inputs = pl.read_parquet(out / "inputs.parquet")
@@ -172,7 +172,7 @@ def test_rerun_resumes_by_sha256_without_analyzing_again(tmp_path: Path, engine:
 def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    for i, path in enumerate(REAL * 3):  # 72 inputs, 24 distinct
+    for i, path in enumerate(REAL * 3):  # 78 inputs, 26 distinct
         shutil.copyfile(path, inputs / f"{i:02d}-{Path(path).name}")
     out = tmp_path / "batch"
     proc = subprocess.Popen(
@@ -189,7 +189,7 @@ def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     result = fleet.run_batch([inputs], out=out, jobs=1)
     resumed = result.inputs.filter(pl.col("status") == "resumed")
     assert set(resumed["sha256"].to_list()) == finished
-    assert result.inputs.height == 72 and result.inputs["error"].null_count() == 72
+    assert result.inputs.height == 78 and result.inputs["error"].null_count() == 78
     fresh = fleet.run_batch([inputs], jobs=1).inputs
     assert result.inputs.drop("status").equals(fresh.drop("status"))
 

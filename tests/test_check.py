@@ -26,11 +26,11 @@ def test_committed_expectations_pass_over_every_bundled_export(capsys, tmp_path:
     assert code == 0, out + err
     lines = out.splitlines()
     exports = sorted(FIXTURES.rglob("*.sqlite"))
-    assert len(exports) == 24 and lines[-1] == "24 passed, 0 failed"
+    assert len(exports) == 26 and lines[-1] == "26 passed, 0 failed"
     assert lines[:-1] == [line for line in lines[:-1] if line.startswith("pass ")]
     assert f"pass {TORCH / 'observe.sqlite'} (failure_found, 1 finding(s))" in lines
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("25", "0")
+    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("27", "0")
 
 
 def test_a_wrong_expectation_fails_naming_the_file_and_why_and_in_junit(capsys, tmp_path: Path) -> None:
@@ -47,7 +47,7 @@ def test_a_wrong_expectation_fails_naming_the_file_and_why_and_in_junit(capsys, 
     assert code == 1
     assert err.startswith("nsysaudit: error: ") and "12 failed" in err and err.count("\n") == 1
     lines = out.splitlines()
-    assert lines[-1] == "12 passed, 12 failed"
+    assert lines[-1] == "14 passed, 12 failed"
     observe = tmp_path / "h200-cuda13-nsys2025.3/torch/observe.sqlite"
     assert (  # the finding closest to the expectation is named, with the field that differs
         f"FAIL {observe}: expected 1 x kind=nested_alloc_failure api=cudaMalloc_v3020 return_code=3 "
@@ -237,11 +237,11 @@ def test_an_unusable_export_is_an_error_line_the_others_are_still_checked_and_ju
     error = [line for line in lines if line.startswith("ERROR ")]
     assert error == [f"ERROR {broken}: truncated SQLite file: header says {len(whole) // 4096} pages of 4096 bytes "
                      f"({len(whole):,} bytes) but the file has {len(whole) // 3:,} bytes".replace(",", "")], lines
-    assert lines[-1] == "23 passed, 0 failed, 1 unusable"
+    assert lines[-1] == "25 passed, 0 failed, 1 unusable"
     assert err.startswith("nsysaudit: error: 1 input(s) could not be analyzed, the first: ") and str(broken) in err
     assert err.count("\n") == 1
     root = ET.parse(junit).getroot()
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("25", "0", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("27", "0", "1")
     cases = list(root.iter("testcase"))
     assert all(float(c.get("time") or "-1") >= 0 for c in cases)
     errored = [c for c in cases if c.find("error") is not None]

@@ -148,12 +148,11 @@ def launch_words(a: Attribution) -> str | None:
     if a["ranges"]:
         top = a["ranges"][0]
         where = f"inside {top['nvtx_range']}" if top["nvtx_range"] is not None else "outside every NVTX range"
-        if a["ranges_total"] > 1:
-            where = f"inside {a['ranges_total']:,} NVTX ranges (the most, {where.removeprefix('inside ')}: " \
-                    f"{_share(top['busy_ns'], busy)})" if top["nvtx_range"] is not None else \
-                    f"in {a['ranges_total']:,} places (the most {where}: {_share(top['busy_ns'], busy)})"
-        elif a["launched_before_ns"] != busy:
-            where += f" ({_share(a['launched_before_ns'], busy)})"
+        others = a["ranges_total"] - 1
+        if others or a["launched_before_ns"] != busy:
+            where += f" ({_share(top['busy_ns'], busy)} of that time)"
+        if others:
+            where += f" and {others:,} more NVTX range{'s' if others > 1 else ''}"
         parts.append(f"launched before it {where}")
     libraries = [f"{lib['library']} {_share(lib['busy_ns'], busy)}" for lib in a["libraries"][:2]]
     if libraries:
