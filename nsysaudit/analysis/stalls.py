@@ -166,7 +166,7 @@ class StallCall(TypedDict):
     synchronized: Synchronized
     copy: CallCopy | None
     nvtx: list[str]
-    behind: list[StallStream]
+    behind: list[StallStream] | None  # per stream: for the stalls only (null for a shorter call)
     attribution: Attribution | None
 
 
@@ -257,7 +257,13 @@ def analyze_stalls(
     )
     stacks = _stacks(calls, plain)
     names = thread_names.filter(pl.col("gtid").is_not_null()).group_by("gtid", maintain_order=True).last()
-    listed = calls.sort("blocked_ns", "start_ns", "call_id", descending=[True, False, False]).head(MAX_LISTED_CALLS)
+    # The longest first; of equals, the earliest (top_k then a sort of the few it keeps).
+    longest = calls.top_k(MAX_LISTED_CALLS, by="blocked_ns")["blocked_ns"].min()
+    listed = (
+        calls.filter(pl.col("blocked_ns") >= longest).sort("blocked_ns", "start_ns", "call_id",
+                                                           descending=[True, False, False]).head(MAX_LISTED_CALLS)
+        if calls.height else calls
+    )
     groups = _groups(work, calls, plain, library_calls, names)
     ranges, ranges_total = _ranges(calls, stacks, work.behind)
     idle = None if not work.covered_known else int(calls["idle_ns"].sum() or 0)
@@ -271,7 +277,8 @@ def analyze_stalls(
         "stalled_ns": int(calls.filter(pl.col("stall"))["blocked_ns"].sum() or 0),
         "by_kind": [
             {"kind": k, "calls": n, "blocked_ns": b}
-            for k, n, b in calls.group_by("kind").agg(pl.len().cast(pl.Int64), pl.col("blocked_ns").sum())
+            for k, n, b in calls.group_by(pl.col("kind").cast(pl.String)).agg(pl.len().cast(pl.Int64),
+                                                                               pl.col("blocked_ns").sum())
             .sort("kind").iter_rows()
         ],
         "processes": _processes(calls, processes, cuda_api_span),
@@ -449,7 +456,7 @@ def _calls(
                              "device_id": r["device_id"], "context_id": r["context_id"]},
             "copy": copy,
             "nvtx": list(r["nvtx"] or []),
-            "behind": streams,
+            "behind": streams if r["stall"] else None,
             "attribution": _attribution(r["call_id"], groups, complete) if r["call_id"] in attributed else None,
         })
     return out
@@ -457,14 +464,17 @@ def _calls(
 
 def _ranges(calls: pl.DataFrame, stacks: pl.DataFrame, behind: pl.DataFrame) -> tuple[list[RangeStalls], int]:
     """Per (process, NVTX range text) the calls it holds, summed; ``None`` for the calls no range holds."""
-    keyed = (
-        calls.join(stacks, on="call_id", how="left")
-        .with_columns(pl.col("nvtx").fill_null(pl.lit([], dtype=pl.List(pl.String))))
-        .with_columns(pl.when(pl.col("nvtx").list.len() == 0).then(pl.lit([None], dtype=pl.List(pl.String)))
-                      .otherwise(pl.col("nvtx").list.unique(maintain_order=True)).alias("range"))
+    # Without lists for the calls no range holds (10^6 synchronizations outside any range are common).
+    base = calls.select("call_id", global_pid(pl.col("gtid")).alias("gpid"), "stall", "blocked_ns", "waited_ns",
+                        "idle_ns")
+    held = (
+        stacks.select("call_id", pl.col("nvtx").list.unique(maintain_order=True).alias("range"))
         .explode("range")
-        .with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+        .join(base, on="call_id")
     )
+    outside = base.join(stacks.select("call_id"), on="call_id", how="anti").with_columns(
+        pl.lit(None, pl.String).alias("range"))
+    keyed = pl.concat([held.select(outside.columns), outside])
     if not keyed.height:
         return [], 0
     sums = keyed.group_by("gpid", "range").agg(

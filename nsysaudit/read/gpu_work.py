@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -50,6 +52,9 @@ from nsysaudit.read.memory import FrameBuilder
 from nsysaudit.read.scan import INT64_MAX, INT64_MIN, rowid_name
 from nsysaudit.read.source import ExportFile, Table, quote
 
+if TYPE_CHECKING:
+    import numpy as np  # imported where it is used: a small export never loads it
+
 KERNEL, MEMCPY, MEMSET, SYNC = (
     "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
@@ -62,7 +67,7 @@ MEM_KIND_FALLBACK = {"PAGEABLE": 0, "PINNED": 1, "DEVICE": 2, "MANAGED": 4}
 COPY_KIND_FALLBACK = {"DTOD": 8}
 INVALID_ID = 0xFFFFFFFF  # CUPTI_SYNCHRONIZATION_INVALID_VALUE: no stream (a context or event synchronization)
 
-BATCH_ROWS = 1 << 20
+BATCH_ROWS = 1 << 19
 MAX_BUSY_INTERVALS = 4_000_000
 STALL_MIN_NS = 1_000_000  # a blocking call is a stall from this wait on (also the answer's rule)
 MAX_ATTRIBUTED_CALLS = 20
@@ -170,13 +175,13 @@ class GpuWork:
     """The blocking calls and what ran while they blocked (see the module docstring).
 
     ``calls``: :data:`CALL_SCHEMA`, one row per blocking call in (start, gtid, correlation id) order.
-    ``behind``: :data:`BEHIND_SCHEMA`, per call, kind of work and stream: the rows of other work of the
-    process that ran inside the call and their time there. ``attributed``: :data:`ATTRIBUTED_SCHEMA`,
-    for the calls :data:`ATTRIBUTION_RULE` chooses, each such row with its launch (null where the
-    CUDA API table has no single row of its correlation id). ``work_rows``: the rows read per kind of
-    work. ``attributed_calls``: the calls attributed; ``attribution_complete``: no row was left out
-    by the row limit. ``not_established``: calls whose name can block but whose device rows do not
-    say it did (per kind).
+    ``behind``: :data:`BEHIND_SCHEMA`, per stall (a call that blocked at least :data:`STALL_MIN_NS`),
+    kind of work and stream: the rows of other work of the process that ran inside the call and their
+    time there (not for shorter calls: a trace of 10^6 short synchronizations would make 10^7 rows).
+    ``attributed``: :data:`ATTRIBUTED_SCHEMA`, for the calls :data:`ATTRIBUTION_RULE` chooses, each
+    such row with its launch (null where the CUDA API table has no single row of its correlation id).
+    ``work_rows``: the rows read per kind of work. ``attributed_calls``: the calls attributed;
+    ``attribution_complete``: no row was left out by the row limit.
     """
 
     calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
@@ -187,7 +192,6 @@ class GpuWork:
     attribution_complete: bool = True
     covered_known: bool = True
     synchronization_rows: int = 0
-    not_established: dict[str, int] = field(default_factory=dict)
     tables: dict[str, str] = field(default_factory=dict)
     warnings: tuple[ReportWarning, ...] = ()
 
@@ -256,7 +260,9 @@ def prepare(export: ExportFile, strings: Table, frame: FrameBuilder, typed: Coun
         kinds = " OR ".join(f"{c} = {int(enums.pageable)}" for c in ("srcKind", "dstKind") if t.has(c))
         pageable = _read(export, _own_sql(t, "memcpy", kinds), OWN_SCHEMA, frame, typed, t.name)
     rows = [(i, v, blocking_kind(v)) for i, v in _strings_like(export.conn, strings.name, NAME_PATTERNS)]
-    rows = [(i, v, k) for i, v, k in rows if k is not None and (k != "async_copy" or pageable.height)]
+    # Asynchronous copies are not marked: an export holds millions, a few of pageable memory, whose
+    # CUDA API rows are read by correlation id after the scan (:func:`_pageable_calls`).
+    rows = [(i, v, k) for i, v, k in rows if k is not None and k != "async_copy"]
     name_ids = pl.DataFrame(rows, schema={"name_id": pl.Int64, "api": pl.String, "kind": pl.String}, orient="row")
     return Prepared(name_ids, pageable, enums)
 
@@ -293,11 +299,12 @@ def read_gpu_work(
     """The blocking calls among ``candidates`` (the CUDA API rows of a blocking name, ``CANDIDATE_SCHEMA``
     with ``kind``) and the GPU work that ran while they blocked."""
     tables: dict[str, str] = {}
+    candidates = pl.concat([candidates, _pageable_calls(export, prepared, cuda_api_table, frame, typed)])
     own = _own_rows(export, candidates, prepared, frame, typed, tables)
-    calls, not_established = _decide(candidates, own, prepared.enums)
+    calls = _decide(candidates, own, prepared.enums)
     sync_rows, calls = _synchronized(export, calls, frame, typed, tables)
     if not calls.height:
-        return GpuWork(not_established=not_established, tables=tables, synchronization_rows=sync_rows)
+        return GpuWork(tables=tables, synchronization_rows=sync_rows)
     top = _attributed_calls(calls)
     passed = _pass(export, calls, top, frame, typed, tables, progress)
     behind = _without_own(passed.behind, calls, own)
@@ -325,8 +332,10 @@ def read_gpu_work(
             "GPU activity tables whose rows are not stored in start order (nsys writes them so): read whole, "
             "which costs more time, the same answer",
         ))
+    # 10^6 calls: their few distinct texts kept once each (categorical), not once per row.
+    texts = [c for c, t in CALL_SCHEMA.items() if t == pl.String]
     return GpuWork(
-        calls=calls.select(list(CALL_SCHEMA)),
+        calls=calls.select(list(CALL_SCHEMA)).with_columns(pl.col(texts).cast(pl.Categorical)),
         behind=behind,
         attributed=attributed,
         work_rows=passed.rows,
@@ -334,10 +343,45 @@ def read_gpu_work(
         attribution_complete=passed.complete,
         covered_known=passed.covered_known,
         synchronization_rows=sync_rows,
-        not_established=not_established,
         tables=tables,
         warnings=tuple(said),
     )
+
+
+def _pageable_calls(
+    export: ExportFile, prepared: Prepared, cuda_api_table: str | None, frame: FrameBuilder, typed: Counter[str]
+) -> pl.DataFrame:
+    """The asynchronous copies whose copy rows are of pageable memory: the CUDA API rows of their
+    process and correlation id (one query: the scan marks no asynchronous copy, an export holds
+    millions of them), those of an asynchronous copy's name (``CANDIDATE_SCHEMA`` with ``kind``)."""
+    schema = {**CANDIDATE_SCHEMA, "kind": pl.String}
+    runtime = export.table(cuda_api_table) if cuda_api_table is not None else None
+    strings = export.table("StringIds")
+    keys = prepared.pageable.select("gpid", "correlation_id").drop_nulls().unique()
+    if runtime is None or strings is None or not keys.height:
+        return pl.DataFrame(schema=schema)
+    corrs = keys["correlation_id"].unique().sort()
+    rows = _read(
+        export,
+        f'SELECT globalTid, start, "end", correlationId, nameId, returnValue, NULL FROM {quote(runtime.name)} '
+        f"WHERE correlationId BETWEEN {int(corrs[0])} AND {int(corrs[-1])} AND correlationId IN "
+        f"(SELECT value FROM json_each('{json.dumps(corrs.to_list())}'))",
+        {k: v for k, v in CANDIDATE_SCHEMA.items() if k != "api"} | {"_api": pl.Int64},
+        frame, typed, runtime.name,
+    )
+    rows = rows.with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(keys, on=["gpid", "correlation_id"],
+                                                                           how="semi")
+    names = pl.DataFrame(schema={"name_id": pl.Int64, "api": pl.String})
+    ids = rows["name_id"].drop_nulls().unique().sort().to_list()
+    if ids:
+        names = frame(export.conn, f"SELECT id, value FROM {quote(strings.name)} WHERE id IN "
+                      f"(SELECT value FROM json_each('{json.dumps(ids)}'))",
+                      {"name_id": pl.Int64, "api": pl.String}, mismatched=typed, source=strings.name)
+    named = rows.drop("_api").join(names, on="name_id", how="left")
+    kinds = pl.DataFrame([(a, blocking_kind(a)) for a in named["api"].unique().to_list()],
+                         schema={"api": pl.String, "kind": pl.String}, orient="row")
+    return named.join(kinds, on="api", how="inner", nulls_equal=True).filter(pl.col("kind") == "async_copy").select(
+        list(schema))
 
 
 def _own_rows(
@@ -368,12 +412,42 @@ def _own_rows(
     return own.join(keyed.select("gpid", "correlation_id").unique(), on=["gpid", "correlation_id"], how="semi")
 
 
-def _decide(candidates: pl.DataFrame, own: pl.DataFrame, e: Enums) -> tuple[pl.DataFrame, dict[str, int]]:
-    """The candidates that blocked (:mod:`nsysaudit.core.blocking`), each with its own rows summed;
-    and per kind the candidates the device rows do not show blocking (asynchronous copies of
-    pinned memory are not counted there: they are what an asynchronous copy should be)."""
+COPY_KINDS = ("sync_copy", "async_copy", "sync_memset")
+
+
+def _decide(candidates: pl.DataFrame, own: pl.DataFrame, e: Enums) -> pl.DataFrame:
+    """The candidates that blocked (:mod:`nsysaudit.core.blocking`), each copy and memset with its own
+    rows summed, in (start, thread, correlation id) order with its ``call_id``. Synchronizations and
+    frees block by their name; a copy or memset by its rows, so only those are joined to them (an
+    export has millions of asynchronous copies: their names are marked in the scan whenever some copy
+    is of pageable memory)."""
+    keyed = candidates.with_columns(global_pid(pl.col("gtid")).alias("gpid")).filter(
+        pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gtid").is_not_null()
+    )
+    by_name = keyed.filter(~pl.col("kind").is_in(COPY_KINDS)).with_columns(
+        pl.lit(0, pl.Int64).alias("own_rows"), pl.lit(0, pl.Int64).alias("own_ns"),
+        pl.lit(None, pl.Int64).alias("own_bytes"), pl.lit(None, pl.String).alias("copy_kind"),
+        pl.lit(None, pl.String).alias("memory_kinds"), pl.lit(None, pl.Int64).alias("stream_id"),
+        pl.lit(None, pl.String).alias("stream_source"), pl.lit(None, pl.Int64).alias("device_id"),
+        pl.lit(None, pl.Int64).alias("context_id"),
+    )
+    copies = keyed.filter(pl.col("kind").is_in(COPY_KINDS))
+    parts = [by_name]
+    if copies.height:
+        parts.append(_copies(copies, own, e).select(by_name.columns))
+    return (
+        pl.concat(parts)
+        .sort("start_ns", "gtid", "correlation_id", nulls_last=True)
+        .with_row_index("call_id")
+        .with_columns(pl.col("call_id").cast(pl.Int64))
+    )
+
+
+def _copies(copies: pl.DataFrame, own: pl.DataFrame, e: Enums) -> pl.DataFrame:
+    """The copies and memsets that blocked: a synchronous copy unless every copy row of it is device to
+    device (with no row, by its name), an asynchronous copy with a row of pageable memory, a memset with
+    a row of pinned or managed memory; each with its rows summed (their union's length: ``own_ns``)."""
     pageable = pl.col("src_kind").is_in([e.pageable]) | pl.col("dst_kind").is_in([e.pageable])
-    own_union = _union_length(own, ["gpid", "correlation_id"])
     summed = own.group_by("gpid", "correlation_id").agg(
         pl.len().cast(pl.Int64).alias("own_rows"),
         pl.col("bytes").sum().alias("own_bytes"),
@@ -383,33 +457,25 @@ def _decide(candidates: pl.DataFrame, own: pl.DataFrame, e: Enums) -> tuple[pl.D
         pl.col("copy_kind").drop_nulls().first().alias("_copy_kind"),
         pl.concat([pl.col("src_kind"), pl.col("dst_kind"), pl.col("mem_kind")]).drop_nulls().unique().sort()
         .alias("_kinds"),
-        pl.col("stream_id").first().alias("_stream"),
-        pl.col("device_id").first().alias("_device"),
-        pl.col("context_id").first().alias("_context"),
-    ).join(own_union, on=["gpid", "correlation_id"], how="left")
-    joined = (
-        candidates.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
-        .filter(pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gtid").is_not_null())
-        .join(summed, on=["gpid", "correlation_id"], how="left")
-    )
+        pl.col("stream_id").first().alias("stream_id"),
+        pl.col("device_id").first().alias("device_id"),
+        pl.col("context_id").first().alias("context_id"),
+    ).join(_union_length(own, ["gpid", "correlation_id"]), on=["gpid", "correlation_id"], how="left")
+    sync = copies.filter(pl.col("kind") == "sync_copy").join(summed, on=["gpid", "correlation_id"], how="left")
+    rowed = copies.filter(pl.col("kind") != "sync_copy").join(summed, on=["gpid", "correlation_id"], how="inner")
     has_own = pl.col("own_rows").is_not_null()
     blocked = (
-        (pl.col("kind").is_in(["explicit", "free"]))
-        | ((pl.col("kind") == "sync_copy") & (~has_own | pl.col("_not_dtod")))
-        | ((pl.col("kind") == "async_copy") & has_own & pl.col("_pageable"))
-        | ((pl.col("kind") == "sync_memset") & has_own & pl.col("_host_memset"))
+        ((pl.col("kind") == "sync_copy") & (~has_own | pl.col("_not_dtod")))
+        | ((pl.col("kind") == "async_copy") & pl.col("_pageable"))
+        | ((pl.col("kind") == "sync_memset") & pl.col("_host_memset"))
     )
-    joined = joined.with_columns(blocked.fill_null(False).alias("_blocked"))
-    undecided = joined.filter(~pl.col("_blocked") & ~has_own & pl.col("kind").is_in(["async_copy", "sync_memset"]))
-    not_established = {k: n for k, n in undecided.group_by("kind").len().sort("kind").iter_rows()}
-    labels = {**e.memory_labels}
-    copy_labels = e.copy_labels
-    calls = (
-        joined.filter(pl.col("_blocked"))
-        .sort("start_ns", "gtid", "correlation_id", nulls_last=True)
-        .with_row_index("call_id")
+    labels, copy_labels = e.memory_labels, e.copy_labels
+    return (
+        pl.concat([sync, rowed])
+        .filter(blocked.fill_null(False))
         .with_columns(
-            pl.col("call_id").cast(pl.Int64),
+            pl.when(has_own).then(pl.when(pl.col("kind") == "sync_memset").then(pl.lit(MEMSET))
+                                  .otherwise(pl.lit(MEMCPY))).otherwise(None).alias("stream_source"),
             pl.col("own_rows").fill_null(0),
             pl.col("own_ns").fill_null(0),
             pl.col("_copy_kind").replace_strict(copy_labels, default=pl.col("_copy_kind").cast(pl.String),
@@ -417,16 +483,8 @@ def _decide(candidates: pl.DataFrame, own: pl.DataFrame, e: Enums) -> tuple[pl.D
             pl.col("_kinds").list.eval(
                 pl.element().replace_strict(labels, default=pl.element().cast(pl.String), return_dtype=pl.String)
             ).list.join(", ").alias("memory_kinds"),
-            pl.when(pl.col("kind").is_in(["sync_copy", "async_copy", "sync_memset"]) & has_own)
-            .then(pl.col("_stream")).otherwise(None).alias("stream_id"),
-            pl.when(pl.col("kind").is_in(["sync_copy", "async_copy", "sync_memset"]) & has_own)
-            .then(pl.when(pl.col("kind") == "sync_memset").then(pl.lit(MEMSET)).otherwise(pl.lit(MEMCPY)))
-            .otherwise(None).alias("stream_source"),
-            pl.col("_device").alias("device_id"),
-            pl.col("_context").alias("context_id"),
         )
     )
-    return calls, not_established
 
 
 def _union_length(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -439,6 +497,8 @@ def _union_length(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 def _merge(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Per key, the union of the rows' intervals as disjoint sorted intervals (``keys, start_ns, end_ns``)."""
+    if keys == ["gpid"] and rows.height >= NUMPY_MIN_ROWS:
+        return _merge_numpy(rows)
     ordered = rows.sort(*keys, "start_ns")
     reach = pl.col("end_ns").cum_max().over(keys)
     same = pl.all_horizontal([pl.col(k) == pl.col(k).shift(1) for k in keys])
@@ -449,6 +509,25 @@ def _merge(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         .agg(*(pl.col(k).first() for k in keys), pl.col("start_ns").min(), pl.col("end_ns").max())
         .drop("_piece")
     )
+
+
+def _merge_numpy(rows: pl.DataFrame) -> pl.DataFrame:
+    """:func:`_merge` by process with numpy (a running maximum of the ends, per process)."""
+    import numpy as np
+
+    parts = []
+    for (gpid,), mine in rows.partition_by("gpid", as_dict=True).items():
+        s, e = mine["start_ns"].to_numpy(), mine["end_ns"].to_numpy()
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        reach = np.maximum.accumulate(e)
+        new = np.ones(len(s), bool)
+        new[1:] = s[1:] > reach[:-1]
+        first = np.flatnonzero(new)
+        last = np.append(first[1:], len(s)) - 1
+        parts.append(pl.DataFrame({"gpid": np.full(len(first), gpid, np.int64), "start_ns": s[first],
+                                   "end_ns": reach[last]}))
+    return pl.concat(parts) if parts else rows.select("gpid", "start_ns", "end_ns").clear()
 
 
 SCOPES = {"Stream": "stream", "Device": "device", "Ctx": "device", "Thread": "device", "Event": "event"}
@@ -531,14 +610,13 @@ class _Passed:
 
 @dataclass
 class _Acc:
-    """What the batches add up to (appended by the worker threads, read once they are done)."""
+    """What the batches add up to (added by the worker threads under ``lock``, read once they are done)."""
 
     behind: list[pl.DataFrame] = field(default_factory=list)
     pieces: list[pl.DataFrame] = field(default_factory=list)
     pieces_rows: int = 0
     attributed: list[pl.DataFrame] = field(default_factory=list)
-    attributed_rows: int = 0
-    complete: bool = True
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def _batches(export: ExportFile, t: Table) -> list[str]:
@@ -571,6 +649,9 @@ def _pass(
     """Every row of the GPU tables once, in rowid batches, each reduced against the calls."""
     windows = calls.filter(pl.col("end_ns") > pl.col("start_ns")).select(
         "call_id", "gpid", pl.col("start_ns").alias("a"), pl.col("end_ns").alias("b"))
+    # Per stream, only behind the stalls (the sums' (call, stream) rows grow with calls x streams: a
+    # trace of 10^6 short synchronizations would hold 10^7 of them); the union, behind every call.
+    stalls = windows.filter(pl.col("b") - pl.col("a") >= STALL_MIN_NS)
     spans = union_windows(windows.select(pl.col("gpid").alias("gtid"), pl.col("a").alias("start_ns"),
                                          pl.col("b").alias("end_ns")))
     acc = _Acc()
@@ -592,7 +673,7 @@ def _pass(
         kind, sql, t = item
         batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
         ordered = bool(batch.height < 2 or batch["start_ns"].drop_nulls().is_sorted())
-        _reduce(kind, batch, windows, spans, top, acc)
+        _reduce(kind, batch, stalls, spans, top, acc)
         if progress is not None:
             progress.advance(1)
         return kind, batch.height, ordered
@@ -625,9 +706,13 @@ def _pass(
         covered = windows.select("call_id").join(
             covered.select("call_id", pl.col("busy_ns").alias("covered_ns")), on="call_id", how="left"
         ).with_columns(pl.col("covered_ns").fill_null(0))
-    attributed = pl.concat(acc.attributed) if acc.attributed else pl.DataFrame(schema=_PAIR_SCHEMA)
-    return _Passed(behind.select(list(BEHIND_SCHEMA)), covered, attributed, rows, covered_known, acc.complete,
-                   unsorted)
+    attributed = (
+        pl.concat(acc.attributed).sort("call_id", "start_ns", "work", "rowid") if acc.attributed
+        else pl.DataFrame(schema=_PAIR_SCHEMA)
+    )
+    complete = attributed.height <= MAX_ATTRIBUTED_ROWS
+    return _Passed(behind.select(list(BEHIND_SCHEMA)), covered, attributed.head(MAX_ATTRIBUTED_ROWS), rows,
+                   covered_known, complete, unsorted)
 
 
 _PAIR_SCHEMA: Schema = {"call_id": pl.Int64, "work": pl.String, "rowid": pl.Int64, "gpid": pl.Int64,
@@ -636,23 +721,17 @@ _PAIR_SCHEMA: Schema = {"call_id": pl.Int64, "work": pl.String, "rowid": pl.Int6
 
 def _reduce(kind: str, batch: pl.DataFrame, windows: pl.DataFrame, spans: pl.DataFrame, top: pl.DataFrame,
             acc: _Acc) -> None:
-    """One batch of work rows against the calls' windows: the per (call, stream) sums, the merged
-    intervals inside some call, the rows behind the attributed calls."""
+    """One batch of work rows against the calls' windows: the per (call, stream) sums behind the stalls
+    (``windows``), the merged intervals inside some call (``spans``: the calls' windows' union), the
+    rows behind the attributed calls; added to ``acc`` under its lock (batches are reduced on two
+    threads: what is kept never depends on which finishes first)."""
     work = batch.filter(
         pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gpid").is_not_null()
         & pl.col("stream_id").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
     )
-    if not work.height or not windows.height:
+    if not work.height or not spans.height:
         return
-    # Only the rows inside some call's window matter: the first window ending after the row's start
-    # overlaps it iff it starts before the row's end (a process's windows are disjoint and sorted).
-    inside = (
-        work.sort("start_ns")
-        .join_asof(spans.rename({"gtid": "gpid"}), left_on="start_ns", right_on="w_end", by="gpid",
-                   strategy="forward", allow_exact_matches=False, check_sortedness=False)
-        .filter(pl.col("w_start") < pl.col("end_ns"))
-        .drop("w_start", "w_end")
-    )
+    inside = _inside(work, spans)
     if not inside.height:
         return
     span = inside.group_by("gpid").agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
@@ -666,22 +745,116 @@ def _reduce(kind: str, batch: pl.DataFrame, windows: pl.DataFrame, spans: pl.Dat
             .filter((pl.col("start_ns") < pl.col("b")) & (pl.col("end_ns") > pl.col("a")))
             .select("call_id", pl.lit(kind).alias("work"), "rowid", "gpid", "stream_id", "start_ns", "end_ns",
                     (pl.min_horizontal("end_ns", "b") - pl.max_horizontal("start_ns", "a")).alias("overlap_ns"))
+            .sort("call_id", "start_ns", "work", "rowid")
+            .head(MAX_ATTRIBUTED_ROWS + 1)  # the rows kept are the first in this order over every batch
         )
-    acc.behind.append(sums.with_columns(pl.lit(kind).alias("work")).select(list(BEHIND_SCHEMA)))
-    acc.pieces.append(pieces)
-    acc.pieces_rows += pieces.height
-    if acc.pieces_rows > MAX_BUSY_INTERVALS:
-        acc.pieces.clear()  # the union is unknown from here on (covered_known false): free the memory
-    if pairs.height:
-        room = MAX_ATTRIBUTED_ROWS - acc.attributed_rows
-        if pairs.height > room:
-            acc.complete = False
-            pairs = pairs.sort("call_id", "start_ns").head(max(room, 0))
-        acc.attributed.append(pairs)
-        acc.attributed_rows += pairs.height
+    with acc.lock:
+        acc.behind.append(sums.with_columns(pl.lit(kind).alias("work")).select(list(BEHIND_SCHEMA)))
+        acc.pieces_rows += pieces.height
+        if acc.pieces_rows > MAX_BUSY_INTERVALS:
+            acc.pieces.clear()  # the union is unknown (covered_known false): the memory is freed
+        else:
+            acc.pieces.append(pieces)
+        if pairs.height:
+            acc.attributed.append(pairs)
 
 
-def _sums(windows: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
+def _inside(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """The rows inside some call's window: the first window of the process ending after the row's
+    start overlaps it iff it starts before the row's end (a process's windows are disjoint, sorted)."""
+    if work.height >= NUMPY_MIN_ROWS:
+        import numpy as np
+
+        keep = np.zeros(work.height, bool)
+        gpid, s, e = work["gpid"].to_numpy(), work["start_ns"].to_numpy(), work["end_ns"].to_numpy()
+        for (g,), w in spans.partition_by("gtid", as_dict=True).items():
+            mine = gpid == g
+            ws, we = w["w_start"].to_numpy(), w["w_end"].to_numpy()
+            k = np.searchsorted(we, s[mine], "right")
+            hit = k < len(we)
+            hit[hit] = ws[k[hit]] < e[mine][hit]
+            keep[np.flatnonzero(mine)[hit]] = True
+        return work.filter(pl.Series(keep))
+    return (
+        work.sort("start_ns")
+        .join_asof(spans.rename({"gtid": "gpid"}), left_on="start_ns", right_on="w_end", by="gpid",
+                   strategy="forward", allow_exact_matches=False, check_sortedness=False)
+        .filter(pl.col("w_start") < pl.col("end_ns"))
+        .drop("w_start", "w_end")
+    )
+
+
+NUMPY_MIN_ROWS = 10_000  # from this many work rows or windows a batch is summed with numpy
+SUMS_SCHEMA: Schema = {"call_id": pl.Int64, "stream_id": pl.Int64, "rows": pl.Int64, "busy_ns": pl.Int64}
+
+
+def _sums(windows: pl.DataFrame, work: pl.DataFrame, *, use_numpy: bool | None = None) -> pl.DataFrame:
+    """``call_id, stream_id, rows, busy_ns``: per window and stream, the ``work`` rows overlapping it
+    and the sum of their parts inside it (:func:`_sums_polars` says how). Large batches are summed
+    with numpy's binary searches per stream (:func:`_sums_numpy`, the same sums)."""
+    if not windows.height or not work.height:
+        return pl.DataFrame(schema=SUMS_SCHEMA)
+    if use_numpy is None:
+        use_numpy = max(work.height, windows.height) >= NUMPY_MIN_ROWS
+    if use_numpy:
+        summed = _sums_numpy(windows, work)
+        if summed is not None:
+            return summed
+    return _sums_polars(windows, work)
+
+
+def _sums_numpy(windows: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame | None:
+    """:func:`_sums_polars`' sums per (process, stream) with numpy: the starts and ends sorted, their
+    prefix sums, the windows' edges found by binary search; times relative to the stream's first
+    start. None where a product could pass 2^62 (then the polars sums, in 128 bits, are used)."""
+    import numpy as np
+
+    by_gpid = {g: f for (g,), f in windows.partition_by("gpid", as_dict=True).items()}
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for (gpid, stream), rows in work.partition_by("gpid", "stream_id", as_dict=True).items():
+        mine = by_gpid.get(gpid)
+        if mine is None:
+            continue
+        s = rows["start_ns"].to_numpy()
+        e = rows["end_ns"].to_numpy()
+        lo, hi = int(s.min()), int(e.max())
+        a_all, b_all = mine["a"].to_numpy(), mine["b"].to_numpy()
+        near = (a_all < hi) & (b_all > lo)
+        if not near.any():
+            continue
+        a, b = a_all[near] - lo, b_all[near] - lo
+        n, span = len(s), hi - lo
+        if span * (n + 1) >= 1 << 62:
+            return None
+        starts, ends = np.sort(s - lo), np.sort(e - lo)
+        ps = np.concatenate(([0], np.cumsum(starts)))
+        pe = np.concatenate(([0], np.cumsum(ends)))
+
+        count = np.searchsorted(starts, b, "left") - np.searchsorted(ends, a, "right")
+        # Outside the rows' span F is flat: the edges clipped to it give the same, exact sums.
+        busy = (_before(np.clip(b, 0, span), starts, ends, ps, pe)
+                - _before(np.clip(a, 0, span), starts, ends, ps, pe))
+        keep = count > 0
+        parts.append((mine["call_id"].to_numpy()[near][keep], np.full(int(keep.sum()), stream, np.int64),
+                      count[keep], busy[keep]))
+    if not parts:
+        return pl.DataFrame(schema=SUMS_SCHEMA)
+    return pl.DataFrame(
+        {name: np.concatenate([p[i] for p in parts]).astype(np.int64) for i, name in enumerate(SUMS_SCHEMA)},
+        schema=SUMS_SCHEMA,
+    )
+
+
+def _before(t: np.ndarray, starts: np.ndarray, ends: np.ndarray, ps: np.ndarray, pe: np.ndarray) -> np.ndarray:
+    """F(t) of :func:`_sums_polars` (numpy arrays): over the rows, the sum of their parts before ``t``."""
+    import numpy as np
+
+    ns, ne = np.searchsorted(starts, t, "left"), np.searchsorted(ends, t, "left")
+    before: np.ndarray = t * ns - ps[ns] - t * ne + pe[ne]
+    return before
+
+
+def _sums_polars(windows: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
     """``call_id, stream_id, rows, busy_ns``: per window (``call_id, gpid, a, b``) and stream of its
     process, how many ``work`` rows (``gpid, stream_id, start_ns, end_ns``) overlap it and the sum of
     their parts inside it, without forming (window, row) pairs.
@@ -838,13 +1011,23 @@ def _launches(
     )
 
 
-def blocking_candidates(marked: pl.DataFrame, failed: pl.DataFrame, name_ids: pl.DataFrame) -> pl.DataFrame:
+def blocking_candidates(marked: pl.DataFrame, failed: pl.DataFrame, prepared: Prepared | None) -> pl.DataFrame:
     """The CUDA API rows of a blocking name (``CANDIDATE_SCHEMA`` and ``kind``): the successful ones
-    the scan marked, and the failed ones (a failed synchronization blocked the host too)."""
-    keep = name_ids.select("name_id", "kind")
+    the scan marked, and the failed ones (a failed synchronization blocked the host too). An
+    asynchronous copy is kept only where a copy row of its process and correlation id is of pageable
+    memory (millions of them are marked; a few are candidates)."""
+    schema = {**CANDIDATE_SCHEMA, "kind": pl.String}
+    if prepared is None:
+        return pl.DataFrame(schema=schema)
+    keep = prepared.name_ids.select("name_id", "kind")
     ok = marked.join(keep, on="name_id", how="inner")
     bad = failed.filter(pl.col("return_code").is_null() | (pl.col("return_code") != 0)).join(keep, on="name_id")
-    return pl.concat([ok, bad]).select(*CANDIDATE_SCHEMA, "kind")
+    rows = pl.concat([ok, bad]).select(*CANDIDATE_SCHEMA, "kind")
+    pageable = prepared.pageable.select("gpid", "correlation_id").unique()
+    copy = pl.col("kind") == "async_copy"
+    copies = rows.filter(copy).with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(
+        pageable, on=["gpid", "correlation_id"], how="semi").drop("gpid")
+    return pl.concat([rows.filter(~copy), copies])
 
 
 __all__ = [

@@ -514,8 +514,7 @@ class _Scanned:
     problems: dict[str, int] = field(default_factory=dict)
     type_mismatch_rows: int = 0
     blocking: pl.DataFrame = field(default_factory=lambda: blocking_candidates(
-        pl.DataFrame(schema=CALL_SCHEMA), pl.DataFrame(schema=CALL_SCHEMA),
-        pl.DataFrame(schema={"name_id": pl.Int64, "api": pl.String, "kind": pl.String})))
+        pl.DataFrame(schema=CALL_SCHEMA), pl.DataFrame(schema=CALL_SCHEMA), None))
 
 
 def _scan(
@@ -560,7 +559,7 @@ def _scan(
         rows=rows,
         capture_calls=marked.filter(pl.col("name_id").is_in(capture_ids.implode())),
         memory_calls=marked.filter(pl.col("name_id").is_in(memory_call_ids.implode())),
-        blocking=blocking_candidates(marked, rows, blocking.name_ids) if blocking is not None else _Scanned().blocking,
+        blocking=blocking_candidates(marked, rows, blocking),
         shared_alloc_ids=scanned.alloc_rows.filter(pl.col("rows") > 1).join(
             memory.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
         ),

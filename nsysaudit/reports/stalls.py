@@ -178,8 +178,10 @@ def call_statement(c: StallCall) -> str:
         size = f", {copy['bytes']:,} B" if copy["bytes"] is not None else ""
         own = "memset" if c["kind"] == "sync_memset" else "copy"
         text += f"; its own {own} ({kinds}{size}) ran {ms(c['own_ns'])} of it"
-    streams = _streams(c["behind"])
-    if streams:
+    streams = _streams(c["behind"] or [])
+    if c["behind"] is None:  # shorter than a stall: the work behind it is not summed per stream
+        pass
+    elif streams:
         stream, busy, what, synchronized = streams[0]
         text += f"; {ms(busy)} behind {what} on stream {stream} ({_relation(c, synchronized)})"
         for other, other_busy, other_what, _ in streams[1:3]:
@@ -298,7 +300,7 @@ def _arm_stalls(label: str, s: Stalls) -> ArmStalls:
     top = next((r for r in s["ranges"] if r["range"] is not None), None)
     streams: dict[int, int] = {}
     for c in s["calls"]:
-        for b in c["behind"]:
+        for b in c["behind"] or []:
             streams[b["stream_id"]] = streams.get(b["stream_id"], 0) + b["busy_ns"]
     stream = sorted(streams.items(), key=lambda kv: (-kv[1], kv[0]))[0] if streams else None
     calls = _count(s["blocking_calls"], ("blocking call", "blocking calls"))
