@@ -515,9 +515,10 @@ def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, n
 @click.option("--out", required=True, type=str, metavar="FILE.svg|FILE.png", help="The picture to write (atomically).")
 @click.option(
     "--around",
-    metavar="FINDING|TIME_NS",
-    help="Centre on finding:N (the N-th finding, from 1) or on a time in trace nanoseconds. Default: the first "
-    "finding, else the first censored library call, else the first library call after the boundary.",
+    metavar="FINDING|STALL|TIME_NS",
+    help="Centre on finding:N (the N-th finding, from 1), stall:N (the N-th longest host stall) or a time in "
+    "trace nanoseconds. Default: the first finding, else the first censored library call, else the first "
+    "library call after the boundary.",
 )
 @click.option(
     "--window",

@@ -375,3 +375,20 @@ def test_the_serialized_capture_waits_behind_training_the_forked_one_on_another_
     top = longest["behind"][0]
     assert (top["stream_id"], top["work"], top["synchronized_stream"]) == (13, "kernel", False)
     assert "(not the stream it synchronized, stream 17)" in longest["statement"]
+
+
+def test_the_picture_draws_the_stall_and_the_work_behind_it(capsys: Any, tmp_path: Any) -> None:
+    from pathlib import Path
+
+    from conftest import run
+
+    sync = Path(__file__).parent / "fixtures" / "h200-cuda13-nsys2025.3" / "sync"
+    out = tmp_path / "stall.svg"
+    code, stdout, err = run(capsys, "plot", sync / "serialized.sqlite", "--around", "stall:1", "--out", out)
+    assert code == 0, err
+    assert "focus: stall 1 (--around), cudaMemcpyAsync blocked the host 292.276 ms" in stdout
+    svg = out.read_text()
+    assert 'id="arm-context-stall-0"' in svg and 'id="arm-context-gpu-lane-0"' in svg
+    assert "GPU · stream 13" in svg and "blocked 292.276 ms (cudaMemcpyAsync)" in svg
+    code, _, err = run(capsys, "plot", sync / "serialized.sqlite", "--around", "stall:9", "--out", out)
+    assert code == 2 and "the export has 8 call(s) that blocked the host at least 1 ms" in err

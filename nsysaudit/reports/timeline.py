@@ -294,10 +294,12 @@ def _fmt(ns: int) -> str:
 
 def _stall_focus(result: AnalysisResult, n: int) -> _Focus:
     """The N-th longest host stall (``stalls.calls``, longest first)."""
-    calls = [c for c in result.head["stalls"]["calls"] if c["stall"]]
+    stalls = result.head["stalls"]
+    calls = [c for c in stalls["calls"] if c["stall"]]
     if n > len(calls):
-        raise BadOption(f"--around stall:{n}: the export has {len(calls)} call(s) that blocked the host at least "
-                        f"{result.head['stalls']['rules']['stall_min_ns'] / 1e6:g} ms")
+        listed = f" ({len(calls)} of them listed, the longest)" if len(calls) < stalls["stalls"] else ""
+        raise BadOption(f"--around stall:{n}: the export has {stalls['stalls']} call(s) that blocked the host at least "
+                        f"{stalls['rules']['stall_min_ns'] / 1e6:g} ms{listed}")
     c = calls[n - 1]
     api = display_name(c["api"]) if c["api"] is not None else "unknown api"
     return _Focus(c["start_ns"], c["end_ns"], c["global_tid"], c["pid"], None,
