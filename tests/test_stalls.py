@@ -392,3 +392,13 @@ def test_the_picture_draws_the_stall_and_the_work_behind_it(capsys: Any, tmp_pat
     assert "GPU · stream 13" in svg and "blocked 292.276 ms (cudaMemcpyAsync)" in svg
     code, _, err = run(capsys, "plot", sync / "serialized.sqlite", "--around", "stall:9", "--out", out)
     assert code == 2 and "the export has 8 call(s) that blocked the host at least 1 ms" in err
+
+
+def test_a_gpu_table_without_a_needed_column_is_said_not_read(make_export: Any) -> None:
+    spec = serialized_readback()
+    spec.raw_sql = ["ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN streamId"]
+    d = analyze(make_export, spec)
+    [said] = [w for w in d["warnings"] if w["kind"] == "gpu_work_unreadable"]
+    assert said["message"].startswith("CUPTI_ACTIVITY_KIND_KERNEL lacks a column of start, end, globalPid, streamId")
+    copy = next(c for c in d["stalls"]["calls"] if c["kind"] == "async_copy")
+    assert copy["behind"] == [] and copy["blocked_ns"] == us(8_180)  # what the kernels did is not known

@@ -321,16 +321,18 @@ def read_gpu_work(
     )
     said: list[ReportWarning] = []
     if not passed.covered_known:
+        why = (f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside blocking calls"
+               if "kernel" in passed.rows else "the export has no usable CUPTI_ACTIVITY_KIND_KERNEL table")
         said.append(warning(
             "gpu_work_union_unknown", calls.height,
-            f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside blocking calls: how much of "
-            "each wait no GPU work covered is unknown (null); the time behind each stream is still counted",
+            f"{why}: how much of each wait no GPU work covered is unknown (null); the time behind each stream "
+            "is still counted, of the rows read",
         ))
-    if passed.unsorted:
+    for name in passed.unreadable:
         said.append(warning(
-            "gpu_work_unsorted", passed.unsorted,
-            "GPU activity tables whose rows are not stored in start order (nsys writes them so): read whole, "
-            "which costs more time, the same answer",
+            "gpu_work_unreadable", 1,
+            f"{name} lacks a column of {', '.join(WORK_COLUMNS)}: its rows are not read, so the work behind each "
+            "blocking call leaves that kind of work out",
         ))
     # 10^6 calls: their few distinct texts kept once each (categorical), not once per row.
     texts = [c for c, t in CALL_SCHEMA.items() if t == pl.String]
@@ -478,10 +480,12 @@ def _copies(copies: pl.DataFrame, own: pl.DataFrame, e: Enums) -> pl.DataFrame:
                                   .otherwise(pl.lit(MEMCPY))).otherwise(None).alias("stream_source"),
             pl.col("own_rows").fill_null(0),
             pl.col("own_ns").fill_null(0),
-            pl.col("_copy_kind").replace_strict(copy_labels, default=pl.col("_copy_kind").cast(pl.String),
+            # An id the export's enum tables do not name is said as the id (an export without them).
+            pl.col("_copy_kind").replace_strict(copy_labels, default=pl.format("copyKind {}", "_copy_kind"),
                                                 return_dtype=pl.String).alias("copy_kind"),
             pl.col("_kinds").list.eval(
-                pl.element().replace_strict(labels, default=pl.element().cast(pl.String), return_dtype=pl.String)
+                pl.element().replace_strict(labels, default=pl.format("memory kind {}", pl.element()),
+                                            return_dtype=pl.String)
             ).list.join(", ").alias("memory_kinds"),
         )
     )
@@ -605,7 +609,7 @@ class _Passed:
     rows: dict[str, int]
     covered_known: bool
     complete: bool
-    unsorted: int
+    unreadable: list[str]  # GPU tables without a column the pass needs
 
 
 @dataclass
@@ -616,6 +620,7 @@ class _Acc:
     pieces: list[pl.DataFrame] = field(default_factory=list)
     pieces_rows: int = 0
     attributed: list[pl.DataFrame] = field(default_factory=list)
+    wrong: Counter[str] = field(default_factory=Counter)  # values of the wrong type, per table
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -656,11 +661,14 @@ def _pass(
                                          pl.col("b").alias("end_ns")))
     acc = _Acc()
     rows: dict[str, int] = {}
-    unsorted = 0
     work: list[tuple[str, str, Table]] = []
+    unreadable = []
     for kind, base in WORK_TABLES.items():
         t = _usable(export, base, *WORK_COLUMNS)
         if t is None:
+            present = export.table(base)
+            if present is not None:
+                unreadable.append(present.name)
             continue
         tables[kind] = t.name
         work += [(kind, sql, t) for sql in _batches(export, t)]
@@ -669,33 +677,42 @@ def _pass(
     if progress is not None and work:
         progress.start(f"reading GPU activity ({len(work)} batch(es))", len(work))
 
-    def one(item: tuple[str, str, Table]) -> tuple[str, int, bool]:
+    def one(item: tuple[str, str, Table], reduced: _Acc, threaded: bool) -> tuple[str, int]:
         kind, sql, t = item
-        batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
-        ordered = bool(batch.height < 2 or batch["start_ns"].drop_nulls().is_sorted())
-        _reduce(kind, batch, stalls, spans, top, acc)
+        if threaded:  # the native reader only (its own connection); its wrong-typed values counted here
+            batch, wrong = native.read_ints(export.uri, sql, WORK_ROW_SCHEMA)
+            with reduced.lock:
+                reduced.wrong[t.name] += wrong
+        else:
+            batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
+        _reduce(kind, batch, stalls, spans, top, reduced)
         if progress is not None:
             progress.advance(1)
-        return kind, batch.height, ordered
+        return kind, batch.height
 
     try:
+        done = None
         if threads > 1:
-            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nsysaudit-gpu") as pool:
-                done = list(pool.map(one, work))
-        else:
-            done = [one(item) for item in work]
+            try:
+                with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="nsysaudit-gpu") as pool:
+                    done = list(pool.map(lambda item: one(item, acc, True), work))
+            except native.NativeScanError:  # read again, one batch at a time, as the fallback reads
+                acc = _Acc()
+        if done is None:
+            done = [one(item, acc, False) for item in work]
     finally:
         if progress is not None and work:
             progress.finish()
-    for kind, n, ordered in done:
+    typed.update({t: n for t, n in acc.wrong.items() if n})
+    for kind, n in done:
         rows[kind] += n
-        unsorted += not ordered
     behind = (
         pl.concat(acc.behind).group_by("call_id", "work", "stream_id")
         .agg(pl.col("rows").sum(), pl.col("busy_ns").sum())
         if acc.behind else pl.DataFrame(schema=BEHIND_SCHEMA)
     )
-    covered_known = acc.pieces_rows <= MAX_BUSY_INTERVALS
+    # Without the kernels no claim that the device did nothing: the union of the rest is not the union.
+    covered_known = acc.pieces_rows <= MAX_BUSY_INTERVALS and "kernel" in rows
     covered = pl.DataFrame(schema={"call_id": pl.Int64, "covered_ns": pl.Int64})
     if covered_known:
         merged = (
@@ -712,7 +729,7 @@ def _pass(
     )
     complete = attributed.height <= MAX_ATTRIBUTED_ROWS
     return _Passed(behind.select(list(BEHIND_SCHEMA)), covered, attributed.head(MAX_ATTRIBUTED_ROWS), rows,
-                   covered_known, complete, unsorted)
+                   covered_known, complete, unreadable)
 
 
 _PAIR_SCHEMA: Schema = {"call_id": pl.Int64, "work": pl.String, "rowid": pl.Int64, "gpid": pl.Int64,

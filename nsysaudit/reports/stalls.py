@@ -162,14 +162,18 @@ def launch_words(a: Attribution) -> str | None:
                      "began, on another thread")
     if a["launch_unknown_rows"]:
         parts.append(f"{a['launch_unknown_rows']:,} row(s) ({_share(a['launch_unknown_ns'], busy)}) whose launch no "
-                     "CUDA API row of the trace holds")
+                     "single CUDA API row of the trace holds")
     if not a["complete"]:
         parts.append("not every row attributed (the row limit)")
     return "; ".join(parts)
 
 
-def call_statement(c: StallCall) -> str:
-    """One blocking call in a sentence: what, where, how long, and what ran on the device meanwhile."""
+ALL_WORK = ("kernel", "memcpy", "memset")
+
+
+def call_statement(c: StallCall, read: Sequence[str] = ALL_WORK) -> str:
+    """One blocking call in a sentence: what, where, how long, and what ran on the device meanwhile
+    (``read``: the kinds of GPU work whose table was read; of the others nothing is said)."""
     api = display_name(c["api"]) if c["api"] is not None else "(name unknown)"
     text = f"{api} on {_thread(c)}, correlation {c['correlation_id']}, blocked the host {ms(c['blocked_ns'])}"
     copy: CallCopy | None = c["copy"]
@@ -192,10 +196,14 @@ def call_statement(c: StallCall) -> str:
         if said:
             text += f"; of that work: {said}"
     else:
-        text += "; no other GPU work of the process ran meanwhile"
+        missing = [kind for kind in ALL_WORK if kind not in read]
+        seen = " or ".join(WORK_WORDS[kind][0] for kind in read) if missing else "GPU work"
+        text += f"; no other {seen or 'GPU work'} of the process ran meanwhile"
         synced = c["synchronized"]["stream_id"]
         if c["synchronized"]["scope"] == "stream" and synced is not None:
             text += f" (its stream: {synced})" if c["copy"] is not None else f" (it synchronized stream {synced})"
+        if missing:
+            text += f"; the export has no usable {' or '.join(missing)} table: of those nothing is known"
     if c["idle_ns"]:
         text += f"; no GPU work of the process at all for {ms(c['idle_ns'])} of it"
     return text
@@ -214,7 +222,8 @@ def range_statement(r: RangeStalls) -> str:
     return text
 
 
-def process_statement(p: ProcessStalls, longest: StallCall | None, rules: StallRules) -> str:
+def process_statement(p: ProcessStalls, longest: StallCall | None, rules: StallRules,
+                      read: Sequence[str] = ALL_WORK) -> str:
     """A process's stalls in a sentence, with its longest call."""
     name = f" ({p['name']})" if p["name"] else ""
     at_least = f"{rules['stall_min_ns'] / 1e6:g} ms"
@@ -225,7 +234,7 @@ def process_statement(p: ProcessStalls, longest: StallCall | None, rules: StallR
     if p["blocking_calls"] > p["stalls"]:
         text += f" ({p['blocking_calls']:,} blocking calls in all, {ms(p['blocked_ns'])})"
     if longest is not None:
-        text += f"; the longest: {call_statement(longest)}"
+        text += f"; the longest: {call_statement(longest, read)}"
     return text
 
 
@@ -234,11 +243,12 @@ def stalls_section(
 ) -> Stalls:
     """The document's ``stalls`` key: ``stalls`` with each call, range and process in a sentence (and
     each listed call's place among the telemetry lines, where ``position`` places it)."""
+    read = [kind for kind in ALL_WORK if kind in stalls["work_rows"]]
     calls: list[StallCallEntry] = []
     for c in stalls["calls"]:
         # The call's keys and two more (telemetry, NotRequired, below): mypy cannot see that through **.
         entry = cast(StallCallEntry, {**c, "display_api": display_name(c["api"]) if c["api"] is not None else None,
-                                      "statement": call_statement(c)})
+                                      "statement": call_statement(c, read)})
         if position is not None:
             entry["telemetry"] = position(c["pid"], c["start_ns"], c["end_ns"])
         calls.append(entry)
@@ -246,7 +256,8 @@ def stalls_section(
     for c in stalls["calls"]:  # listed longest first
         longest.setdefault(c["pid"], c)
     processes: list[ProcessStallEntry] = [
-        {**p, "statement": process_statement(p, longest.get(p["pid"]), stalls["rules"])} for p in stalls["processes"]
+        {**p, "statement": process_statement(p, longest.get(p["pid"]), stalls["rules"], read)}
+        for p in stalls["processes"]
     ]
     return {
         **{k: v for k, v in stalls.items() if k not in ("calls", "ranges", "processes")},  # type: ignore[typeddict-item]
