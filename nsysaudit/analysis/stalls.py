@@ -30,7 +30,8 @@ from nsysaudit.read.gpu_work import ATTRIBUTION_RULE, STALL_MIN_NS, GpuWork
 __all__ = [
     "ANSWER_SHARE", "STALL_MIN_NS", "Attribution", "CallCopy", "KernelName", "LaunchGroup", "LaunchLibrary",
     "LaunchRange", "ProcessStalls",
-    "RangeStalls", "StallCall", "StallKind", "StallStream", "StallsAnalysis", "Synchronized", "WorkKind",
+    "RangeStalls", "StallCall", "StallKind", "StallStream", "StallTotals", "StallsAnalysis", "Synchronized",
+    "WorkKind",
     "analyze_stalls", "empty_stalls",
 ]
 
@@ -216,7 +217,9 @@ class StallRules(TypedDict):
     attribution: str
 
 
-class StallsAnalysis(TypedDict):
+class StallTotals(TypedDict):
+    """The sums over every blocking call, and what was read and the rules applied."""
+
     blocking_calls: int
     blocked_ns: int
     own_ns: int
@@ -225,16 +228,19 @@ class StallsAnalysis(TypedDict):
     stalls: int
     stalled_ns: int
     by_kind: list[KindStalls]
-    processes: list[ProcessStalls]
-    ranges: list[RangeStalls]
     ranges_total: int
-    calls: list[StallCall]
     calls_total: int
     work_rows: dict[str, int]
     synchronization_rows: int
     attribution_complete: bool
     covered_known: bool
     rules: StallRules
+
+
+class StallsAnalysis(StallTotals):
+    processes: list[ProcessStalls]
+    ranges: list[RangeStalls]
+    calls: list[StallCall]
 
 
 def analyze_stalls(

@@ -373,17 +373,26 @@ def _pageable_calls(
     )
     rows = rows.with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(keys, on=["gpid", "correlation_id"],
                                                                            how="semi")
-    names = pl.DataFrame(schema={"name_id": pl.Int64, "api": pl.String})
-    ids = rows["name_id"].drop_nulls().unique().sort().to_list()
-    if ids:
-        names = frame(export.conn, f"SELECT id, value FROM {quote(strings.name)} WHERE id IN "
-                      f"(SELECT value FROM json_each('{json.dumps(ids)}'))",
-                      {"name_id": pl.Int64, "api": pl.String}, mismatched=typed, source=strings.name)
+    names = _strings_of(export, rows["name_id"], ("name_id", "api"), frame, typed)
     named = rows.drop("_api").join(names, on="name_id", how="left")
     kinds = pl.DataFrame([(a, blocking_kind(a)) for a in named["api"].unique().to_list()],
                          schema={"api": pl.String, "kind": pl.String}, orient="row")
     return named.join(kinds, on="api", how="inner", nulls_equal=True).filter(pl.col("kind") == "async_copy").select(
         list(schema))
+
+
+def _strings_of(
+    export: ExportFile, ids: pl.Series, columns: tuple[str, str], frame: FrameBuilder, typed: Counter[str]
+) -> pl.DataFrame:
+    """``id column, text column`` (``columns``) of the StringIds rows of ``ids`` (ids without a row: absent)."""
+    strings = export.table("StringIds")
+    wanted = ids.drop_nulls().unique().sort().to_list()
+    schema: Schema = {columns[0]: pl.Int64, columns[1]: pl.String}
+    if strings is None or not wanted:
+        return pl.DataFrame(schema=schema)
+    return frame(export.conn, f"SELECT id, value FROM {quote(strings.name)} WHERE id IN "
+                 f"(SELECT value FROM json_each('{json.dumps(wanted)}'))", schema, mismatched=typed,
+                 source=strings.name)
 
 
 def _own_rows(
@@ -983,13 +992,7 @@ def _launches(
         )
         parts.append(mine.join(extra, on="rowid", how="left"))
     rows = pl.concat(parts)
-    strings = export.table("StringIds")
-    name_ids = rows["_name_id"].drop_nulls().unique().sort().to_list()
-    names = pl.DataFrame(schema={"_name_id": pl.Int64, "_kernel": pl.String})
-    if strings is not None and name_ids:
-        names = frame(export.conn, f"SELECT id, value FROM {quote(strings.name)} WHERE id IN "
-                      f"(SELECT value FROM json_each('{json.dumps(name_ids)}'))",
-                      {"_name_id": pl.Int64, "_kernel": pl.String}, mismatched=typed, source=strings.name)
+    names = _strings_of(export, rows["_name_id"], ("_name_id", "_kernel"), frame, typed)
     enums = read_enums(export)
     rows = rows.join(names, on="_name_id", how="left").with_columns(
         pl.when(pl.col("work") == "kernel").then(pl.col("_kernel"))
@@ -1014,12 +1017,7 @@ def _launches(
         ).with_columns(global_pid(pl.col("launch_gtid")).alias("gpid"))
         # A correlation id several rows of the process carry names no single launch: left unknown.
         found = found.filter(pl.len().over("gpid", "correlation_id") == 1)
-        api_ids = found["_api_id"].drop_nulls().unique().sort().to_list()
-        apis = pl.DataFrame(schema={"_api_id": pl.Int64, "launch_api": pl.String})
-        if strings is not None and api_ids:
-            apis = frame(export.conn, f"SELECT id, value FROM {quote(strings.name)} WHERE id IN "
-                         f"(SELECT value FROM json_each('{json.dumps(api_ids)}'))",
-                         {"_api_id": pl.Int64, "launch_api": pl.String}, mismatched=typed, source=strings.name)
+        apis = _strings_of(export, found["_api_id"], ("_api_id", "launch_api"), frame, typed)
         launches = found.join(apis, on="_api_id", how="left").select(list(launches.schema))
     return (
         rows.join(launches, on=["gpid", "correlation_id"], how="left")

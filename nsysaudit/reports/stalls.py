@@ -15,13 +15,13 @@ from nsysaudit.analysis.alignment import Position
 from nsysaudit.analysis.stalls import (
     Attribution,
     CallCopy,
-    KindStalls,
     ProcessStalls,
     RangeStalls,
     StallCall,
     StallRules,
     StallsAnalysis,
     StallStream,
+    StallTotals,
 )
 from nsysaudit.core.codes import display_name
 
@@ -61,29 +61,14 @@ class ProcessStallEntry(ProcessStalls):
     statement: str
 
 
-class Stalls(TypedDict):
+class Stalls(StallTotals):
     """Every CUDA call that blocked the host (docs/stalls.md): the sums, per kind, process and NVTX
     range, the longest calls with what ran on the device meanwhile, and the sentences the answer shows
     (``statements``: the processes whose stalls are above the rules' share)."""
 
-    blocking_calls: int
-    blocked_ns: int
-    own_ns: int
-    waited_ns: int
-    idle_ns: int | None
-    stalls: int
-    stalled_ns: int
-    by_kind: list[KindStalls]
     processes: list[ProcessStallEntry]
     ranges: list[RangeStallEntry]
-    ranges_total: int
     calls: list[StallCallEntry]
-    calls_total: int
-    work_rows: dict[str, int]
-    synchronization_rows: int
-    attribution_complete: bool
-    covered_known: bool
-    rules: StallRules
     statements: list[str]
 
 
