@@ -337,7 +337,7 @@ def read_gpu_work(
     # 10^6 calls: their few distinct texts kept once each (categorical), not once per row.
     texts = [c for c, t in CALL_SCHEMA.items() if t == pl.String]
     return GpuWork(
-        calls=calls.select(list(CALL_SCHEMA)).with_columns(pl.col(texts).cast(pl.Categorical)),
+        calls=calls.select(list(CALL_SCHEMA)).sort("call_id").with_columns(pl.col(texts).cast(pl.Categorical)),
         behind=behind,
         attributed=attributed,
         work_rows=passed.rows,
@@ -447,8 +447,8 @@ def _decide(candidates: pl.DataFrame, own: pl.DataFrame, e: Enums) -> pl.DataFra
     if copies.height:
         parts.append(_copies(copies, own, e).select(by_name.columns))
     return (
-        pl.concat(parts)
-        .sort("start_ns", "gtid", "correlation_id", nulls_last=True)
+        pl.concat(parts)  # ties (a duplicated row) kept in the order read: call ids never depend on a sort's luck
+        .sort("start_ns", "gtid", "correlation_id", "end_ns", nulls_last=True, maintain_order=True)
         .with_row_index("call_id")
         .with_columns(pl.col("call_id").cast(pl.Int64))
     )
@@ -633,6 +633,23 @@ class _Acc:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def _plan(export: ExportFile, tables: dict[str, str]) -> tuple[list[tuple[str, str, Table]], list[str]]:
+    """The batches to read, ``(kind of work, SELECT, table)``, and the GPU tables that lack a column
+    the pass needs (not read); the tables read go into ``tables``, even one that holds no row."""
+    work: list[tuple[str, str, Table]] = []
+    unreadable = []
+    for kind, base in WORK_TABLES.items():
+        t = _usable(export, base, *WORK_COLUMNS)
+        if t is None:
+            present = export.table(base)
+            if present is not None:
+                unreadable.append(present.name)
+            continue
+        tables[kind] = t.name
+        work += [(kind, sql, t) for sql in _batches(export, t)]
+    return work, unreadable
+
+
 def _batches(export: ExportFile, t: Table) -> list[str]:
     """The SELECTs of ``t``'s work columns (and rowid), one per rowid range of :data:`BATCH_ROWS`."""
     rowid = rowid_name(export.conn, t.name, t.columns)
@@ -669,19 +686,8 @@ def _pass(
     spans = union_windows(windows.select(pl.col("gpid").alias("gtid"), pl.col("a").alias("start_ns"),
                                          pl.col("b").alias("end_ns")))
     acc = _Acc()
-    rows: dict[str, int] = {}
-    work: list[tuple[str, str, Table]] = []
-    unreadable = []
-    for kind, base in WORK_TABLES.items():
-        t = _usable(export, base, *WORK_COLUMNS)
-        if t is None:
-            present = export.table(base)
-            if present is not None:
-                unreadable.append(present.name)
-            continue
-        tables[kind] = t.name
-        work += [(kind, sql, t) for sql in _batches(export, t)]
-        rows[kind] = 0
+    work, unreadable = _plan(export, tables)
+    rows = {kind: 0 for kind in WORK_TABLES if kind in tables}
     threads = 2 if native.load() is not None and len(work) > 1 else 1
     if progress is not None and work:
         progress.start(f"reading GPU activity ({len(work)} batch(es))", len(work))

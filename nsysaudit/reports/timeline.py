@@ -593,7 +593,11 @@ def _stalls(result: AnalysisResult) -> pl.DataFrame:
     least = result.head["stalls"]["rules"]["stall_min_ns"]
     if calls is None or not calls.height:
         return pl.DataFrame(schema={"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "api": pl.String})
-    return calls.filter(pl.col("end_ns") - pl.col("start_ns") >= least).select("gtid", "start_ns", "end_ns", "api")
+    return (
+        calls.filter(pl.col("end_ns") - pl.col("start_ns") >= least)
+        .select("gtid", "start_ns", "end_ns", pl.col("api").cast(pl.String))
+        .sort("start_ns", "gtid", "end_ns", "api", nulls_last=True, maintain_order=True)
+    )
 
 
 def _gpu(result: AnalysisResult, pids: set[int], lo: int, hi: int) -> tuple[tuple[GpuLane, ...], tuple[GpuBar, ...]]:
