@@ -25,7 +25,7 @@ import polars as pl
 from nsysaudit.analysis.joins import count_pairs
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid, pid_bits, tid_bits
 from nsysaudit.core.intervals import closed_library_calls
-from nsysaudit.read.gpu_work import ATTRIBUTION_RULE, STALL_MIN_NS, GpuWork
+from nsysaudit.read.gpu_work import ATTRIBUTION_RULE, LONGEST_CALLS, STALL_MIN_NS, GpuWork
 
 __all__ = [
     "ANSWER_SHARE", "STALL_MIN_NS", "Attribution", "CallCopy", "KernelName", "LaunchGroup", "LaunchLibrary",
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 ANSWER_SHARE = 0.05
-MAX_LISTED_CALLS = 50
+MAX_LISTED_CALLS = LONGEST_CALLS
 MAX_LISTED_RANGES = 50
 MAX_STACK_PAIRS = 1_000_000
 MAX_GROUPS = 12
@@ -371,7 +371,7 @@ def _groups(
         .with_columns(pl.when(pl.col("library_api") == "").then(None).otherwise(pl.col("library_api"))
                       .alias("library_api"))
     )
-    starts = calls.select("call_id", pl.col("start_ns").alias("_call_start"), pl.col("stream_id").alias("_synced"))
+    starts = calls.select("call_id", pl.col("start_ns").alias("_call_start"))
     return (
         rows.join(held, on="_row", how="left").join(in_lib, on="_row", how="left").join(starts, on="call_id")
         .join(names.rename({"gtid": "launch_gtid", "thread_name": "launch_thread_name"}), on="launch_gtid", how="left")
@@ -434,8 +434,11 @@ def _attribution(call_id: int, groups: pl.DataFrame, complete: bool) -> Attribut
 def _calls(
     listed: pl.DataFrame, stacks: pl.DataFrame, work: GpuWork, groups: pl.DataFrame, names: pl.DataFrame
 ) -> list[StallCall]:
-    rows = listed.join(stacks, on="call_id", how="left").join(names, on="gtid", how="left").with_columns(
-        decode_pid(pl.col("gtid")).alias("pid"), decode_tid(pl.col("gtid")).alias("tid"))
+    rows = (
+        listed.join(stacks, on="call_id", how="left").join(names, on="gtid", how="left")
+        .join(work.details, on="call_id", how="left")  # every listed call has its details (read/gpu_work)
+        .with_columns(decode_pid(pl.col("gtid")).alias("pid"), decode_tid(pl.col("gtid")).alias("tid"))
+    )
     behind = work.behind.join(listed.select("call_id"), on="call_id", how="semi")
     attributed = set(work.attributed_calls)
     out: list[StallCall] = []

@@ -89,25 +89,30 @@ CANDIDATE_SCHEMA: Schema = {
 CALL_SCHEMA: Schema = {
     "call_id": pl.Int64,
     "gtid": pl.Int64,
-    "gpid": pl.Int64,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
     "correlation_id": pl.Int64,
     "api": pl.String,
     "return_code": pl.Int64,
     "kind": pl.String,
+    "own_ns": pl.Int64,
+    "covered_ns": pl.Int64,
+}
+# What the reports say of a call beyond its sums, for the stalls and the longest calls only (10^6
+# short synchronizations would otherwise carry ten columns of nothing each).
+DETAIL_SCHEMA: Schema = {
+    "call_id": pl.Int64,
     "scope": pl.String,  # stream | device | event | unknown: what the call waited for
     "stream_id": pl.Int64,  # the stream it synchronized, where a row says (else null)
     "stream_source": pl.String,  # the table that says so
     "device_id": pl.Int64,
     "context_id": pl.Int64,
     "own_rows": pl.Int64,
-    "own_ns": pl.Int64,
     "own_bytes": pl.Int64,
     "copy_kind": pl.String,
     "memory_kinds": pl.String,
-    "covered_ns": pl.Int64,
 }
+LONGEST_CALLS = 50  # the calls the reports list: those that blocked longest (nsysaudit.analysis.stalls)
 BEHIND_SCHEMA: Schema = {
     "call_id": pl.Int64,
     "work": pl.String,
@@ -174,7 +179,8 @@ class Prepared:
 class GpuWork:
     """The blocking calls and what ran while they blocked (see the module docstring).
 
-    ``calls``: :data:`CALL_SCHEMA`, one row per blocking call in (start, gtid, correlation id) order.
+    ``calls``: :data:`CALL_SCHEMA`, one row per blocking call in (start, gtid, correlation id) order;
+    ``details``: :data:`DETAIL_SCHEMA`, of the stalls and the :data:`LONGEST_CALLS` longest calls.
     ``behind``: :data:`BEHIND_SCHEMA`, per stall (a call that blocked at least :data:`STALL_MIN_NS`),
     kind of work and stream: the rows of other work of the process that ran inside the call and their
     time there (not for shorter calls: a trace of 10^6 short synchronizations would make 10^7 rows).
@@ -185,6 +191,7 @@ class GpuWork:
     """
 
     calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
+    details: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DETAIL_SCHEMA))
     behind: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=BEHIND_SCHEMA))
     attributed: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ATTRIBUTED_SCHEMA))
     work_rows: dict[str, int] = field(default_factory=dict)
@@ -301,10 +308,10 @@ def read_gpu_work(
     tables: dict[str, str] = {}
     candidates = pl.concat([candidates, _pageable_calls(export, prepared, cuda_api_table, frame, typed)])
     own = _own_rows(export, candidates, prepared, frame, typed, tables)
-    calls = _decide(candidates, own, prepared.enums)
-    sync_rows, calls = _synchronized(export, calls, frame, typed, tables)
+    calls, copies = _decide(candidates, own, prepared.enums)
     if not calls.height:
-        return GpuWork(tables=tables, synchronization_rows=sync_rows)
+        return GpuWork(tables=tables)
+    sync_rows, details = _details(export, calls, copies, frame, typed, tables)
     top = _attributed_calls(calls)
     passed = _pass(export, calls, top, frame, typed, tables, progress)
     behind = _without_own(passed.behind, calls, own)
@@ -338,6 +345,7 @@ def read_gpu_work(
     texts = [c for c, t in CALL_SCHEMA.items() if t == pl.String]
     return GpuWork(
         calls=calls.select(list(CALL_SCHEMA)).sort("call_id").with_columns(pl.col(texts).cast(pl.Categorical)),
+        details=details,
         behind=behind,
         attributed=attributed,
         work_rows=passed.rows,
@@ -426,32 +434,35 @@ def _own_rows(
 COPY_KINDS = ("sync_copy", "async_copy", "sync_memset")
 
 
-def _decide(candidates: pl.DataFrame, own: pl.DataFrame, e: Enums) -> pl.DataFrame:
-    """The candidates that blocked (:mod:`nsysaudit.core.blocking`), each copy and memset with its own
-    rows summed, in (start, thread, correlation id) order with its ``call_id``. Synchronizations and
-    frees block by their name; a copy or memset by its rows, so only those are joined to them (an
-    export has millions of asynchronous copies: their names are marked in the scan whenever some copy
-    is of pageable memory)."""
+COPY_DETAILS = ("own_rows", "own_bytes", "copy_kind", "memory_kinds", "stream_id", "device_id", "context_id")
+
+
+def _decide(candidates: pl.DataFrame, own: pl.DataFrame, e: Enums) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The candidates that blocked (:mod:`nsysaudit.core.blocking`) in (start, thread, correlation id)
+    order with their ``call_id`` and ``gpid`` (the columns of :data:`CALL_SCHEMA` but ``covered_ns``),
+    and the copies' and memsets' own rows summed (``call_id`` and :data:`COPY_DETAILS`).
+    Synchronizations and frees block by their name; a copy or memset by its rows, so only those are
+    joined to them."""
     keyed = candidates.with_columns(global_pid(pl.col("gtid")).alias("gpid")).filter(
         pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gtid").is_not_null()
     )
-    by_name = keyed.filter(~pl.col("kind").is_in(COPY_KINDS)).with_columns(
-        pl.lit(0, pl.Int64).alias("own_rows"), pl.lit(0, pl.Int64).alias("own_ns"),
-        pl.lit(None, pl.Int64).alias("own_bytes"), pl.lit(None, pl.String).alias("copy_kind"),
-        pl.lit(None, pl.String).alias("memory_kinds"), pl.lit(None, pl.Int64).alias("stream_id"),
-        pl.lit(None, pl.String).alias("stream_source"), pl.lit(None, pl.Int64).alias("device_id"),
-        pl.lit(None, pl.Int64).alias("context_id"),
-    )
+    core = [*(c for c in CALL_SCHEMA if c not in ("call_id", "own_ns", "covered_ns")), "gpid"]
+    by_name = keyed.filter(~pl.col("kind").is_in(COPY_KINDS)).select(*core, pl.lit(0, pl.Int64).alias("own_ns"))
     copies = keyed.filter(pl.col("kind").is_in(COPY_KINDS))
-    parts = [by_name]
-    if copies.height:
-        parts.append(_copies(copies, own, e).select(by_name.columns))
-    return (
+    decided = _copies(copies, own, e) if copies.height else None
+    parts = [by_name] if decided is None else [by_name, decided.select(by_name.columns)]
+    calls = (
         pl.concat(parts)  # ties (a duplicated row) kept in the order read: call ids never depend on a sort's luck
         .sort("start_ns", "gtid", "correlation_id", "end_ns", nulls_last=True, maintain_order=True)
         .with_row_index("call_id")
         .with_columns(pl.col("call_id").cast(pl.Int64))
     )
+    details = pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64, **{
+        c: DETAIL_SCHEMA[c] for c in COPY_DETAILS}})
+    if decided is not None:
+        details = decided.select("gpid", "correlation_id", *COPY_DETAILS).unique(["gpid", "correlation_id"],
+                                                                                 keep="first", maintain_order=True)
+    return calls, details
 
 
 def _copies(copies: pl.DataFrame, own: pl.DataFrame, e: Enums) -> pl.DataFrame:
@@ -485,8 +496,6 @@ def _copies(copies: pl.DataFrame, own: pl.DataFrame, e: Enums) -> pl.DataFrame:
         pl.concat([sync, rowed])
         .filter(blocked.fill_null(False))
         .with_columns(
-            pl.when(has_own).then(pl.when(pl.col("kind") == "sync_memset").then(pl.lit(MEMSET))
-                                  .otherwise(pl.lit(MEMCPY))).otherwise(None).alias("stream_source"),
             pl.col("own_rows").fill_null(0),
             pl.col("own_ns").fill_null(0),
             # An id the export's enum tables do not name is said as the id (an export without them).
@@ -546,6 +555,32 @@ def _merge_numpy(rows: pl.DataFrame) -> pl.DataFrame:
 SCOPES = {"Stream": "stream", "Device": "device", "Ctx": "device", "Thread": "device", "Event": "event"}
 
 
+def _detailed(calls: pl.DataFrame) -> pl.DataFrame:
+    """The calls the reports say more of: the stalls and the :data:`LONGEST_CALLS` that blocked
+    longest (of equals, the earliest, as :mod:`nsysaudit.analysis.stalls` lists them)."""
+    blocked = pl.col("end_ns") - pl.col("start_ns")
+    longest = calls.with_columns(blocked.alias("_b")).sort("_b", "start_ns", "call_id", descending=[True, False, False])
+    return calls.filter(
+        (blocked >= STALL_MIN_NS) | pl.col("call_id").is_in(longest.head(LONGEST_CALLS)["call_id"].implode())
+    )
+
+
+def _details(
+    export: ExportFile, calls: pl.DataFrame, copies: pl.DataFrame, frame: FrameBuilder, typed: Counter[str],
+    tables: dict[str, str],
+) -> tuple[int, pl.DataFrame]:
+    """:data:`DETAIL_SCHEMA` of the detailed calls (:func:`_detailed`): a copy's own rows summed, and
+    each call's scope and stream (:func:`_synchronized`). Returns the synchronization rows joined too."""
+    chosen = _detailed(calls).join(copies, on=["gpid", "correlation_id"], how="left").with_columns(
+        pl.when(pl.col("kind").is_in(COPY_KINDS) & pl.col("stream_id").is_not_null())
+        .then(pl.when(pl.col("kind") == "sync_memset").then(pl.lit(MEMSET)).otherwise(pl.lit(MEMCPY)))
+        .otherwise(None).alias("stream_source"),
+        pl.col("own_rows").fill_null(0),
+    )
+    rows, chosen = _synchronized(export, chosen, frame, typed, tables)
+    return rows, chosen.select(list(DETAIL_SCHEMA)).sort("call_id")
+
+
 def _synchronized(
     export: ExportFile, calls: pl.DataFrame, frame: FrameBuilder, typed: Counter[str], tables: dict[str, str]
 ) -> tuple[int, pl.DataFrame]:
@@ -571,13 +606,14 @@ def _synchronized(
     corrs = explicit["correlation_id"].drop_nulls()
     if not corrs.len():
         return 0, calls
-    lo, hi = int(corrs.min()), int(corrs.max())  # type: ignore[arg-type]
+    wanted = corrs.unique().sort()
     schema: Schema = {"gpid": pl.Int64, "correlation_id": pl.Int64, "_sync_stream": pl.Int64, "_sync_device": pl.Int64,
-              "_sync_context": pl.Int64}
+                      "_sync_context": pl.Int64}
     rows = _read(
         export,
         f"SELECT globalPid, correlationId, streamId, {_col(t, 'deviceId')}, {_col(t, 'contextId')} FROM "
-        f"{quote(t.name)} WHERE correlationId BETWEEN {lo} AND {hi}",
+        f"{quote(t.name)} WHERE correlationId BETWEEN {int(wanted[0])} AND {int(wanted[-1])} AND correlationId IN "
+        f"(SELECT value FROM json_each('{json.dumps(wanted.to_list())}'))",
         schema, frame, typed, t.name,
     )
     # One row per (process, correlation id); several rows for one call name it ambiguously: none is used.

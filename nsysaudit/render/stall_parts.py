@@ -28,7 +28,8 @@ def _head(s: Stalls) -> list[str]:
     lines.append(f"waited {ms(s['waited_ns'])}{own}{idle}")
     rows = ", ".join(f"{n:,} {kind}" for kind, n in s["work_rows"].items())
     if rows:
-        lines.append(f"GPU rows read: {rows}; synchronization rows joined: {s['synchronization_rows']:,}")
+        lines.append(f"GPU rows read: {rows}; synchronization rows joined to the calls described (the stalls, "
+                     f"the longest): {s['synchronization_rows']:,}")
     return lines
 
 
