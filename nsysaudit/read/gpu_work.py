@@ -67,7 +67,7 @@ MEM_KIND_FALLBACK = {"PAGEABLE": 0, "PINNED": 1, "DEVICE": 2, "MANAGED": 4}
 COPY_KIND_FALLBACK = {"DTOD": 8}
 INVALID_ID = 0xFFFFFFFF  # CUPTI_SYNCHRONIZATION_INVALID_VALUE: no stream (a context or event synchronization)
 
-BATCH_ROWS = 1 << 19
+BATCH_ROWS = 1 << 18
 MAX_BUSY_INTERVALS = 4_000_000
 STALL_MIN_NS = 1_000_000  # a blocking call is a stall from this wait on (also the answer's rule)
 MAX_ATTRIBUTED_CALLS = 20
@@ -309,6 +309,7 @@ def read_gpu_work(
     candidates = pl.concat([candidates, _pageable_calls(export, prepared, cuda_api_table, frame, typed)])
     own = _own_rows(export, candidates, prepared, frame, typed, tables)
     calls, copies = _decide(candidates, own, prepared.enums)
+    del candidates  # 10^6 rows: the caller let go of them too
     if not calls.height:
         return GpuWork(tables=tables)
     sync_rows, details = _details(export, calls, copies, frame, typed, tables)
@@ -410,7 +411,7 @@ def _own_rows(
     """The copy and memset rows of the candidate copies and memsets (OWN_SCHEMA): the pageable copies
     read before the scan, the synchronous copies' rows by correlation id, the memsets into pinned or
     managed memory."""
-    keyed = candidates.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+    keyed = candidates.filter(pl.col("kind").is_in(COPY_KINDS)).with_columns(global_pid(pl.col("gtid")).alias("gpid"))
     parts = [prepared.pageable]
     copy = _usable(export, MEMCPY, "start", "end", "globalPid", "streamId", "correlationId")
     if copy is not None:

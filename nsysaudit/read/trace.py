@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -322,10 +322,13 @@ def _load(
         _scan(export, strings, runtime, library_windows, memory, progress, blocking)
         if runtime is not None else _Scanned()
     )
+    # The candidates handed over, not kept here: read_gpu_work lets go of them once decided (10^6 rows).
+    candidates, scanned = scanned.blocking, replace(scanned, blocking=_Scanned().blocking)
     gpu_work = (
-        read_gpu_work(export, scanned.blocking, blocking, frame, typed, runtime.name, progress=progress)
+        read_gpu_work(export, candidates, blocking, frame, typed, runtime.name, progress=progress)
         if runtime is not None and blocking is not None else GpuWork()
     )
+    del candidates
     thread_names, name_warnings = _thread_names(export, strings, typed)
     processes = _processes(export, typed)
     session_start = _session_start(export, typed)
