@@ -162,7 +162,7 @@ class StallCall(TypedDict):
     own_ns: int
     waited_ns: int
     covered_ns: int | None
-    idle_ns: int | None  # blocked - covered: no GPU work of the process ran (None: unknown)
+    idle_ns: int | None  # blocked - covered: no GPU work of the process ran (None: unknown, or not a stall)
     stall: bool
     synchronized: Synchronized
     copy: CallCopy | None
@@ -272,7 +272,7 @@ def analyze_stalls(
     )
     groups = _groups(work, calls, plain, library_calls, names)
     ranges, ranges_total = _ranges(calls, stacks, work.behind)
-    idle = None if not work.covered_known else int(calls["idle_ns"].sum() or 0)
+    idle = None if not work.covered_known else int(calls.filter(pl.col("stall"))["idle_ns"].sum() or 0)
     return {
         "blocking_calls": calls.height,
         "blocked_ns": int(calls["blocked_ns"].sum() or 0),
@@ -492,7 +492,8 @@ def _ranges(calls: pl.DataFrame, stacks: pl.DataFrame, behind: pl.DataFrame) -> 
         pl.col("blocked_ns").sum(),
         pl.col("blocked_ns").filter(pl.col("stall")).sum().alias("stalled_ns"),
         pl.col("waited_ns").sum(),
-        pl.when(pl.col("idle_ns").is_null().any()).then(None).otherwise(pl.col("idle_ns").sum()).alias("idle_ns"),
+        pl.when(pl.col("idle_ns").filter(pl.col("stall")).is_null().any()).then(None)
+        .otherwise(pl.col("idle_ns").filter(pl.col("stall")).sum()).alias("idle_ns"),
     ).sort("stalled_ns", "blocked_ns", "calls", "gpid", "range", descending=[True, True, True, False, False],
            nulls_last=True)
     shown = sums.head(MAX_LISTED_RANGES)

@@ -12,15 +12,16 @@ synchronous memset only into pinned or managed memory (CUDA's API synchronizatio
 - ``own_ns``: how long its own copy or memset rows ran on the device inside that time (their union);
 - per stream, the other GPU work of the process that ran inside the call (``busy_ns``: the sum of
   each row's part inside the call; a stream runs one thing at a time), and how many rows;
-- ``covered_ns``: how much of the call some GPU work of the process (its own included) covered,
-  the union over all streams; the rest, ``blocked - covered``, the device did nothing of this
-  process's while the host waited.
+- ``covered_ns``: for a stall, how much of the call some GPU work of the process (its own included)
+  covered, the union over all streams; the rest, ``blocked - covered``, the device did nothing of
+  this process's while the host waited (null for a shorter call, as its per stream sums).
 
 The GPU tables hold as many rows as the CUDA API table. They are read in rowid batches of a few
 columns (the native reader on two threads where it is built), and each batch is reduced at once:
 per (call, stream) counts and sums by as-of joins over the stream's rows (no (call, row) pairs), the
-union as merged intervals. Memory is bounded by the batch, the calls and the merged intervals
-(:data:`MAX_BUSY_INTERVALS`: above it ``covered_ns`` is unknown, and a warning says so).
+union as merged intervals, both inside the stalls only. Memory is bounded by the batch, the calls
+and the merged intervals (:data:`MAX_BUSY_INTERVALS`: above it ``covered_ns`` is unknown, and a
+warning says so).
 
 For the longest waits (:data:`ATTRIBUTION_RULE`) the work rows are kept one by one, and their
 launches read by correlation id from the CUDA API table (one more pass over it): which thread
@@ -329,7 +330,7 @@ def read_gpu_work(
     )
     said: list[ReportWarning] = []
     if not passed.covered_known:
-        why = (f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside blocking calls"
+        why = (f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside the stalls"
                if "kernel" in passed.rows else "the export has no usable CUPTI_ACTIVITY_KIND_KERNEL table")
         said.append(warning(
             "gpu_work_union_unknown", calls.height,
@@ -717,11 +718,12 @@ def _pass(
     """Every row of the GPU tables once, in rowid batches, each reduced against the calls."""
     windows = calls.filter(pl.col("end_ns") > pl.col("start_ns")).select(
         "call_id", "gpid", pl.col("start_ns").alias("a"), pl.col("end_ns").alias("b"))
-    # Per stream, only behind the stalls (the sums' (call, stream) rows grow with calls x streams: a
-    # trace of 10^6 short synchronizations would hold 10^7 of them); the union, behind every call.
+    # Only behind the stalls, the per stream sums and the union (the sums' (call, stream) rows grow with
+    # calls x streams: a trace of 10^6 short synchronizations would hold 10^7 of them, and the rows
+    # inside them all, millions of separate intervals).
     stalls = windows.filter(pl.col("b") - pl.col("a") >= STALL_MIN_NS)
-    spans = union_windows(windows.select(pl.col("gpid").alias("gtid"), pl.col("a").alias("start_ns"),
-                                         pl.col("b").alias("end_ns")))
+    spans = union_windows(stalls.select(pl.col("gpid").alias("gtid"), pl.col("a").alias("start_ns"),
+                                        pl.col("b").alias("end_ns")))
     acc = _Acc()
     work, unreadable = _plan(export, tables)
     rows = {kind: 0 for kind in WORK_TABLES if kind in tables}
@@ -771,8 +773,8 @@ def _pass(
             _merge(pl.concat(acc.pieces), ["gpid"]) if acc.pieces
             else pl.DataFrame(schema={"gpid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})
         )
-        covered = _sums(windows, merged.with_columns(pl.lit(0, dtype=pl.Int64).alias("stream_id")))
-        covered = windows.select("call_id").join(
+        covered = _sums(stalls, merged.with_columns(pl.lit(0, dtype=pl.Int64).alias("stream_id")))
+        covered = stalls.select("call_id").join(
             covered.select("call_id", pl.col("busy_ns").alias("covered_ns")), on="call_id", how="left"
         ).with_columns(pl.col("covered_ns").fill_null(0))
     attributed = (

@@ -22,8 +22,9 @@ def _head(s: Stalls) -> list[str]:
         return lines
     kinds = ", ".join(f"{kind_words(k['kind'], k['calls'])} ({ms(k['blocked_ns'])})" for k in s["by_kind"])
     lines.append(f"by kind: {kinds}")
-    idle = (f"; no GPU work of the calls' processes for {ms(s['idle_ns'])} of it" if s["idle_ns"]
-            else "" if s["idle_ns"] is not None else "; how much of it no GPU work covered is unknown (see warnings)")
+    idle = (f"; of the stalls' time, {ms(s['idle_ns'])} with no GPU work of their processes" if s["idle_ns"]
+            else "" if s["idle_ns"] is not None or not s["stalls"]
+            else "; how much of the stalls' time no GPU work covered is unknown (see warnings)")
     own = f" (their own copies and memsets ran {ms(s['own_ns'])} more)" if s["own_ns"] else ""
     lines.append(f"waited {ms(s['waited_ns'])}{own}{idle}")
     rows = ", ".join(f"{n:,} {kind}" for kind, n in s["work_rows"].items())
