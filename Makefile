@@ -11,7 +11,8 @@ OUT ?= out
 NATIVE := nsysaudit/read/_native$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
 
 .DEFAULT_GOAL := help
-.PHONY: help venv native nsys chromium demo test test-pure test-fast check-fixtures lint golden bench clean
+.PHONY: help venv native nsys chromium demo test test-pure test-fast check-fixtures lint golden contract \
+	bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -80,6 +81,10 @@ lint: venv ## ruff and mypy (strict on the package)
 
 golden: venv ## regenerate the golden report files in tests/golden (review the diff)
 	NSYSAUDIT_REGEN_GOLDEN=1 $(PY) -m pytest -q tests/test_golden.py
+
+contract: venv ## regenerate docs/json.md's tables and the JSON Schemas from the types
+	$(PY) -m nsysaudit.reports.documents docs/json.md
+	$(PY) -m nsysaudit.schemas
 
 bench: venv nsys ## run the benchmark (see benchmarks/RESULTS.md)
 	$(PY) benchmarks/run.py

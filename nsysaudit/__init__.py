@@ -45,10 +45,12 @@ if TYPE_CHECKING:
         UnusableInput,
     )
     from nsysaudit.core.progress import Progress
+    from nsysaudit.read.cache import list_cache, prune_cache
     from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions
     from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
     from nsysaudit.reports.analysis import AnalysisResult
     from nsysaudit.reports.compare import Comparison, compare_results
+    from nsysaudit.schemas import SCHEMA_KINDS, schema, schema_text
     from nsysaudit.seal import Sealed, Verification, seal_analysis, seal_compare
     from nsysaudit.seal.verify import verify
     from nsysaudit.session import Session, analyze, open
@@ -69,9 +71,11 @@ _HOMES = {
     "DEFAULT_MAX_PAIRS": "nsysaudit.analysis.joins",
     "Progress": "nsysaudit.core.progress",
     **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions"), "nsysaudit.read.telemetry"),
+    **dict.fromkeys(("list_cache", "prune_cache"), "nsysaudit.read.cache"),
     "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
     "AnalysisResult": "nsysaudit.reports.analysis",
     **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
+    **dict.fromkeys(("SCHEMA_KINDS", "schema", "schema_text"), "nsysaudit.schemas"),
     **dict.fromkeys(("Sealed", "Verification", "seal_analysis", "seal_compare", "verify"), "nsysaudit.seal"),
 }
 
@@ -82,6 +86,7 @@ __all__ = [
     "DEFAULT_CLOCKS",
     "DEFAULT_LIBRARY_DOMAINS",
     "DEFAULT_MAX_PAIRS",
+    "SCHEMA_KINDS",
     "AnalysisResult",
     "BadOption",
     "BatchOutputNotWritable",
@@ -113,8 +118,12 @@ __all__ = [
     "audit_many",
     "check_exports",
     "compare_results",
+    "list_cache",
     "open",
+    "prune_cache",
     "run_batch",
+    "schema",
+    "schema_text",
     "seal_analysis",
     "seal_compare",
     "verify",

@@ -14,6 +14,10 @@ import sys
 # and a value the user set wins. The package's own import (``nsysaudit/__init__.py``) loads no polars.
 if "polars" not in sys.modules:
     os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:200,muzzy_decay_ms:0")
+    # Under an address-space limit (ulimit -v), fewer arenas and threads (nsysaudit/core/limits.py).
+    from nsysaudit.core.limits import fit_to_limit
+
+    fit_to_limit()
 
 
 
@@ -27,6 +31,9 @@ def run() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("nsysaudit: aborted\n")
         code = 130
+    except MemoryError:  # while importing, under a limit too small for the modules themselves
+        sys.stderr.write("nsysaudit: error: out of memory while starting (raise the memory limit: ulimit -v)\n")
+        code = 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C while the interpreter exits is no traceback either
     sys.exit(code)
 

@@ -46,7 +46,29 @@ def progress_for(as_json: bool) -> nsysaudit.Progress | None:
     return render.progress_bar()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def progress_on_stderr() -> nsysaudit.Progress | None:
+    """A progress bar when stderr is a terminal, whatever stdout is (check's lines come after it, and
+    are the same with or without it)."""
+    stderr = sys.stderr
+    return render.progress_bar() if stderr is not None and stderr.isatty() else None
+
+
+class _Commands(click.Group):
+    """The command group. click answers an EOFError raised under a command as if Ctrl-C were pressed
+    (an empty line, then "aborted", exit 130): where a stream or a worker ended under a command (out
+    of memory, killed), that is a lie; it is one line naming it, exit 2."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except EOFError as exc:
+            raise NsysAuditError(
+                f"a stream ended unexpectedly (EOFError{': ' + str(exc) if str(exc) else ''}: a worker or a pipe "
+                "went away, out of memory or killed); nothing more was done"
+            ) from None
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(nsysaudit.__version__, prog_name="nsysaudit")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")
 @click.pass_obj
@@ -196,7 +218,7 @@ def out_options(func: F) -> F:
 
 
 def with_default_domains(extra: Sequence[str]) -> tuple[str, ...]:
-    """``--library-domain`` adds to cuBLAS and cuDNN: the full set :func:`nsysaudit.analyze` takes."""
+    """``--library-domain`` adds to cuBLAS, cuDNN and NCCL: the full set :func:`nsysaudit.analyze` takes."""
     return tuple(dict.fromkeys([*nsysaudit.DEFAULT_LIBRARY_DOMAINS, *extra]))
 
 
@@ -209,7 +231,8 @@ def reading_options(func: F) -> F:
         callback=lambda _ctx, _param, extra: with_default_domains(extra),
         metavar="DOMAIN",
         help="NVTX domain whose ranges are library calls too, besides "
-        f"{' and '.join(nsysaudit.DEFAULT_LIBRARY_DOMAINS)} (repeatable).",
+        f"{', '.join(nsysaudit.DEFAULT_LIBRARY_DOMAINS[:-1])} and {nsysaudit.DEFAULT_LIBRARY_DOMAINS[-1]} "
+        "(repeatable).",
     )(func)
     return click.option(
         "--nsys",
@@ -319,7 +342,8 @@ def analyze_cmd(
 @telemetry_option("--observe-telemetry", help="The observe arm's JSON Lines telemetry.")
 @telemetry_option("--release-telemetry", help="The release arm's JSON Lines telemetry.")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
-@click.option("--json", "as_json", is_flag=True, help="Print report.json to stdout (the seal goes to stderr).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the comparison (report.json's document) as one JSON line (the seal goes to stderr).")
 @click.option("--details", "-v", "details", is_flag=True,
               help="After the answer, every difference: library calls, failing calls, sources, memory.")
 @click.option("--labels", metavar="OBSERVE,RELEASE", default=None,
@@ -366,9 +390,11 @@ def compare_cmd(
     )
     for result in sealed.results.values():
         echo_telemetry_warnings(result)
-    with printing():
-        if as_json:
-            click.echo(render.indented(sealed.document).decode("utf-8"), nl=False)
+    with printing() as stdout:
+        if as_json:  # compact, as analyze --json (report.json in DIR is indented)
+            sys.stdout.flush()
+            stdout.write(render.compact(sealed.document))
+            stdout.flush()
         else:
             render.show(render.comparison_renderable(sealed.document, details=details))
         echo_seal(sealed, as_json)
@@ -479,25 +505,37 @@ def batch_cmd(
 @click.option("--junit", type=str, default=None, metavar="FILE", help="Also write JUnit XML (one testcase per check).")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Worker processes.")
 @click.option(
+    "--only-matching",
+    is_flag=True,
+    help="Check only the expectations that match a PATH given: one that matches none is left out, not "
+    "failed (a file that no expectation matches still fails).",
+)
+@click.option(
     "--nsys",
     "nsys_path",
     type=str,
     envvar="NSYSAUDIT_NSYS",
     help="nsys binary for exporting .nsys-rep reports (default: $NSYSAUDIT_NSYS, then PATH).",
 )
-def check_cmd(paths: Sequence[str], expect: str, junit: str | None, jobs: int, nsys_path: str | None) -> None:
+def check_cmd(
+    paths: Sequence[str], expect: str, junit: str | None, jobs: int, only_matching: bool, nsys_path: str | None
+) -> None:
     """Check every PATH (files, or folders searched for *.sqlite, *.nsys-rep, *.qdrep) against FILE.toml.
 
-    One line per file (pass, FAIL and why, or ERROR and why it could not be analyzed), then "N
-    passed, M failed". Every file is checked and the JUnit XML written even when one is unusable.
-    Exit 0 when all pass, 1 when any fails (a file no expectation matches, or an expectation that
-    matches no file, fails too), 2 when an input or the expectations file is unusable.
+    One line per check, a file against an expectation, as the JUnit XML has one testcase per
+    check (pass, FAIL and why, or ERROR and why it could not be analyzed), then "N passed, M
+    failed". Every file is checked and the JUnit XML written even when one is unusable. Exit 0
+    when all pass, 1 when any fails (a file no expectation matches, or an expectation that matches
+    no file, fails too, unless --only-matching), 2 when an input or the expectations file is
+    unusable. A progress bar on stderr when it is a terminal.
 
     \b
-    Example:
+    Examples:
       nsysaudit check tests/fixtures --expect tests/fixtures/expectations.toml --junit junit.xml
+      nsysaudit check tests/fixtures/public --expect tests/fixtures/expectations.toml --only-matching
     """
-    report = nsysaudit.check_exports(paths, expect, junit=junit, jobs=jobs, nsys_path=nsys_path)
+    report = nsysaudit.check_exports(paths, expect, junit=junit, jobs=jobs, nsys_path=nsys_path,
+                                     only_matching=only_matching, progress=progress_on_stderr())
     lines = report.lines()
     with printing():
         for line in lines:
@@ -576,6 +614,50 @@ def plot_cmd(
             click.echo(render.escape(f"  {note}"))
 
 
+@cli.command("cache", short_help="List the exports of .nsys-rep reports cached, or prune them.")
+@click.option("--prune", is_flag=True,
+              help="Remove the least recently used exports until the cache fits its bound ($NSYSAUDIT_CACHE_MAX) "
+              "or --max-size; exports in use are kept.")
+@click.option("--max-size", metavar="SIZE", default=None,
+              help="With --prune: the size to prune to (500M, 20G, bytes; 0 empties the cache).")
+def cache_cmd(prune: bool, max_size: str | None) -> None:
+    """List the exports of .nsys-rep reports in the export cache ($NSYSAUDIT_CACHE/exports, default
+    ~/.cache/nsysaudit/exports), least recently used first: when each was last used, its size, the
+    report's SHA-256 and the nsys that exported it. The cache holds at most $NSYSAUDIT_CACHE_MAX
+    (default 20G; unlimited for no bound): after each new export the least recently used go.
+
+    \b
+    Examples:
+      nsysaudit cache
+      nsysaudit cache --prune --max-size 5G
+    """
+    if max_size is not None and not prune:
+        raise click.UsageError("--max-size is the size --prune prunes to: give --prune too")
+    lines = nsysaudit.prune_cache(max_size).lines() if prune else nsysaudit.list_cache().lines()
+    with printing():
+        for line in lines:
+            click.echo(render.escape(line))
+
+
+@cli.command("schema", short_help="Print the JSON Schema that validates a document.")
+@click.argument("kind", required=False, metavar="[KIND]", type=click.Choice(list(nsysaudit.SCHEMA_KINDS)))
+def schema_cmd(kind: str | None) -> None:
+    """Print the JSON Schema (2020-12) that validates KIND, a document nsysaudit writes; without KIND,
+    list them. Every JSON document names its own in its "schema" key (docs/json.md).
+
+    \b
+    Examples:
+      nsysaudit schema analysis > analysis.schema.json
+      nsysaudit analyze run.sqlite --json | jq .schema
+    """
+    with printing():
+        if kind is None:
+            for known, validates in nsysaudit.SCHEMA_KINDS.items():
+                click.echo(f"{known:<16} {validates}")
+        else:
+            click.echo(nsysaudit.schema_text(kind), nl=False)
+
+
 def _set_debug(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value:
         ctx.ensure_object(dict)["debug"] = True
@@ -641,6 +723,14 @@ def _run(args: list[str], state: dict[str, bool]) -> int:
             raise
         where = exc.filename if exc.filename is not None else "nsysaudit"
         return _error(f"{where}: {exc.strerror or exc}", 2)
+    except MemoryError:  # the environment's limit: one line, exit 2 (never 1, "a check failed")
+        if state["debug"]:
+            raise
+        return _error("out of memory; nothing more was done (raise the memory limit, ulimit -v, or give less input)", 2)
+    except RuntimeError as exc:  # threading's "can't start new thread": a limit of memory or of threads
+        if state["debug"] or "new thread" not in str(exc):
+            raise
+        return _error(f"cannot start a thread ({exc}); nothing more was done (raise the memory or thread limit)", 2)
     return 0
 
 

@@ -41,6 +41,7 @@ SCHEMA_PATH = (
 
 DIAGNOSTIC_SCHEMA_PATH = SCHEMA_PATH.with_name("nsys-2025.3-diagnostic-tables.sql")
 DEVICE_SCHEMA_PATH = SCHEMA_PATH.with_name("nsys-2025.3-device-tables.sql")
+PAYLOAD_SCHEMA_PATH = SCHEMA_PATH.with_name("nsys-2026.2-nvtx-payload-tables.sql")
 
 VM_DEFAULT = 0
 
@@ -207,6 +208,9 @@ class LibCall:
     # For source="table": the row's eventClass (default: the library's call class; 33-36 are the
     # zero-length "cuDNN/cuBLAS start/finish" marker rows nsys writes, with tid 0).
     event_class: int | None = None
+    # For source="nvtx": whether the domain gets its NvtxDomainCreate row (nsys 2026.2 wrote none for
+    # NCCL's domain in the nsys-ai mfu export: the domain id is used, its name is nowhere).
+    domain_row: bool = True
 
 
 @dataclass
@@ -407,6 +411,9 @@ class Export:
     memcpys: list[Memcpy] = field(default_factory=list)
     memsets: list[Memset] = field(default_factory=list)
     syncs: list[Sync] = field(default_factory=list)
+    # NVTX_PAYLOAD_SCHEMA_ENTRIES rows (domainId, schemaId, idx, name), with one NVTX_PAYLOAD_SCHEMAS row
+    # per (domainId, schemaId); None: no such tables, as in nsys 2023.4 exports.
+    payload_schema_entries: list[tuple[int, int, int, str]] | None = None
     # Escape hatch for broken evidence (tests of hostile input only): SQL scripts executed after
     # the build, each in its own connection (so a script after a ``PRAGMA writable_schema`` edit
     # sees the edited schema). Not validated. See :func:`strip_not_null` for writing NULLs into
@@ -443,6 +450,13 @@ def ddl_statements() -> dict[str, str]:
 def _device_ddl() -> tuple[tuple[str, str], ...]:
     """TARGET_INFO_CUDA_DEVICE, from a real nsys 2025.3 export (the 2023.4.4 DDL has none)."""
     text = DEVICE_SCHEMA_PATH.read_text(encoding="utf-8")
+    return tuple((m.group(1), m.group(0)) for m in _CREATE_RE.finditer(text))
+
+
+@cache
+def _payload_ddl() -> tuple[tuple[str, str], ...]:
+    """NVTX_PAYLOAD_SCHEMAS and _ENTRIES, from a real nsys 2026.2 export (the 2023.4.4 DDL has none)."""
+    text = PAYLOAD_SCHEMA_PATH.read_text(encoding="utf-8")
     return tuple((m.group(1), m.group(0)) for m in _CREATE_RE.finditer(text))
 
 
@@ -662,10 +676,11 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
             domain_id = per_process.get(proc, 0) + 1
             per_process[proc] = domain_id
             domains[key] = domain_id
-            nvtx_rows.append(
-                nvtx(max(0, earliest[proc] - 1), None, NVTX_DOMAIN_CREATE, lc.library,
-                     global_tid(lc.pid, lc.pid, lc.vm), None, domain_id)
-            )
+            if lc.domain_row:
+                nvtx_rows.append(
+                    nvtx(max(0, earliest[proc] - 1), None, NVTX_DOMAIN_CREATE, lc.library,
+                         global_tid(lc.pid, lc.pid, lc.vm), None, domain_id)
+                )
         nvtx_rows.append(
             nvtx(lc.start, lc.end, NVTX_PUSH_POP_RANGE, None, gtid, name_id, domains[key])
         )
@@ -730,6 +745,15 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
              g.cu_device, *([None] * 26))
             for g in spec.gpu_info
         ]
+    if spec.payload_schema_entries is not None:
+        out["NVTX_PAYLOAD_SCHEMA_ENTRIES"] = [
+            (domain, schema, idx, None, 18 if idx == 0 else 5, name, None, None, None if idx == 0 else 8 * idx)
+            for domain, schema, idx, name in spec.payload_schema_entries
+        ]
+        counts: dict[tuple[int, int], int] = {}
+        for domain, schema, _, _ in spec.payload_schema_entries:
+            counts[(domain, schema)] = counts.get((domain, schema), 0) + 1
+        out["NVTX_PAYLOAD_SCHEMAS"] = [(d, sid, None, 1, None, n, 8 * n, None) for (d, sid), n in counts.items()]
     if spec.cuda_devices is not None:
         out["TARGET_INFO_CUDA_DEVICE"] = [(gpu, cuda, pid) for pid, gpu, cuda in spec.cuda_devices]
     if spec.contexts:
@@ -790,6 +814,8 @@ def _tables_to_create(spec: Export, rows: dict[str, Sequence[tuple[Any, ...]]]) 
         tables += [t for t, _ in _diagnostic_ddl() if t not in spec.omit_tables]
     if spec.cuda_devices is not None:
         tables += [t for t, _ in _device_ddl() if t not in spec.omit_tables]
+    if spec.payload_schema_entries is not None:
+        tables += [t for t, _ in _payload_ddl() if t not in spec.omit_tables]
     return tables
 
 
@@ -803,7 +829,7 @@ def build_export(spec: Export, path: str | os.PathLike[str]) -> pathlib.Path:
     out = pathlib.Path(path)
     rows = _rows(spec)
     tables = _tables_to_create(spec, rows)
-    statements = {**ddl_statements(), **dict(_diagnostic_ddl()), **dict(_device_ddl())}
+    statements = {**ddl_statements(), **dict(_diagnostic_ddl()), **dict(_device_ddl()), **dict(_payload_ddl())}
     with open(out, "xb"):
         pass  # exclusive create: refuse to overwrite
     try:

@@ -21,6 +21,7 @@ import os
 import random
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -209,6 +210,15 @@ def assert_one_line_error(code: int, err: str, path: Path, problem: str) -> None
     assert str(path) in err, err
     assert problem in err, err
     assert "Traceback" not in err
+
+
+def sql(path: Path, query: str, *params: Any) -> list[tuple[Any, ...]]:
+    """``query``'s rows over the export at ``path``, opened read-only: plain SQL to check the analysis against."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query, params).fetchall()
+    finally:
+        con.close()
 
 
 def warning_counts(doc: dict[str, Any]) -> dict[str, int]:

@@ -21,6 +21,7 @@ from scenarios import observe_nested_failure
 
 import nsysaudit
 from nsysaudit.batch import run as fleet
+from nsysaudit.batch.output import BatchOutput
 
 REAL = sorted(str(p) for p in FIXTURES.rglob("*.sqlite"))
 def analyze_json(capsys: pytest.CaptureFixture[str], path: str) -> dict[str, Any]:
@@ -47,6 +48,8 @@ def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
         "straddling_alloc_failures": kinds.count("straddling_alloc_failure"),
         "nested_call_failures": kinds.count("nested_call_failure"),
         "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
+        "library": ", ".join(sorted({f["enclosing"]["library"] for f in doc["findings"]
+                                     if f["enclosing"] is not None and f["enclosing"]["library"]})) or None,
         "warnings": len(doc["warnings"]),
         "error": None,
         "status": "analyzed",
@@ -94,21 +97,23 @@ def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None
     ("local", 1), pytest.param("local", 2, marks=pytest.mark.slow), pytest.param("dask", 2, marks=pytest.mark.slow)
 ])
 def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: str, jobs: int) -> None:
-    broken = tmp_path / "broken.sqlite"
+    (tmp_path / "ev").mkdir()  # the inputs' folder: a batch never writes inside it
+    broken = tmp_path / "ev" / "broken.sqlite"
     broken.write_bytes(b"")
     out = tmp_path / "batch"
     code, stdout, err = run(
-        capsys, "batch", *REAL, broken, tmp_path / "missing.sqlite", "--out", out, "--jobs", jobs, "--engine", engine
+        capsys, "batch", *REAL, broken, tmp_path / "ev" / "missing.sqlite", "--out", out, "--jobs", jobs,
+        "--engine", engine,
     )
     assert code == 0, err
     assert stdout.splitlines()[:2] == [
-        "28 input(s): 26 analyzed, 0 resumed, 2 unusable; 7 finding(s)",
-        "verdicts: failure_found 7, inconclusive 3, no_failure 16",
+        "30 input(s): 28 analyzed, 0 resumed, 2 unusable; 8 finding(s)",
+        "verdicts: failure_found 8, inconclusive 4, no_failure 16",
     ]
     assert err.count("\n") == 2 and "broken.sqlite: empty file" in err and "missing.sqlite: no such file" in err
     inputs = pl.read_parquet(out / "inputs.parquet")
     findings = pl.read_parquet(out / "findings.parquet")
-    assert inputs["path"].to_list() == [*REAL, str(broken), str(tmp_path / "missing.sqlite")]
+    assert inputs["path"].to_list() == [*REAL, str(broken), str(tmp_path / "ev" / "missing.sqlite")]
     for path, row in zip(REAL, inputs.head(len(REAL)).iter_rows(named=True), strict=True):
         doc = analyze_json(capsys, path)
         assert row == expected_input_row(doc)
@@ -139,14 +144,16 @@ def test_csv_by_extension_and_folders_searched(capsys, tmp_path: Path) -> None:
     assert (tmp_path / "runs.parts" / "batch.json").is_file()
 
 
-def seed(out: Path, done: list[str]) -> None:
-    """A batch that finished ``done`` and was interrupted: its parts, a forged verdict in each
-    (so a test can tell a re-analysis from a resumption), and no combined tables."""
-    fleet.run_batch(done, out=out, jobs=1)
-    (out / "inputs.parquet").unlink()
-    (out / "findings.parquet").unlink()
-    for part in (out / "parts").glob("*.input.parquet"):
-        pl.read_parquet(part).with_columns(pl.lit("seeded").alias("verdict")).write_parquet(part)
+def seed(out: Path, done: list[str], given: list[str]) -> None:
+    """A batch of ``given`` that finished ``done`` and was interrupted: its parts, written by the batch's
+    own writer with a forged verdict in each (so a test can tell a re-analysis from a resumption; a
+    part rewritten afterwards is refused), and no combined tables."""
+    output = BatchOutput.at(out)
+    options = fleet.AuditOptions()
+    prepared = output.prepare(options.recorded(), given)
+    for path in done:
+        rows = fleet.audit_one(path, options)
+        output.save_part({**rows["input"], "verdict": "seeded"}, rows["findings"], prepared.batch)  # type: ignore[typeddict-item]
 
 
 @pytest.mark.parametrize("engine", ["local", "dask"])
@@ -154,10 +161,11 @@ def test_rerun_resumes_by_sha256_without_analyzing_again(tmp_path: Path, engine:
     out = tmp_path / "batch"
     done = [str(TORCH / "observe.sqlite")]
     inputs = [*done, str(TORCH / "release.sqlite")]
-    seed(out, done)
     # the same bytes at another path: resumed too (the parts are keyed by content)
-    copy = tmp_path / "copy-of-observe.sqlite"
+    (tmp_path / "ev").mkdir()
+    copy = tmp_path / "ev" / "copy-of-observe.sqlite"
     shutil.copyfile(done[0], copy)
+    seed(out, done, [*inputs, str(copy)])
     result = fleet.run_batch([*inputs, copy], out=out, jobs=2, engine=engine)  # type: ignore[arg-type]
     table = pl.read_parquet(out / "inputs.parquet")
     assert table.equals(result.inputs)
@@ -172,7 +180,7 @@ def test_rerun_resumes_by_sha256_without_analyzing_again(tmp_path: Path, engine:
 def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    for i, path in enumerate(REAL * 3):  # 78 inputs, 26 distinct
+    for i, path in enumerate(REAL * 3):  # 84 inputs, 28 distinct
         shutil.copyfile(path, inputs / f"{i:02d}-{Path(path).name}")
     out = tmp_path / "batch"
     proc = subprocess.Popen(
@@ -189,7 +197,7 @@ def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     result = fleet.run_batch([inputs], out=out, jobs=1)
     resumed = result.inputs.filter(pl.col("status") == "resumed")
     assert set(resumed["sha256"].to_list()) == finished
-    assert result.inputs.height == 78 and result.inputs["error"].null_count() == 78
+    assert result.inputs.height == 84 and result.inputs["error"].null_count() == 84
     fresh = fleet.run_batch([inputs], jobs=1).inputs
     assert result.inputs.drop("status").equals(fresh.drop("status"))
 
@@ -248,7 +256,7 @@ def test_other_options_or_a_foreign_output_are_refused(capsys, tmp_path: Path) -
     fleet.run_batch([TORCH], out=out, jobs=1)
     code, stdout, err = run(capsys, "batch", TORCH, "--out", out, "--library-domain", "MyLib")
     assert (code, stdout) == (2, "") and err.count("\n") == 1
-    assert f"{out / 'parts'}: its parts were made with other options" in err
+    assert f"{out / 'parts'}: its parts were made for another batch (other options" in err
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "inputs.parquet").write_bytes(b"a file of someone else")
@@ -377,9 +385,10 @@ def test_dask_gets_absolute_paths_for_relative_ones(capsys, tmp_path: Path, monk
 
 
 def test_a_batch_of_only_unusable_inputs_exits_1(capsys, tmp_path: Path) -> None:
-    (tmp_path / "empty.sqlite").write_bytes(b"")
-    code, stdout, err = run(capsys, "batch", tmp_path / "empty.sqlite", tmp_path / "missing.sqlite", "--jobs", "1",
-                            "--out", tmp_path / "audit")
+    (tmp_path / "ev").mkdir()
+    (tmp_path / "ev" / "empty.sqlite").write_bytes(b"")
+    code, stdout, err = run(capsys, "batch", tmp_path / "ev" / "empty.sqlite", tmp_path / "ev" / "missing.sqlite",
+                            "--jobs", "1", "--out", tmp_path / "audit")
     assert code == 1
     assert stdout.splitlines()[0] == "2 input(s): 0 analyzed, 0 resumed, 2 unusable; 0 finding(s)"
     assert err.splitlines()[-1] == ("nsysaudit: error: every input of the batch was unusable (2): see the rows' "

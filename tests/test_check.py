@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import xml.etree.ElementTree as ET
@@ -14,6 +15,18 @@ from scenarios import observe_nested_failure, release_three_allocations
 from nsysaudit.batch.check import Expectations, check, glob_match
 
 EXPECTATIONS = FIXTURES / "expectations.toml"
+
+
+def assert_agree(lines: list[str], junit: Path) -> None:
+    """stdout and the JUnit file agree: a line per testcase, the totals the testsuite's counts."""
+    root = ET.parse(junit).getroot()
+    counted = [line for line in lines[:-1] if line.split(" ", 1)[0] in ("pass", "FAIL", "ERROR")]
+    assert len(counted) == len(list(root.iter("testcase"))) == int(root.get("tests") or -1)
+    passed, failed, *unusable = (int(part.split()[0]) for part in lines[-1].split(", "))
+    assert failed == int(root.get("failures") or -1) and sum(unusable) == int(root.get("errors") or -1)
+    assert passed + failed + sum(unusable) == len(counted)
+
+
 def write(folder: Path, text: str, name: str = "expect.toml") -> Path:
     path = folder / name
     path.write_text(text, encoding="utf-8")
@@ -26,11 +39,19 @@ def test_committed_expectations_pass_over_every_bundled_export(capsys, tmp_path:
     assert code == 0, out + err
     lines = out.splitlines()
     exports = sorted(FIXTURES.rglob("*.sqlite"))
-    assert len(exports) == 26 and lines[-1] == "26 passed, 0 failed"
+    # 28 exports, 29 checks (capi/observe is checked with and without its telemetry): a line per check
+    assert len(exports) == 28 and lines[-1] == "29 passed, 0 failed"
     assert lines[:-1] == [line for line in lines[:-1] if line.startswith("pass ")]
     assert f"pass {TORCH / 'observe.sqlite'} (failure_found, 1 finding(s))" in lines
+    capi = FIXTURES / "h200-cuda13-nsys2025.3" / "capi" / "observe.sqlite"
+    assert [line for line in lines if str(capi) in line] == [  # each check named as its testcase
+        f"pass {capi} [expectation 3 (files = 'h200-cuda13-nsys2025.3/capi/observe.sqlite')] "
+        "(inconclusive, 0 finding(s))",
+        f"pass {capi} [capi observe with its telemetry] (inconclusive, 0 finding(s))",
+    ]
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("27", "0")
+    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("29", "0")
+    assert_agree(lines, junit)
 
 
 def test_a_wrong_expectation_fails_naming_the_file_and_why_and_in_junit(capsys, tmp_path: Path) -> None:
@@ -47,7 +68,8 @@ def test_a_wrong_expectation_fails_naming_the_file_and_why_and_in_junit(capsys, 
     assert code == 1
     assert err.startswith("nsysaudit: error: ") and "12 failed" in err and err.count("\n") == 1
     lines = out.splitlines()
-    assert lines[-1] == "14 passed, 12 failed"
+    assert lines[-1] == "17 passed, 12 failed"
+    assert_agree(lines, junit)
     observe = tmp_path / "h200-cuda13-nsys2025.3/torch/observe.sqlite"
     assert (  # the finding closest to the expectation is named, with the field that differs
         f"FAIL {observe}: expected 1 x kind=nested_alloc_failure api=cudaMalloc_v3020 return_code=3 "
@@ -100,12 +122,14 @@ findings = [{ kind = "nested_call_failure" }]
         base=tmp_path,
     )
     report = check([tmp_path], expectations)
-    assert report.lines() == [
-        f"FAIL {observe}: expectation 1 (files = '*.sqlite'): 1 failed calls, at most 0 expected; "
-        "observe arm: 1 finding(s), expected 2",
-        f"FAIL {tmp_path / 'release.sqlite'}: expectation 3 (files = 'release.sqlite'): verdict is no_failure, "
+    release = tmp_path / "release.sqlite"
+    assert report.lines() == [  # a line per check; a file with several names each by its expectation
+        f"FAIL {observe} [expectation 1 (files = '*.sqlite')]: 1 failed calls, at most 0 expected",
+        f"FAIL {observe} [observe arm]: 1 finding(s), expected 2",
+        f"pass {release} [expectation 1 (files = '*.sqlite')] (no_failure, 0 finding(s))",
+        f"FAIL {release} [expectation 3 (files = 'release.sqlite')]: verdict is no_failure, "
         "expected failure_found; expected 1 x kind=nested_call_failure, found 0",
-        "0 passed, 2 failed",
+        "1 passed, 3 failed",
     ]
     assert [c.passed for c in report.cases] == [False, False, True, False]
 
@@ -237,11 +261,12 @@ def test_an_unusable_export_is_an_error_line_the_others_are_still_checked_and_ju
     error = [line for line in lines if line.startswith("ERROR ")]
     assert error == [f"ERROR {broken}: truncated SQLite file: header says {len(whole) // 4096} pages of 4096 bytes "
                      f"({len(whole):,} bytes) but the file has {len(whole) // 3:,} bytes".replace(",", "")], lines
-    assert lines[-1] == "25 passed, 0 failed, 1 unusable"
+    assert lines[-1] == "28 passed, 0 failed, 1 unusable"
+    assert_agree(lines, junit)
     assert err.startswith("nsysaudit: error: 1 input(s) could not be analyzed, the first: ") and str(broken) in err
     assert err.count("\n") == 1
     root = ET.parse(junit).getroot()
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("27", "0", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("29", "0", "1")
     cases = list(root.iter("testcase"))
     assert all(float(c.get("time") or "-1") >= 0 for c in cases)
     errored = [c for c in cases if c.find("error") is not None]
@@ -250,10 +275,19 @@ def test_an_unusable_export_is_an_error_line_the_others_are_still_checked_and_ju
     assert broken.stat().st_size == len(whole) // 3  # the evidence is left as it was
 
 
-def test_an_expectation_with_telemetry_checks_the_analysis_with_it(tmp_path: Path) -> None:
-    """capi/observe: no_failure from the export alone, inconclusive with its telemetry (a
-    runtime_error line that no traced call explains); each expectation checks its own analysis."""
-    capi = H200_2025 / "capi"
+def test_an_expectation_with_telemetry_checks_the_analysis_with_it(make_export, tmp_path: Path) -> None:
+    """A release-like export: no_failure from the export alone, inconclusive with telemetry whose
+    runtime_error line records CUBLAS_STATUS_ALLOC_FAILED that no traced call explains; each
+    expectation checks its own analysis. (capi/observe was this case until issue 31 made it
+    inconclusive without its telemetry too.)"""
+    spec = release_three_allocations()
+    path = make_export(spec, "observe.sqlite")
+    start = spec.session_start_utc_ns
+    assert start is not None
+    line = {"event": "runtime_error", "pid": 611, "tid": 611, "realtime_ns": start + 20_000,
+            "message": "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"}
+    (path.parent / "observe.telemetry.jsonl").write_text(json.dumps(line) + "\n")
+    capi = path.parent
     text = """
 [[expect]]
 files = "observe.sqlite"
@@ -263,11 +297,147 @@ files = "observe.sqlite"
 telemetry = "observe.telemetry.jsonl"
 verdict = "no_failure"
 """
-    report = check([capi / "observe.sqlite"], Expectations.parse(text, base=capi))
+    report = check([path], Expectations.parse(text, base=capi))
     assert [c.passed for c in report.cases] == [True, False]
     assert report.cases[1].failures == ("verdict is inconclusive, expected no_failure",)
     missing = Expectations.parse(text.replace("observe.telemetry", "gone.telemetry"), base=capi)
-    (_, gone) = check([capi / "observe.sqlite"], missing).cases
+    (_, gone) = check([path], missing).cases
     assert gone.error is not None and "gone.telemetry.jsonl" in gone.error
     with pytest.raises(Exception, match="'telemetry' must be the path of a telemetry file"):
         Expectations.parse('[[expect]]\nfiles = "a"\ntelemetry = 3\n', base=capi)
+
+
+# --- a subset of the files: --only-matching -----------------------------------------------------------
+
+
+def test_only_matching_checks_a_folder_against_the_expectations_of_them_all(capsys, tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    code, out, err = run(capsys, "check", TORCH, "--expect", EXPECTATIONS, "--junit", junit)
+    assert code == 1 and out.splitlines()[-1] == "2 passed, 21 failed"  # every other expectation fails
+    assert sum("matches no file" in line for line in out.splitlines()) == 21
+    code, out, err = run(capsys, "check", TORCH, "--expect", EXPECTATIONS, "--junit", junit, "--only-matching")
+    assert (code, err) == (0, ""), err
+    assert out.splitlines() == [
+        f"pass {TORCH / 'observe.sqlite'} (failure_found, 1 finding(s))",
+        f"pass {TORCH / 'release.sqlite'} (no_failure, 0 finding(s))",
+        "21 expectation(s) match no file checked: left out (--only-matching)",
+        "2 passed, 0 failed",
+    ]
+    assert [c.get("file") for c in ET.parse(junit).getroot().iter("testcase")] == [
+        str(TORCH / "observe.sqlite"), str(TORCH / "release.sqlite")
+    ]
+    assert_agree(out.splitlines(), junit)
+
+
+def test_only_matching_still_fails_a_file_no_expectation_matches(make_export, tmp_path: Path) -> None:
+    new = make_export(observe_nested_failure(), "new.sqlite")
+    expectations = Expectations.parse('[[expect]]\nfiles = "gone/*.sqlite"\n', base=tmp_path)
+    report = check([new], expectations, only_matching=True)
+    assert report.lines() == [
+        f"FAIL {new}: no expectation for this file",
+        "1 expectation(s) match no file checked: left out (--only-matching)",
+        "0 passed, 1 failed",
+    ]
+    assert not report.passed and [e.index for e in report.left_out] == [1]
+
+
+# --- JUnit files recognised by their root element -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "earlier",
+    [
+        b'<testsuites name="pytest"><testsuite name="x" tests="0"/></testsuites>\n',  # no XML declaration
+        b'<?xml version="1.0" encoding="utf-8"?><testsuite name="pytest" tests="1"></testsuite>',
+        b"\xef\xbb\xbf<!-- written by another tool -->\n<?xml-stylesheet href='x'?>\n<testsuites/>",
+        b'<!DOCTYPE testsuites>\n<testsuites xmlns="urn:x"></testsuites>',
+        '<?xml version="1.0" encoding="utf-16"?><testsuites/>'.encode("utf-16"),
+    ],
+    ids=["no-declaration", "testsuite-root", "bom-comment-pi", "doctype", "utf-16"],
+)
+def test_an_earlier_junit_file_is_replaced_whatever_precedes_its_root(capsys, tmp_path: Path, earlier: bytes) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_bytes(earlier)
+    code, _, err = run(capsys, "check", TORCH, "--expect", EXPECTATIONS, "--junit", junit, "--only-matching")
+    assert code == 0, err
+    assert ET.parse(junit).getroot().get("tests") == "2"
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        b'<?xml version="1.0"?><html><!-- <testsuites> --></html>',  # mentions it, is not one
+        b"<testsuitesx/>",
+        b"testsuites",
+        b"<?xml version='1.0'?>",
+        b"<!DOCTYPE [" + b"]" * 50_000,  # no time lost on what is no XML
+    ],
+    ids=["html-mentioning-it", "other-root", "text", "declaration-only", "unclosed-doctype"],
+)
+def test_a_file_whose_root_is_not_a_testsuite_is_not_replaced(capsys, tmp_path: Path, other: bytes) -> None:
+    target = tmp_path / "junit.xml"
+    target.write_bytes(other)
+    code, out, err = run(capsys, "check", TORCH, "--expect", EXPECTATIONS, "--junit", target, "--only-matching")
+    assert (code, out) == (2, "") and "is not a JUnit XML file, so it is not replaced" in err
+    assert target.read_bytes() == other
+
+
+# --- progress on a terminal ---------------------------------------------------------------------------
+
+
+class Recorded:
+    """A :class:`nsysaudit.Progress` that keeps what it heard."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, object]] = []
+
+    def start(self, label: str, total: int | None) -> None:
+        self.heard.append(("start", total))
+
+    def advance(self, amount: int) -> None:
+        self.heard.append(("advance", amount))
+
+    def finish(self) -> None:
+        self.heard.append(("finish", None))
+
+
+def test_progress_hears_each_analysis_with_and_without_telemetry() -> None:
+    capi = H200_2025 / "capi"
+    text = '[[expect]]\nfiles = "*.sqlite"\n[[expect]]\nfiles = "observe.sqlite"\n' \
+        'telemetry = "observe.telemetry.jsonl"\n'
+    progress = Recorded()
+    report = check([capi], Expectations.parse(text, base=capi), progress=progress)
+    assert len(report.cases) == 3  # observe twice (with its telemetry too), release once
+    assert progress.heard == [("start", 3), ("advance", 1), ("advance", 1), ("advance", 1), ("finish", None)]
+
+
+@pytest.mark.slow  # a child process on a pseudo-terminal
+def test_a_progress_bar_on_a_terminal_stderr_and_the_same_stdout() -> None:
+    import pty
+    import select
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "nsysaudit", "check", str(TORCH), "--expect", str(EXPECTATIONS), "--only-matching"]
+    plain = subprocess.run(args, capture_output=True, check=False)
+    assert plain.returncode == 0 and plain.stderr == b""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=terminal, stdin=subprocess.DEVNULL,
+                            env={**os.environ, "TERM": "xterm", "COLUMNS": "100"})
+    os.close(terminal)
+    drawn = b""
+    while True:
+        ready, _, _ = select.select([controller], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(controller, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not data:
+                break
+            drawn += data
+        elif proc.poll() is not None:
+            break
+    os.close(controller)
+    assert proc.stdout is not None and proc.stdout.read() == plain.stdout and proc.wait() == 0
+    assert b"checking: 2 analysis(es)" in drawn

@@ -242,7 +242,7 @@ def test_library_domain_adds_to_cublas_and_cudnn(capsys, make_export, tmp_path: 
     meta = json.loads((sealed / "metadata.json").read_text())
     assert meta["command"].count("--library-domain") == 1 and "myLib" in meta["command"]
     assert json.loads((sealed / "report.json").read_text())["options"]["library_domains"] == [
-        "cuBLAS", "cuDNN", "myLib"
+        "cuBLAS", "cuDNN", "NCCL", "myLib"
     ]
     code, _, err = run(capsys, "verify", str(sealed), "--inputs", str(path))
     assert code == 0, err

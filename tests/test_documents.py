@@ -8,9 +8,11 @@ import json
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 import nsysaudit
+from nsysaudit import render, schemas
 from nsysaudit.analysis import coverage, findings, ledger
 from nsysaudit.reports import documents
 from nsysaudit.reports.statements import CENSORED_WORDS
@@ -21,10 +23,21 @@ EXPORTS = sorted(FIXTURES.rglob("*.sqlite"))
 TORCH = FIXTURES / "h200-cuda13-nsys2025.3" / "torch"
 
 
+def validates(doc: object, kind: str) -> None:
+    """``doc`` validates against the published schema of ``kind`` and against its closed form (no
+    undeclared key), with jsonschema."""
+    for schema in (schemas.schema(kind), schemas.generate(kind, closed=True)):
+        jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+
+
 @pytest.mark.parametrize("path", EXPORTS, ids=lambda p: str(p.relative_to(FIXTURES)))
 def test_every_bundled_export_gives_an_analysis_document_of_its_type(path: Path) -> None:
-    doc = json.loads(json.dumps(nsysaudit.analyze(path).to_dict()))
+    result = nsysaudit.analyze(path)
+    doc = json.loads(json.dumps(result.to_dict()))
     assert documents.problems(doc, documents.AnalysisDocument) == []
+    printed = json.loads(render.analysis_json(result))  # the bytes analyze --json prints
+    assert printed == doc and printed["schema"] == {"kind": "analysis", "version": documents.SCHEMA_VERSION}
+    validates(printed, "analysis")
 
 
 @pytest.mark.parametrize("golden", sorted((ROOT / "tests" / "golden" / "json").glob("*.json")), ids=lambda p: p.name)
@@ -32,6 +45,7 @@ def test_the_goldens_with_telemetry_conform(golden: Path) -> None:
     doc = json.loads(golden.read_text())
     assert "telemetry" in doc and "alignment" in doc  # the optional sections are checked too
     assert documents.problems(doc, documents.AnalysisDocument) == []
+    validates(doc, "analysis")
 
 
 def test_sealed_analysis_and_comparison_conform(tmp_path: Path) -> None:
@@ -40,11 +54,13 @@ def test_sealed_analysis_and_comparison_conform(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "a" / "report.json").read_text())
     assert report == json.loads(json.dumps(sealed.document))
     assert documents.problems(report, documents.SealedAnalysisDocument) == []
+    validates(report, "sealed-analysis")
     nsysaudit.seal_compare(TORCH / "observe.sqlite", TORCH / "release.sqlite", tmp_path / "c",
                            observe_telemetry=TORCH / "observe.telemetry.jsonl",
                            release_telemetry=TORCH / "release.telemetry.jsonl")
     comparison = json.loads((tmp_path / "c" / "report.json").read_text())
     assert documents.problems(comparison, documents.ComparisonDocument) == []
+    validates(comparison, "comparison")
 
 
 def test_the_checker_finds_what_departs_from_a_type() -> None:

@@ -3,6 +3,7 @@ report.md. Regenerate with `make golden` (NSYSAUDIT_REGEN_GOLDEN=1) and review t
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from conftest import ENGINE_KEYS, H200, H200_2025, REPO
-from scenarios import observe_nested_failure, release_three_allocations
+from scenarios import nccl_arm, nccl_telemetry, observe_nested_failure, release_three_allocations
 
 import nsysaudit
 from nsysaudit.render import canonical, terminal
-from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
+from nsysaudit.render.markdown import analysis_markdown, answer_lines, comparison_markdown
 from nsysaudit.render.terminal import analysis_renderable, comparison_renderable
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -73,11 +74,24 @@ def test_comparison_of_builder_arms(make_export: Callable[..., Path], at_repo: N
     check("builder-compare.md", comparison_markdown(doc))
 
 
+def test_nccl_builder_case(make_export, tmp_path: Path, at_repo: None) -> None:
+    """The NCCL failure (tests/scenarios.py, nccl_arm): its answer and the comparison of its arms."""
+    results = []
+    for arm in ("observe", "release"):
+        telemetry = tmp_path / f"{arm}.telemetry.jsonl"
+        telemetry.write_text("".join(json.dumps(line) + "\n" for line in nccl_telemetry(arm)))
+        results.append(nsysaudit.analyze(make_export(nccl_arm(arm), f"{arm}.sqlite"), telemetry=telemetry))
+    check("builder-nccl-answer.md", "\n".join(answer_lines(results[0].to_dict()["answer"])))
+    doc = nsysaudit.compare_results(*results).to_dict()
+    check("builder-nccl-compare.txt", render(comparison_renderable(doc)))
+    check("builder-nccl-compare.md", comparison_markdown(doc))
+
+
 # --- the real nsys 2025.3 captures ------------------------------------------------------------------
 
 REAL_2025 = ["torch/observe", "torch/release", "capi/observe", "capi/release", "event/observe", "event/release",
              "capture-stop/stop", "async/observe", "async/release", "expandable/observe", "expandable/release",
-             "shared/observe", "shared/release", "sync/serialized", "sync/forked"]
+             "shared/observe", "shared/release", "nccl/observe", "nccl/release"]
 
 
 def analyze_real(name: str) -> nsysaudit.AnalysisResult:
@@ -91,7 +105,7 @@ def render_at(renderable: object, width: int) -> str:
     return re.sub(r"^  engine .*$", "  engine <engine>", terminal.to_text(renderable, width=width), flags=re.MULTILINE)
 
 
-@pytest.mark.parametrize("name", ["torch/observe", "async/observe", "capture-stop/stop", "sync/serialized"])
+@pytest.mark.parametrize("name", ["torch/observe", "async/observe", "capture-stop/stop", "nccl/observe"])
 def test_the_answer_first_at_80_columns(at_repo: None, name: str) -> None:
     """What a newcomer sees without --details: the answer, in 80 columns, hanging indents."""
     check(f"answer-{name.replace('/', '-')}.txt", render_at(analysis_renderable(analyze_real(name)), 80))
@@ -105,19 +119,11 @@ def test_reports_of_real_nsys2025_captures(at_repo: None, name: str) -> None:
     check(f"{stem}.md", analysis_markdown(result.to_dict()))
 
 
-@pytest.mark.parametrize("pair", ["torch", "event", "capi", "async", "expandable", "shared"])
+@pytest.mark.parametrize("pair", ["torch", "event", "capi", "async", "expandable", "shared", "nccl"])
 def test_comparisons_of_real_nsys2025_pairs(at_repo: None, pair: str) -> None:
     doc = nsysaudit.compare_results(analyze_real(f"{pair}/observe"), analyze_real(f"{pair}/release")).to_dict()
     check(f"nsys2025-{pair}-compare.txt", render(comparison_renderable(doc)))
     check(f"nsys2025-{pair}-compare.md", comparison_markdown(doc))
-
-
-def test_comparison_of_the_sync_pair_in_its_own_names(at_repo: None) -> None:
-    """The host stalls of the serialized and forked arms, named as compare --labels names them."""
-    doc = nsysaudit.compare_results(analyze_real("sync/serialized"), analyze_real("sync/forked"),
-                                    labels=("serialized", "forked")).to_dict()
-    check("nsys2025-sync-compare.txt", render(comparison_renderable(doc)))
-    check("nsys2025-sync-compare.md", comparison_markdown(doc))
 
 
 @pytest.mark.parametrize("name", [*REAL_2025, "2023.4/observe", "2023.4/release"])

@@ -112,13 +112,19 @@ def test_a_fifo_named_like_an_export_is_an_error_row_even_when_resuming(tmp_path
         ("link", None, "link", "it holds the input {evidence}/good.sqlite"),
         # a table file beside the inputs
         ("evidence/audit.parquet", None, "evidence/audit.parquet", "its folder holds the input {evidence}/good.sqlite"),
+        # a folder inside the inputs' folder (was written, while a table file there was refused)
+        ("evidence/sub", None, "evidence/sub",
+         "it lies inside {evidence}, the folder of the input {evidence}/good.sqlite"),
+        ("evidence/deep/audit.csv", None, "evidence/deep/audit.csv",
+         "it lies inside {evidence}, the folder of the input {evidence}/good.sqlite"),
         # a folder holding files no batch wrote
         ("mine", None, "mine", "holds files or folders no nsysaudit batch wrote (notes.txt)"),
         # a parts folder holding a file no batch wrote (a batch's record is there)
         ("done", None, "done/parts", "holds files or folders no nsysaudit batch wrote (x.sqlite)"),
         ("done.parquet", None, "done.parts", "holds files or folders no nsysaudit batch wrote (x.sqlite)"),
     ],
-    ids=["inputs-folder", "dot-in-inputs-folder", "ancestor", "symlink", "file-beside", "foreign-file",
+    ids=["inputs-folder", "dot-in-inputs-folder", "ancestor", "symlink", "file-beside", "folder-inside",
+         "file-deeper-inside", "foreign-file",
          "foreign-part", "foreign-part-file-form"],
 )
 def test_batch_out_beside_the_evidence_or_over_other_files_is_refused(
@@ -177,10 +183,10 @@ def test_a_resumed_part_that_is_not_what_a_batch_wrote_is_refused(
     other.mkdir()
     shutil.copyfile(H200_2025 / "event" / "release.sqlite", other / "release.sqlite")
     out = tmp_path / "b"
-    for folder in (evidence, other):  # a part for each input
-        code, _, err = run(capsys, "batch", folder, "--out", out, "--jobs", 1)
-        assert code == 0, err
-    sha = pl.read_parquet(out / "inputs.parquet")["sha256"][0]  # other/release.sqlite's, the last batch's input
+    code, _, err = run(capsys, "batch", evidence, other, "--out", out, "--jobs", 1)  # a part for each input
+    assert code == 0, err
+    rows = pl.read_parquet(out / "inputs.parquet")
+    sha = rows.filter(pl.col("path").str.ends_with("release.sqlite"))["sha256"][0]
     mine = out / "parts" / f"{sha}.input.parquet"
     if damage == "other-columns":
         pl.DataFrame({"sha256": [sha], "verdict": ["no_failure"]}).write_parquet(mine)
@@ -189,7 +195,7 @@ def test_a_resumed_part_that_is_not_what_a_batch_wrote_is_refused(
         (theirs,) = (p for p in (out / "parts").glob("*.input.parquet") if p != mine)
         shutil.copyfile(theirs, mine)
         problem = f"{out / 'parts' / sha}: cannot write the batch output here: a part whose rows are not those"
-    code, stdout, err = run(capsys, "batch", other, "--out", out, "--jobs", 1)
+    code, stdout, err = run(capsys, "batch", evidence, other, "--out", out, "--jobs", 1)
     assert (code, stdout) == (2, "") and err.count("\n") == 1, err
     assert err.startswith(f"nsysaudit: error: {problem}"), err
 
@@ -206,3 +212,109 @@ def test_a_batch_record_nested_too_deeply_is_one_line(capsys, tmp_path: Path) ->
     assert (code, stdout) == (2, "")
     assert err == f"nsysaudit: error: {out / 'parts' / 'batch.json'}: cannot write the batch output here: not a " \
         "batch record (unreadable JSON) (nothing was written)\n"
+
+
+# --- batch output that cannot lie ------------------------------------------------------------------
+
+
+def test_two_batches_of_other_inputs_into_one_out_never_replace_each_others_tables(
+    capsys, evidence: Path, tmp_path: Path
+) -> None:
+    """Both said "wrote", and the second's table replaced the first's."""
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copyfile(H200_2025 / "event" / "release.sqlite", other / "release.sqlite")
+    out = tmp_path / "b"
+    code, stdout, err = run(capsys, "batch", evidence, "--out", out, "--jobs", 1)
+    assert code == 0 and "wrote" in stdout, err
+    before = folder_state(out)
+    code, stdout, err = run(capsys, "batch", other, "--out", out, "--jobs", 1)
+    assert (code, stdout) == (2, "") and err.count("\n") == 1
+    assert err.startswith(f"nsysaudit: error: {out / 'parts'}: its parts were made for another batch (other PATHs")
+    assert folder_state(out) == before
+    code, stdout, err = run(capsys, "batch", evidence, "--out", out, "--jobs", 1)  # the same batch resumes
+    assert code == 0 and stdout.startswith("1 input(s): 0 analyzed, 1 resumed"), err
+
+
+def test_a_batch_whose_out_another_batch_took_over_writes_no_tables(capsys, evidence: Path, tmp_path: Path) -> None:
+    """Two batches of other inputs started into one --out at once: the one whose record was replaced
+    while it ran keeps its parts and writes no tables (they would replace the other's)."""
+    from nsysaudit.batch import run as fleet
+    from nsysaudit.core.errors import BatchOutputNotWritable
+
+    out = tmp_path / "b"
+
+    def other_batch_starts(_row: object) -> None:
+        record = out / "parts" / "batch.json"
+        record.write_text(record.read_text().replace(str(evidence), str(tmp_path / "elsewhere")))
+
+    with pytest.raises(BatchOutputNotWritable) as caught:
+        fleet.run_batch([evidence], out=out, jobs=1, on_row=other_batch_starts)
+    assert "another batch (other inputs or options) took this --out over" in str(caught.value)
+    assert str(caught.value).endswith("(the parts finished are kept, the tables were not written)")
+    assert sorted(p.name for p in out.iterdir()) == ["parts"]
+
+
+@pytest.mark.parametrize("metadata", ["dropped", "copied"])
+def test_a_resumed_part_rewritten_since_is_refused(capsys, evidence: Path, tmp_path: Path, metadata: str) -> None:
+    """A part rewritten from failure_found to no_failure resumed as no_failure: parts carry their
+    batch and digests (a rewrite that drops them, or copies them over other rows, is refused)."""
+    out = tmp_path / "b"
+    code, _, err = run(capsys, "batch", evidence, "--out", out, "--jobs", 1)
+    assert code == 0, err
+    (part,) = (out / "parts").glob("*.input.parquet")
+    assert pl.read_parquet(part)["verdict"].to_list() == ["inconclusive"]
+    kept = pl.read_parquet_metadata(part) if metadata == "copied" else None
+    pl.read_parquet(part).with_columns(pl.lit("no_failure").alias("verdict")).write_parquet(part, metadata=kept)
+    code, stdout, err = run(capsys, "batch", evidence, "--out", out, "--jobs", 1)
+    assert (code, stdout) == (2, "") and err.count("\n") == 1
+    said = "a part this batch did not write" if metadata == "dropped" else "a part changed since this batch wrote it"
+    assert said in err
+    assert err.endswith("(the parts finished are kept, the tables were not written)\n")
+
+
+def test_a_full_disk_after_some_parts_does_not_say_nothing_was_written(
+    capsys, monkeypatch, evidence: Path, tmp_path: Path
+) -> None:
+    from nsysaudit.batch import output
+    from nsysaudit.core.errors import BatchOutputNotWritable
+
+    def full(frame: object, target: Path, fmt: str) -> None:
+        raise BatchOutputNotWritable(target, "No space left on device")
+
+    monkeypatch.setattr(output, "_write_frame", full)  # the tables; the parts were written
+    out = tmp_path / "b"
+    code, stdout, err = run(capsys, "batch", evidence, "--out", out, "--jobs", 1)
+    assert (code, stdout) == (2, "") and err.count("\n") == 1
+    assert err == (f"nsysaudit: error: {out / 'findings.parquet'}: cannot write the batch output here: No space left "
+                   "on device (the parts finished are kept, the tables were not written)\n")
+    assert len(list((out / "parts").glob("*.input.parquet"))) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_sigterm_during_a_dask_batch_is_one_line(tmp_path: Path) -> None:
+    """distributed's tracebacks (or leaked semaphores) instead of one line, before."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("distributed")
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for i in range(200):
+        (inputs / f"{i:03d}.sqlite").symlink_to(OBSERVE)
+    out = tmp_path / "batch"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nsysaudit", "batch", str(inputs), "--out", str(out), "--jobs", "2", "--engine", "dask"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not list((out / "parts").glob("*.input.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stdout, stderr) == (
+        143, "", "nsysaudit: terminated (SIGTERM); what a batch finished is kept in its parts\n"
+    )

@@ -505,3 +505,54 @@ def test_an_export_cache_record_nested_too_deeply_is_stale_not_a_traceback(tmp_p
         assert nsys._cached(tmp_path / "r.nsys-rep", entry, "0" * 64, "nsys 1") is None  # exported again
 
 
+
+
+# --- what older nsys wrote: recognised by what nsys writes, not by one table ---------------------------
+
+
+def nsys_2020_3_osrt_nvtx() -> Export:
+    """What nsys 2020.3 writes for a capture of the OS runtime and NVTX only (a builder case: no such real
+    export is bundled): no metadata table (2020.3 wrote none) and no CUDA table (nothing traced it);
+    StringIds, ThreadNames, PROCESSES, TARGET_INFO_SESSION_START_TIME, ANALYSIS_DETAILS, NVTX_EVENTS
+    and OSRT_API with nsys's own DDL."""
+    from builder import Range, ddl_statements
+
+    osrt = ddl_statements()["OSRT_API"]
+    return Export(
+        ranges=[Range("epoch", 1_000, 90_000, 100, 100)],
+        thread_names={(100, 100): "python3"},
+        processes={100: "python3"},
+        analysis_duration=100_000,
+        omit_tables={"META_DATA_EXPORT", "META_DATA_CAPTURE", "CUPTI_ACTIVITY_KIND_RUNTIME"},
+        raw_sql=[
+            f"{osrt};"
+            "INSERT INTO StringIds (id, value) VALUES (1000, 'pthread_mutex_lock'), (1001, 'ioctl');"
+            "INSERT INTO OSRT_API VALUES (2000, 2500, 27, 1677721700, 1000, 0, 0, 1), "
+            "(3000, 3100, 27, 1677721700, 1001, 0, 0, 2)",
+        ],
+    )
+
+
+def test_an_nsys_2020_3_export_of_the_os_runtime_and_nvtx_is_read_as_inconclusive(capsys, make_export) -> None:
+    """Refused as "not an Nsight Systems export: no META_DATA_EXPORT table" once the rule asked for
+    that table or a CUDA table; earlier releases read it as inconclusive (no CUDA API trace), which is
+    the truth: it is recognised by the tables nsys writes."""
+    path = make_export(nsys_2020_3_osrt_nvtx())
+    code, out, err = run(capsys, "analyze", "--json", str(path))
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["verdict"] == "inconclusive" and d["census"]["cuda_api_calls"] == 0
+    assert "no CUDA API trace" in d["verdict_reasons"][0]
+    [said] = [w for w in d["warnings"] if w["kind"] == "no_metadata_table"]
+    assert "(NVTX_EVENTS, OSRT_API)" in said["message"]
+    assert (d["input"]["nsys_version"], d["input"]["schema_version"]) == (None, None)
+
+
+def test_a_string_table_beside_nothing_of_nsys_is_still_no_export(capsys, make_export) -> None:
+    spec = nsys_2020_3_osrt_nvtx()
+    spec.ranges = []
+    spec.raw_sql = ["CREATE TABLE OSRT_API (start INTEGER, stop INTEGER)"]  # a table of that name, not nsys's
+    path = make_export(spec)
+    code, _, err = run(capsys, "analyze", str(path))
+    assert_one_line_error(code, err, path, "not an Nsight Systems export: no META_DATA_EXPORT table, and none of "
+                          "the event tables nsys writes beside StringIds")

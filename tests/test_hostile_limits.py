@@ -219,3 +219,106 @@ def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force
         assert pairs.height == len(expected)
         per_lib = Counter(lib for lib, _, _ in expected)
         assert {lib: n for lib, n in count_pairs(closed, call_frame).iter_rows() if n} == per_lib
+
+
+# --- resource limits fail cleanly: inputs sized before they are read, pools sized to the limit ---------
+
+import os  # noqa: E402
+import resource  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from conftest import OBSERVE, TORCH, assert_one_line_error  # noqa: E402
+
+GiB = 1 << 30
+
+
+def limited(limit: int, *args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``nsysaudit ARGS`` in a process whose address space is limited to ``limit`` bytes (ulimit -v)."""
+
+    def under_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "nsysaudit", *map(str, args)], capture_output=True, text=True, timeout=300,
+        preexec_fn=under_limit, env={**os.environ, **(env or {})}, check=False,
+    )
+
+
+def sparse(path: Path, size: int, head: bytes = b"") -> Path:
+    """A file of ``size`` bytes that takes no disk space (a hole after ``head``)."""
+    with open(path, "wb") as f:
+        f.write(head)
+        f.truncate(size)
+    return path
+
+
+def test_a_3_gb_expectations_file_is_one_line_not_a_memory_error(capsys, tmp_path: Path) -> None:
+    """It was read whole: a MemoryError traceback, exit 1 (which means "a check failed")."""
+    big = sparse(tmp_path / "expect.toml", 3 * GiB, b"[[expect]]\n")
+    code, _, err = run(capsys, "check", OBSERVE, "--expect", big)
+    assert_one_line_error(code, err, big, "3,221,225,472 bytes, larger than any expectations file (16 MiB at most)")
+
+
+def test_records_larger_than_any_record_are_not_read_whole(capsys, tmp_path: Path) -> None:
+    """A metadata.json of 3 GB under verify is a failed check; a telemetry line without end is one line."""
+    sealed = tmp_path / "sealed"
+    code, _, err = run(capsys, "analyze", TORCH / "observe.sqlite", "--out", sealed)
+    assert code == 0, err
+    sparse(sealed / "metadata.json", 3 * GiB, b"{")
+    code, _, err = run(capsys, "verify", sealed)
+    assert code == 1 and err.count("\n") == 1 and "Traceback" not in err
+    endless = sparse(tmp_path / "t.jsonl", 200 << 20, b'{"event": "x", "pid": 1, "ts": 1, "junk": "')
+    code, _, err = run(capsys, "analyze", TORCH / "observe.sqlite", "--telemetry", endless)
+    assert_one_line_error(code, err, endless, "a line longer than 64 MiB: not a telemetry file")
+
+
+def test_a_memory_error_is_one_line_and_exit_2(capsys, monkeypatch) -> None:
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr("nsysaudit.session.analyze_trace", exhausted)
+    code, out, err = run(capsys, "analyze", "--json", OBSERVE)
+    assert (code, out) == (2, "") and err.startswith("nsysaudit: error: out of memory") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_under_an_address_space_limit_the_engines_answer_or_refuse_in_one_line(native: str) -> None:
+    """At 1 GiB the analysis runs (the allocators and pools asked for less: the pure engines ended in
+    SIGSEGV, an abort or "cannot allocate memory for thread-local data"); below what an export needs
+    it is refused before it is read, one line, exit 2."""
+    env = {"NSYSAUDIT_NATIVE": native}
+    done = limited(GiB, "analyze", "--json", TORCH / "observe.sqlite", env=env)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads(done.stdout)["verdict"] == "failure_found"
+    refused = limited(300 << 20, "analyze", "--json", TORCH / "observe.sqlite", env=env)
+    assert refused.returncode == 2 and refused.stdout == "" and refused.stderr.count("\n") == 1, refused.stderr
+    assert "more than the limit this process runs under (300 MiB: ulimit -v)" in refused.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_4m_row_export_under_1_gib_gives_the_unlimited_answer(tmp_path: Path, native: str) -> None:
+    """The pure engines under ulimit -v 1-1.5 GB on a 4M-row export crashed (the native one passed)."""
+    export = tmp_path / "big.sqlite"
+    made = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "benchmarks" / "make_export.py"),
+                           str(export), "--rows", "4000000"], capture_output=True, text=True, check=False)
+    assert made.returncode == 0, made.stderr
+    env = {"NSYSAUDIT_NATIVE": native}
+    free = subprocess.run([sys.executable, "-m", "nsysaudit", "analyze", "--json", str(export)], capture_output=True,
+                          text=True, env={**os.environ, **env}, check=False, timeout=300)
+    for limit in (GiB, 3 * GiB // 2):
+        done = limited(limit, "analyze", "--json", export, env=env)
+        assert (done.returncode, done.stderr) == (0, ""), done.stderr[-2000:]
+        assert done.stdout == free.stdout
+
+
+def test_a_stream_that_ends_under_a_command_is_no_false_aborted(capsys, monkeypatch) -> None:
+    """click answers an EOFError as Ctrl-C: an empty line and "aborted", exit 130."""
+    def ended(*args: object, **kwargs: object) -> None:
+        raise EOFError("Ran out of input")
+
+    monkeypatch.setattr("nsysaudit.session.analyze_trace", ended)
+    code, out, err = run(capsys, "analyze", "--json", OBSERVE)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "aborted" not in err
+    assert err.startswith("nsysaudit: error: a stream ended unexpectedly (EOFError: Ran out of input")

@@ -85,3 +85,36 @@ def test_verify_of_a_metadata_json_with_a_huge_integer_is_a_failed_check(
     code, stdout, err = run(capsys, "verify", str(out), *(["--seal", quoted] if seal else []))
     assert (code, stdout) == (1, "") and err.count("\n") == 1 and "Traceback" not in err, err
     assert str(out) in err and ("not readable JSON" in err or "metadata.json: changed" in err), err
+
+
+# --- the right inputs under other names ------------------------------------------------------------
+
+
+def test_verify_pairs_renamed_inputs_by_their_content_and_reruns_them_under_the_sealed_names(
+    capsys, evidence: Path, tmp_path: Path
+) -> None:
+    """The right files under other names, given in any order, are the sealed inputs (matched by
+    SHA-256 and size), and the re-run names them as the seal did: byte-identical. Before, a renamed
+    pair given out of order was said to differ, and even in order the re-run's inputs-sha256.txt
+    named the new names and differed."""
+    observe = copy_in(evidence, H200 / "observe.sqlite")
+    release = copy_in(evidence, H200 / "release.sqlite")
+    out = tmp_path / "sealed"
+    code, _, err = run(capsys, "compare", str(observe), str(release), "--out", str(out))
+    assert code == 0, err
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    a, b = copy_in(renamed, release, "a.sqlite"), copy_in(renamed, observe, "b.sqlite")
+    code, stdout, err = run(capsys, "verify", str(out), "--inputs", str(a), str(b))
+    assert code == 0, err
+    shown = "".join(stdout.split())  # the terminal wraps long lines
+    assert f"input{b}(observe)matchesthesealedobserve.sqlite" in shown
+    assert f"input{a}(release)matchesthesealedrelease.sqlite" in shown
+    assert "byte-identical" in shown
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in renamed.iterdir()) == ["a.sqlite", "b.sqlite"]  # nothing beside them
+    # A file that is none of them still differs, named with the input it was paired with.
+    (renamed / "c.sqlite").write_bytes(a.read_bytes()[:-4096] + b"\0" * 4096)
+    code, _, err = run(capsys, "verify", str(out), "--inputs", str(renamed / "c.sqlite"), str(b))
+    assert code == 1 and f"input {renamed / 'c.sqlite'} (release): differs from the sealed release.sqlite" in err

@@ -42,10 +42,12 @@ LAYERS: dict[str, int] = {
     "nsysaudit.batch": 7,
     "nsysaudit": 8,
     "nsysaudit.cli": 8,
+    "nsysaudit.schemas": 8,
     "nsysaudit.__main__": 8,
 }
 # Within the bottom layer the order still matters: a core module may use only those before it.
-CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.shapes", "nsysaudit._version", "nsysaudit.core.lazy",
+CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.limits", "nsysaudit.core.shapes", "nsysaudit._version",
+              "nsysaudit.core.lazy",
               "nsysaudit.core.files",
               "nsysaudit.core.codes", "nsysaudit.core.blocking", "nsysaudit.core.text", "nsysaudit.core.digests",
               "nsysaudit.core.paths",

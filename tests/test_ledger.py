@@ -444,7 +444,12 @@ def test_the_matching_equals_a_plain_python_reference() -> None:
         series = ledger.series.to_dicts()
         for t in (-1, 0, rng.randint(1, 29), 30):
             for gpid in [*gpids, 3 << 48]:
-                assert ledger.at(t, gpid) == _reference_at(series, t, gpid), (t, gpid)
+                got = ledger.at(t, gpid)
+                # The reference sums; where two allocation events lie at one live address the ledger
+                # says so as well (the totals here are unknown, so no bound either way).
+                for dev in got:
+                    assert "already live" in dev.pop("bound_unknown", "already live")
+                assert got == _reference_at(series, t, gpid), (t, gpid)
     assert checked > 50
 
 

@@ -420,7 +420,12 @@ def test_the_bound_never_exceeds_the_device_total_nor_goes_below_zero() -> None:
                 assert all(v >= 0 for p in dev["processes"] for v in p["by_mechanism"].values())
                 free = dev["free_at_most_bytes"]
                 assert free is None or 0 <= free <= total
-                assert (free is None) == (dev["device_resident_live_bytes"] > total)
+                # Not claimed where the held bytes exceed the total, or where the events contradict
+                # themselves (an allocation at an address already live, a pool with more in use than its size).
+                why = dev.get("bound_unknown", "")
+                conflict = "already live" in why or "more in use" in why
+                assert (free is None) == (dev["device_resident_live_bytes"] > total or conflict)
+                assert (free is None) == ("bound_unknown" in dev)
     assert checked > 1000
 
 

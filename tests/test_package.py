@@ -60,10 +60,15 @@ def test_the_wheel_carries_the_native_extension(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("nsysaudit/read/_native.") and n.endswith(".so") for n in names), names
     assert "nsysaudit/read/_native.pyi" in names and "nsysaudit/py.typed" in names
+    assert {n for n in names if n.endswith(".schema.json")} == {  # the published JSON Schemas ship too
+        f"nsysaudit/schemas/{p.name}" for p in (REPO / "nsysaudit" / "schemas").glob("*.schema.json")
+    }
     proc = run_from(wheel, tmp_path, "-c", WHERE)
     assert proc.returncode == 0, proc.stderr
     where, why = proc.stdout.splitlines()
     assert where.startswith(str(tmp_path / "unpacked")) and why == "None"
+    proc = run_from(wheel, tmp_path, "-m", "nsysaudit", "schema", "analysis")
+    assert proc.returncode == 0 and proc.stdout == (REPO / "nsysaudit/schemas/analysis.schema.json").read_text()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the platform tag and the C compiler's name are Linux's")

@@ -18,6 +18,7 @@ from scenarios import observe_nested_failure, release_three_allocations
 
 from nsysaudit import seal
 from nsysaudit.core.errors import CheckFailed, OutputNotWritable, UnusableInput
+from nsysaudit.render import canonical
 from nsysaudit.render.json import indented
 from nsysaudit.seal import folder as seal_folder
 from nsysaudit.seal.layout import manifest_text, payload
@@ -110,7 +111,7 @@ def test_report_json_is_canonical_and_has_no_paths_or_time(sealed_real: Path) ->
     raw = (sealed_real / "report.json").read_bytes()
     doc = json.loads(raw)
     assert indented(doc) == raw
-    assert doc["format"] == "nsysaudit.compare/1"
+    assert doc["format"] == "nsysaudit.compare/2" and doc["schema"] == {"kind": "comparison", "version": 1}
     for name in FILES:
         data = (sealed_real / name).read_bytes()
         for path in (str(H200), str(sealed_real), os.getcwd()):
@@ -150,7 +151,9 @@ def test_compare_in_another_process_gives_the_same_seal(sealed_real: Path, tmp_p
         [sys.executable, "-m", "nsysaudit", *compare_real(out, "--json")], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.encode() == (sealed_real / "report.json").read_bytes()  # --json: report.json on stdout
+    # --json: report.json's document on stdout, compact (docs/json.md: one formatting rule for --json)
+    report = (sealed_real / "report.json").read_bytes()
+    assert proc.stdout.encode() == canonical.dumps(json.loads(report)) + b"\n" and proc.stdout.count("\n") == 1
     assert proc.stderr.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "tagmanifest-sha256.txt")
 
 
@@ -493,11 +496,11 @@ def test_sealed_payload_holds_the_options_and_metadata_cannot_change_them(capsys
     code, _, err = run(capsys, *compare_real(out, "--clock-tolerance", "1.234567", "--library-domain", "myLib"))
     assert code == 0, err
     options = json.loads((out / "report.json").read_text())["options"]
-    assert options["library_domains"] == ["cuBLAS", "cuDNN", "myLib"]
+    assert options["library_domains"] == ["cuBLAS", "cuDNN", "NCCL", "myLib"]
     assert options["telemetry"]["tolerance_ns"] == 1_234_567  # '%g' wrote 1.23457 ms = 1,234,570 ns
     assert options["max_pairs"] == 1_000_000
     report = (out / "report.md").read_text()
-    assert "Options: library domains cuBLAS, cuDNN, myLib; max pairs 1,000,000; telemetry" in report
+    assert "Options: library domains cuBLAS, cuDNN, NCCL, myLib; max pairs 1,000,000; telemetry" in report
     assert "clock tolerance 1,234,567 ns" in report
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["command"][-4:] == ["--library-domain", "myLib", "--clock-tolerance", "1.234567"]

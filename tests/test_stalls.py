@@ -82,6 +82,26 @@ def test_a_pageable_readback_waits_behind_the_training_kernels(make_export: Any)
     )
 
 
+def test_a_time_outside_the_capture_is_damage_left_out_of_the_stalls(make_export: Any) -> None:
+    """nsys records nothing outside its capture: a blocking call or a GPU row dated there is left out
+    and counted (as the failure analysis reads such rows: issue 34), never read as a wait of 2^63 ns."""
+    spec = serialized_readback()
+    spec.analysis_duration = us(10_000)  # ANALYSIS_DETAILS: the capture lasts 10 ms
+    spec.raw_sql = [
+        f'UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET "end" = {(1 << 63) - 1} WHERE correlationId = 21',
+        f'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = {us(20_000)} WHERE correlationId = 13',
+    ]
+    d = analyze(make_export, spec)
+    s = d["stalls"]
+    assert s["blocking_calls"] == 1 and [c["kind"] for c in s["calls"]] == ["async_copy"]
+    [copy] = s["calls"]
+    assert copy["behind"] == [{"stream_id": 13, "work": "kernel", "rows": 3, "busy_ns": us(6_000),
+                               "synchronized_stream": True}]
+    [outside] = [w for w in d["warnings"] if w["kind"] == "gpu_work_outside_capture"]
+    assert outside["count"] == 2 and outside["message"].startswith(
+        "1 CUDA API row(s) of a blocking call and 1 GPU activity row(s) have a start or end outside the capture")
+
+
 def test_the_answer_says_the_stalls_above_five_percent_of_the_trace(make_export: Any) -> None:
     d = analyze(make_export, serialized_readback())
     [said] = d["answer"]["stalls"]

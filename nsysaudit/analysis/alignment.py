@@ -80,6 +80,10 @@ class Position(TypedDict):
     after: Moment | None
     during: list[During]
     in_force: Moment | None
+    # The last line at or before the start that carries the allocator's own figures (``reserved`` and
+    # ``allocated``), where the line in force carries other values, none about memory (``dp_reduce_start``
+    # with its message ``bytes`` after a ``handoff``); absent when a later line says memory changed.
+    allocator: NotRequired[Moment]
 
 
 class AgreementDiff(TypedDict):
@@ -629,6 +633,25 @@ class Alignment:
         return frame if rows is None else frame[list(rows)]
 
     # --- positions ---------------------------------------------------------------------------
+    def _allocator_line(self, bounds: Bounds, k: int, start_ns: int) -> Moment | None:
+        """The last line with values before boundary ``k`` that carries the allocator's figures
+        (:func:`_allocator_figures`), looking back over at most :data:`ALLOCATOR_LOOKBACK` such lines;
+        None where a line between says memory changed (:func:`_memory_state`: figures now stale)."""
+        lines = self.log.lines
+        for _ in range(ALLOCATOR_LOOKBACK):
+            k = int(bounds.last_with_values[k - 1]) if k > 0 else -1
+            if k < 0:
+                return None
+            row = int(bounds.rows[k])
+            values = self.log.values_of(str(lines["values"][row]), int(lines["order"][row]))
+            if _allocator_figures(values):
+                found = self._point(bounds, k, start_ns - int(bounds.times[k]))
+                found["values"] = values
+                return found
+            if _memory_state(values):
+                return None
+        return None
+
     def _boundaries(self, pid: int | None) -> Bounds:
         """The boundaries of process ``pid`` (made by :func:`align` for every traced process)."""
         found = self.boundaries.get(pid)
@@ -672,6 +695,10 @@ class Alignment:
             lines = self.log.lines
             in_force["values"] = self.log.values_of(str(lines["values"][row]), int(lines["order"][row]))
             out["in_force"] = in_force
+            if not _memory_state(in_force["values"]):
+                allocator = self._allocator_line(bounds, k, start_ns)
+                if allocator is not None:
+                    out["allocator"] = allocator
         if end_ns is not None:
             j = int(np.searchsorted(times, end_ns, side="left"))
             if j < times.size:
@@ -686,6 +713,23 @@ class Alignment:
                     for e, n, t in zip(events, numbers, times[inside].tolist(), strict=True)
                 ]
         return out
+
+
+ALLOCATOR_LOOKBACK = 64
+
+
+def _allocator_figures(values: Mapping[str, int | float]) -> bool:
+    """Whether a line's values hold PyTorch's allocator statistics, ``reserved`` and ``allocated``."""
+    return type(values.get("reserved")) is int and type(values.get("allocated")) is int
+
+
+# Values that say the device memory's state (PyTorch's allocator statistics, what empty_cache() gave back,
+# cudaMemGetInfo's free): a line carrying one makes an earlier line's allocator figures stale.
+MEMORY_STATE_KEYS = frozenset({"reserved", "allocated", "released", "physical_free"})
+
+
+def _memory_state(values: Mapping[str, int | float]) -> bool:
+    return any(key in MEMORY_STATE_KEYS for key in values)
 
 
 # --- computing the alignment ---------------------------------------------------------------------

@@ -27,6 +27,9 @@ lists every reason that applies, most telling first):
     The export, or the call's process, has no CUDA API records at all.
 ``library_call_has_no_end``, ``library_call_has_no_start``, ``library_call_reversed``, ``library_call_has_no_thread``
     A damaged range: nothing inside it can be checked.
+``library_call_outside_capture``
+    A damaged range: its start or end lies after the capture stopped (nsys clamps a range still open
+    at the stop to the stop), so its times cannot be true; it is never joined.
 
 A process's *first* CUDA API call falling inside a library call is not censoring: libraries
 often initialize CUDA themselves.
@@ -53,6 +56,7 @@ CensoredReason = Literal[
     "library_call_has_no_start",
     "library_call_reversed",
     "library_call_has_no_thread",
+    "library_call_outside_capture",
     "no_cuda_api_trace_for_process",
     "capture_ended_inside",
     "capture_began_inside",
@@ -90,30 +94,26 @@ def censor(
     capture: Capture,
     diagnostics: pl.DataFrame,
     process_gpids: Iterable[int] = (),
+    recorded: bool = True,
 ) -> pl.DataFrame:
     """Add ``coverage``, ``censored_reason``, ``censored_reasons``, ``coverage_evidence``,
     ``end_known``, ``cuda_api_first_ns`` and ``cuda_api_last_ns`` to each library call (see the module docstring).
 
     ``process_gpids``: every process the export knows (PROCESSES, the CUDA API trace): a message
-    naming one of them applies to it alone, any other message to the whole session.
+    naming one of them applies to it alone, any other message to the whole session. ``recorded``:
+    the rows are ranges nsys recorded, whose times lie inside the capture unless damaged (False for
+    moments the analysis reads at, which may lie after the capture stopped).
     """
-    spans = cuda_api_span.select(
-        "gpid", pl.col("first_ns").alias("cuda_api_first_ns"), pl.col("last_ns").alias("cuda_api_last_ns")
-    )
-    gpids = library_calls.select(global_pid(pl.col("gtid")).alias("gpid"))["gpid"].drop_nulls().to_list()
-    gaps = cuda_gaps(diagnostics, {*gpids, *cuda_api_span["gpid"].drop_nulls().to_list(), *process_gpids})
-    out = (
-        library_calls.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
-        .join(spans, on="gpid", how="left")
-        .join(gaps, on="gpid", how="left")
-        .with_columns(pl.col("degraded").fill_null(False), pl.col("events_missing").fill_null(False))
-    )
+    out = _with_process_evidence(library_calls, cuda_api_span, diagnostics, process_gpids)
     start, end, last = pl.col("start_ns"), pl.col("end_ns"), pl.col("cuda_api_last_ns")
     stop = pl.lit(capture.stop_ns, dtype=pl.Int64)
     cap_start = pl.lit(capture.start_ns, dtype=pl.Int64)
     # nsys's silence about lost events proves something only when it wrote its diagnostics.
     confirmed = capture.diagnostics and capture.stop_from == "DIAGNOSTIC_EVENT"
-    damaged = end.is_null() | start.is_null() | (end < start) | pl.col("gtid").is_null()
+    # An end (or start) after the capture stopped: nsys clamps ranges open at the stop to it, so such
+    # a time is damage (never "the capture ended inside").
+    after_stop = ((end > stop) | (start > stop)).fill_null(False) & pl.lit(recorded)
+    damaged = end.is_null() | start.is_null() | (end < start) | pl.col("gtid").is_null() | after_stop
     record_after = last.is_not_null() & (last >= end)
     ended_inside = stop.is_not_null() & (end >= stop)
     capture_went_on = pl.lit(confirmed) & stop.is_not_null() & (stop > end)
@@ -123,8 +123,9 @@ def censor(
         "library_call_has_no_start": start.is_null(),
         "library_call_reversed": end < start,
         "library_call_has_no_thread": pl.col("gtid").is_null(),
+        "library_call_outside_capture": after_stop,
         "no_cuda_api_trace_for_process": last.is_null(),
-        "capture_ended_inside": ended_inside,
+        "capture_ended_inside": ended_inside & ~after_stop,
         "capture_began_inside": cap_start.is_not_null() & (start < cap_start),
         "cuda_trace_degraded": pl.col("degraded") & ~record_after,
         "nsys_warned_cuda_events_missing": pl.col("events_missing") & ~record_after,
@@ -159,6 +160,24 @@ def censor(
         )
         .drop("gpid", "degraded", "events_missing")
         .sort("lib_id")
+    )
+
+
+def _with_process_evidence(
+    library_calls: pl.DataFrame, cuda_api_span: pl.DataFrame, diagnostics: pl.DataFrame, process_gpids: Iterable[int]
+) -> pl.DataFrame:
+    """Each call with its process (``gpid``), the process's first and last CUDA API record and the
+    nsys CUDA warnings that apply to it (``degraded``, ``events_missing``)."""
+    spans = cuda_api_span.select(
+        "gpid", pl.col("first_ns").alias("cuda_api_first_ns"), pl.col("last_ns").alias("cuda_api_last_ns")
+    )
+    gpids = library_calls.select(global_pid(pl.col("gtid")).alias("gpid"))["gpid"].drop_nulls().to_list()
+    gaps = cuda_gaps(diagnostics, {*gpids, *cuda_api_span["gpid"].drop_nulls().to_list(), *process_gpids})
+    return (
+        library_calls.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+        .join(spans, on="gpid", how="left")
+        .join(gaps, on="gpid", how="left")
+        .with_columns(pl.col("degraded").fill_null(False), pl.col("events_missing").fill_null(False))
     )
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from nsysaudit.analysis.ledger import Device
+from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import pid_bits, vm_of
 from nsysaudit.read.devices import DeviceEvidence as ExportDevices
 from nsysaudit.read.devices import Launch
@@ -58,8 +59,8 @@ RANK_RULE = (
     "application's telemetry lines with an integer rank field and the process's pid; otherwise unknown (never "
     "the report's file name)"
 )
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_INT = re.compile(r"^(0|[1-9][0-9]{0,8})$")
+_ASSIGNMENT = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*=")
+_INT = re.compile(r"\A(0|[1-9][0-9]{0,8})\Z")
 
 
 # --- the devices, processes and launched commands, as the documents hold them -------------------
@@ -149,7 +150,7 @@ class Process(TracedProcess, Placement):
 class Claim:
     """One row's statement of a value (a rank, a local rank, a world size) and where it is."""
 
-    value: int
+    value: int | None  # None: a value stated beside others that is not a number (they disagree)
     source: str
 
 
@@ -216,15 +217,15 @@ def program(launch: Launch) -> tuple[str | None, tuple[str, ...], dict[str, str]
     return name, args, assigned
 
 
-def _option(args: Sequence[str], options: Sequence[str]) -> tuple[str, str] | None:
-    """The last ``--opt N`` / ``--opt=N`` of ``args`` among ``options``: (as written, value)."""
-    found = None
+def _options(args: Sequence[str], options: Sequence[str]) -> list[tuple[str, str]]:
+    """Every ``--opt N`` / ``--opt=N`` of ``args`` among ``options``: (as written, value)."""
+    found = []
     for i, arg in enumerate(args):
         for opt in options:
             if arg == opt and i + 1 < len(args):
-                found = (f"{opt} {args[i + 1]}", args[i + 1])
+                found.append((f"{opt} {args[i + 1]}", args[i + 1]))
             elif arg.startswith(opt + "="):
-                found = (arg, arg[len(opt) + 1:])
+                found.append((arg, arg[len(opt) + 1:]))
     return found
 
 
@@ -240,14 +241,23 @@ def _launch_claims(launch: Launch) -> dict[str, list[Claim]]:
             if value is not None and _INT.match(value):
                 out[key].append(Claim(int(value), f"{where}:COMMAND env {variable}={value}"))
                 continue
-            value = launch.variable(variable)
-            if value is not None and _INT.match(value):
-                out[key].append(Claim(int(value), f'{where}:ENVIRONMENT_VARIABLE {variable}="{value}"'))
+            # Every row naming the variable states its value: rows that disagree (RANK="1" and RANK="0",
+            # or a value that is no rank) leave it unknown, never the last row's.
+            out[key] += _claims(
+                [(v, f'{where}:ENVIRONMENT_VARIABLE {variable}="{v}"') for v in launch.values(variable)])
     for key, options in (("rank", RANK_OPTIONS), ("local_rank", LOCAL_RANK_OPTIONS)):
-        found = _option(args, options)
-        if found is not None and _INT.match(found[1]):
-            out[key].append(Claim(int(found[1]), f"{where} command line: {name} ... {found[0]}"))
+        out[key] += _claims([(value, f"{where} command line: {name} ... {written}")
+                             for written, value in _options(args, options)])
     return out
+
+
+def _claims(stated: Sequence[tuple[str, str]]) -> list[Claim]:
+    """The claims of values as written (value, where): one per integer; a value that is not one is
+    no claim, unless others are stated beside it (then it is a claim of an unknown value: they
+    disagree)."""
+    if len({value for value, _ in stated}) == 1:
+        return [Claim(int(v), source) for v, source in stated if _INT.match(v)][:1]
+    return [Claim(int(v) if _INT.match(v) else None, source) for v, source in stated]
 
 
 def _telemetry_claims(telemetry: TelemetryLog | None, pids: set[int]) -> dict[int, dict[str, list[Claim]]]:
@@ -273,10 +283,10 @@ def _decide(claims: Sequence[Claim]) -> tuple[int | None, str | None, str | None
     """(value, sources, why unknown) from the claims of one value."""
     if not claims:
         return None, None, None
-    values = sorted({c.value for c in claims})
-    if len(values) > 1:
+    values = {c.value for c in claims}
+    if len(values) > 1 or None in values:
         return None, None, "the evidence disagrees: " + "; ".join(c.source for c in claims)
-    return values[0], "; ".join(c.source for c in claims), None
+    return values.pop(), "; ".join(c.source for c in claims), None
 
 
 def _launched(launch: Launch, processes: Sequence[TracedProcess]) -> tuple[int | None, str]:
@@ -298,6 +308,26 @@ def _launched(launch: Launch, processes: Sequence[TracedProcess]) -> tuple[int |
                   f"no traced process is named {name!r}, the launched command's name")
 
 
+def launch_warnings(evidence: ExportDevices | None, processes: Iterable[TracedProcess]) -> list[ReportWarning]:
+    """A ``conflicting_rows`` warning where several launched commands are each the same traced process
+    (by its pid or its name): which one it is, is unknown, so none is given to it."""
+    traced = list(processes)
+    matched = [(launch.index, _launched(launch, traced)[0]) for launch in (evidence or ExportDevices()).launches]
+    shared: dict[int, list[int]] = {}
+    for index, gpid in matched:
+        if gpid is not None:
+            shared.setdefault(gpid, []).append(index)
+    both = {g: indexes for g, indexes in shared.items() if len(indexes) > 1}
+    if not both:
+        return []
+    shown = "; ".join(f"pid {pid_bits(g)}: " + ", ".join(f"PROCESS_{i}" for i in ix) for g, ix in sorted(both.items()))
+    return [warning(
+        "conflicting_rows", len(both),
+        f"META_DATA_CAPTURE: several launched commands are each the one traced process ({shown}): which one it "
+        "is, is unknown, so none of them (their rank, environment) is given to it",
+    )]
+
+
 def device_truth(
     evidence: ExportDevices | None,
     processes: Iterable[TracedProcess],
@@ -309,8 +339,13 @@ def device_truth(
     ``devices`` (per-device allocated bytes, peak, what was held at the end)."""
     evidence = evidence or ExportDevices()
     traced = list(processes)
-    by_pid = {pid: gpid for pid, gpid in ((p["pid"], p["global_pid"]) for p in traced)
-              if pid is not None and gpid is not None}
+    # A pid of several traced processes (on several VMs) names none of them: a context or a telemetry
+    # line of that pid is given to no process, never to the last one listed.
+    gpids_of: dict[int, set[int]] = {}
+    for p in traced:
+        if p["pid"] is not None and p["global_pid"] is not None:
+            gpids_of.setdefault(p["pid"], set()).add(p["global_pid"])
+    by_pid = {pid: next(iter(gpids)) for pid, gpids in gpids_of.items() if len(gpids) == 1}
     uses = _device_uses(evidence, traced, by_pid)
     launched, launch_entries = _launches(evidence, traced)
     told = _telemetry_claims(telemetry, set(by_pid))
@@ -365,8 +400,16 @@ def _launches(
     is), and the JSON ``launches`` entries."""
     launched: dict[int, Launch] = {}
     entries: list[LaunchedCommand] = []
-    for launch in evidence.launches:
-        gpid, how = _launched(launch, processes)
+    matched = [_launched(launch, processes) for launch in evidence.launches]
+    # Two launched commands matched to one traced process: which one it is, is unknown (never the last).
+    shared = {g: [ln.index for ln, (g2, _) in zip(evidence.launches, matched, strict=True) if g2 == g]
+              for g, _ in matched if g is not None}
+    for launch, (gpid, how) in zip(evidence.launches, matched, strict=True):
+        if gpid is not None and len(shared[gpid]) > 1:
+            others = ", ".join(f"PROCESS_{i}" for i in shared[gpid])
+            how = (f"{how}, but so is the process of another launched command ({others} all match pid "
+                   f"{pid_bits(gpid)}): which one it is, is unknown")
+            gpid = None
         claims = _launch_claims(launch)
         if gpid is not None:
             launched[gpid] = launch
@@ -377,7 +420,7 @@ def _launches(
             "arguments": list(launch.arguments),
             "environment_recorded": launch.environment_rows > 0,
             "environment_variables": launch.environment_rows,
-            "rank_claims": [{"value": c.value, "source": c.source} for c in claims["rank"]],
+            "rank_claims": [{"value": c.value, "source": c.source} for c in claims["rank"] if c.value is not None],
             "cuda_visible_devices": visible,
             "pid": None if gpid is None else pid_bits(gpid),
             "global_pid": gpid,

@@ -25,6 +25,7 @@ import polars as pl
 from nsysaudit.analysis.joins import count_pairs
 from nsysaudit.core.codes import (
     is_allocation_api,
+    is_allocation_failure,
     is_capture_begin,
     is_capture_end,
     is_event_record,
@@ -232,11 +233,12 @@ def captured_event_waits(waits: pl.DataFrame, regions: pl.DataFrame, records: pl
     return out
 
 
-def nested_failure_kind(api: str | None, relation: str) -> str | None:
-    """The finding kind of a failed call in a (library call, call) pair, or None (not a finding)."""
+def nested_failure_kind(api: str | None, relation: str, code: int | None = None) -> str | None:
+    """The finding kind of a failed call in a (library call, call) pair, or None (not a finding).
+    ``code``: its return (``cuMemMap`` returning out of memory is an allocation failure)."""
     if api is None:
         return None
-    if is_allocation_api(api):
+    if is_allocation_api(api) or is_allocation_failure(api, code):
         return "nested_alloc_failure" if relation == "nested" else "straddling_alloc_failure"
     return "nested_call_failure" if relation == "nested" else None
 
@@ -253,7 +255,7 @@ def nested_failures(pairs: pl.DataFrame) -> pl.DataFrame:
     failed = classify_returns(pairs).filter(is_failure() & pl.col("api").is_not_null())
     keys = failed.select("api", "relation", "return_code").unique()
     table = pl.DataFrame(
-        [(a, rel, rc, nested_failure_kind(a, rel), is_out_of_memory(a, rc)) for a, rel, rc in keys.iter_rows()],
+        [(a, rel, rc, nested_failure_kind(a, rel, rc), is_out_of_memory(a, rc)) for a, rel, rc in keys.iter_rows()],
         schema={
             "api": pl.String,
             "relation": pl.String,
@@ -319,12 +321,19 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
             parts.append(joined)
     if not parts:
         return empty, True
+    # The innermost range: the shortest. Two shortest ranges of one span that name different texts
+    # leave it unknown (never the first row's).
+    span = pl.col("r_end") - pl.col("r_start")
     inner = (
         pl.concat(parts)
-        .sort("_call", pl.col("r_end") - pl.col("r_start"), "range_id")
+        .filter(span == span.min().over("_call"))
+        .sort("_call", "range_id")
         .group_by("_call", maintain_order=True)
-        .first()
-        .select("_call", pl.col("text").alias("nvtx_range"), pl.col("domain").alias("nvtx_domain"))
+        .agg(pl.col("text").first(), pl.col("domain").first(),
+             (pl.struct("text", "domain").n_unique() > 1).alias("_ambiguous"))
+        .select("_call",
+                pl.when(pl.col("_ambiguous")).then(None).otherwise(pl.col("text")).alias("nvtx_range"),
+                pl.when(pl.col("_ambiguous")).then(None).otherwise(pl.col("domain")).alias("nvtx_domain"))
     )
     return keyed.join(inner, on="_call", how="left").drop("_call"), True
 

@@ -12,6 +12,7 @@ from typing import Literal, get_args
 import polars as pl
 
 from nsysaudit.analysis import failures, joins
+from nsysaudit.analysis.integrity import damaged_times
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.trace import Trace
@@ -68,8 +69,12 @@ FINDING_SCHEMA: Schema = {
     "lib_end_ns": pl.Int64,
     "lib_end_known": pl.Boolean,
     "lib_coverage": pl.String,
+    "lib_gtid": pl.Int64,  # the enclosing call's thread: another than ``gtid`` for an NCCL helper thread's call
     "enclosing_chain": _CHAIN,
     "allocated_before": pl.List(pl.Int64),
+    # The bytes of the mappings (cuMemSetAccess: nsys writes a mapped piece's allocation event there,
+    # not at its cuMemCreate) nested in the enclosing call before the failed call.
+    "mapped_before": pl.List(pl.Int64),
     "stream_capture": STREAM_CAPTURE,
 }
 
@@ -93,6 +98,7 @@ def nested_findings(pairs: pl.DataFrame, libs: pl.DataFrame, names: pl.DataFrame
         pl.col("end_ns").alias("lib_end_ns"),
         pl.col("end_known").alias("lib_end_known"),
         pl.col("coverage").alias("lib_coverage"),
+        pl.col("gtid").alias("lib_gtid"),
     )
     # Int128: a range spanning the whole int64 range must sort as the longest, not wrap negative.
     enriched = failed.join(lib_cols, on="lib_id", how="left").with_columns(
@@ -123,24 +129,33 @@ def nested_findings(pairs: pl.DataFrame, libs: pl.DataFrame, names: pl.DataFrame
 
 def allocated_before(findings: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
     """Add ``allocated_before``: the bytes of each successful allocation nested in the finding's
-    enclosing call that started before the failed call (null where the size is unknown)."""
-    allocs = pairs.filter(
-        (pl.col("relation") == "nested")
-        & (pl.col("return_code") == 0)
-        & pl.col("api").map_elements(is_allocation_api, return_dtype=pl.Boolean, skip_nulls=True).fill_null(False)
-    ).select("lib_id", pl.col("start_ns").alias("a_start"), pl.col("correlation_id").alias("a_corr"), "bytes")
-    keyed = findings.with_row_index("_f")
-    before = (
-        keyed.select("_f", "lib_id", "start_ns")
-        .join(allocs, on="lib_id", how="inner")
-        .filter(pl.col("a_start") < pl.col("start_ns"))
-        .sort("_f", "a_start", "a_corr")
-        .group_by("_f", maintain_order=True)
-        .agg(pl.col("bytes").alias("allocated_before"))
+    enclosing call that started before the failed call (null where the size is unknown), and
+    ``mapped_before``: those of each mapping (a successful call with an allocation event that is not an
+    allocation call: ``cuMemSetAccess``, where nsys writes a mapped piece's event)."""
+    succeeded = pairs.filter((pl.col("relation") == "nested") & (pl.col("return_code") == 0))
+    allocation = (
+        pl.col("api").map_elements(is_allocation_api, return_dtype=pl.Boolean, skip_nulls=True).fill_null(False)
     )
+    keyed = findings.with_row_index("_f")
+
+    def before(calls: pl.DataFrame, name: str) -> pl.DataFrame:
+        return (
+            keyed.select("_f", "lib_id", "start_ns")
+            .join(calls.select("lib_id", pl.col("start_ns").alias("a_start"), pl.col("correlation_id").alias("a_corr"),
+                               "bytes"), on="lib_id", how="inner")
+            .filter(pl.col("a_start") < pl.col("start_ns"))
+            .sort("_f", "a_start", "a_corr")
+            .group_by("_f", maintain_order=True)
+            .agg(pl.col("bytes").alias(name))
+        )
+
+    # A mapping is a successful call other than an allocation call that has an allocation event.
+    mapped = succeeded.filter(~allocation & pl.col("bytes").is_not_null())
+    empty = pl.lit([], dtype=pl.List(pl.Int64))
     return (
-        keyed.join(before, on="_f", how="left")
-        .with_columns(pl.col("allocated_before").fill_null(pl.lit([], dtype=pl.List(pl.Int64))))
+        keyed.join(before(succeeded.filter(allocation), "allocated_before"), on="_f", how="left")
+        .join(before(mapped, "mapped_before"), on="_f", how="left")
+        .with_columns(pl.col("allocated_before").fill_null(empty), pl.col("mapped_before").fill_null(empty))
         .drop("_f")
     )
 
@@ -149,11 +164,14 @@ def wait_findings(
     trace: Trace, cuda_api_rows: pl.DataFrame, event_records: pl.DataFrame | None, names: pl.DataFrame
 ) -> pl.DataFrame:
     """``captured_event_wait_failure`` findings (see :func:`nsysaudit.analysis.failures.captured_event_waits`)."""
-    regions = failures.capture_regions(trace.capture_calls)
+    # Calls whose times cannot be true make no capture region and no finding (integrity says what
+    # that leaves undecided).
+    sound = ~damaged_times(trace.capture_bounds)
+    regions = failures.capture_regions(trace.capture_calls.filter(sound))
     records = failures.records_in_regions(
         event_records if event_records is not None else pl.DataFrame(schema=cuda_api_rows.schema), regions
     )
-    found = failures.captured_event_waits(failures.failed_waits(cuda_api_rows), regions, records)
+    found = failures.captured_event_waits(failures.failed_waits(cuda_api_rows.filter(sound)), regions, records)
     if not found:
         return pl.DataFrame(schema=FINDING_SCHEMA)
 
@@ -169,6 +187,7 @@ def wait_findings(
             "out_of_memory": is_out_of_memory(f.api, f.return_code),
             "enclosing_chain": [],
             "allocated_before": [],
+            "mapped_before": [],
             "stream_capture": {
                 "gtid": f.region_gtid,
                 "begin": f.begin,

@@ -16,9 +16,10 @@ from __future__ import annotations
 import polars as pl
 
 from nsysaudit.analysis.joins import Nesting
-from nsysaudit.core.codes import is_allocation_api
+from nsysaudit.core.codes import is_allocation_api, is_stream_wait
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import global_pid
+from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.trace import Trace
 
 INT64_MAX = (1 << 63) - 1
@@ -26,8 +27,8 @@ INT64_MAX = (1 << 63) - 1
 UNDECIDED_REASONS = {
     "no_thread": "no globalTid, so it cannot be placed on a thread",
     "time_unknown": "its start or end is NULL or its end is before its start, so its nesting is unknown",
-    "time_damaged": "its start is before the capture began or its end minus start does not fit in 64 bits, so "
-    "its times cannot be true and its nesting is unknown",
+    "time_damaged": "its start or end lies outside the capture or its end minus start does not fit in 64 bits, "
+    "so its times cannot be true and its nesting is unknown",
     "name_unknown": "nested in a library call with a non-zero return, but its API name is unknown",
     "return_unknown": "an allocation call (or unknown API) nested in a library call, with a NULL return code",
     "unknown_nvtx_domain": "on a thread with NVTX ranges in a domain whose name is unknown (they may be "
@@ -35,20 +36,19 @@ UNDECIDED_REASONS = {
 }
 
 
-def damaged_times(capture_start: int | None) -> pl.Expr:
-    """True for rows whose start and end are both given but cannot both be true: a start before the
-    capture began (``capture_start``, when known: nsys records nothing before it), or an end minus
-    start that does not fit in 64 bits (a call longer than 292 years; its duration would wrap).
-    Such a row straddles, or lies inside, library calls by accident of the damage: it is evidence
-    of nothing, and never of absence."""
+def damaged_times(capture: Capture) -> pl.Expr:
+    """True for rows whose start and end cannot both be true: a start or an end outside the
+    capture's bounds (:meth:`~nsysaudit.read.diagnostics.Capture.outside`: before it began or after it
+    stopped, where the export records them; nsys records nothing outside), or an end minus start that
+    does not fit in 64 bits (a call longer than 292 years; its duration would wrap). Such a row
+    straddles, or lies inside, library calls by accident of the damage: it is evidence of nothing,
+    and never of absence."""
     start, end = pl.col("start_ns"), pl.col("end_ns")
-    damaged = (end.cast(pl.Int128) - start.cast(pl.Int128)) > INT64_MAX
-    if capture_start is not None:
-        damaged = damaged | (start < capture_start)
-    return damaged.fill_null(False)
+    damaged = ((end.cast(pl.Int128) - start.cast(pl.Int128)) > INT64_MAX).fill_null(False)
+    return damaged | capture.outside(start) | capture.outside(end)
 
 
-def joinable_calls(cuda_api_rows: pl.DataFrame, capture_start: int | None = None) -> pl.DataFrame:
+def joinable_calls(cuda_api_rows: pl.DataFrame, capture: Capture = NO_CAPTURE) -> pl.DataFrame:
     """The CUDA API rows whose thread and times can be used for nesting.
 
     A row without globalTid, start or end, whose end is before its start, or whose times are
@@ -60,7 +60,7 @@ def joinable_calls(cuda_api_rows: pl.DataFrame, capture_start: int | None = None
         & pl.col("start_ns").is_not_null()
         & pl.col("end_ns").is_not_null()
         & (pl.col("end_ns") >= pl.col("start_ns"))
-        & ~damaged_times(capture_start)
+        & ~damaged_times(capture)
     )
 
 
@@ -75,18 +75,18 @@ def _could_fail() -> pl.Expr:
     return pl.col("return_code").is_null() | (pl.col("return_code") != 0)
 
 
-def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame, capture_start: int | None) -> pl.DataFrame:
+def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame, capture: Capture) -> pl.DataFrame:
     """Rows with unusable times that could still lie inside a library call of their thread, with
     their ``reason``: ``time_damaged`` (:func:`damaged_times`) or ``time_unknown``.
 
     With a known start (end NULL, or end before start) that means the start lies in some library
     call; with only the end known, that some library call ends at or after it; with neither, that
-    the thread has a library call at all. A damaged row's start is unknown, and so is its end when
-    that too lies before the capture. Looked up in each thread's union of library-call intervals
-    (disjoint windows, an as-of join): no (row, library call) pair is ever formed, so 10k reversed
-    rows on a thread with 10k library calls cost O(n log n), not 10^8 pairs.
+    the thread has a library call at all. Of a damaged row, a time outside the capture is unknown,
+    and so is its start when only its duration overflows. Looked up in each thread's union of
+    library-call intervals (disjoint windows, an as-of join): no (row, library call) pair is ever
+    formed, so 10k reversed rows on a thread with 10k library calls cost O(n log n), not 10^8 pairs.
     """
-    damaged = damaged_times(capture_start)
+    damaged = damaged_times(capture)
     bad = rows.filter(
         pl.col("gtid").is_not_null()
         & (pl.col("start_ns").is_null() | pl.col("end_ns").is_null() | (pl.col("end_ns") < pl.col("start_ns"))
@@ -94,11 +94,13 @@ def _time_unknown(rows: pl.DataFrame, windows: pl.DataFrame, capture_start: int 
     )
     if bad.height == 0 or windows.height == 0:
         return bad.clear().with_columns(pl.lit(None, dtype=pl.String).alias("reason"))
-    before_capture = pl.col("end_ns") < capture_start if capture_start is not None else pl.lit(False)
+    start_outside, end_outside = capture.outside(pl.col("start_ns")), capture.outside(pl.col("end_ns"))
     bad = bad.with_row_index("_row").with_columns(
         damaged.alias("_damaged"),
-        pl.when(damaged).then(None).otherwise(pl.col("start_ns")).alias("_start"),
-        pl.when(damaged & before_capture.fill_null(False)).then(None).otherwise(pl.col("end_ns")).alias("_end"),
+        # A damaged row's start is unknown when it lies outside the capture, or when nothing says
+        # which of its two times made its duration overflow.
+        pl.when(start_outside | (damaged & ~end_outside)).then(None).otherwise(pl.col("start_ns")).alias("_start"),
+        pl.when(end_outside).then(None).otherwise(pl.col("end_ns")).alias("_end"),
     )
     per_thread = windows.group_by("gtid").agg(pl.col("w_end").max().alias("max_end"))
     hit_start = (
@@ -127,12 +129,12 @@ def undecided_calls(
     windows: pl.DataFrame,
     pairs: pl.DataFrame,
     nvtx_ranges: pl.DataFrame,
-    capture_start: int | None = None,
+    capture: Capture = NO_CAPTURE,
 ) -> pl.DataFrame:
     """CUDA API rows that could be a nested allocation failure the joins cannot confirm or refute.
 
     ``windows``: the union of the joinable library calls per thread (:func:`nsysaudit.core.intervals.union_windows`);
-    ``capture_start``: where the capture began, when known (:func:`damaged_times`).
+    ``capture``: the capture's bounds, where the export records them (:func:`damaged_times`).
 
     Columns ``gtid, start_ns, end_ns, correlation_id, api, return_code, reason`` (one row per
     call and reason; ``reason`` is a key of :data:`UNDECIDED_REASONS`).
@@ -142,7 +144,7 @@ def undecided_calls(
     parts: list[pl.DataFrame] = []
     if windows.height:
         parts.append(suspects.filter(pl.col("gtid").is_null()).with_columns(pl.lit("no_thread").alias("reason")))
-        parts.append(_time_unknown(suspects, windows, capture_start))
+        parts.append(_time_unknown(suspects, windows, capture))
     nested = pairs.filter(pl.col("relation") == "nested")
     if nested.height:  # each filter before its unique: the same rows (repeats are alike), far fewer hashed
         parts.append(
@@ -214,7 +216,33 @@ def review(
     """
     pairs, byte_warnings = _attributable_bytes(trace, pairs)
     reasons, undecided_warnings = _undecided(trace, windows, pairs)
-    return pairs, reasons, [*byte_warnings, *_damaged_rows(trace), *undecided_warnings]
+    wait_reasons, wait_warnings = _undecided_waits(trace)
+    return pairs, reasons + wait_reasons, [*byte_warnings, *_damaged_rows(trace), *undecided_warnings,
+                                           *wait_warnings]
+
+
+def _undecided_waits(trace: Trace) -> tuple[list[str], list[ReportWarning]]:
+    """Failed stream waits on an event whose times are damaged (:func:`damaged_times`), in a process
+    that began a stream capture: whether they follow a capture region is unknown (such rows make no
+    capture region and no finding), so a ``captured_event_wait_failure`` cannot be ruled out."""
+    rows = trace.cuda_api_rows
+    waits = [a for a in rows["api"].drop_nulls().unique().to_list() if is_stream_wait(a)]
+    captured = trace.capture_calls.filter(pl.col("gtid").is_not_null()).select(
+        global_pid(pl.col("gtid")).alias("gpid")).unique()
+    if not waits or not captured.height:
+        return [], []
+    damaged = rows.filter(
+        pl.col("api").is_in(waits) & _could_fail() & damaged_times(trace.capture_bounds) & pl.col("gtid").is_not_null()
+    ).with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(captured, on="gpid", how="semi")
+    if not damaged.height:
+        return [], []
+    said = warning(
+        "undecided_calls", damaged.height,
+        "failed stream waits on an event whose times are damaged (outside the capture, or a duration past 64 "
+        "bits), in a process that began a stream capture: whether they follow a capture region is unknown",
+    )
+    return [f"{damaged.height} failed stream wait(s) with damaged times could follow a stream capture, so a "
+            "captured_event_wait_failure cannot be ruled out"], [said]
 
 
 def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[ReportWarning]]:
@@ -279,16 +307,22 @@ def _damaged_rows(trace: Trace) -> list[ReportWarning]:
             "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
             "StringIds): they are not recognised as library calls",
         ))
-    capture_start = trace.capture_bounds.start_ns
-    damaged = trace.cuda_api_rows.filter(damaged_times(capture_start)).height
+    capture = trace.capture_bounds
+    damaged = trace.cuda_api_rows.filter(damaged_times(capture)).height
     if damaged:
-        before = f"before the capture began ({capture_start:,} ns) or " if capture_start is not None else ""
+        sides = [f"before the capture began ({capture.start_ns:,} ns)"] if capture.start_ns is not None else []
+        sides += [f"after it stopped ({capture.stop_ns:,} ns)"] if capture.stop_ns is not None else []
+        outside = " or ".join(sides)
         said.append(warning(
             "damaged_time_range",
             damaged,
-            f"CUDA API rows whose start is {before}whose end minus start does not fit in 64 bits, among the "
-            "failed calls and the calls overlapping library calls (the rows the analysis reads): their times "
-            "cannot be true; counted in the census, never nested or straddling",
+            f"CUDA API rows whose start or end is {outside}, or whose end minus start does not fit in 64 bits, "
+            "among the failed calls and the calls overlapping library calls (the rows the analysis reads): their "
+            "times cannot be true; counted in the census, never nested or straddling"
+            if capture.bounded else
+            "CUDA API rows whose end minus start does not fit in 64 bits, among the failed calls and the calls "
+            "overlapping library calls (the rows the analysis reads): their times cannot be true; counted in the "
+            "census, never nested or straddling (the export records no capture bounds to check them against)",
         ))
     return said
 
@@ -296,7 +330,7 @@ def _damaged_rows(trace: Trace) -> list[ReportWarning]:
 def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tuple[list[str], list[ReportWarning]]:
     """The rows that could be a failed allocation inside a library call but the export does not say:
     a verdict reason and a warning (none when there is no such row)."""
-    undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges, trace.capture_bounds.start_ns)
+    undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges, trace.capture_bounds)
     if not undecided.height:
         return [], []
     by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")

@@ -1,8 +1,9 @@
 """Which library calls are "of interest": the ones a report lists and reads the memory ledger at.
 
 Every library call when there are at most :data:`FEW_LIBRARY_CALLS`; otherwise each one that runs on
-a thread other than its process's main thread, is censored, has a failed nested call, or encloses
-a finding. At most :data:`MAX_LISTED` of them, the most telling first (enclosing a finding, with a
+a thread other than its process's main thread, is censored, has a failed nested call, encloses a
+finding, or initializes an NCCL communicator (on the main thread: NCCL's allocations are inside it,
+on a thread NCCL starts). At most :data:`MAX_LISTED` of them, the most telling first (enclosing a finding, with a
 failed nested call, censored, handle creation), then by time. The rule applied is said in words
 (``selection``), since a report that selects must say how.
 """
@@ -13,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import polars as pl
+
+from nsysaudit.read.nccl import COMMUNICATOR_CALLS, NCCL
 
 FEW_LIBRARY_CALLS = 10
 MAX_LISTED = 200
@@ -42,14 +45,23 @@ def of_interest(libs: pl.DataFrame, failed_ids: Iterable[int], enclosing_ids: It
         f"nested call, or enclosing a finding (this arm has {total} library calls, more than "
         f"{FEW_LIBRARY_CALLS})"
     )
+    # An NCCL communicator's initialization (on the main thread, where NCCL's allocations are) too.
+    communicator = pl.col("api").fill_null("").str.contains(COMMUNICATOR_CALLS.pattern)
+    if "library" in libs.columns and libs.filter(communicator & (pl.col("library") == NCCL)).height:
+        selection = selection.replace(", or enclosing a finding", ", enclosing a finding, or an NCCL communicator's "
+                                      "initialization")
+    else:
+        communicator = pl.lit(False)
     chosen = libs.filter(
         (pl.col("tid") != pl.col("pid")) | (pl.col("coverage") == "censored") | failed | encloses
+        | (communicator & (pl.col("library") == NCCL))
     )
     if chosen.height > MAX_LISTED:
         # Readable and bounded: the most telling first, then by time; the rest are counted, and all
         # are in `analyze --json`.
         api = pl.col("api").fill_null("")
-        handle = api.str.starts_with("cublasCreate") | api.str.contains(r"^(cublasLtCreate|cudnnCreate)")
+        handle = (api.str.starts_with("cublasCreate") | api.str.contains(r"^(cublasLtCreate|cudnnCreate)")
+                  | api.str.contains(COMMUNICATOR_CALLS.pattern))
         kept = (
             chosen.with_columns(
                 (~encloses).alias("_r0"),

@@ -317,6 +317,9 @@ class Ledger:
     # Each process's last CUDA API record (global pid -> ns): named where the traced bytes exceed the
     # device's total (a process's memory goes back at its exit without deallocation events).
     api_ends: Mapping[int, int] = field(default_factory=dict)
+    # Spans over which allocation events lie at an address already live (:func:`_double_allocations`):
+    # the bound on free memory of their device is unknown there.
+    conflicts: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CONFLICT_SCHEMA))
 
     def at(self, t_ns: int, gpid: int | None) -> list[PointDevice]:
         """Per device the process ``gpid`` used, just after ``t_ns``: its held bytes, every traced
@@ -390,13 +393,34 @@ class Ledger:
             "processes": [p for p in processes if p["resident_bytes"] or p["managed_bytes"]
                           or p["imported_pool_bytes"] or p["global_pid"] == gpid],
         }
-        if total is not None and resident > total:
+        overlap = self._conflict(vm, device, t_ns)
+        if overlap is not None:
+            entry["free_at_most_bytes"] = None
+            entry["bound_unknown"] = f"{overlap}, and no bound on free memory is claimed"
+        elif total is None and _total_disagrees(self.devices, vm, device):
+            entry["bound_unknown"] = (
+                "TARGET_INFO_GPU rows of this device disagree about its total memory, so the total is unknown and "
+                "no bound on free memory is claimed"
+            )
+        if overlap is None and total is not None and resident > total:
             entry["bound_unknown"] = (
                 f"the traced device-resident bytes ({resident:,} B) exceed the device's total ({total:,} B), "
                 "so no bound on free memory is claimed: "
                 + self._why_exceeded(entry["processes"], gpid, t_ns)
             )
         return entry
+
+    def _conflict(self, vm: int | None, device: int | None, t_ns: int) -> str | None:
+        """Why the evidence contradicts itself on the device at ``t_ns`` (an allocation at an address
+        already live, a pool with more in use than its size), or None."""
+        if not self.conflicts.height or vm is None or device is None:
+            return None
+        at = self.conflicts.filter(
+            (pl.col("vm") == vm) & (pl.col("device_id") == device)
+            & (pl.col("from_ns").is_null() | (pl.col("from_ns") <= t_ns))
+            & (pl.col("to_ns").is_null() | (pl.col("to_ns") > t_ns))
+        )
+        return str(at["why"][0]) if at.height else None
 
     def _why_exceeded(self, processes: Sequence[PointProcess], gpid: int | None, t_ns: int) -> str:
         """Why held bytes can exceed the device: a process that had exited (its memory is returned
@@ -553,6 +577,14 @@ def _total(devices: pl.DataFrame, vm: int | None, device: int | None) -> int | N
     return int(row["total_bytes"][0]) if row.height and row["total_bytes"][0] is not None else None
 
 
+def _total_disagrees(devices: pl.DataFrame, vm: int | None, device: int | None) -> bool:
+    """Whether the device's TARGET_INFO_GPU rows disagree about its total (its total is then unknown)."""
+    if vm is None or device is None or "total_disagrees" not in devices.columns:
+        return False
+    row = devices.filter((pl.col("vm") == vm) & (pl.col("device_id") == device))
+    return bool(row.height and row["total_disagrees"][0])
+
+
 def collection_on(capture: Mapping[str, list[str]]) -> bool | None:
     """Whether the capture settings say memory-usage collection was on (None: they do not say)."""
     values = [v for k, vs in capture.items() if k.endswith("COLLECT_GPU_MEMORY_USAGE") for v in vs]
@@ -668,9 +700,11 @@ def build_ledger(
         said.append(damage)
     if refusal is not None:
         return refused(refusal)
-    plain, unmatched, unmatched_bytes, mismatched = _matched(
+    plain, unmatched, unmatched_bytes, mismatched, conflicts = _matched(
         events.filter(pl.col("mechanism") != "pool").select(_MATCH_COLUMNS)
     )
+    if conflicts.height:
+        said.append(_double_allocation_warning(memory, conflicts))
     sizes_unknown = plain.filter(pl.col("delta").is_null()).height
     if sizes_unknown:
         return refused(f"{sizes_unknown} memory event(s) have no size: live bytes cannot be summed")
@@ -691,7 +725,28 @@ def build_ledger(
     series = _series(pl.concat([plain, pooled.drop("_pool_known")], how="diagonal_relaxed"), calls)
     summary = _with(_summary(memory, collected, series, unmatched, unmatched_bytes, None), extra)
     summary["pools"] = _pools(series)
-    return Ledger(True, None, collected, series, devices, summary, gaps, tuple(said))
+    overfull = _overfull_pools(series)
+    if overfull.height:
+        said.append(warning(
+            "conflicting_rows", overfull.height,
+            f"{memory.table}: events after which a CUDA memory pool has more in use than its size "
+            f"({overfull['why'][0]}): its use is unknown, and no bound on free memory is claimed while it lasts",
+        ))
+    conflicts = pl.concat([conflicts, overfull]) if overfull.height else conflicts
+    return Ledger(True, None, collected, series, devices, summary, gaps, tuple(said), conflicts=conflicts)
+
+
+def _double_allocation_warning(memory: MemoryEvidence, conflicts: pl.DataFrame) -> ReportWarning:
+    shown = "; ".join(
+        f"pid {pid_of(g)} device {d} address {a:#x} (correlation {', '.join(map(str, c))})"
+        for g, d, a, c in conflicts.head(EXAMPLES).select("gpid", "device_id", "address", "correlation_ids").iter_rows()
+    )
+    return warning(
+        "conflicting_rows", int(conflicts["events"].sum()),
+        f"{memory.table}: allocation events at an address already live in the same process and device, where nsys "
+        f"writes one allocation per live address ({shown}): one of them is damaged or a free is missing, so what "
+        "was held there is unknown and no bound on free memory is claimed while they overlap (never their sum)",
+    )
 
 
 def _absent(memory: MemoryEvidence | None, collected: bool | None) -> str | None:
@@ -739,9 +794,10 @@ def _events(memory: MemoryEvidence, calls: pl.DataFrame) -> tuple[pl.DataFrame, 
     return events.with_columns(known), [said]
 
 
-def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
+def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int, pl.DataFrame]:
     """The allocations and the deallocations that free one of them, as series rows (without the
-    running columns), and the unmatched deallocations (count, bytes) and size mismatches.
+    running columns), the unmatched deallocations (count, bytes), size mismatches and the spans of
+    allocations at an address already live (:func:`_double_allocations`).
 
     A deallocation frees the oldest allocation still live at its (process, device, address): it is
     matched when the key's live count just before it is above zero, the count clamped at zero (a
@@ -777,12 +833,14 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
             before_in_key(alloc).alias("_alloc_j"),
         )
         .with_columns(
-            (free & ((pl.col("_before") - pl.min_horizontal(pl.lit(0), moved.cum_min() + pl.col("_key") * (2 * n)))
-                     > 0)).fill_null(False).alias("_matched")
+            (pl.col("_before") - pl.min_horizontal(pl.lit(0), moved.cum_min() + pl.col("_key") * (2 * n)))
+            .alias("_live")
         )
+        .with_columns((free & (pl.col("_live") > 0)).fill_null(False).alias("_matched"))
         .with_columns(before_in_key(pl.col("_matched")).alias("_free_j"))
         .collect()
     )
+    conflicts = _double_allocations(keyed, alloc)
     allocs = keyed.filter(alloc)
     frees = keyed.filter(pl.col("_matched")).join(
         allocs.select("_key", pl.col("_alloc_j").alias("_free_j"), pl.col("bytes").alias("_allocated")),
@@ -806,7 +864,85 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int]:
         pl.lit(None, dtype=pl.Int64).alias("pool_address"),
         pl.lit(None, dtype=pl.Int64).alias("pool_size"),
     ).select(_ROW_COLUMNS)
-    return rows, unmatched.height, exact_sum(unmatched["bytes"]), mismatched
+    return rows, unmatched.height, exact_sum(unmatched["bytes"]), mismatched, conflicts
+
+
+CONFLICT_SCHEMA: Schema = {"vm": pl.Int64, "device_id": pl.Int64, "gpid": pl.Int64, "address": pl.Int64,
+                           "from_ns": pl.Int64, "to_ns": pl.Int64, "events": pl.Int64,
+                           "correlation_ids": pl.List(pl.Int64), "why": pl.String}
+
+
+def _double_allocations(keyed: pl.DataFrame, alloc: pl.Expr) -> pl.DataFrame:
+    """Where an allocation event lies at an address already live in its process and device (device
+    memory: segments, mapped, static), the span the key's live allocations overlap in
+    (:data:`CONFLICT_SCHEMA`: from the first of them to the free that leaves none live, ``to_ns``
+    null when none does). nsys writes one allocation per live address: either one of the events is
+    damaged or a free is missing, so what was held there is unknown, and so is the bound on free
+    memory over that span (:meth:`Ledger.at_many`), never the sum of both."""
+    resident = pl.col("mechanism").is_in(["segments", "mapped", "static"])
+    # Address 0 (or none) names no memory: such events are not keyed by it.
+    double = alloc & (pl.col("address").fill_null(0) != 0) & resident & (pl.col("_live") >= 1)
+    if not keyed.filter(double).height:
+        return pl.DataFrame(schema=CONFLICT_SCHEMA)
+    after = pl.col("_live") + alloc.cast(pl.Int64) - pl.col("_matched").cast(pl.Int64)
+    runs = keyed.with_columns(
+        (alloc & (pl.col("_live") == 0)).cast(pl.Int64).cum_sum().alias("_run"),
+        after.alias("_after"),
+        double.alias("_double"),
+    )
+    return (
+        runs.group_by("_key", "_run", maintain_order=True)
+        .agg(
+            pl.col("_double").any().alias("_conflict"),
+            pl.col("vm").first(), pl.col("device_id").first(), pl.col("gpid").first(), pl.col("address").first(),
+            pl.col("start_ns").min().alias("from_ns"),
+            pl.when(pl.col("_after").last() == 0).then(pl.col("start_ns").last()).otherwise(None).alias("to_ns"),
+            pl.col("_double").sum().cast(pl.Int64).alias("events"),
+            pl.col("correlation_id").filter(alloc).head(EXAMPLES).alias("correlation_ids"),
+        )
+        .filter(pl.col("_conflict"))
+        .with_columns(
+            pl.format("allocation events at an address already live lie on this device (pid {}, address {}, "
+                      "correlation {}): one of them is damaged or a free is missing, so what was held is unknown",
+                      decode_pid(pl.col("gpid")), pl.col("address").map_elements(_hex, return_dtype=pl.String),
+                      pl.col("correlation_ids").cast(pl.List(pl.String)).list.join(", ")).alias("why")
+        )
+        .select(list(CONFLICT_SCHEMA))
+        .cast(CONFLICT_SCHEMA)  # type: ignore[arg-type]
+    )
+
+
+def _overfull_pools(series: pl.DataFrame) -> pl.DataFrame:
+    """The spans over which a CUDA memory pool's utilized size exceeds its size (:data:`CONFLICT_SCHEMA`):
+    the part of a pool in use cannot exceed the pool, so one of the two figures is damaged; its use is
+    unknown there, and so is what the pool held on the device (the bound on free memory)."""
+    pool = ["gpid", "vm", "device_id", "pool_address"]
+    rows = series.filter(pl.col("mechanism") == "pool")
+    if not rows.height:
+        return pl.DataFrame(schema=CONFLICT_SCHEMA)
+    marked = rows.select(
+        *pool, "start_ns", "correlation_id",
+        (pl.col("utilized_delta").cum_sum().over(pool) > pl.col("delta").cum_sum().over(pool)).alias("_over"),
+        pl.col("utilized_delta").cum_sum().over(pool).alias("_utilized"),
+        pl.col("delta").cum_sum().over(pool).alias("_size"),
+        pl.col("start_ns").shift(-1).over(pool).alias("_next"),
+    ).filter(pl.col("_over"))
+    if not marked.height:
+        return pl.DataFrame(schema=CONFLICT_SCHEMA)
+    return marked.select(
+        "vm", "device_id", "gpid", pl.col("pool_address").alias("address"),
+        pl.col("start_ns").alias("from_ns"), pl.col("_next").alias("to_ns"), pl.lit(1, dtype=pl.Int64).alias("events"),
+        pl.concat_list(pl.col("correlation_id")).alias("correlation_ids"),
+        pl.struct("gpid", "pool_address", "_utilized", "_size").map_elements(
+            lambda r: (f"the CUDA memory pool of pid {pid_of(r['gpid'])} at {_hex(r['pool_address'])} has more in "
+                       f"use ({r['_utilized']:,} B) than its size ({r['_size']:,} B) in the events, which cannot be: "
+                       "one of the two is damaged, so what the pool held is unknown"),
+            return_dtype=pl.String).alias("why"),
+    ).cast(CONFLICT_SCHEMA)  # type: ignore[arg-type]
+
+
+def _hex(address: int | None) -> str:
+    return "an unknown address" if address is None else f"{address:#x}"
 
 
 # What the matching reads, and the series' rows before their running columns and call names.

@@ -15,12 +15,12 @@ from typing import TypedDict
 
 import polars as pl
 
-from nsysaudit.analysis import coverage, failures, integrity, joins
+from nsysaudit.analysis import coverage, failures, integrity, joins, nccl, recovery
 from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
 from nsysaudit.analysis.coverage import SourceCoverage
-from nsysaudit.analysis.devices import TracedProcess
+from nsysaudit.analysis.devices import TracedProcess, launch_warnings
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.analysis.ledger import CoveredPoint, Ledger, LedgerPoint, PointKind, Wanted, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
@@ -118,6 +118,14 @@ def analyze_trace(
         return _analyze(trace, ledger, max_pairs, telemetry, event_records, library_domains)
 
 
+def _traced_processes(trace: Trace) -> list[TracedProcess]:
+    """The traced processes, by globalPid."""
+    return [
+        {"pid": pid, "global_pid": gpid, "name": name}
+        for pid, gpid, name in trace.processes.sort("gpid").select("pid", "gpid", "process_name").iter_rows()
+    ]
+
+
 def _analyze(
     trace: Trace,
     ledger: Future[Ledger],
@@ -137,12 +145,21 @@ def _analyze(
     failed, attribution_warnings = _failed_calls(trace, findings, nested, library_domains, max_pairs)
     sources = verdicts.library_sources(trace, libs, library_domains)
     alignment = _aligned(trace, libs, telemetry)
-    telemetry_failures = verdicts.telemetry_library_failures(alignment, libs, findings, trace.capture)
-    verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, nested.undecided)
+    # Out-of-memory failures outside library calls that nothing after them shows the process survived.
+    unrecovered = joins.with_ids(
+        recovery.unrecovered(cuda_api_rows, findings.select(failures.CALL_COLUMNS), trace.last_allocations),
+        trace.thread_names,
+    )
+    telemetry_failures = verdicts.telemetry_library_failures(alignment, libs, findings, trace.capture,
+                                                             unrecovered=unrecovered)
+    verdict, reasons = verdicts.decide(trace, libs, findings, failed, sources, telemetry_failures, nested.undecided,
+                                       unrecovered=unrecovered)
     coverage_sources = coverage.by_source(trace, cuda_api_span)
     memory = replace(ledger.result(), api_ends=_api_ends(coverage_sources))
+    processes = _traced_processes(trace)
     said = [
         *trace.warnings,
+        *launch_warnings(trace.devices, processes),
         *nested.warnings,
         *_library_call_warnings(trace, libs, nested.pairs),
         *attribution_warnings,
@@ -156,10 +173,6 @@ def _analyze(
         ledger_points(memory, _memory_moments(findings, interest.frame, alignment, trace.processes)),
         trace, cuda_api_span,
     )
-    processes: list[TracedProcess] = [
-        {"pid": pid, "global_pid": gpid, "name": name}
-        for pid, gpid, name in trace.processes.sort("gpid").select("pid", "gpid", "process_name").iter_rows()
-    ]
     return Analysis(
         frames={
             "census": _census(cuda_api_rows),
@@ -173,9 +186,7 @@ def _analyze(
             "thread_names": names,
             "diagnostics": trace.diagnostics,
             "memory_series": memory.series,
-            # The blocking calls and the GPU rows behind the longest waits (nsysaudit.read.gpu_work).
-            "stall_calls": trace.gpu_work.calls,
-            "stall_work": trace.gpu_work.attributed,
+            **_stall_frames(trace),
         },
         cuda_api_calls=trace.cuda_api_total,
         cuda_api_trace=trace.has_cuda_api and trace.cuda_api_total > 0,
@@ -193,9 +204,19 @@ def _analyze(
         ledger=memory,
         memory_points=tuple(memory_points),
         devices=trace.devices,
-        stalls=analyze_stalls(trace.gpu_work, trace.nvtx_ranges, trace.library_calls, names, trace.processes,
-                              cuda_api_span, library_domains),
+        stalls=_stalls(trace, cuda_api_span, library_domains),
     )
+
+
+def _stalls(trace: Trace, cuda_api_span: pl.DataFrame, library_domains: Sequence[str]) -> StallsAnalysis:
+    """The host stalls (:func:`nsysaudit.analysis.stalls.analyze_stalls`)."""
+    return analyze_stalls(trace.gpu_work, trace.nvtx_ranges, trace.library_calls, trace.thread_names, trace.processes,
+                          cuda_api_span, library_domains)
+
+
+def _stall_frames(trace: Trace) -> dict[str, pl.DataFrame]:
+    """The blocking calls and the GPU rows behind the longest waits (:mod:`nsysaudit.read.gpu_work`)."""
+    return {"stall_calls": trace.gpu_work.calls, "stall_work": trace.gpu_work.attributed}
 
 
 def _api_ends(coverage_sources: list[SourceCoverage]) -> dict[int, int]:
@@ -232,12 +253,15 @@ class _Nested:
 
 def _nest(trace: Trace, max_pairs: int | None) -> _Nested:
     """The CUDA API calls nested in (or straddling) each library call, with their bytes."""
-    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds.start_ns)
+    calls = integrity.joinable_calls(trace.cuda_api_rows, trace.capture_bounds)
     # The library calls the joins can use, and their union per thread: made once, used by every step.
-    closed = closed_library_calls(trace.library_calls)
+    closed = closed_library_calls(trace.library_calls, trace.capture_bounds.stop_ns)
     windows = trace.library_windows  # union_windows(closed), made once by the read
     nesting = joins.nest_bounded(joins.closed_libs(closed), calls, max_pairs)
-    pairs = joins.attach_bytes(nesting.pairs, trace.allocations)  # in nest's order: lib_id, start, correlation
+    # The calls of the threads NCCL started for its calls, nested in those calls (analysis.nccl).
+    helpers = nccl.helper_pairs(trace.nccl.helper_calls, complete=nesting.complete, capture=trace.capture_bounds)
+    nested = nccl.with_helper_pairs(nesting.pairs, helpers)
+    pairs = joins.attach_bytes(nested, trace.allocations)  # in nest's order: lib_id, start, correlation
     # Partly broken rows: counted in warnings; what could hide a finding makes the verdict inconclusive.
     pairs, undecided, review_warnings = integrity.review(trace, pairs, windows)
     limit_reasons, limit_warnings = integrity.limit_review(nesting)
@@ -382,7 +406,7 @@ def _covered(points: list[LedgerPoint], trace: Trace, cuda_api_span: pl.DataFram
     )
     judged = coverage.censor(
         moments, cuda_api_span, has_cuda_api=trace.has_cuda_api, capture=trace.capture_bounds,
-        diagnostics=trace.diagnostics, process_gpids=trace.processes["gpid"].drop_nulls().to_list(),
+        diagnostics=trace.diagnostics, process_gpids=trace.processes["gpid"].drop_nulls().to_list(), recorded=False,
     )
     out: list[CoveredPoint] = []
     for read, (state, reasons) in zip(points, judged.select("coverage", "censored_reasons").iter_rows(), strict=True):

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal, NamedTuple, TypedDict
+from typing import Literal, NamedTuple, NotRequired, TypedDict
 
 import polars as pl
 
+from nsysaudit.analysis import nccl
 from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.analysis.coverage import CensoredReason, CoverageState
+from nsysaudit.analysis.nccl import FailedCall, HelperThread
 from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
+from nsysaudit.read.nccl import NCCL
 from nsysaudit.read.trace import Trace
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]
@@ -28,6 +31,11 @@ class LibrarySource(TypedDict):
     calls: int
     markers: int
     reason: str | None
+    # NCCL only: how the export shows NCCL's calls (its domain's name, or its payload schemas), its
+    # calls per API, and the threads NCCL started for its calls (nsysaudit.analysis.nccl).
+    evidence: NotRequired[str]
+    calls_by_api: NotRequired[dict[str, int]]
+    helper_threads: NotRequired[list[HelperThread]]
 
 
 class LibraryFailureAfter(TypedDict):
@@ -52,6 +60,14 @@ class LibraryFailure(TypedDict):
     explained: bool
     after: LibraryFailureAfter | None
     cuda_skip_some_api_calls: list[str]
+    # NCCL's error text ("Failed to CUDA calloc async 24 bytes", ncclUnhandledCudaError): its library, the
+    # finding it is tied to (the process's last finding before the line; null: none) and whether that
+    # finding is an out-of-memory failure (the trace confirms one).
+    library: NotRequired[str]
+    finding: NotRequired[int | None]
+    trace_confirms_out_of_memory: NotRequired[bool]
+    # Where no finding is: the out-of-memory failure before the line that no library call encloses.
+    failed_call: NotRequired[FailedCall]
 
 
 FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
@@ -64,7 +80,8 @@ EVIDENCE_TABLES = frozenset(
 
 
 # Capture settings (META_DATA_CAPTURE CAPTURE_EVENT_TYPE values) that request library API tracing.
-LIBRARY_CAPTURE_TYPES = {"cuBLAS": frozenset({"CuBLAS", "cuBLAS"}), "cuDNN": frozenset({"CuDNN", "cuDNN"})}
+LIBRARY_CAPTURE_TYPES = {"cuBLAS": frozenset({"CuBLAS", "cuBLAS"}), "cuDNN": frozenset({"CuDNN", "cuDNN"}),
+                         NCCL: frozenset({"NvtxEvents"})}  # NCCL's calls are its own NVTX ranges
 
 
 def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[str]) -> list[LibrarySource]:
@@ -73,11 +90,18 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
     ``status``: ``traced`` (calls recorded, or tracing requested and nsys raised no objection),
     ``not_traced`` (requested, but nsys said it could not trace it: never read as "no calls"),
     ``not_requested`` (the capture settings do not ask for it), ``unknown`` (no capture settings).
+    NCCL is listed only where the export shows it (:func:`nsysaudit.analysis.nccl.library_source`): a
+    capture of a job that does not use NCCL says nothing about NCCL.
     """
     types = set(trace.capture.get("CAPTURE_EVENT_TYPE", []))
     refused = trace.diagnostics.filter(pl.col("category") == "library_not_traced")
     out: list[LibrarySource] = []
     for library in dict.fromkeys(library_domains):
+        if library == NCCL:
+            if trace.nccl.seen:
+                wants_nvtx = bool(LIBRARY_CAPTURE_TYPES[NCCL] & types) if types else None
+                out.append(nccl.library_source(trace, libs, wants_nvtx))
+            continue
         calls = libs.filter(pl.col("library") == library).height
         markers = sum(n for table, n in trace.library_markers.items() if trace.tables_used.get(library) == table)
         wanted = LIBRARY_CAPTURE_TYPES.get(library)
@@ -115,11 +139,12 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
 _LIBRARY_STATUS = re.compile(r"\b(CUBLAS(?:LT)?|CUDNN|CUSOLVER|CUSPARSE|CUFFT|CURAND)_STATUS_([A-Z0-9_]+)")
 
 
-_STATUS_FIELD = re.compile(r"^(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|curand)_status$", re.IGNORECASE)
+_STATUS_FIELD = re.compile(r"\A(cublas|cublaslt|cudnn|cusolver|cusparse|cufft|curand)_status\Z", re.IGNORECASE)
 
 
 def telemetry_library_failures(
-    alignment: Alignment | None, libs: pl.DataFrame, findings: pl.DataFrame, capture: dict[str, list[str]]
+    alignment: Alignment | None, libs: pl.DataFrame, findings: pl.DataFrame, capture: dict[str, list[str]],
+    *, unrecovered: pl.DataFrame | None = None,
 ) -> list[LibraryFailure]:
     """Telemetry lines that record a library failure (``CUBLAS_STATUS_ALLOC_FAILED``, ``cublas_status: 3``).
 
@@ -143,8 +168,13 @@ def telemetry_library_failures(
     for (_, fields), (line, name, pid, trace_ns) in zip(status_lines, rows, strict=True):
         statuses: list[str] = []
         text = None
+        nccl_said: list[str] = []
         for key, value in fields.items():
             if isinstance(value, str):
+                said = nccl.error_text(value)  # NCCL's error names and allocation warning
+                if said and text is None:
+                    text = value
+                nccl_said += said
                 if "_STATUS_" not in value:  # what _LIBRARY_STATUS needs
                     continue
                 hits = [m.group(0) for m in _LIBRARY_STATUS.finditer(value) if m.group(2) != "SUCCESS"]
@@ -153,6 +183,7 @@ def telemetry_library_failures(
                 statuses += hits
             elif type(value) is int and value != 0 and key[-7:].lower() == "_status" and _STATUS_FIELD.match(key):
                 statuses.append(f"{key}={value}")
+        statuses += nccl_said
         if not statuses:
             continue
         after: LibraryFailureAfter | None = None
@@ -172,20 +203,30 @@ def telemetry_library_failures(
                     "coverage": last["coverage"],
                     "censored_reason": last["censored_reason"],
                 }
-        out.append(
-            {
-                "line": line,
-                "event": name,
-                "pid": pid,
-                "statuses": list(dict.fromkeys(statuses)),
-                "text": text,
-                "trace_ns": trace_ns,
-                "after": after,
-                "explained": pid in found_pids if pid is not None else bool(found_pids),
-                "cuda_skip_some_api_calls": skip_keys,
-            }
-        )
+        entry: LibraryFailure = {
+            "line": line,
+            "event": name,
+            "pid": pid,
+            "statuses": list(dict.fromkeys(statuses)),
+            "text": text,
+            "trace_ns": trace_ns,
+            "after": after,
+            "explained": pid in found_pids if pid is not None else bool(found_pids),
+            "cuda_skip_some_api_calls": skip_keys,
+        }
+        if nccl_said:  # tied to the failed call (analysis/nccl)
+            _tie_nccl(entry, nccl.tie(findings.filter(pl.col("kind").is_in(FAILURE_KINDS)), unrecovered, pid, trace_ns))
+        out.append(entry)
     return out
+
+
+def _tie_nccl(entry: LibraryFailure, tie: nccl.Tie) -> None:
+    """Record on an NCCL error line's ``entry`` what :func:`nsysaudit.analysis.nccl.tie` tied it to."""
+    entry["library"] = NCCL
+    entry["finding"] = tie.finding
+    entry["trace_confirms_out_of_memory"] = tie.out_of_memory
+    if tie.failed_call is not None:
+        entry["failed_call"] = tie.failed_call
 
 
 class FailedGroup(NamedTuple):
@@ -227,21 +268,27 @@ def decide(
     sources: list[LibrarySource],
     telemetry_failures: list[LibraryFailure],
     undecided: Sequence[str] = (),
+    *,
+    unrecovered: pl.DataFrame | None = None,
 ) -> tuple[Verdict, list[str]]:
     """The verdict and its reasons. The reasons always name untraced libraries and the failed
-    calls outside library calls, so ``no_failure`` is never read as "nothing failed"."""
+    calls outside library calls, so ``no_failure`` is never read as "nothing failed".
+    ``unrecovered``: the out-of-memory failures outside library calls after which their process made
+    no successful allocation (:func:`nsysaudit.analysis.recovery.unrecovered`, with pid, tid and
+    thread name): a gap (``inconclusive``), never ``no_failure``."""
     # A shadow copy of a table the joins read may hide the rows that matter: which one nsys wrote
     # is unknown, so the absence of a failure in the one read proves nothing.
     shadowed = sorted(t for t in EVIDENCE_TABLES if trace.export.is_ambiguous(t))
     context = _context(trace, failed, sources, shadowed)
     counts = {k: findings.filter(pl.col("kind") == k).height for k in FAILURE_KINDS}
     if any(counts.values()):
-        return "failure_found", [f"{n} {FOUND_WORDS[k]}" for k, n in counts.items() if n] + context
+        return "failure_found", _found(findings, counts) + context
     gaps = [
         *_coverage_gaps(trace, libs),
         *undecided,
         *_evidence_gaps(trace, failed, sources, shadowed),
         *(_telemetry_gap(t) for t in telemetry_failures if not t["explained"]),
+        *_unrecovered_gap(unrecovered),
     ]
     if gaps:
         return "inconclusive", gaps + context
@@ -253,6 +300,31 @@ FOUND_WORDS = {
     "nested_call_failure": "other failed CUDA API call(s) wholly inside a library call on the same thread",
     "captured_event_wait_failure": "failed stream wait(s) on an event, after events were recorded inside "
     "a stream capture of the same process",
+}
+
+
+def _found(findings: pl.DataFrame, counts: dict[str, int]) -> list[str]:
+    """The first reasons of ``failure_found``: the findings per kind; those of an NCCL call's helper
+    thread (:mod:`nsysaudit.analysis.nccl`) are counted apart, since their thread is not the call's."""
+    off = (
+        findings.filter(pl.col("lib_gtid").is_not_null() & (pl.col("lib_gtid") != pl.col("gtid")))
+        if "lib_gtid" in findings.columns else findings.clear()
+    )
+    out = []
+    for kind, n in counts.items():
+        helper = off.filter(pl.col("kind") == kind).height
+        if n - helper:
+            out.append(f"{n - helper} {FOUND_WORDS[kind]}")
+        if helper:
+            out.append(f"{helper} {HELPER_FOUND_WORDS[kind]}")
+    return out
+
+
+HELPER_FOUND_WORDS = {
+    "nested_alloc_failure": "failed allocation call(s) inside an NCCL call, on a thread NCCL started for it (every "
+    "CUDA API call of that thread lies inside the call)",
+    "nested_call_failure": "other failed CUDA API call(s) inside an NCCL call, on a thread NCCL started for it (every "
+    "CUDA API call of that thread lies inside the call)",
 }
 
 
@@ -320,10 +392,33 @@ def _evidence_gaps(
         )
         if oom:
             gaps.append(
-                f"{oom} allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN) was traced: "
+                f"{oom} allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN/NCCL) was traced: "
                 "whether any happened inside a library call cannot be told"
             )
     return gaps
+
+
+def _unrecovered_gap(unrecovered: pl.DataFrame | None) -> list[str]:
+    """Out-of-memory allocation failures outside library calls that nothing after them shows the
+    process survived (:mod:`nsysaudit.analysis.recovery`): named, the first three of them."""
+    if unrecovered is None or unrecovered.height == 0:
+        return []
+    shown = []
+    for api, rc, pid, tid, name, start, corr in unrecovered.head(3).select(
+        "api", "return_code", "pid", "tid", "thread_name", "start_ns", "correlation_id"
+    ).iter_rows():
+        said = names(api, rc)
+        thread = name if name is not None else "name unknown"
+        code = said["return_name"] or "unknown code"
+        shown.append(f"{said['display_api'] or 'an unknown API'} returned {rc} ({code}) on pid {pid} tid {tid} "
+                     f"({thread}) at {start:,} ns, correlation {corr}")
+    more = f"; and {unrecovered.height - 3} more" if unrecovered.height > 3 else ""
+    return [
+        f"{unrecovered.height} out-of-memory allocation failure(s) outside library calls after which their process "
+        f"made no successful allocation in the trace: {'; '.join(shown)}{more}. Nothing shows the process recovered "
+        "from them, and no traced library call encloses them to name what made them (a caching allocator's handled "
+        "failure is followed by a successful allocation of its process)"
+    ]
 
 
 def _telemetry_gap(t: LibraryFailure) -> str:
@@ -342,6 +437,15 @@ def _telemetry_gap(t: LibraryFailure) -> str:
         if t["cuda_skip_some_api_calls"]
         else ""
     )
+    failed = t.get("failed_call")
+    if failed is not None:  # NCCL's error after an out-of-memory that no library call encloses
+        said = names(failed["api"], failed["return_code"])
+        return (
+            f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}; the trace shows "
+            f"an out-of-memory before it, {said['display_api']} returned {failed['return_code']} "
+            f"({said['return_name'] or 'unknown code'}) on tid {failed['tid']} (correlation "
+            f"{failed['correlation_id']}), but no traced library call encloses it{skipped}"
+        )
     return (
         f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}, but no traced "
         f"CUDA API call shows its cause{skipped}"

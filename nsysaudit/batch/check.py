@@ -16,7 +16,8 @@ disappearance). The expectations file is TOML, one ``[[expect]]`` table per file
 
 Globs: ``*``, ``?`` and ``[...]`` within one path segment, ``**`` for any number of segments.
 Each finding table may give ``count`` (default 1) and any of ``kind``, ``api``, ``return_code``,
-``enclosing`` (the innermost enclosing library call's api); the file's findings must be exactly
+``enclosing`` (the innermost enclosing library call's api), ``library`` (its library: ``cuBLAS``,
+``cuDNN``, ``NCCL``); the file's findings must be exactly
 these (each expected finding matched by a distinct finding, none left over). Every key is checked:
 an unknown key is an error, so a typo cannot make a check pass.
 
@@ -24,7 +25,9 @@ Every (file, expectation whose glob matches it) pair is one check. An export tha
 analyzed is an error check (an ``ERROR`` line, a JUnit ``<error>``); the others are still checked.
 Two more rules keep a CI job honest: a file that no expectation matches fails ("no expectation for this file"), so a new
 fixture cannot slip in unchecked; an expectation that matches none of the files checked fails
-("matches no file"), so a renamed fixture cannot leave its expectation silently unused.
+("matches no file"), so a renamed fixture cannot leave its expectation silently unused, unless
+the check is of a subset (``only_matching``, ``--only-matching``): then it is left out. The report
+has a line per check, as the JUnit file has a testcase per check.
 
 >>> from nsysaudit.batch.check import Expectations, check
 >>> expectations = Expectations.parse('''
@@ -41,12 +44,15 @@ fixture cannot slip in unchecked; an expectation that matches none of the files 
 
 from __future__ import annotations
 
+import codecs
 import fnmatch
 import functools
 import os
+import re
 import stat
 import tomllib
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,14 +61,16 @@ from nsysaudit.analysis.stalls import RangeStalls
 from nsysaudit.batch.output import FindingRow, InputRow
 from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, AuditOutcome, audit_one, find_inputs
 from nsysaudit.batch.workers import run_local
-from nsysaudit.core.errors import BadOption, ExpectationsUnusable
+from nsysaudit.core.errors import BadOption, ExpectationsUnusable, UnusableInput
 from nsysaudit.core.files import write_atomic
+from nsysaudit.core.limits import refuse_larger
+from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
 EXPECT_KEYS = {"files", "verdict", "findings", "allow_censored", "max_failed_calls", "name", "telemetry",
                "stall_ms_max", "stall_ms_max_by_range"}
-FINDING_KEYS = {"kind", "api", "return_code", "enclosing", "count"}
+FINDING_KEYS = {"kind", "api", "return_code", "enclosing", "library", "count"}
 
 
 # --- the expectations file -----------------------------------------------------------------------------
@@ -77,6 +85,7 @@ class FindingExpectation:
     api: str | None = None
     return_code: int | None = None
     enclosing: str | None = None
+    library: str | None = None  # the enclosing call's library (cuBLAS, cuDNN, NCCL)
 
     def matches(self, row: Mapping[str, object]) -> bool:
         return all(
@@ -86,6 +95,7 @@ class FindingExpectation:
                 (self.api, "api"),
                 (self.return_code, "return_code"),
                 (self.enclosing, "enclosing_api"),
+                (self.library, "enclosing_library"),
             )
         )
 
@@ -93,7 +103,7 @@ class FindingExpectation:
         """The fields given: (name in the file, finding row column, value)."""
         given: tuple[tuple[str, str, str | int | None], ...] = (
             ("kind", "kind", self.kind), ("api", "api", self.api), ("return_code", "return_code", self.return_code),
-            ("enclosing", "enclosing_api", self.enclosing),
+            ("enclosing", "enclosing_api", self.enclosing), ("library", "enclosing_library", self.library),
         )
         return [(name, column, value) for name, column, value in given if value is not None]
 
@@ -180,7 +190,8 @@ def _unmatched(expected: Sequence[FindingExpectation], rows: Sequence[FindingRow
     left = list(rows)
     why = []
     described: set[int] = set()  # findings already named as "differs" (not repeated as unexpected)
-    specific = sorted(expected, key=lambda e: -sum(v is not None for v in (e.kind, e.api, e.return_code, e.enclosing)))
+    specific = sorted(expected, key=lambda e: -sum(v is not None for v in (e.kind, e.api, e.return_code, e.enclosing,
+                                                                            e.library)))
     for want in specific:
         hits = [r for r in left if want.matches(r)][: want.count]
         for r in hits:
@@ -219,6 +230,8 @@ class Expectations:
             raise ExpectationsUnusable(where, "not a regular file") from None
         except UnicodeDecodeError as exc:
             raise ExpectationsUnusable(where, f"not UTF-8 text (byte {exc.start})") from None
+        except UnusableInput as exc:  # larger than any expectations file
+            raise ExpectationsUnusable(where, exc.problem) from None
         except OSError as exc:
             raise ExpectationsUnusable(where, f"cannot read: {exc.strerror or exc}") from None
         return cls.parse(text, base=where.parent, source=str(where))
@@ -244,16 +257,24 @@ class Expectations:
 
 
 def _read_regular(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file; opened without blocking and checked before
-    reading, so /dev/zero (endless) or a FIFO (no writer: it would block) is refused, not read."""
+    """The bytes of ``path`` if it is a regular file of at most :data:`MAX_EXPECTATIONS_BYTES`; opened
+    without blocking and checked before reading, so /dev/zero (endless), a FIFO (no writer: it would
+    block) or a 3 GB file (a MemoryError, not one line) is refused, not read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise IsADirectoryError(path)  # not a regular file (the caller's one line says so)
+        refuse_larger(path, info.st_size, MAX_EXPECTATIONS_BYTES, "expectations file")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read()
+            data = handle.read(MAX_EXPECTATIONS_BYTES + 1)  # a file that grew meanwhile is read no further
+        refuse_larger(path, len(data), MAX_EXPECTATIONS_BYTES, "expectations file")
+        return data
     finally:
         os.close(fd)
+
+
+MAX_EXPECTATIONS_BYTES = 16 << 20  # thousands of [[expect]] tables take a few hundred kB
 
 
 def _entry(source: str, index: int, table: object, base: Path) -> Expectation:
@@ -316,7 +337,7 @@ def _finding(bad: Callable[[str], ExpectationsUnusable], n: int, raw: object) ->
         raise bad(f"finding {n}: unknown key(s) {', '.join(sorted(unknown))} (known: {known})")
     if "kind" in raw and raw["kind"] not in KIND_COLUMNS:
         raise bad(f"finding {n}: kind {raw['kind']!r} is not one of {', '.join(KIND_COLUMNS)}")
-    for key in ("kind", "api", "enclosing"):
+    for key in ("kind", "api", "enclosing", "library"):
         if key in raw and not isinstance(raw[key], str):
             raise bad(f"finding {n}: {key!r} must be a string")
     for key in ("return_code", "count"):
@@ -359,13 +380,15 @@ def _match(pat: list[str], parts: list[str]) -> bool:
 class CheckCase:
     """One (file, expectation) check; ``path`` is None for an expectation that matched no file
     and ``expectation`` None for a file no expectation matched. ``error``: the input (or its
-    telemetry) could not be analyzed at all, its one line; ``seconds``: the analysis's time."""
+    telemetry) could not be analyzed at all, its one line; ``seconds``: the analysis's time;
+    ``summary``: what the analysis checked said, ``(verdict, n finding(s))``."""
 
     path: str | None
     expectation: Expectation | None
     failures: tuple[str, ...]
     error: str | None = None
     seconds: float | None = None
+    summary: str | None = None  # "(verdict, n finding(s))" of the analysis checked
 
     @property
     def passed(self) -> bool:
@@ -379,10 +402,13 @@ class CheckCase:
 
 @dataclass(frozen=True)
 class CheckReport:
-    """Every check and the summary per file (one line each), in the order the files were given."""
+    """Every check, in the order the files were given (a file's checks in the order of its
+    expectations), then the expectations that matched no file; ``left_out``: those matching no file
+    that were left out (``only_matching``), no check at all."""
 
     cases: tuple[CheckCase, ...]
-    summaries: dict[str, str] = field(default_factory=dict)  # path -> "(verdict, n finding(s))"
+    summaries: dict[str, str] = field(default_factory=dict)  # path -> "(verdict, n finding(s))", its first check's
+    left_out: tuple[Expectation, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -394,31 +420,26 @@ class CheckReport:
         return [c for c in self.cases if c.error is not None]
 
     def lines(self) -> list[str]:
-        """One line per file (and per expectation that matched no file), then ``N passed, M failed``
-        (and ``, K unusable``)."""
+        """One line per check, as the JUnit file has one testcase per check (a file with several
+        checks names each by its expectation, as its testcase), then ``N passed, M failed`` (and
+        ``, K unusable``), counting checks; the expectations left out are said before it."""
         out: list[str] = []
-        groups: dict[str, list[CheckCase]] = {}  # a file's checks, or one expectation matching no file
-        for case in self.cases:
-            groups.setdefault(case.path if case.path is not None else case.name, []).append(case)
+        checks = Counter(c.path for c in self.cases if c.path is not None)
         passed = failed = unusable = 0
-        for key, cases in groups.items():
-            errors = list(dict.fromkeys(c.error for c in cases if c.error is not None))
-            reasons = [  # named by their expectation when several apply to the file
-                f"{c.expectation.label}: {'; '.join(c.failures)}" if c.expectation is not None and len(cases) > 1
-                else "; ".join(c.failures)
-                for c in cases
-                if c.failures
-            ]
-            if errors:
+        for case in self.cases:
+            name = case.name if case.path is None or checks[case.path] > 1 else case.path
+            if case.error is not None:
                 unusable += 1
-                errors = [e.removeprefix(f"{key}: ") for e in errors]  # the line names the file once
-                out.append(f"ERROR {key}: {'; '.join(errors)}")
-            elif reasons:
+                error = case.error.removeprefix(f"{case.path}: ") if case.path is not None else case.error
+                out.append(f"ERROR {name}: {error}")  # the line names the file once
+            elif case.failures:
                 failed += 1
-                out.append(f"FAIL {key}: {'; '.join(reasons)}")
+                out.append(f"FAIL {name}: {'; '.join(case.failures)}")
             else:
                 passed += 1
-                out.append(f"pass {key} {self.summaries.get(key, '')}".rstrip())
+                out.append(f"pass {name} {case.summary or ''}".rstrip())
+        if self.left_out:
+            out.append(f"{len(self.left_out)} expectation(s) match no file checked: left out (--only-matching)")
         out.append(f"{passed} passed, {failed} failed" + (f", {unusable} unusable" if unusable else ""))
         return out
 
@@ -458,12 +479,17 @@ def check(
     *,
     jobs: int | None = 1,
     nsys_path: str | os.PathLike[str] | None = None,
+    only_matching: bool = False,
+    progress: Progress | None = None,
 ) -> CheckReport:
     """Analyze every input (folders searched as by ``batch``) and check it against ``expectations``.
 
     An input that cannot be analyzed (or whose telemetry cannot be read) is an ``error`` check with
     its one line; the others are still checked. An expectation with ``telemetry`` checks the
-    analysis of its files with that telemetry (one more analysis of each file). Raises
+    analysis of its files with that telemetry (one more analysis of each file). An expectation that
+    matches none of the files fails, unless ``only_matching``: then it is left out (a subset of the
+    files checked against the expectations of them all); a file no expectation matches fails either
+    way. ``progress`` hears one step, an advance per analysis. Raises
     :class:`~nsysaudit.core.errors.BadOption` when no input was found.
     """
     given = list(paths)
@@ -480,12 +506,8 @@ def check(
     options = AuditOptions(nsys_path=None if nsys_path is None else os.fspath(nsys_path))
     applying = {path: [e for e in expectations.entries if e.applies_to(path)] for path in inputs}
     plain = [p for p in inputs if not applying[p] or any(e.telemetry is None for e in applying[p])]
-    outcomes: dict[tuple[str, Path | None], AuditOutcome] = {}
-    for outcome in run_local(functools.partial(audit_one, options=options), plain, jobs or 1):  # in order for 1 job
-        outcomes[(outcome["input"]["path"], None)] = outcome
-    for path in inputs:
-        for telemetry in dict.fromkeys(e.telemetry for e in applying[path] if e.telemetry is not None):
-            outcomes[(path, telemetry)] = audit_one(path, options, telemetry=os.fspath(telemetry))
+    with_telemetry = [(p, t) for p in inputs for t in dict.fromkeys(e.telemetry for e in applying[p] if e.telemetry)]
+    outcomes = _analyses(plain, with_telemetry, options, jobs or 1, progress)
     cases: list[CheckCase] = []
     matched: set[int] = set()
     summaries: dict[str, str] = {}
@@ -501,14 +523,44 @@ def check(
             if row.get("error"):
                 cases.append(CheckCase(path, e, (), row["error"], outcome["seconds"]))
                 continue
-            summaries.setdefault(path, f"({row['verdict']}, {row['findings']} finding(s))")
-            failures = e.failures(row, outcome["findings"], outcome.get("stall_ranges", []),
-                                  outcome.get("stall_ranges_total", 0))
-            cases.append(CheckCase(path, e, tuple(failures), None, outcome["seconds"]))
-    for e in expectations.entries:
-        if e.index not in matched:
-            cases.append(CheckCase(None, e, (f"matches no file (relative to {e.base})",)))
+            summary = f"({row['verdict']}, {row['findings']} finding(s))"
+            summaries.setdefault(path, summary)
+            failures = tuple(e.failures(row, outcome["findings"], outcome.get("stall_ranges", []),
+                                        outcome.get("stall_ranges_total", 0)))
+            cases.append(CheckCase(path, e, failures, None, outcome["seconds"], summary))
+    unmatched = tuple(e for e in expectations.entries if e.index not in matched)
+    if only_matching:
+        return CheckReport(tuple(cases), summaries, unmatched)
+    cases += [CheckCase(None, e, (f"matches no file (relative to {e.base})",)) for e in unmatched]
     return CheckReport(tuple(cases), summaries)
+
+
+def _analyses(
+    plain: list[str],
+    with_telemetry: list[tuple[str, Path]],
+    options: AuditOptions,
+    jobs: int,
+    progress: Progress | None,
+) -> dict[tuple[str, Path | None], AuditOutcome]:
+    """Each file's analysis without telemetry (``plain``, on ``jobs`` workers) and with each telemetry
+    its expectations name, by (path, telemetry); ``progress`` advances as each finishes."""
+    outcomes: dict[tuple[str, Path | None], AuditOutcome] = {}
+    total = len(plain) + len(with_telemetry)
+    if progress is not None:
+        progress.start(f"checking: {total} analysis(es)", total)
+    try:
+        for outcome in run_local(functools.partial(audit_one, options=options), plain, jobs):  # in order for 1 job
+            outcomes[(outcome["input"]["path"], None)] = outcome
+            if progress is not None:
+                progress.advance(1)
+        for path, telemetry in with_telemetry:
+            outcomes[(path, telemetry)] = audit_one(path, options, telemetry=os.fspath(telemetry))
+            if progress is not None:
+                progress.advance(1)
+    finally:
+        if progress is not None:
+            progress.finish()
+    return outcomes
 
 
 def check_exports(
@@ -518,6 +570,8 @@ def check_exports(
     junit: str | os.PathLike[str] | None = None,
     jobs: int | None = 1,
     nsys_path: str | os.PathLike[str] | None = None,
+    only_matching: bool = False,
+    progress: Progress | None = None,
 ) -> CheckReport:
     """``nsysaudit check``: load ``expectations`` (a TOML file, or :class:`Expectations`), refuse an
     unusable ``junit`` target before any analysis, :func:`check` every input, write the JUnit XML."""
@@ -525,20 +579,37 @@ def check_exports(
         expectations = Expectations.load(expectations)
     if junit is not None:
         check_writable(junit)
-    report = check(paths, expectations, jobs=jobs, nsys_path=nsys_path)
+    report = check(paths, expectations, jobs=jobs, nsys_path=nsys_path, only_matching=only_matching,
+                   progress=progress)
     if junit is not None:
         write_junit(report, junit)
     return report
 
 
+JUNIT_ROOTS = ("testsuites", "testsuite")
+_PROLOG = re.compile(  # what may stand before the root element: space, the declaration, PIs, comments, a doctype
+    rb"(?:\s+|<\?.*?\?>|<!--.*?-->|<!DOCTYPE(?:[^\[>]|\[[^\]]*\])*>)*", re.DOTALL
+)  # each part can match only one way: linear time on any 64 KiB
+_ROOT = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?([A-Za-z_][\w.-]*)[\s/>]")
+
+
 def _is_junit(path: Path) -> bool:
-    """Whether ``path`` looks like a JUnit file (one this command may replace)."""
+    """Whether ``path`` is a JUnit file (one this command may replace): its root element is
+    ``<testsuites>`` or ``<testsuite>``, whatever precedes it (an XML declaration or none, comments,
+    processing instructions, a doctype, a byte order mark), as the tools that write JUnit files make
+    them. Read from its first 64 KiB, never parsed further (no entity is expanded)."""
     try:
         with path.open("rb") as f:
-            head = f.read(4096)
+            head = f.read(65536)
     except OSError:
         return False
-    return head.startswith(b"<?xml") and b"<testsuites" in head
+    for bom, codec in ((codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be")):
+        if head.startswith(bom):  # a UTF-16 file (rare): its text, as UTF-8
+            head = head[len(bom):].decode(codec, "replace").encode()
+    head = head.removeprefix(codecs.BOM_UTF8)
+    prolog = _PROLOG.match(head)
+    root = _ROOT.match(head, prolog.end() if prolog else 0)
+    return root is not None and root.group(1).decode("ascii", "replace") in JUNIT_ROOTS
 
 
 def check_writable(path: str | os.PathLike[str]) -> None:

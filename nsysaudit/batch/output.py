@@ -3,13 +3,22 @@ input, and the resumption of an earlier batch from those parts.
 
 The parts are ``parts/<sha256>.findings.parquet`` then ``parts/<sha256>.input.parquet`` (the mark
 that the input is done), each written to a temporary name and renamed, beside ``parts/batch.json``
-(the options they were made with); the combined tables are written last, the same way. Nothing
-else may be in a batch's folders: a batch refuses to write where another program did.
+(the batch: the options and the PATHs given, which the parts were made for); the combined tables are
+written last, the same way. Nothing else may be in a batch's folders: a batch refuses to write where
+another program did.
+
+Each part carries, in its Parquet metadata, the batch it belongs to (the SHA-256 of ``batch.json``)
+and the digests of its rows (the input part: of its row and of the findings part's bytes): a rerun
+resumes only a part its own batch wrote, unchanged; a batch of other PATHs or options into the same
+``--out`` is refused before it writes (and, when two run at once, the one whose record was replaced
+writes no tables): their tables would replace each other's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import os
 import re
@@ -25,11 +34,13 @@ from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.batch import ranks as by_rank
 from nsysaudit.core.errors import BadOption, BatchOutputNotWritable
 from nsysaudit.core.files import write_atomic, write_with
+from nsysaudit.core.limits import read_at_most
 from nsysaudit.core.paths import storable
 from nsysaudit.core.shapes import Schema
 from nsysaudit.reports.documents import CoverageState, InputKind
 
-BATCH_FORMAT = 1
+BATCH_FORMAT = 2  # 2: the PATHs given in batch.json, the batch and the digests in each part's metadata
+PART_BATCH, PART_ROW, PART_FINDINGS = "nsysaudit.batch", "nsysaudit.row_sha256", "nsysaudit.findings_sha256"
 
 INPUT_SCHEMA: Schema = {
     "path": pl.String,
@@ -51,6 +62,7 @@ INPUT_SCHEMA: Schema = {
     "straddling_alloc_failures": pl.Int64,
     "nested_call_failures": pl.Int64,
     "captured_event_wait_failures": pl.Int64,
+    "library": pl.String,
     "warnings": pl.Int64,
     "error": pl.String,
     "status": pl.String,
@@ -116,6 +128,7 @@ class StoredInput(TypedDict):
     straddling_alloc_failures: NotRequired[int]
     nested_call_failures: NotRequired[int]
     captured_event_wait_failures: NotRequired[int]
+    library: NotRequired[str | None]
     warnings: NotRequired[int]
     error: NotRequired[str | None]
     devices: NotRequired[int]
@@ -186,6 +199,28 @@ class BatchOptions(TypedDict):
     max_pairs: int | None
 
 
+class BatchRecord(TypedDict):
+    """``parts/batch.json``: what the parts were made for (the options, the PATHs given, absolute)."""
+
+    format: int
+    options: BatchOptions
+    inputs: list[str]
+
+
+def batch_record(options: BatchOptions, given: Sequence[str]) -> BatchRecord:
+    """The record of a batch of the PATHs ``given`` (absolute, each once, sorted) with ``options``."""
+    return {"format": BATCH_FORMAT, "options": options, "inputs": sorted({os.path.abspath(p) for p in given})}
+
+
+def _record_bytes(record: BatchRecord | object) -> bytes:
+    return json.dumps(record, sort_keys=True).encode()
+
+
+def _row_digest(row: Mapping[str, object]) -> str:
+    """The SHA-256 of a stored input row (its values as JSON, keys sorted)."""
+    return hashlib.sha256(json.dumps(dict(row), sort_keys=True, default=str).encode()).hexdigest()
+
+
 def table(rows: Sequence[Mapping[str, object]], schema: Schema) -> pl.DataFrame:
     """Rows as a frame of ``schema`` (a key a row lacks is null)."""
     # A path found in a folder, and the error that names it, may hold bytes that are not UTF-8.
@@ -205,6 +240,7 @@ class Prepared:
 
     done: frozenset[str] = frozenset()
     created: tuple[Path, ...] = ()
+    batch: str = ""  # the SHA-256 of the batch's record (parts/batch.json): what its parts carry
 
 
 @dataclass(frozen=True)
@@ -238,28 +274,32 @@ class BatchOutput:
         return self.parts / "batch.json"
 
     def refuse_evidence(self, inputs: Sequence[str]) -> None:
-        """Refuse an output that would be written beside the evidence (nothing is written yet).
+        """Refuse an output that would be written beside or inside the evidence (nothing is written yet).
 
         ``inputs``: the paths given and the inputs found in them. A folder ``out`` that is, or holds
-        at any depth, one of them (``batch ev --out ev``, ``--out .`` in the inputs' folder); a
-        ``FILE.parquet`` / ``FILE.csv`` in the folder of an input file (the tables, their parts
-        folder and temporary files would lie beside it). Paths are compared resolved.
+        at any depth, one of them (``batch ev --out ev``, ``--out .`` in the inputs' folder); any
+        output (a folder, or ``FILE.parquet`` / ``FILE.csv``: the tables, their parts folder and
+        temporary files) that lies in the folder of an input file or inside a folder given as a PATH,
+        at any depth (``batch ev --out ev/sub`` as ``--out ev/audit.csv``). Paths are compared resolved.
         """
         given = [(p, os.path.realpath(p)) for p in dict.fromkeys(inputs) if os.path.lexists(p)]
+        where = os.path.realpath(self.inputs.parent)  # the folder the batch writes into
         if self.folder_form:
-            root = os.path.realpath(self.inputs.parent)
-            held = next((p for p, real in given if _within(real, root)), None)
+            held = next((p for p, real in given if _within(real, where)), None)
             if held is not None:
                 raise BatchOutputNotWritable(
                     self.inputs.parent, f"it holds the input {held}: a batch never writes beside its evidence"
                 )
-            return
-        folder = os.path.realpath(self.inputs.parent)
-        beside = next((p for p, real in given if not os.path.isdir(real) and os.path.dirname(real) == folder), None)
-        if beside is not None:
-            raise BatchOutputNotWritable(
-                self.inputs, f"its folder holds the input {beside}: a batch never writes beside its evidence"
-            )
+        named = self.inputs.parent if self.folder_form else self.inputs
+        for p, real in given:
+            folder = os.path.isdir(real)
+            evidence = real if folder else os.path.dirname(real)
+            if not _within(where, evidence):
+                continue
+            what = (f"it lies inside {p}, a folder given as input" if folder
+                    else f"its folder holds the input {p}" if where == evidence
+                    else f"it lies inside {evidence}, the folder of the input {p}")
+            raise BatchOutputNotWritable(named, f"{what}: a batch never writes beside its evidence")
 
     def _refuse_foreign(self) -> None:
         """Refuse an output folder (or parts folder) that holds anything a batch does not write."""
@@ -277,28 +317,28 @@ class BatchOutput:
                     f"holds files or folders no nsysaudit batch wrote ({shown}): choose an empty or new --out",
                 )
 
-    def prepare(self, options: BatchOptions) -> Prepared:
-        """Create the parts folder (or check it belongs to a batch with the same ``options``, what
-        changes the rows); return the SHA-256s already done and the folders created. Refuses to
-        write over files another program made, and into a folder holding anything a batch does not
-        write. :meth:`abandon` removes what this call created, when the batch stops before any part."""
-        wanted = {"format": BATCH_FORMAT, "options": options}
+    def prepare(self, options: BatchOptions, given: Sequence[str] = ()) -> Prepared:
+        """Create the parts folder (or check it belongs to this batch: the same ``options``, what
+        changes the rows, and the same PATHs ``given``, whose tables it writes); return the SHA-256s
+        already done and the folders created. Refuses to write over files another program made, and
+        into a folder holding anything a batch does not write. :meth:`abandon` removes what this call
+        created, when the batch stops before any part."""
+        wanted = batch_record(options, given)
+        batch = hashlib.sha256(_record_bytes(wanted)).hexdigest()
         created: tuple[Path, ...] = ()
         try:
             self._refuse_foreign()
             if self.record.is_file():
-                try:
-                    recorded = json.loads(self.record.read_text(encoding="utf-8"))
-                except (ValueError, UnicodeDecodeError, RecursionError):
-                    raise BatchOutputNotWritable(self.record, "not a batch record (unreadable JSON)") from None
+                recorded = self._recorded()
                 if recorded != wanted:
                     raise BadOption(
-                        f"{self.parts}: its parts were made with other options ({json.dumps(recorded)}), not "
-                        f"{json.dumps(wanted)}; choose another --out or delete it (nothing was written)"
+                        f"{self.parts}: its parts were made for another batch ({_differs(recorded, wanted)}); a "
+                        "batch writes the tables of its own inputs, so the two would replace each other's: choose "
+                        "another --out or delete it (nothing was written)"
                     )
                 return Prepared(frozenset(
                     p.name[: -len(".input.parquet")] for p in self.parts.glob("*.input.parquet")
-                ))
+                ), batch=batch)
             for existing in (self.inputs, self.findings, self.parts):
                 if existing.exists() or existing.is_symlink():
                     raise BatchOutputNotWritable(
@@ -307,12 +347,33 @@ class BatchOutput:
             missing = tuple(p for p in (self.parts, *self.parts.parents) if not p.exists())
             self.parts.mkdir(parents=True)
             created = missing
-            write_atomic(self.record, json.dumps(wanted, sort_keys=True).encode())
+            write_atomic(self.record, _record_bytes(wanted))
         except OSError as exc:
             self.abandon(created)
             where = exc.filename if exc.filename is not None else self.parts
             raise BatchOutputNotWritable(where, exc.strerror or str(exc)) from None
-        return Prepared(frozenset(), created)
+        return Prepared(frozenset(), created, batch)
+
+    def _recorded(self) -> object:
+        try:
+            return json.loads(read_at_most(self.record).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raise BatchOutputNotWritable(self.record, "not a batch record (unreadable JSON)") from None
+        except OSError as exc:
+            raise BatchOutputNotWritable(self.record, exc.strerror or str(exc)) from None
+
+    def still_ours(self, batch: str) -> None:
+        """Before the tables: refuse when another batch's record replaced this one's meanwhile (two
+        batches of other PATHs run into one ``--out`` at once): its tables would replace ours."""
+        try:
+            now = hashlib.sha256(self.record.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise BatchOutputNotWritable(self.record, exc.strerror or str(exc), kept=True) from None
+        if now != batch:
+            raise BatchOutputNotWritable(
+                self.record, "another batch (other inputs or options) took this --out over while this one ran: "
+                "the tables of the two would replace each other's", kept=True,
+            )
 
     def abandon(self, created: Sequence[Path]) -> None:
         """Remove the folders :meth:`prepare` ``created`` (and its record), if nothing else is in them."""
@@ -322,38 +383,57 @@ class BatchOutput:
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
-    def save_part(self, row: InputRow, findings: Sequence[FindingRow]) -> None:
-        """Findings part, then the input part (the mark that the input is done), each atomically."""
+    def save_part(self, row: InputRow, findings: Sequence[FindingRow], batch: str) -> None:
+        """Findings part, then the input part (the mark that the input is done), each atomically, each
+        carrying ``batch`` (its record's SHA-256) and the input part the digests of its row and of the
+        findings part's bytes."""
         sha = row["sha256"]
-        _write_frame(findings_frame(findings), self.parts / f"{sha}.findings.parquet", "parquet")
-        stored = {k: v for k, v in row.items() if k not in ("path", "status")}
-        _write_frame(table([stored], INPUT_SCHEMA), self.parts / f"{sha}.input.parquet", "parquet")
+        found = _parquet(findings_frame(findings), {PART_BATCH: batch})
+        _write_bytes(found, self.parts / f"{sha}.findings.parquet")
+        stored = table([{k: v for k, v in row.items() if k not in ("path", "status")}], INPUT_SCHEMA)
+        digests = {PART_BATCH: batch, PART_ROW: _row_digest(stored.row(0, named=True)),
+                   PART_FINDINGS: hashlib.sha256(found).hexdigest()}
+        _write_bytes(_parquet(stored, digests), self.parts / f"{sha}.input.parquet")
 
-    def load_part(self, sha: str) -> tuple[StoredInput, pl.DataFrame]:
+    def load_part(self, sha: str, batch: str) -> tuple[StoredInput, pl.DataFrame]:
         """The input row (without path and status) and findings of a finished part.
 
-        The parts are trusted, but held to what :meth:`save_part` writes: one input row of
-        :data:`INPUT_SCHEMA` carrying ``sha`` and findings of :data:`FINDING_SCHEMA` carrying it
-        (a part of another schema would be a row of nulls, resumed as if analyzed)."""
+        The parts are held to what :meth:`save_part` writes: one input row of :data:`INPUT_SCHEMA`
+        carrying ``sha`` and findings of :data:`FINDING_SCHEMA` carrying it (a part of another schema
+        would be a row of nulls, resumed as if analyzed), written by this batch (``batch``) and
+        unchanged since (its digests): a part rewritten, or written by another batch, is refused."""
         inputs, found = self.parts / f"{sha}.input.parquet", self.parts / f"{sha}.findings.parquet"
         try:
             part = pl.read_parquet(inputs)
-            findings = pl.read_parquet(found)
+            findings_bytes = found.read_bytes()
+            findings = pl.read_parquet(io.BytesIO(findings_bytes))
+            meta = pl.read_parquet_metadata(inputs)
         except (OSError, pl.exceptions.PolarsError) as exc:
             raise BatchOutputNotWritable(
-                self.parts / sha, f"a part of the earlier batch cannot be read ({exc})"
+                self.parts / sha, f"a part of the earlier batch cannot be read ({exc})", kept=True
             ) from None
         for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, FINDING_SCHEMA)):
             if dict(frame.schema) != schema:
                 raise BatchOutputNotWritable(
                     path, f"not a part this nsysaudit writes (its columns are not {path.name.split('.')[1]} "
-                    "rows of this version); delete --out to start over"
+                    "rows of this version); delete --out to start over", kept=True,
                 )
         shas = findings["input_sha256"].unique().to_list()
         if part.height != 1 or part["sha256"][0] != sha or shas not in ([], [sha]):
             raise BatchOutputNotWritable(
                 self.parts / sha, "a part whose rows are not those of the input its name gives (SHA-256); delete "
-                "--out to start over"
+                "--out to start over", kept=True,
+            )
+        if meta.get(PART_BATCH) != batch:
+            raise BatchOutputNotWritable(
+                inputs, "a part this batch did not write (another batch's, or one without its record): not resumed; "
+                "delete --out to start over", kept=True,
+            )
+        if (meta.get(PART_ROW) != _row_digest(part.row(0, named=True))
+                or meta.get(PART_FINDINGS) != hashlib.sha256(findings_bytes).hexdigest()):
+            raise BatchOutputNotWritable(
+                self.parts / sha, "a part changed since this batch wrote it (its rows are not the digests it carries): "
+                "not resumed; delete --out to start over", kept=True,
             )
         # A parse boundary, checked: the part has INPUT_SCHEMA's columns (above) and save_part wrote it
         # from an analyzed InputRow (less path and status), so its row holds a StoredInput's values.
@@ -378,6 +458,39 @@ _PART_NAME = re.compile("|".join(["batch\\.json", "[0-9a-f]{64}\\.(input|finding
 def _within(path: str, folder: str) -> bool:
     """Whether resolved ``path`` is ``folder`` or lies under it."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _differs(recorded: object, wanted: BatchRecord) -> str:
+    """What differs between a batch's record and another batch's, in words."""
+    if not isinstance(recorded, dict) or recorded.get("format") != wanted["format"]:
+        return f"a record of another format: {json.dumps(recorded)[:200]}"
+    said = []
+    if recorded.get("options") != wanted["options"]:
+        said.append(f"other options, {json.dumps(recorded.get('options'))}, not {json.dumps(wanted['options'])}")
+    if recorded.get("inputs") != wanted["inputs"]:
+        theirs = recorded.get("inputs")
+        shown = "?"
+        if isinstance(theirs, list):
+            shown = ", ".join(map(str, theirs[:3])) + (" ..." if len(theirs) > 3 else "")
+        said.append(f"other PATHs ({shown})")
+    return "; ".join(said) or "another record"
+
+
+def _parquet(frame: pl.DataFrame, metadata: dict[str, str]) -> bytes:
+    """``frame`` as Parquet bytes with ``metadata`` (key-value pairs of the file)."""
+    buffer = io.BytesIO()
+    try:
+        frame.write_parquet(buffer, metadata=metadata)
+    except pl.exceptions.PolarsError as exc:
+        raise BatchOutputNotWritable("parquet", str(exc)) from None
+    return buffer.getvalue()
+
+
+def _write_bytes(data: bytes, target: Path) -> None:
+    try:
+        write_atomic(target, data)
+    except OSError as exc:
+        raise BatchOutputNotWritable(target, exc.strerror or str(exc)) from None
 
 
 def _write_frame(frame: pl.DataFrame, target: Path, fmt: str) -> None:

@@ -69,7 +69,7 @@ from nsysaudit.batch.workers import (
     WORKER_DIED as WORKER_DIED,
 )
 from nsysaudit.core.digests import sha256_file
-from nsysaudit.core.errors import BadOption, NsysAuditError, UnusableInput
+from nsysaudit.core.errors import BadOption, BatchOutputNotWritable, NsysAuditError, UnusableInput
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
@@ -207,6 +207,9 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "straddling_alloc_failures": kinds.count("straddling_alloc_failure"),
         "nested_call_failures": kinds.count("nested_call_failure"),
         "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
+        # The libraries whose calls enclose the findings (cuBLAS, NCCL ...): null where none does.
+        "library": ", ".join(sorted({lib for f in findings if f["enclosing"] is not None
+                                     and (lib := f["enclosing"]["library"]) is not None})) or None,
         # by_rank.INPUT_COLUMNS, in its order
         "devices": ranks["devices"],
         "devices_used": ranks["devices_used"],
@@ -363,18 +366,26 @@ def run_batch(
     output = BatchOutput.at(out) if out is not None else None
     if output is not None:
         output.refuse_evidence([*inputs, *given])
-    prepared = output.prepare(options.recorded()) if output is not None else Prepared()
+    prepared = output.prepare(options.recorded(), given) if output is not None else Prepared()
     # The engines get absolute paths (a dask worker, or a worker started in another folder, resolves a
     # relative one against its own); the tables keep the paths as given.
     absolute = {p: os.path.abspath(p) for p in inputs}
     work = list(dict.fromkeys(absolute.values()))
-    outcomes = _outcomes(engine, work, jobs or default_jobs(), scheduler, options, prepared.done)
-    given_as = {a: p for p, a in reversed(absolute.items())}  # each file under the first name it was given
-    collected = _collect(outcomes, len(inputs), given_as, engine, output, prepared, progress, on_row)
-    inputs_table = table([{**collected.rows[absolute[p]], "path": p} for p in inputs], INPUT_SCHEMA)
-    findings = collected.findings
-    found = pl.concat([findings[s] for s in sorted(findings)]) if findings else pl.DataFrame(schema=FINDING_SCHEMA)
-    written = output.write_tables(inputs_table, found) if output is not None else []
+    try:
+        outcomes = _outcomes(engine, work, jobs or default_jobs(), scheduler, options, prepared.done)
+        given_as = {a: p for p, a in reversed(absolute.items())}  # each file under the first name it was given
+        collected = _collect(outcomes, len(inputs), given_as, engine, output, prepared, progress, on_row)
+        inputs_table = table([{**collected.rows[absolute[p]], "path": p} for p in inputs], INPUT_SCHEMA)
+        findings = collected.findings
+        found = pl.concat([findings[s] for s in sorted(findings)]) if findings else pl.DataFrame(schema=FINDING_SCHEMA)
+        if output is not None:
+            output.still_ours(prepared.batch)
+        written = output.write_tables(inputs_table, found) if output is not None else []
+    except BatchOutputNotWritable as exc:
+        # A full disk after some parts: they are kept (a rerun resumes them), and the line says so.
+        if output is not None and not exc.kept and any(output.parts.glob("*.input.parquet")):
+            raise BatchOutputNotWritable(exc.path, exc.problem, kept=True) from None
+        raise
     return BatchResult(inputs_table, found, written)
 
 
@@ -430,11 +441,11 @@ def _collect(
             row = _as_given(outcome["input"], given_as.get(where, where), engine)
             sha = row["sha256"]  # None only in the row of an input that could not be read: no part, no findings
             if sha is not None and row["status"] == "resumed" and output is not None:
-                stored, findings[sha] = output.load_part(sha)
+                stored, findings[sha] = output.load_part(sha, prepared.batch)
                 row = {**stored, "path": row["path"], "status": "resumed"}
             elif sha is not None and row["status"] == "analyzed":
                 if output is not None:
-                    output.save_part(row, outcome["findings"])
+                    output.save_part(row, outcome["findings"], prepared.batch)
                 findings[sha] = findings_frame(outcome["findings"])
             rows[where] = row
             if on_row is not None:

@@ -22,6 +22,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -175,13 +176,20 @@ def run_dask(
         raise EngineUnavailable(
             "the dask engine needs dask.distributed: pip install 'nsysaudit[fleet]'"
         ) from None
-    with contextlib.ExitStack() as stack:
+    # SIGTERM raises Terminated while dask runs: the client and the cluster are closed on the way
+    # out (its workers stopped quietly), and the CLI says so in one line; ended outright, the driver
+    # left its cluster's processes to print distributed's tracebacks and leaked semaphores.
+    with signal_raises(signal.SIGTERM, Terminated), contextlib.ExitStack() as stack:
         if scheduler is not None:
             try:
                 client = stack.enter_context(distributed.Client(scheduler, timeout=timeout))
             except (OSError, TimeoutError, ValueError) as exc:
                 raise EngineUnavailable(f"dask scheduler {scheduler}: cannot connect ({exc})") from None
         else:
+            # Its scheduler's HTTP server takes another port where 8787 is taken, and warns about it on
+            # stderr ("Port 8787 is already in use"): not the batch's business, and no second line.
+            stack.enter_context(warnings.catch_warnings())
+            warnings.filterwarnings("ignore", message=r"Port \d+ is already in use", category=UserWarning)
             cluster = stack.enter_context(
                 distributed.LocalCluster(
                     n_workers=jobs,

@@ -237,7 +237,7 @@ CU_RESULT: dict[int, str] = {
     999: "CUDA_ERROR_UNKNOWN",
 }
 
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
+_VERSION_SUFFIX = re.compile(r"_v[0-9]+\Z")
 
 # Allocation entry points of the CUDA runtime and driver APIs. A failed call to one of these has
 # no CUDA_GPU_MEMORY_USAGE_EVENTS row, so its requested size is unknown to the export.
@@ -317,6 +317,24 @@ def is_allocation_api(api: str) -> bool:
     return display_name(api).startswith(_ALLOC_PREFIXES)
 
 
+# Calls that only allocate on the way to their own job: a CUDA_ERROR_OUT_OF_MEMORY from mapping a
+# physical allocation is an allocation failure (NCCL's ncclCuMemAlloc: cuMemCreate, cuMemMap, cuMemSetAccess).
+_ALLOCATING_ON_OOM = frozenset({"cuMemMap"})
+
+
+@lru_cache(maxsize=65536)
+def is_allocation_failure(api: str, code: int | None) -> bool:
+    """Whether ``api`` returning ``code`` is a failed allocation: an allocation call (:func:`is_allocation_api`)
+    that failed, or ``cuMemMap`` returning CUDA_ERROR_OUT_OF_MEMORY.
+
+    >>> [is_allocation_failure(api, code) for api, code in (("cuMemCreate", 2), ("cuMemMap", 2), ("cuMemMap", 1))]
+    [True, True, False]
+    """
+    if code is None or code == 0:
+        return False
+    return is_allocation_api(api) or (display_name(api) in _ALLOCATING_ON_OOM and is_out_of_memory(api, code))
+
+
 @lru_cache(maxsize=65536)
 def return_name(api: str, code: int) -> str | None:
     """The symbolic name of ``code`` as returned by ``api``; None when the code is not known.
@@ -338,15 +356,15 @@ ReturnClass = Literal["failure", "reports_earlier_error", "not_ready_poll"]
 # failure of their own (cudaGetLastError returns, and clears, the last error of the thread).
 _ERROR_REPORTING = frozenset({"cudaGetLastError", "cudaPeekAtLastError"})
 # Query calls poll for completion: 600 (cudaErrorNotReady / CUDA_ERROR_NOT_READY) means "not yet".
-_QUERY = re.compile(r"^cu(da)?(Stream|Event)Query(_ptsz)?$")
+_QUERY = re.compile(r"\Acu(da)?(Stream|Event)Query(_ptsz)?\Z")
 NOT_READY = 600
 # Codes that mean "out of memory": cudaErrorMemoryAllocation (runtime), CUDA_ERROR_OUT_OF_MEMORY (driver).
 _OUT_OF_MEMORY = {"runtime": frozenset({2}), "driver": frozenset({2})}
 
-_CAPTURE_BEGIN = re.compile(r"^cu(da)?StreamBeginCapture(ToGraph)?(_v2)?(_ptsz)?$")
-_CAPTURE_END = re.compile(r"^cu(da)?StreamEndCapture(_ptsz)?$")
-_EVENT_RECORD = re.compile(r"^cu(da)?EventRecord(WithFlags)?(_ptsz)?$")
-_STREAM_WAIT = re.compile(r"^cu(da)?StreamWaitEvent(_ptsz)?$")
+_CAPTURE_BEGIN = re.compile(r"\Acu(da)?StreamBeginCapture(ToGraph)?(_v2)?(_ptsz)?\Z")
+_CAPTURE_END = re.compile(r"\Acu(da)?StreamEndCapture(_ptsz)?\Z")
+_EVENT_RECORD = re.compile(r"\Acu(da)?EventRecord(WithFlags)?(_ptsz)?\Z")
+_STREAM_WAIT = re.compile(r"\Acu(da)?StreamWaitEvent(_ptsz)?\Z")
 
 
 @lru_cache(maxsize=65536)

@@ -135,11 +135,15 @@ class ExpectationsUnusable(NsysAuditError):
 
 
 class BatchOutputNotWritable(BadOption):
-    """The batch output cannot be written where it was asked for (exit 2, nothing written)."""
+    """The batch output cannot be written where it was asked for (exit 2). ``kept``: parts of finished
+    inputs were written before (they stay, for a rerun); else nothing was written."""
 
-    def __init__(self, path: object, problem: str) -> None:
-        super().__init__(f"{path}: cannot write the batch output here: {problem} (nothing was written)")
+    def __init__(self, path: object, problem: str, *, kept: bool = False) -> None:
+        what = "the parts finished are kept, the tables were not written" if kept else "nothing was written"
+        super().__init__(f"{path}: cannot write the batch output here: {problem} ({what})")
         self.path = str(path)
+        self.problem = problem
+        self.kept = kept
 
 
 class EngineUnavailable(NsysAuditError):

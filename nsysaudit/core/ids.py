@@ -44,6 +44,17 @@ def vm_sql(column: str) -> str:
     return f"{column} / {_VM}"
 
 
+def gpid_sql(column: str) -> str:
+    """SQL for the globalPid part of a serialized globalTid column (TID bits cleared), as :func:`global_pid`
+    reads it."""
+    return f"({column} - {column} % {_ID})"
+
+
+def thread_ids_of(gpid: int) -> tuple[int, int]:
+    """``[lo, hi)``: the globalTids of process ``gpid``'s threads (its globalPid plus any TID bits)."""
+    return gpid, gpid + _ID
+
+
 def pid_bits(g: int) -> int:
     """PID bits of one globalTid/globalPid, as :func:`decode_pid` reads them: ``(g >> 24) & 0xFFFFFF``."""
     return (g >> 24) & 0xFFFFFF

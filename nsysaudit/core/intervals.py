@@ -11,15 +11,18 @@ import polars as pl
 WINDOW_SCHEMA = {"gtid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64}
 
 
-def closed_library_calls(library_calls: pl.DataFrame) -> pl.DataFrame:
-    """The library calls the joins can use: on a known thread, with a start and an end, end >= start.
+def closed_library_calls(library_calls: pl.DataFrame, stop_ns: int | None = None) -> pl.DataFrame:
+    """The library calls the joins can use: on a known thread, with a start and an end, end >= start,
+    and (where the capture's stop ``stop_ns`` is known) an end at or before it.
 
-    The others (no end, no start, reversed, no thread) contain nothing that can be checked; they
-    are censored (see :mod:`nsysaudit.analysis.coverage`), never joined.
+    The others (no end, no start, reversed, no thread, an end after the capture stopped: nsys clamps
+    ranges still open to the stop, so such an end is damage) contain nothing that can be checked;
+    they are censored (see :mod:`nsysaudit.analysis.coverage`), never joined.
     """
-    return library_calls.filter(
-        pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
-    )
+    closed = pl.col("gtid").is_not_null() & pl.col("end_ns").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
+    if stop_ns is not None:
+        closed = closed & (pl.col("end_ns") <= stop_ns)
+    return library_calls.filter(closed)
 
 
 def union_windows(closed: pl.DataFrame) -> pl.DataFrame:

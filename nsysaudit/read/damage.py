@@ -42,6 +42,7 @@ EVIDENCE_TABLES = (
     "CUPTI_ACTIVITY_KIND_RUNTIME",
     "StringIds",
     "NVTX_EVENTS",
+    "NVTX_PAYLOAD_SCHEMA_ENTRIES",  # NCCL's payload schemas name its NVTX domain (read/nccl.py)
     "CUDA_GPU_MEMORY_USAGE_EVENTS",
     "CUDA_GPU_MEMORY_POOL_EVENTS",
     "CUBLAS_EVENTS",

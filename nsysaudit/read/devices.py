@@ -34,10 +34,12 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import vm_sql
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.memory import FrameBuilder, MemoryEvidence
 from nsysaudit.read.source import ExportFile, Table, quote
+from nsysaudit.read.unique import disagreement, one_per_key
 
 GPU_SCHEMA: Schema = {
     "vm": pl.Int64,
@@ -52,7 +54,7 @@ CUDA_DEVICE_SCHEMA: Schema = {"pid": pl.Int64, "device_id": pl.Int64, "cuda_devi
 CONTEXT_SCHEMA: Schema = {"vm": pl.Int64, "pid": pl.Int64, "device_id": pl.Int64, "context_id": pl.Int64}
 MEMORY_USE_SCHEMA: Schema = {"gpid": pl.Int64, "device_id": pl.Int64, "events": pl.Int64}
 
-_PROCESS_KEY = re.compile(r"^PROCESS_(\d+):(COMMAND|PID|ENVIRONMENT_VARIABLE|ARGUMENT_(\d+))$")
+_PROCESS_KEY = re.compile(r"\APROCESS_([0-9]+):(COMMAND|PID|ENVIRONMENT_VARIABLE|ARGUMENT_([0-9]+))\Z")
 
 
 @dataclass(frozen=True)
@@ -70,13 +72,20 @@ class Launch:
     environment_rows: int
     pid: int | None
 
+    def values(self, name: str) -> tuple[str, ...]:
+        """The distinct values the rows naming environment variable ``name`` give it, in row order."""
+        return tuple(dict.fromkeys(value for key, value in self.environment if key == name))
+
     def variable(self, name: str) -> str | None:
-        """The value of environment variable ``name`` (the last row naming it), or None."""
-        found = None
-        for key, value in self.environment:
-            if key == name:
-                found = value
-        return found
+        """The value of environment variable ``name``, or None: none recorded, or rows that disagree
+        (``RANK="1"`` and ``RANK="0"``: unknown, never the last row's)."""
+        found = self.values(name)
+        return found[0] if len(found) == 1 else None
+
+    def conflicts(self) -> dict[str, list[str]]:
+        """The environment variables whose rows disagree, with their values."""
+        names = dict.fromkeys(key for key, _ in self.environment)
+        return {n: list(vs) for n in names if len(vs := self.values(n)) > 1}
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,8 @@ class DeviceEvidence:
     - ``memory_use``: memory events per (globalPid, deviceId) (:data:`MEMORY_USE_SCHEMA`).
     - ``launches``: the commands nsys launched, from META_DATA_CAPTURE.
     - ``tables``: the tables each frame was read from (absent: the export has no such table).
+    - ``warnings``: rows of one key that disagree (two totals for a device, two values of a launched
+      command's variable): those values are unknown.
     """
 
     gpus: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=GPU_SCHEMA))
@@ -98,6 +109,7 @@ class DeviceEvidence:
     memory_use: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=MEMORY_USE_SCHEMA))
     launches: tuple[Launch, ...] = ()
     tables: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[ReportWarning, ...] = ()
 
 
 def environment_entry(row: str) -> tuple[str, str]:
@@ -163,6 +175,7 @@ def read_devices(
     conn = export.conn
     tables: dict[str, str] = {}
     out: dict[str, pl.DataFrame] = {}
+    warnings: list[ReportWarning] = []
 
     def col(t: Table, name: str) -> str:
         return quote(name) if t.has(name) else "NULL"
@@ -172,12 +185,19 @@ def read_devices(
         vm = vm_sql(quote("vmId")) if gpu.has("vmId") else "0"  # vmId: a serialized GlobalId
         sql = (f"SELECT {vm}, id, {col(gpu, 'cuDevice')}, {col(gpu, 'name')}, {col(gpu, 'busLocation')}, "
                f"{col(gpu, 'uuid')}, {col(gpu, 'totalMemory')} FROM {quote(gpu.name)} ORDER BY 1, 2")
-        out["gpus"] = frame(conn, sql, GPU_SCHEMA, mismatched=typed, source=gpu.name)
+        out["gpus"], said = one_per_key(
+            frame(conn, sql, GPU_SCHEMA, mismatched=typed, source=gpu.name), ["vm", "device_id"], gpu.name,
+            {"vm": "vm", "device_id": "id", "cuda_device": "cuDevice", "bus_location": "busLocation",
+             "total_bytes": "totalMemory"})
+        warnings += said
         tables["gpus"] = gpu.name
     cuda = export.table("TARGET_INFO_CUDA_DEVICE")
     if cuda is not None and cuda.has("gpuId", "cudaId", "pid"):
         sql = f"SELECT pid, gpuId, cudaId FROM {quote(cuda.name)} ORDER BY 1, 2, 3"
-        out["cuda_devices"] = frame(conn, sql, CUDA_DEVICE_SCHEMA, mismatched=typed, source=cuda.name)
+        out["cuda_devices"], said = one_per_key(
+            frame(conn, sql, CUDA_DEVICE_SCHEMA, mismatched=typed, source=cuda.name), ["pid", "device_id"],
+            cuda.name, {"device_id": "gpuId", "cuda_device": "cudaId"})
+        warnings += said
         tables["cuda_devices"] = cuda.name
     ctx = export.table("TARGET_INFO_CUDA_CONTEXT_INFO")
     if ctx is not None and ctx.has("processId", "deviceId"):
@@ -191,4 +211,10 @@ def read_devices(
             .sort("gpid", "device_id", nulls_last=True).cast(MEMORY_USE_SCHEMA)  # type: ignore[arg-type]
         )
         tables["memory_use"] = memory.table
-    return DeviceEvidence(**out, launches=launches(capture), tables=tables)
+    launched = launches(capture)
+    cap = export.table("META_DATA_CAPTURE")
+    for launch in launched:
+        warnings += disagreement(
+            f"{cap.name if cap is not None else 'META_DATA_CAPTURE'} PROCESS_{launch.index}:ENVIRONMENT_VARIABLE",
+            "variables", launch.conflicts())
+    return DeviceEvidence(**out, launches=launched, tables=tables, warnings=tuple(warnings))

@@ -27,7 +27,7 @@ from typing import Literal, TypedDict
 
 import polars as pl
 
-from nsysaudit.core.errors import ReportWarning
+from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.source import ExportFile, quote
 
@@ -48,8 +48,8 @@ CUDA_GAPS: frozenset[str] = frozenset({"cuda_events_missing", "cuda_trace_degrad
 SEVERITY_FALLBACK = {0: "unknown", 1: "info", 2: "warning", 3: "error", 4: "verbose"}
 WARNING_SEVERITIES = frozenset({"warning", "error"})
 
-_STARTED = re.compile(r"^Profiling has started\.?$")
-_STOPPED = re.compile(r"^Profiling has stopped\.?$")
+_STARTED = re.compile(r"\AProfiling has started\.?\Z")
+_STOPPED = re.compile(r"\AProfiling has stopped\.?\Z")
 _NVTX_MISSING = re.compile(r"Not all NVTX events might have been collected", re.IGNORECASE)
 _CUDA_MISSING = re.compile(r"Not all (CUDA|CUPTI) events might have been collected", re.IGNORECASE)
 _LOST = re.compile(r"\b(lost|dropped|discarded|overflow(ed)?|not all\b.*\bcollected)\b", re.IGNORECASE)
@@ -129,6 +129,30 @@ class Capture:
     stop_from: str | None
     diagnostics: bool
 
+    def outside(self, value: pl.Expr) -> pl.Expr:
+        """True where ``value`` (a timestamp on the trace clock) is known and lies before the capture
+        began or after it stopped: nsys records nothing outside its capture (it clamps ranges still
+        open at the stop to the stop), so such a value is damage, whichever column holds it. A bound
+        the export does not record checks nothing (never an invented one); NULL is not outside."""
+        out = pl.lit(False)
+        if self.start_ns is not None:
+            out = out | (value < self.start_ns)
+        if self.stop_ns is not None:
+            out = out | (value > self.stop_ns)
+        return out.fill_null(False)
+
+    @property
+    def bounds_words(self) -> str:
+        """The bounds as a phrase: ``0 .. 5,617,749,898 ns`` (a side not recorded: ``?``)."""
+        start = f"{self.start_ns:,}" if self.start_ns is not None else "?"
+        stop = f"{self.stop_ns:,}" if self.stop_ns is not None else "?"
+        return f"{start} .. {stop} ns"
+
+    @property
+    def bounded(self) -> bool:
+        """Whether the export records either bound (else no timestamp can be checked against one)."""
+        return self.start_ns is not None or self.stop_ns is not None
+
     def to_dict(self) -> CaptureBounds:
         return {
             "start_ns": self.start_ns,
@@ -201,26 +225,37 @@ def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[Re
                 }
             )
     frame = pl.DataFrame(rows, schema=DIAGNOSTIC_SCHEMA, orient="row")
-    return frame, _capture(export, frame, table is not None), warnings
+    capture, said = _capture(export, frame, table is not None)
+    return frame, capture, [*warnings, *said]
 
 
-def _capture(export: ExportFile, diagnostics: pl.DataFrame, has_table: bool) -> Capture:
-    """The capture's bounds: nsys's own start/stop messages, else ANALYSIS_DETAILS."""
+def _capture(export: ExportFile, diagnostics: pl.DataFrame, has_table: bool) -> tuple[Capture, list[ReportWarning]]:
+    """The capture's bounds: nsys's own start/stop messages, else ANALYSIS_DETAILS (one row per
+    session: rows that disagree about the duration leave the stop unknown, and a warning says so)."""
     starts = diagnostics.filter(pl.col("category") == "capture_started")["timestamp_ns"]
     stops = diagnostics.filter(pl.col("category") == "capture_stopped")["timestamp_ns"]
     start_ns = int(starts.min()) if starts.len() else None  # type: ignore[arg-type]
     stop_ns = int(stops.max()) if stops.len() else None  # type: ignore[arg-type]
     start_from = "DIAGNOSTIC_EVENT" if start_ns is not None else None
     stop_from = "DIAGNOSTIC_EVENT" if stop_ns is not None else None
+    said: list[ReportWarning] = []
     if stop_ns is None:
         details = export.table("ANALYSIS_DETAILS")
         if details is not None and details.has("duration"):
             try:
-                row = export.conn.execute(f"SELECT duration FROM {quote(details.name)} LIMIT 1").fetchone()
+                rows = export.conn.execute(f"SELECT duration FROM {quote(details.name)}").fetchall()
             except sqlite3.DatabaseError:
-                row = None
-            if row is not None and type(row[0]) is int and row[0] >= 0:
-                stop_ns, stop_from = int(row[0]), "ANALYSIS_DETAILS"
+                rows = []
+            durations = sorted({int(r[0]) for r in rows if type(r[0]) is int and r[0] >= 0})
+            if len(durations) > 1:
+                said.append(warning(
+                    "conflicting_rows", len(rows),
+                    f"{details.name}: {len(rows)} rows that disagree about the capture's duration "
+                    f"({', '.join(f'{d:,}' for d in durations)} ns): where the capture stopped is unknown, and "
+                    "no timestamp is checked against it",
+                ))
+            elif durations:
+                stop_ns, stop_from = durations[0], "ANALYSIS_DETAILS"
                 if start_ns is None:
                     start_ns, start_from = 0, "ANALYSIS_DETAILS"
-    return Capture(start_ns, stop_ns, start_from, stop_from, has_table)
+    return Capture(start_ns, stop_ns, start_from, stop_from, has_table), said

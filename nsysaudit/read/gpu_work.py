@@ -49,6 +49,7 @@ from nsysaudit.core.intervals import union_windows
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
+from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.memory import FrameBuilder
 from nsysaudit.read.scan import INT64_MAX, INT64_MIN, rowid_name
 from nsysaudit.read.source import ExportFile, Table, quote
@@ -303,19 +304,27 @@ def read_gpu_work(
     cuda_api_table: str | None,
     *,
     progress: Progress | None = None,
+    capture: Capture = NO_CAPTURE,
 ) -> GpuWork:
     """The blocking calls among ``candidates`` (the CUDA API rows of a blocking name, ``CANDIDATE_SCHEMA``
-    with ``kind``) and the GPU work that ran while they blocked."""
+    with ``kind``) and the GPU work that ran while they blocked. A call or a GPU row with a start or end
+    outside the ``capture`` is damage (nsys records nothing there): left out, and a warning counts it."""
     tables: dict[str, str] = {}
     candidates = pl.concat([candidates, _pageable_calls(export, prepared, cuda_api_table, frame, typed)])
+    start, end = pl.col("start_ns"), pl.col("end_ns")  # or a duration past 2^63 - 1 ns (292 years)
+    damaged = capture.outside(start) | capture.outside(end) | (
+        (end.cast(pl.Int128) - start.cast(pl.Int128)) > INT64_MAX).fill_null(False)
+    outside = candidates.filter(damaged).height
+    if outside:
+        candidates = candidates.filter(~damaged)
     own = _own_rows(export, candidates, prepared, frame, typed, tables)
     calls, copies = _decide(candidates, own, prepared.enums)
     del candidates  # 10^6 rows: the caller let go of them too
     if not calls.height:
-        return GpuWork(tables=tables)
+        return GpuWork(tables=tables, warnings=_outside(outside, 0, capture))
     sync_rows, details = _details(export, calls, copies, frame, typed, tables)
     top = _attributed_calls(calls)
-    passed = _pass(export, calls, top, frame, typed, tables, progress)
+    passed = _pass(export, calls, top, frame, typed, tables, progress, capture)
     behind = _without_own(passed.behind, calls, own)
     # A copy's own rows ran inside it too: they are its own time (own_ns), not work it was behind.
     own_corr = pl.col("_own")
@@ -328,7 +337,7 @@ def read_gpu_work(
     calls = calls.join(passed.covered, on="call_id", how="left").with_columns(
         pl.col("covered_ns") if passed.covered_known else pl.lit(None, dtype=pl.Int64).alias("covered_ns")
     )
-    said: list[ReportWarning] = []
+    said = list(_outside(outside, passed.outside, capture))
     if not passed.covered_known:
         why = (f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside the stalls"
                if "kernel" in passed.rows else "the export has no usable CUPTI_ACTIVITY_KIND_KERNEL table")
@@ -358,6 +367,19 @@ def read_gpu_work(
         tables=tables,
         warnings=tuple(said),
     )
+
+
+def _outside(calls: int, rows: int, capture: Capture) -> tuple[ReportWarning, ...]:
+    """The warning that blocking calls or GPU rows dated outside the capture were left out."""
+    if not calls and not rows:
+        return ()
+    return (warning(
+        "gpu_work_outside_capture", calls + rows,
+        f"{calls:,} CUDA API row(s) of a blocking call and {rows:,} GPU activity row(s) have a start or end outside "
+        f"the capture ({capture.bounds_words} on the trace clock), which nsys never records, or a duration past "
+        "2^63 - 1 ns: their times are damage, left out of the host stalls (a blocking call among them is not "
+        "counted, nor its time)",
+    ),)
 
 
 def _pageable_calls(
@@ -657,6 +679,7 @@ class _Passed:
     covered_known: bool
     complete: bool
     unreadable: list[str]  # GPU tables without a column the pass needs
+    outside: int = 0  # rows with a start or end outside the capture: damage, left out
 
 
 @dataclass
@@ -668,6 +691,7 @@ class _Acc:
     pieces_rows: int = 0
     attributed: list[pl.DataFrame] = field(default_factory=list)
     wrong: Counter[str] = field(default_factory=Counter)  # values of the wrong type, per table
+    outside: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -713,9 +737,10 @@ WORK_ROW_SCHEMA: Schema = {"rowid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl
 
 def _pass(
     export: ExportFile, calls: pl.DataFrame, top: pl.DataFrame, frame: FrameBuilder, typed: Counter[str],
-    tables: dict[str, str], progress: Progress | None,
+    tables: dict[str, str], progress: Progress | None, capture: Capture = NO_CAPTURE,
 ) -> _Passed:
-    """Every row of the GPU tables once, in rowid batches, each reduced against the calls."""
+    """Every row of the GPU tables once, in rowid batches, each reduced against the calls; a row dated
+    outside the ``capture`` is damage, left out and counted."""
     windows = calls.filter(pl.col("end_ns") > pl.col("start_ns")).select(
         "call_id", "gpid", pl.col("start_ns").alias("a"), pl.col("end_ns").alias("b"))
     # Only behind the stalls, the per stream sums and the union (the sums' (call, stream) rows grow with
@@ -739,10 +764,15 @@ def _pass(
                 reduced.wrong[t.name] += wrong
         else:
             batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
+        n = batch.height
+        if capture.bounded:
+            batch = batch.filter(~(capture.outside(pl.col("start_ns")) | capture.outside(pl.col("end_ns"))))
+            with reduced.lock:
+                reduced.outside += n - batch.height
         _reduce(kind, batch, stalls, spans, top, reduced)
         if progress is not None:
             progress.advance(1)
-        return kind, batch.height
+        return kind, n
 
     try:
         done = None
@@ -783,7 +813,7 @@ def _pass(
     )
     complete = attributed.height <= MAX_ATTRIBUTED_ROWS
     return _Passed(behind.select(list(BEHIND_SCHEMA)), covered, attributed.head(MAX_ATTRIBUTED_ROWS), rows,
-                   covered_known, complete, unreadable)
+                   covered_known, complete, unreadable, acc.outside)
 
 
 _PAIR_SCHEMA: Schema = {"call_id": pl.Int64, "work": pl.String, "rowid": pl.Int64, "gpid": pl.Int64,

@@ -7,6 +7,7 @@ read-only (:func:`nsysaudit.read.source.probe`). :class:`InputInfo` describes th
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -17,6 +18,7 @@ from typing import Generic, Literal, NotRequired, TypedDict, TypeVar, cast
 
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import UnusableInput
+from nsysaudit.core.limits import refuse_unfit
 from nsysaudit.core.paths import refuse_undecodable_name
 from nsysaudit.core.progress import Progress
 from nsysaudit.read import nsys
@@ -240,4 +242,6 @@ def open_input(
         sqlite_path = cached.sqlite
     else:
         sqlite_path = given
+    with contextlib.suppress(OSError):  # a file that cannot be stat'ed is refused by the probe, one line
+        refuse_unfit(given, sqlite_path.stat().st_size)
     return OpenedInput(given, shown_as, kind, probe(sqlite_path), digest, cached)

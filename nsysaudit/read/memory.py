@@ -25,6 +25,7 @@ from nsysaudit.core.ids import vm_sql
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
 from nsysaudit.read.source import ExportFile, Table, quote
+from nsysaudit.read.unique import one_per_key
 
 EVENT_SCHEMA: Schema = {
     "start_ns": pl.Int64,
@@ -69,6 +70,8 @@ POOL_EVENT_SCHEMA: Schema = {
 POOL_CREATED, POOL_DESTROYED, POOL_TRIMMED = 1, 2, 3  # ENUM_CUDA_MEMPOOL_OPER of nsys 2023.4 to 2025.3
 POOL_LOCAL, POOL_IMPORTED = 1, 2  # ENUM_CUDA_MEMPOOL_TYPE
 DEVICE_SCHEMA: Schema = {"vm": pl.Int64, "device_id": pl.Int64, "name": pl.String, "total_bytes": pl.Int64}
+# MemoryEvidence.devices: DEVICE_SCHEMA, one row per device, and whether its rows disagree about the total.
+DEVICES_SCHEMA: Schema = {**DEVICE_SCHEMA, "total_disagrees": pl.Boolean}
 ALLOC_SCHEMA: Schema = {"gpid": pl.Int64, "correlation_id": pl.Int64, "bytes": pl.Int64, "events": pl.Int64}
 SPAN_SCHEMA: Schema = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
 # ENUM_CUDA_MEM_KIND of nsys 2022.2 through 2026.2, for exports without the enum table.
@@ -102,8 +105,9 @@ class MemoryEvidence:
 
     - ``events``: every event (:data:`EVENT_SCHEMA`), ``operation`` normalized to 0 (allocation) / 1
       (deallocation) / null (unknown); sorted by time.
-    - ``devices``: ``vm, device_id, name, total_bytes`` from TARGET_INFO_GPU (``total_bytes`` null
-      where the export does not say).
+    - ``devices``: ``vm, device_id, name, total_bytes, total_disagrees`` from TARGET_INFO_GPU, one row
+      per device (``total_bytes`` null where the export does not say, or where its rows disagree:
+      ``total_disagrees``).
     - ``kinds``: memKind id -> name (the export's ENUM_CUDA_MEM_KIND labels).
     - ``allocations``: allocation events grouped by (globalPid, correlationId) for the joins, without
       correlation id 0 or NULL; ``bytes`` null where any event's size is unknown.
@@ -263,7 +267,7 @@ def read_memory(
     """
     conn = export.conn
     kinds = _mem_kinds(export)
-    devices = pl.DataFrame(schema=DEVICE_SCHEMA)
+    devices = pl.DataFrame(schema=DEVICES_SCHEMA)
     gpu = export.table("TARGET_INFO_GPU")
     if gpu is not None and gpu.has("id"):
         cols = [
@@ -272,8 +276,14 @@ def read_memory(
             "name" if gpu.has("name") else "NULL",
             "totalMemory" if gpu.has("totalMemory") else "NULL",
         ]
-        devices = frame(conn, f"SELECT {', '.join(cols)} FROM {quote(gpu.name)} ORDER BY 1, 2", DEVICE_SCHEMA,
-                        mismatched=typed, source=gpu.name)
+        rows = frame(conn, f"SELECT {', '.join(cols)} FROM {quote(gpu.name)} ORDER BY 1, 2", DEVICE_SCHEMA,
+                     mismatched=typed, source=gpu.name)
+        # One row per device: rows of one (vm, id) that disagree leave the value unknown (the device
+        # reader warns); ``total_disagrees`` says why a total is unknown where its rows disagree.
+        disagrees = rows.group_by("vm", "device_id").agg(
+            (pl.col("total_bytes").n_unique() > 1).alias("total_disagrees"))
+        devices = one_per_key(rows, ["vm", "device_id"], gpu.name)[0].join(
+            disagrees, on=["vm", "device_id"], how="left", nulls_equal=True, maintain_order="left")
     mem = _usable(export)
     if mem is None:
         empty = pl.DataFrame(schema=EVENT_SCHEMA)
@@ -364,6 +374,18 @@ def _grouped(events: pl.DataFrame) -> _Grouped:
     # Correlation id 0 (or NULL) marks memory the driver allocates itself (module and static
     # memory): no API call made it, so it joins nothing and is never a duplicate.
     no_call = pl.col("correlation_id").is_null() | (pl.col("correlation_id") == 0)
+    return _Grouped(
+        grouped.filter(~no_call).select(list(ALLOC_SCHEMA)).sort("gpid", "correlation_id"),
+        grouped.filter(no_call).group_by("gpid").agg(pl.col("events").sum(), pl.col("bytes").sum()).sort(
+            "gpid", nulls_last=True
+        ),
+        memory_span(events),
+        int(allocs["bytes"].null_count()),
+    )
+
+
+def memory_span(events: pl.DataFrame) -> pl.DataFrame:
+    """Per globalPid the first and last event and the row count (:data:`SPAN_SCHEMA`; coverage)."""
     span = (
         events.group_by("gpid")
         .agg(
@@ -373,11 +395,4 @@ def _grouped(events: pl.DataFrame) -> _Grouped:
         )
         .sort("gpid", nulls_last=True)
     )
-    return _Grouped(
-        grouped.filter(~no_call).select(list(ALLOC_SCHEMA)).sort("gpid", "correlation_id"),
-        grouped.filter(no_call).group_by("gpid").agg(pl.col("events").sum(), pl.col("bytes").sum()).sort(
-            "gpid", nulls_last=True
-        ),
-        span.cast(SPAN_SCHEMA),  # type: ignore[arg-type]
-        int(allocs["bytes"].null_count()),
-    )
+    return span.cast(SPAN_SCHEMA)  # type: ignore[arg-type]

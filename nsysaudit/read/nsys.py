@@ -8,31 +8,26 @@ every use (see :func:`export_report`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsysaudit.core.digests import sha256_file
-from nsysaudit.core.errors import ExportFailed, NsysNotFound
+from nsysaudit.core.errors import ExportFailed, NsysAuditError, NsysNotFound
 from nsysaudit.core.files import write_atomic
+from nsysaudit.core.limits import read_at_most
 from nsysaudit.core.shapes import JSON
+from nsysaudit.read.cache import CACHE_FORMAT, ENV_CACHE, EntryLock, cache_dir, max_bytes, prune_cache
+
+__all__ = ["CACHE_FORMAT", "ENV_CACHE", "CachedExport", "cache_dir", "export_report", "find_nsys", "nsys_version"]
 
 ENV_NSYS = "NSYSAUDIT_NSYS"
-ENV_CACHE = "NSYSAUDIT_CACHE"
-
-
-def cache_dir() -> Path:
-    """Where exports of .nsys-rep reports are cached: ``$NSYSAUDIT_CACHE``, else the XDG cache."""
-    explicit = os.environ.get(ENV_CACHE)
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "nsysaudit"
 
 
 def find_nsys(explicit: str | os.PathLike[str] | None, report: Path) -> Path:
@@ -74,16 +69,20 @@ def nsys_version(nsys: Path) -> str | None:
 @dataclass(frozen=True)
 class CachedExport:
     """An SQLite export of a report, whether this call made it or found it cached, its SHA-256
-    and the ``nsys --version`` line of the nsys that made it."""
+    and the ``nsys --version`` line of the nsys that made it. ``lock``: the entry's lock, held
+    shared while this object lives (:mod:`nsysaudit.read.cache`: no process removes or replaces
+    the entry meanwhile); :meth:`release` lets it go sooner."""
 
     sqlite: Path
     cache_hit: bool
     nsys: Path
     sha256: str
     exported_with: str | None
+    lock: EntryLock | None = field(default=None, repr=False, compare=False)
 
-
-CACHE_FORMAT = "nsysaudit.export-cache/1"
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
 
 def _record_path(entry: Path) -> Path:
@@ -99,15 +98,11 @@ def _cached(report: Path, entry: Path, sha256: str, version: str | None) -> str 
     export by another nsys, a half-written pair) makes it stale, never trusted.
     """
     try:
-        if entry.is_symlink() or (entry.exists() and not entry.is_file()):
-            raise ExportFailed(
-                report,
-                f"the export cache entry {entry} is not a regular file; remove it (or point {ENV_CACHE} elsewhere)",
-            )
+        _refuse_odd_entry(report, entry)
         record_file = _record_path(entry)
         if not entry.is_file() or record_file.is_symlink() or not record_file.is_file():  # never open a FIFO
             return None
-        record: JSON = json.loads(record_file.read_text(encoding="utf-8"))
+        record: JSON = json.loads(read_at_most(record_file).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None  # no record, or an unreadable one (not JSON, nested too deep, an integer too long): export again
     if not isinstance(record, dict) or record.get("format") != CACHE_FORMAT:
@@ -133,20 +128,87 @@ def export_report(report: Path, sha256: str, nsys: Path, *, timeout: float = 360
     beside it (atomically, last), so an interrupted export never leaves an entry that is trusted. An
     entry that is a folder, a cache that cannot be created or written: :class:`ExportFailed`
     (one line, exit 2), never a fallback to another location.
+
+    The entry is read under its lock held shared and made under it held exclusive
+    (:mod:`nsysaudit.read.cache`): a second process exporting the same report waits, then finds
+    it. After a new export, the least recently used entries past ``$NSYSAUDIT_CACHE_MAX`` go.
     """
     cache = cache_dir() / "exports"
     target = cache / f"{sha256}.sqlite"
+    bound = max_bytes()  # a bad $NSYSAUDIT_CACHE_MAX is refused before anything runs
+    _refuse_odd_entry(report, target)
     version = nsys_version(nsys)
+    lock = _lock(report, cache, sha256, exclusive=False, timeout=timeout, needed=False)
     cached = _cached(report, target, sha256, version)
     if cached is not None:
-        return CachedExport(target, True, nsys, cached, version)
+        if lock is not None:
+            lock.touch()
+        return CachedExport(target, True, nsys, cached, version, lock)
+    if lock is not None:
+        lock.release()
     try:
         cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(report, cache, exc) from None
+    lock = _lock(report, cache, sha256, exclusive=True, timeout=timeout, needed=True)
+    try:
+        cached = _cached(report, target, sha256, version)  # another process may have made it meanwhile
+        if cached is None:
+            cached = _export_into(report, sha256, nsys, version, target, timeout)
+            made = True
+        else:
+            made = False
+        if lock is not None:
+            lock.touch()
+            lock.share()
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    if made and bound is not None:
+        with contextlib.suppress(OSError, NsysAuditError):  # the export is done; the bound is kept next time
+            prune_cache(bound, folder=cache)
+    return CachedExport(target, not made, nsys, cached, version, lock)
+
+
+def _refuse_odd_entry(report: Path, target: Path) -> None:
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise ExportFailed(
+            report, f"the export cache entry {target} is not a regular file; remove it (or point {ENV_CACHE} elsewhere)"
+        )
+
+
+def _unwritable(report: Path, cache: Path, exc: OSError) -> ExportFailed:
+    return ExportFailed(
+        report, f"cannot write the export cache {cache}: {exc.strerror or exc}; set {ENV_CACHE} to a writable folder"
+    )
+
+
+def _lock(report: Path, cache: Path, sha256: str, *, exclusive: bool, timeout: float, needed: bool) -> EntryLock | None:
+    """The entry's lock, waiting for it as long as an export may take. A cache whose lock cannot be
+    made (read-only) is read without it; one that must be written is :class:`ExportFailed`."""
+    try:
+        lock = EntryLock.acquire(cache, sha256, exclusive=exclusive, wait_s=timeout)
+    except OSError as exc:  # no cache folder yet (nothing to read), or a read-only one
+        if needed:
+            raise _unwritable(report, cache, exc) from None
+        return None
+    if lock is None:
+        raise ExportFailed(
+            report, f"the export cache entry {cache / f'{sha256}.sqlite'} was in use by another process for "
+            f"{timeout:.0f} s; try again, or set {ENV_CACHE} to another folder"
+        )
+    return lock
+
+
+def _export_into(report: Path, sha256: str, nsys: Path, version: str | None, target: Path, timeout: float) -> str:
+    """Export ``report`` in a private folder of the cache, move it to ``target``, write its record
+    last; the export's SHA-256."""
+    cache = target.parent
+    try:
         staging = tempfile.TemporaryDirectory(prefix="export-", dir=cache)
     except OSError as exc:
-        raise ExportFailed(
-            report, f"cannot write the export cache {cache}: {exc.strerror}; set {ENV_CACHE} to a writable folder"
-        ) from None
+        raise _unwritable(report, cache, exc) from None
     with staging as tmp:
         out = _run_export(report, sha256, nsys, Path(tmp), timeout)
         digest = sha256_file(out)
@@ -162,7 +224,7 @@ def export_report(report: Path, sha256: str, nsys: Path, *, timeout: float = 360
             write_atomic(_record_path(target), (json.dumps(fresh, indent=2, sort_keys=True) + "\n").encode())
         except OSError as exc:
             raise ExportFailed(report, f"cannot write the export cache entry {target}: {exc.strerror}") from None
-    return CachedExport(target, False, nsys, digest, version)
+    return digest
 
 
 def _run_export(report: Path, sha256: str, nsys: Path, tmp: Path, timeout: float) -> Path:

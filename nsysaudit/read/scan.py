@@ -30,6 +30,7 @@ import polars as pl
 
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.core.ids import global_pid
+from nsysaudit.core.limits import threads
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
@@ -323,7 +324,8 @@ def scan_cuda_api(
             0, pl.DataFrame(schema=SPAN_SCHEMA), pl.DataFrame(schema=ROW_SCHEMA), dict.fromkeys(PROBLEMS, 0), "sqlite3"
         )
     size = extent.total if extent.total is not None else extent.hi - extent.lo + 1  # at most this many rows
-    n_workers = workers or (min(os.cpu_count() or 1, 4) if size >= PARALLEL_MIN_ROWS else 1)
+    # Under an address-space limit, no more threads than it leaves room for (nsysaudit/core/limits.py).
+    n_workers = workers or (threads(min(os.cpu_count() or 1, 4)) if size >= PARALLEL_MIN_ROWS else 1)
     if rowid is None:
         n_workers = 1
     uri = readonly_uri(path)  # never plain mode=ro: SQLite would read and write side files

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.read.unique import agreed, disagreement
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
@@ -25,6 +26,20 @@ KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
 META_TABLES = ("META_DATA_EXPORT", "EXPORT_META_DATA")
 # The CUDA API table columns that make a file without a metadata table recognisable as an export.
 RUNTIME_COLUMNS = ("start", "end", "globalTid", "nameId", "returnValue")
+# nsys 2020.3 and older write no metadata table: such a file is recognised by what nsys writes beside
+# StringIds, one of its event tables with their own columns (whatever was traced: the CUDA API, NVTX,
+# the OS runtime, cuBLAS, cuDNN, memory usage, sampling, scheduling). A SQLite with a StringIds and
+# nothing of nsys's is still no export.
+EVENT_TABLES: dict[str, tuple[str, ...]] = {
+    "CUPTI_ACTIVITY_KIND_RUNTIME": RUNTIME_COLUMNS,
+    "NVTX_EVENTS": ("start", "end", "eventType", "globalTid"),
+    "OSRT_API": ("start", "end", "globalTid", "nameId", "returnValue"),
+    "CUBLAS_EVENTS": ("start", "end", "globalTid", "nameId"),
+    "CUDNN_EVENTS": ("start", "end", "globalTid", "nameId"),
+    "CUDA_GPU_MEMORY_USAGE_EVENTS": ("start", "globalPid", "bytes", "correlationId"),
+    "COMPOSITE_EVENTS": ("id", "start", "globalTid", "cpuCycles"),
+    "SCHED_EVENTS": ("start", "cpu", "isSchedIn", "globalTid"),
+}
 # A versioned table name: BASE_V<n>, n an ASCII number without a leading zero (re.ASCII: no other digits).
 # SQLite's names are case-insensitive in ASCII only, so ``_v3`` is a version as ``_V3`` is.
 _VARIANT = re.compile(r"(.+)_V([1-9][0-9]*)", re.ASCII | re.IGNORECASE)
@@ -425,6 +440,23 @@ def schema_version_warnings(table: str, meta: dict[str, str]) -> list[ReportWarn
     return out
 
 
+def _metadata(
+    path: Path, conn: sqlite3.Connection, meta_table: Table | None
+) -> tuple[dict[str, str], list[ReportWarning]]:
+    """The metadata table's name -> value (none without the table), one value per name: a name whose
+    rows disagree (two nsys versions) is left out, and a warning says so."""
+    if meta_table is None:
+        return {}, []
+    if not meta_table.has("name", "value"):
+        raise UnusableInput(path, f"not an Nsight Systems export: {meta_table.name} has no name/value columns")
+    try:
+        rows = conn.execute(f"SELECT name, value FROM {quote(meta_table.name)}").fetchall()
+    except sqlite3.DatabaseError as exc:
+        raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
+    meta, conflicts = agreed((str(k), str(v)) for k, v in rows if k is not None and v is not None)
+    return meta, disagreement(meta_table.name, "names", conflicts)
+
+
 def probe(path: Path) -> ExportFile:
     """Check ``path`` is a whole SQLite file and an nsys export, and list what it holds."""
     header = check_sqlite_file(path)
@@ -458,27 +490,18 @@ def probe(path: Path) -> ExportFile:
         named = {sql_name(name): table for name, table in tables.items()}
         meta_table = next((refuse_view(path, named[sql_name(t)]) for t in META_TABLES if sql_name(t) in named), None)
         strings = named.get(sql_name("StringIds"))
-        runtime = versions.get(sql_name("CUPTI_ACTIVITY_KIND_RUNTIME"), (None,))[-1]
-        # nsys 2020.3 and older write no metadata table at all; their CUDA tables are still
-        # recognisable (nsys stats reads them), so they are read with the version unknown.
-        recognisable = runtime is not None and runtime.has(*RUNTIME_COLUMNS)
-        if strings is None or (meta_table is None and not recognisable):
+        # nsys 2020.3 and older write no metadata table at all; what else they write is still
+        # recognisable (nsys stats reads it), so such an export is read with the version unknown.
+        traced = [base for base, columns in EVENT_TABLES.items()
+                  if versions.get(sql_name(base)) and versions[sql_name(base)][-1].has(*columns)]
+        if strings is None or (meta_table is None and not traced):
             found = (("META_DATA_EXPORT", meta_table is not None), ("StringIds", strings is not None))
             missing = " and ".join(x for x, ok in found if not ok)
-            raise UnusableInput(path, f"not an Nsight Systems export: no {missing} table")
+            nothing = (", and none of the event tables nsys writes beside StringIds (" + ", ".join(EVENT_TABLES) + ")"
+                       if strings is not None else "")
+            raise UnusableInput(path, f"not an Nsight Systems export: no {missing} table{nothing}")
         refuse_view(path, strings)
-        meta: dict[str, str] = {}
-        if meta_table is not None:
-            if not meta_table.has("name", "value"):
-                raise UnusableInput(
-                    path, f"not an Nsight Systems export: {meta_table.name} has no name/value columns"
-                )
-            try:
-                for key, value in conn.execute(f"SELECT name, value FROM {quote(meta_table.name)}"):
-                    if key is not None and value is not None:
-                        meta[str(key)] = str(value)
-            except sqlite3.DatabaseError as exc:
-                raise UnusableInput(path, f"SQLite cannot read {meta_table.name}: {exc}") from None
+        meta, meta_warnings = _metadata(path, conn, meta_table)
         export = ExportFile(
             path=path,
             conn=conn,
@@ -486,7 +509,7 @@ def probe(path: Path) -> ExportFile:
             meta=meta,
             uri=readonly_uri(path),
             text=decoder,
-            warnings=[*side_warnings, *ambiguity_warnings(versions)],
+            warnings=[*side_warnings, *ambiguity_warnings(versions), *meta_warnings],
             versions=versions,
         )
         if meta_table is None:
@@ -495,7 +518,8 @@ def probe(path: Path) -> ExportFile:
                     "kind": "no_metadata_table",
                     "count": 1,
                     "message": "the export has neither META_DATA_EXPORT nor EXPORT_META_DATA (nsys 2020.3 and "
-                    "older): the nsys and schema versions are unknown; its CUDA tables are read by probing",
+                    f"older): the nsys and schema versions are unknown; its tables ({', '.join(traced)}) are read "
+                    "by probing",
                 }
             )
         else:

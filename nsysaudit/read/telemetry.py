@@ -33,6 +33,7 @@ import orjson
 import polars as pl
 
 from nsysaudit.core.errors import BadOption, UnusableInput
+from nsysaudit.core.limits import TELEMETRY_BYTES_PER_BYTE, refuse_unfit
 from nsysaudit.core.paths import refuse_undecodable_name
 from nsysaudit.core.shapes import JSON, JSONObject
 
@@ -252,8 +253,8 @@ class TelemetryLog:
 
     ``field_orders``: the key orders the lines' fields were written in (a line's ``order`` indexes
     it), so that fields and values are shown as written. ``status_lines``: ``(row, the decoded
-    line)`` of each line whose text could record a library status (it holds ``_status`` in any
-    case, or a backslash: an escape could spell it); no other line can, so only these are searched
+    line)`` of each line whose text could record a library status (it holds ``_status`` or ``nccl``
+    in any case, or a backslash: an escape could spell it); no other line can, so only these are searched
     (:func:`nsysaudit.analysis.verdict.telemetry_library_failures`).
     """
 
@@ -516,12 +517,14 @@ def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | Non
         raise UnusableInput(given, "no such file (telemetry)")
     if not given.is_file():
         raise UnusableInput(given, "not a regular file (telemetry)")
+    # Sized before it is read: under a memory limit a file whose lines cannot be held is refused.
+    refuse_unfit(given, given.stat().st_size, per_byte=TELEMETRY_BYTES_PER_BYTE, what="this telemetry file")
     reader = _Reader(options)
     digest = hashlib.sha256()
     size = 0
     try:
         with open(given, "rb") as handle:
-            for piece in _pieces(handle):
+            for piece in _pieces(handle, given):
                 digest.update(piece)
                 size += len(piece)
                 reader.read(piece)
@@ -553,10 +556,14 @@ def load_telemetry(path: str | os.PathLike[str], options: TelemetryOptions | Non
 PIECE_BYTES = 1 << 23  # the file is read, hashed and parsed this much at a time
 
 
-def _pieces(handle: IO[bytes]) -> Iterator[bytes]:
+MAX_LINE_BYTES = 64 << 20  # a telemetry line is a few hundred bytes; one past this is no line
+
+
+def _pieces(handle: IO[bytes], path: Path) -> Iterator[bytes]:
     """The file's bytes in pieces of about :data:`PIECE_BYTES`, each but the last ending with a
     newline: the lines of the pieces, numbered on, are the lines of the whole (a piece never ends
-    between the CR and the LF of a CRLF)."""
+    between the CR and the LF of a CRLF). A line longer than :data:`MAX_LINE_BYTES` is refused before
+    it is held whole (a file of one endless line would fill the memory)."""
     rest = b""
     while block := handle.read(PIECE_BYTES):
         data = rest + block if rest else block
@@ -564,11 +571,19 @@ def _pieces(handle: IO[bytes]) -> Iterator[bytes]:
         if cut:
             yield data[:cut]
         rest = data[cut:]
+        if len(rest) > MAX_LINE_BYTES:
+            raise UnusableInput(path, f"a line longer than {MAX_LINE_BYTES >> 20} MiB: not a telemetry file")
     if rest:
         yield rest
 
 
-_STATUS_WORD = re.compile(rb"_[sS][tT][aA][tT][uU][sS]")  # what bytes.lower() makes b"_status"
+def _status_word(lowered: bytes) -> bool:
+    """Whether a line's lowered text could record a library status: ``_status`` (cuBLAS, cuDNN ...) or
+    ``nccl`` (NCCL's error names and its allocation warnings, as PyTorch's DistBackendError repeats them)."""
+    return b"_status" in lowered or b"nccl" in lowered
+
+
+_STATUS_WORD = re.compile(rb"_[sS][tT][aA][tT][uU][sS]|[nN][cC][cC][lL]")  # bytes.lower(): b"_status", b"nccl"
 _ROWS = 1 << 16  # lines per batch of columns while reading (the Python objects of one batch at a time)
 
 
@@ -717,7 +732,7 @@ class _Reader:
                         if k in of_values:
                             measured[k] = v
                     else:
-                        if statusy and (b"\\" in raw or b"_status" in raw.lower()):
+                        if statusy and (b"\\" in raw or _status_word(raw.lower())):
                             status.append((len(lines), loads(raw)))
                         lines.append(number)
                         events.append(name)
@@ -739,7 +754,7 @@ class _Reader:
                 bad.append(parsed)
                 continue
             kept = {k: v for k, v in parsed.fields.items() if k not in skip}
-            if statusy and (b"\\" in raw or b"_status" in raw.lower()):
+            if statusy and (b"\\" in raw or _status_word(raw.lower())):
                 status.append((len(lines), parsed.fields))
             lines.append(number)
             events.append(parsed.event)

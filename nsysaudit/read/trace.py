@@ -8,6 +8,7 @@ has them. What cannot be read is recorded as a warning, never silently dropped.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
+from nsysaudit.read import nccl, recovery
+from nsysaudit.read.bounds import within_capture
 from nsysaudit.read.devices import DeviceEvidence, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.gpu_work import GpuWork, Prepared, blocking_candidates, read_gpu_work
@@ -38,11 +41,12 @@ from nsysaudit.read.nvtx import source as nvtx_source
 from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.scan import COLUMNS as SCAN_COLUMNS
 from nsysaudit.read.source import ExportFile, Table, quote, sql_name
+from nsysaudit.read.unique import disagreement, one_per_key
 
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
 NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
-DEFAULT_LIBRARY_DOMAINS = ("cuBLAS", "cuDNN")
+DEFAULT_LIBRARY_DOMAINS = ("cuBLAS", "cuDNN", "NCCL")
 LIBRARY_TABLES = {"CUBLAS_EVENTS": "cuBLAS", "CUDNN_EVENTS": "cuDNN"}
 # ENUM_NSYS_EVENT_CLASS ids of the zero-length "cuBLAS start/finish", "cuDNN start/finish" marker
 # rows nsys writes into CUBLAS_EVENTS / CUDNN_EVENTS (nsys 2022.2 through 2026.2), for exports
@@ -162,6 +166,10 @@ class Trace:
       (:class:`nsysaudit.read.devices.DeviceEvidence`).
     - ``gpu_work``: the calls that blocked the host and the GPU work that ran while they did
       (:class:`nsysaudit.read.gpu_work.GpuWork`; the blocking calls' rows come from the same scan).
+    - ``nccl``: NCCL's domains, the threads NCCL started for its calls and their CUDA API rows
+      (:class:`nsysaudit.read.nccl.NcclEvidence`).
+    - ``last_allocations``: per process with an out-of-memory allocation failure, its last successful
+      allocation call (:data:`nsysaudit.read.recovery.LAST_ALLOCATION_SCHEMA`; read only then).
     """
 
     export: ExportFile
@@ -195,6 +203,10 @@ class Trace:
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
     devices: DeviceEvidence = field(default_factory=DeviceEvidence)
     gpu_work: GpuWork = field(default_factory=GpuWork)
+    nccl: nccl.NcclEvidence = field(default_factory=nccl.NcclEvidence)
+    last_allocations: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema=recovery.LAST_ALLOCATION_SCHEMA)
+    )
 
 
 
@@ -284,6 +296,39 @@ def _refuse_repeated_ids(export: ExportFile, strings: Table) -> None:
         )
 
 
+# The enums the reads use (nsysaudit.read.damage's evidence tables: rows of no other table are read).
+READ_ENUMS = ("ENUM_NSYS_EVENT_TYPE", "ENUM_NSYS_EVENT_CLASS", "ENUM_CUDA_MEM_KIND", "ENUM_CUDA_DEV_MEM_EVENT_OPER",
+              "ENUM_CUDA_MEMPOOL_TYPE", "ENUM_CUDA_MEMPOOL_OPER", "ENUM_DIAGNOSTIC_SEVERITY_LEVEL",
+              "ENUM_DIAGNOSTIC_SOURCE_TYPE")
+
+
+def _refuse_conflicting_enums(export: ExportFile) -> None:
+    """An enum the reads use (:data:`READ_ENUMS`) that gives one id two names (or labels), or one
+    name two ids, says two things about what every row of that kind is (a push/pop range or a domain,
+    an allocation or a free): which one nsys meant is unknown, and reading either would be a pick.
+    nsys writes each once."""
+    for base in READ_ENUMS:
+        table = export.table(base)
+        if table is None or not table.has("id", "name"):
+            continue
+        name = table.name
+        label = " OR count(DISTINCT label) > 1" if table.has("label") else ""
+        q = quote(name)
+        by_id = export.conn.execute(
+            f"SELECT id FROM {q} GROUP BY id HAVING count(DISTINCT name) > 1{label} LIMIT 1").fetchone()
+        by_name = export.conn.execute(
+            f"SELECT name FROM {q} GROUP BY name HAVING count(DISTINCT id) > 1 LIMIT 1").fetchone()
+        if by_id is None and by_name is None:
+            continue
+        what = (f"id {by_id[0]!r} is given several names" if by_id is not None
+                else f"{by_name[0]!r} is given several ids")
+        raise UnusableInput(
+            export.path,
+            f"{name}: {what}, where nsys writes each once: what the rows of that kind are is unknown, and "
+            "reading either would be a guess; not a usable export",
+        )
+
+
 def load(
     export: ExportFile,
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
@@ -305,50 +350,45 @@ def load(
 def _load(
     export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None, prefetch: Prefetch | None = None
 ) -> Trace:
-    """The steps in the order they read the export: strings, NVTX, library calls, memory, the CUDA
-    API scan, names, session and capture settings, diagnostics; then the warnings of what was read."""
+    """The steps in the order they read the export: strings, diagnostics (the capture's bounds), NVTX,
+    library calls, memory, the CUDA API scan, names, session and capture settings; then what lies
+    outside the capture, and the warnings of what was read."""
     typed: Counter[str] = Counter()  # values of the wrong type read as NULL, per table
     strings = _strings(export)
+    _refuse_conflicting_enums(export)
     runtime = export.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     if runtime is not None:
         _require(export.path, runtime, "start", "end", "globalTid", "nameId", "returnValue")
-    nvtx_ranges, nvtx_table = _nvtx_ranges(export, strings, typed)
-    library = _library_calls(export, strings, nvtx_ranges, library_domains, typed)
-    library_windows = union_windows(closed_library_calls(library.calls))
-    memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
-    # The blocking calls' names (marked in the scan) and the copies of pageable memory.
-    blocking = prepare_gpu_work(export, strings, frame, typed) if runtime is not None else None
-    scanned = (
-        _scan(export, strings, runtime, library_windows, memory, progress, blocking)
-        if runtime is not None else _Scanned()
-    )
-    # The candidates handed over, not kept here: read_gpu_work lets go of them once decided (10^6 rows).
-    candidates, scanned = scanned.blocking, replace(scanned, blocking=_Scanned().blocking)
-    gpu_work = (
-        read_gpu_work(export, candidates, blocking, frame, typed, runtime.name, progress=progress)
-        if runtime is not None and blocking is not None else GpuWork()
-    )
-    del candidates
-    thread_names, name_warnings = _thread_names(export, strings, typed)
-    processes = _processes(export, typed)
-    session_start = _session_start(export, typed)
-    capture = _capture_settings(export, typed)
-    devices = read_devices(export, frame, typed, memory, capture)
     diagnostics, capture_bounds, diagnostic_warnings = read_diagnostics(export)
+    as_written, nvtx_table, domain_warnings = _nvtx_ranges(export, strings, typed)
+    nvtx_ranges = nccl.recognize(as_written, nccl.schema_domains(export))  # NCCL's domain, where nsys named none
+    library = _library_calls(export, strings, nvtx_ranges, library_domains, typed)
+    library_windows = union_windows(closed_library_calls(library.calls, capture_bounds.stop_ns))
+    memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
+    scanned, gpu_work = _scan_and_stalls(export, strings, runtime, library_windows, memory, progress, typed,
+                                         capture_bounds)
+    bounded = within_capture(export, capture_bounds, runtime, scanned.span, memory, nvtx_ranges, nvtx_table)
+    scanned, memory = replace(scanned, span=bounded.cuda_api_span), bounded.memory
+    thread_names, name_warnings = _thread_names(export, strings, typed)
+    processes, process_warnings = _processes(export, typed)
+    session_start, session_warnings = _session_start(export, typed)
+    capture, capture_warnings = _capture_settings(export, typed)
+    devices = read_devices(export, frame, typed, memory, capture)
+    nccl_evidence = _nccl(export, runtime, strings, as_written, nvtx_ranges, library.calls, devices, typed)
+    last_allocations = (
+        recovery.last_successful_allocations(export, frame, runtime, strings, scanned.rows, typed)
+        if runtime is not None else pl.DataFrame(schema=recovery.LAST_ALLOCATION_SCHEMA)
+    )
     read_warnings = [
+        *bounded.warnings,
+        *domain_warnings,
         *name_warnings,
+        *process_warnings,
+        *session_warnings,
+        *capture_warnings,
+        *devices.warnings,
         *_read_warnings(export, typed, memory, runtime, scanned, library.calls, thread_names),
     ]
-    tables_used = {
-        "StringIds": strings.name,
-        **({"cuda_api": runtime.name} if runtime is not None else {}),
-        **({"nvtx": nvtx_table} if nvtx_table is not None else {}),
-        **library.tables,
-        **({"memory": memory.table} if memory.table is not None else {}),
-        # The pools' own operations (created, trimmed) the ledger reads for a pool's size.
-        **({"memory_pools": memory.pool_table} if memory.pool_table is not None else {}),
-        **gpu_work.tables,  # kernel, memcpy, memset, synchronization, launches: the host stalls' evidence
-    }
     return Trace(
         export=export,
         has_cuda_api=runtime is not None,
@@ -366,7 +406,7 @@ def _load(
         memory_span=memory.span,
         session_start_utc_ns=session_start,
         capture=capture,
-        tables_used=tables_used,
+        tables_used={**_tables_used(strings, runtime, nvtx_table, library, memory), **gpu_work.tables},
         warnings=(*export.warnings, *diagnostic_warnings, *read_warnings, *gpu_work.warnings),
         capture_calls=scanned.capture_calls,
         diagnostics=diagnostics,
@@ -379,6 +419,61 @@ def _load(
         alloc_calls=scanned.alloc_calls,
         devices=devices,
         gpu_work=gpu_work,
+        nccl=nccl_evidence,
+        last_allocations=last_allocations,
+    )
+
+
+def _scan_and_stalls(
+    export: ExportFile, strings: Table, runtime: Table | None, library_windows: pl.DataFrame,
+    memory: MemoryEvidence, progress: Progress | None, typed: Counter[str], capture_bounds: Capture,
+) -> tuple[_Scanned, GpuWork]:
+    """The CUDA API scan, with the blocking calls' names marked in it, and the host stalls' evidence
+    read from the calls it found (:func:`nsysaudit.read.gpu_work.read_gpu_work`)."""
+    if runtime is None:
+        return _Scanned(), GpuWork()
+    blocking = prepare_gpu_work(export, strings, frame, typed)
+    scanned = _scan(export, strings, runtime, library_windows, memory, progress, blocking)
+    # The candidates handed over, not kept here: read_gpu_work lets go of them once decided (10^6 rows).
+    candidates, scanned = scanned.blocking, replace(scanned, blocking=_Scanned().blocking)
+    gpu_work = read_gpu_work(export, candidates, blocking, frame, typed, runtime.name, progress=progress,
+                             capture=capture_bounds)
+    return scanned, gpu_work
+
+
+def _tables_used(
+    strings: Table, runtime: Table | None, nvtx_table: str | None, library: _LibraryCalls, memory: MemoryEvidence
+) -> dict[str, str]:
+    """The tables read, by role (``Trace.tables_used``)."""
+    return {
+        "StringIds": strings.name,
+        **({"cuda_api": runtime.name} if runtime is not None else {}),
+        **({"nvtx": nvtx_table} if nvtx_table is not None else {}),
+        **library.tables,
+        **({"memory": memory.table} if memory.table is not None else {}),
+        # The pools' own operations (created, trimmed) the ledger reads for a pool's size.
+        **({"memory_pools": memory.pool_table} if memory.pool_table is not None else {}),
+    }
+
+
+def _nccl(
+    export: ExportFile, runtime: Table | None, strings: Table, as_written: pl.DataFrame, ranges: pl.DataFrame,
+    calls: pl.DataFrame, devices: DeviceEvidence, typed: Counter[str],
+) -> nccl.NcclEvidence:
+    """What the export says about NCCL (:class:`nsysaudit.read.nccl.NcclEvidence`): its domains, its
+    calls, the threads it started for them (read only when there are NCCL calls)."""
+    named, by_schemas = nccl.domains_of(as_written, ranges)
+    threads, helper_calls = (
+        nccl.helper_threads(export, frame, runtime, strings, calls, typed)
+        if runtime is not None
+        else (pl.DataFrame(schema=nccl.HELPER_THREAD_SCHEMA), pl.DataFrame(schema=nccl.HELPER_CALL_SCHEMA))
+    )
+    said = [v for launch in devices.launches if (v := launch.variable("NCCL_NVTX_DISABLE")) is not None]
+    disabled = said[-1] if said else None
+    return nccl.NcclEvidence(
+        named=named, by_schemas=by_schemas, calls=calls.filter(pl.col("library") == nccl.NCCL).height,
+        helper_threads=threads, helper_calls=helper_calls,
+        nvtx_disabled=disabled if disabled not in (None, "", "0") else None,
     )
 
 
@@ -391,9 +486,11 @@ def _strings(export: ExportFile) -> Table:
     return strings
 
 
-def _nvtx_ranges(export: ExportFile, strings: Table, typed: Counter[str]) -> tuple[pl.DataFrame, str | None]:
-    """NVTX push/pop and start/end ranges (:data:`NVTX_SCHEMA`) with each one's domain name, and the
-    table read (None when the export has no usable NVTX_EVENTS)."""
+def _nvtx_ranges(
+    export: ExportFile, strings: Table, typed: Counter[str]
+) -> tuple[pl.DataFrame, str | None, list[ReportWarning]]:
+    """NVTX push/pop and start/end ranges (:data:`NVTX_SCHEMA`) with each one's domain name, the
+    table read (None when the export has no usable NVTX_EVENTS), and what its domains left unknown."""
     conn = export.conn
     nvtx = export.table("NVTX_EVENTS")
     pushpop = _enum_id(export, "ENUM_NSYS_EVENT_TYPE", "NvtxPushPopRange", NVTX_PUSHPOP)
@@ -428,14 +525,16 @@ def _nvtx_ranges(export: ExportFile, strings: Table, typed: Counter[str]) -> tup
                 mismatched=typed,
                 source=nvtx.name,
             ).select(global_pid(pl.col("gtid")).alias("gpid"), "domain_id", "domain")
-    # NVTX domain ids are per process: map (globalPid, domainId) -> domain name.
-    domains = domains.unique(subset=["gpid", "domain_id"], keep="first", maintain_order=True)
+    # NVTX domain ids are per process: map (globalPid, domainId) -> domain name. A domain created
+    # twice under two names is unknown (its ranges are then no recognised library calls: undecided).
+    domains, said = one_per_key(domains, ["gpid", "domain_id"], f"{used} NvtxDomainCreate",
+                                {"gpid": "globalPid", "domain_id": "domainId", "domain": "text"})
     named = (
         ranges.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
         .join(domains, on=["gpid", "domain_id"], how="left")
         .drop("gpid")
     )
-    return named, used
+    return named, used, said
 
 
 @dataclass(frozen=True)
@@ -582,12 +681,13 @@ def _scan(
 def _thread_names(
     export: ExportFile, strings: Table, typed: Counter[str]
 ) -> tuple[pl.DataFrame, list[ReportWarning]]:
-    """``gtid, thread_name`` from ThreadNames, and a warning for names whose string is missing."""
+    """``gtid, thread_name`` from ThreadNames, one row per thread, and a warning for names whose
+    string is missing and for threads whose rows name them differently (their name is unknown)."""
     conn = export.conn
     tn = export.table("ThreadNames")
     if tn is None or not tn.has("nameId", "globalTid"):
         return pl.DataFrame(schema={"gtid": pl.Int64, "thread_name": pl.String}), []
-    names = frame(
+    rows = frame(
         conn,
         f"""SELECT t.globalTid, s.value FROM {quote(tn.name)} AS t
             LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId ORDER BY t.rowid""",
@@ -595,51 +695,77 @@ def _thread_names(
         mismatched=typed,
         source=tn.name,
     )
+    names, conflicts = one_per_key(rows.filter(pl.col("gtid").is_not_null()), ["gtid"], tn.name,
+                                   {"gtid": "globalTid", "thread_name": "name"})
+    said = [
+        warning(
+            "several_thread_names", w["count"],
+            w["message"].replace(": rows of one key", ": threads with several ThreadNames rows", 1),
+        )
+        for w in conflicts
+    ]
+    names = pl.concat([names, rows.filter(pl.col("gtid").is_null())])
     (unnamed,) = conn.execute(
         f"""SELECT count(*) FROM {quote(tn.name)} AS t LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId
             WHERE t.nameId IS NOT NULL AND s.id IS NULL"""
     ).fetchone()
-    if not unnamed:
-        return names, []
-    return names, [
-        {
-            "kind": "dangling_thread_name",
-            "count": unnamed,
-            "message": f"{tn.name} rows whose nameId has no StringIds row: those threads' names are unknown",
-        }
-    ]
+    if unnamed:
+        said.append(
+            {
+                "kind": "dangling_thread_name",
+                "count": unnamed,
+                "message": f"{tn.name} rows whose nameId has no StringIds row: those threads' names are unknown",
+            }
+        )
+    return names, said
 
 
-def _processes(export: ExportFile, typed: Counter[str]) -> pl.DataFrame:
-    """``pid, gpid, process_name`` from PROCESSES."""
+def _processes(export: ExportFile, typed: Counter[str]) -> tuple[pl.DataFrame, list[ReportWarning]]:
+    """``pid, gpid, process_name`` from PROCESSES, one row per process (rows of one globalPid that
+    disagree leave the values unknown, warned)."""
     pt = export.table("PROCESSES")
     if pt is None or not pt.has("globalPid", "pid", "name"):
-        return pl.DataFrame(schema={"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String})
-    return frame(
+        return pl.DataFrame(schema={"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String}), []
+    rows = frame(
         export.conn,
         f"SELECT pid, globalPid, name FROM {quote(pt.name)} ORDER BY globalPid",
         {"pid": pl.Int64, "gpid": pl.Int64, "process_name": pl.String},
         mismatched=typed,
         source=pt.name,
     )
+    return one_per_key(rows, ["gpid"], pt.name, {"gpid": "globalPid", "process_name": "name"})
 
 
-def _session_start(export: ExportFile, typed: Counter[str]) -> int | None:
-    """The session's start in UTC nanoseconds (TARGET_INFO_SESSION_START_TIME), None when unknown."""
+def _session_start(export: ExportFile, typed: Counter[str]) -> tuple[int | None, list[ReportWarning]]:
+    """The session's start in UTC nanoseconds (TARGET_INFO_SESSION_START_TIME), None when unknown
+    (also when its rows disagree, warned)."""
     session = export.table("TARGET_INFO_SESSION_START_TIME")
     if session is None or not session.has("utcEpochNs"):
-        return None
-    row = export.conn.execute(f"SELECT utcEpochNs FROM {quote(session.name)} LIMIT 1").fetchone()
-    if not row or row[0] is None:
-        return None
-    if type(row[0]) is int and -(1 << 63) <= row[0] < (1 << 63):
-        return int(row[0])
-    typed[session.name] += 1
-    return None
+        return None, []
+    rows = export.conn.execute(f"SELECT utcEpochNs FROM {quote(session.name)}").fetchall()
+    values: list[int] = []
+    for (value,) in rows:
+        if type(value) is int and -(1 << 63) <= value < (1 << 63):
+            values.append(int(value))
+        elif value is not None:
+            typed[session.name] += 1
+    distinct = sorted(set(values))
+    if len(distinct) > 1:
+        return None, disagreement(session.name, "the session's start (utcEpochNs)", {"utcEpochNs": distinct})
+    return (distinct[0] if distinct else None), []
 
 
-def _capture_settings(export: ExportFile, typed: Counter[str]) -> dict[str, list[str]]:
-    """META_DATA_CAPTURE's settings: each name's values, in the export's order."""
+# META_DATA_CAPTURE names read as one value each (the launched command, its pid and arguments, whether
+# memory usage was collected, whether nsys skipped calls): rows of one name that disagree leave it
+# unrecorded. CAPTURE_EVENT_TYPE and ENVIRONMENT_VARIABLE are lists (one row per entry).
+_SINGLE_SETTING = re.compile(
+    r"\A(PROCESS_[0-9]+:(COMMAND|PID|ARGUMENT_[0-9]+)|.*COLLECT_GPU_MEMORY_USAGE|.*CUDA_SKIP_SOME_API_CALLS)\Z"
+)
+
+
+def _capture_settings(export: ExportFile, typed: Counter[str]) -> tuple[dict[str, list[str]], list[ReportWarning]]:
+    """META_DATA_CAPTURE's settings: each name's values, in the export's order; a name read as one
+    value (:data:`_SINGLE_SETTING`) whose rows disagree is left out, and a warning says so."""
     capture: dict[str, list[str]] = {}
     cap = export.table("META_DATA_CAPTURE")
     if cap is not None and cap.has("name", "value"):
@@ -648,7 +774,11 @@ def _capture_settings(export: ExportFile, typed: Counter[str]) -> dict[str, list
                 capture.setdefault(key, []).append(value)
             else:
                 typed[cap.name] += 1
-    return capture
+    conflicts = {k: list(dict.fromkeys(vs)) for k, vs in capture.items()
+                 if _SINGLE_SETTING.fullmatch(k) and len(set(vs)) > 1}
+    if not conflicts or cap is None:
+        return capture, []
+    return {k: vs for k, vs in capture.items() if k not in conflicts}, disagreement(cap.name, "settings", conflicts)
 
 
 def _read_warnings(
@@ -683,7 +813,7 @@ def _read_warnings(
         )
     out += _cuda_api_warnings(runtime.name if runtime is not None else None, scanned.problems,
                               scanned.type_mismatch_rows)
-    out += _integrity_warnings(library_calls, thread_names, memory.allocations)
+    out += _integrity_warnings(library_calls, memory.allocations)
     if export.text.invalid:  # counted by the connection's text decoder while the tables were read
         out.append(
             warning(
@@ -696,10 +826,8 @@ def _read_warnings(
     return out
 
 
-def _integrity_warnings(
-    lib: pl.DataFrame, thread_names: pl.DataFrame, allocations: pl.DataFrame
-) -> list[ReportWarning]:
-    """What is partly broken in the library calls, thread names and allocation events (the analysis still runs)."""
+def _integrity_warnings(lib: pl.DataFrame, allocations: pl.DataFrame) -> list[ReportWarning]:
+    """What is partly broken in the library calls and allocation events (the analysis still runs)."""
     out: list[ReportWarning] = []
     unnamed = lib.filter(pl.col("api").is_null()).height
     if unnamed:
@@ -716,20 +844,6 @@ def _integrity_warnings(
     reversed_ = lib.filter(pl.col("end_ns") < pl.col("start_ns")).height
     if reversed_:
         out.append(warning("reversed_library_range", reversed_, "library calls whose end is before their start"))
-    dup_names = (
-        thread_names.filter(pl.col("gtid").is_not_null())
-        .group_by("gtid")
-        .agg(pl.col("thread_name").n_unique().alias("n"))
-        .filter(pl.col("n") > 1)
-    )
-    if dup_names.height:
-        out.append(
-            warning(
-                "several_thread_names",
-                dup_names.height,
-                "threads with more than one ThreadNames row: the last row's name is shown",
-            )
-        )
     dup_alloc = allocations.filter(pl.col("events") > 1)
     if dup_alloc.height:
         out.append(

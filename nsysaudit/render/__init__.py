@@ -16,7 +16,7 @@ from nsysaudit.core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from nsysaudit.core.text import escape
-    from nsysaudit.render.json import analysis_json, indented, write_analysis
+    from nsysaudit.render.json import analysis_json, compact, indented, write_analysis
     from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
     from nsysaudit.render.plot import check_picture_out, plot_timeline
     from nsysaudit.render.terminal import (
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # Imported on first use (PEP 562): JSON output never loads rich or the Markdown renderer.
 _HOMES = {
-    **dict.fromkeys(("analysis_json", "indented", "write_analysis"), "nsysaudit.render.json"),
+    **dict.fromkeys(("analysis_json", "compact", "indented", "write_analysis"), "nsysaudit.render.json"),
     **dict.fromkeys(("analysis_markdown", "comparison_markdown"), "nsysaudit.render.markdown"),
     **dict.fromkeys(("check_picture_out", "plot_timeline"), "nsysaudit.render.plot"),
     **dict.fromkeys(
@@ -52,6 +52,7 @@ __all__ = [
     "analysis_markdown",
     "analysis_renderable",
     "check_picture_out",
+    "compact",
     "comparison_markdown",
     "comparison_renderable",
     "escape",

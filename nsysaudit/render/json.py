@@ -1,6 +1,8 @@
 """JSON bytes of documents: canonical (sorted keys, UTF-8, no NaN), compact or indented.
 
-One rule for every JSON nsysaudit writes (:mod:`nsysaudit.render.canonical`). The analysis document's
+One rule for every JSON nsysaudit writes (:mod:`nsysaudit.render.canonical`): what ``--json`` prints
+is compact, one document and one final newline (:func:`compact`, :func:`write_analysis`); the files
+of a sealed folder are indented (:func:`indented`). The analysis document's
 library calls (10^5+ on a large export) are written by polars straight from their frame, between
 the canonical bytes of the rest of the document: never turned into Python objects, several times
 faster, a fraction of the memory. tests/test_canonical.py checks the bytes equal
@@ -21,6 +23,11 @@ import polars as pl
 from nsysaudit.analysis.alignment import LineList
 from nsysaudit.render import canonical
 from nsysaudit.reports.analysis import AnalysisResult
+
+
+def compact(doc: object) -> bytes:
+    """Canonical JSON bytes, compact, one final newline: what every command's ``--json`` prints."""
+    return canonical.dumps(doc) + b"\n"
 
 
 def indented(doc: object) -> bytes:

@@ -109,6 +109,8 @@ def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
         out.append(f"- finding {n}, **{md(f['kind'])}**: {md(f['what'], 10_000)}{when}")
         if f["held"]:
             out.append(f"- held: {md(f['held'], 10_000)}")
+        if "reported" in f:
+            out.append(f"- reported: {md(f['reported'], 10_000)}")
     for c in answer["censored"]:
         out.append(f"- censored: {md(c['what'], 10_000)}")
         if c["held"]:
@@ -306,7 +308,12 @@ def _capture(coverage: Coverage) -> list[str]:
         out.append("")
     for src in coverage["library_sources"]:
         why = f": {md(src['reason'], 300)}" if src["reason"] else ""
-        out.append(f"- library {md(src['library'])}: {md(src['status'])}, {num(src['calls'])} call(s){why}")
+        by_api = ", ".join(f"{num(n)} {md(api)}" for api, n in src.get("calls_by_api", {}).items())  # NCCL's calls
+        said = f" ({by_api}); {md(src['evidence'], 600)}" if "evidence" in src else ""
+        out.append(f"- library {md(src['library'])}: {md(src['status'])}, {num(src['calls'])} call(s){said}{why}")
+        for h in src.get("helper_threads", []):
+            out.append(f"  - tid {ident(h['tid'])}: every one of its {num(h['calls'])} CUDA API calls lies inside "
+                       f"{md(h['api'] or 'an unnamed call')} (tid {ident(h['calling_tid'])})")
     if coverage["library_sources"]:
         out.append("")
     return out
@@ -666,7 +673,7 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
             ),
         )
     else:
-        out += ["No library API ranges (cuBLAS/cuDNN) in this export.", ""]
+        out += ["No library API ranges (cuBLAS/cuDNN/NCCL) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
     out += ["## Device memory", "", *_memory(doc["memory"])]
     out += stall_parts.markdown_lines(doc["stalls"])

@@ -514,7 +514,7 @@ def _draw_lines(ax: Axes, view: View, scale: _Scale, ids: str) -> None:
 
 def _legend(fig: Figure, bottom: float, height: float) -> None:
     handles = [
-        Patch(facecolor=COLOURS["library"], label="library call (cuBLAS/cuDNN)"),
+        Patch(facecolor=COLOURS["library"], label="library call (cuBLAS/cuDNN/NCCL)"),
         Patch(facecolor=COLOURS["nvtx"], label="NVTX range"),
         Patch(facecolor=COLOURS["ok"], label="CUDA call, returned 0"),
         Patch(facecolor=COLOURS["allocation"], label="allocation, returned 0"),

@@ -201,7 +201,8 @@ def _capture_parts(cov: Coverage) -> list[RenderableType]:
             t.append("; " if i else "")
             t.append_text(literal(s["library"]))
             t.append(f" {s['status']}", style="green" if s["status"] == "traced" else "yellow")
-            t.append(f" ({s['calls']} call(s))" if s["status"] == "traced" else "")
+            by_api = ", ".join(f"{n:,} {api}" for api, n in s.get("calls_by_api", {}).items())  # NCCL's calls
+            t.append(f" ({s['calls']} call(s){': ' + by_api if by_api else ''})" if s["status"] == "traced" else "")
     t.append("\n")
     return [t]
 
@@ -436,6 +437,8 @@ def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableTyp
         parts.append(hanging(lead, body))
         if f["held"]:
             parts.append(hanging("held: ", literal(f["held"], 4000), indent=2 + len(lead), style="bold"))
+        if "reported" in f:
+            parts.append(hanging("reported: ", literal(f["reported"], 4000), indent=2 + len(lead), style="bold"))
     for c in answer["censored"]:
         parts.append(hanging("censored: ", literal(c["what"], 4000), style="yellow"))
         if c["held"]:
@@ -568,7 +571,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
             t.append_text(position_text(lc["telemetry"]))
         parts.append(t)
     if not libs:
-        parts.append(Text("  no library API ranges (cuBLAS/cuDNN) in this export", style="dim"))
+        parts.append(Text("  no library API ranges (cuBLAS/cuDNN/NCCL) in this export", style="dim"))
     parts.append(Text(""))
 
     cov_table = Table(title="Coverage by trace source and process", title_justify="left")

@@ -18,16 +18,20 @@ from nsysaudit._version import __version__
 from nsysaudit.analysis import Analysis
 from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.analysis.devices import DeviceTruth, device_truth
+from nsysaudit.analysis.nccl import HelperThread
 from nsysaudit.analysis.run import TELEMETRY_POINTS_RULE
 from nsysaudit.analysis.verdict import Verdict
-from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
+from nsysaudit.core.codes import is_allocation_api, is_allocation_failure, is_out_of_memory, names
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import pid_bits, pid_of, tid_bits
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.answer import MAX_CENSORED, answer
 from nsysaudit.reports.documents import (
+    SCHEMA_VERSION,
+    AllocationsBefore,
     AnalysisDocument,
+    AnalysisSchemaName,
     Answer,
     CaptureBounds,
     Censored,
@@ -223,6 +227,7 @@ def _findings(analysis: Analysis, truth: DeviceTruth) -> list[Finding]:
     complete = bool(analysis.frames["library_calls"]["children_complete"].all()) if (
         "children_complete" in analysis.frames["library_calls"].columns
     ) else True
+    helpers = {h["global_tid"]: h for s in analysis.library_sources for h in s.get("helper_threads", [])}
     out: list[Finding] = []
     for r in _rows(analysis.frames["findings"]):
         api = r["api"]
@@ -245,7 +250,7 @@ def _findings(analysis: Analysis, truth: DeviceTruth) -> list[Finding]:
             # Other calls request no memory (null).
             "requested_bytes": r["bytes"] if is_allocation_api(api) else None,
             "out_of_memory": bool(r.get("out_of_memory")),
-            "enclosing": _enclosing(r, complete) if r["lib_id"] is not None else None,
+            "enclosing": _enclosing(r, complete, helpers) if r["lib_id"] is not None else None,
             "enclosing_chain": r["enclosing_chain"] or [],
             "stream_capture": None,
             "rank": where["rank"],
@@ -274,12 +279,30 @@ def _findings(analysis: Analysis, truth: DeviceTruth) -> list[Finding]:
     return out
 
 
-def _enclosing(r: Mapping[str, Any], complete: bool) -> Enclosing:
+def _enclosing(r: Mapping[str, Any], complete: bool, helpers: Mapping[int, HelperThread]) -> Enclosing:
     """The library call a finding's row ``r`` is nested in, and the successful allocations nested in
     it before the failed call ("after 1,024 + 131,072 B"; unknown when a pair limit left successful
-    calls unlisted: not ``complete``)."""
+    calls unlisted: not ``complete``); with the mappings before it and the NCCL helper thread the
+    failed call ran on (``helpers``, by thread), where there are."""
     end_known = r.get("lib_end_known") is not False
     each = list(r.get("allocated_before") or [])
+    out = _enclosing_call(r, end_known, each, complete)
+    mapped = list(r.get("mapped_before") or [])
+    if mapped and complete:
+        out["mapped_before"] = {"count": len(mapped), "bytes_each": mapped, "bytes": sum(mapped)}
+    lib_gtid = r.get("lib_gtid")
+    if lib_gtid is not None and lib_gtid != r["gtid"] and r["gtid"] in helpers:
+        out["helper_thread"] = helpers[r["gtid"]]
+    return out
+
+
+def _enclosing_call(r: Mapping[str, Any], end_known: bool, each: list[int | None], complete: bool) -> Enclosing:
+    known = [b for b in each if b is not None]
+    before: AllocationsBefore = {
+        "count": len(each),
+        "bytes_each": each,
+        "bytes": sum(known) if len(known) == len(each) else None,
+    }
     return {
         "lib_id": r["lib_id"],
         "api": r["lib_api"],
@@ -290,11 +313,7 @@ def _enclosing(r: Mapping[str, Any], complete: bool) -> Enclosing:
         "recorded_end_ns": r["lib_end_ns"],
         "end_known": end_known,
         "coverage": r["lib_coverage"],
-        "allocations_before": {
-            "count": len(each),
-            "bytes_each": each,
-            "bytes": sum(each) if all(b is not None for b in each) else None,
-        } if complete else None,
+        "allocations_before": before if complete else None,
     }
 
 
@@ -308,7 +327,7 @@ def _failed_calls(frames: Mapping[str, pl.DataFrame]) -> list[FailedCalls]:
                 "api": api,
                 **names(api, rc),
                 "return_code": rc,
-                "allocation": api is not None and is_allocation_api(api),
+                "allocation": api is not None and (is_allocation_api(api) or is_allocation_failure(api, rc)),
                 "out_of_memory": api is not None and is_out_of_memory(api, rc),
                 "pid": r["pid"],
                 "tid": r["tid"],
@@ -425,7 +444,8 @@ def _memory(analysis: Analysis, truth: DeviceTruth | None = None) -> Memory:
     for p in analysis.memory_points:
         in_force = None
         if analysis.alignment is not None and p["t_ns"] is not None:
-            in_force = analysis.alignment.position(p["pid"], p["t_ns"], p["t_ns"])["in_force"]
+            where = analysis.alignment.position(p["pid"], p["t_ns"], p["t_ns"])
+            in_force = where.get("allocator", where["in_force"])  # the allocator's own figures, where a line has them
         holder = holder_statement(p, names, gap_examples=p.get("free_calls_without_event_examples", ()),
                                   in_force=in_force,
                                   devices=truth.devices if truth is not None and truth.several_devices else None)
@@ -459,6 +479,7 @@ class Head(TypedDict):
     :class:`~nsysaudit.analysis.alignment.LineList` (:meth:`AnalysisResult.document` makes them lists)."""
 
     tool: Tool
+    schema: AnalysisSchemaName
     input: Input
     census: Census
     findings: list[Finding]
@@ -488,6 +509,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
     stalls = _stalls(analysis)
     out: Head = {
         "tool": {"name": "nsysaudit", "version": __version__},
+        "schema": {"kind": "analysis", "version": SCHEMA_VERSION},
         "input": info.to_dict(),
         "census": _census(analysis),
         "findings": findings,
@@ -507,6 +529,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
             findings, analysis.verdict, list(analysis.verdict_reasons), keys["processes"], memory,
             censored_rows(censored.head(MAX_CENSORED)), censored.height,
             devices=keys["devices"], shown=keys["ranks"]["shown"], stalls=stalls["statements"],
+            library_failures=analysis.telemetry_library_failures,
         ),
     }
     if analysis.alignment is not None:
@@ -609,6 +632,7 @@ class AnalysisResult:
             "verdict": h["verdict"], "verdict_reasons": h["verdict_reasons"], "warnings": h["warnings"],
             "limits": h["limits"], "memory": h["memory"], "answer": h["answer"], "library_calls": library_calls,
             "devices": h["devices"], "launches": h["launches"], "ranks": h["ranks"], "stalls": h["stalls"],
+            "schema": h["schema"],
         }
         alignment = self.analysis.alignment
         if alignment is not None:  # the head's lazy forms, their per-line lists made

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nsysaudit.reports import nccl
 from nsysaudit.reports.documents import (
     Answer,
     AnswerCensored,
     AnswerFinding,
     Censored,
     Finding,
+    LibraryFailure,
     Memory,
     Position,
     Process,
@@ -49,13 +51,19 @@ def finding_words(f: Finding) -> str:
     failed = f"{api} returned {f['return_code']} ({f['return_name'] or 'unknown code'})"
     enc = f.get("enclosing")
     if enc is not None:
-        text = f"{failed} inside {enc['api']}, on {_thread(f)}, correlation {f['correlation_id']}"
+        text = f"{failed} inside {nccl.call_words(enc)}, on {_thread(f)}, correlation {f['correlation_id']}"
+        helper = enc.get("helper_thread")
+        if helper is not None:  # an NCCL call's own thread (analysis/nccl)
+            text += f"; {nccl.helper_words(helper)};"
         before = enc.get("allocations_before")
         if before is not None and before["count"]:
             each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
-            text += f", after {before['count']} successful allocation(s) in it ({each} B)"
+            text += f"{',' if helper is None else ''} after {before['count']} successful allocation(s) in it ({each} B)"
         elif before is not None:
-            text += ", the first allocation in it"
+            text += f"{',' if helper is None else ''} the first allocation in it"
+        mapped = nccl.mapped_words(enc)
+        if mapped is not None:
+            text += f" and {mapped}"
         return text
     cap = f.get("stream_capture")
     text = f"{failed} on {_thread(f)}, correlation {f['correlation_id']}"
@@ -75,7 +83,7 @@ def _short(f: Finding) -> str:
     thread = f.get("thread_name") or f"tid {f['tid']} (thread name unknown)"
     enc = f.get("enclosing")
     if enc is not None:
-        return f"{text} inside {enc['api']} on {thread}"
+        return f"{text} inside {nccl.call_words(enc)} on {thread}"
     if f.get("stream_capture") is not None:
         return f"{text} on {thread}, after events were recorded inside a stream capture"
     return f"{text} on {thread}"
@@ -93,13 +101,17 @@ def answer(
     devices: Sequence[TargetDevice] = (),
     shown: bool = False,
     stalls: Sequence[str] = (),
+    library_failures: Sequence[LibraryFailure] = (),
 ) -> Answer:
     """The ``answer`` key of an analysis document (see the module docstring) from its other keys;
     ``censored_calls``: the first :data:`MAX_CENSORED` entries of ``coverage.censored``, of
     ``censored_total``; ``devices`` (the document's ``devices``) and ``shown`` (``ranks.shown``): where the
     export has several devices or a stated rank, the findings say where they ran and the holder
-    sentences name each device. ``stalls``: the host stalls' sentences (the ``stalls`` key's ``statements``)."""
+    sentences name each device; ``library_failures`` (``telemetry.library_failures``): NCCL's error
+    lines tied to a finding are said with it (``reported``); ``stalls``: the host stalls' sentences (the
+    ``stalls`` key's ``statements``)."""
     names = {p["global_pid"]: p["name"] for p in processes}
+    reports = nccl.reported(library_failures, findings)
     named = devices if shown and len(devices) > 1 else None
     points = {p["finding"]: p for p in memory["at"] if p["point"] == "finding" and "finding" in p}
     said: list[AnswerFinding] = []
@@ -109,17 +121,22 @@ def answer(
         held = None
         if point is not None and point.get("devices"):
             held = held_words(point, names, named)
-            allocator = allocator_words(position["in_force"] if position is not None else None)
+            # The allocator's own figures: the line in force, or an earlier one where that has none.
+            in_force = position.get("allocator", position["in_force"]) if position is not None else None
+            allocator = allocator_words(in_force)
             if allocator:
                 held += f" {allocator}"
         placed = placement_words(f, devices, shown)  # "rank 1, device 1 (...)": where devices or ranks tell
-        said.append({
+        entry: AnswerFinding = {
             "finding": i,
             "kind": f["kind"],
             "what": finding_words(f) + (f"; {placed}" if placed else ""),
             "when": when_words(position),
             "held": held,
-        })
+        }
+        if i in reports:
+            entry["reported"] = reports[i]
+        said.append(entry)
     censored: list[AnswerCensored] = []
     at_call = {p["lib_id"]: p for p in memory["at"]
                if p["point"] == "censored_library_call" and "lib_id" in p}

@@ -12,8 +12,9 @@ Everything in the document comes from the two results: nothing is guessed. An un
 
 Which library calls are "of interest" (the issue leaves it open): every library call when an arm
 has at most :data:`FEW_LIBRARY_CALLS` of them; otherwise each one that runs on a thread other than
-its process's main thread, is censored, has a failed nested call, or encloses a finding. The rule
-applied is written into the document (``library_calls_selection``).
+its process's main thread, is censored, has a failed nested call, encloses a finding, or initializes an
+NCCL communicator (:mod:`nsysaudit.analysis.interest`). The rule applied is written into the document
+(``library_calls_selection``).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from nsysaudit.analysis.findings import FINDING_KINDS
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.core.codes import is_allocation_api, names
 from nsysaudit.core.paths import basename, scrub_paths
+from nsysaudit.reports import nccl
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import (
+    SCHEMA_VERSION,
     AnalysisDocument,
     Arm,
     ArmInput,
@@ -78,17 +81,18 @@ from nsysaudit.reports.statements import (
 )
 
 ARMS: tuple[Arm, Arm] = ("observe", "release")
-REPORT_FORMAT = "nsysaudit.compare/1"
+# /1 had no ``schema`` key (verify --inputs names a folder sealed with it: seal.verify.OLDER_REPORTS).
+REPORT_FORMAT = "nsysaudit.compare/2"
 
 # META_DATA_CAPTURE keys that differ between any two runs by construction. They are reported
 # under ``differs_as_expected`` (with the reason), never silently dropped.
 _EXPECTED_CAPTURE_KEYS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^PROFILING_SESSION_(UUID|ID)$"), "identifies the capture session"),
-    (re.compile(r"^RUN_DURATION_MS$"), "measured length of the run"),
-    (re.compile(r"^(APPLICATION_PID|PROCESS_\d+:PID)$"), "process id assigned by the OS"),
-    (re.compile(r"^PROCESS_\d+:ARGUMENT_\d+$"), "the arm's own command arguments"),
+    (re.compile(r"\APROFILING_SESSION_(UUID|ID)\Z"), "identifies the capture session"),
+    (re.compile(r"\ARUN_DURATION_MS\Z"), "measured length of the run"),
+    (re.compile(r"\A(APPLICATION_PID|PROCESS_[0-9]+:PID)\Z"), "process id assigned by the OS"),
+    (re.compile(r"\APROCESS_[0-9]+:ARGUMENT_[0-9]+\Z"), "the arm's own command arguments"),
 )
-_ENVIRONMENT = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
+_ENVIRONMENT = re.compile(r"\APROCESS_[0-9]+:ENVIRONMENT_VARIABLE\Z")
 # Snapshot fields of the telemetry ``handoff`` event that the comparison shows side by side.
 HANDOFF_FIELDS = ("allocated", "reserved", "physical_free")
 
@@ -147,6 +151,7 @@ def _document(
         "not_established": not_established,
         "summary": _summary(arms, differences, not_established),
         "answer": _answer(arms, differences, not_established),
+        "schema": {"kind": "comparison", "version": SCHEMA_VERSION},
     }
 
 
@@ -157,8 +162,11 @@ def _answer(
     what the memory did differently at the call that failed (the first pair of library calls off
     the main thread), with what the comparison cannot establish."""
     memory: list[str] = []
-    for pair in differences["library_calls"]:
-        said = [s for s in pair["statements"] if s.startswith("At ") or ": between " in s]
+    # The pair whose call failed in an arm comes first (an NCCL call fails on the main thread).
+    pairs = sorted(differences["library_calls"], key=lambda p: not any(
+        side is not None and side["nested_allocations_failed"] for side in (p["observe"], p["release"])))
+    for pair in pairs:
+        said = [s for s in pair["statements"] if s.startswith("At ") or ": between " in s or nccl.ALLOCATED in s]
         if said:
             memory = said
             break
@@ -517,7 +525,7 @@ def _failure_presence(arms: Mapping[str, ComparisonArm]) -> FailurePresence:
         fs = [f for f in arms[present[0]]["findings"] if f["kind"] == "nested_alloc_failure"]
         what = "; ".join(
             f"{f['api']} returned {f['return_code']} ({f['return_name'] or 'unknown code'}) inside "
-            f"{f['enclosing']['api']}" + when(f.get("telemetry"))
+            f"{nccl.call_words(f['enclosing'])}" + when(f.get("telemetry"))
             for f in fs
             if f["enclosing"] is not None  # a nested failure is inside its library call
         )
@@ -604,6 +612,9 @@ def _side_statements(n: str, lc: ArmLibraryCall, arm: ComparisonArm) -> list[str
     """What one arm's call of a pair allocated, who held the device at its start (and what changed
     since the handoff), and where it falls among the telemetry lines."""
     statements = [allocation_statement(n, lc)]
+    allocated = nccl.allocations_words(n, lc)  # an NCCL call's allocations, in bytes its memory events give
+    if allocated is not None:
+        statements.append(allocated)
     if lc["holder_at_start"]:
         statements.append(f"{n}: {lc['holder_at_start']}")
         handoff = _handoff_point(arm)

@@ -21,7 +21,17 @@ import sys
 import types
 import typing
 from collections.abc import Mapping
-from typing import Literal, NotRequired, TypedDict, TypeGuard, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Annotated,
+    Literal,
+    NotRequired,
+    TypedDict,
+    TypeGuard,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from nsysaudit.analysis.alignment import (
     Agreement,
@@ -60,6 +70,7 @@ from nsysaudit.analysis.ledger import (
     TelemetryPoints,
     VirtualMemory,
 )
+from nsysaudit.analysis.nccl import FailedCall, HelperThread
 from nsysaudit.analysis.run import Limits
 from nsysaudit.analysis.stalls import (
     Attribution,
@@ -112,9 +123,11 @@ __all__ = [
     "DeviceProcess",
     "During",
     "EventLine",
+    "FailedCall",
     "FindingKind",
     "FreeCallsWithoutEvent",
     "FreedNeverAllocated",
+    "HelperThread",
     "Input",
     "InputKind",
     "KernelName",
@@ -170,6 +183,33 @@ class Tool(TypedDict):
     version: str
 
 
+# The contract's version, in every document's ``schema`` key: keys are added within a version (never
+# renamed or removed, a type never narrowed); it goes up only if the contract itself breaks.
+SchemaVersion = Literal[1]
+SCHEMA_VERSION: SchemaVersion = 1
+
+
+class AnalysisSchemaName(TypedDict):
+    """The JSON Schema that validates the document: ``nsysaudit schema analysis`` prints it."""
+
+    kind: Literal["analysis"]
+    version: SchemaVersion
+
+
+class SealedAnalysisSchemaName(TypedDict):
+    """The JSON Schema that validates the document: ``nsysaudit schema sealed-analysis`` prints it."""
+
+    kind: Literal["sealed-analysis"]
+    version: SchemaVersion
+
+
+class ComparisonSchemaName(TypedDict):
+    """The JSON Schema that validates the document: ``nsysaudit schema comparison`` prints it."""
+
+    kind: Literal["comparison"]
+    version: SchemaVersion
+
+
 class CensusRow(TypedDict):
     api: str | None
     display_api: str | None
@@ -203,6 +243,10 @@ class Enclosing(TypedDict):
     end_known: bool
     coverage: CoverageState
     allocations_before: AllocationsBefore | None
+    # Where the failed call ran on a thread NCCL started for the call (analysis/nccl): that thread.
+    helper_thread: NotRequired[HelperThread]
+    # The mappings (cuMemSetAccess's allocation events) nested in the call before the failed call.
+    mapped_before: NotRequired[AllocationsBefore]
 
 
 class ChainLink(TypedDict):
@@ -393,6 +437,8 @@ class AnswerFinding(TypedDict):
     what: str
     when: str | None
     held: str | None
+    # What the application's telemetry recorded of the library's error (NCCL's), tied to this finding.
+    reported: NotRequired[str]
 
 
 class AnswerCensored(TypedDict):
@@ -444,9 +490,11 @@ class AnalysisKeys(TypedDict):
 
 
 class AnalysisDocument(AnalysisKeys):
-    """``nsysaudit analyze --json``: one input's analysis (:class:`AnalysisKeys`) and the tool that made it."""
+    """``nsysaudit analyze --json``: one input's analysis (:class:`AnalysisKeys`), the tool that made it and
+    the schema that validates it."""
 
     tool: Tool
+    schema: AnalysisSchemaName
 
 
 class SealedInput(TypedDict):
@@ -481,13 +529,14 @@ class SealedOptions(TypedDict):
 class SealedAnalysisDocument(AnalysisKeys):
     """A sealed analysis' ``report.json``: the analysis (:class:`AnalysisKeys`) with paths as basenames and
     without what depends on the machine or the install (``tool``, ``input.export``, ``input.engine``,
-    the SQLite version: in ``metadata.json``), plus ``format``, ``kind``, ``inputs`` and (in
-    ``report.json``, the options it was made with) ``options``."""
+    the SQLite version: in ``metadata.json``), plus ``format``, ``kind``, ``inputs``, (in
+    ``report.json``, the options it was made with) ``options`` and the ``schema`` that validates it."""
 
     format: str
     kind: Literal["analysis"]
     inputs: list[SealedInput]
     options: NotRequired[SealedOptions]
+    schema: SealedAnalysisSchemaName
 
 
 class ArmInput(TypedDict):
@@ -842,7 +891,8 @@ class ComparisonAnswer(TypedDict):
 
 class ComparisonDocument(TypedDict):
     """``compare``'s sealed ``report.json``: both arms' analyses (``arms``, each a selection of the
-    analysis document's keys) and what differs between them; ``options`` in ``report.json``."""
+    analysis document's keys) and what differs between them; ``options`` in ``report.json``; the
+    ``schema`` that validates it."""
 
     format: str
     kind: Literal["comparison"]
@@ -854,6 +904,7 @@ class ComparisonDocument(TypedDict):
     not_established: list[NotEstablished]
     summary: list[str]
     answer: ComparisonAnswer
+    schema: ComparisonSchemaName
 
 
 # --- checking a document against its type -------------------------------------------------------
@@ -973,6 +1024,115 @@ def contract(*roots: type) -> str:
             out.append(f"| `{key}` | {type_words(inner)} | {'yes' if required else 'no'} |")
         out.append("")
     return "\n".join(out)
+
+
+# --- the JSON Schema, generated ---------------------------------------------------------------------
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+_JSON_TYPES: dict[object, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def json_schema(
+    root: type, *, id: str, closed: bool = False, table_row: bool = False
+) -> dict[str, object]:
+    """The JSON Schema (2020-12) of the TypedDict ``root``: its keys at the top, every TypedDict it
+    mentions in ``$defs`` (by class name), each key's type as :func:`problems` checks it (``Literal``: an
+    ``enum``; ``X | None``: null allowed; ``list``, ``dict``, ``Mapping``; ``object``: any value),
+    ``NotRequired`` keys left out of ``required``.
+
+    ``closed``: no key but the declared ones (what :func:`problems` checks; the published schemas are
+    open, so that a consumer's schema still accepts documents of a later nsysaudit, which only adds
+    keys). ``table_row``: ``root`` is a row of a table, where every column is there, null for a key the
+    row lacks (its ``NotRequired`` keys are required and nullable).
+
+    >>> s = json_schema(Tool, id="urn:example")
+    >>> s["required"], s["properties"]["version"]
+    (['name', 'version'], {'type': 'string'})
+    """
+    writer = _SchemaWriter(closed)
+    body = writer.typed_dict(root, table_row=table_row)
+    out: dict[str, object] = {"$schema": JSON_SCHEMA_DIALECT, "$id": id, "title": root.__name__, **body}
+    if writer.defs:
+        out["$defs"] = writer.defs
+    return out
+
+
+class _SchemaWriter:
+    """Turns types into JSON Schema, collecting the TypedDicts met into ``defs``."""
+
+    def __init__(self, closed: bool) -> None:
+        self.closed = closed
+        self.defs: dict[str, dict[str, object]] = {}
+        self.named: dict[str, type] = {}
+
+    def typed_dict(self, t: type, *, table_row: bool = False) -> dict[str, object]:
+        out: dict[str, object] = {}
+        doc = (t.__doc__ or "").strip()
+        if doc and not doc.startswith(f"{t.__name__}("):  # a TypedDict without a docstring gets its signature
+            out["description"] = " ".join(doc.split())
+        properties: dict[str, object] = {}
+        required: list[str] = []
+        for key, hint in get_type_hints(t, include_extras=True).items():
+            inner, is_required = _unwrap(hint)
+            properties[key] = self.of(inner)
+            if table_row and not is_required:
+                properties[key], is_required = _any_of([self.of(inner), {"type": "null"}]), True
+            if is_required:
+                required.append(key)
+        out.update({"type": "object", "properties": properties, "required": required})
+        if self.closed:
+            out["additionalProperties"] = False
+        return out
+
+    def of(self, t: object) -> dict[str, object]:
+        origin = get_origin(t)
+        if t is object:  # any JSON value
+            return {}
+        if t is type(None):
+            return {"type": "null"}
+        if origin is Annotated:
+            return self.of(get_args(t)[0])
+        if origin is Literal:
+            values = list(get_args(t))
+            return {"const": values[0]} if len(values) == 1 else {"enum": values}
+        if origin in (Union, types.UnionType):
+            return _any_of([self.of(a) for a in get_args(t)])
+        if origin is list:
+            return {"type": "array", "items": self.of(get_args(t)[0])}
+        if origin in (dict, Mapping):
+            k, v = get_args(t)
+            out: dict[str, object] = {"type": "object", "additionalProperties": self.of(v)}
+            if k is not str:
+                out["propertyNames"] = self.of(k)
+            return out
+        if _is_typed_dict(t):
+            name = t.__name__
+            if self.named.setdefault(name, t) is not t:
+                raise TypeError(f"two TypedDicts are named {name}: {self.named[name]!r} and {t!r}")
+            if name not in self.defs:
+                self.defs[name] = {}  # placed first: a type that mentions itself refers to it
+                self.defs[name] = self.typed_dict(t)
+            return {"$ref": f"#/$defs/{name}"}
+        if t in _JSON_TYPES:
+            return {"type": _JSON_TYPES[t]}
+        raise TypeError(f"no JSON Schema for the type {t!r}")
+
+
+def _any_of(parts: list[dict[str, object]]) -> dict[str, object]:
+    """One schema for a union: ``{"type": [...]}`` of plain types, an ``enum`` of constants (null
+    among them), else ``anyOf``."""
+    if all(set(p) == {"type"} for p in parts):
+        names = list(dict.fromkeys(n for p in parts for n in _listed(p["type"])))
+        return {"type": names[0] if len(names) == 1 else names}
+    if all(set(p) in ({"enum"}, {"const"}) or p == {"type": "null"} for p in parts):
+        values: list[object] = []
+        for p in parts:
+            values += [v for v in (_listed(p["enum"]) if "enum" in p else [p.get("const")]) if v not in values]
+        return {"enum": values}
+    return {"anyOf": parts}
+
+
+def _listed(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else [value]
 
 
 CONTRACT_BEGIN = "<!-- generated from nsysaudit/reports/documents.py: python -m nsysaudit.reports.documents -->"

@@ -105,6 +105,8 @@ CENSORED_WORDS = {
     "library_call_has_no_start": "the range has no start",
     "library_call_reversed": "the range ends before it starts",
     "library_call_has_no_thread": "the range has no thread",
+    "library_call_outside_capture": "the range ends after the capture stopped, which nsys never records: its times "
+    "are damaged",
 }
 
 
@@ -216,8 +218,10 @@ def _held(p: PointProcess, *, pool_first: bool) -> list[str]:
     m = p["by_mechanism"]
     parts = []
     if m["pool_reserved"]:
-        parts.append(f"{size_word(m['pool_reserved'])} in its CUDA memory pool ({size_word(m['pool_utilized'])} of it "
-                     "in use)")
+        # More in use than the pool holds cannot be: the events contradict themselves (warned).
+        use = (f"{size_word(m['pool_utilized'])} of it in use" if m["pool_utilized"] <= m["pool_reserved"] else
+               f"its use unknown: the events say {size_word(m['pool_utilized'])}, more than the pool")
+        parts.append(f"{size_word(m['pool_reserved'])} in its CUDA memory pool ({use})")
     if m["mapped"]:
         parts.append(f"{size_word(m['mapped'])} mapped (virtual memory: cuMemMap, cuMemSetAccess)")
     if m["segments"]:

@@ -16,7 +16,8 @@ TAGMANIFEST = "tagmanifest-sha256.txt"
 TAG_FILES = (MANIFEST, METADATA)
 # /1 sealed manifest-sha256.txt only; /2 had no pictures and no report.html.
 SEAL_FORMAT = "nsysaudit.seal/3"
-ANALYSIS_FORMAT = "nsysaudit.analysis/1"
+# report.json of a sealed analysis; /1 had no ``schema`` key (see nsysaudit.seal.verify.OLDER_REPORTS).
+ANALYSIS_FORMAT = "nsysaudit.analysis/2"
 
 ReportKind = Literal["compare", "analyze"]
 # The timeline picture of each arm (see nsysaudit.reports.timeline): a comparison has two, an analysis one.
@@ -38,7 +39,7 @@ def picture_name(arm: str | None) -> str:
     return "timeline.svg" if arm is None else f"timeline-{arm}.svg"
 
 
-MANIFEST_LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")
+MANIFEST_LINE = re.compile(r"\A([0-9a-f]{64})  (.+)\Z")
 
 
 def manifest_text(digests: Mapping[str, str]) -> bytes:

@@ -28,6 +28,7 @@ from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
 from nsysaudit.reports.documents import (
+    SCHEMA_VERSION,
     AnalysisDocument,
     ComparisonDocument,
     Input,
@@ -304,6 +305,7 @@ def sealed_form(
         "format": ANALYSIS_FORMAT,
         "kind": "analysis",
         "inputs": inputs,
+        "schema": {"kind": "sealed-analysis", "version": SCHEMA_VERSION},
     }
     if "alignment" in scrubbed:
         sealed["alignment"] = scrubbed["alignment"]
@@ -561,8 +563,8 @@ def sealed_metadata(built: Built, out: str | os.PathLike[str]) -> SealMetadata:
 
 def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
     """The library domains of a sealed report, in the order the CLI gives them: the defaults, then
-    the added ones. A set without cuBLAS or cuDNN is refused (exit 2): ``--library-domain`` only
-    adds, so the recorded command could not reproduce it."""
+    the added ones. A set without one of them (cuBLAS, cuDNN, NCCL) is refused (exit 2):
+    ``--library-domain`` only adds, so the recorded command could not reproduce it."""
     missing = [d for d in DEFAULT_LIBRARY_DOMAINS if d not in domains]
     if missing:
         raise BadOption(

@@ -3,18 +3,24 @@ re-run the recorded analysis: the payload must come out byte-identical."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
+from nsysaudit.core.limits import read_at_most
 from nsysaudit.core.shapes import JSON
+from nsysaudit.read.source import SIDE_SUFFIXES
+from nsysaudit.reports.compare import REPORT_FORMAT
 from nsysaudit.reports.documents import SealedInput
 from nsysaudit.seal.layout import (
+    ANALYSIS_FORMAT,
     INPUTS,
     MANIFEST,
     MANIFEST_LINE,
@@ -30,6 +36,7 @@ from nsysaudit.seal.layout import (
 )
 from nsysaudit.seal.recipe import (
     CheckedMetadata,
+    InputFile,
     build,
     engines,
     input_file,
@@ -64,7 +71,7 @@ class Verification:
 
 def _safe_name(name: str) -> str | None:
     """Why a manifest entry is refused (escapes DIR, not a plain relative path), or None."""
-    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+    if name.startswith(("/", "\\")) or re.match(r"\A[A-Za-z]:", name):
         return "absolute path"
     parts = name.split("/")
     if ".." in parts:
@@ -156,10 +163,10 @@ def verify(
     files = tuple(sorted([*payload(kind), *TAG_FILES, TAGMANIFEST]))
     if inputs is None:
         return Verification(root, digest, files)
-    given = _match_inputs(meta, [Path(p) for p in inputs])
+    given = _match_inputs(meta, [input_file("input", p) for p in inputs])
     checked: list[VerifiedInput] = []
-    for rec, path in given:
-        found = input_file(rec["role"], path, rec["kind"])
+    for rec, found in given:
+        path = found.path
         if found.sha256 != rec["sha256"] or found.size_bytes != rec["size_bytes"]:
             raise CheckFailed(
                 f"input {path} ({rec['role']}): differs from the sealed {rec['name']} "
@@ -167,8 +174,9 @@ def verify(
                 f"{rec['size_bytes']:,} bytes)"
             )
         checked.append({**rec, "path": os.fspath(path)})
-    recipe = recipe_from(meta, {rec["role"]: os.fspath(path) for rec, path in given})
-    rebuilt = build(recipe, nsys_path=nsys_path)
+    _refuse_other_report_format(root, kind)
+    with _as_sealed(given) as paths:
+        rebuilt = build(recipe_from(meta, paths), nsys_path=nsys_path)
     for name in payload(kind):
         old = (root / name).read_bytes()
         new = rebuilt.files[name]
@@ -208,7 +216,8 @@ def _refuse_older_format(root: Path) -> None:
     this format's list, which would only say that files are missing)."""
     path = root / METADATA
     try:
-        meta: JSON = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
+        readable = path.is_file() and not path.is_symlink()
+        meta: JSON = json.loads(read_at_most(path).decode("utf-8")) if readable else None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON, or a 4,300-digit int
         return  # reported by the checks that follow
     fmt = meta.get("format") if isinstance(meta, dict) else None
@@ -219,13 +228,43 @@ def _refuse_older_format(root: Path) -> None:
         )
 
 
+# report.json formats this nsysaudit verifies but no longer writes: a re-run cannot give their bytes.
+OLDER_REPORTS = {
+    "nsysaudit.analysis/1": "made before report.json named its schema",
+    "nsysaudit.compare/1": "made before report.json named its schema",
+}
+REPORT_FORMATS: dict[ReportKind, str] = {"analyze": ANALYSIS_FORMAT, "compare": REPORT_FORMAT}
+
+
+def _refuse_other_report_format(root: Path, kind: ReportKind) -> None:
+    """Before ``verify --inputs`` re-runs anything: a report.json of another format than this
+    nsysaudit writes (``metadata.json``'s ``report.format``, pinned by the seal) cannot come out
+    byte-identical; that is said in one line, not as a difference at some line of report.json."""
+    try:
+        meta: JSON = json.loads((root / METADATA).read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # metadata_of() read it: cannot happen
+        return
+    report = meta.get("report") if isinstance(meta, dict) else None
+    fmt = report.get("format") if isinstance(report, dict) else None
+    if not isinstance(fmt, str) or fmt == REPORT_FORMATS[kind]:
+        return
+    why = OLDER_REPORTS.get(fmt, "not a format this nsysaudit knows")
+    shown = fmt if len(fmt) <= 80 else fmt[:77] + "..."
+    raise CheckFailed(
+        f"{root}: its report.json is {shown} ({why}); this nsysaudit writes {REPORT_FORMATS[kind]}, so re-running "
+        "it cannot give the same bytes: verify without --inputs checks its seal, and the command recorded in "
+        f"{METADATA} makes it again"
+    )
+
+
 def older_folder_problems(root: Path) -> list[str] | None:
     """For a folder sealed in an older format (``OLDER_FORMATS``): what is wrong with it by its own
     manifests (a listed file missing or changed, a file no manifest lists); None for any other
     folder. ``--force`` may replace an older folder that is intact, as it may a current one."""
     path = root / METADATA
     try:
-        meta: JSON = json.loads(path.read_bytes().decode("utf-8")) if path.is_file() and not path.is_symlink() else None
+        readable = path.is_file() and not path.is_symlink()
+        meta: JSON = json.loads(read_at_most(path).decode("utf-8")) if readable else None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: not JSON, or a 4,300-digit int
         return None
     if not (isinstance(meta, dict) and meta.get("format") in OLDER_FORMATS):
@@ -307,7 +346,7 @@ def metadata_of(root: Path) -> CheckedMetadata:
     tampered folder, a failed check (exit 1), never a traceback."""
     path = root / METADATA
     try:
-        meta: JSON = json.loads(path.read_bytes().decode("utf-8"))
+        meta: JSON = json.loads(read_at_most(path).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # ValueError: also an integer of 4,300 digits
         raise CheckFailed(f"{path}: not readable JSON ({str(exc)[:200]})") from None
     if not isinstance(meta, dict) or meta.get("format") != SEAL_FORMAT:
@@ -393,30 +432,68 @@ def _check_inputs_listing(root: Path, meta: CheckedMetadata) -> None:
         raise CheckFailed(f"{root}: {INPUTS} and {METADATA} disagree about the inputs")
 
 
-def _match_inputs(meta: CheckedMetadata, given: list[Path]) -> list[tuple[SealedInput, Path]]:
-    """Pair given paths with recorded inputs: by basename, then (renamed files) in recorded order."""
+def _match_inputs(meta: CheckedMetadata, given: list[InputFile]) -> list[tuple[SealedInput, InputFile]]:
+    """Pair the given inputs with the recorded ones: by content first (the same SHA-256 and size: the
+    right file under another name is that input), then the rest by basename, then (renamed files
+    that differ) in recorded order."""
     recorded = meta["inputs"]
     if len(given) != len(recorded):
         names = ", ".join(f"{r['name']} ({r['role']})" for r in recorded)
         raise BadOption(f"--inputs: the report was made from {len(recorded)} input(s) ({names}); {len(given)} given")
-    pairs: dict[int, Path] = {}
-    rest: list[Path] = []
+    pairs: dict[int, InputFile] = {}
+    rest: list[InputFile] = []
+    for g in given:
+        idx = next((i for i, r in enumerate(recorded)
+                    if i not in pairs and r["sha256"] == g.sha256 and r["size_bytes"] == g.size_bytes), None)
+        if idx is None:
+            rest.append(g)
+        else:
+            pairs[idx] = g
     counts: dict[str, int] = {}
     for r in recorded:
         counts[r["name"]] = counts.get(r["name"], 0) + 1
-    for p in given:
+    unnamed: list[InputFile] = []
+    for g in rest:
         idx = next(
-            (i for i, r in enumerate(recorded) if r["name"] == p.name and counts[r["name"]] == 1 and i not in pairs),
+            (i for i, r in enumerate(recorded) if r["name"] == g.name and counts[r["name"]] == 1 and i not in pairs),
             None,
         )
         if idx is None:
-            rest.append(p)
+            unnamed.append(g)
         else:
-            pairs[idx] = p
+            pairs[idx] = g
     free = [i for i in range(len(recorded)) if i not in pairs]
-    for i, p in zip(free, rest, strict=True):
-        pairs[i] = p
+    for i, g in zip(free, unnamed, strict=True):
+        pairs[i] = g
     return [(recorded[i], pairs[i]) for i in range(len(recorded))]
+
+
+@contextlib.contextmanager
+def _as_sealed(given: list[tuple[SealedInput, InputFile]]) -> Iterator[dict[str, str]]:
+    """Each role's path for the re-run, under the name the report recorded: a report names its inputs
+    by basename, so a file given under another name is re-run through a link of the recorded name
+    (in a temporary folder, one per role; the side files SQLite's readers look for beside it linked
+    too), and its report is the sealed one. Nothing is written beside the evidence."""
+    if all(found.name == rec["name"] for rec, found in given):
+        yield {rec["role"]: os.fspath(found.path) for rec, found in given}
+        return
+    with tempfile.TemporaryDirectory(prefix="nsysaudit-verify-") as tmp:
+        paths: dict[str, str] = {}
+        for rec, found in given:
+            if found.name == rec["name"]:
+                paths[rec["role"]] = os.fspath(found.path)
+                continue
+            folder = Path(tmp) / rec["role"]
+            folder.mkdir()
+            target = found.path.resolve()
+            link = folder / rec["name"]
+            link.symlink_to(target)
+            for suffix in SIDE_SUFFIXES:
+                side = target.with_name(target.name + suffix)
+                if side.exists() or side.is_symlink():
+                    (folder / (rec["name"] + suffix)).symlink_to(side)
+            paths[rec["role"]] = os.fspath(link)
+        yield paths
 
 
 def _first_diff(old: bytes, new: bytes) -> str:
