@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     )
     from nsysaudit.core.progress import Progress
     from nsysaudit.read.cache import list_cache, prune_cache
+    from nsysaudit.read.snapshot import Snapshot, load_snapshot
     from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions
     from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
     from nsysaudit.reports.analysis import AnalysisResult
@@ -72,6 +73,7 @@ _HOMES = {
     "Progress": "nsysaudit.core.progress",
     **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions"), "nsysaudit.read.telemetry"),
     **dict.fromkeys(("list_cache", "prune_cache"), "nsysaudit.read.cache"),
+    **dict.fromkeys(("Snapshot", "load_snapshot"), "nsysaudit.read.snapshot"),
     "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
     "AnalysisResult": "nsysaudit.reports.analysis",
     **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
@@ -108,6 +110,7 @@ __all__ = [
     "Progress",
     "Sealed",
     "Session",
+    "Snapshot",
     "TelemetryOptions",
     "Terminated",
     "UnusableInput",
@@ -119,6 +122,7 @@ __all__ = [
     "check_exports",
     "compare_results",
     "list_cache",
+    "load_snapshot",
     "open",
     "prune_cache",
     "run_batch",

@@ -123,6 +123,18 @@ def telemetry_option(*param_decls: str, help: str | None = None) -> Callable[[F]
     )
 
 
+def snapshot_option(*param_decls: str, help: str) -> Callable[[F], F]:
+    """A memory snapshot option (``--snapshot``, ``--observe-snapshot``, ...): repeatable."""
+    return click.option(*param_decls, multiple=True, type=str, metavar="FILE.pickle", help=help)
+
+
+SNAPSHOT_HELP = (
+    "A PyTorch memory snapshot of the same run (torch.cuda.memory._dump_snapshot; repeatable): joined to the "
+    "trace by its segments' addresses and its clock, the allocator's reserved, active and inactive memory and who "
+    "last used it at each moment (docs/ledger.md). Read with no code loaded; one of another run is refused."
+)
+
+
 def alignment_options(func: Callable[..., R]) -> Callable[..., R]:
     """Declare the telemetry reading/alignment options and hand the command one ``telemetry_options``.
 
@@ -257,6 +269,7 @@ def echo_seal(sealed: nsysaudit.Sealed, as_json: bool) -> None:
               help="After the answer, every section: census, findings' calls, memory, library calls, coverage.")
 @reading_options
 @telemetry_option("--telemetry")
+@snapshot_option("--snapshot", "snapshots", help=SNAPSHOT_HELP)
 @alignment_options
 @out_options
 @click.option(
@@ -273,6 +286,7 @@ def analyze_cmd(
     nsys_path: str | None,
     library_domains: Sequence[str],
     telemetry: str | None,
+    snapshots: Sequence[str],
     telemetry_options: nsysaudit.TelemetryOptions,
     out: str | None,
     force: bool,
@@ -288,6 +302,7 @@ def analyze_cmd(
       nsysaudit analyze run.nsys-rep
       nsysaudit analyze run.sqlite --telemetry app.jsonl --details
       nsysaudit analyze run.sqlite --json | jq .answer
+      nsysaudit analyze run.sqlite --snapshot run-end.pickle --json | jq .allocator.at
     """
     sealed = None
     if out is not None and max_pairs != nsysaudit.DEFAULT_MAX_PAIRS:
@@ -302,6 +317,7 @@ def analyze_cmd(
             nsys_path=nsys_path,
             force=force,
             progress=progress_for(as_json),
+            snapshots=snapshots,
         )
         result = sealed.results["arm"]
     else:
@@ -313,6 +329,7 @@ def analyze_cmd(
             telemetry_options=telemetry_options,
             max_pairs=max_pairs or None,
             progress=progress_for(as_json),
+            snapshots=snapshots,
         )
     echo_telemetry_warnings(result)
     with printing() as stdout:
@@ -341,6 +358,10 @@ def analyze_cmd(
 )
 @telemetry_option("--observe-telemetry", help="The observe arm's JSON Lines telemetry.")
 @telemetry_option("--release-telemetry", help="The release arm's JSON Lines telemetry.")
+@snapshot_option("--observe-snapshot", "observe_snapshots",
+                 help="The observe arm's PyTorch memory snapshot (repeatable; see analyze --snapshot).")
+@snapshot_option("--release-snapshot", "release_snapshots",
+                 help="The release arm's PyTorch memory snapshot (repeatable; see analyze --snapshot).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the comparison (report.json's document) as one JSON line (the seal goes to stderr).")
@@ -356,6 +377,8 @@ def compare_cmd(
     out: str,
     observe_telemetry: str | None,
     release_telemetry: str | None,
+    observe_snapshots: Sequence[str],
+    release_snapshots: Sequence[str],
     force: bool,
     as_json: bool,
     details: bool,
@@ -387,6 +410,8 @@ def compare_cmd(
         force=force,
         progress=progress_for(as_json),
         labels=labels.split(",") if labels is not None else None,
+        observe_snapshots=observe_snapshots,
+        release_snapshots=release_snapshots,
     )
     for result in sealed.results.values():
         echo_telemetry_warnings(result)
@@ -456,6 +481,11 @@ def verify_cmd(
     help="local: worker processes here; dask: dask.distributed (a LocalCluster unless --scheduler).",
 )
 @click.option("--scheduler", metavar="ADDRESS", default=None, help="A dask scheduler (with --engine dask).")
+@click.option(
+    "--snapshots", "snapshots", is_flag=True,
+    help="Join the PyTorch memory snapshots beside each input: NAME.pickle, NAME-*.pickle, NAME.*.pickle and "
+    "NAME_*.pickle for NAME.sqlite (docs/batch.md).",
+)
 @reading_options
 def batch_cmd(
     paths: Sequence[str],
@@ -463,6 +493,7 @@ def batch_cmd(
     jobs: int | None,
     engine: Literal["local", "dask"],  # click.Choice lets only these through
     scheduler: str | None,
+    snapshots: bool,
     nsys_path: str | None,
     library_domains: Sequence[str],
 ) -> None:
@@ -491,6 +522,7 @@ def batch_cmd(
         nsys_path=nsys_path,
         progress=progress_for(False),
         on_row=warn,
+        snapshots=snapshots,
     )
     with printing():
         for line in result.summary_lines():

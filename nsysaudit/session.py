@@ -51,6 +51,7 @@ from nsysaudit.core.text import escape
 from nsysaudit.read.damage import DamageCheck
 from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
 from nsysaudit.read.rows import MEMORY_RAW, RowQuery, cuda_api_query, memory_events_query, rowid_batches
+from nsysaudit.read.snapshot import Snapshot, load_snapshot
 from nsysaudit.read.source import ExportFile
 from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
@@ -139,6 +140,7 @@ def analyze(
     telemetry_options: TelemetryOptions | None = None,
     max_pairs: int | None = DEFAULT_MAX_PAIRS,
     progress: Progress | None = None,
+    snapshots: Sequence[str | os.PathLike[str]] = (),
 ) -> AnalysisResult:
     """Analyze one Nsight Systems export (``.sqlite``) or report (``.nsys-rep``): :func:`open`, then
     :meth:`Session.analyze`, then close.
@@ -157,6 +159,12 @@ def analyze(
     :mod:`nsysaudit.analysis.alignment`) and every finding and library call is placed among its lines.
     Unusable telemetry raises :class:`~nsysaudit.core.errors.UnusableInput` before the export is read.
 
+    ``snapshots``: PyTorch memory snapshots of the same run (``torch.cuda.memory._dump_snapshot``,
+    :mod:`nsysaudit.read.snapshot`), joined to the trace: the allocator's own view at each moment
+    the ledger is read at (:mod:`nsysaudit.analysis.allocator`; their clock is checked within
+    ``telemetry_options.tolerance_ns``). Each is read before the export; one that is unusable, or of
+    another run, raises :class:`~nsysaudit.core.errors.UnusableInput`.
+
     >>> result = analyze("tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite")
     >>> result.verdict
     'failure_found'
@@ -165,8 +173,10 @@ def analyze(
     """
     check_input(path)
     log = load_telemetry(telemetry, telemetry_options) if telemetry is not None else None
+    read = tuple(load_snapshot(s) for s in snapshots)
+    tolerance = (telemetry_options or TelemetryOptions()).tolerance_ns
     with open(path, nsys_path=nsys_path, library_domains=library_domains, progress=progress) as session:
-        return session.analyze_log(log, max_pairs=max_pairs)
+        return session.analyze_log(log, max_pairs=max_pairs, snapshots=read, snapshot_tolerance_ns=tolerance)
 
 
 class Session:
@@ -229,22 +239,36 @@ class Session:
         telemetry: str | os.PathLike[str] | None = None,
         telemetry_options: TelemetryOptions | None = None,
         max_pairs: int | None = DEFAULT_MAX_PAIRS,
+        snapshots: Sequence[str | os.PathLike[str]] = (),
     ) -> AnalysisResult:
         """:func:`nsysaudit.analyze` over what :func:`open` loaded (the export is not read again);
         the same result, call after call."""
         log = load_telemetry(telemetry, telemetry_options) if telemetry is not None else None
-        return self.analyze_log(log, max_pairs=max_pairs)
+        read = tuple(load_snapshot(s) for s in snapshots)
+        tolerance = (telemetry_options or TelemetryOptions()).tolerance_ns
+        return self.analyze_log(log, max_pairs=max_pairs, snapshots=read, snapshot_tolerance_ns=tolerance)
 
     def analyze_log(
-        self, telemetry: TelemetryLog | None, *, max_pairs: int | None = DEFAULT_MAX_PAIRS
+        self,
+        telemetry: TelemetryLog | None,
+        *,
+        max_pairs: int | None = DEFAULT_MAX_PAIRS,
+        snapshots: Sequence[Snapshot] = (),
+        snapshot_tolerance_ns: int | None = None,
     ) -> AnalysisResult:
-        """:meth:`analyze` with telemetry already read (:func:`~nsysaudit.read.telemetry.load_telemetry`)."""
+        """:meth:`analyze` with telemetry and snapshots already read (:func:`~nsysaudit.read.telemetry.load_telemetry`,
+        :func:`~nsysaudit.read.snapshot.load_snapshot`); the snapshots' clock checked within
+        ``snapshot_tolerance_ns`` (default: the telemetry's tolerance, else 1 ms)."""
+        tolerance = snapshot_tolerance_ns if snapshot_tolerance_ns is not None else (
+            telemetry.options.tolerance_ns if telemetry is not None else TelemetryOptions().tolerance_ns)
         analysis = analyze_trace(
             self._trace,
             max_pairs=max_pairs,
             telemetry=telemetry,
             event_records=self._event_records,
             library_domains=self._library_domains,
+            snapshots=snapshots,
+            snapshot_tolerance_ns=tolerance,
         )
         return report_analysis(self.input, analysis)
 

@@ -55,6 +55,7 @@ def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
         "status": "analyzed",
         **expected_rank_columns(doc),
         **{k: doc["stalls"][k] for k in ("blocking_calls", "blocked_ns", "stalls", "stalled_ns")},
+        "snapshots": len(doc["allocator"]["snapshots"]) if "allocator" in doc else None,
     }
 
 
@@ -78,7 +79,7 @@ def expected_rank_columns(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None:
+def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any], state: dict[str, Any] | None = None) -> None:
     for key in ("kind", "api", "display_api", "return_code", "return_name", "correlation_id", "pid", "tid",
                 "global_tid", "thread_name", "start_ns", "end_ns", "requested_bytes", "out_of_memory", "rank",
                 "rank_source", "device_id"):
@@ -91,6 +92,9 @@ def assert_finding_matches(row: dict[str, Any], finding: dict[str, Any]) -> None
     capture = finding["stream_capture"] or {}
     assert row["stream_capture_event_records"] == capture.get("event_records_count")
     assert row["ns_from_capture_end"] == capture.get("ns_from_capture_end")
+    allocator = state or {}  # the document's allocator.at[] state at this finding (with snapshots only)
+    assert (row["allocator_reserved_bytes"], row["allocator_inactive_bytes"]) == (
+        allocator.get("reserved_bytes"), allocator.get("inactive_bytes"))
 
 
 @pytest.mark.parametrize(("engine", "jobs"), [
@@ -107,8 +111,8 @@ def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: 
     )
     assert code == 0, err
     assert stdout.splitlines()[:2] == [
-        "30 input(s): 28 analyzed, 0 resumed, 2 unusable; 8 finding(s)",
-        "verdicts: failure_found 8, inconclusive 4, no_failure 16",
+        "33 input(s): 31 analyzed, 0 resumed, 2 unusable; 10 finding(s)",
+        "verdicts: failure_found 10, inconclusive 4, no_failure 17",
     ]
     assert err.count("\n") == 2 and "broken.sqlite: empty file" in err and "missing.sqlite: no such file" in err
     inputs = pl.read_parquet(out / "inputs.parquet")
@@ -180,7 +184,7 @@ def test_rerun_resumes_by_sha256_without_analyzing_again(tmp_path: Path, engine:
 def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    for i, path in enumerate(REAL * 3):  # 84 inputs, 28 distinct
+    for i, path in enumerate(REAL * 3):  # 93 inputs, 31 distinct
         shutil.copyfile(path, inputs / f"{i:02d}-{Path(path).name}")
     out = tmp_path / "batch"
     proc = subprocess.Popen(
@@ -197,7 +201,7 @@ def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     result = fleet.run_batch([inputs], out=out, jobs=1)
     resumed = result.inputs.filter(pl.col("status") == "resumed")
     assert set(resumed["sha256"].to_list()) == finished
-    assert result.inputs.height == 84 and result.inputs["error"].null_count() == 84
+    assert result.inputs.height == 93 and result.inputs["error"].null_count() == 93
     fresh = fleet.run_batch([inputs], jobs=1).inputs
     assert result.inputs.drop("status").equals(fresh.drop("status"))
 

@@ -39,3 +39,16 @@ def test_fleet_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert "### small: 4 exports" in proc.stdout and "### large: 1 exports" in proc.stdout
     for engine, jobs in (("local", 1), ("local", 2), ("dask", 2)):
         assert proc.stdout.count(f"| {engine} | {jobs} |") == 2
+
+
+def test_snapshot_join_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "snapshot_join.py"), "--entries", "3000", "--moments", "4",
+         "--repeat", "1", "--out", str(tmp_path / "data"), "--results", str(results)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = results.read_text()
+    assert "-entry snapshot" in text and "Clock checked: True; 4 moments read" in text
+    assert "| join + 4 moments |" in text and "| of which unpickling" in text

@@ -19,6 +19,7 @@ from nsysaudit.analysis import coverage, failures, integrity, joins, nccl, recov
 from nsysaudit.analysis import findings as finding_rows
 from nsysaudit.analysis import verdict as verdicts
 from nsysaudit.analysis.alignment import Alignment, align
+from nsysaudit.analysis.allocator import AllocatorView, allocator_view
 from nsysaudit.analysis.coverage import SourceCoverage
 from nsysaudit.analysis.devices import TracedProcess, launch_warnings
 from nsysaudit.analysis.interest import of_interest
@@ -32,7 +33,8 @@ from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.read.devices import DeviceEvidence
 from nsysaudit.read.diagnostics import Capture
-from nsysaudit.read.telemetry import TelemetryLog
+from nsysaudit.read.snapshot import Snapshot
+from nsysaudit.read.telemetry import DEFAULT_TOLERANCE_NS, TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
 
 
@@ -86,6 +88,8 @@ class Analysis:
     devices: DeviceEvidence | None = None
     # The calls that blocked the host and what ran on the device meanwhile (nsysaudit.analysis.stalls).
     stalls: StallsAnalysis | None = None
+    # Set when PyTorch memory snapshots were given: the allocator's own view at the same moments.
+    allocator: AllocatorView | None = None
 
     def __repr__(self) -> str:
         kinds = self.frames["findings"]["kind"].value_counts(sort=True).rows()
@@ -103,19 +107,44 @@ def analyze_trace(
     telemetry: TelemetryLog | None = None,
     event_records: pl.DataFrame | None = None,
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
+    snapshots: Sequence[Snapshot] = (),
+    snapshot_tolerance_ns: int = DEFAULT_TOLERANCE_NS,
 ) -> Analysis:
     """The joins, coverage, findings and verdict over an already loaded :class:`Trace`.
 
     ``telemetry`` is aligned with the trace here, before the verdict: a library failure the
     application recorded but no traced call explains makes the verdict inconclusive.
     ``event_records``: the event-record calls inside the capture regions a failed wait follows
-    (:func:`nsysaudit.analysis.failures.regions_needing_records`).
+    (:func:`nsysaudit.analysis.failures.regions_needing_records`). ``snapshots``: PyTorch memory
+    snapshots of the run, joined to the trace (:mod:`nsysaudit.analysis.allocator`; their clock
+    checked within ``snapshot_tolerance_ns``) and read at the moments the ledger is read at.
     """
     # The ledger needs only the trace: built on a thread of its own (polars releases the GIL) while
     # the joins below run, and taken where its points are read. An error in it is raised there.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-ledger") as pool:
         ledger = pool.submit(build_ledger, trace.memory, trace.capture, trace.alloc_calls, trace.memory_calls)
-        return _analyze(trace, ledger, max_pairs, telemetry, event_records, library_domains)
+        analysis = _analyze(trace, ledger, max_pairs, telemetry, event_records, library_domains)
+    if not snapshots:
+        return analysis
+    return _with_allocator(analysis, trace, snapshots, snapshot_tolerance_ns)
+
+
+def _with_allocator(analysis: Analysis, trace: Trace, snapshots: Sequence[Snapshot], tolerance_ns: int) -> Analysis:
+    """The analysis with the snapshots joined (:func:`nsysaudit.analysis.allocator.allocator_view`),
+    read at the moments the ledger is read at, whether or not a ledger is claimed."""
+    findings, libs = analysis.frames["findings"], analysis.frames["library_calls"]
+    pairs = analysis.frames["pairs"]
+    failed_ids = pairs.filter((pl.col("relation") == "nested") & (pl.col("return_code") != 0))["lib_id"].unique()
+    interest = of_interest(libs, failed_ids.to_list(), findings["lib_id"].drop_nulls().to_list())
+    alignment = analysis.alignment
+    view = allocator_view(
+        snapshots, trace.memory, trace.alloc_calls,
+        session_start_utc_ns=trace.session_start_utc_ns, capture=trace.capture_bounds,
+        traced_gpids=trace.processes["gpid"].drop_nulls().to_list(), tolerance_ns=tolerance_ns,
+        telemetry_checked=alignment.checked if alignment is not None else None,
+        wanted=_memory_moments(findings, interest.frame, alignment, trace.processes),
+    )
+    return replace(analysis, allocator=view, warnings=(*analysis.warnings, *view.warnings))
 
 
 def _traced_processes(trace: Trace) -> list[TracedProcess]:

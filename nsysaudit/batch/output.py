@@ -72,6 +72,7 @@ INPUT_SCHEMA: Schema = {
     "blocked_ns": pl.Int64,
     "stalls": pl.Int64,
     "stalled_ns": pl.Int64,
+    "snapshots": pl.Int64,  # memory snapshots joined (batch --snapshots; null without)
 }
 FINDING_SCHEMA: Schema = {
     "input_sha256": pl.String,
@@ -102,6 +103,9 @@ FINDING_SCHEMA: Schema = {
     "stream_capture_event_records": pl.Int64,
     "ns_from_capture_end": pl.Int64,
     **by_rank.FINDING_COLUMNS,  # the finding's rank and device
+    # the allocator at the finding (batch --snapshots: allocator.at[] of the finding, its first device)
+    "allocator_reserved_bytes": pl.Int64,
+    "allocator_inactive_bytes": pl.Int64,
 }
 
 InputStatus = Literal["analyzed", "resumed", "error"]
@@ -143,6 +147,7 @@ class StoredInput(TypedDict):
     blocked_ns: NotRequired[int]
     stalls: NotRequired[int]
     stalled_ns: NotRequired[int]
+    snapshots: NotRequired[int | None]
 
 
 class InputRow(StoredInput):
@@ -190,13 +195,17 @@ class FindingRow(TypedDict):
     rank: int | None  # by_rank.FINDING_COLUMNS
     rank_source: str | None
     device_id: int | None
+    allocator_reserved_bytes: int | None
+    allocator_inactive_bytes: int | None
 
 
 class BatchOptions(TypedDict):
-    """The options that change a batch's rows, as ``parts/batch.json`` records them."""
+    """The options that change a batch's rows, as ``parts/batch.json`` records them (``snapshots``:
+    only when ``--snapshots`` read the memory snapshots beside each input)."""
 
     library_domains: list[str]
     max_pairs: int | None
+    snapshots: NotRequired[bool]
 
 
 class BatchRecord(TypedDict):

@@ -73,10 +73,12 @@ from nsysaudit.core.errors import BadOption, BatchOutputNotWritable, NsysAuditEr
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.reports.documents import Finding
+from nsysaudit.reports.documents import AllocatorSection, AllocatorState, Finding
 from nsysaudit.session import analyze
 
 INPUT_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+SNAPSHOT_SUFFIX = ".pickle"
+SNAPSHOT_JOINERS = ("-", ".", "_")
 SCHEDULER_TIMEOUT = "10s"  # how long to try reaching a --scheduler address
 KIND_COLUMNS = {
     "nested_alloc_failure": "nested_alloc_failures",
@@ -108,6 +110,45 @@ def find_inputs(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     return list(found)
 
 
+def snapshots_beside(path: str | os.PathLike[str]) -> list[str]:
+    """The PyTorch memory snapshots that go with an input, by name (docs/batch.md): the files beside it
+    named like it with ``.pickle`` in place of its suffix, or its name, then ``-``, ``.`` or ``_`` and
+    anything, then ``.pickle`` (``observe.sqlite``: ``observe.pickle``, ``observe-end.pickle``,
+    ``observe.rank0.pickle``). A snapshot named for two inputs of the folder goes with the one whose
+    name is longer (``observe-2-end.pickle`` with ``observe-2.sqlite``, not ``observe.sqlite``).
+    Sorted by name.
+
+    >>> snapshots_beside("tests/fixtures/h200-cuda13-nsys2025.3/snap/observe.sqlite")  # doctest: +NORMALIZE_WHITESPACE
+    ['tests/fixtures/h200-cuda13-nsys2025.3/snap/observe-end.pickle',
+     'tests/fixtures/h200-cuda13-nsys2025.3/snap/observe-handoff.pickle']
+    """
+    given = os.fspath(path)
+    folder, name = os.path.split(given)
+    stem = _stem(name)
+    try:
+        names = sorted(os.listdir(folder or "."))
+    except OSError:
+        return []
+    stems = {_stem(n) for n in names if n.lower().endswith(INPUT_SUFFIXES)} | {stem}
+    out = []
+    for n in names:
+        if not n.endswith(SNAPSHOT_SUFFIX) or not os.path.isfile(os.path.join(folder, n)):
+            continue
+        owners = [s for s in stems if _names(n[: -len(SNAPSHOT_SUFFIX)], s)]
+        if owners and max(map(len, owners)) == len(stem) and stem in owners:
+            out.append(os.path.join(folder, n))
+    return out
+
+
+def _stem(name: str) -> str:
+    lower = name.lower()
+    return next((name[: -len(sfx)] for sfx in INPUT_SUFFIXES if lower.endswith(sfx)), name)
+
+
+def _names(snapshot: str, stem: str) -> bool:
+    return snapshot == stem or any(snapshot.startswith(stem + j) for j in SNAPSHOT_JOINERS)
+
+
 # --- one input: what a worker runs -----------------------------------------------------------------
 
 
@@ -119,10 +160,14 @@ class AuditOptions:
     library_domains: tuple[str, ...] = DEFAULT_LIBRARY_DOMAINS
     max_pairs: int | None = DEFAULT_MAX_PAIRS
     nsys_path: str | None = None
+    snapshots: bool = False  # read the memory snapshots beside each input (snapshots_beside)
 
     def recorded(self) -> BatchOptions:
         """What changes the rows (``nsys_path`` does not: the nsys version is in each row's export)."""
-        return {"library_domains": list(self.library_domains), "max_pairs": self.max_pairs}
+        out: BatchOptions = {"library_domains": list(self.library_domains), "max_pairs": self.max_pairs}
+        if self.snapshots:
+            out["snapshots"] = True
+        return out
 
 
 class AuditRows(TypedDict):
@@ -167,8 +212,9 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
             expected = _digest(path)
             if expected in done:
                 return {"input": {"path": path, "sha256": expected, "status": "resumed"}, "findings": []}
+        snapshots = snapshots_beside(path) if options.snapshots else []
         result = analyze(path, library_domains=options.library_domains, max_pairs=options.max_pairs,
-                         nsys_path=options.nsys_path, telemetry=telemetry)
+                         nsys_path=options.nsys_path, telemetry=telemetry, snapshots=snapshots)
     except NsysAuditError as exc:
         return _failed(path, str(exc))
     except OSError as exc:  # the file or its folder failed under us (I/O error, vanished, ...)
@@ -224,14 +270,25 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "blocked_ns": stalls["blocked_ns"],
         "stalls": stalls["stalls"],
         "stalled_ns": stalls["stalled_ns"],
+        "snapshots": len(snapshots) if options.snapshots else None,
     }
+    at = _allocator_at_findings(result.head.get("allocator"))
     ranges: list[RangeStalls] = list(stalls["ranges"])
-    return {"input": row, "findings": [finding_row(sha, i, f) for i, f in enumerate(findings)],
+    return {"input": row, "findings": [finding_row(sha, i, f, at.get(i)) for i, f in enumerate(findings)],
             "stall_ranges": ranges, "stall_ranges_total": stalls["ranges_total"]}
 
 
-def finding_row(sha256: str, index: int, finding: Finding) -> FindingRow:
-    """One ``findings[]`` entry of the JSON contract as a flat row (the input's SHA-256 first)."""
+def _allocator_at_findings(section: AllocatorSection | None) -> dict[int, AllocatorState]:
+    """The allocator at each finding (its first device), by the finding's index."""
+    if section is None:
+        return {}
+    return {p["finding"]: p["states"][0] for p in section["at"] if p["point"] == "finding" and "finding" in p
+            and p["states"]}
+
+
+def finding_row(sha256: str, index: int, finding: Finding, allocator: AllocatorState | None = None) -> FindingRow:
+    """One ``findings[]`` entry of the JSON contract as a flat row (the input's SHA-256 first), with
+    the allocator at it (``allocator``: its ``allocator.at[]`` state, when snapshots were read)."""
     enclosing = finding["enclosing"]
     before = enclosing["allocations_before"] if enclosing is not None else None
     capture = finding["stream_capture"]
@@ -267,6 +324,8 @@ def finding_row(sha256: str, index: int, finding: Finding) -> FindingRow:
         "allocations_before_bytes": before["bytes"] if before is not None else None,
         "stream_capture_event_records": capture["event_records_count"] if capture is not None else None,
         "ns_from_capture_end": capture["ns_from_capture_end"] if capture is not None else None,
+        "allocator_reserved_bytes": allocator["reserved_bytes"] if allocator is not None else None,
+        "allocator_inactive_bytes": allocator["inactive_bytes"] if allocator is not None else None,
     }
 
 
@@ -348,6 +407,7 @@ def run_batch(
     nsys_path: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
     on_row: Callable[[InputRow], None] | None = None,
+    snapshots: bool = False,
 ) -> BatchResult:
     """Audit every input (folders searched, see :func:`find_inputs`) and return both tables.
 
@@ -355,12 +415,14 @@ def run_batch(
     ``None`` writes nothing. ``jobs``: worker processes (default: the cores). ``engine``: ``local``
     or ``dask`` (``scheduler``: a dask scheduler address; default a LocalCluster of ``jobs``
     workers). ``progress`` hears one step per input; ``on_row`` gets each input row as it is done.
+    ``snapshots``: join the PyTorch memory snapshots beside each input (:func:`snapshots_beside`).
 
     Raises :class:`BadOption` for options that cannot be used, :class:`BatchOutputNotWritable`
     when ``out`` cannot be written, :class:`EngineUnavailable` when the engine cannot run.
     """
     _check_engine(engine, scheduler, jobs)
-    options = AuditOptions(tuple(library_domains), max_pairs, None if nsys_path is None else os.fspath(nsys_path))
+    options = AuditOptions(tuple(library_domains), max_pairs, None if nsys_path is None else os.fspath(nsys_path),
+                           snapshots)
     given = [os.fspath(p) for p in paths]
     inputs = find_inputs(given)
     output = BatchOutput.at(out) if out is not None else None
@@ -481,6 +543,7 @@ def audit_many(
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
     max_pairs: int | None = DEFAULT_MAX_PAIRS,
     nsys_path: str | os.PathLike[str] | None = None,
+    snapshots: bool = False,
 ) -> pl.DataFrame:
     """:func:`run_batch`'s inputs table: one row per input (:data:`INPUT_SCHEMA`).
 
@@ -495,4 +558,5 @@ def audit_many(
         library_domains=library_domains,
         max_pairs=max_pairs,
         nsys_path=nsys_path,
+        snapshots=snapshots,
     ).inputs

@@ -30,6 +30,7 @@ from nsysaudit.reports.answer import MAX_CENSORED, answer
 from nsysaudit.reports.documents import (
     SCHEMA_VERSION,
     AllocationsBefore,
+    AllocatorSection,
     AnalysisDocument,
     AnalysisSchemaName,
     Answer,
@@ -57,7 +58,7 @@ from nsysaudit.reports.documents import (
 )
 from nsysaudit.reports.ranks import document_keys, placement
 from nsysaudit.reports.stalls import Stalls, stalls_section
-from nsysaudit.reports.statements import holder_statement
+from nsysaudit.reports.statements import allocator_statement, holder_statement
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
 
@@ -498,6 +499,18 @@ class Head(TypedDict):
     answer: Answer
     alignment: NotRequired[dict[str, object]]
     telemetry: NotRequired[dict[str, object]]
+    allocator: NotRequired[AllocatorSection]
+
+
+def _allocator(analysis: Analysis) -> AllocatorSection | None:
+    """The ``allocator`` key (with memory snapshots only): each snapshot joined, and the allocator at
+    each moment with its ``statement`` (:func:`~nsysaudit.reports.statements.allocator_statement`)."""
+    if analysis.allocator is None:
+        return None
+    section = analysis.allocator.section()
+    stacks = {(s["snapshot"], s["stack"]): s for s in section["stacks"]}
+    section["at"] = [{**p, "statement": allocator_statement(p, stacks)} for p in section["at"]]
+    return section
 
 
 def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
@@ -538,6 +551,9 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
             **analysis.alignment.telemetry_summary(lazy=True),
             "library_failures": list(analysis.telemetry_library_failures),
         }
+    allocator = _allocator(analysis)
+    if allocator is not None:
+        out["allocator"] = allocator
     return out
 
 
@@ -639,6 +655,8 @@ class AnalysisResult:
             doc["alignment"] = alignment.to_dict()
             doc["telemetry"] = {**alignment.telemetry_summary(),
                                 "library_failures": list(self.analysis.telemetry_library_failures)}
+        if "allocator" in h:
+            doc["allocator"] = h["allocator"]
         return doc
 
     def to_dict(self) -> AnalysisDocument:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import polars as pl
@@ -35,8 +35,14 @@ from nsysaudit.reports import nccl
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import (
     SCHEMA_VERSION,
+    AllocatorChange,
+    AllocatorDifferences,
+    AllocatorPair,
+    AllocatorPoint,
+    AllocatorState,
     AnalysisDocument,
     Arm,
+    ArmAllocator,
     ArmInput,
     ArmLedger,
     ArmLibraryCall,
@@ -64,6 +70,7 @@ from nsysaudit.reports.documents import (
     PairedSide,
     SameValue,
     SealedInput,
+    SegmentsReleased,
     Sources,
     TelemetryFileRecord,
     ThreadRole,
@@ -247,7 +254,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> Compar
         if p["point"] in ("library_call", "censored_library_call") and "lib_id" in p
     }
     interest = _keyed(chosen_list, at_start)
-    return {
+    arm: ComparisonArm = {
         "input": input_record(result),
         "telemetry_input": telemetry_file.to_dict() if telemetry_file else None,
         "verdict": d["verdict"],
@@ -276,6 +283,9 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> Compar
         "ranks": d["ranks"],
         "stalls": d["stalls"],
     }
+    if "allocator" in d:  # with memory snapshots only
+        arm["allocator"] = d["allocator"]
+    return arm
 
 
 def _call(c: Child) -> Child:
@@ -444,10 +454,12 @@ def _telemetry(d: AnalysisDocument, file: TelemetryFile | None) -> ArmTelemetry 
 
 
 def result_paths(result: AnalysisResult) -> dict[str, str]:
-    """The paths an analysis result may mention (input, telemetry), longest first, to their basenames."""
+    """The paths an analysis result may mention (input, telemetry, snapshots), longest first, to their basenames."""
     given = [result.input.path]
     if result.alignment is not None:
         given.append(result.alignment.log.path)
+    if result.analysis.allocator is not None:
+        given += [j.snapshot.path for j in result.analysis.allocator.joined]
     out: dict[str, str] = {}
     for p in given:
         for form in (p, os.path.abspath(p)):
@@ -465,6 +477,11 @@ def _inputs(arms: Mapping[str, ComparisonArm]) -> list[SealedInput]:
         if tel:
             out.append({"role": f"{name}_telemetry", "name": tel["name"], "sha256": tel["sha256"],
                         "size_bytes": tel["size_bytes"], "kind": "telemetry"})
+    for name in ARMS:  # memory snapshots: after the arms and their telemetry, as the sealed recipe orders them
+        section = arms[name].get("allocator")
+        for i, snap in enumerate(section["snapshots"] if section is not None else [], start=1):
+            out.append({"role": f"{name}_snapshot_{i}", "name": basename(snap["path"]), "sha256": snap["sha256"],
+                        "size_bytes": snap["size_bytes"], "kind": "snapshot"})
     return out
 
 
@@ -475,7 +492,7 @@ def _differences(
     arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult], labels: Mapping[str, str]
 ) -> Differences:
     pairs = _paired_calls(arms)
-    return {
+    out: Differences = {
         "nested_alloc_failure": _failure_presence(arms),
         "findings_by_kind": _findings_by_kind(arms),
         "library_calls": pairs,
@@ -505,6 +522,63 @@ def _differences(
         "ranks": rank_differences(arms, pairs),  # two ranks of one job as arms
         "stalls": compare_stalls({n: arms[n]["stalls"] for n in ARMS}, labels),
     }
+    if any("allocator" in arms[n] for n in ARMS):
+        out["allocator"] = _allocator_diff(arms, pairs)
+    return out
+
+
+def _allocator_diff(arms: Mapping[str, ComparisonArm], pairs: list[PairedCall]) -> AllocatorDifferences:
+    """What the release did to the allocator's blocks (docs/ledger.md): each arm's segments given
+    back to CUDA, and the allocator of both arms at the handoff and at each pair of library calls."""
+    def state(n: Arm, keep: Callable[[AllocatorPoint], bool]) -> AllocatorState | None:
+        section = arms[n].get("allocator")
+        found = [p for p in section["at"] if keep(p) and p["states"]] if section is not None else []
+        return found[-1]["states"][0] if found else None
+
+    def handoff(p: AllocatorPoint) -> bool:
+        return p["point"] == "telemetry" and p["label"] == "handoff"
+
+    def call(lib_id: int | None) -> Callable[[AllocatorPoint], bool]:
+        return lambda p: p["point"] in ("library_call", "censored_library_call") and p.get("lib_id") == lib_id
+
+    at_pairs: list[AllocatorPair] = []
+    for pair in pairs:
+        sides = {n: state(n, call(side["lib_id"])) if (side := pair[n]) is not None else None for n in ARMS}
+        at_pairs.append({"match_key": pair["match_key"], **_change(sides["observe"], sides["release"])})
+    return {
+        "observe": _arm_allocator(arms["observe"]),
+        "release": _arm_allocator(arms["release"]),
+        "at_handoff": _change(state("observe", handoff), state("release", handoff)),
+        "library_calls": at_pairs,
+    }
+
+
+def _change(o: AllocatorState | None, r: AllocatorState | None) -> AllocatorChange:
+    def minus(a: int | None, b: int | None) -> int | None:
+        return b - a if a is not None and b is not None else None
+
+    if o is None or r is None:
+        return {"observe": o, "release": r, "reserved_release_minus_observe": None,
+                "requested_release_minus_observe": None, "inactive_release_minus_observe": None}
+    return {"observe": o, "release": r,
+            "reserved_release_minus_observe": minus(o["reserved_bytes"], r["reserved_bytes"]),
+            "requested_release_minus_observe": minus(o["requested_bytes"], r["requested_bytes"]),
+            "inactive_release_minus_observe": minus(o["inactive_bytes"], r["inactive_bytes"])}
+
+
+def _arm_allocator(arm: ComparisonArm) -> ArmAllocator | None:
+    section = arm.get("allocator")
+    if section is None:
+        return None
+    snapshots = section["snapshots"]
+    last = max(snapshots, key=lambda s: (s["history"]["last_ns"] or -1, s["history"]["entries"]), default=None)
+    released: SegmentsReleased | None = None
+    if last is not None:
+        frees = last["segment_frees"]
+        released = {"snapshot": last["index"], "segments": sum(f["segments"] for f in frees),
+                    "bytes": sum(f["bytes"] for f in frees), "by_stack": frees}
+    return {"snapshots": len(snapshots), "checked": all(s["clock"]["checked"] for s in snapshots),
+            "segments_released": released}
 
 
 def _findings_by_kind(arms: Mapping[str, ComparisonArm]) -> list[KindCounts]:
@@ -860,7 +934,31 @@ def _not_established(arms: Mapping[str, ComparisonArm], differences: Differences
                     "statement": f"The {n} arm's telemetry has no handoff snapshot: its memory state then is unknown",
                 }
             )
-    # 4. Always: one run per arm.
+    # 4. Memory snapshots: in one arm only, or a clock not checked.
+    with_snapshots = [n for n in ARMS if "allocator" in arms[n]]
+    if len(with_snapshots) == 1:
+        without = next(n for n in ARMS if n not in with_snapshots)
+        out.append({
+            "code": "allocator_view_in_one_arm",
+            "arms": [without],
+            "api": None,
+            "statement": (
+                f"No memory snapshot was given for the {without} arm: what its caching allocator held (reserved, "
+                "inactive, by which stack) is not known there, only what its trace shows"
+            ),
+        })
+    for n in with_snapshots:
+        if not all(s["clock"]["checked"] for s in arms[n]["allocator"]["snapshots"]):
+            out.append({
+                "code": "snapshot_clock_not_checked",
+                "arms": [n],
+                "api": None,
+                "statement": (
+                    f"A memory snapshot of the {n} arm is not checked against its trace's clock: the allocator's "
+                    "figures at its moments are unverified"
+                ),
+            })
+    # 5. Always: one run per arm.
     out.append(
         {
             "code": "single_run_per_arm",

@@ -49,6 +49,28 @@ from nsysaudit.analysis.alignment import (
     TimelineLine,
     UtcAlignment,
 )
+from nsysaudit.analysis.allocator import (
+    AllocatorNote,
+    AllocatorPoint,
+    AllocatorSection,
+    AllocatorState,
+    AtSnapshot,
+    ByAction,
+    ClockCheck,
+    Frame,
+    InactiveHolder,
+    LargestInactive,
+    OomEntry,
+    OutsideAllocator,
+    OutsideApi,
+    SegmentFrees,
+    SizeClass,
+    SnapshotClock,
+    SnapshotHistory,
+    SnapshotProcess,
+    SnapshotSection,
+    Stack,
+)
 from nsysaudit.analysis.coverage import CensoredReason, CoverageState, SourceCoverage
 from nsysaudit.analysis.devices import DeviceEvidence, LaunchedCommand, Process, RankClaim, TargetDevice
 from nsysaudit.analysis.findings import FindingKind
@@ -104,17 +126,24 @@ __all__ = [
     "AgreementDiff",
     "AlignmentCheck",
     "AlignmentSection",
+    "AllocatorNote",
+    "AllocatorPoint",
+    "AllocatorSection",
+    "AllocatorState",
     "AnalysisDocument",
     "AnchorPair",
     "Anchors",
     "ArmStalls",
+    "AtSnapshot",
     "Attribution",
+    "ByAction",
     "ByMechanism",
     "CallAllocations",
     "CallCopy",
     "CaptureBounds",
     "CensoredReason",
     "Classification",
+    "ClockCheck",
     "ComparisonDocument",
     "Coverage",
     "CoverageState",
@@ -125,13 +154,16 @@ __all__ = [
     "EventLine",
     "FailedCall",
     "FindingKind",
+    "Frame",
     "FreeCallsWithoutEvent",
     "FreedNeverAllocated",
     "HelperThread",
+    "InactiveHolder",
     "Input",
     "InputKind",
     "KernelName",
     "KindStalls",
+    "LargestInactive",
     "LaunchGroup",
     "LaunchThread",
     "LaunchedCommand",
@@ -144,6 +176,9 @@ __all__ = [
     "Memory",
     "MemoryPoint",
     "Moment",
+    "OomEntry",
+    "OutsideAllocator",
+    "OutsideApi",
     "PointDevice",
     "PointKind",
     "PointProcess",
@@ -155,8 +190,15 @@ __all__ = [
     "RangeStreamTime",
     "RankClaim",
     "SealedAnalysisDocument",
+    "SegmentFrees",
+    "SizeClass",
     "SkippedAnchor",
+    "SnapshotClock",
+    "SnapshotHistory",
+    "SnapshotProcess",
+    "SnapshotSection",
     "SourceCoverage",
+    "Stack",
     "StallCallEntry",
     "StallRules",
     "StallStream",
@@ -487,6 +529,7 @@ class AnalysisKeys(TypedDict):
     launches: list[LaunchedCommand]
     ranks: Ranks
     stalls: Stalls
+    allocator: NotRequired[AllocatorSection]
 
 
 class AnalysisDocument(AnalysisKeys):
@@ -524,6 +567,14 @@ class SealedOptions(TypedDict):
     max_pairs: int
     telemetry: SealedTelemetryOptions | None
     labels: NotRequired[list[str]]  # compare --labels: the arms' names in the sentences (observe, release otherwise)
+    snapshots: NotRequired[SealedSnapshotOptions]
+
+
+class SealedSnapshotOptions(TypedDict):
+    """How the memory snapshots were joined (``tolerance_ns``: how far their clock may disagree with
+    the trace's, ``--clock-tolerance``)."""
+
+    tolerance_ns: int
 
 
 class SealedAnalysisDocument(AnalysisKeys):
@@ -687,6 +738,7 @@ class ComparisonArm(TypedDict):
     launches: list[LaunchedCommand]
     ranks: Ranks
     stalls: Stalls
+    allocator: NotRequired[AllocatorSection]
 
 
 class FailurePresence(TypedDict):
@@ -853,9 +905,58 @@ class RankDifferences(TypedDict):
     statements: list[str]
 
 
+class AllocatorChange(TypedDict):
+    """The allocator of both arms at one moment (each arm's first device; ``null``: no snapshot of
+    that arm's process reaches it) and the release arm's figures less the observe arm's."""
+
+    observe: AllocatorState | None
+    release: AllocatorState | None
+    reserved_release_minus_observe: int | None
+    requested_release_minus_observe: int | None
+    inactive_release_minus_observe: int | None
+
+
+class AllocatorPair(AllocatorChange):
+    """The allocator at the start of a pair of library calls (``match_key`` as in ``differences.library_calls``)."""
+
+    match_key: MatchKey
+
+
+class SegmentsReleased(TypedDict):
+    """The segments an arm's allocator gave back to CUDA in its history (``segment_free``/``segment_unmap``:
+    ``torch.cuda.empty_cache()``, or freeing to allocate again), by the stack that gave them back
+    (stacks of that arm's ``allocator.stacks``)."""
+
+    snapshot: int
+    segments: int
+    bytes: int
+    by_stack: list[SegmentFrees]
+
+
+class ArmAllocator(TypedDict):
+    """One arm's snapshots in a comparison: how many, whether every one's clock is checked, what its
+    allocator gave back to CUDA (from the snapshot whose history ends last)."""
+
+    snapshots: int
+    checked: bool
+    segments_released: SegmentsReleased | None
+
+
+class AllocatorDifferences(TypedDict):
+    """What the release did to the allocator's blocks: each arm's segments given back to CUDA, and the
+    allocator side by side at the telemetry handoff and at the start of each pair of library calls
+    (``null`` on an arm without snapshots)."""
+
+    observe: ArmAllocator | None
+    release: ArmAllocator | None
+    at_handoff: AllocatorChange
+    library_calls: list[AllocatorPair]
+
+
 class Differences(TypedDict):
     """What differs between the arms. ``handoff``: each handoff field in both arms (``null`` when neither
-    arm's telemetry has a handoff line); ``ranks``: made by nsysaudit.reports.ranks.rank_differences."""
+    arm's telemetry has a handoff line); ``ranks``: made by nsysaudit.reports.ranks.rank_differences;
+    ``allocator``: with memory snapshots only."""
 
     nested_alloc_failure: FailurePresence
     findings_by_kind: list[KindCounts]
@@ -866,6 +967,7 @@ class Differences(TypedDict):
     memory: MemoryDifferences
     ranks: RankDifferences
     stalls: StallsDifference
+    allocator: NotRequired[AllocatorDifferences]
 
 
 class NotEstablished(TypedDict):

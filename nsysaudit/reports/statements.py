@@ -7,8 +7,9 @@ returns a sentence; the sentences are part of the document (``statements``, ``st
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, cast
 
+from nsysaudit.analysis.allocator import AllocatorPoint, Frame, Stack
 from nsysaudit.analysis.ledger import CoveredPoint, LedgerPoint
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.reports.documents import (
@@ -392,3 +393,63 @@ def arms_memory_statement(moment: str, observe: Iterable[PointDevice], release: 
         head += (f"; at most {byte_size(sum(known['release']))} free in release against "
                  f"{byte_size(sum(known['observe']))} in observe")
     return head
+
+
+def _site(stack: Stack | None) -> str:
+    """Where a stack allocated, in words: its outermost frame (the script's line), and its innermost
+    when that is another ("in convert (module.py:1370) from snap_workload.py:18")."""
+    if stack is None:
+        return "before the snapshot's history"
+    frames = stack["frames"]
+    if not frames:
+        return "with no Python frame recorded"
+
+    def at(f: Frame) -> str:
+        return f"{f['filename']}:{f['line']}" if f["line"] is not None else f["filename"]
+
+    outer, inner = frames[-1], frames[0]
+    if stack["frames_total"] > len(frames) or inner is not outer:
+        return f"in {inner['name']} ({at(inner)}) from {at(outer)}"
+    return f"at {at(outer)} ({outer['name']})"
+
+
+def allocator_statement(point: AllocatorPoint, stacks: Mapping[tuple[int, int], Stack]) -> str:
+    """The allocator at one moment, in one sentence per device (``allocator.at[].statement``): what it
+    reserved, how much of that was inactive and in how many ranges, who last used the most of it, and
+    what the trace shows outside its segments. ``stacks``: the section's stacks by (snapshot, stack)."""
+    moment = moment_words(cast(LedgerPoint, point))
+    said = []
+    for s in point["states"]:
+        pid = point["pid"]
+        who = f"pid {pid}'s caching allocator" if pid is not None else "the caching allocator"
+        if s["history"] in ("before", "not_placed"):
+            why = ("its history begins after it" if s["history"] == "before"
+                   else "its history cannot be placed on the trace clock")
+            said.append(f"At {moment}, {who} is not known from snapshot {s['snapshot']}: {why}.")
+            continue
+        reserved, inactive = s["reserved_bytes"] or 0, s["inactive_bytes"] or 0
+        when_words = f"At {moment}" if s["history"] == "within" else (
+            f"At its history's last entry, {(s['ns_after_history'] or 0) / 1e6:,.3f} ms before {moment}")
+        out = (f"{when_words}, {who} (snapshot {s['snapshot']}) held {size_word(reserved)} reserved "
+               f"({reserved:,} B): {size_word(inactive)} of it inactive (reserved, requested by no live "
+               f"allocation) in {s['inactive_ranges']} range(s)")
+        sizes = s["largest_inactive_bytes"]
+        largest = [f"{size_word(v)} ({k})" for k, v in (("large", sizes["large"]), ("small", sizes["small"])) if v]
+        if largest:
+            out += f", the largest {' and '.join(largest)}"
+        holders = s["inactive_holders"]
+        if holders:
+            top = holders[0]
+            stack = stacks.get((s["snapshot"], top["stack"])) if top["stack"] is not None else None
+            freed = ""
+            if top["last_freed_ns"] is not None and point["t_ns"] is not None:
+                freed = f", freed {(point['t_ns'] - top['last_freed_ns']) / 1e6:,.3f} ms before"
+            out += (f"; {size_word(top['bytes'])} of it in {top['ranges']} range(s) last used by {top['allocations']} "
+                    f"allocation(s) made {_site(stack)}{freed}")
+        outside = s["outside_allocator"]
+        if outside["bytes"]:
+            apis = ", ".join(f"{a['api'] or 'an unknown call'}: {a['allocations']}" for a in outside["by_api"])
+            out += f"; outside its segments the trace shows {size_word(outside['bytes'])} ({apis})"
+        out += "." if s["verified"] else " (the snapshot's clock is not checked against the trace)."
+        said.append(out)
+    return " ".join(said)

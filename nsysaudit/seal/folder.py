@@ -80,6 +80,7 @@ from nsysaudit.seal.recipe import (
     check_labels,
     sealed_domains,
     sealed_metadata,
+    snapshot_roles,
 )
 from nsysaudit.seal.verify import (
     check_files,
@@ -334,8 +335,11 @@ def seal_compare(
     force: bool = False,
     progress: Progress | None = None,
     labels: Sequence[str] | None = None,
+    observe_snapshots: Sequence[str | os.PathLike[str]] = (),
+    release_snapshots: Sequence[str | os.PathLike[str]] = (),
 ) -> Sealed:
-    """Compare an observe arm and a release arm and write the sealed comparison into ``out``.
+    """Compare an observe arm and a release arm and write the sealed comparison into ``out``
+    (``observe_snapshots``, ``release_snapshots``: each arm's PyTorch memory snapshots, sealed as inputs).
     ``labels``: what the sentences call the two arms (two names; :func:`check_labels`).
 
     >>> import tempfile, pathlib
@@ -351,6 +355,7 @@ def seal_compare(
     if release_telemetry is not None:
         roles.append(("release_telemetry", os.fspath(release_telemetry)))
     named = check_labels(labels) if labels is not None else None
+    roles += snapshot_roles(observe_snapshots, "observe_") + snapshot_roles(release_snapshots, "release_")
     recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options, named)
     return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)
 
@@ -365,10 +370,13 @@ def seal_analysis(
     nsys_path: str | os.PathLike[str] | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    snapshots: Sequence[str | os.PathLike[str]] = (),
 ) -> Sealed:
-    """Analyze one arm and write the sealed report into ``out``."""
+    """Analyze one arm and write the sealed report into ``out`` (``snapshots``: PyTorch memory
+    snapshots of the run, sealed as inputs)."""
     roles: list[tuple[str, str]] = [("arm", os.fspath(path))]
     if telemetry is not None:
         roles.append(("telemetry", os.fspath(telemetry)))
+    roles += snapshot_roles(snapshots)
     recipe = Recipe("analyze", tuple(roles), tuple(library_domains), telemetry_options)
     return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)

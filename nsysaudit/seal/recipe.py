@@ -35,6 +35,7 @@ from nsysaudit.reports.documents import (
     SealedAnalysisDocument,
     SealedInput,
     SealedOptions,
+    SealedSnapshotOptions,
     SealedTelemetryOptions,
 )
 from nsysaudit.reports.timeline import Timeline, aligned_timelines, timeline
@@ -96,7 +97,9 @@ class Recipe:
     """What a sealed report was made from and how: enough for ``verify`` to make it again.
 
     ``inputs`` maps roles (``observe``, ``release``, ``observe_telemetry``, ``release_telemetry``
-    for ``compare``; ``arm``, ``telemetry`` for ``analyze``) to paths.
+    for ``compare``; ``arm``, ``telemetry`` for ``analyze``; memory snapshots ``snapshot_1``,
+    ``snapshot_2``, ... and ``observe_snapshot_1``, ``release_snapshot_1``, ..., in the order given)
+    to paths.
     """
 
     kind: ReportKind
@@ -112,9 +115,21 @@ class Recipe:
     def has_telemetry(self) -> bool:
         return any(role.endswith("telemetry") for role, _ in self.inputs)
 
+    def snapshots(self, prefix: str = "") -> list[str]:
+        """The memory snapshots of an arm (``prefix``: ``observe_``, ``release_``; none for ``analyze``),
+        in the order given."""
+        found = [(int(role[len(prefix) + len("snapshot_"):]), path) for role, path in self.inputs
+                 if role.startswith(f"{prefix}snapshot_") and role[len(prefix) + len("snapshot_"):].isdigit()]
+        return [path for _, path in sorted(found)]
+
+    @property
+    def has_snapshots(self) -> bool:
+        return any("snapshot_" in role for role, _ in self.inputs)
+
     def options(self) -> SealedOptions:
         """The options that change the analysis, as ``report.json`` (``options``) and metadata.json
-        record them (telemetry options only when telemetry was given)."""
+        record them (telemetry options only when telemetry was given, the snapshots' only when
+        snapshots were)."""
         tel = self.telemetry_options or TelemetryOptions()
         out: SealedOptions = {
             "library_domains": list(self.library_domains),
@@ -123,7 +138,25 @@ class Recipe:
         }
         if self.labels is not None:
             out["labels"] = list(self.labels)
+        if self.has_snapshots:
+            out["snapshots"] = {"tolerance_ns": tel.tolerance_ns}
         return out
+
+
+def snapshot_roles(paths: Sequence[str | os.PathLike[str]], prefix: str = "") -> list[tuple[str, str]]:
+    """The recipe's roles of an arm's memory snapshots: ``{prefix}snapshot_1``, ... in the order given."""
+    return [(f"{prefix}snapshot_{i}", os.fspath(p)) for i, p in enumerate(paths, start=1)]
+
+
+def snapshot_options_from(recorded: JSON) -> int | None:
+    """The snapshots' tolerance a metadata.json recorded (None: none recorded); anything but what
+    :meth:`Recipe.options` writes is a failed check."""
+    if recorded is None:
+        return None
+    tolerance = recorded.get("tolerance_ns") if isinstance(recorded, dict) else None
+    if type(tolerance) is not int or not 0 <= tolerance <= (1 << 63) - 1:
+        raise CheckFailed(f"{METADATA}: unreadable snapshot options (tolerance_ns is not a non-negative integer)")
+    return tolerance
 
 
 def telemetry_options_dict(options: TelemetryOptions) -> SealedTelemetryOptions:
@@ -195,15 +228,24 @@ def _analyze(
     recipe: Recipe,
     nsys_path: str | os.PathLike[str] | None,
     progress: Progress | None = None,
+    snapshots: Sequence[str] = (),
 ) -> AnalysisResult:
     return analyze(
         path,
         nsys_path=nsys_path,
         library_domains=recipe.library_domains,
         telemetry=telemetry,
-        telemetry_options=recipe.telemetry_options if telemetry is not None else None,
+        telemetry_options=recipe.telemetry_options if telemetry is not None or snapshots else None,
         progress=progress,
+        snapshots=snapshots,
     )
+
+
+def _snapshot_inputs(roles: Sequence[str], result: AnalysisResult) -> list[InputFile]:
+    """The snapshot inputs with the digest and size of the bytes the analysis read (by role, in order)."""
+    joined = result.analysis.allocator.joined if result.analysis.allocator is not None else ()
+    return [InputFile(role, Path(j.snapshot.path), j.snapshot.sha256, j.snapshot.size_bytes, "snapshot")
+            for role, j in zip(roles, joined, strict=True)]
 
 
 def build(
@@ -224,9 +266,11 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
         if path is None:
             raise BadOption(f"compare needs an {arm} input")
         telemetry = recipe.path(f"{arm}_telemetry")
-        results[arm] = _analyze(path, telemetry, recipe, nsys_path, progress)
+        snapshots = recipe.snapshots(f"{arm}_")
+        results[arm] = _analyze(path, telemetry, recipe, nsys_path, progress, snapshots)
         info = results[arm].input
         inputs.append(InputFile(arm, Path(path), info.sha256, info.size_bytes, info.kind))
+        inputs += _snapshot_inputs([r for r, _ in snapshot_roles(snapshots, f"{arm}_")], results[arm])
         telemetry_files[arm] = None
         if telemetry is not None:
             t = _telemetry_input(f"{arm}_telemetry", telemetry, results[arm])
@@ -248,13 +292,17 @@ def _telemetry_input(role: str, path: str, result: AnalysisResult) -> InputFile:
     return InputFile(role, Path(path), log.sha256, log.size_bytes, "telemetry")
 
 
-def sealed_analysis_document(result: AnalysisResult, telemetry: InputFile | None = None) -> SealedAnalysisDocument:
+def sealed_analysis_document(
+    result: AnalysisResult, telemetry: InputFile | None = None, snapshots: Sequence[InputFile] = ()
+) -> SealedAnalysisDocument:
     """The sealed form (:func:`sealed_form`) of ``result``'s document."""
-    return sealed_form(result.to_dict(), result_paths(result), telemetry.to_dict() if telemetry is not None else None)
+    return sealed_form(result.to_dict(), result_paths(result), telemetry.to_dict() if telemetry is not None else None,
+                       [s.to_dict() for s in snapshots])
 
 
 def sealed_form(
-    document: AnalysisDocument, paths: Mapping[str, str], telemetry: SealedInput | None = None
+    document: AnalysisDocument, paths: Mapping[str, str], telemetry: SealedInput | None = None,
+    snapshots: Sequence[SealedInput] = (),
 ) -> SealedAnalysisDocument:
     """The ``analyze --json`` document (``analyze --json`` prints it with or without ``--out``) made
     fit for sealing: ``report.json``. ``paths``: each path the document may name, to its basename.
@@ -284,6 +332,7 @@ def sealed_form(
     ]
     if telemetry is not None:
         inputs.append(telemetry)
+    inputs += snapshots
     sealed: SealedAnalysisDocument = {  # AnalysisKeys (tool left out), then what the seal adds
         "input": inp,
         "census": scrubbed["census"],
@@ -311,6 +360,8 @@ def sealed_form(
         sealed["alignment"] = scrubbed["alignment"]
     if "telemetry" in scrubbed:
         sealed["telemetry"] = scrubbed["telemetry"]
+    if "allocator" in scrubbed:
+        sealed["allocator"] = scrubbed["allocator"]
     return sealed
 
 
@@ -319,13 +370,16 @@ def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
     if path is None:
         raise BadOption("analyze needs an input")
     telemetry = recipe.path("telemetry")
-    result = _analyze(path, telemetry, recipe, nsys_path, progress)
+    snapshots = recipe.snapshots()
+    result = _analyze(path, telemetry, recipe, nsys_path, progress, snapshots)
     info = result.input
     inputs = [InputFile("arm", Path(path), info.sha256, info.size_bytes, info.kind)]
     tel = _telemetry_input("telemetry", telemetry, result) if telemetry is not None else None
     if tel is not None:
         inputs.append(tel)
-    doc = sealed_analysis_document(result, tel)
+    snaps = _snapshot_inputs([r for r, _ in snapshot_roles(snapshots)], result)
+    inputs += snaps
+    doc = sealed_analysis_document(result, tel, snaps)
     doc["options"] = recipe.options()
     files = _payload(doc, analysis_markdown(doc), inputs, (timeline(result),))
     return Built(recipe, doc, files, inputs, {"arm": result})
@@ -375,15 +429,22 @@ def _command(recipe: Recipe, out: str | os.PathLike[str]) -> list[str]:
             tel = p(f"{arm}_telemetry")
             if tel is not None:
                 cmd += [f"--{arm}-telemetry", basename(tel)]
+        for arm in ("observe", "release"):
+            for snap in recipe.snapshots(f"{arm}_"):
+                cmd += [f"--{arm}-snapshot", basename(snap)]
     else:
         cmd = ["nsysaudit", "analyze", basename(p("arm") or ""), "--out", basename(os.fspath(out))]
         tel = p("telemetry")
         if tel is not None:
             cmd += ["--telemetry", basename(tel)]
+        for snap in recipe.snapshots():
+            cmd += ["--snapshot", basename(snap)]
     for d in recipe.library_domains:  # --library-domain adds to the default domains
         if d not in DEFAULT_LIBRARY_DOMAINS:
             cmd += ["--library-domain", d]
-    cmd += _telemetry_flags(recipe.options()["telemetry"])
+    options = recipe.options()
+    cmd += _telemetry_flags(options["telemetry"])
+    cmd += _snapshot_flags(options.get("snapshots"), options["telemetry"])
     if recipe.labels is not None:
         cmd += ["--labels", ",".join(recipe.labels)]
     return cmd
@@ -398,6 +459,13 @@ def check_labels(labels: Sequence[str]) -> tuple[str, str]:
         raise BadOption("--labels takes two different names, the observe arm's first: --labels serialized,forked "
                         "(printable characters, no comma)")
     return names[0], names[1]
+
+
+def _snapshot_flags(options: SealedSnapshotOptions | None, telemetry: SealedTelemetryOptions | None) -> list[str]:
+    """``--clock-tolerance`` for the snapshots when no telemetry flag gives it already."""
+    if options is None or telemetry is not None or options["tolerance_ns"] == TelemetryOptions().tolerance_ns:
+        return []
+    return ["--clock-tolerance", format_ms(options["tolerance_ns"])]
 
 
 def format_ms(ns: int) -> str:
@@ -578,6 +646,7 @@ class CheckedOptions(TypedDict):
     library_domains: list[str]
     telemetry: JSONObject | None
     labels: NotRequired[list[str]]
+    snapshot_tolerance_ns: NotRequired[int]
 
 
 class CheckedRecipe(TypedDict):
@@ -601,10 +670,14 @@ def recipe_from(meta: CheckedMetadata, paths: Mapping[str, str]) -> Recipe:
     """The recipe metadata.json records (already checked by :func:`metadata_of`)."""
     spec = meta["recipe"]
     options = spec["options"]
+    telemetry = telemetry_options_from(options.get("telemetry"))
+    tolerance = options.get("snapshot_tolerance_ns")
+    if telemetry is None and tolerance is not None:
+        telemetry = TelemetryOptions(tolerance_ns=tolerance)
     return Recipe(
         kind=spec["kind"],
         inputs=tuple((r["role"], paths[r["role"]]) for r in spec["inputs"]),
         library_domains=tuple(options["library_domains"] or DEFAULT_LIBRARY_DOMAINS),
-        telemetry_options=telemetry_options_from(options.get("telemetry")),
+        telemetry_options=telemetry,
         labels=(options["labels"][0], options["labels"][1]) if "labels" in options else None,
     )

@@ -41,6 +41,7 @@ from nsysaudit.seal.recipe import (
     engines,
     input_file,
     recipe_from,
+    snapshot_options_from,
     telemetry_options_from,
     tool_versions,
 )
@@ -338,7 +339,7 @@ def check_files(root: Path) -> list[str]:
     return problems
 
 
-_KINDS = ("sqlite", "nsys-rep", "telemetry")
+_KINDS = ("sqlite", "nsys-rep", "telemetry", "snapshot")
 
 
 def metadata_of(root: Path) -> CheckedMetadata:
@@ -392,6 +393,7 @@ def metadata_of(root: Path) -> CheckedMetadata:
     if labels is not None and (not isinstance(labels, list) or len(labels) != 2
                                or not all(isinstance(a, str) and a for a in labels)):
         raise bad("'recipe.options.labels' is not a list of two names")
+    tolerance = snapshot_options_from(options.get("snapshots"))  # the same
     checked: CheckedMetadata = {
         "format": SEAL_FORMAT,
         "inputs": records,
@@ -404,6 +406,8 @@ def metadata_of(root: Path) -> CheckedMetadata:
     }
     if isinstance(labels, list):
         checked["recipe"]["options"]["labels"] = [str(a) for a in labels]
+    if tolerance is not None:
+        checked["recipe"]["options"]["snapshot_tolerance_ns"] = tolerance
     if "engines" in meta:
         checked["engines"] = meta["engines"]
     return checked
