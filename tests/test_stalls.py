@@ -425,3 +425,9 @@ def test_a_gpu_table_without_a_needed_column_is_said_not_read(make_export: Any) 
     assert said["message"].startswith("CUPTI_ACTIVITY_KIND_KERNEL lacks a column of start, end, globalPid, streamId")
     copy = next(c for c in d["stalls"]["calls"] if c["kind"] == "async_copy")
     assert copy["behind"] == [] and copy["blocked_ns"] == us(8_180)  # what the kernels did is not known
+    [union] = [w for w in d["warnings"] if w["kind"] == "gpu_work_union_unknown"]  # nor that the device idled
+    assert union["count"] == 1 and copy["covered_ns"] is None and d["stalls"]["idle_ns"] is None
+    spec.calls = [c for c in spec.calls if c.corr != 20]  # without the stall: nothing unknown is claimed
+    spec.memcpys = []
+    d = analyze(make_export, spec)
+    assert d["stalls"]["stalls"] == 0 and "gpu_work_union_unknown" not in {w["kind"] for w in d["warnings"]}

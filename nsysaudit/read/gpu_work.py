@@ -338,12 +338,13 @@ def read_gpu_work(
         pl.col("covered_ns") if passed.covered_known else pl.lit(None, dtype=pl.Int64).alias("covered_ns")
     )
     said = list(_outside(outside, passed.outside, capture))
-    if not passed.covered_known:
+    stalls = calls.filter(pl.col("end_ns") - pl.col("start_ns") >= STALL_MIN_NS).height
+    if not passed.covered_known and stalls:  # covered_ns is a stall's only
         why = (f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside the stalls"
                if "kernel" in passed.rows else "the export has no usable CUPTI_ACTIVITY_KIND_KERNEL table")
         said.append(warning(
-            "gpu_work_union_unknown", calls.height,
-            f"{why}: how much of each wait no GPU work covered is unknown (null); the time behind each stream "
+            "gpu_work_union_unknown", stalls,
+            f"{why}: how much of each stall no GPU work covered is unknown (null); the time behind each stream "
             "is still counted, of the rows read",
         ))
     for name in passed.unreadable:
