@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Does the native scan's page reader (native/scan.c, ``reduce_pages``) earn its lines? The CUDA
-API scan of one export by the native engine reading the table's b-tree pages itself, against the
-same reduction over SQLite's own C API (``nsa_reduce``, an aggregate SQLite's VDBE calls per row),
-interleaved in one process, with the arguments ``analyze`` gives it (library windows, marked and
-counted name ids, allocation keys), both answers checked equal.
+"""Does the native scan's page reader (native/scan.c, ``plan_table`` and ``read_leaves``) earn its
+lines? The CUDA API scan of one export by the native engine reading the table's b-tree pages itself
+(and checking them as quick_check would: no ``count(*)`` beside it then), against the same reduction
+over SQLite's own C API (``nsa_reduce``, an aggregate SQLite's VDBE calls per row, with the
+``count(*)`` every engine without the page reader runs beside it), interleaved in one process, with
+the arguments ``analyze`` gives it (library windows, marked and counted name ids, allocation keys),
+both answers checked equal.
 
     python benchmarks/pages_ab.py FILE [--rounds 7] [--workers N]
 
@@ -44,16 +46,16 @@ def scan_arguments(path: Path) -> tuple[tuple[Any, ...], dict[str, Any]]:
 
 
 def one(path: Path, args: tuple[Any, ...], kwargs: dict[str, Any], pages: bool) -> tuple[float, float, Any]:
-    real_layout = scan.page_layout
-    if not pages:
-        scan.page_layout = lambda *a, **k: None  # type: ignore[assignment]
+    real_classes = scan.column_classes
+    if not pages:  # no plan of the pages at all: neither read nor checked by the page reader
+        scan.column_classes = lambda *a, **k: None  # type: ignore[assignment]
     export = probe(path)
     try:
         wall, cpu = time.perf_counter(), time.process_time()
         got = scan.scan_cuda_api(export.conn, path, *args, **kwargs)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
-        scan.page_layout = real_layout
+        scan.column_classes = real_classes
         export.close()
     assert got.engine == "native" and (got.page_rows == got.total) == pages, (got.engine, got.page_rows, got.total)
     return wall, cpu, got

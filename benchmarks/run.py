@@ -3,6 +3,7 @@
 
     python benchmarks/run.py [--rows 1000000 2000000 20000000] [--repeat 5] [--out benchmarks/data]
                              [--real FILE.sqlite ...] [--results FILE.md] [--no-latency] [--no-wheel]
+                             [--no-stages]
 
 For each size it generates (once, cached in --out) an observe and a release export with
 benchmarks/make_export.py, then times whole processes, interleaved round-robin so that the
@@ -20,9 +21,12 @@ RSS (from wait4's rusage of each child):
                 once to print what ``sql`` prints
 - ``compare``:  nsysaudit compare OBSERVE RELEASE --out TMP --force
 
-Ratios are against ``sql`` measured in the same run. ``--real`` adds real captures (default: the
-large H200 capture benchmarks/data/burst28.sqlite, when it is there; see burst_workload.py): the
-same commands but ``nsys`` and ``compare``. Then the small-export latency (process start to exit):
+Ratios are against ``sql`` measured in the same run. After each export's table, where its time goes
+(benchmarks/stages.py: each stage of one ``analyze --json`` in process, the median of two rounds
+after the timed ones; ``--no-stages`` leaves it out): the hook for re-measuring a stage after a
+change. ``--real`` adds real captures (default: the large H200 captures benchmarks/data/burst28.sqlite
+and burst15.sqlite, when there; see burst_workload.py): the same commands but ``nsys`` and
+``compare``. Then the small-export latency (process start to exit):
 ``analyze --json`` of a generated 1,000-row export and of the bundled real 1,229-row torch export
 (both builds), beside ``python -c "import polars"`` (the floor any polars tool pays) and ``python -c
 pass``. This is a benchmark, not a test: the suite only runs it at a tiny size to check that it
@@ -196,6 +200,19 @@ def bench(
     return samples
 
 
+def stages(path: Path, build: str, exe: str) -> list[str]:
+    """benchmarks/stages.py of ``path`` with the Python of the nsysaudit ``exe`` (the install ``build``)."""
+    python = Path(exe).parent / "python"
+    proc = subprocess.run(
+        [str(python if python.exists() else sys.executable), str(HERE / "stages.py"), str(path), "--rounds", "2"],
+        capture_output=True, text=True, check=False,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"benchmarks/stages.py {path} failed:\n{proc.stderr[-2000:]}")
+    return [f"Where `{build}` spends it (`benchmarks/stages.py`):", "",
+            *proc.stdout.strip().splitlines()]
+
+
 def summarize(title: str, samples: dict[str, list[Sample]]) -> list[str]:
     med = {k: statistics.median(s.seconds for s in v) for k, v in samples.items()}
     rss = {k: max(s.max_rss_kb for s in v) for k, v in samples.items()}
@@ -265,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-latency", action="store_true", help="skip the small-export latency table")
     ap.add_argument("--real", type=Path, nargs="*", default=None, help="real captures (default: burst28, if there)")
     ap.add_argument("--no-wheel", action="store_true", help="skip the pip-installed wheel's rows")
+    ap.add_argument("--no-stages", action="store_true", help="skip the stage timings after each table")
     args = ap.parse_args(argv)
     builds = {"analyze": shutil.which("nsysaudit", path=str(Path(sys.executable).parent)) or "nsysaudit"}
     wheel_tmp = Path(tempfile.mkdtemp(prefix="nsysaudit-wheel-"))
@@ -279,9 +297,14 @@ def main(argv: list[str] | None = None) -> int:
 def report_all(args: argparse.Namespace, builds: dict[str, str]) -> int:
     report = [f"Machine: {machine()}", ""]
     medians: dict[int, float] = {}
+    # the pip-installed build's stages where there is one: what a user runs
+    staged = "analyze (pip wheel)" if "analyze (pip wheel)" in builds else "analyze"
     for rows in args.rows:
-        samples = bench(*ensure_exports(args.out, rows), args.repeat, builds)
+        observe, release = ensure_exports(args.out, rows)
+        samples = bench(observe, release, args.repeat, builds)
         report += [*summarize(f"{rows:,} CUDA API rows", samples), ""]
+        if not args.no_stages:
+            report += [*stages(observe, staged, builds[staged]), ""]
         medians[rows] = statistics.median(s.seconds for s in samples["analyze"])
     if len(medians) >= 2:
         small, big = min(medians), max(medians)
@@ -290,10 +313,13 @@ def report_all(args: argparse.Namespace, builds: dict[str, str]) -> int:
             "(linear would be the same factor; fixed start-up costs make it smaller)."
         )
         report.append("")
-    real = args.real if args.real is not None else [p for p in [HERE / "data" / "burst28.sqlite"] if p.exists()]
+    known = [HERE / "data" / "burst28.sqlite", HERE / "data" / "burst15.sqlite"]
+    real = args.real if args.real is not None else [p for p in known if p.exists()]
     for path in real:
         samples = bench(path, None, args.repeat, builds, with_nsys=False)
         report += [*summarize(f"{path.name} (real capture, {path.stat().st_size / 2**20:,.0f} MiB)", samples), ""]
+        if not args.no_stages:
+            report += [*stages(path, staged, builds[staged]), ""]
     if not args.no_latency:
         report += [*latency(args.repeat, args.out, builds), ""]
     text = "\n".join(report)

@@ -61,6 +61,7 @@ typedef struct {
     uint8_t *key_first_null;
     char error[512];
     char handover[200]; /* why the page reader gave the range back to SQLite ("" when it did not) */
+    char check[200];    /* with a plan: "" when the run's leaves are sound, else why the check is unsure */
 } nsa_result;
 
 static uint64_t mix(uint64_t x) {
@@ -316,49 +317,73 @@ static void reduce_step(sqlite3_context *context, int argc, sqlite3_value **argv
 
 static void reduce_final(sqlite3_context *context) { sqlite3_result_null(context); }
 
-/* --- the table's own pages, read without the VDBE ---------------------------------------------
+/* --- the table's own pages: read without the VDBE, and checked as PRAGMA quick_check checks them --
  * SQLite's VDBE spends about 1,100 instructions a row to hand the six integers to nsa_reduce (the
  * cursor, OP_Column six times, the aggregate's call); the reduction itself about 345. So where the
  * table is an ordinary rowid b-tree of a rollback-mode file, its pages are read through the
  * connection's own file handle (the VFS's xRead: no second descriptor, no mmap, so a file truncated
- * under us is a read error, not SIGBUS) and its records decoded here. What this reader leaves to
- * SQLite (an overflow page, a record shorter than the column it needs, a read error) gives the
- * whole range back: what was reduced is reset and SQLite reads the range from its first rowid, as
- * it always did. (Going on from the last rowid read would not do: a damaged page can hold a cell
- * whose rowid SQLite's seek skips but its scan from the start reads.) A b-tree breaking a rule every
- * SQLite file keeps (keys out of order, a cell outside its page, ...) is handed over the same way:
- * whether the table is damaged is not this reader's to say but SQLite's own PRAGMA quick_check's,
- * run beside the scan for every engine (nsysaudit/read/damage.py), so every engine gives one answer.
- * The reader only reads what it has checked, and gives SQLite's answer or hands the range over:
- * tests/test_reading_pages.py compares both on every fixture and on pages damaged at random.
+ * under us is a read error, not SIGBUS) and its records decoded here.
+ *
+ * Whether the table is damaged is SQLite's PRAGMA quick_check's to say (nsysaudit/read/damage.py),
+ * for every engine. Reading the pages, this reader checks what quick_check(T) checks of the table
+ * (SQLite 3.40's checkTreePage, the btreeInitPage and btreeComputeFreeSpace it calls, and the row
+ * loop of its integrity-check program), stricter wherever that is simpler, never looser: every page
+ * reached from the root once (none past the file, on the lock byte's page or reached twice), its
+ * type, cell count, freeblocks, cells inside the page and, with the freeblocks, covering it with the
+ * fragmented bytes its header counts; keys and rowids in order within their parents' bounds; every
+ * leaf at one depth; overflow chains of the length their payload needs; each record's header read
+ * to its end, its values adding up to its payload, each value of a type its column may hold without
+ * quick_check saying a word. A table that passes is one quick_check calls sound; anything else
+ * makes the check "unsure" (``why`` says where), and SQLite's own quick_check decides (its words are
+ * the message). tests/test_hostile_damage.py holds the two to one answer on thousands of damaged
+ * exports.
+ *
+ * Two steps. plan(): the interior pages from the root (about one page in 200), checked; they give
+ * the leaves in key order and the bounds of each one's rowids. Then a run of leaves per call of
+ * scan() (the threads share the plan) or check(): each leaf read once, checked, and its rows
+ * reduced. What the reader leaves to SQLite (a record on overflow pages, one older than a column it
+ * reads) gives the run back: what was reduced is reset and SQLite reads the run's rowid range while
+ * its leaves are still checked. Where the check is unsure the run is SQLite's to read too, and a plan
+ * unsure of an interior page leaves the whole table to SQLite (its quick_check, its reading by rowid
+ * range). So the reader only reads what it has checked, and its rows are the ones SQLite reads.
  */
-#define MAX_DEPTH 20 /* SQLite's own bound on a b-tree's depth (BTCURSOR_MAX_DEPTH) */
-#define RUN_PAGES 64 /* consecutive child pages read in one call */
-#define MAX_FIELDS 256
+#define MAX_DEPTH 20   /* SQLite's cursor reads no deeper (BTCURSOR_MAX_DEPTH) */
+#define RUN_PAGES 64   /* consecutive leaves read in one call */
+#define MAX_FIELDS 256 /* the scan's columns lie among a record's first fields */
+#define PENDING_BYTE 0x40000000 /* SQLite's lock byte: its page is no b-tree's */
 
-/* WALK_HANDOVER: SQLite reads the range (something this reader leaves to it, or a b-tree breaking a
- * rule every SQLite file keeps: pages->why says which); WALK_PAST: the range's last row was read */
-enum { WALK_ON = 0, WALK_HANDOVER = 1, WALK_PAST = 2, WALK_FAILED = -1 };
+/* What quick_check lets a column hold without a word (by its affinity; a class per column, from
+ * nsysaudit/read/damage.py): anything; a NULL, a number or a BLOB; a NULL, a TEXT or a BLOB. With
+ * COL_DEFAULT, the column has a DEFAULT: a record older than the column holds it, and its type is
+ * SQLite's to judge (without one, such a record holds NULL there). */
+enum { COL_ANY = 0, COL_NUMBER = 1, COL_TEXT = 2, COL_CLASS = 3, COL_DEFAULT = 4 };
+/* A page's (a leaf's, a run's) outcome: read and sound; the check unsure (why says where); the
+ * reader leaving the rows to SQLite, the check sound so far; out of memory. */
+enum { PAGE_OK = 0, PAGE_UNSURE = 1, PAGE_HANDOVER = 2, PAGE_FAILED = -1 };
 
 typedef struct {
-    sqlite3_file *fp;
-    int64_t page_size, usable, n_pages, visited;
-    uint8_t *run;            /* run_n pages from page run_first */
-    int64_t run_first, run_n;
-    int64_t *keys[MAX_DEPTH];     /* of each interior page on the path: its keys */
-    int64_t *children[MAX_DEPTH]; /* and its child pages (one more than its keys: the right-most) */
-    const int32_t *layout;   /* per column of the SELECT: its field in the record, or -1 (NULL) */
-    int max_field;
-    int64_t lo, hi;
-    int64_t page;            /* the page being read */
-    char why[160];
-} pages;
+    int64_t page_size, usable, n_pages;
+    int64_t max_local, min_local; /* a table leaf's payload: kept on its page up to max_local bytes */
+    int depth;                    /* of the leaves (0: the root is the only leaf) */
+    uint8_t *refs;                /* a bit per page: reached from the root (set atomically: threads) */
+    int64_t *leaf, *upper;        /* the leaves in key order; leaf i's rowids lie in (upper[i-1], upper[i]] */
+    int64_t n_leaves, cap;
+    char why[200];                /* "": the file's header and the interior pages are sound */
+} plan_t;
 
-/* Give the range back to SQLite, saying why (on the page being read); returns WALK_HANDOVER. */
-static int handover(pages *p, const char *what) {
-    snprintf(p->why, sizeof p->why, "page %lld: %s", (long long)p->page, what);
-    return WALK_HANDOVER;
-}
+typedef struct {
+    uint32_t pc, size, payload, local; /* the cell's offset and bytes; its record's bytes, those on the page */
+    uint32_t head;                     /* the cell's bytes before its record */
+    int64_t key;                       /* the rowid (a leaf), the key (an interior page) */
+} cell_t;
+
+/* What checking one page needs, sized for the plan's page size (one per thread). */
+typedef struct {
+    plan_t *plan;
+    cell_t *cells;
+    uint32_t *cover, *blocks, *merged; /* a page's cells and freeblocks: first << 16 | last byte */
+    char *why;                         /* where a page's check says why it is unsure */
+} checker;
 
 static inline uint32_t be16(const uint8_t *p) { return (uint32_t)p[0] << 8 | p[1]; }
 static inline uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
@@ -379,16 +404,340 @@ static inline int varint(const uint8_t *p, const uint8_t *end, uint64_t *out) {
     return 9;
 }
 
-/* Page pgno; ``ahead``: how many pages from pgno on the caller will want (read in one call). */
-static const uint8_t *page_at(pages *p, int64_t pgno, int64_t ahead) {
-    if (pgno >= p->run_first && pgno < p->run_first + p->run_n) return p->run + (pgno - p->run_first) * p->page_size;
-    if (ahead > p->n_pages - pgno + 1) ahead = p->n_pages - pgno + 1; /* pgno <= n_pages: at least 1 */
-    p->run_n = 0;
-    if (p->fp->pMethods->xRead(p->fp, p->run, (int)(ahead * p->page_size), (pgno - 1) * p->page_size) != SQLITE_OK)
-        return NULL;
-    p->run_first = pgno;
-    p->run_n = ahead;
-    return p->run;
+/* The check of page pgno is unsure: why, for the message of a reader that could not say (debugging,
+ * tests); returns PAGE_UNSURE. */
+static int unsure(char *why, int64_t pgno, const char *what) {
+    snprintf(why, 200, "page %lld: %s", (long long)pgno, what);
+    return PAGE_UNSURE;
+}
+
+static int checker_init(checker *c, plan_t *pl, char *why) {
+    size_t cells = (size_t)((pl->page_size - 8) / 6 + 1), spans = cells + (size_t)(pl->usable / 4) + 2;
+    c->plan = pl;
+    c->why = why;
+    c->cells = malloc(cells * sizeof(cell_t));
+    c->cover = malloc(spans * sizeof(uint32_t));
+    c->blocks = malloc(spans * sizeof(uint32_t));
+    c->merged = malloc(spans * sizeof(uint32_t));
+    return c->cells && c->cover && c->blocks && c->merged ? 0 : -1;
+}
+
+static void checker_free(checker *c) {
+    free(c->cells);
+    free(c->cover);
+    free(c->blocks);
+    free(c->merged);
+}
+
+/* Page pgno reached from the tree (a child page, an overflow page): NULL, or why it may not be. */
+static const char *reach(plan_t *pl, int64_t pgno) {
+    if (pgno < 2 || pgno > pl->n_pages) return "a page number outside the file";
+    uint8_t bit = (uint8_t)(1 << (pgno & 7));
+    if (__atomic_fetch_or(&pl->refs[pgno >> 3], bit, __ATOMIC_RELAXED) & bit)
+        return "a page reached twice (or the lock byte's page)";
+    return NULL;
+}
+
+static int by_value(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* What checkTreePage and the btreeInitPage and btreeComputeFreeSpace it calls check of one page of
+ * a table's b-tree (SQLite 3.40), stricter where that is simpler: its type (an interior page or a
+ * leaf, as the tree needs it here), its cell count (cells on every page but a leaf root), the cell
+ * pointers before the content area, the freeblocks in order inside it and no more free bytes than
+ * the page has; each cell inside the page, its keys (a leaf's rowids) in order within (lower, upper]
+ * (lower only when has_lower); cells and freeblocks covering the page once, with the fragmented
+ * bytes its header counts. Fills c->cells with its n cells. */
+static int check_page(checker *c, int64_t pgno, const uint8_t *page, int leaf, int root, int has_lower,
+                      int64_t lower, int64_t upper, uint32_t *n_cells) {
+    const plan_t *pl = c->plan;
+    const uint32_t usable = (uint32_t)pl->usable, max_local = (uint32_t)pl->max_local, min_local = (uint32_t)pl->min_local;
+    if (page[0] != (leaf ? 0x0D : 0x05)) return unsure(c->why, pgno, leaf ? "not a table leaf page" : "not an interior table page");
+    uint32_t n = be16(page + 3), first = (leaf ? 8 : 12) + 2 * be16(page + 3), top = be16(page + 5);
+    if (n > (uint32_t)((pl->page_size - 8) / 6)) return unsure(c->why, pgno, "more cells than a page holds");
+    if (n == 0 && !(leaf && root)) return unsure(c->why, pgno, "a page without cells");
+    if (top == 0) top = 65536;
+    if (top < first || top > usable) return unsure(c->why, pgno, "cell pointers past the content area");
+    /* the freeblocks (btreeComputeFreeSpace): after the content area's start, in order, inside the page */
+    uint32_t free_bytes = page[7] + top, fb = be16(page + 1), n_blocks = 0;
+    if (fb) {
+        uint32_t next, size;
+        if (fb < top) return unsure(c->why, pgno, "a freeblock before the content area");
+        for (;;) {
+            if (fb > usable - 4) return unsure(c->why, pgno, "a freeblock past the page");
+            next = be16(page + fb);
+            size = be16(page + fb + 2);
+            free_bytes += size;
+            c->blocks[n_blocks++] = fb << 16 | ((fb + size - 1) & 0xffff);
+            if (next <= fb + size + 3) break;
+            fb = next;
+        }
+        if (next > 0) return unsure(c->why, pgno, "freeblocks out of order");
+        if (fb + size > usable) return unsure(c->why, pgno, "a freeblock past the page");
+    }
+    if (free_bytes > usable || free_bytes < first) return unsure(c->why, pgno, "more free bytes than the page has");
+    const uint8_t *end = page + usable;
+    for (uint32_t i = 0; i < n; i++) {
+        cell_t *e = &c->cells[i];
+        uint32_t pc = be16(page + (leaf ? 8 : 12) + 2 * i);
+        if (pc < top || pc > usable - 4) return unsure(c->why, pgno, "a cell outside the content area");
+        uint64_t payload = 0, key;
+        int a = 0, b;
+        if (leaf) { /* the record's size (a u32 to SQLite: 4 bytes at most here), the rowid */
+            a = varint(page + pc, end, &payload);
+            if (!a || a > 4) return unsure(c->why, pgno, "a cell's record size unreadable");
+            b = varint(page + pc + a, end, &key);
+        } else { /* the left child, the key */
+            b = varint(page + pc + 4, end, &key);
+            a = 4;
+        }
+        if (!b) return unsure(c->why, pgno, "a cell runs past its page");
+        uint32_t head = (uint32_t)(a + b), size;
+        e->payload = (uint32_t)payload;
+        if (!leaf) {
+            size = head;
+            e->local = 0;
+        } else if (payload <= max_local) { /* btreeParseCellPtr's sizes, which its coverage counts */
+            e->local = (uint32_t)payload;
+            size = head + e->local < 4 ? 4 : head + e->local;
+        } else {
+            uint32_t surplus = min_local + (uint32_t)((payload - min_local) % (usable - 4));
+            e->local = surplus <= max_local ? surplus : min_local;
+            size = head + e->local + 4; /* and the first overflow page's number */
+        }
+        if (pc + size > usable) return unsure(c->why, pgno, "a cell runs past its page");
+        e->pc = pc;
+        e->size = size;
+        e->head = head;
+        e->key = (int64_t)key;
+        if (i > 0 ? e->key <= c->cells[i - 1].key : has_lower && e->key <= lower) return unsure(c->why, pgno, "keys out of order");
+        if (e->key > upper) return unsure(c->why, pgno, "keys out of order");
+    }
+    /* the coverage (checkTreePage's min-heap, as a merge): the cells, by offset (SQLite writes them
+     * one way or the other: sorted either way, or sorted here), and the freeblocks (in order
+     * already), each byte of the page used once */
+    uint32_t m = n, up = 1, down = 1;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t span = c->cells[i].pc << 16 | (c->cells[i].pc + c->cells[i].size - 1);
+        up &= i == 0 || c->cover[i - 1] <= span;
+        down &= i == 0 || c->cover[i - 1] >= span;
+        c->cover[i] = span;
+    }
+    if (!up && down) {
+        for (uint32_t i = 0; i < m / 2; i++) {
+            uint32_t t = c->cover[i];
+            c->cover[i] = c->cover[m - 1 - i];
+            c->cover[m - 1 - i] = t;
+        }
+    } else if (!up) {
+        qsort(c->cover, m, sizeof *c->cover, by_value);
+    }
+    uint32_t i = 0, j = 0, k = 0;
+    while (i < m || j < n_blocks) c->merged[k++] = j == n_blocks || (i < m && c->cover[i] <= c->blocks[j]) ? c->cover[i++] : c->blocks[j++];
+    uint32_t prev = top - 1, frag = 0;
+    for (i = 0; i < k; i++) {
+        uint32_t x = c->merged[i];
+        if ((prev & 0xffff) >= (x >> 16)) return unsure(c->why, pgno, "bytes of the page used twice");
+        frag += (x >> 16) - (prev & 0xffff) - 1;
+        prev = x;
+    }
+    frag += usable - (prev & 0xffff) - 1;
+    if (frag != page[7]) return unsure(c->why, pgno, "fragmented bytes other than its header says");
+    *n_cells = n;
+    return PAGE_OK;
+}
+
+/* pages [pgno, pgno + n) into buf: 1, or 0 on a read error (a short read: the file shrank). */
+static int read_pages(sqlite3_file *fp, uint8_t *buf, int64_t pgno, int64_t n, int64_t page_size) {
+    return fp->pMethods->xRead(fp, buf, (int)(n * page_size), (pgno - 1) * page_size) == SQLITE_OK;
+}
+
+typedef struct {
+    plan_t *pl;
+    checker c;
+    sqlite3_file *fp;
+    uint8_t *page;
+    int64_t *keys[MAX_DEPTH], *kids[MAX_DEPTH]; /* of each interior page on the path */
+} planner;
+
+/* The interior page pgno at depth (above the leaves) and its subtree's interior pages, checked; its
+ * leaves appended in key order. PAGE_OK, PAGE_UNSURE (pl->why) or PAGE_FAILED (out of memory). */
+static int plan_page(planner *w, int64_t pgno, int depth, int has_lower, int64_t lower, int64_t upper) {
+    plan_t *pl = w->pl;
+    uint32_t n;
+    if (!read_pages(w->fp, w->page, pgno, 1, pl->page_size)) return unsure(pl->why, pgno, "a read error");
+    int rc = check_page(&w->c, pgno, w->page, 0, depth == 0, has_lower, lower, upper, &n);
+    if (rc != PAGE_OK) return rc;
+    int64_t *keys = w->keys[depth], *kids = w->kids[depth];
+    for (uint32_t i = 0; i < n; i++) {
+        keys[i] = w->c.cells[i].key;
+        kids[i] = be32(w->page + w->c.cells[i].pc);
+    }
+    kids[n] = be32(w->page + 8);
+    /* no rowid can follow a key of 2^63 - 1: its right child would be a leaf without cells */
+    if (keys[n - 1] == INT64_MAX) return unsure(pl->why, pgno, "keys out of order");
+    for (uint32_t i = 0; i <= n; i++) {
+        const char *why = reach(pl, kids[i]);
+        if (why) return unsure(pl->why, pgno, why);
+        int64_t lo = i > 0 ? keys[i - 1] : lower, hi = i < n ? keys[i] : upper;
+        if (depth + 1 < pl->depth) {
+            rc = plan_page(w, kids[i], depth + 1, i > 0 || has_lower, lo, hi);
+            if (rc != PAGE_OK) return rc;
+            continue;
+        }
+        if (pl->n_leaves == pl->cap) {
+            int64_t cap = pl->cap ? 2 * pl->cap : 1024;
+            int64_t *leaf = realloc(pl->leaf, (size_t)cap * sizeof(int64_t));
+            if (leaf) pl->leaf = leaf;
+            int64_t *up = leaf ? realloc(pl->upper, (size_t)cap * sizeof(int64_t)) : NULL;
+            if (!up) return PAGE_FAILED;
+            pl->upper = up;
+            pl->cap = cap;
+        }
+        pl->leaf[pl->n_leaves] = kids[i];
+        pl->upper[pl->n_leaves++] = hi;
+    }
+    return PAGE_OK;
+}
+
+static void plan_free(plan_t *pl) {
+    if (!pl) return;
+    free(pl->refs);
+    free(pl->leaf);
+    free(pl->upper);
+    free(pl);
+}
+
+/* The table's root page, or 0 (none, or not one integer). */
+static int64_t root_page(sqlite3 *db, const char *table) {
+    sqlite3_stmt *stmt = NULL;
+    int64_t root = 0;
+    if (sqlite3_prepare_v2(db, "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?1", -1, &stmt,
+                           NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_text(stmt, 1, table, -1, SQLITE_STATIC);
+    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) == SQLITE_INTEGER) {
+        root = sqlite3_column_int64(stmt, 0);
+        if (sqlite3_step(stmt) != SQLITE_DONE) root = 0;
+    }
+    sqlite3_finalize(stmt);
+    return root;
+}
+
+/* The connection's file handle, and the file's header and size: 0, or -1 where it cannot be read. */
+static int file_of(sqlite3 *db, sqlite3_file **fp, uint8_t *hdr, sqlite3_int64 *size) {
+    return sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, fp) == SQLITE_OK && *fp && (*fp)->pMethods &&
+                   (*fp)->pMethods->xRead(*fp, hdr, 100, 0) == SQLITE_OK &&
+                   (*fp)->pMethods->xFileSize(*fp, size) == SQLITE_OK
+               ? 0
+               : -1;
+}
+
+/* The plan of ``table`` (see above) on connection db: NULL when out of memory, else a plan whose why
+ * is "" (its leaves listed) or says why the table is SQLite's to read and check. */
+static plan_t *plan_table(sqlite3 *db, const char *table) {
+    plan_t *pl = calloc(1, sizeof(plan_t));
+    if (!pl) return NULL;
+    planner w;
+    memset(&w, 0, sizeof w);
+    uint8_t hdr[100];
+    sqlite3_int64 file_size = 0;
+    int64_t root = root_page(db, table);
+    if (root < 2) {
+        snprintf(pl->why, sizeof pl->why, "the table's root page not found");
+        return pl;
+    }
+    if (file_of(db, &w.fp, hdr, &file_size)) {
+        snprintf(pl->why, sizeof pl->why, "the file cannot be read through its handle");
+        return pl;
+    }
+    pl->page_size = be16(hdr + 16) == 1 ? 65536 : be16(hdr + 16);
+    /* SQLite 3, rollback journal (WAL would put pages elsewhere), a power-of-two page size, whole
+     * pages, the header's page count (when valid) the file's, no auto-vacuum (whose pointer map
+     * quick_check checks too) */
+    if (memcmp(hdr, "SQLite format 3", 16) != 0 || hdr[18] != 1 || hdr[19] != 1 || pl->page_size < 512 ||
+        (pl->page_size & (pl->page_size - 1)) || file_size % pl->page_size) {
+        snprintf(pl->why, sizeof pl->why, "not a rollback-mode SQLite 3 file of whole pages");
+        return pl;
+    }
+    pl->usable = pl->page_size - hdr[20];
+    pl->n_pages = file_size / pl->page_size;
+    if (pl->usable < 480 || (be32(hdr + 24) == be32(hdr + 92) && be32(hdr + 28) != 0 && be32(hdr + 28) != pl->n_pages) ||
+        be32(hdr + 52) != 0 || root > pl->n_pages || pl->n_pages > INT32_MAX) {
+        snprintf(pl->why, sizeof pl->why, "a page's usable size, the page count or auto-vacuum not as the reader needs");
+        return pl;
+    }
+    pl->max_local = pl->usable - 35;
+    pl->min_local = (pl->usable - 12) * 32 / 255 - 23;
+    size_t cells = (size_t)((pl->page_size - 8) / 6 + 1);
+    pl->refs = calloc((size_t)(pl->n_pages / 8 + 1), 1);
+    w.pl = pl;
+    w.page = malloc((size_t)pl->page_size);
+    if (!pl->refs || !w.page || checker_init(&w.c, pl, pl->why)) goto failed;
+    int64_t pending = PENDING_BYTE / pl->page_size + 1;
+    if (pending <= pl->n_pages) pl->refs[pending >> 3] |= (uint8_t)(1 << (pending & 7));
+    const char *why = reach(pl, root);
+    if (why) {
+        unsure(pl->why, root, why);
+        goto done;
+    }
+    /* the leaves' depth: the left-most path's (every other leaf's is checked against it) */
+    for (int64_t pgno = root;;) {
+        if (!read_pages(w.fp, w.page, pgno, 1, pl->page_size)) {
+            unsure(pl->why, pgno, "a read error");
+            goto done;
+        }
+        if (w.page[0] == 0x0D) break;
+        uint32_t pc = be16(w.page + 12);
+        if (w.page[0] != 0x05 || be16(w.page + 3) == 0 || pc > pl->usable - 4 || ++pl->depth > MAX_DEPTH - 2) {
+            unsure(pl->why, pgno, w.page[0] != 0x05 ? "not a table b-tree page" : "a child page unreadable or too deep");
+            goto done;
+        }
+        pgno = be32(w.page + pc);
+        if (pgno < 2 || pgno > pl->n_pages) {
+            unsure(pl->why, pgno, "a page number outside the file");
+            goto done;
+        }
+    }
+    if (pl->depth == 0) { /* the root is the only leaf */
+        pl->leaf = malloc(sizeof(int64_t));
+        pl->upper = malloc(sizeof(int64_t));
+        if (!pl->leaf || !pl->upper) goto failed;
+        pl->leaf[0] = root;
+        pl->upper[0] = INT64_MAX;
+        pl->n_leaves = pl->cap = 1;
+        goto done;
+    }
+    for (int d = 0; d < pl->depth; d++)
+        if (!(w.keys[d] = malloc(cells * sizeof(int64_t))) || !(w.kids[d] = malloc(cells * sizeof(int64_t)))) goto failed;
+    if (plan_page(&w, root, 0, 0, 0, INT64_MAX) == PAGE_FAILED) goto failed;
+    goto done;
+failed:
+    plan_free(pl);
+    pl = NULL;
+done:
+    checker_free(&w.c);
+    free(w.page);
+    for (int d = 0; d < MAX_DEPTH; d++) {
+        free(w.keys[d]);
+        free(w.kids[d]);
+    }
+    return pl;
+}
+
+/* For a one-byte serial type (below 128): its value's size (0xff: types 10 and 11, reserved), and
+ * whether quick_check names it in a column of each class (a TEXT where a number belongs, a number
+ * where TEXT does). Filled once, when the module is loaded. */
+static uint8_t SHORT_SIZE[128], NAMED[COL_CLASS + 1][128];
+
+static void fill_tables(void) {
+    for (int st = 0; st < 128; st++) {
+        SHORT_SIZE[st] = st == 10 || st == 11 ? 0xff : st >= 12 ? (uint8_t)((st - 12) / 2) : (uint8_t)"\0\1\2\3\4\6\10\10\0\0"[st];
+        NAMED[COL_NUMBER][st] = st >= 13 && (st & 1);
+        NAMED[COL_TEXT][st] = st >= 1 && st <= 9;
+    }
 }
 
 /* The size of a value of serial type st (10 and 11 are reserved: UINT64_MAX). */
@@ -408,40 +757,110 @@ static inline int serial_type(const uint8_t **h, const uint8_t *end, uint64_t *s
     return m;
 }
 
-/* One record's six values, as reduce_step reads them: 0 when done, WALK_HANDOVER when its header and
- * its payload disagree or it lacks a field it needs (the column's DEFAULT). */
-static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *nulls, uint8_t *wrong) {
-    uint64_t header, st, size;
-    int k = varint(a, a + n, &header);
-    if (!k || header < (uint64_t)k || header > n) return handover(p, "a record header larger than its record");
+/* A run of leaves, read and checked on one connection (one per thread). */
+typedef struct {
+    checker c;
+    sqlite3_file *fp;
+    uint8_t *run, *overflow; /* run_n pages from page run_first; one overflow page */
+    int64_t run_first, run_n;
+    const uint8_t *classes;  /* each column's class (COL_...) */
+    int n_cols;
+    const int32_t *layout;   /* per column of the scan: its field in the record, or -1 (NULL); NULL: check only */
+    int max_field;
+    int sound;               /* the check: 1 until it is unsure (why: of the first doubt) */
+    char why[200], handover[200], page_why[200];
+} leaves;
+
+/* The check is unsure (the first doubt is the one said). */
+static void doubt(leaves *r, int64_t pgno, const char *what) {
+    if (r->sound) unsure(r->why, pgno, what);
+    r->sound = 0;
+}
+
+/* The reader leaves the run's rows to SQLite; returns PAGE_HANDOVER. */
+static int hand_over(leaves *r, int64_t pgno, const char *what) {
+    unsure(r->handover, pgno, what);
+    return PAGE_HANDOVER;
+}
+
+/* The leaf at pgno; ahead: how many pages from pgno on the caller will want (read in one call). */
+static const uint8_t *leaf_at(leaves *r, int64_t pgno, int64_t ahead) {
+    if (pgno >= r->run_first && pgno < r->run_first + r->run_n) return r->run + (pgno - r->run_first) * r->c.plan->page_size;
+    r->run_n = 0;
+    if (!read_pages(r->fp, r->run, pgno, ahead, r->c.plan->page_size)) return NULL;
+    r->run_first = pgno;
+    r->run_n = ahead;
+    return r->run;
+}
+
+/* One record (its page's bytes at a: local of its payload bytes), its header read to its end: its
+ * fields' sizes adding up to the payload (else the check is unsure and the reader hands over), a
+ * value in each column of a type the column's class lets it hold (else the check is unsure); with
+ * decode, the scan's six values as reduce_step reads them. PAGE_OK, or PAGE_HANDOVER (r->handover:
+ * the header unreadable, a value off the page, a field older than its column). */
+static int record(leaves *r, int64_t pgno, const uint8_t *a, uint64_t n, uint64_t local, int decode, int64_t *v,
+                  uint8_t *nulls, uint8_t *wrong) {
+    uint64_t header, st, size, off;
+    const char *broken = NULL;
+    int k = varint(a, a + local, &header);
+    /* OP_Column's own bounds on a header (98,307 bytes), and here all of it on the page */
+    if (!k || header < (uint64_t)k || header > n || header > local || header > 98307) {
+        doubt(r, pgno, "a record header larger than its record");
+        return hand_over(r, pgno, "a record header larger than its record");
+    }
     uint64_t types[MAX_FIELDS], offsets[MAX_FIELDS];
-    uint64_t off = header;
-    int fields = 0;
-    const uint8_t *h = a + k, *end = a + header;
-    for (; fields <= p->max_field && h < end; fields++) { /* the fields the columns need */
-        if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off)
-            return handover(p, "a record's values do not fit in it");
-        types[fields] = st;
-        offsets[fields] = off;
+    const uint8_t *h = a + k, *end = a + header, *classes = r->classes;
+    const int kept = decode ? r->max_field + 1 : 0, n_cols = r->n_cols; /* kept: the fields decoding needs */
+    int fields = 0, named = 0;
+    for (off = header; h < end; fields++) {
+        if (*h < 0x80) { /* every type up to a 57-byte string: one byte, its size and checks from tables */
+            st = *h++;
+            size = SHORT_SIZE[st];
+            if (size == 0xff) {
+                broken = "a record's header unreadable";
+                break;
+            }
+            named |= fields < n_cols && NAMED[classes[fields] & COL_CLASS][st];
+        } else {
+            if (!serial_type(&h, end, &st) || st > 0x7fffffff) {
+                broken = "a record's header unreadable";
+                break;
+            }
+            size = serial_size(st);
+            named |= fields < n_cols && (classes[fields] & COL_CLASS) == COL_NUMBER && (st & 1);
+        }
+        if (size > n - off) {
+            broken = "a record's values do not fit in it";
+            break;
+        }
+        if (fields < kept) {
+            types[fields] = st;
+            offsets[fields] = off;
+        }
         off += size;
     }
-    while (h < end) { /* the others: only their sizes, which must add up to the payload */
-        if (!serial_type(&h, end, &st) || (size = serial_size(st)) > n - off)
-            return handover(p, "a record's values do not fit in it");
-        off += size;
+    if (named) doubt(r, pgno, "a value of a type its column's check names");
+    if (!broken && off != n) broken = "a record's values do not fill it";
+    if (broken) {
+        doubt(r, pgno, broken);
+        return hand_over(r, pgno, broken);
     }
-    if (off != n) return handover(p, "a record's values do not fill it");
+    /* a record older than ALTER TABLE ADD COLUMN: NULL there, or the column's DEFAULT (SQLite's to judge) */
+    for (int f = fields; f < r->n_cols; f++)
+        if (r->classes[f] & COL_DEFAULT) doubt(r, pgno, "a record older than a column with a DEFAULT");
+    if (!decode) return PAGE_OK;
     *nulls = 0;
     *wrong = 0;
     for (int c = 0; c < NCOL; c++) {
-        int f = p->layout[c];
+        int f = r->layout[c];
         v[c] = 0;
         if (f < 0) {
             *nulls |= (uint8_t)(1 << c);
             continue;
         }
-        if (f >= fields) return handover(p, "a record older than a column (its DEFAULT is SQLite's)");
+        if (f >= fields) return hand_over(r, pgno, "a record older than a column (its DEFAULT is SQLite's)");
         uint64_t t = types[f];
+        if (offsets[f] + serial_size(t) > local) return hand_over(r, pgno, "a value on overflow pages");
         if (t == 0) {
             *nulls |= (uint8_t)(1 << c);
         } else if (t <= 9 && t != 7) {
@@ -457,141 +876,90 @@ static int record(pages *p, const uint8_t *a, uint64_t n, int64_t *v, uint8_t *n
             *wrong = 1;
         }
     }
-    return 0;
+    return PAGE_OK;
 }
 
-/* Rowids of page pgno's subtree lie in (lower, upper] (has_lower, has_upper: bounded at all). */
-static int walk(ctx *x, pages *p, int64_t pgno, int64_t ahead, int depth, int has_lower, int64_t lower,
-                int has_upper, int64_t upper) {
-    if (depth >= MAX_DEPTH) return handover(p, "a child page deeper than 20 levels");
-    if (++p->visited > p->n_pages) return handover(p, "more pages in the table than in the file (a cycle)");
-    if (pgno < 2 || pgno > p->n_pages) return handover(p, "a page number outside the file");
-    p->page = pgno;
-    const uint8_t *page = page_at(p, pgno, ahead);
-    if (!page) return handover(p, "a read error (SQLite's to report)");
-    const int64_t u = p->usable;
-    uint32_t n = be16(page + 3);
-    /* SQLite's own checks: at most (page size - 8) / 6 cells (so the cell pointers, 2 bytes each
-     * after a header of 8 or 12, lie inside the usable size, at least 480); a child page, or an
-     * interior root, without any cell is damaged */
-    if (n > (uint32_t)((p->page_size - 8) / 6)) return handover(p, "more cells than a page holds");
-    if (n == 0 && (depth > 0 || page[0] != 0x0D)) return handover(p, "a child or interior page without cells");
-    if (page[0] == 0x05) { /* interior table page: n cells (child, key), then the right-most child */
-        int64_t *keys = p->keys[depth], *children = p->children[depth];
-        /* every cell first, its key in order and within the page's own bounds: SQLite's seek to lo
-         * searches them all, so the child it lands in is this loop's only if they are */
-        for (uint32_t i = 0; i < n; i++) {
-            uint32_t pc = be16(page + 12 + 2 * i);
-            uint64_t k;
-            if (pc < 12 + 2 * n || pc + 4 >= u || !varint(page + pc + 4, page + u, &k))
-                return handover(p, "a cell outside its page");
-            children[i] = be32(page + pc);
-            keys[i] = (int64_t)k;
-            if ((i > 0 ? keys[i] <= keys[i - 1] : has_lower && keys[i] <= lower) || (has_upper && keys[i] > upper))
-                return handover(p, "keys out of order");
+/* The overflow chain of a cell (checkList): pages each reached once, as many as its payload needs
+ * ((payload - local + usable - 5) / (usable - 4)), the last pointing nowhere (else the check doubts). */
+static void check_chain(leaves *r, int64_t pgno, const uint8_t *cell, const cell_t *e) {
+    plan_t *pl = r->c.plan;
+    uint64_t need = ((uint64_t)e->payload - e->local + (uint64_t)pl->usable - 5) / (uint64_t)(pl->usable - 4), got = 0;
+    for (int64_t next = be32(cell + e->size - 4); next != 0; got++) {
+        const char *why = got == need ? "an overflow chain longer than its record" : reach(pl, next);
+        if (!why && !read_pages(r->fp, r->overflow, next, 1, pl->page_size)) why = "a read error";
+        if (why) {
+            doubt(r, pgno, why);
+            return;
         }
-        children[n] = be32(page + 8);
-        for (uint32_t i = 0; i <= n; i++) {
-            int last_child = i == n;
-            /* a child whose rowids all lie below lo is skipped; past hi, the rows say when to stop
-             * (the first rowid over hi), as they do for SQLite */
-            if (!last_child && keys[i] < p->lo) continue;
-            int64_t child = children[i];
-            /* how many of the next children are the pages after this one (read in one call) */
-            int64_t run = 1;
-            if (!(child >= p->run_first && child < p->run_first + p->run_n))
-                while (i + run <= n && run < RUN_PAGES && children[i + run] == child + run) run++;
-            int rc = walk(x, p, child, run, depth + 1, i > 0 || has_lower, i > 0 ? keys[i - 1] : lower,
-                          last_child ? has_upper : 1, last_child ? upper : keys[i]);
-            if (rc != WALK_ON) return rc;
-            p->page = pgno;
+        next = be32(r->overflow);
+    }
+    if (got != need) doubt(r, pgno, "an overflow chain shorter than its record");
+}
+
+/* Leaves [first, last) of the plan: each checked (r->sound, r->why), and with x (and the reader's
+ * layout) its rows reduced. PAGE_OK: every row reduced (with x); PAGE_HANDOVER: the rows are
+ * SQLite's to read (r->handover says why); PAGE_FAILED: out of memory. A page the check is unsure
+ * of ends the reading (its cells may lie anywhere); a value the check names does not. */
+static int read_leaves(leaves *r, ctx *x, int64_t first, int64_t last) {
+    plan_t *pl = r->c.plan;
+    int outcome = PAGE_OK, decode = x != NULL && r->layout != NULL;
+    for (int64_t i = first; i < last && (decode || r->sound); i++) {
+        int64_t pgno = pl->leaf[i], ahead = 1;
+        if (!(pgno >= r->run_first && pgno < r->run_first + r->run_n))
+            while (i + ahead < last && ahead < RUN_PAGES && pl->leaf[i + ahead] == pgno + ahead) ahead++;
+        const uint8_t *page = leaf_at(r, pgno, ahead);
+        if (!page) {
+            doubt(r, pgno, "a read error");
+            return hand_over(r, pgno, "a read error");
         }
-        return WALK_ON;
+        uint32_t n;
+        if (check_page(&r->c, pgno, page, 1, pl->depth == 0, i > 0, i > 0 ? pl->upper[i - 1] : 0, pl->upper[i], &n)) {
+            if (r->sound) snprintf(r->why, sizeof r->why, "%s", r->page_why);
+            r->sound = 0;
+            snprintf(r->handover, sizeof r->handover, "%s", r->page_why);
+            return PAGE_HANDOVER;
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            const cell_t *e = &r->c.cells[k];
+            const uint8_t *cell = page + e->pc;
+            if (e->payload > e->local && r->sound) check_chain(r, pgno, cell, e);
+            int64_t v[NCOL];
+            uint8_t nulls, wrong;
+            if (record(r, pgno, cell + e->head, e->payload, e->local, decode, v, &nulls, &wrong) == PAGE_HANDOVER) {
+                decode = 0; /* the rest is only checked */
+                outcome = PAGE_HANDOVER;
+            }
+            if (!decode) continue;
+            if (reduce_row(x, v, nulls, wrong)) return PAGE_FAILED;
+            x->r->page_rows++;
+        }
     }
-    if (page[0] != 0x0D) return handover(p, "not a table b-tree page");
-    int past = 0;
-    for (uint32_t i = 0; i < n; i++) { /* leaf table page: n cells (payload size, rowid, payload) */
-        uint32_t pc = be16(page + 8 + 2 * i);
-        if (pc < 8 + 2 * n || pc >= u) return handover(p, "a cell outside its page");
-        const uint8_t *c = page + pc, *end = page + u;
-        uint64_t size, rowid_u;
-        int a = varint(c, end, &size);
-        int b = a ? varint(c + a, end, &rowid_u) : 0;
-        if (!b) return handover(p, "a cell outside its page");
-        int64_t rowid = (int64_t)rowid_u;
-        /* every cell's rowid in order, those past hi too: SQLite's seek searches them all */
-        if ((has_lower && rowid <= lower) || (has_upper && rowid > upper)) return handover(p, "rowids out of order");
-        has_lower = 1;
-        lower = rowid;
-        if (rowid > p->hi) past = 1;
-        if (past || rowid < p->lo) continue;
-        /* a payload over usable - 35 bytes spills to overflow pages: SQLite reads those */
-        if (size > (uint64_t)(u - 35)) return handover(p, "a record on overflow pages");
-        if ((uint64_t)(pc + a + b) + size > (uint64_t)u) return handover(p, "a cell runs past its page");
-        int64_t v[NCOL];
-        uint8_t nulls, wrong;
-        int rc = record(p, c + a + b, size, v, &nulls, &wrong);
-        if (rc != WALK_ON) return rc;
-        if (reduce_row(x, v, nulls, wrong)) return WALK_FAILED;
-        x->r->page_rows++;
-    }
-    return past ? WALK_PAST : WALK_ON;
+    return x != NULL && r->layout == NULL ? PAGE_HANDOVER : outcome;
 }
 
-/* Reduce rowids lo..hi of the table rooted at page ``root`` from its pages. Returns WALK_ON when
- * they are all reduced, WALK_HANDOVER when SQLite must read the range instead (the caller resets
- * what was reduced; the result's handover says why), WALK_FAILED when out of memory. Every
- * precondition the reader relies on is checked here first. */
-static int precondition(ctx *x, const char *what) {
-    snprintf(x->r->handover, sizeof x->r->handover, "%s", what);
-    return WALK_HANDOVER;
-}
-
-static int reduce_pages(ctx *x, sqlite3 *db, int64_t root, const int32_t *layout, int64_t lo, int64_t hi) {
-    pages p;
-    memset(&p, 0, sizeof p);
-    sqlite3_file *fp = NULL;
+static int leaves_init(leaves *r, plan_t *pl, sqlite3 *db, const uint8_t *classes, int n_cols, const int32_t *layout) {
     uint8_t hdr[100];
-    sqlite3_int64 file_size = 0;
-    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &fp) != SQLITE_OK || !fp || !fp->pMethods ||
-        fp->pMethods->xRead(fp, hdr, sizeof hdr, 0) != SQLITE_OK || fp->pMethods->xFileSize(fp, &file_size) != SQLITE_OK)
-        return precondition(x, "the file cannot be read through its handle");
-    p.page_size = be16(hdr + 16) == 1 ? 65536 : be16(hdr + 16);
-    /* SQLite 3, rollback journal (WAL would put pages elsewhere), a power-of-two page size, the
-     * header's page count (when valid) that of the file */
-    if (memcmp(hdr, "SQLite format 3", 16) != 0 || hdr[18] != 1 || hdr[19] != 1 || p.page_size < 512 ||
-        (p.page_size & (p.page_size - 1)) || file_size % p.page_size)
-        return precondition(x, "not a rollback-mode SQLite 3 file of whole pages");
-    p.usable = p.page_size - hdr[20];
-    p.n_pages = file_size / p.page_size;
-    if (p.usable < 480 || (be32(hdr + 24) == be32(hdr + 92) && be32(hdr + 28) != 0 && be32(hdr + 28) != p.n_pages))
-        return precondition(x, "a page's usable size or the header's page count is not the file's");
-    p.fp = fp;
-    p.layout = layout;
-    p.max_field = -1;
-    for (int c = 0; c < NCOL; c++) {
-        if (layout[c] >= MAX_FIELDS) return precondition(x, "a column past the 256th");
-        if (layout[c] > p.max_field) p.max_field = layout[c];
-    }
-    p.lo = lo;
-    p.hi = hi;
-    int rc = WALK_FAILED;
-    p.run = malloc((size_t)(RUN_PAGES * p.page_size) + 8); /* + 8: record() reads 8 bytes at a time */
-    if (!p.run) goto done;
-    size_t cells = (size_t)((p.page_size - 8) / 6 + 1);
-    for (int d = 0; d < MAX_DEPTH; d++)
-        if (!(p.keys[d] = malloc(cells * sizeof(int64_t))) || !(p.children[d] = malloc(cells * sizeof(int64_t))))
-            goto done;
-    rc = walk(x, &p, root, 1, 0, 0, 0, 0, 0);
-    if (rc == WALK_PAST) rc = WALK_ON;
-    if (rc == WALK_HANDOVER) snprintf(x->r->handover, sizeof x->r->handover, "%s", p.why);
-done:
-    free(p.run);
-    for (int d = 0; d < MAX_DEPTH; d++) {
-        free(p.keys[d]);
-        free(p.children[d]);
-    }
-    return rc;
+    sqlite3_int64 size;
+    memset(r, 0, sizeof *r);
+    r->sound = 1;
+    r->classes = classes;
+    r->n_cols = n_cols;
+    r->layout = layout;
+    r->max_field = -1;
+    for (int c = 0; layout && c < NCOL; c++)
+        if (layout[c] > r->max_field) r->max_field = layout[c];
+    if (r->max_field >= MAX_FIELDS) r->layout = NULL; /* the scan's columns too far into the records: SQLite reads */
+    if (file_of(db, &r->fp, hdr, &size)) return 1;
+    /* + 8: record() reads 8 bytes at a time */
+    r->run = malloc((size_t)(RUN_PAGES * pl->page_size) + 8);
+    r->overflow = malloc((size_t)pl->page_size);
+    return !r->run || !r->overflow || checker_init(&r->c, pl, r->page_why) ? -1 : 0;
+}
+
+static void leaves_free(leaves *r) {
+    checker_free(&r->c);
+    free(r->run);
+    free(r->overflow);
 }
 
 /* Back to nothing reduced (the page reader gave the range back to SQLite). */
@@ -609,27 +977,12 @@ static void reset(nsa_result *r, int64_t n_keys) {
     memset(r->key_first_null, 0, keys);
 }
 
-/* The table's root page, or 0 (none, or not one integer). */
-static int64_t root_page(sqlite3 *db, const char *table) {
-    sqlite3_stmt *stmt = NULL;
-    int64_t root = 0;
-    if (sqlite3_prepare_v2(db, "SELECT rootpage FROM sqlite_master WHERE type = 'table' AND name = ?1", -1, &stmt,
-                           NULL) != SQLITE_OK)
-        return 0;
-    sqlite3_bind_text(stmt, 1, table, -1, SQLITE_STATIC);
-    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) == SQLITE_INTEGER) {
-        root = sqlite3_column_int64(stmt, 0);
-        if (sqlite3_step(stmt) != SQLITE_DONE) root = 0;
-    }
-    sqlite3_finalize(stmt);
-    return root;
-}
-
 static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, const int64_t *w_gtid,
                      const int64_t *w_start, const int64_t *w_end, int64_t n_win, const int64_t *strings,
                      int64_t n_strings, int check_strings, const int64_t *marked, int64_t n_marked,
                      const int64_t *counted, int64_t n_counted, const int64_t *key_gpid, const int64_t *key_corr,
-                     int64_t n_keys, const char *table, const int32_t *layout) {
+                     int64_t n_keys, plan_t *plan, int64_t first, int64_t last, const uint8_t *classes, int n_cols,
+                     const int32_t *layout) {
     nsa_result *r = calloc(1, sizeof(nsa_result));
     if (!r) return NULL;
     sqlite3 *db = NULL;
@@ -681,17 +1034,33 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
         snprintf(r->error, sizeof r->error, "out of memory");
         goto done;
     }
-    /* ``layout`` (where each column of the SELECT lies in the table's records) says the table is
-     * one the page reader may read; it reads the whole range, or gives it all back to SQLite. */
-    int64_t root = layout && table ? root_page(db, table) : 0;
-    if (layout && table && root <= 1) snprintf(r->handover, sizeof r->handover, "the table's root page not found");
-    if (root > 1) {
-        int rc = reduce_pages(&x, db, root, layout, lo, hi);
-        if (rc == WALK_FAILED || x.failed) {
+    /* With a plan, leaves [first, last) are read and checked here; ``layout`` (where each column of
+     * the SELECT lies in the table's records) says the page reader may reduce their rows. It reduces
+     * the whole run, or gives it all back to SQLite (rowids lo..hi: the run's) and checks on. */
+    if (plan) {
+        leaves lr;
+        int rc = leaves_init(&lr, plan, db, classes, n_cols, layout);
+        if (rc < 0) {
+            leaves_free(&lr);
             snprintf(r->error, sizeof r->error, "out of memory");
             goto done;
         }
-        if (rc == WALK_ON) goto done;
+        if (rc > 0) {
+            doubt(&lr, 0, "the file cannot be read through its handle");
+            rc = hand_over(&lr, 0, "the file cannot be read through its handle");
+        } else {
+            rc = read_leaves(&lr, &x, first, last);
+        }
+        if (rc == PAGE_FAILED || x.failed) {
+            leaves_free(&lr);
+            snprintf(r->error, sizeof r->error, "out of memory");
+            goto done;
+        }
+        snprintf(r->check, sizeof r->check, "%s", lr.sound ? "" : lr.why);
+        snprintf(r->handover, sizeof r->handover, "%s", rc == PAGE_OK ? "" : lr.layout ? lr.handover : "no page layout");
+        int read = rc == PAGE_OK;
+        leaves_free(&lr);
+        if (read) goto done;
         reset(r, n_keys);
     }
     r->handovers = 1; /* SQLite reads the range (no page reader, or it gave the range back) */
@@ -851,7 +1220,7 @@ static void nsa_table_free(nsa_table *t) {
 
 /* The module's interface version: nsysaudit/read/native.py uses a build only of its own version
  * (a stale build from another scan.c is not called). */
-#define NSA_ABI 2
+#define NSA_ABI 3
 
 static PyObject *NativeError; /* _native.Error: the scan or the read could not be done */
 
@@ -911,29 +1280,216 @@ static PyObject *rows_tuple(const rowbuf *b) {
 static const char *const BUFFER_NAMES[N_BUFFERS] = {"w_gtid",  "w_start", "w_end",    "strings",
                                                     "marked", "counted", "key_gpid", "key_corr"};
 
+/* _native.Plan: a table's plan (plan_table), shared by the threads that read its runs of leaves. */
+typedef struct {
+    PyObject_HEAD
+    plan_t *plan;
+} PlanObject;
+
+static void plan_dealloc(PlanObject *self) {
+    plan_free(self->plan);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *plan_why(PlanObject *self, void *unused) {
+    (void)unused;
+    return PyUnicode_FromString(self->plan->why);
+}
+
+static PyObject *plan_leaves(PlanObject *self, void *unused) {
+    (void)unused;
+    return PyLong_FromLongLong(self->plan->n_leaves);
+}
+
+/* The leaves in n runs of (nearly) as many each: (first, last, lo, hi) per run, leaves [first, last)
+ * holding rowids lo..hi; together every rowid once. */
+static PyObject *plan_runs(PlanObject *self, PyObject *arg) {
+    const plan_t *pl = self->plan;
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 1 || pl->why[0] || pl->n_leaves < 1) {
+        PyErr_SetString(PyExc_ValueError, "runs: at least one, of a sound plan");
+        return NULL;
+    }
+    PyObject *list = PyList_New(0);
+    for (int64_t j = 0; list && j < n; j++) {
+        int64_t first = j * pl->n_leaves / n, last = (j + 1) * pl->n_leaves / n;
+        if (first == last) continue;
+        PyObject *run = Py_BuildValue("(LLLL)", (long long)first, (long long)last,
+                                      (long long)(first == 0 ? INT64_MIN : pl->upper[first - 1] + 1),
+                                      (long long)(last == pl->n_leaves ? INT64_MAX : pl->upper[last - 1]));
+        if (!run || PyList_Append(list, run)) Py_CLEAR(list);
+        Py_XDECREF(run);
+    }
+    return list;
+}
+
+static PyGetSetDef plan_attributes[] = {
+    {"why", (getter)plan_why, NULL, "\"\" when the header and the interior pages are sound, else why not", NULL},
+    {"leaves", (getter)plan_leaves, NULL, "how many leaves the table has", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef plan_methods[] = {
+    {"runs", (PyCFunction)plan_runs, METH_O, "The leaves in n runs: (first, last, lo, hi) each."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "nsysaudit.read._native.Plan",
+    .tp_basicsize = sizeof(PlanObject),
+    .tp_dealloc = (destructor)plan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A table's b-tree: its interior pages checked, its leaves in key order (see native/scan.c).",
+    .tp_getset = plan_attributes,
+    .tp_methods = plan_methods,
+};
+
+static int open_readonly(const char *uri, sqlite3 **db) {
+    if (sqlite3_open_v2(uri, db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL) == SQLITE_OK)
+        return 0;
+    PyErr_Format(NativeError, "open: %s", *db ? sqlite3_errmsg(*db) : "out of memory");
+    sqlite3_close(*db);
+    return -1;
+}
+
+static PyObject *py_plan(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *uri, *table;
+    sqlite3 *db = NULL;
+    if (!PyArg_ParseTuple(args, "ss:plan", &uri, &table) || open_readonly(uri, &db)) return NULL;
+    plan_t *pl;
+    Py_BEGIN_ALLOW_THREADS
+    pl = plan_table(db, table);
+    sqlite3_close(db);
+    Py_END_ALLOW_THREADS
+    if (!pl) return PyErr_NoMemory();
+    PlanObject *out = PyObject_New(PlanObject, &PlanType);
+    if (!out) {
+        plan_free(pl);
+        return NULL;
+    }
+    out->plan = pl;
+    return (PyObject *)out;
+}
+
+/* One table's check without reading its rows, on connection db: "" into why when it is sound, else
+ * why the check is unsure. PAGE_FAILED when out of memory. */
+static int check_one(sqlite3 *db, const char *table, const uint8_t *classes, int n_cols, char *why) {
+    plan_t *pl = plan_table(db, table);
+    int rc = PAGE_OK;
+    why[0] = 0;
+    if (!pl) return PAGE_FAILED;
+    if (pl->why[0]) {
+        snprintf(why, 200, "%s", pl->why);
+    } else {
+        leaves lr;
+        rc = leaves_init(&lr, pl, db, classes, n_cols, NULL);
+        if (rc == 0) rc = read_leaves(&lr, NULL, 0, pl->n_leaves);
+        else if (rc > 0) doubt(&lr, 0, "the file cannot be read through its handle");
+        if (rc != PAGE_FAILED && !lr.sound) snprintf(why, 200, "%s", lr.why);
+        leaves_free(&lr);
+    }
+    plan_free(pl);
+    return rc == PAGE_FAILED ? PAGE_FAILED : PAGE_OK;
+}
+
+/* The tables' checks without reading their rows (the tables the scan does not read), on one
+ * connection: per (table, classes), "" when it is sound, else why the check is unsure. */
+static PyObject *py_check(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *uri;
+    PyObject *given;
+    sqlite3 *db = NULL;
+    if (!PyArg_ParseTuple(args, "sO:check", &uri, &given)) return NULL;
+    PyObject *seq = PySequence_Fast(given, "check: expected a sequence of (table, classes)");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    const char **names = calloc((size_t)n + 1, sizeof(char *));
+    const char **classes = calloc((size_t)n + 1, sizeof(char *));
+    Py_ssize_t *widths = calloc((size_t)n + 1, sizeof(Py_ssize_t));
+    char(*whys)[200] = calloc((size_t)n + 1, 200);
+    PyObject *out = NULL;
+    if (!names || !classes || !widths || !whys) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* the strings and bytes live in seq while the GIL is released */
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *name, *cls;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyUnicode_Check(name = PyTuple_GET_ITEM(item, 0)) ||
+            !PyBytes_Check(cls = PyTuple_GET_ITEM(item, 1))) {
+            PyErr_SetString(PyExc_TypeError, "check: expected a sequence of (table, classes)");
+            goto done;
+        }
+        if (!(names[i] = PyUnicode_AsUTF8(name))) goto done;
+        classes[i] = PyBytes_AS_STRING(cls);
+        widths[i] = PyBytes_GET_SIZE(cls);
+    }
+    if (open_readonly(uri, &db)) goto done;
+    int rc = PAGE_OK;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && rc == PAGE_OK; i++)
+        rc = check_one(db, names[i], (const uint8_t *)classes[i], (int)widths[i], whys[i]);
+    sqlite3_close(db);
+    Py_END_ALLOW_THREADS
+    if (rc == PAGE_FAILED) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *why = PyUnicode_FromString(whys[i]);
+        if (!why) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, why);
+    }
+done:
+    free(names);
+    free(classes);
+    free(widths);
+    free(whys);
+    Py_DECREF(seq);
+    return out;
+}
+
 static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"uri", "sql", "lo", "hi", "w_gtid", "w_start", "w_end", "strings", "check_strings",
-                               "marked", "counted", "key_gpid", "key_corr", "table", "layout", NULL};
-    const char *uri, *sql, *table = NULL;
-    long long lo, hi;
+                               "marked", "counted", "key_gpid", "key_corr", "plan", "first", "last", "classes",
+                               "layout", NULL};
+    const char *uri, *sql;
+    long long lo, hi, first = 0, last = 0;
     int check_strings;
-    PyObject *objects[N_BUFFERS], *layout_obj = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssLLOOOOpOOOO|zO:scan", keywords, &uri, &sql, &lo, &hi,
+    PyObject *objects[N_BUFFERS], *layout_obj = Py_None, *plan_obj = Py_None;
+    Py_buffer classes = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssLLOOOOpOOOO|OLLy*O:scan", keywords, &uri, &sql, &lo, &hi,
                                      &objects[0], &objects[1], &objects[2], &objects[3], &check_strings,
-                                     &objects[4], &objects[5], &objects[6], &objects[7], &table, &layout_obj))
+                                     &objects[4], &objects[5], &objects[6], &objects[7], &plan_obj, &first, &last,
+                                     &classes, &layout_obj))
         return NULL;
+    plan_t *plan = NULL;
+    PyObject *out = NULL;
     int32_t layout[NCOL];
     int has_layout = layout_obj != Py_None;
+    if (plan_obj != Py_None) {
+        if (!PyObject_TypeCheck(plan_obj, &PlanType)) {
+            PyErr_SetString(PyExc_TypeError, "plan: expected a Plan (or None)");
+            goto parsed;
+        }
+        plan = ((PlanObject *)plan_obj)->plan;
+        if (plan->why[0] || first < 0 || last > plan->n_leaves || first >= last || !classes.buf) {
+            PyErr_SetString(PyExc_ValueError, "plan: a sound plan, a run of its leaves and the columns' classes");
+            goto parsed;
+        }
+    }
     if (has_layout) {
         PyObject *seq = PySequence_Fast(layout_obj, "layout: expected a sequence of 6 ints");
-        if (!seq) return NULL;
+        if (!seq) goto parsed;
         int bad = PySequence_Fast_GET_SIZE(seq) != NCOL;
         for (int c = 0; c < NCOL && !bad; c++) {
             long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, c));
             if (v == -1 && PyErr_Occurred()) {
                 Py_DECREF(seq);
-                return NULL;
+                goto parsed;
             }
             bad = v < -1 || v > INT32_MAX;
             layout[c] = (int32_t)v;
@@ -941,12 +1497,11 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
         Py_DECREF(seq);
         if (bad) {
             PyErr_SetString(PyExc_ValueError, "layout: expected 6 field numbers (-1: a column the table lacks)");
-            return NULL;
+            goto parsed;
         }
     }
     Py_buffer views[N_BUFFERS];
     int held = 0;
-    PyObject *out = NULL;
     for (; held < N_BUFFERS; held++)
         if (int64_buffer(objects[held], &views[held], BUFFER_NAMES[held])) goto release;
     int64_t n_win = views[0].len / 8, n_keys = views[6].len / 8;
@@ -958,7 +1513,7 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_BEGIN_ALLOW_THREADS
     r = nsa_scan(uri, sql, lo, hi, views[0].buf, views[1].buf, views[2].buf, n_win, views[3].buf, views[3].len / 8,
                  check_strings, views[4].buf, views[4].len / 8, views[5].buf, views[5].len / 8, views[6].buf,
-                 views[7].buf, n_keys, has_layout ? table : NULL, has_layout ? layout : NULL);
+                 views[7].buf, n_keys, plan, first, last, classes.buf, (int)classes.len, has_layout ? layout : NULL);
     Py_END_ALLOW_THREADS
     if (!r) {
         PyErr_NoMemory();
@@ -969,10 +1524,10 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     } else {
         size_t keys = (size_t)n_keys * 8;
         out = Py_BuildValue(
-            "{sLsLsLsLsLsssNsNsNsy#sy#sy#s(LLLLLLL)}", "rows", (long long)r->rows, "mismatch_rows",
+            "{sLsLsLsLsLsssssNsNsNsy#sy#sy#s(LLLLLLL)}", "rows", (long long)r->rows, "mismatch_rows",
             (long long)r->mismatch_rows, "counted", (long long)r->counted, "page_rows", (long long)r->page_rows,
-            "handovers", (long long)r->handovers, "handover", r->handover, "selected", rows_tuple(&r->selected),
-            "marked", rows_tuple(&r->marked), "spans", spans_list(r),
+            "handovers", (long long)r->handovers, "handover", r->handover, "check", r->check, "selected",
+            rows_tuple(&r->selected), "marked", rows_tuple(&r->marked), "spans", spans_list(r),
             "key_rows", (const char *)r->key_rows, (Py_ssize_t)keys, "key_first_name",
             (const char *)r->key_first_name, (Py_ssize_t)keys, "key_first_null", (const char *)r->key_first_null,
             (Py_ssize_t)n_keys, "problems", (long long)r->problems[0], (long long)r->problems[1],
@@ -982,6 +1537,8 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     nsa_free(r);
 release:
     while (held > 0) PyBuffer_Release(&views[--held]);
+parsed:
+    if (classes.buf) PyBuffer_Release(&classes);
     return out;
 }
 
@@ -1022,6 +1579,8 @@ static PyObject *py_sqlite_source_id(PyObject *self, PyObject *unused) {
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))py_scan, METH_VARARGS | METH_KEYWORDS,
      "Reduce one rowid range of the CUDA API table (see nsysaudit/read/native.py)."},
+    {"plan", py_plan, METH_VARARGS, "A table's plan: its interior pages checked, its leaves listed."},
+    {"check", py_check, METH_VARARGS, "Tables' checks, as quick_check's: \"\" when sound, else why unsure."},
     {"read", (PyCFunction)(void (*)(void))py_read, METH_VARARGS | METH_KEYWORDS,
      "The rows of a query of integer columns: (values, nulls, rows, values of another type)."},
     {"sqlite_version", py_sqlite_version, METH_NOARGS, "sqlite3_libversion() of the SQLite this module runs on."},
@@ -1035,10 +1594,13 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
+    fill_tables();
+    if (PyType_Ready(&PlanType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     NativeError = PyErr_NewException("nsysaudit.read._native.Error", PyExc_RuntimeError, NULL);
-    if (!NativeError || PyModule_AddObjectRef(m, "Error", NativeError) || PyModule_AddIntConstant(m, "ABI", NSA_ABI) ||
+    if (!NativeError || PyModule_AddObjectRef(m, "Error", NativeError) || PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) ||
+        PyModule_AddIntConstant(m, "ABI", NSA_ABI) ||
         PyModule_AddStringConstant(m, "SQLITE_HEADER_VERSION", SQLITE_VERSION)) {
         Py_XDECREF(NativeError);
         Py_DECREF(m);

@@ -23,10 +23,10 @@ from nsysaudit._version import __version__
 from nsysaudit.core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
     from nsysaudit.batch.audit import audit
     from nsysaudit.batch.check import CheckReport, Expectations, check_exports
     from nsysaudit.batch.run import BatchResult, audit_many, run_batch
+    from nsysaudit.core.defaults import DEFAULT_LIBRARY_DOMAINS, DEFAULT_MAX_PAIRS
     from nsysaudit.core.errors import (
         BadOption,
         BatchOutputNotWritable,
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from nsysaudit.read.cache import list_cache, prune_cache
     from nsysaudit.read.snapshot import Snapshot, load_snapshot
     from nsysaudit.read.telemetry import DEFAULT_CLOCKS, TelemetryOptions
-    from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
     from nsysaudit.reports.analysis import AnalysisResult
     from nsysaudit.reports.compare import Comparison, compare_results
     from nsysaudit.schemas import SCHEMA_KINDS, schema, schema_text
@@ -69,12 +68,11 @@ _HOMES = {
     **dict.fromkeys(("CheckReport", "Expectations", "check_exports"), "nsysaudit.batch.check"),
     **dict.fromkeys(ERRORS, "nsysaudit.core.errors"),
     **dict.fromkeys(("BatchResult", "audit_many", "run_batch"), "nsysaudit.batch.run"),
-    "DEFAULT_MAX_PAIRS": "nsysaudit.analysis.joins",
+    **dict.fromkeys(("DEFAULT_LIBRARY_DOMAINS", "DEFAULT_MAX_PAIRS"), "nsysaudit.core.defaults"),
     "Progress": "nsysaudit.core.progress",
     **dict.fromkeys(("DEFAULT_CLOCKS", "TelemetryOptions"), "nsysaudit.read.telemetry"),
     **dict.fromkeys(("list_cache", "prune_cache"), "nsysaudit.read.cache"),
     **dict.fromkeys(("Snapshot", "load_snapshot"), "nsysaudit.read.snapshot"),
-    "DEFAULT_LIBRARY_DOMAINS": "nsysaudit.read.trace",
     "AnalysisResult": "nsysaudit.reports.analysis",
     **dict.fromkeys(("Comparison", "compare_results"), "nsysaudit.reports.compare"),
     **dict.fromkeys(("SCHEMA_KINDS", "schema", "schema_text"), "nsysaudit.schemas"),

@@ -107,7 +107,7 @@ def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point
         except UnusableInput:
             check.result().raise_if_damaged(opened.export.path)  # a reader's error on a damaged file: SQLite's words
             raise
-        damage = check.result()
+        damage = check.result(trace.cuda_api_checked)
         damage.raise_if_damaged(opened.export.path)
         trace = replace(trace, warnings=(*trace.warnings, *damage.warnings))
         info = opened.info(trace.tables_used, trace.session_start_utc_ns, engine_of(trace))

@@ -25,6 +25,7 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     assert "### 20,000 CUDA API rows" in text and "### 40,000 CUDA API rows" in text
     assert "| analyze |" in text and "| compare |" in text and "| scan |" in text
     assert "Growth:" in text
+    assert "`benchmarks/stages.py`" in text and "| read: _scan |" in text and "| analysis: _nest |" in text
     assert "### Small exports: process start to exit" in text
     assert "| analyze (1,229-row real torch export) |" in text and '| python -c "import polars" |' in text
 

@@ -39,9 +39,9 @@ def test_importing_the_package_loads_nothing_heavy() -> None:
     assert heavy(modules) == []
 
 
-@pytest.mark.parametrize("args", [["analyze", str(OBSERVE), "--json"], ["--version"]])
-def test_json_analysis_of_a_small_export_loads_only_what_it_uses(args: list[str]) -> None:
-    code = (
+def loaded_by(args: list[str]) -> set[str]:
+    """The modules a fresh process has loaded after the command line ran ``args`` (exit 0)."""
+    return loaded_after(
         "from nsysaudit.cli import main\n"
         "with contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())):\n"
         "    try:\n"
@@ -50,7 +50,30 @@ def test_json_analysis_of_a_small_export_loads_only_what_it_uses(args: list[str]
         "        rc = exc.code\n"
         "assert rc == 0, rc\n"
     )
-    assert heavy(loaded_after(code)) == []
+
+
+@pytest.mark.parametrize("args", [["analyze", str(OBSERVE), "--json"], ["--version"]])
+def test_json_analysis_of_a_small_export_loads_only_what_it_uses(args: list[str]) -> None:
+    assert heavy(loaded_by(args)) == []
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["analyze", "--help"], ["verify", "--help"]])
+def test_the_command_line_starts_without_polars(args: list[str]) -> None:
+    """Polars is imported when an export is read, not before: the command line, its help (and the
+    defaults it shows, nsysaudit/core/defaults.py) and its version need none of it."""
+    modules = loaded_by(args)
+    assert "polars" not in modules and "nsysaudit.session" not in modules, sorted(m for m in modules if "polars" in m)
+
+
+def test_the_defaults_the_help_shows_are_the_ones_the_analysis_uses() -> None:
+    from nsysaudit.analysis import joins
+    from nsysaudit.core import defaults
+    from nsysaudit.read import trace
+    from nsysaudit.reports import timeline
+
+    assert joins.DEFAULT_MAX_PAIRS is defaults.DEFAULT_MAX_PAIRS
+    assert trace.DEFAULT_LIBRARY_DOMAINS is defaults.DEFAULT_LIBRARY_DOMAINS
+    assert timeline.DEFAULT_BOUNDARY is defaults.DEFAULT_BOUNDARY
 
 
 def test_terminal_output_loads_rich_and_the_package_face_resolves_every_name() -> None:

@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
 # Within the bottom layer the order still matters: a core module may use only those before it.
 CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.limits", "nsysaudit.core.shapes", "nsysaudit._version",
               "nsysaudit.core.lazy",
+              "nsysaudit.core.defaults",
               "nsysaudit.core.files",
               "nsysaudit.core.codes", "nsysaudit.core.blocking", "nsysaudit.core.text", "nsysaudit.core.digests",
               "nsysaudit.core.paths",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from nsysaudit.core.defaults import DEFAULT_MAX_PAIRS as DEFAULT_MAX_PAIRS
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
 from nsysaudit.core.intervals import closed_library_calls
 
@@ -123,8 +124,6 @@ def _overlapping_by_join(calls: pl.DataFrame, libs: pl.DataFrame) -> pl.DataFram
                 )
     return pl.concat(parts) if parts else pl.DataFrame()
 
-
-DEFAULT_MAX_PAIRS = 1_000_000
 
 
 @dataclass(frozen=True)

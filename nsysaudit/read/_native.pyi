@@ -10,6 +10,15 @@ SQLITE_HEADER_VERSION: str
 
 class Error(RuntimeError): ...
 
+class Plan:
+    """A table's b-tree (native/scan.c's plan_table): its interior pages checked, its leaves listed."""
+
+    @property
+    def why(self) -> str: ...
+    @property
+    def leaves(self) -> int: ...
+    def runs(self, n: int, /) -> list[tuple[int, int, int, int]]: ...
+
 class ScanResult(TypedDict):
     rows: int
     mismatch_rows: int
@@ -17,6 +26,7 @@ class ScanResult(TypedDict):
     page_rows: int
     handovers: int
     handover: str
+    check: str
     selected: tuple[bytes, bytes, int]  # int64 values (6 a row), a null bit per column a row, rows
     marked: tuple[bytes, bytes, int]
     spans: list[tuple[int | None, int | None, int | None, int]]
@@ -39,9 +49,14 @@ def scan(
     counted: Buffer,
     key_gpid: Buffer,
     key_corr: Buffer,
-    table: str | None = None,
+    plan: Plan | None = None,
+    first: int = 0,
+    last: int = 0,
+    classes: bytes = b"",
     layout: Sequence[int] | None = None,
 ) -> ScanResult: ...
+def plan(uri: str, table: str, /) -> Plan: ...
+def check(uri: str, tables: Sequence[tuple[str, bytes]], /) -> list[str]: ...
 def read(uri: str, sql: str, ncol: int, collect: bool) -> tuple[bytes, bytes, int, int]: ...
 def sqlite_version() -> str: ...
 def sqlite_source_id() -> str: ...

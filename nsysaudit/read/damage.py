@@ -2,13 +2,21 @@
 
 A damaged b-tree can make any reader pass rows by without an error, or read bytes that are not
 rows, and two readers (the native page reader, SQLite's VDBE, ADBC's SQLite, the stdlib's) can do
-so differently. So no reader decides: :class:`DamageCheck` runs SQLite's ``PRAGMA quick_check(T)``
-on every evidence table ``T`` (:func:`evidence_tables`: the tables the analysis reads rows from),
-and ``PRAGMA quick_check(sqlite_schema)`` (the schema's b-tree and the free list), on a connection
-and a thread of its own beside the scan, always through Python's ``sqlite3`` (the SQLite every
-install has, and the one the native engine is checked to run). quick_check walks every page of
-each table's b-tree (and its indexes'): page headers, cells inside their page, keys and rowids
-in order, child pages, overflow chains. What it says is sorted (:func:`classify`):
+so differently. So no reader decides: SQLite's ``PRAGMA quick_check(T)`` of every evidence table
+``T`` (:func:`evidence_tables`: the tables the analysis reads rows from), and ``PRAGMA
+quick_check(sqlite_schema)`` (the schema's b-tree and the free list), always through Python's
+``sqlite3`` (the SQLite every install has, and the one the native engine is checked to run).
+quick_check walks every page of each table's b-tree (and its indexes'): page headers, cells inside
+their page, keys and rowids in order, child pages, overflow chains, and each row's record.
+
+Where the native engine runs, it checks a table first, in C (native/scan.c: the same checks,
+stricter where that is simpler, at the speed of reading the pages): a table it finds sound is one
+quick_check calls sound, and quick_check is not run on it; where it is unsure, quick_check runs and
+decides, in its own words. The CUDA API table is checked by the scan itself as it reads the pages
+(:mod:`nsysaudit.read.scan`), the other tables by :class:`DamageCheck` on a thread of its own beside
+the reading. Tables the native check leaves to SQLite: those with an index (quick_check checks its
+b-tree too), WITHOUT ROWID, STRICT, a CHECK constraint or a generated column
+(:func:`column_classes`). What quick_check says is sorted (:func:`classify`):
 
 - a problem in an evidence table's own b-tree: the file is damaged (one line, exit 2), whichever
   engine would have read it and whatever it would have read;
@@ -33,6 +41,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.read import native
 from nsysaudit.read.inputs import Background
 from nsysaudit.read.source import ExportFile, quote
 
@@ -74,6 +83,15 @@ EVIDENCE_TABLES = (
     "ENUM_CUDA_MEMCPY_OPER",
 )
 SCHEMA = "sqlite_master"  # quick_check of the schema's b-tree also checks the free list
+CUDA_API = EVIDENCE_TABLES[0]
+
+# What quick_check lets a column hold without a word, by its affinity (native/scan.c's COL_...):
+# anything (BLOB affinity); no TEXT (INTEGER, REAL, NUMERIC: it names a TEXT value there); no number
+# (TEXT); and COL_DEFAULT: the column has a DEFAULT, which a record older than it holds.
+COL_ANY, COL_NUMBER, COL_TEXT, COL_DEFAULT = 0, 1, 2, 4
+_CLASS = {"BLOB": COL_ANY, "TEXT": COL_TEXT, "INTEGER": COL_NUMBER, "REAL": COL_NUMBER, "NUMERIC": COL_NUMBER}
+# Tables the native check leaves to quick_check (found in the CREATE text, comments too: any doubt is SQLite's).
+_SQLITES_TO_CHECK = re.compile(r"\b(WITHOUT\s+ROWID|STRICT|CHECK)\b", re.IGNORECASE)
 
 # What quick_check says that is not about a b-tree (SQLite 3.40 to 3.50 wording).
 _CONTENT = re.compile(r"(NULL value in |non-\w+ value in |CHECK constraint failed|row \d+ missing from index"
@@ -82,6 +100,68 @@ _CONTENT = re.compile(r"(NULL value in |non-\w+ value in |CHECK constraint faile
 _FREELIST = re.compile(r"(Main freelist|Freelist): |Page \d+ is never used|Page \d+: never used", re.IGNORECASE)
 _TREE = re.compile(r"^Tree (\d+) page")  # SQLite 3.44 and later name the tree's root page
 _PAGE = re.compile(r"\bpage (\d+)", re.IGNORECASE)
+
+
+def affinity(declared: str) -> str:
+    """SQLite's affinity of a column declared ``declared`` (sqlite3AffinityType: its ASCII letters
+    compared without case, the first rule that matches anywhere in it).
+
+    >>> [affinity(t) for t in ("INTEGER", "VARCHAR(8)", "", "DOUBLE", "FLOATING POINT", "DECIMAL")]
+    ['INTEGER', 'TEXT', 'BLOB', 'REAL', 'INTEGER', 'NUMERIC']
+    """
+    t = declared.encode("utf-8", "surrogatepass").lower()
+    if not t:
+        return "BLOB"
+    if b"int" in t:
+        return "INTEGER"
+    if b"char" in t or b"clob" in t or b"text" in t:
+        return "TEXT"
+    if b"blob" in t:
+        return "BLOB"
+    if b"real" in t or b"floa" in t or b"doub" in t:
+        return "REAL"
+    return "NUMERIC"
+
+
+def column_classes(conn: sqlite3.Connection, table: str) -> bytes | None:
+    """What the native check needs of ``table``: each column's class (``COL_...``, by its affinity),
+    or None where it cannot check the table's rows: WITHOUT ROWID, STRICT, with a CHECK constraint
+    or a generated column, or a table SQLite cannot describe."""
+    try:
+        row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+        if row is None or not isinstance(row[0], str) or _SQLITES_TO_CHECK.search(row[0]):
+            return None
+        info = conn.execute("SELECT type, dflt_value, hidden FROM pragma_table_xinfo(?)", (table,)).fetchall()
+    except sqlite3.DatabaseError:
+        return None
+    if not info or any(hidden != 0 for *_, hidden in info):
+        return None
+    return bytes(_CLASS[affinity(str(t or ""))] | (COL_DEFAULT if d is not None else 0) for t, d, _ in info)
+
+
+def indexed(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether ``table`` has an index (quick_check checks its b-tree too; the native check does not).
+    Any doubt is an index."""
+    try:
+        return conn.execute("SELECT 1 FROM pragma_index_list(?)", (table,)).fetchone() is not None
+    except sqlite3.DatabaseError:
+        return True
+
+
+def native_classes(conn: sqlite3.Connection, table: str) -> bytes | None:
+    """:func:`column_classes` of a table whose native check stands for quick_check's (no index)."""
+    return None if indexed(conn, table) else column_classes(conn, table)
+
+
+def native_sound(uri: str, conn: sqlite3.Connection, tables: Sequence[str]) -> set[str]:
+    """The ``tables`` the native check finds sound (quick_check would say nothing of them), all
+    checked on one connection."""
+    classes = {t: c for t in tables if (c := native_classes(conn, t)) is not None}
+    try:
+        whys = native.check_tables(uri, list(classes.items()))
+    except native.NativeScanError:
+        return set()
+    return {t for t, why in zip(classes, whys, strict=True) if why == ""}
 
 
 def evidence_tables(export: ExportFile) -> tuple[str, ...]:
@@ -160,16 +240,28 @@ def _summary(lines: list[str]) -> str:
     return first + (f" (and {len(lines) - 1} more)" if len(lines) > 1 else "")
 
 
-def check_export(uri: str, tables: Sequence[str], interrupted: threading.Event | None = None) -> Damage:
+def check_export(
+    uri: str,
+    tables: Sequence[str],
+    interrupted: threading.Event | None = None,
+    *,
+    native_first: bool = False,
+    schema: bool = True,
+) -> Damage:
     """Run the checks (see the module docstring) on a connection of their own; stop at the first
-    evidence table whose b-tree is damaged. (An SQLite before 3.33 cannot check one table: the
-    whole file is checked once, and every b-tree problem is damage.)"""
+    evidence table whose b-tree is damaged. ``native_first``: a table the native check finds sound
+    is not given to quick_check. ``schema``: the schema's b-tree and the free list too. (An SQLite
+    before 3.33 cannot check one table: the whole file is checked once, and every b-tree problem is
+    damage.)"""
     warnings: list[ReportWarning] = []
     per_table = sqlite3.sqlite_version_info >= (3, 33, 0)
     with closing(sqlite3.connect(uri, uri=True, check_same_thread=False)) as conn:
-        for table in (*tables, SCHEMA) if per_table else (SCHEMA,):
+        sound = native_sound(uri, conn, tables) if native_first and per_table else set()
+        for table in (*tables, *([SCHEMA] if schema else [])) if per_table else (SCHEMA,):
             if interrupted is not None and interrupted.is_set():
                 break
+            if table in sound:
+                continue
             where = "its schema" if table == SCHEMA else f"table {table}"
             try:
                 argument = f"({quote(table)})" if per_table else ""
@@ -195,16 +287,38 @@ def check_export(uri: str, tables: Sequence[str], interrupted: threading.Event |
 
 
 class DamageCheck:
-    """:func:`check_export` of an export's evidence tables on a daemon thread (it holds no GIL while
-    SQLite checks); :meth:`result` waits for it. Started before the tables are read."""
+    """:func:`check_export` of an export's evidence tables on a daemon thread (neither SQLite nor the
+    native check holds the GIL while it checks); :meth:`result` waits for it. Started before the
+    tables are read. Where the native engine runs, the CUDA API table is left to the scan, which
+    checks it as it reads it (``deferred``), and :meth:`result` is told what that check found."""
 
     def __init__(self, export: ExportFile) -> None:
         tables, uri = evidence_tables(export), export.uri
+        self._uri = uri
+        self._native = native.load() is not None and sqlite3.sqlite_version_info >= (3, 33, 0)
+        cuda_api = export.table(CUDA_API)
+        self.deferred = (
+            cuda_api.name
+            if self._native and cuda_api is not None and native_classes(export.conn, cuda_api.name) is not None
+            else None
+        )
+        rest = tuple(t for t in tables if t != self.deferred)
         self._stop = threading.Event()
-        self._work = Background(lambda: check_export(uri, tables, self._stop), "nsysaudit-quick-check")
+        self._work = Background(
+            lambda: check_export(uri, rest, self._stop, native_first=self._native), "nsysaudit-quick-check"
+        )
 
-    def result(self) -> Damage:
-        return self._work.result()
+    def result(self, scanned: str | None = None) -> Damage:
+        """The verdict on the evidence tables. ``scanned``: what the scan's own check of the deferred
+        CUDA API table found ("" sound; why it is unsure; None: not checked, as when reading failed
+        before it): where it is not "", that table is checked here (first: it comes first)."""
+        found = self._work.result()
+        if self.deferred is None or scanned == "":
+            return found
+        own = check_export(self._uri, (self.deferred,), native_first=scanned is None, schema=False)
+        if own.damaged is not None:
+            return own
+        return Damage(found.damaged, (*own.warnings, *found.warnings))
 
     def cancel(self) -> None:
         """Stop at the next table (the caller gave up on the input for another reason)."""

@@ -3,9 +3,12 @@ built from ``native/scan.c`` by the package build (``pip install``, or ``make na
 checkout; its types in ``_native.pyi``).
 
 The same reduction as :func:`nsysaudit.read.scan._reduce`, computed in C in one pass: from the
-table's own b-tree pages where the scan can read them (``pages``, :func:`scan_range`), else
-inside SQLite's C API (an aggregate function SQLite calls for each row); no value is decoded into
-Arrow or Python except the rows kept. :func:`read_ints` reads a table of integer columns (the
+table's own b-tree pages where the scan can read them (:func:`plan`, then ``pages`` of
+:func:`scan_range`: each leaf read once, and checked as SQLite's ``PRAGMA quick_check`` checks it),
+else inside SQLite's C API (an aggregate function SQLite calls for each row); no value is decoded
+into Arrow or Python except the rows kept. :func:`check_table` checks a table the scan does not
+read the same way (:mod:`nsysaudit.read.damage` decides what the checks mean). :func:`read_ints`
+reads a table of integer columns (the
 memory events) without a Python object per value. Each call runs without the GIL, so rowid
 ranges run in parallel threads.
 
@@ -39,9 +42,11 @@ from nsysaudit.core.shapes import Schema
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
+    from nsysaudit.read._native import Plan as Plan
+
 NCOL = 6
 # The interface of native/scan.c this module calls (its NSA_ABI): a build from another scan.c is not used.
-ABI = 2
+ABI = 3
 
 
 def check(importer: Callable[[], ModuleType]) -> tuple[ModuleType | None, str | None]:
@@ -249,6 +254,53 @@ def merge_alloc(keys: pl.DataFrame, ranges: list[tuple[pl.Series, pl.Series] | N
     return keys.with_columns(rows.alias("rows"), name.alias("name_id")).filter(pl.col("rows") > 0)
 
 
+def plan(uri: str, table: str) -> Plan:
+    """``table``'s b-tree as native/scan.c plans its reading: the interior pages checked (``why``:
+    "" when they and the file's header are sound, else why the check is unsure), the leaves in key
+    order, in ``runs(n)`` of ``(first, last, lo, hi)`` (leaves [first, last) hold rowids lo..hi).
+    Each run is read once, by one :func:`scan_range` (the plan marks the pages it reaches)."""
+    _require()
+    from nsysaudit.read import _native
+
+    try:
+        return _native.plan(uri, table)
+    except (_native.Error, MemoryError) as exc:
+        raise NativeScanError(str(exc) or "out of memory") from None
+
+
+def check_tables(uri: str, tables: Sequence[tuple[str, bytes]]) -> list[str]:
+    """Each table checked as SQLite's ``PRAGMA quick_check(table)`` checks it, without reading its
+    rows, on one connection (with its columns' classes: :func:`nsysaudit.read.damage.column_classes`):
+    "" where it is sound (quick_check would say nothing), else why the check is unsure (then
+    quick_check must say)."""
+    _require()
+    from nsysaudit.read import _native
+
+    try:
+        return _native.check(uri, tables)
+    except (_native.Error, MemoryError) as exc:
+        raise NativeScanError(str(exc) or "out of memory") from None
+
+
+def check_table(uri: str, table: str, classes: bytes) -> str:
+    """:func:`check_tables` of one table."""
+    return check_tables(uri, [(table, classes)])[0]
+
+
+@dataclass(frozen=True)
+class Pages:
+    """What :func:`scan_range` needs to read a run of the table's leaves itself: the table's plan, the
+    run (leaves [first, last)), each column's class (what the check lets it hold) and where each of
+    the scan's six columns lies in the records (None: the rows are SQLite's to read, the leaves are
+    still checked)."""
+
+    plan: Plan
+    first: int
+    last: int
+    classes: bytes
+    layout: Sequence[int] | None
+
+
 class RangeScan(TypedDict):
     """What :func:`scan_range` found in one rowid range."""
 
@@ -262,6 +314,7 @@ class RangeScan(TypedDict):
     page_rows: int
     handovers: int
     handover: str
+    check: str
     alloc: tuple[pl.Series, pl.Series] | None
 
 
@@ -272,25 +325,27 @@ def scan_range(
     hi: int,
     inputs: Inputs,
     names: list[str],
-    pages: tuple[str, Sequence[int]] | None = None,
+    pages: Pages | None = None,
 ) -> RangeScan:
     """Reduce one rowid range: ``selected``, ``marked`` (frames of ``names``), ``span``
     (``gpid, first_ns, last_ns, rows``), ``problems`` (7 counts), ``counted``, ``mismatch_rows``,
     ``rows``, ``alloc`` (per allocation key, in ``inputs.keys`` order: the rows carrying it and the
     nameId of the first, as two series; None without keys; :func:`merge_alloc` joins the ranges).
 
-    ``pages``: the table's name and where each of ``sql``'s six columns lies in its records
-    (:func:`nsysaudit.read.scan.page_layout`): the scan reads the table's pages itself and SQLite
-    only what it hands over. ``page_rows``: the rows read that way; ``handovers``: 1 when SQLite
-    read the range (no ``pages``, or the page reader gave it back: ``handover`` says why), else 0."""
+    ``pages``: a run of the table's leaves (lo..hi its rowids): the scan reads and checks them itself
+    and SQLite reads only what it hands over. ``page_rows``: the rows read that way; ``handovers``: 1
+    when SQLite read the range (no ``pages``, or the page reader gave it back: ``handover`` says
+    why), else 0; ``check``: with ``pages``, "" when the run's leaves are sound, else why not."""
     _require()
     from nsysaudit.read import _native
 
     x = inputs
+    p = pages
     try:
         out = _native.scan(
             uri, sql, lo, hi, *x.windows, x.strings, x.check_strings, x.marked, x.counted, *x.key_arrays,
-            pages[0] if pages else None, tuple(pages[1]) if pages else None,
+            None if p is None else p.plan, 0 if p is None else p.first, 0 if p is None else p.last,
+            b"" if p is None else p.classes, None if p is None or p.layout is None else tuple(p.layout),
         )  # fmt: skip
     except (_native.Error, MemoryError) as exc:
         raise NativeScanError(str(exc) or "out of memory") from None
@@ -316,5 +371,6 @@ def scan_range(
         "page_rows": out["page_rows"],
         "handovers": out["handovers"],
         "handover": out["handover"],
+        "check": out["check"],
         "alloc": alloc,
     }

@@ -34,6 +34,7 @@ from nsysaudit.core.limits import threads
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
+from nsysaudit.read.damage import affinity, column_classes, indexed
 from nsysaudit.read.source import quote, readonly_uri
 
 BATCH_ROWS = 1 << 18
@@ -77,7 +78,9 @@ class CudaApiScan:
     one row, and the event's bytes cannot be attributed to one call.
     ``counted``: how many successful rows have a name id of ``counted_name_ids`` (the free calls).
     ``problems``: integrity counts (see ``PROBLEMS``). ``engine``: ``native``, ``adbc`` or ``sqlite3``
-    (the SQLite it reads with: :func:`engine_sqlite_version`).
+    (the SQLite it reads with: :func:`engine_sqlite_version`). ``checked``: what the native reader's
+    own check of the table found as it read its pages ("" sound: SQLite's quick_check would say
+    nothing; else why it is unsure), None where it did not check it (:mod:`nsysaudit.read.damage`).
     """
 
     total: int
@@ -90,6 +93,7 @@ class CudaApiScan:
     alloc_rows: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
     counted: int = 0
     page_rows: int = 0  # rows the native scan read from the table's pages (not through SQLite's VDBE)
+    checked: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,20 +204,6 @@ def rowid_name(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]) -
     return next((name for name in ROWID_NAMES if name not in declared), None)
 
 
-def _affinity(declared: str) -> str:
-    """SQLite's type affinity of a column declared ``declared`` (its rules, in their order)."""
-    t = declared.upper()
-    if "INT" in t:
-        return "INTEGER"
-    if any(w in t for w in ("CHAR", "CLOB", "TEXT")):
-        return "TEXT"
-    if "BLOB" in t or not t:
-        return "BLOB"
-    if any(w in t for w in ("REAL", "FLOA", "DOUB")):
-        return "REAL"
-    return "NUMERIC"
-
-
 def page_layout(conn: sqlite3.Connection, table: str, present: dict[str, str]) -> list[int] | None:
     """Where each of the scan's six columns lies in ``table``'s records (-1: a column the table lacks,
     read as NULL), for the native scan's page reader; None where it must leave the pages to SQLite:
@@ -235,7 +225,7 @@ def page_layout(conn: sqlite3.Connection, table: str, present: dict[str, str]) -
         if c not in position:
             return None
         i, declared, pk = position[c]
-        if pk or _affinity(declared) == "REAL":
+        if pk or affinity(declared) == "REAL":
             return None
         layout.append(i)
     return layout
@@ -335,13 +325,22 @@ def scan_cuda_api(
     )
     polars_engine = "adbc" if size >= ADBC_MIN_ROWS else "sqlite3"
     engine = "native" if native.load() is not None else polars_engine
+    if engine == "native":
+        reading = _planned(reading)
     if progress is not None:
         progress.start(f"scanning {size:,} CUDA API rows", int(size))
     counter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-count")
-    counting = counter.submit(_count_rows, uri, table) if extent.total is None else None
+    # The native reader's check reaches every page of the table once: its rows are count(*)'s.
+    planned = reading.pages is not None and reading.pages.why == ""
+    counting = counter.submit(_count_rows, uri, table) if extent.total is None and not planned else None
     try:
         engine, read = _read(reading, engine, polars_engine, size)
-        total = extent.total if counting is None else counting.result()
+        if read.checked == "":
+            total = read.visited
+        elif counting is not None:
+            total = counting.result()
+        else:
+            total = extent.total if extent.total is not None else _count_rows(uri, table)
     finally:
         counter.shutdown(wait=True)
         if progress is not None:
@@ -349,7 +348,8 @@ def scan_cuda_api(
     # SQLite reading by rowid range seeks each range's start by binary search; on a damaged b-tree
     # that seek, or the walk on from it, can pass rows by without an error. Its count(*) walks the
     # b-tree's pages instead: whatever the engine, the two must agree (the same check for every
-    # engine; PRAGMA quick_check, nsysaudit.read.damage, says whether the b-tree itself is sound).
+    # engine; PRAGMA quick_check, nsysaudit.read.damage, says whether the b-tree itself is sound,
+    # and where the native reader's own check found it sound, every page was reached once).
     if total != read.visited:
         raise UnusableInput(
             path,
@@ -357,6 +357,44 @@ def scan_cuda_api(
             f"but reading them by rowid gives {read.visited:,}",
         )
     return _combined(int(total), engine, read)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The native reader's plan of the table (its interior pages checked: ``why`` "" when sound),
+    each column's class for the check, and its runs of leaves (``first, last``, one per part)."""
+
+    plan: native.Plan | None
+    why: str
+    classes: bytes
+    runs: list[tuple[int, int]]
+
+
+def _planned(reading: _Reading) -> _Reading:
+    """``reading`` with the native reader's plan of the table: where its rows are ones the native
+    check can check and its plan is sound, its parts are the plan's runs of leaves (their rowid
+    ranges, together every rowid once), else as they were, with why the check is unsure. (A table
+    with an index is read from its pages too, but its check cannot stand for quick_check's, which
+    checks the index's b-tree as well.)"""
+    r = reading
+    classes = column_classes(r.conn, r.table)
+    if classes is None:
+        return r
+    try:
+        plan = native.plan(r.uri, r.table)
+    except native.NativeScanError as exc:
+        return replace(r, pages=_Plan(None, str(exc), classes, []))
+    if plan.why:
+        return replace(r, pages=_Plan(None, plan.why, classes, []))
+    # a table without a usable rowid name is read by SQLite in one part (its bounds ignored)
+    n_parts = len(r.parts) if r.rowid is not None else 1
+    runs = plan.runs(n_parts)
+    why = "an index: quick_check checks its b-tree" if indexed(r.conn, r.table) else ""
+    return replace(
+        r,
+        parts=[(lo, hi) for *_, lo, hi in runs],
+        pages=_Plan(plan, why, classes, [(first, last) for first, last, *_ in runs]),
+    )
 
 
 @dataclass(frozen=True)
@@ -437,17 +475,20 @@ class _Reading:
     progress: Progress | None
     workers: int
     parts: list[tuple[int, int]]
+    pages: _Plan | None = None  # the native reader's plan (:func:`_planned`)
 
 
 @dataclass(frozen=True)
 class _Read:
     """What an engine read: the reductions (ranges in order, then batches), the rows it visited,
-    those with a value of the wrong type, and those the native page reader read."""
+    those with a value of the wrong type, those the native page reader read, and what its check of
+    the table found (:attr:`CudaApiScan.checked`)."""
 
     reduced: list[_Reduced]
     visited: int
     mismatches: int = 0
     page_rows: int = 0
+    checked: str | None = None
 
 
 def _read(reading: _Reading, engine: str, polars_engine: str, size: int) -> tuple[str, _Read]:
@@ -494,29 +535,37 @@ def _read_polars(reading: _Reading, part: tuple[int, int], use_adbc: bool) -> _R
 
 
 def _read_native(reading: _Reading) -> _Read:
-    """Every range with the C engine (its SQLite aggregate, or its page reader where the layout allows)."""
+    """Every range with the C engine: its page reader, which checks each run of leaves of the
+    table's plan as it reads it (and reduces its rows where the layout allows), else its SQLite
+    aggregate."""
     r = reading
     inputs = native.prepare(r.windows, r.string_ids, r.marked_ids, r.counted_ids, r.alloc_keys)
     reduce_sql = _select_sql(r.table, r.present, r.rowid, wrap="nsa_reduce")
-    layout = page_layout(r.conn, r.table, r.present) if r.rowid is not None else None
-    pages = (r.table, layout) if layout is not None else None
+    plan = r.pages
+    layout = page_layout(r.conn, r.table, r.present) if plan is not None and plan.plan is not None else None
 
-    def one(part: tuple[int, int]) -> tuple[_Read, tuple[pl.Series, pl.Series] | None]:
-        out = native.scan_range(r.uri, reduce_sql, *part, inputs, list(ROW_SCHEMA), pages)
+    def one(i: int) -> tuple[_Read, tuple[pl.Series, pl.Series] | None]:
+        pages = None
+        if plan is not None and plan.plan is not None:
+            pages = native.Pages(plan.plan, *plan.runs[i], plan.classes, layout)
+        out = native.scan_range(r.uri, reduce_sql, *r.parts[i], inputs, list(ROW_SCHEMA), pages)
         if r.progress is not None:
             r.progress.advance(out["rows"])
         problems = dict(zip(PROBLEMS, out["problems"], strict=True))
         no_alloc = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
         reduced = _Reduced(out["span"], out["selected"], problems, out["marked"], no_alloc, out["counted"])
-        return _Read([reduced], out["rows"], out["mismatch_rows"], out["page_rows"]), out["alloc"]
+        checked = out["check"] if pages is not None else None
+        return _Read([reduced], out["rows"], out["mismatch_rows"], out["page_rows"], checked), out["alloc"]
 
     with ThreadPoolExecutor(max_workers=r.workers) as pool:
-        done = list(pool.map(one, r.parts))
+        done = list(pool.map(one, range(len(r.parts))))
     # The allocation keys' counts of every range, joined once (the first range carries them).
     alloc = native.merge_alloc(inputs.keys, [counts for _, counts in done])
     read = _joined([part for part, _ in done])
-    return replace(read, reduced=[replace(red, alloc_rows=alloc) if i == 0 else red
-                                  for i, red in enumerate(read.reduced)])
+    # The table's check: its plan's (unsure of an interior page: no runs), else the first unsure run's.
+    checked = None if plan is None else plan.why or next((p.checked for p, _ in done if p.checked), "")
+    return replace(read, checked=checked, reduced=[replace(red, alloc_rows=alloc) if i == 0 else red
+                                                   for i, red in enumerate(read.reduced)])
 
 
 def _combined(total: int, engine: str, read: _Read) -> CudaApiScan:
@@ -557,6 +606,7 @@ def _combined(total: int, engine: str, read: _Read) -> CudaApiScan:
     return CudaApiScan(
         total, span, rows_of([r.selected for r in reduced]), problems, engine, read.mismatches,
         rows_of([r.marked for r in reduced]), alloc_rows, sum(r.counted for r in reduced), read.page_rows,
+        read.checked,
     )
 
 

@@ -24,6 +24,7 @@ from nsysaudit.core.codes import (
     is_device_free_api,
     is_event_record,
 )
+from nsysaudit.core.defaults import DEFAULT_LIBRARY_DOMAINS as DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
@@ -46,7 +47,6 @@ from nsysaudit.read.unique import disagreement, one_per_key
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
 NVTX_PUSHPOP, NVTX_STARTEND, NVTX_DOMAIN_CREATE = 59, 60, 75
-DEFAULT_LIBRARY_DOMAINS = ("cuBLAS", "cuDNN", "NCCL")
 LIBRARY_TABLES = {"CUBLAS_EVENTS": "cuBLAS", "CUDNN_EVENTS": "cuDNN"}
 # ENUM_NSYS_EVENT_CLASS ids of the zero-length "cuBLAS start/finish", "cuDNN start/finish" marker
 # rows nsys writes into CUBLAS_EVENTS / CUDNN_EVENTS (nsys 2022.2 through 2026.2), for exports
@@ -170,6 +170,8 @@ class Trace:
       (:class:`nsysaudit.read.nccl.NcclEvidence`).
     - ``last_allocations``: per process with an out-of-memory allocation failure, its last successful
       allocation call (:data:`nsysaudit.read.recovery.LAST_ALLOCATION_SCHEMA`; read only then).
+    ``cuda_api_checked``: what the native reader's own check of the CUDA API table found as it read
+    it (:attr:`nsysaudit.read.scan.CudaApiScan.checked`; None: it did not check it).
     """
 
     export: ExportFile
@@ -207,6 +209,7 @@ class Trace:
     last_allocations: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(schema=recovery.LAST_ALLOCATION_SCHEMA)
     )
+    cuda_api_checked: str | None = None
 
 
 
@@ -421,6 +424,7 @@ def _load(
         gpu_work=gpu_work,
         nccl=nccl_evidence,
         last_allocations=last_allocations,
+        cuda_api_checked=scanned.checked,
     )
 
 
@@ -617,6 +621,7 @@ class _Scanned:
     type_mismatch_rows: int = 0
     blocking: pl.DataFrame = field(default_factory=lambda: blocking_candidates(
         pl.DataFrame(schema=CALL_SCHEMA), pl.DataFrame(schema=CALL_SCHEMA), None))
+    checked: str | None = None
 
 
 def _scan(
@@ -675,6 +680,7 @@ def _scan(
         engine=scanned.engine,
         problems=scanned.problems,
         type_mismatch_rows=scanned.type_mismatch_rows,
+        checked=scanned.checked,
     )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from nsysaudit.core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from nsysaudit.core.defaults import DEFAULT_BOUNDARY
     from nsysaudit.core.text import escape
     from nsysaudit.render.json import analysis_json, compact, indented, write_analysis
     from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
         show,
         verification_renderable,
     )
-    from nsysaudit.reports.timeline import DEFAULT_BOUNDARY, parse_around
+    from nsysaudit.reports.timeline import parse_around
 
 # Imported on first use (PEP 562): JSON output never loads rich or the Markdown renderer.
 _HOMES = {
@@ -39,7 +40,8 @@ _HOMES = {
          "verification_renderable"),
         "nsysaudit.render.terminal",
     ),
-    **dict.fromkeys(("DEFAULT_BOUNDARY", "parse_around"), "nsysaudit.reports.timeline"),
+    "DEFAULT_BOUNDARY": "nsysaudit.core.defaults",
+    "parse_around": "nsysaudit.reports.timeline",
     "escape": "nsysaudit.core.text",
 }
 

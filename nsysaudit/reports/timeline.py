@@ -43,6 +43,7 @@ from typing import Literal, TypedDict
 import polars as pl
 
 from nsysaudit.core.codes import display_name, is_allocation_api, return_name
+from nsysaudit.core.defaults import DEFAULT_BOUNDARY as DEFAULT_BOUNDARY
 from nsysaudit.core.errors import BadOption
 from nsysaudit.core.ids import decode_pid, pid_bits, tid_bits
 from nsysaudit.core.paths import basename
@@ -50,7 +51,6 @@ from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import Device
 from nsysaudit.reports.documents import Memory as MemoryKey
 
-DEFAULT_BOUNDARY = "backward_start"
 MAX_LANES = 10
 PAD = 0.06  # of the window's span, each side, when the window is chosen
 MIN_PAD_NS = 20_000
