@@ -82,6 +82,29 @@ def test_a_pageable_readback_waits_behind_the_training_kernels(make_export: Any)
     )
 
 
+@pytest.mark.parametrize("bound", [30, 200])
+def test_the_union_behind_a_stall_is_known_within_its_bound(make_export: Any, monkeypatch: Any, bound: int) -> None:
+    """120 kernels inside one stall, 60 on stream 13 then 60 on stream 14, each overlapping its
+    neighbour on the other stream, read in batches of 4 rows: 121 pieces held (the copy's own among
+    them); within the bound on the intervals held the union is exact (61 intervals), past it unknown
+    (null, said): the memory is bounded, and nothing is guessed."""
+    import nsysaudit.read.gpu_work as gpu_work
+
+    monkeypatch.setattr(gpu_work, "BATCH_ROWS", 4)
+    monkeypatch.setattr(gpu_work, "MAX_BUSY_INTERVALS", bound)
+    spec = serialized_readback()
+    spec.kernels = [Kernel(us(100 + 100 * i + lag), us(150 + 100 * i + lag), 10, stream=stream, name="k")
+                    for stream, lag in ((13, 0), (14, 20)) for i in range(60)]
+    d = analyze(make_export, spec)
+    copy = next(c for c in d["stalls"]["calls"] if c["kind"] == "async_copy")
+    union = [w for w in d["warnings"] if w["kind"] == "gpu_work_union_unknown"]
+    if bound < 121:
+        assert copy["covered_ns"] is None and f"more than {bound} separate intervals" in union[0]["message"]
+        assert copy["behind"][0]["rows"] == 60  # the sums per stream are still counted
+    else:
+        assert copy["covered_ns"] == us(60 * 70 + 100) and not union  # the kernels' union and its own copy
+
+
 def test_a_time_outside_the_capture_is_damage_left_out_of_the_stalls(make_export: Any) -> None:
     """nsys records nothing outside its capture: a blocking call or a GPU row dated there is left out
     and counted (as the failure analysis reads such rows: issue 34), never read as a wait of 2^63 ns."""
