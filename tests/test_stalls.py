@@ -105,6 +105,21 @@ def test_the_union_behind_a_stall_is_known_within_its_bound(make_export: Any, mo
         assert copy["covered_ns"] == us(60 * 70 + 100) and not union  # the kernels' union and its own copy
 
 
+@pytest.mark.parametrize("native", ["1", "0"])
+def test_a_text_in_a_gpu_tables_integer_column_is_a_wrong_type_on_every_engine(make_export: Any, monkeypatch: Any,
+                                                                              native: str) -> None:
+    """A damaged record's bytes read as text in MEMCPY's start: counted as a value of the wrong type and
+    read as NULL by the native reader and by the frame builder alike, never decoded as a name."""
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", native)
+    spec = serialized_readback()
+    spec.raw_sql = ["UPDATE CUPTI_ACTIVITY_KIND_MEMCPY SET start = CAST(X'FF80' AS TEXT)"]
+    d = analyze(make_export, spec)
+    kinds = {w["kind"]: w for w in d["warnings"]}
+    # read twice (the pageable copies' rows before the scan, the GPU pass after), counted each time
+    assert "invalid_utf8_text" not in kinds and kinds["type_mismatch"]["count"] == 2
+    assert "CUPTI_ACTIVITY_KIND_MEMCPY" in kinds["type_mismatch"]["message"]
+
+
 def test_a_time_outside_the_capture_is_damage_left_out_of_the_stalls(make_export: Any) -> None:
     """nsys records nothing outside its capture: a blocking call or a GPU row dated there is left out
     and counted (as the failure analysis reads such rows: issue 34), never read as a wait of 2^63 ns."""

@@ -242,11 +242,21 @@ def _col(t: Table, column: str) -> str:
     return quote(column) if t.has(column) else "NULL"
 
 
+def _own(
+    export: ExportFile, t: Table, work: str, where: str, frame: FrameBuilder, typed: Counter[str]
+) -> pl.DataFrame:
+    """The OWN_SCHEMA columns of ``t`` (a MEMCPY or MEMSET table) for the rows ``where`` selects (its
+    integer columns read as :func:`_read` reads them, ``work`` added after)."""
+    ints = {k: v for k, v in OWN_SCHEMA.items() if k != "work"}
+    rows = _read(export, _own_sql(t, work, where), ints, frame, typed, t.name)
+    return rows.with_columns(pl.lit(work).alias("work")).select(list(OWN_SCHEMA))
+
+
 def _own_sql(t: Table, work: str, where: str) -> str:
-    """The OWN_SCHEMA columns of ``t`` (a MEMCPY or MEMSET table) for the rows ``where`` selects."""
+    """The OWN_SCHEMA columns but ``work`` of ``t`` (a MEMCPY or MEMSET table) for the rows ``where`` selects."""
     copy = work == "memcpy"
     columns = [
-        "globalPid", "correlationId", f"'{work}'", "start", '"end"', "streamId", _col(t, "deviceId"),
+        "globalPid", "correlationId", "start", '"end"', "streamId", _col(t, "deviceId"),
         _col(t, "contextId"), _col(t, "bytes"),
         _col(t, "copyKind") if copy else "NULL", _col(t, "srcKind") if copy else "NULL",
         _col(t, "dstKind") if copy else "NULL", "NULL" if copy else _col(t, "memKind"),
@@ -267,7 +277,7 @@ def prepare(export: ExportFile, strings: Table, frame: FrameBuilder, typed: Coun
     t = _usable(export, MEMCPY, "start", "end", "globalPid", "streamId", "correlationId")
     if t is not None and (t.has("srcKind") or t.has("dstKind")):
         kinds = " OR ".join(f"{c} = {int(enums.pageable)}" for c in ("srcKind", "dstKind") if t.has(c))
-        pageable = _read(export, _own_sql(t, "memcpy", kinds), OWN_SCHEMA, frame, typed, t.name)
+        pageable = _own(export, t, "memcpy", kinds, frame, typed)
     rows = [(i, v, blocking_kind(v)) for i, v in _strings_like(export.conn, strings.name, NAME_PATTERNS)]
     # Asynchronous copies are not marked: an export holds millions, a few of pageable memory, whose
     # CUDA API rows are read by correlation id after the scan (:func:`_pageable_calls`).
@@ -279,9 +289,12 @@ def prepare(export: ExportFile, strings: Table, frame: FrameBuilder, typed: Coun
 def _read(
     export: ExportFile, sql: str, schema: Schema, frame: FrameBuilder, typed: Counter[str], source: str
 ) -> pl.DataFrame:
-    """The rows of ``sql`` (integer columns but string literals) with the native reader where it is
-    built (on its own connection: any thread), else the strict frame builder."""
-    if native.load() is not None and all(d != pl.String for d in schema.values()):
+    """The rows of ``sql`` (integer columns) with the native reader where it is built (on its own
+    connection: any thread), else the strict frame builder. A text in one of these columns is a value
+    of the wrong type either way, counted and read as NULL: the builder gets it as bytes, never
+    decoded (a damaged record's text is no invalid UTF-8 of a name), as the native reader counts it."""
+    ints = all(d != pl.String for d in schema.values())
+    if native.load() is not None and ints:
         try:
             rows, wrong = native.read_ints(export.uri, sql, schema)
             if wrong:
@@ -289,7 +302,13 @@ def _read(
             return rows
         except native.NativeScanError:
             pass
-    return frame(export.conn, sql, schema, mismatched=typed, source=source)
+    saved = export.conn.text_factory
+    if ints:
+        export.conn.text_factory = bytes
+    try:
+        return frame(export.conn, sql, schema, mismatched=typed, source=source)
+    finally:
+        export.conn.text_factory = saved
 
 
 # --- after the scan --------------------------------------------------------------------------------
@@ -443,15 +462,14 @@ def _own_rows(
     sync_copies = keyed.filter(pl.col("kind") == "sync_copy")["correlation_id"].drop_nulls().unique().sort()
     if copy is not None and sync_copies.len():
         ids = json.dumps(sync_copies.to_list())
-        parts.append(_read(export, _own_sql(copy, "memcpy", f"correlationId IN (SELECT value FROM json_each('{ids}'))"),
-                           OWN_SCHEMA, frame, typed, copy.name))
+        parts.append(_own(export, copy, "memcpy", f"correlationId IN (SELECT value FROM json_each('{ids}'))", frame,
+                          typed))
     sets = _usable(export, MEMSET, "start", "end", "globalPid", "streamId", "correlationId")
     if sets is not None:
         tables["memset"] = sets.name
     e = prepared.enums
     if sets is not None and sets.has("memKind") and keyed.filter(pl.col("kind") == "sync_memset").height:
-        parts.append(_read(export, _own_sql(sets, "memset", f"memKind IN ({int(e.pinned)}, {int(e.managed)})"),
-                           OWN_SCHEMA, frame, typed, sets.name))
+        parts.append(_own(export, sets, "memset", f"memKind IN ({int(e.pinned)}, {int(e.managed)})", frame, typed))
     own = pl.concat(parts).unique(maintain_order=True)
     return own.join(keyed.select("gpid", "correlation_id").unique(), on=["gpid", "correlation_id"], how="semi")
 

@@ -368,8 +368,12 @@ def _load(
     library = _library_calls(export, strings, nvtx_ranges, library_domains, typed)
     library_windows = union_windows(closed_library_calls(library.calls, capture_bounds.stop_ns))
     memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
-    scanned, gpu_work = _scan_and_stalls(export, strings, runtime, library_windows, memory, progress, typed,
-                                         capture_bounds)
+    blocking = prepare_gpu_work(export, strings, frame, typed) if runtime is not None else None
+    scanned = (  # the blocking calls' names marked in it
+        _scan(export, strings, runtime, library_windows, memory, progress, blocking)
+        if runtime is not None else _Scanned()
+    )
+    scanned, gpu_work = _host_stalls(export, scanned, blocking, runtime, typed, capture_bounds, progress)
     bounded = within_capture(export, capture_bounds, runtime, scanned.span, memory, nvtx_ranges, nvtx_table)
     scanned, memory = replace(scanned, span=bounded.cuda_api_span), bounded.memory
     thread_names, name_warnings = _thread_names(export, strings, typed)
@@ -428,16 +432,14 @@ def _load(
     )
 
 
-def _scan_and_stalls(
-    export: ExportFile, strings: Table, runtime: Table | None, library_windows: pl.DataFrame,
-    memory: MemoryEvidence, progress: Progress | None, typed: Counter[str], capture_bounds: Capture,
+def _host_stalls(
+    export: ExportFile, scanned: _Scanned, blocking: Prepared | None, runtime: Table | None, typed: Counter[str],
+    capture_bounds: Capture, progress: Progress | None,
 ) -> tuple[_Scanned, GpuWork]:
-    """The CUDA API scan, with the blocking calls' names marked in it, and the host stalls' evidence
-    read from the calls it found (:func:`nsysaudit.read.gpu_work.read_gpu_work`)."""
-    if runtime is None:
-        return _Scanned(), GpuWork()
-    blocking = prepare_gpu_work(export, strings, frame, typed)
-    scanned = _scan(export, strings, runtime, library_windows, memory, progress, blocking)
+    """The host stalls' evidence read from the blocking calls the scan found
+    (:func:`nsysaudit.read.gpu_work.read_gpu_work`), and the scan's result without them."""
+    if runtime is None or blocking is None:
+        return scanned, GpuWork()
     # The candidates handed over, not kept here: read_gpu_work lets go of them once decided (10^6 rows).
     candidates, scanned = scanned.blocking, replace(scanned, blocking=_Scanned().blocking)
     gpu_work = read_gpu_work(export, candidates, blocking, frame, typed, runtime.name, progress=progress,

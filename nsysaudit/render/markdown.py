@@ -100,9 +100,10 @@ def _bullets(items: Iterable[str]) -> list[str]:
     return [f"- {md(x, 10_000)}" for x in items]
 
 
-def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
+def answer_lines(answer: Answer, *, limits: bool = True, stalls: bool = True) -> list[str]:
     """The answer (:mod:`nsysaudit.reports.answer`) as Markdown: the verdict and its sentence, each
-    finding with who held the memory, censored calls, and (``limits``) what else limits the verdict."""
+    finding with who held the memory, censored calls, the host stalls (``stalls``: a comparison says
+    both arms' in a line of its own), and (``limits``) what else limits the verdict."""
     out = [f"**{md(answer['verdict'])}**: {md(answer['summary'], 10_000)}", ""]
     for n, f in enumerate(answer["findings"], 1):
         when = f"; {md(f['when'], 1000)}" if f["when"] else ""
@@ -118,7 +119,7 @@ def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
     more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         out.append(f"- and {more} more censored library call(s) (see Coverage)")
-    out += stall_parts.answer_lines(answer.get("stalls", []))
+    out += stall_parts.answer_lines(answer.get("stalls", []) if stalls else [])
     if limits and answer["limits"]:
         out += ["", "Also:", "", *_bullets(answer["limits"])]
     return [*out, ""]
@@ -531,7 +532,7 @@ def _comparison_answer(answer: ComparisonAnswer) -> list[str]:
     if answer["ranks"]:  # the arms are two ranks of one job
         out += ["### The ranks", "", *_bullets(answer["ranks"]), ""]
     for name in ("observe", "release"):
-        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False)]
+        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False, stalls=False)]
     if answer["memory"]:
         out += ["### Memory at the call", "", *_bullets(answer["memory"]), ""]
     if answer["not_established"]:

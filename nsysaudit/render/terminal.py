@@ -417,9 +417,10 @@ def input_head(d: AnalysisDocument, command: str = "analyze") -> Text:
     return head
 
 
-def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableType]:
+def answer_parts(answer: Answer, *, numbered: bool = True, stalls: bool = True) -> list[RenderableType]:
     """The answer first (:mod:`nsysaudit.reports.answer`): the verdict and its sentence, each finding
-    (what, when, who held the memory), what limits the verdict. Sentences quote trace text: escaped."""
+    (what, when, who held the memory), the host stalls (``stalls``: a comparison says both arms' in
+    one line of its own), what limits the verdict. Sentences quote trace text: escaped."""
     verdict = answer["verdict"]
     parts: list[RenderableType] = [Text("")]
     line = Text()
@@ -446,7 +447,7 @@ def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableTyp
     more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         parts.append(Text(f"  and {more} more censored library call(s) (--details)", style="yellow"))
-    for stall in answer.get("stalls", []):  # the host stalls above the share docs/stalls.md states
+    for stall in answer.get("stalls", []) if stalls else []:  # above the share docs/stalls.md states
         parts.append(hanging("stall: ", literal(stall, 4000), style="yellow"))
     if answer["limits"]:
         parts.append(Text("  also:", style="dim"))
@@ -755,7 +756,7 @@ def comparison_answer_parts(doc: ComparisonDocument) -> list[RenderableType]:
     for name in ("observe", "release"):
         arm = answer["arms"][name]
         parts.append(Text(f"\n{name} arm", style="bold"))
-        parts.extend(answer_parts(arm)[1:])
+        parts.extend(answer_parts(arm, stalls=False)[1:])
     if answer["memory"]:
         parts.append(Text("\nmemory at the call", style="bold"))
         parts.extend(hanging("- ", literal(s, 4000)) for s in answer["memory"])
