@@ -469,3 +469,23 @@ def test_a_gpu_table_without_a_needed_column_is_said_not_read(make_export: Any) 
     spec.memcpys = []
     d = analyze(make_export, spec)
     assert d["stalls"]["stalls"] == 0 and "gpu_work_union_unknown" not in {w["kind"] for w in d["warnings"]}
+
+
+def test_the_docs_show_what_nsysaudit_says_of_the_sync_captures() -> None:
+    """docs/stalls.md's two examples and the README's line are the golden reports' own lines."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).parent.parent
+    golden = repo / "tests" / "golden"
+    doc = (repo / "docs" / "stalls.md").read_text()
+    blocks = re.findall(r"```text\n\$ [^\n]*\n(.*?)```", doc, re.S)
+    answer = (golden / "answer-sync-serialized.txt").read_text()
+    compared = (golden / "nsys2025-sync-compare.txt").read_text()
+    assert len(blocks) == 2 and blocks[0] in answer
+    assert blocks[1].removeprefix("[...]\n") in compared
+    readme = (repo / "README.md").read_text()
+    said = re.search(r'sync/serialized.sqlite, "(stall: [^"]*)"', readme)
+    assert said is not None
+    flat = " ".join(answer.split())
+    assert all(part.strip() in flat for part in said.group(1).split("[...]"))
