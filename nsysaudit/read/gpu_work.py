@@ -261,7 +261,7 @@ def _own_sql(t: Table, work: str, where: str) -> str:
         _col(t, "copyKind") if copy else "NULL", _col(t, "srcKind") if copy else "NULL",
         _col(t, "dstKind") if copy else "NULL", "NULL" if copy else _col(t, "memKind"),
     ]
-    return f"SELECT {', '.join(columns)} FROM {quote(t.name)} WHERE {where}"
+    return f"SELECT {', '.join(columns)} FROM {quote(t.name)} NOT INDEXED WHERE {where}"
 
 
 def _strings_like(conn: sqlite3.Connection, strings: str, patterns: tuple[str, ...]) -> list[tuple[int, str]]:
@@ -418,7 +418,7 @@ def _pageable_calls(
     rows = _read(
         export,
         f'SELECT globalTid, start, "end", correlationId, nameId, returnValue, NULL FROM {quote(runtime.name)} '
-        f"WHERE correlationId BETWEEN {int(corrs[0])} AND {int(corrs[-1])} AND correlationId IN "
+        f"NOT INDEXED WHERE correlationId BETWEEN {int(corrs[0])} AND {int(corrs[-1])} AND correlationId IN "
         f"(SELECT value FROM json_each('{json.dumps(corrs.to_list())}'))",
         {k: v for k, v in CANDIDATE_SCHEMA.items() if k != "api"} | {"_api": pl.Int64},
         frame, typed, runtime.name,
@@ -655,7 +655,8 @@ def _synchronized(
     rows = _read(
         export,
         f"SELECT globalPid, correlationId, streamId, {_col(t, 'deviceId')}, {_col(t, 'contextId')} FROM "
-        f"{quote(t.name)} WHERE correlationId BETWEEN {int(wanted[0])} AND {int(wanted[-1])} AND correlationId IN "
+        f"{quote(t.name)} NOT INDEXED WHERE correlationId BETWEEN {int(wanted[0])} AND {int(wanted[-1])} AND "
+        "correlationId IN "
         f"(SELECT value FROM json_each('{json.dumps(wanted.to_list())}'))",
         schema, frame, typed, t.name,
     )
@@ -735,10 +736,10 @@ def _batches(export: ExportFile, t: Table) -> list[str]:
     """The SELECTs of ``t``'s work columns (and rowid), one per rowid range of :data:`BATCH_ROWS`."""
     rowid = rowid_name(export.conn, t.name, t.columns)
     columns = f"{rowid if rowid else 'NULL'}, start, \"end\", globalPid, streamId"
-    select = f"SELECT {columns} FROM {quote(t.name)}"
+    select = f"SELECT {columns} FROM {quote(t.name)} NOT INDEXED"
     if rowid is None:
         return [select]
-    lo, hi = export.conn.execute(f"SELECT min({rowid}), max({rowid}) FROM {quote(t.name)}").fetchone()
+    lo, hi = export.conn.execute(f"SELECT min({rowid}), max({rowid}) FROM {quote(t.name)} NOT INDEXED").fetchone()
     if lo is None:
         return []
     bounds = list(range(int(lo), int(hi) + 1, BATCH_ROWS))
@@ -1078,7 +1079,7 @@ def _launches(
         extra = _read(
             export,
             f"SELECT rowid, correlationId, {_col(t, 'deviceId')}, {_col(t, 'bytes') if kind != 'kernel' else 'NULL'}, "
-            f"{name}, {_col(t, 'copyKind') if kind == 'memcpy' else 'NULL'} FROM {quote(t.name)} "
+            f"{name}, {_col(t, 'copyKind') if kind == 'memcpy' else 'NULL'} FROM {quote(t.name)} NOT INDEXED "
             f"WHERE rowid IN (SELECT value FROM json_each('{ids}'))",
             {"rowid": pl.Int64, "correlation_id": pl.Int64, "device_id": pl.Int64, "bytes": pl.Int64,
              "_name_id": pl.Int64, "_copy_kind": pl.Int64},
@@ -1103,9 +1104,9 @@ def _launches(
         tables["launches"] = runtime.name
         found = _read(
             export,
-            f"SELECT globalTid, start, correlationId, nameId FROM {quote(runtime.name)} WHERE correlationId BETWEEN "
-            f"{int(corrs[0])} AND {int(corrs[-1])} AND correlationId IN (SELECT value FROM json_each('"
-            f"{json.dumps(corrs.to_list())}'))",
+            f"SELECT globalTid, start, correlationId, nameId FROM {quote(runtime.name)} NOT INDEXED WHERE "
+            f"correlationId BETWEEN {int(corrs[0])} AND {int(corrs[-1])} AND correlationId IN "
+            f"(SELECT value FROM json_each('{json.dumps(corrs.to_list())}'))",
             {"launch_gtid": pl.Int64, "launch_start_ns": pl.Int64, "correlation_id": pl.Int64, "_api_id": pl.Int64},
             frame, typed, runtime.name,
         ).with_columns(global_pid(pl.col("launch_gtid")).alias("gpid"))
