@@ -37,6 +37,17 @@ The layout follows the real H200 export in tests/fixtures/h200-cuda13-nsys2023.4
   a memory event; later cudaFree calls on those threads may then free other allocations).
 * StringIds, META_DATA_EXPORT, META_DATA_CAPTURE, TARGET_INFO_SESSION_START_TIME, PROCESSES and
   ThreadNames like the real export (the last thread of each process has no ThreadNames row).
+* GPU activity, only with ``--kernels-per-launch K`` (K > 0; the host stalls' evidence): K kernels on
+  average per launch call (``floor(K)``, one more for a fraction of them, by correlation id: like a
+  graph launch, one correlation id for several kernels), one after another on the launching thread's
+  stream (``7 + tid % 8``) from 1 us after the launch returns, 2-10 us each; one MEMCPY row per
+  successful ``cudaMemcpyAsync_v3020`` (2 % of them device to host into pageable memory, the rest host
+  to device from pinned memory), one MEMSET row per ``cudaMemsetAsync_v3020``, one SYNCHRONIZATION row
+  per ``cudaStreamSynchronize_v3020`` (its thread's stream) and ``cudaDeviceSynchronize_v3020``
+  (no stream). Written by SQLite from the CUDA API rows (``INSERT ... SELECT``), after everything
+  else: the file without them is byte-identical to the one this option is not given for. Rows of a
+  stream may overlap where a launch follows the previous one's kernels too closely (synthetic timing;
+  nsysaudit's sums do not assume a stream runs one row at a time).
 
 Every table is created with the verbatim DDL of tests/fixtures/schema, no index (like nsys's
 lazy export). The output is byte-identical for the same arguments (no wall clock, no path).
@@ -733,6 +744,7 @@ class Summary:
     unplaced: int = 0  # forced regions that did not fit (too few rows)
     size: int = 0
     seconds: float = 0.0
+    gpu: dict[str, int] = field(default_factory=dict)  # GPU activity rows per table (--kernels-per-launch)
 
     def line(self) -> str:
         nested = (f"nested_failures={len(self.nested_failures)} "
@@ -746,7 +758,8 @@ class Summary:
                 f"library_ranges={self.library_ranges} {nested} outside_oom={self.outside_oom} "
                 f"other_nonzero={self.other_nonzero} memory_events={self.memory_events} "
                 f"deallocation_events={self.deallocation_events} "
-                f"size={self.size / 1e6:.1f}MB seconds={self.seconds:.2f}{warn}")
+                + "".join(f"{k}_rows={n} " for k, n in self.gpu.items())
+                + f"size={self.size / 1e6:.1f}MB seconds={self.seconds:.2f}{warn}")
 
 
 def load_ddl(path: Path = SCHEMA_SQL) -> dict[str, str]:
@@ -1056,6 +1069,73 @@ def _write_small_tables(con: sqlite3.Connection, summary: Summary, seed: int, va
         summary.deallocation_events += int((part[-1] == FREE_OP).sum())
 
 
+GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+              "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+KERNEL_NAMES = ("sm90_xmma_gemm_bf16bf16_bf16f32", "vectorized_elementwise_kernel")
+
+
+def add_gpu_tables(out: Path, kernels_per_launch: float) -> dict[str, int]:
+    """The GPU activity rows of ``out`` (see the module docstring), made by SQLite from its CUDA API
+    rows; returns each table's row count."""
+    ddl = load_ddl()
+    con = sqlite3.connect(out, isolation_level=None)
+    for pragma in ("journal_mode=OFF", "synchronous=OFF", "locking_mode=EXCLUSIVE", "cache_size=-262144"):
+        con.execute(f"PRAGMA {pragma}")
+    con.execute("BEGIN")
+    for name in GPU_TABLES:
+        con.execute(ddl[name])
+    (top,) = con.execute("SELECT max(id) FROM StringIds").fetchone()
+    con.executemany("INSERT INTO StringIds VALUES (?,?)", [(top + 1 + i, n) for i, n in enumerate(KERNEL_NAMES)])
+
+    def ids(*names: str) -> str:
+        marks = ", ".join(f"'{n}'" for n in names)
+        return f"(SELECT id FROM StringIds WHERE value IN ({marks}))"
+
+    whole, part = int(kernels_per_launch), round((kernels_per_launch % 1) * 1000)
+    copies = max(whole + (part > 0), 1)
+    stream = "7 + (r.globalTid & 7)"
+    gpid = "(r.globalTid >> 24) << 24"
+    device = "((r.globalTid >> 24) & 7)"
+    duration = "(2000 + (r.correlationId * 2654435761) % 8000)"  # 2-10 us, by correlation id
+    con.execute(f"""
+        WITH k(i) AS (VALUES {", ".join(f"({i})" for i in range(copies))})
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL
+        SELECT r."end" + 1000 + k.i * ({duration} + 500), r."end" + 1000 + k.i * ({duration} + 500) + {duration},
+               {device}, 1, NULL, {stream}, r.correlationId, {gpid},
+               {top + 1} + (k.i > 0), {top + 1} + (k.i > 0), NULL, 1, 0, 32, 128, 1, 1, 256, 1, 1, 0, 0, 0, 0,
+               r.rowid * 16 + k.i, 0, NULL, NULL
+        FROM CUPTI_ACTIVITY_KIND_RUNTIME r, k
+        WHERE r.nameId IN {ids("cudaLaunchKernel_v7000", "cuLaunchKernel")} AND r.returnValue = 0
+          AND k.i < {whole} + ((r.correlationId * 40503) % 1000 < {part})""")
+    con.execute(f"""
+        INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY
+        SELECT r."end" - 1500, r."end" - 500, {device}, 1, NULL, {stream}, r.correlationId, {gpid},
+               1048576, CASE WHEN r.correlationId % 50 = 0 THEN 2 ELSE 1 END, NULL,
+               CASE WHEN r.correlationId % 50 = 0 THEN 2 ELSE 1 END,
+               CASE WHEN r.correlationId % 50 = 0 THEN 0 ELSE 2 END, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        WHERE r.nameId IN {ids("cudaMemcpyAsync_v3020")} AND r.returnValue = 0""")
+    con.execute(f"""
+        INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET
+        SELECT r."end" + 500, r."end" + 1500, {device}, 1, NULL, {stream}, r.correlationId, {gpid}, 0, 65536,
+               NULL, 2
+        FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        WHERE r.nameId IN {ids("cudaMemsetAsync_v3020")} AND r.returnValue = 0""")
+    con.execute(f"""
+        INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION
+        SELECT r.start + 200, r."end" - 200, {device}, 1, NULL,
+               CASE WHEN r.nameId IN {ids("cudaStreamSynchronize_v3020")} THEN {stream} ELSE 4294967295 END,
+               r.correlationId, {gpid},
+               CASE WHEN r.nameId IN {ids("cudaStreamSynchronize_v3020")} THEN 3 ELSE 4 END, 4294967295
+        FROM CUPTI_ACTIVITY_KIND_RUNTIME r
+        WHERE r.nameId IN {ids("cudaStreamSynchronize_v3020", "cudaDeviceSynchronize_v3020")}""")
+    con.execute("COMMIT")
+    counts = {t.removeprefix("CUPTI_ACTIVITY_KIND_").lower(): con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+              for t in GPU_TABLES}
+    con.close()
+    return counts
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("out", type=Path)
@@ -1069,7 +1149,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--failures", type=int, default=5,
                     help="failed cudaMalloc nested in cublasCreate_v2 (observe variant)")
     ap.add_argument("--variant", choices=("observe", "release"), default="observe")
+    ap.add_argument("--kernels-per-launch", type=float, default=0.0, metavar="K",
+                    help="write KERNEL, MEMCPY, MEMSET and SYNCHRONIZATION rows: K kernels per launch on "
+                         "average (default 0: none; 2.45 gives about as many kernels as API rows)")
     a = ap.parse_args(argv)
+    if not 0 <= a.kernels_per_launch <= 16:
+        ap.error("--kernels-per-launch must be between 0 and 16")
     if min(a.rows, a.failures, a.seed) < 0 or min(a.processes, a.threads) < 1:
         ap.error("rows, failures and seed must be >= 0; processes and threads >= 1")
     if a.library_every is not None and a.library_every < 1:
@@ -1078,6 +1163,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"at most 255 processes and {MAX_THREADS} threads in all")
     s = generate(a.out, a.rows, a.processes, a.threads, a.seed, a.library_every, a.failures,
                  a.variant)
+    if a.kernels_per_launch > 0:
+        t0 = time.perf_counter()
+        counts = add_gpu_tables(a.out, a.kernels_per_launch)
+        s.seconds += time.perf_counter() - t0
+        s.size = a.out.stat().st_size
+        s.gpu = counts
     print(s.line(), file=sys.stderr)
     return 0
 

@@ -367,6 +367,8 @@ def analyze_cmd(
               help="Print the comparison (report.json's document) as one JSON line (the seal goes to stderr).")
 @click.option("--details", "-v", "details", is_flag=True,
               help="After the answer, every difference: library calls, failing calls, sources, memory.")
+@click.option("--labels", metavar="OBSERVE,RELEASE", default=None,
+              help="What the sentences call the two arms, e.g. --labels serialized,forked (default observe,release).")
 @reading_options
 @alignment_options
 def compare_cmd(
@@ -380,6 +382,7 @@ def compare_cmd(
     force: bool,
     as_json: bool,
     details: bool,
+    labels: str | None,
     nsys_path: str | None,
     library_domains: Sequence[str],
     telemetry_options: nsysaudit.TelemetryOptions,
@@ -406,6 +409,7 @@ def compare_cmd(
         nsys_path=nsys_path,
         force=force,
         progress=progress_for(as_json),
+        labels=labels.split(",") if labels is not None else None,
         observe_snapshots=observe_snapshots,
         release_snapshots=release_snapshots,
     )
@@ -592,9 +596,10 @@ def check_cmd(
 @click.option("--out", required=True, type=str, metavar="FILE.svg|FILE.png", help="The picture to write (atomically).")
 @click.option(
     "--around",
-    metavar="FINDING|TIME_NS",
-    help="Centre on finding:N (the N-th finding, from 1) or on a time in trace nanoseconds. Default: the first "
-    "finding, else the first censored library call, else the first library call after the boundary.",
+    metavar="FINDING|STALL|TIME_NS",
+    help="Centre on finding:N (the N-th finding, from 1), stall:N (the N-th longest host stall) or a time in "
+    "trace nanoseconds. Default: the first finding, else the first censored library call, else the first "
+    "library call after the boundary.",
 )
 @click.option(
     "--window",

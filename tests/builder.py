@@ -289,6 +289,93 @@ class Range:
 
 
 @dataclass
+class Kernel:
+    """A CUPTI_ACTIVITY_KIND_KERNEL row: ``corr`` is its launch's correlation id (a :class:`Call`'s)."""
+
+    start: int
+    end: int
+    corr: int | None
+    pid: int = 100
+    stream: int = 7
+    name: str = "kernel"
+    device: int = 0
+    context: int = 1
+    vm: int = 0
+
+
+@dataclass
+class Memcpy:
+    """A CUPTI_ACTIVITY_KIND_MEMCPY row: ``copy_kind`` 1 host to device, 2 device to host, 8 device to
+    device; ``src_kind``/``dst_kind`` ENUM_CUDA_MEM_KIND ids (0 pageable, 1 pinned, 2 device)."""
+
+    start: int
+    end: int
+    corr: int | None
+    pid: int = 100
+    stream: int = 7
+    bytes: int = 4096
+    copy_kind: int = 1
+    src_kind: int | None = 1
+    dst_kind: int | None = 2
+    device: int = 0
+    context: int = 1
+    vm: int = 0
+
+
+@dataclass
+class Memset:
+    """A CUPTI_ACTIVITY_KIND_MEMSET row (``mem_kind``: an ENUM_CUDA_MEM_KIND id, 2 device)."""
+
+    start: int
+    end: int
+    corr: int | None
+    pid: int = 100
+    stream: int = 7
+    bytes: int = 4096
+    mem_kind: int | None = 2
+    device: int = 0
+    context: int = 1
+    vm: int = 0
+
+
+@dataclass
+class Sync:
+    """A CUPTI_ACTIVITY_KIND_SYNCHRONIZATION row of a synchronization call (``corr``): the stream it
+    synchronized (0xFFFFFFFF: none, a context or event synchronization), ``sync_type`` as nsys 2026.2
+    numbers it (3 stream, 4 context, 1 event)."""
+
+    start: int
+    end: int
+    corr: int
+    pid: int = 100
+    stream: int = 7
+    sync_type: int = 3
+    event: int = 0xFFFFFFFF
+    device: int = 0
+    context: int = 1
+    vm: int = 0
+
+
+# Written only with copy rows or synchronization rows (nsys's own enum rows, as in its exports).
+GPU_ENUMS: dict[str, list[tuple[int, str, str]]] = {
+    "ENUM_CUDA_MEMCPY_OPER": [
+        (0, "CUDA_MEMCPY_KIND_UNKNOWN", "Unknown"),
+        (1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"),
+        (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"),
+        (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device"),
+        (10, "CUDA_MEMCPY_KIND_PTOP", "Peer-to-Peer"),
+    ],
+    "ENUM_CUPTI_SYNC_TYPE": [
+        (0, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_UNKNOWN", "Unknown"),
+        (1, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE", "Event sync"),
+        (2, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT", "Stream wait sync"),
+        (3, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE", "Stream sync"),
+        (4, "CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE", "Context sync"),
+    ],
+}
+
+
+@dataclass
 class Export:
     calls: list[Call] = field(default_factory=list)
     lib_calls: list[LibCall] = field(default_factory=list)
@@ -319,6 +406,11 @@ class Export:
     # and arguments (PROCESS_0:ARGUMENT_n), after capture_meta's rows.
     environment: list[str] = field(default_factory=list)
     arguments: list[str] = field(default_factory=list)
+    # GPU activity: kernels, copies, memsets and the synchronization rows of synchronization calls.
+    kernels: list[Kernel] = field(default_factory=list)
+    memcpys: list[Memcpy] = field(default_factory=list)
+    memsets: list[Memset] = field(default_factory=list)
+    syncs: list[Sync] = field(default_factory=list)
     # NVTX_PAYLOAD_SCHEMA_ENTRIES rows (domainId, schemaId, idx, name), with one NVTX_PAYLOAD_SCHEMAS row
     # per (domainId, schemaId); None: no such tables, as in nsys 2023.4 exports.
     payload_schema_entries: list[tuple[int, int, int, str]] | None = None
@@ -622,6 +714,7 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
         (strings.ids[name], THREAD_PRIORITY, global_tid(pid, tid, vm))
         for vm, pid, tid, name in thread_rows
     ]
+    _gpu_rows(spec, strings, out)
     for pid in spec.processes:
         if not any(p == pid for _, p in pids):
             pids.add((VM_DEFAULT, pid))
@@ -673,6 +766,38 @@ def _rows(spec: Export) -> dict[str, list[tuple[Any, ...]]]:
     if spec.analysis_duration is not None:
         out["ANALYSIS_DETAILS"] = [(1 << 48, spec.analysis_duration, 1_000, 1_000 + spec.analysis_duration)]
     return out
+
+
+def _gpu_rows(spec: Export, strings: _Strings, out: dict[str, list[tuple[Any, ...]]]) -> None:
+    """KERNEL, MEMCPY, MEMSET and SYNCHRONIZATION rows (their strings after every other string)."""
+    for k in spec.kernels:
+        strings.add(k.name)
+    if spec.kernels:
+        out["CUPTI_ACTIVITY_KIND_KERNEL"] = _by_start(
+            (k.start, k.end, k.device, k.context, None, k.stream, k.corr, global_pid(k.pid, k.vm),
+             strings.ids[k.name], strings.ids[k.name], None, 0, 0, 32, 1, 1, 1, 128, 1, 1, 0, 0, 0, 0, i, 0, None, None)
+            for i, k in enumerate(spec.kernels)
+        )
+    if spec.memcpys:
+        out["CUPTI_ACTIVITY_KIND_MEMCPY"] = _by_start(
+            (m.start, m.end, m.device, m.context, None, m.stream, m.corr, global_pid(m.pid, m.vm), m.bytes,
+             m.copy_kind, None, m.src_kind, m.dst_kind, None, None, None, None, None, None, None)
+            for m in spec.memcpys
+        )
+    if spec.memsets:
+        out["CUPTI_ACTIVITY_KIND_MEMSET"] = _by_start(
+            (m.start, m.end, m.device, m.context, None, m.stream, m.corr, global_pid(m.pid, m.vm), 0, m.bytes,
+             None, m.mem_kind)
+            for m in spec.memsets
+        )
+    if spec.syncs:
+        out["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"] = _by_start(
+            (y.start, y.end, y.device, y.context, None, y.stream, y.corr, global_pid(y.pid, y.vm), y.sync_type,
+             y.event)
+            for y in spec.syncs
+        )
+    if spec.memcpys or spec.syncs:
+        out.update({table: list(rows) for table, rows in GPU_ENUMS.items()})
 
 
 def _tables_to_create(spec: Export, rows: dict[str, Sequence[tuple[Any, ...]]]) -> list[str]:

@@ -56,6 +56,7 @@ def expected_input_row(doc: dict[str, Any]) -> dict[str, Any]:
         "error": None,
         "status": "analyzed",
         **expected_rank_columns(doc),
+        **{k: doc["stalls"][k] for k in ("blocking_calls", "blocked_ns", "stalls", "stalled_ns")},
         "snapshots": len(doc["allocator"]["snapshots"]) if "allocator" in doc else None,
         "censored_reasons_list": reasons,
         "library_list": libraries,
@@ -143,8 +144,8 @@ def test_rows_match_analyze_json_on_each_engine(capsys, tmp_path: Path, engine: 
     )
     assert code == 0, err
     assert stdout.splitlines()[:2] == [
-        "31 input(s): 29 analyzed, 0 resumed, 2 unusable; 10 finding(s)",
-        "verdicts: failure_found 10, inconclusive 4, no_failure 15",
+        "33 input(s): 31 analyzed, 0 resumed, 2 unusable; 10 finding(s)",
+        "verdicts: failure_found 10, inconclusive 4, no_failure 17",
     ]
     assert err.count("\n") == 2 and "broken.sqlite: empty file" in err and "missing.sqlite: no such file" in err
     inputs = pl.read_parquet(out / "inputs.parquet")
@@ -218,7 +219,7 @@ def test_rerun_resumes_by_sha256_without_analyzing_again(tmp_path: Path, engine:
 def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    for i, path in enumerate(REAL * 3):  # 87 inputs, 29 distinct
+    for i, path in enumerate(REAL * 3):  # 93 inputs, 31 distinct
         shutil.copyfile(path, inputs / f"{i:02d}-{Path(path).name}")
     out = tmp_path / "batch"
     proc = subprocess.Popen(
@@ -235,7 +236,7 @@ def test_interrupted_batch_keeps_what_it_finished(tmp_path: Path) -> None:
     result = fleet.run_batch([inputs], out=out, jobs=1)
     resumed = result.inputs.filter(pl.col("status") == "resumed")
     assert set(resumed["sha256"].to_list()) == finished
-    assert result.inputs.height == 87 and result.inputs["error"].null_count() == 87
+    assert result.inputs.height == 93 and result.inputs["error"].null_count() == 93
     fresh = fleet.run_batch([inputs], jobs=1).inputs
     assert result.inputs.drop("status").equals(fresh.drop("status"))
 

@@ -39,8 +39,8 @@ def test_committed_expectations_pass_over_every_bundled_export(capsys, tmp_path:
     assert code == 0, out + err
     lines = out.splitlines()
     exports = sorted(FIXTURES.rglob("*.sqlite"))
-    # 29 exports, 30 checks (capi/observe is checked with and without its telemetry): a line per check
-    assert len(exports) == 29 and lines[-1] == "30 passed, 0 failed"
+    # 31 exports, 32 checks (capi/observe is checked with and without its telemetry): a line per check
+    assert len(exports) == 31 and lines[-1] == "32 passed, 0 failed"
     assert lines[:-1] == [line for line in lines[:-1] if line.startswith("pass ")]
     assert f"pass {TORCH / 'observe.sqlite'} (failure_found, 1 finding(s))" in lines
     capi = FIXTURES / "h200-cuda13-nsys2025.3" / "capi" / "observe.sqlite"
@@ -50,7 +50,7 @@ def test_committed_expectations_pass_over_every_bundled_export(capsys, tmp_path:
         f"pass {capi} [capi observe with its telemetry] (inconclusive, 0 finding(s))",
     ]
     suite = ET.parse(junit).getroot().find("testsuite")
-    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("30", "0")
+    assert suite is not None and (suite.get("tests"), suite.get("failures")) == ("32", "0")
     assert_agree(lines, junit)
 
 
@@ -68,7 +68,7 @@ def test_a_wrong_expectation_fails_naming_the_file_and_why_and_in_junit(capsys, 
     assert code == 1
     assert err.startswith("nsysaudit: error: ") and "14 failed" in err and err.count("\n") == 1
     lines = out.splitlines()
-    assert lines[-1] == "16 passed, 14 failed"
+    assert lines[-1] == "18 passed, 14 failed"
     assert_agree(lines, junit)
     observe = tmp_path / "h200-cuda13-nsys2025.3/torch/observe.sqlite"
     assert (  # the finding closest to the expectation is named, with the field that differs
@@ -261,12 +261,12 @@ def test_an_unusable_export_is_an_error_line_the_others_are_still_checked_and_ju
     error = [line for line in lines if line.startswith("ERROR ")]
     assert error == [f"ERROR {broken}: truncated SQLite file: header says {len(whole) // 4096} pages of 4096 bytes "
                      f"({len(whole):,} bytes) but the file has {len(whole) // 3:,} bytes".replace(",", "")], lines
-    assert lines[-1] == "29 passed, 0 failed, 1 unusable"
+    assert lines[-1] == "31 passed, 0 failed, 1 unusable"
     assert_agree(lines, junit)
     assert err.startswith("nsysaudit: error: 1 input(s) could not be analyzed, the first: ") and str(broken) in err
     assert err.count("\n") == 1
     root = ET.parse(junit).getroot()
-    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("30", "0", "1")
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("32", "0", "1")
     cases = list(root.iter("testcase"))
     assert all(float(c.get("time") or "-1") >= 0 for c in cases)
     errored = [c for c in cases if c.find("error") is not None]
@@ -313,14 +313,14 @@ verdict = "no_failure"
 def test_only_matching_checks_a_folder_against_the_expectations_of_them_all(capsys, tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     code, out, err = run(capsys, "check", TORCH, "--expect", EXPECTATIONS, "--junit", junit)
-    assert code == 1 and out.splitlines()[-1] == "2 passed, 22 failed"  # every other expectation fails
-    assert sum("matches no file" in line for line in out.splitlines()) == 22
+    assert code == 1 and out.splitlines()[-1] == "2 passed, 24 failed"  # every other expectation fails
+    assert sum("matches no file" in line for line in out.splitlines()) == 24
     code, out, err = run(capsys, "check", TORCH, "--expect", EXPECTATIONS, "--junit", junit, "--only-matching")
     assert (code, err) == (0, ""), err
     assert out.splitlines() == [
         f"pass {TORCH / 'observe.sqlite'} (failure_found, 1 finding(s))",
         f"pass {TORCH / 'release.sqlite'} (no_failure, 0 finding(s))",
-        "22 expectation(s) match no file checked: left out (--only-matching)",
+        "24 expectation(s) match no file checked: left out (--only-matching)",
         "2 passed, 0 failed",
     ]
     assert [c.get("file") for c in ET.parse(junit).getroot().iter("testcase")] == [

@@ -91,7 +91,7 @@ def test_nccl_builder_case(make_export, tmp_path: Path, at_repo: None) -> None:
 
 REAL_2025 = ["torch/observe", "torch/release", "capi/observe", "capi/release", "event/observe", "event/release",
              "capture-stop/stop", "async/observe", "async/release", "expandable/observe", "expandable/release",
-             "shared/observe", "shared/release", "nccl/observe", "nccl/release"]
+             "shared/observe", "shared/release", "nccl/observe", "nccl/release", "sync/serialized", "sync/forked"]
 
 
 def analyze_real(name: str) -> nsysaudit.AnalysisResult:
@@ -105,7 +105,8 @@ def render_at(renderable: object, width: int) -> str:
     return re.sub(r"^  engine .*$", "  engine <engine>", terminal.to_text(renderable, width=width), flags=re.MULTILINE)
 
 
-@pytest.mark.parametrize("name", ["torch/observe", "async/observe", "capture-stop/stop", "nccl/observe"])
+@pytest.mark.parametrize("name", ["torch/observe", "async/observe", "capture-stop/stop", "nccl/observe",
+                                  "sync/serialized"])
 def test_the_answer_first_at_80_columns(at_repo: None, name: str) -> None:
     """What a newcomer sees without --details: the answer, in 80 columns, hanging indents."""
     check(f"answer-{name.replace('/', '-')}.txt", render_at(analysis_renderable(analyze_real(name)), 80))
@@ -124,6 +125,14 @@ def test_comparisons_of_real_nsys2025_pairs(at_repo: None, pair: str) -> None:
     doc = nsysaudit.compare_results(analyze_real(f"{pair}/observe"), analyze_real(f"{pair}/release")).to_dict()
     check(f"nsys2025-{pair}-compare.txt", render(comparison_renderable(doc)))
     check(f"nsys2025-{pair}-compare.md", comparison_markdown(doc))
+
+
+def test_comparison_of_the_sync_pair_in_its_own_names(at_repo: None) -> None:
+    """The host stalls of the serialized and forked arms, named as compare --labels names them."""
+    doc = nsysaudit.compare_results(analyze_real("sync/serialized"), analyze_real("sync/forked"),
+                                    labels=("serialized", "forked")).to_dict()
+    check("nsys2025-sync-compare.txt", render(comparison_renderable(doc)))
+    check("nsys2025-sync-compare.md", comparison_markdown(doc))
 
 
 @pytest.mark.parametrize("name", [*REAL_2025, "2023.4/observe", "2023.4/release"])

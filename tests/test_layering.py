@@ -50,7 +50,8 @@ CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.limits", "nsysaudit.core.
               "nsysaudit.core.lazy",
               "nsysaudit.core.defaults",
               "nsysaudit.core.files",
-              "nsysaudit.core.codes", "nsysaudit.core.text", "nsysaudit.core.digests", "nsysaudit.core.paths",
+              "nsysaudit.core.codes", "nsysaudit.core.blocking", "nsysaudit.core.text", "nsysaudit.core.digests",
+              "nsysaudit.core.paths",
               "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core"]
 
 

@@ -34,4 +34,4 @@ def test_example_notebook_runs_top_to_bottom() -> None:
     assert "failure_found\nnested_alloc_failure cudaMalloc_v3020 2 inside cublasCreate_v2 after [1024, 131072] B" in (
         text[6]
     )
-    assert text[7].startswith("BatchResult(29 input(s): 29 analyzed, 0 resumed, 0 unusable; 10 finding(s)")
+    assert text[7].startswith("BatchResult(31 input(s): 31 analyzed, 0 resumed, 0 unusable; 10 finding(s)")

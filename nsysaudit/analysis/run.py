@@ -25,6 +25,7 @@ from nsysaudit.analysis.devices import TracedProcess, launch_warnings
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.analysis.ledger import CoveredPoint, Ledger, LedgerPoint, PointKind, Wanted, build_ledger
 from nsysaudit.analysis.ledger import points as ledger_points
+from nsysaudit.analysis.stalls import StallsAnalysis, analyze_stalls
 from nsysaudit.analysis.verdict import LibraryFailure, LibrarySource, Verdict
 from nsysaudit.core.codes import is_allocation_api
 from nsysaudit.core.errors import ReportWarning, warning
@@ -85,6 +86,8 @@ class Analysis:
     memory_points: tuple[CoveredPoint, ...] = ()
     # The GPUs, which process used which, and the launched command (nsysaudit.analysis.devices reads them).
     devices: DeviceEvidence | None = None
+    # The calls that blocked the host and what ran on the device meanwhile (nsysaudit.analysis.stalls).
+    stalls: StallsAnalysis | None = None
     # Set when PyTorch memory snapshots were given: the allocator's own view at the same moments.
     allocator: AllocatorView | None = None
 
@@ -212,6 +215,7 @@ def _analyze(
             "thread_names": names,
             "diagnostics": trace.diagnostics,
             "memory_series": memory.series,
+            **_stall_frames(trace),
         },
         cuda_api_calls=trace.cuda_api_total,
         cuda_api_trace=trace.has_cuda_api and trace.cuda_api_total > 0,
@@ -229,7 +233,19 @@ def _analyze(
         ledger=memory,
         memory_points=tuple(memory_points),
         devices=trace.devices,
+        stalls=_stalls(trace, cuda_api_span, library_domains),
     )
+
+
+def _stalls(trace: Trace, cuda_api_span: pl.DataFrame, library_domains: Sequence[str]) -> StallsAnalysis:
+    """The host stalls (:func:`nsysaudit.analysis.stalls.analyze_stalls`)."""
+    return analyze_stalls(trace.gpu_work, trace.nvtx_ranges, trace.library_calls, trace.thread_names, trace.processes,
+                          cuda_api_span, library_domains)
+
+
+def _stall_frames(trace: Trace) -> dict[str, pl.DataFrame]:
+    """The blocking calls and the GPU rows behind the longest waits (:mod:`nsysaudit.read.gpu_work`)."""
+    return {"stall_calls": trace.gpu_work.calls, "stall_work": trace.gpu_work.attributed}
 
 
 def _api_ends(coverage_sources: list[SourceCoverage]) -> dict[int, int]:

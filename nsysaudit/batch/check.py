@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsysaudit.analysis.stalls import RangeStalls
 from nsysaudit.batch.output import FindingRow, InputRow
 from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, AuditOutcome, audit_one, find_inputs
 from nsysaudit.batch.workers import run_local
@@ -67,7 +68,8 @@ from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
-EXPECT_KEYS = {"files", "verdict", "findings", "allow_censored", "max_failed_calls", "name", "telemetry"}
+EXPECT_KEYS = {"files", "verdict", "findings", "allow_censored", "max_failed_calls", "name", "telemetry",
+               "stall_ms_max", "stall_ms_max_by_range"}
 FINDING_KEYS = {"kind", "api", "return_code", "enclosing", "library", "count"}
 
 
@@ -127,6 +129,8 @@ class Expectation:
     max_failed_calls: int | None = None
     name: str | None = None
     telemetry: Path | None = None  # the file's telemetry, for the analysis this expectation checks
+    stall_ms_max: float | None = None  # the stalls' time (stalls.stalled_ns) at most this, in ms
+    stall_ms_max_by_range: tuple[tuple[str, float], ...] = ()  # (NVTX range glob, ms): each matching range's
 
     @property
     def label(self) -> str:
@@ -135,9 +139,12 @@ class Expectation:
     def applies_to(self, path: str) -> bool:
         return glob_match(self.files, _relative(path, self.base))
 
-    def failures(self, row: InputRow, findings: Sequence[FindingRow]) -> list[str]:
-        """Why the input ``row`` (and its ``findings`` rows) does not meet this expectation."""
-        why = []
+    def failures(
+        self, row: InputRow, findings: Sequence[FindingRow], ranges: Sequence[RangeStalls] = (), ranges_total: int = 0
+    ) -> list[str]:
+        """Why the input ``row`` (and its ``findings`` rows, the NVTX ranges holding its stalls) does
+        not meet this expectation."""
+        why = self._stall_failures(row, ranges, ranges_total)
         if self.verdict is not None and row["verdict"] != self.verdict:
             why.append(f"verdict is {row['verdict']}, expected {self.verdict}")
         if self.max_failed_calls is not None and (row["failed_calls"] or 0) > self.max_failed_calls:
@@ -154,6 +161,27 @@ class Expectation:
                 why.append(f"{len(findings)} finding(s), expected {self.findings}")
         elif self.findings is not None:
             why += _unmatched(self.findings, findings)
+        return why
+
+
+    def _stall_failures(self, row: InputRow, ranges: Sequence[RangeStalls], ranges_total: int) -> list[str]:
+        """The stall budgets (docs/check.md): the whole trace's, and each NVTX range's a glob names."""
+        why = []
+        stalled = row.get("stalled_ns") or 0
+        if self.stall_ms_max is not None and stalled > self.stall_ms_max * 1e6:
+            calls = row.get("stalls") or 0
+            why.append(f"host stalls took {stalled / 1e6:,.1f} ms ({calls:,} call(s) that each blocked at least 1 ms), "
+                       f"at most {self.stall_ms_max:g} ms expected")
+        for pattern, budget in self.stall_ms_max_by_range:
+            over = [r for r in ranges if r["range"] is not None and fnmatch.fnmatchcase(r["range"], pattern)
+                    and r["stalled_ns"] > budget * 1e6]
+            for r in over:
+                why.append(f"host stalls in NVTX range {escape(r['range'] or '')} (pid {r['pid']}) took "
+                           f"{r['stalled_ns'] / 1e6:,.1f} ms, at most {budget:g} ms expected for {pattern!r}")
+            # The ranges are listed longest stalls first: one not listed took no longer than the last listed.
+            if not over and ranges_total > len(ranges) and ranges and ranges[-1]["stalled_ns"] > budget * 1e6:
+                why.append(f"{ranges_total:,} NVTX ranges hold blocking calls, {len(ranges)} are listed: the "
+                           f"budget for {pattern!r} cannot be checked on every one")
         return why
 
 
@@ -276,6 +304,14 @@ def _entry(source: str, index: int, table: object, base: Path) -> Expectation:
     telemetry = table.get("telemetry")
     if telemetry is not None and (not isinstance(telemetry, str) or not telemetry):
         raise bad("'telemetry' must be the path of a telemetry file (relative to the expectations file)")
+    stall_max = table.get("stall_ms_max")
+    if stall_max is not None and (type(stall_max) not in (int, float) or stall_max < 0):
+        raise bad("'stall_ms_max' must be a non-negative number of milliseconds")
+    by_range = table.get("stall_ms_max_by_range", {})
+    if not isinstance(by_range, dict) or not all(
+        isinstance(k, str) and k and type(v) in (int, float) and v >= 0 for k, v in by_range.items()
+    ):
+        raise bad("'stall_ms_max_by_range' must be a table of NVTX range globs to non-negative milliseconds")
     raw = table.get("findings")
     findings: tuple[FindingExpectation, ...] | int | None
     if raw is None:
@@ -287,7 +323,9 @@ def _entry(source: str, index: int, table: object, base: Path) -> Expectation:
     else:
         raise bad("'findings' must be a count (a non-negative integer) or a list of finding tables")
     return Expectation(index, files, base, verdict, findings, frozenset(allowed), max_failed, name,
-                       None if telemetry is None else base / telemetry)
+                       None if telemetry is None else base / telemetry,
+                       None if stall_max is None else float(stall_max),
+                       tuple((k, float(v)) for k, v in by_range.items()))
 
 
 def _finding(bad: Callable[[str], ExpectationsUnusable], n: int, raw: object) -> FindingExpectation:
@@ -487,7 +525,8 @@ def check(
                 continue
             summary = f"({row['verdict']}, {row['findings']} finding(s))"
             summaries.setdefault(path, summary)
-            failures = tuple(e.failures(row, outcome["findings"]))
+            failures = tuple(e.failures(row, outcome["findings"], outcome.get("stall_ranges", []),
+                                        outcome.get("stall_ranges_total", 0)))
             cases.append(CheckCase(path, e, failures, None, outcome["seconds"], summary))
     unmatched = tuple(e for e in expectations.entries if e.index not in matched)
     if only_matching:

@@ -74,6 +74,11 @@ INPUT_SCHEMA: Schema = {
     "error": pl.String,
     "status": pl.String,
     **by_rank.INPUT_COLUMNS,  # devices and ranks (nsysaudit/batch/ranks.py)
+    # The host stalls (the document's stalls key): every blocking call, and those of the stall minimum.
+    "blocking_calls": pl.Int64,
+    "blocked_ns": pl.Int64,
+    "stalls": pl.Int64,
+    "stalled_ns": pl.Int64,
     "snapshots": pl.Int64,  # memory snapshots joined (batch --snapshots; null without)
     # The joined columns above as Parquet lists, their items typed (null in an error row; [] where none).
     "censored_reasons_list": pl.List(pl.String),
@@ -156,6 +161,10 @@ class StoredInput(TypedDict):
     failing_ranks: NotRequired[str | None]
     failing_rank_unknown: NotRequired[int]
     failing_devices: NotRequired[str | None]
+    blocking_calls: NotRequired[int]
+    blocked_ns: NotRequired[int]
+    stalls: NotRequired[int]
+    stalled_ns: NotRequired[int]
     snapshots: NotRequired[int | None]
     censored_reasons_list: NotRequired[list[CensoredReason] | None]
     library_list: NotRequired[list[str] | None]

@@ -38,11 +38,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import polars as pl
 
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
+from nsysaudit.analysis.stalls import RangeStalls
 from nsysaudit.batch import ranks as by_rank
 from nsysaudit.batch.output import (
     FINDING_SCHEMA as FINDING_SCHEMA,
@@ -170,10 +171,14 @@ class AuditOptions:
 
 
 class AuditRows(TypedDict):
-    """What the analysis of one input gives a batch: its input row and its finding rows."""
+    """What the analysis of one input gives a batch: its input row and its finding rows; for ``check``'s
+    stall budgets, the NVTX ranges holding blocking calls (the document's ``stalls.ranges``, listed
+    longest stalls first, and how many there are)."""
 
     input: InputRow
     findings: list[FindingRow]
+    stall_ranges: NotRequired[list[RangeStalls]]
+    stall_ranges_total: NotRequired[int]
 
 
 class AuditOutcome(AuditRows):
@@ -226,6 +231,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
     reasons: list[CensoredReason] = sorted(censored["reasons"].explode().drop_nulls().unique().to_list())
     libraries = sorted({lib for f in findings if f["enclosing"] is not None
                         and (lib := f["enclosing"]["library"]) is not None})
+    stalls = result.head["stalls"]
     row: InputRow = {
         "path": path,
         "sha256": sha,
@@ -261,6 +267,11 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "failing_ranks": ranks["failing_ranks"],
         "failing_rank_unknown": ranks["failing_rank_unknown"],
         "failing_devices": ranks["failing_devices"],
+        # the host stalls' totals
+        "blocking_calls": stalls["blocking_calls"],
+        "blocked_ns": stalls["blocked_ns"],
+        "stalls": stalls["stalls"],
+        "stalled_ns": stalls["stalled_ns"],
         "snapshots": len(snapshots) if options.snapshots else None,
         # the joined columns as lists ([] where the string is null)
         "censored_reasons_list": reasons,
@@ -272,8 +283,10 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
     }
     at = _allocator_at_findings(result.head.get("allocator"))
     ledger = {p["finding"]: p for p in result.head["memory"]["at"] if p["point"] == "finding" and "finding" in p}
+    ranges: list[RangeStalls] = list(stalls["ranges"])
     return {"input": row, "findings": [finding_row(sha, i, f, at.get(i), ledger.get(i), path=path)
-                                       for i, f in enumerate(findings)]}
+                                       for i, f in enumerate(findings)],
+            "stall_ranges": ranges, "stall_ranges_total": stalls["ranges_total"]}
 
 
 def _allocator_at_findings(section: AllocatorSection | None) -> dict[int, AllocatorState]:

@@ -75,6 +75,12 @@ EVIDENCE_TABLES = (
     "ENUM_CUDA_MEMPOOL_OPER",
     "ENUM_DIAGNOSTIC_SEVERITY_LEVEL",
     "ENUM_DIAGNOSTIC_SOURCE_TYPE",
+    # The host stalls' evidence (nsysaudit/read/gpu_work.py).
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "ENUM_CUDA_MEMCPY_OPER",
 )
 SCHEMA = "sqlite_master"  # quick_check of the schema's b-tree also checks the free list
 CUDA_API = EVIDENCE_TABLES[0]

@@ -34,6 +34,8 @@ from nsysaudit.read import nccl, recovery
 from nsysaudit.read.bounds import within_capture
 from nsysaudit.read.devices import DeviceEvidence, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
+from nsysaudit.read.gpu_work import GpuWork, Prepared, blocking_candidates, read_gpu_work
+from nsysaudit.read.gpu_work import prepare as prepare_gpu_work
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
 from nsysaudit.read.nvtx import source as nvtx_source
@@ -162,6 +164,8 @@ class Trace:
       against its own deallocation event and counts handles and reserved address ranges.
     - ``devices``: the GPUs, which process used which, and the launched command
       (:class:`nsysaudit.read.devices.DeviceEvidence`).
+    - ``gpu_work``: the calls that blocked the host and the GPU work that ran while they did
+      (:class:`nsysaudit.read.gpu_work.GpuWork`; the blocking calls' rows come from the same scan).
     - ``nccl``: NCCL's domains, the threads NCCL started for its calls and their CUDA API rows
       (:class:`nsysaudit.read.nccl.NcclEvidence`).
     - ``last_allocations``: per process with an out-of-memory allocation failure, its last successful
@@ -200,6 +204,7 @@ class Trace:
     memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
     devices: DeviceEvidence = field(default_factory=DeviceEvidence)
+    gpu_work: GpuWork = field(default_factory=GpuWork)
     nccl: nccl.NcclEvidence = field(default_factory=nccl.NcclEvidence)
     last_allocations: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(schema=recovery.LAST_ALLOCATION_SCHEMA)
@@ -363,9 +368,12 @@ def _load(
     library = _library_calls(export, strings, nvtx_ranges, library_domains, typed)
     library_windows = union_windows(closed_library_calls(library.calls, capture_bounds.stop_ns))
     memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
-    scanned = (
-        _scan(export, strings, runtime, library_windows, memory, progress) if runtime is not None else _Scanned()
+    blocking = prepare_gpu_work(export, strings, frame, typed) if runtime is not None else None
+    scanned = (  # the blocking calls' names marked in it
+        _scan(export, strings, runtime, library_windows, memory, progress, blocking)
+        if runtime is not None else _Scanned()
     )
+    scanned, gpu_work = _host_stalls(export, scanned, blocking, runtime, typed, capture_bounds, progress)
     bounded = within_capture(export, capture_bounds, runtime, scanned.span, memory, nvtx_ranges, nvtx_table)
     scanned, memory = replace(scanned, span=bounded.cuda_api_span), bounded.memory
     thread_names, name_warnings = _thread_names(export, strings, typed)
@@ -405,8 +413,8 @@ def _load(
         memory_span=memory.span,
         session_start_utc_ns=session_start,
         capture=capture,
-        tables_used=_tables_used(strings, runtime, nvtx_table, library, memory),
-        warnings=(*export.warnings, *diagnostic_warnings, *read_warnings),
+        tables_used={**_tables_used(strings, runtime, nvtx_table, library, memory), **gpu_work.tables},
+        warnings=(*export.warnings, *diagnostic_warnings, *read_warnings, *gpu_work.warnings),
         capture_calls=scanned.capture_calls,
         diagnostics=diagnostics,
         capture_bounds=capture_bounds,
@@ -417,10 +425,26 @@ def _load(
         memory_calls=scanned.memory_calls,
         alloc_calls=scanned.alloc_calls,
         devices=devices,
+        gpu_work=gpu_work,
         nccl=nccl_evidence,
         last_allocations=last_allocations,
         cuda_api_checked=scanned.checked,
     )
+
+
+def _host_stalls(
+    export: ExportFile, scanned: _Scanned, blocking: Prepared | None, runtime: Table | None, typed: Counter[str],
+    capture_bounds: Capture, progress: Progress | None,
+) -> tuple[_Scanned, GpuWork]:
+    """The host stalls' evidence read from the blocking calls the scan found
+    (:func:`nsysaudit.read.gpu_work.read_gpu_work`), and the scan's result without them."""
+    if runtime is None or blocking is None:
+        return scanned, GpuWork()
+    # The candidates handed over, not kept here: read_gpu_work lets go of them once decided (10^6 rows).
+    candidates, scanned = scanned.blocking, replace(scanned, blocking=_Scanned().blocking)
+    gpu_work = read_gpu_work(export, candidates, blocking, frame, typed, runtime.name, progress=progress,
+                             capture=capture_bounds)
+    return scanned, gpu_work
 
 
 def _tables_used(
@@ -597,6 +621,8 @@ class _Scanned:
     engine: str = "none"
     problems: dict[str, int] = field(default_factory=dict)
     type_mismatch_rows: int = 0
+    blocking: pl.DataFrame = field(default_factory=lambda: blocking_candidates(
+        pl.DataFrame(schema=CALL_SCHEMA), pl.DataFrame(schema=CALL_SCHEMA), None))
     checked: str | None = None
 
 
@@ -607,6 +633,7 @@ def _scan(
     library_windows: pl.DataFrame,
     memory: MemoryEvidence,
     progress: Progress | None,
+    blocking: Prepared | None = None,
 ) -> _Scanned:
     """The CUDA API (runtime and driver) in one streaming pass, the rows it kept given their names."""
     conn = export.conn
@@ -614,7 +641,8 @@ def _scan(
     string_ids = pl.Series("id", ids, dtype=pl.Int64)
     capture_ids = _capture_name_ids(conn, strings.name)
     memory_call_ids = _memory_call_ids(conn, strings.name)
-    marked_ids = pl.concat([capture_ids, memory_call_ids]).unique().sort()
+    blocking_ids = blocking.name_ids["name_id"] if blocking is not None else pl.Series("name_id", [], pl.Int64)
+    marked_ids = pl.concat([capture_ids, memory_call_ids, blocking_ids]).unique().sort()
     scanned = scan_cuda_api(
         conn,
         export.path,
@@ -635,10 +663,12 @@ def _scan(
     marked = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
     # The one API call behind each allocation event's (process, correlation id), where it is one.
     sole = scanned.alloc_rows.filter(pl.col("rows") == 1)
+    rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
     return _Scanned(
-        rows=scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA)),
+        rows=rows,
         capture_calls=marked.filter(pl.col("name_id").is_in(capture_ids.implode())),
         memory_calls=marked.filter(pl.col("name_id").is_in(memory_call_ids.implode())),
+        blocking=blocking_candidates(marked, rows, blocking),
         shared_alloc_ids=scanned.alloc_rows.filter(pl.col("rows") > 1).join(
             memory.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
         ),

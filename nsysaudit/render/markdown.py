@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 
 from nsysaudit.core.text import escape
+from nsysaudit.render import stall_parts
 from nsysaudit.reports.documents import (
     AlignmentSection,
     Answer,
@@ -99,9 +100,10 @@ def _bullets(items: Iterable[str]) -> list[str]:
     return [f"- {md(x, 10_000)}" for x in items]
 
 
-def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
+def answer_lines(answer: Answer, *, limits: bool = True, stalls: bool = True) -> list[str]:
     """The answer (:mod:`nsysaudit.reports.answer`) as Markdown: the verdict and its sentence, each
-    finding with who held the memory, censored calls, and (``limits``) what else limits the verdict."""
+    finding with who held the memory, censored calls, the host stalls (``stalls``: a comparison says
+    both arms' in a line of its own), and (``limits``) what else limits the verdict."""
     out = [f"**{md(answer['verdict'])}**: {md(answer['summary'], 10_000)}", ""]
     for n, f in enumerate(answer["findings"], 1):
         when = f"; {md(f['when'], 1000)}" if f["when"] else ""
@@ -117,6 +119,7 @@ def answer_lines(answer: Answer, *, limits: bool = True) -> list[str]:
     more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         out.append(f"- and {more} more censored library call(s) (see Coverage)")
+    out += stall_parts.answer_lines(answer.get("stalls", []) if stalls else [])
     if limits and answer["limits"]:
         out += ["", "Also:", "", *_bullets(answer["limits"])]
     return [*out, ""]
@@ -471,6 +474,7 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
         out += _library_call(lc)
     out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
     out += ["### Device memory", "", *_memory(arm["memory"])]
+    out += stall_parts.markdown_lines(arm["stalls"], "### Host stalls")
     out += ["### Telemetry", ""]
     tel = arm["telemetry_input"]
     if tel:
@@ -528,11 +532,13 @@ def _comparison_answer(answer: ComparisonAnswer) -> list[str]:
     if answer["ranks"]:  # the arms are two ranks of one job
         out += ["### The ranks", "", *_bullets(answer["ranks"]), ""]
     for name in ("observe", "release"):
-        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False)]
+        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False, stalls=False)]
     if answer["memory"]:
         out += ["### Memory at the call", "", *_bullets(answer["memory"]), ""]
     if answer["not_established"]:
         out += ["### Not established", "", *_bullets(answer["not_established"]), ""]
+    if answer.get("stalls"):
+        out += ["### Host stalls", "", md(answer["stalls"], 10_000), ""]
     return out
 
 
@@ -671,6 +677,7 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
         out += ["No library API ranges (cuBLAS/cuDNN/NCCL) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
     out += ["## Device memory", "", *_memory(doc["memory"])]
+    out += stall_parts.markdown_lines(doc["stalls"])
     if device_lines(doc):  # several devices, or a rank known
         out += ["## Devices and ranks", "", *_bullets(md(line, 2000) for line in device_lines(doc)), ""]
     if "alignment" in doc:

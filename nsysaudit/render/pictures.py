@@ -91,6 +91,8 @@ COLOURS = {
     "shade": "#9e9e9e",
     "text": "#222222",
     "note": "#555555",
+    "stall": "#e8743b",  # the host blocked in a CUDA call (docs/stalls.md)
+    "behind": "#2a9d8f",  # GPU work that ran behind a stall
 }
 OUTCOME_ORDER = ("ok", "allocation", "nonzero", "failed")  # drawn in this order: failures on top
 
@@ -316,7 +318,7 @@ def _draw_view(ax: Axes, t: Timeline, view: View) -> None:
     scale = _scale(view)
     ids = f"{t.arm or 'arm'}-{'zoom' if view is t.zoom else 'context'}"
     rows_of = {lane: k for k, lane in enumerate(view.lanes)}
-    n = len(view.lanes)
+    n = len(view.lanes) + len(view.gpu_lanes)
     ax.set_xlim(scale.x(view.lo_ns), scale.x(view.hi_ns))
     ax.set_ylim(max(n, 1) - 0.5, -0.5)
     ax.set_yticks([])
@@ -328,7 +330,7 @@ def _draw_view(ax: Axes, t: Timeline, view: View) -> None:
                   labelpad=2)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
-    if not n:
+    if not view.lanes:
         ax.text(0.5, 0.5, "no thread has anything in this window", transform=ax.transAxes, ha="center",
                 va="center", fontproperties=_font(8), color=COLOURS["note"], parse_math=False)
     for k, lane_index in enumerate(view.lanes):
@@ -344,9 +346,41 @@ def _draw_view(ax: Axes, t: Timeline, view: View) -> None:
     rows = {k: _Rows(_chars_per_unit(view, scale, 6.5), 3) for k in range(n)}
     _draw_shades(ax, view, scale, rows_of, ids)
     _draw_ranges(ax, view, scale, rows_of)
+    _draw_stalls(ax, view, scale, rows_of, rows, ids)
     _draw_bars(ax, view, scale, rows_of, rows, ids)
     _draw_ticks(ax, view, scale, rows_of, rows, ids, t.focus_position if view is t.context else None, view is t.zoom)
     _draw_lines(ax, view, scale, ids)
+
+
+def _draw_stalls(
+    ax: Axes, view: View, scale: _Scale, rows_of: dict[int, int], rows: dict[int, _Rows], ids: str
+) -> None:
+    """The host stalls on their threads' lanes, and below the threads the GPU streams' work behind them."""
+    span = scale.x(view.hi_ns) - scale.x(view.lo_ns)
+    for i, s in enumerate(view.stalls):
+        k = rows_of[s.lane]
+        x0, x1 = scale.x(s.start_ns), scale.x(s.end_ns)
+        ax.add_patch(Rectangle((x0, k - 0.26), max(x1 - x0, span / 800), 0.34, facecolor=COLOURS["stall"], alpha=0.3,
+                               edgecolor=COLOURS["stall"], lw=0.8, zorder=2, gid=f"{ids}-stall-{i}"))
+        _place(ax, rows[k], k, max(x0, scale.x(view.lo_ns)), s.label, COLOURS["stall"], view, scale)
+    first = len(view.lanes)
+    trans = ax.get_yaxis_transform()
+    for j, lane in enumerate(view.gpu_lanes):
+        k = first + j
+        ax.axhspan(k - 0.5, k + 0.5, color="#eef6f5", zorder=0, lw=0)
+        ax.text(-0.008, k - 0.02, f"GPU · stream {lane.stream_id}", transform=trans, ha="right", va="bottom",
+                fontproperties=_font(8, "bold"), color=COLOURS["text"], parse_math=False, gid=f"{ids}-gpu-lane-{j}")
+        ax.text(-0.008, k + 0.02, f"pid {lane.pid} · work behind stalls", transform=trans, ha="right", va="top",
+                fontproperties=_font(7), color=COLOURS["note"], parse_math=False)
+    for work, height in (("kernel", 0.3), ("memcpy", 0.18), ("memset", 0.12)):
+        by_row: dict[int, list[tuple[float, float]]] = {}
+        for b in (b for b in view.gpu if b.work == work):
+            x0, x1 = scale.x(b.start_ns), scale.x(b.end_ns)
+            by_row.setdefault(first + b.row, []).append((x0, max(x1 - x0, span / 1500)))
+        for k, spans in sorted(by_row.items()):
+            ax.broken_barh(spans, (k - height / 2, height), facecolors=COLOURS["behind"],
+                           edgecolors="#1d6f65" if work == "kernel" else "none", lw=0.3, zorder=3,
+                           gid=f"{ids}-gpu-{work}-{k - first}")
 
 
 def _number(v: float) -> str:
@@ -489,8 +523,10 @@ def _legend(fig: Figure, bottom: float, height: float) -> None:
         Line2D([], [], color=COLOURS["boundary"], ls="--", lw=0.8, label="telemetry line"),
         Line2D([], [], color=COLOURS["capture"], lw=1.3, label="capture stopped"),
         Patch(facecolor=COLOURS["shade"], alpha=0.35, hatch="///", edgecolor="#6d6d6d", label="not covered"),
+        Patch(facecolor=COLOURS["stall"], alpha=0.3, edgecolor=COLOURS["stall"], label="host blocked (stall)"),
+        Patch(facecolor=COLOURS["behind"], label="GPU work behind it"),
     ]
-    fig.legend(handles=handles, loc="center", ncols=9, prop=_font(7), frameon=False,
+    fig.legend(handles=handles, loc="center", ncols=6, prop=_font(7), frameon=False,
                bbox_to_anchor=(0.5, (bottom + height / 2) / fig.get_figheight()), handlelength=1.6,
                columnspacing=1.2)
 
@@ -499,7 +535,7 @@ def _legend(fig: Figure, bottom: float, height: float) -> None:
 
 
 def _lanes_tall(spec: _PanelSpec) -> int:
-    return spec.lanes_tall if spec.lanes_tall is not None else max(len(spec.view.lanes), 1)
+    return spec.lanes_tall if spec.lanes_tall is not None else max(len(spec.view.lanes) + len(spec.view.gpu_lanes), 1)
 
 
 def _panel_height(spec: _PanelSpec) -> float:

@@ -35,6 +35,7 @@ def plot_timeline(
         result,
         finding=value if kind == "finding" else None,
         at_ns=value if kind == "time" else None,
+        stall=value if kind == "stall" else None,
         window_ns=window_ns,
         boundary=boundary,
     )

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
+from nsysaudit.render import stall_parts
 from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
 from nsysaudit.reports.documents import (
     AlignmentSection,
@@ -40,6 +41,7 @@ from nsysaudit.reports.documents import (
     TelemetrySection,
 )
 from nsysaudit.reports.ranks import device_lines
+from nsysaudit.reports.stalls import glance_words
 from nsysaudit.reports.statements import (
     CALL_WORDS,
     CLASSIFICATION_WORDS,
@@ -415,9 +417,10 @@ def input_head(d: AnalysisDocument, command: str = "analyze") -> Text:
     return head
 
 
-def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableType]:
+def answer_parts(answer: Answer, *, numbered: bool = True, stalls: bool = True) -> list[RenderableType]:
     """The answer first (:mod:`nsysaudit.reports.answer`): the verdict and its sentence, each finding
-    (what, when, who held the memory), what limits the verdict. Sentences quote trace text: escaped."""
+    (what, when, who held the memory), the host stalls (``stalls``: a comparison says both arms' in
+    one line of its own), what limits the verdict. Sentences quote trace text: escaped."""
     verdict = answer["verdict"]
     parts: list[RenderableType] = [Text("")]
     line = Text()
@@ -444,6 +447,8 @@ def answer_parts(answer: Answer, *, numbered: bool = True) -> list[RenderableTyp
     more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         parts.append(Text(f"  and {more} more censored library call(s) (--details)", style="yellow"))
+    for stall in answer.get("stalls", []) if stalls else []:  # above the share docs/stalls.md states
+        parts.append(hanging("stall: ", literal(stall, 4000), style="yellow"))
     if answer["limits"]:
         parts.append(Text("  also:", style="dim"))
         for limit in answer["limits"]:
@@ -469,6 +474,8 @@ def glance(d: AnalysisDocument) -> list[RenderableType]:
     if "alignment" in d:
         checked = "checked" if d["alignment"]["checked"] else "NOT checked"
         lines.append(f"telemetry: {d['telemetry']['events']:,} line(s), clock alignment {checked}")
+    if d["stalls"]["blocking_calls"]:
+        lines.append(glance_words(d["stalls"]))
     out: list[RenderableType] = [Text("")]
     out += [hanging("", literal(line, 2000), style="dim") for line in lines]
     out.append(hanging("", Text("the full report: --details (census, calls, memory, library calls, coverage, "
@@ -523,6 +530,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         parts.extend(_failed_calls(d["failed_calls"]))
 
     parts.extend(_memory_parts(d["memory"]))
+    parts.extend(stall_parts.terminal_parts(d["stalls"]))
     lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
     if lines:
         parts.append(Text("\nDevices and ranks:", style="bold"))
@@ -748,12 +756,15 @@ def comparison_answer_parts(doc: ComparisonDocument) -> list[RenderableType]:
     for name in ("observe", "release"):
         arm = answer["arms"][name]
         parts.append(Text(f"\n{name} arm", style="bold"))
-        parts.extend(answer_parts(arm)[1:])
+        parts.extend(answer_parts(arm, stalls=False)[1:])
     if answer["memory"]:
         parts.append(Text("\nmemory at the call", style="bold"))
         parts.extend(hanging("- ", literal(s, 4000)) for s in answer["memory"])
     for s in answer["not_established"]:
         parts.append(hanging("not established: ", literal(s, 4000), style="yellow"))
+    if answer.get("stalls"):
+        parts.append(Text("\nhost stalls", style="bold"))
+        parts.append(hanging("- ", literal(answer["stalls"], 4000)))
     return parts
 
 

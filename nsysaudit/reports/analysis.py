@@ -57,6 +57,7 @@ from nsysaudit.reports.documents import (
     required_keys,
 )
 from nsysaudit.reports.ranks import document_keys, placement
+from nsysaudit.reports.stalls import Stalls, stalls_section
 from nsysaudit.reports.statements import allocator_statement, holder_statement
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
@@ -464,6 +465,15 @@ def _memory(analysis: Analysis, truth: DeviceTruth | None = None) -> Memory:
     return out
 
 
+def _stalls(analysis: Analysis) -> Stalls:
+    """The ``stalls`` key (:mod:`nsysaudit.reports.stalls`), each listed call placed among the telemetry lines."""
+    from nsysaudit.analysis.stalls import empty_stalls
+
+    alignment = analysis.alignment
+    return stalls_section(analysis.stalls if analysis.stalls is not None else empty_stalls(),
+                          alignment.position if alignment is not None else None)
+
+
 class Head(TypedDict):
     """Every key of the analysis document but ``library_calls`` and ``coverage.censored``, which stay
     frames until asked for; ``alignment`` and ``telemetry`` in their lazy form, their per-line lists
@@ -485,6 +495,7 @@ class Head(TypedDict):
     devices: list[TargetDevice]
     launches: list[LaunchedCommand]
     ranks: Ranks
+    stalls: Stalls
     answer: Answer
     alignment: NotRequired[dict[str, object]]
     telemetry: NotRequired[dict[str, object]]
@@ -508,6 +519,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
     findings = _findings(analysis, truth)
     keys = document_keys(truth, analysis.processes, findings)  # processes, devices, launches, ranks
     memory = _memory(analysis, truth)
+    stalls = _stalls(analysis)
     out: Head = {
         "tool": {"name": "nsysaudit", "version": __version__},
         "schema": {"kind": "analysis", "version": SCHEMA_VERSION},
@@ -525,10 +537,11 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
         "devices": keys["devices"],
         "launches": keys["launches"],
         "ranks": keys["ranks"],
+        "stalls": stalls,
         "answer": answer(
             findings, analysis.verdict, list(analysis.verdict_reasons), keys["processes"], memory,
             censored_rows(censored.head(MAX_CENSORED)), censored.height,
-            devices=keys["devices"], shown=keys["ranks"]["shown"],
+            devices=keys["devices"], shown=keys["ranks"]["shown"], stalls=stalls["statements"],
             library_failures=analysis.telemetry_library_failures,
         ),
     }
@@ -634,7 +647,8 @@ class AnalysisResult:
             "failed_calls": h["failed_calls"], "coverage": self.coverage, "processes": h["processes"],
             "verdict": h["verdict"], "verdict_reasons": h["verdict_reasons"], "warnings": h["warnings"],
             "limits": h["limits"], "memory": h["memory"], "answer": h["answer"], "library_calls": library_calls,
-            "devices": h["devices"], "launches": h["launches"], "ranks": h["ranks"], "schema": h["schema"],
+            "devices": h["devices"], "launches": h["launches"], "ranks": h["ranks"], "stalls": h["stalls"],
+            "schema": h["schema"],
         }
         alignment = self.analysis.alignment
         if alignment is not None:  # the head's lazy forms, their per-line lists made

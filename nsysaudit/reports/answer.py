@@ -100,6 +100,7 @@ def answer(
     *,
     devices: Sequence[TargetDevice] = (),
     shown: bool = False,
+    stalls: Sequence[str] = (),
     library_failures: Sequence[LibraryFailure] = (),
 ) -> Answer:
     """The ``answer`` key of an analysis document (see the module docstring) from its other keys;
@@ -107,7 +108,8 @@ def answer(
     ``censored_total``; ``devices`` (the document's ``devices``) and ``shown`` (``ranks.shown``): where the
     export has several devices or a stated rank, the findings say where they ran and the holder
     sentences name each device; ``library_failures`` (``telemetry.library_failures``): NCCL's error
-    lines tied to a finding are said with it (``reported``)."""
+    lines tied to a finding are said with it (``reported``); ``stalls``: the host stalls' sentences (the
+    ``stalls`` key's ``statements``)."""
     names = {p["global_pid"]: p["name"] for p in processes}
     reports = nccl.reported(library_failures, findings)
     named = devices if shown and len(devices) > 1 else None
@@ -161,4 +163,4 @@ def answer(
         summary = reasons[0] if reasons else f"verdict {verdict}"
         limits = list(reasons[1:])
     return {"verdict": verdict, "summary": summary, "findings": said, "censored": censored,
-            "censored_total": censored_total, "limits": limits}
+            "censored_total": censored_total, "limits": limits, "stalls": list(stalls)}

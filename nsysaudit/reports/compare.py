@@ -76,6 +76,7 @@ from nsysaudit.reports.documents import (
     ThreadRole,
 )
 from nsysaudit.reports.ranks import environment_differences, rank_differences
+from nsysaudit.reports.stalls import compare_stalls
 from nsysaudit.reports.statements import (
     allocation_statement,
     arms_memory_statement,
@@ -140,17 +141,19 @@ class Comparison:
 
 
 def _document(
-    observe: AnalysisResult, release: AnalysisResult, files: Mapping[str, TelemetryFile | None]
+    observe: AnalysisResult, release: AnalysisResult, files: Mapping[str, TelemetryFile | None],
+    labels: Mapping[str, str],
 ) -> ComparisonDocument:
     results = {"observe": observe, "release": release}
     arms: dict[str, ComparisonArm] = {name: _arm(results[name], files.get(name)) for name in ARMS}
-    differences = _differences(arms, results)
+    differences = _differences(arms, results, labels)
     not_established = _not_established(arms, differences)
     return {
         "format": REPORT_FORMAT,
         "kind": "comparison",
         "inputs": _inputs(arms),
         "arms": arms,
+        "labels": {n: labels[n] for n in ARMS},
         "differences": differences,
         "not_established": not_established,
         "summary": _summary(arms, differences, not_established),
@@ -180,6 +183,7 @@ def _answer(
         "ranks": differences["ranks"]["statements"],
         "memory": memory,
         "not_established": [x["statement"] for x in not_established if x["code"] == "censored_library_call"],
+        "stalls": differences["stalls"]["statement"],
     }
 
 
@@ -188,11 +192,13 @@ def compare_results(
     release: AnalysisResult,
     *,
     telemetry_files: Mapping[str, TelemetryFile | None] | None = None,
+    labels: tuple[str, str] | None = None,
 ) -> Comparison:
     """Compare two analyzed arms.
 
     ``telemetry_files`` names the telemetry each arm was given; by default it is read from each
-    result's alignment (the digest and size of the bytes the analysis read).
+    result's alignment (the digest and size of the bytes the analysis read). ``labels``: what the
+    sentences call the observe and the release arm (``compare --labels``; by default observe, release).
 
     >>> import nsysaudit
     >>> torch = "tests/fixtures/h200-cuda13-nsys2025.3/torch/"
@@ -209,7 +215,8 @@ def compare_results(
             files[name] = TelemetryFile(basename(log.path), log.sha256, log.size_bytes)
         else:
             files[name] = None
-    return Comparison(observe, release, files, _document(observe, release, files))
+    named: dict[str, str] = dict(zip(ARMS, labels if labels is not None else ARMS, strict=True))
+    return Comparison(observe, release, files, _document(observe, release, files, named))
 
 
 # --- per arm -------------------------------------------------------------------------------------
@@ -274,6 +281,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> Compar
         "processes": d["processes"],
         "launches": d["launches"],
         "ranks": d["ranks"],
+        "stalls": d["stalls"],
     }
     if "allocator" in d:  # with memory snapshots only
         arm["allocator"] = d["allocator"]
@@ -480,7 +488,9 @@ def _inputs(arms: Mapping[str, ComparisonArm]) -> list[SealedInput]:
 # --- differences ---------------------------------------------------------------------------------
 
 
-def _differences(arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult]) -> Differences:
+def _differences(
+    arms: Mapping[str, ComparisonArm], results: Mapping[str, AnalysisResult], labels: Mapping[str, str]
+) -> Differences:
     pairs = _paired_calls(arms)
     out: Differences = {
         "nested_alloc_failure": _failure_presence(arms),
@@ -510,6 +520,7 @@ def _differences(arms: Mapping[str, ComparisonArm], results: Mapping[str, Analys
         "handoff": _handoff_diff(arms),
         "memory": _memory_diff(arms),
         "ranks": rank_differences(arms, pairs),  # two ranks of one job as arms
+        "stalls": compare_stalls({n: arms[n]["stalls"] for n in ARMS}, labels),
     }
     if any("allocator" in arms[n] for n in ARMS):
         out["allocator"] = _allocator_diff(arms, pairs)
@@ -975,4 +986,5 @@ def _summary(
         lines.extend(pair["statements"])
     lines.extend(differences["memory"]["statements"])
     lines.extend(x["statement"] for x in not_established if x["code"] == "censored_library_call")
+    lines.append(differences["stalls"]["statement"])
     return lines

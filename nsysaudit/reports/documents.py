@@ -94,12 +94,32 @@ from nsysaudit.analysis.ledger import (
 )
 from nsysaudit.analysis.nccl import FailedCall, HelperThread
 from nsysaudit.analysis.run import Limits
+from nsysaudit.analysis.stalls import (
+    Attribution,
+    CallCopy,
+    KernelName,
+    KindStalls,
+    LaunchGroup,
+    LaunchThread,
+    RangeStreamTime,
+    StallRules,
+    StallStream,
+    Synchronized,
+)
 from nsysaudit.analysis.verdict import LibraryFailure, LibraryFailureAfter, LibrarySource, Verdict
 from nsysaudit.core.codes import ReturnClass as Classification
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.read.diagnostics import CaptureBounds
 from nsysaudit.read.inputs import Input, InputKind
 from nsysaudit.read.telemetry import TelemetryBadLine
+from nsysaudit.reports.stalls import (
+    ArmStalls,
+    ProcessStallEntry,
+    RangeStallEntry,
+    StallCallEntry,
+    Stalls,
+    StallsDifference,
+)
 
 __all__ = [
     "Agreement",
@@ -113,10 +133,13 @@ __all__ = [
     "AnalysisDocument",
     "AnchorPair",
     "Anchors",
+    "ArmStalls",
     "AtSnapshot",
+    "Attribution",
     "ByAction",
     "ByMechanism",
     "CallAllocations",
+    "CallCopy",
     "CaptureBounds",
     "CensoredReason",
     "Classification",
@@ -138,7 +161,11 @@ __all__ = [
     "InactiveHolder",
     "Input",
     "InputKind",
+    "KernelName",
+    "KindStalls",
     "LargestInactive",
+    "LaunchGroup",
+    "LaunchThread",
     "LaunchedCommand",
     "LibraryFailure",
     "LibraryFailureAfter",
@@ -158,6 +185,9 @@ __all__ = [
     "Pool",
     "Position",
     "Process",
+    "ProcessStallEntry",
+    "RangeStallEntry",
+    "RangeStreamTime",
     "RankClaim",
     "SealedAnalysisDocument",
     "SegmentFrees",
@@ -169,6 +199,12 @@ __all__ = [
     "SnapshotSection",
     "SourceCoverage",
     "Stack",
+    "StallCallEntry",
+    "StallRules",
+    "StallStream",
+    "Stalls",
+    "StallsDifference",
+    "Synchronized",
     "TargetDevice",
     "TelemetryBadLine",
     "TelemetryPoints",
@@ -462,6 +498,7 @@ class Answer(TypedDict):
     censored: list[AnswerCensored]
     censored_total: int
     limits: list[str]
+    stalls: list[str]  # the processes whose host stalls are above the share stalls.rules says (docs/stalls.md)
 
 
 class TelemetrySection(TelemetrySummary):
@@ -491,6 +528,7 @@ class AnalysisKeys(TypedDict):
     devices: list[TargetDevice]
     launches: list[LaunchedCommand]
     ranks: Ranks
+    stalls: Stalls
     allocator: NotRequired[AllocatorSection]
 
 
@@ -528,6 +566,7 @@ class SealedOptions(TypedDict):
     library_domains: list[str]
     max_pairs: int
     telemetry: SealedTelemetryOptions | None
+    labels: NotRequired[list[str]]  # compare --labels: the arms' names in the sentences (observe, release otherwise)
     snapshots: NotRequired[SealedSnapshotOptions]
 
 
@@ -698,6 +737,7 @@ class ComparisonArm(TypedDict):
     processes: list[Process]
     launches: list[LaunchedCommand]
     ranks: Ranks
+    stalls: Stalls
     allocator: NotRequired[AllocatorSection]
 
 
@@ -926,6 +966,7 @@ class Differences(TypedDict):
     handoff: dict[str, HandoffChange] | None
     memory: MemoryDifferences
     ranks: RankDifferences
+    stalls: StallsDifference
     allocator: NotRequired[AllocatorDifferences]
 
 
@@ -947,6 +988,7 @@ class ComparisonAnswer(TypedDict):
     ranks: list[str]
     memory: list[str]
     not_established: list[str]
+    stalls: str  # the host stalls of the arms, by their labels, and what changed
 
 
 class ComparisonDocument(TypedDict):
@@ -959,6 +1001,7 @@ class ComparisonDocument(TypedDict):
     inputs: list[SealedInput]
     options: NotRequired[SealedOptions]
     arms: dict[str, ComparisonArm]
+    labels: dict[str, str]  # what the sentences call each arm (compare --labels; observe, release otherwise)
     differences: Differences
     not_established: list[NotEstablished]
     summary: list[str]

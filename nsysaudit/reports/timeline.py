@@ -24,6 +24,10 @@ The choices the issue leaves open, and what is chosen (each Timeline says it in 
   panel of the live device-resident bytes of every traced process on the focus's device (the
   device its process allocated most on; every device's total is in the report) against that
   device's total, over the context window, with the bound on free memory at the focus.
+- **Host stalls**: each call that blocked the host at least 1 ms (``stalls``), on its thread's lane
+  (those threads are relevant too); below the threads, one lane per GPU stream with the work that
+  ran behind the longest waits (``stalls.calls[].attribution``), highlighted. ``--around stall:N``
+  focuses on the N-th longest (the default focus never is a stall).
 - **Not covered**: after the capture's stop (``coverage.capture.stop_ns``) and before its start,
   on every lane; after a process's last CUDA API record (``coverage.by_source``), on that
   process's lanes, when a censored library call of it gives a reason of the CUDA trace's own
@@ -41,7 +45,7 @@ import polars as pl
 from nsysaudit.core.codes import display_name, is_allocation_api, return_name
 from nsysaudit.core.defaults import DEFAULT_BOUNDARY as DEFAULT_BOUNDARY
 from nsysaudit.core.errors import BadOption
-from nsysaudit.core.ids import pid_bits, tid_bits
+from nsysaudit.core.ids import decode_pid, pid_bits, tid_bits
 from nsysaudit.core.paths import basename
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import Device
@@ -153,6 +157,34 @@ class Shade:
 
 
 @dataclass(frozen=True)
+class StallBar:
+    """A call that blocked the host at least the stall minimum, on its thread's lane."""
+
+    lane: int
+    start_ns: int
+    end_ns: int
+    label: str
+
+
+@dataclass(frozen=True)
+class GpuLane:
+    """A GPU stream of a process, with work behind an attributed stall in the view."""
+
+    pid: int
+    stream_id: int
+
+
+@dataclass(frozen=True)
+class GpuBar:
+    """GPU work (``kernel``, ``memcpy``, ``memset``) behind a stall, on GPU lane ``row``."""
+
+    row: int
+    start_ns: int
+    end_ns: int
+    work: str
+
+
+@dataclass(frozen=True)
 class View:
     """One window on some lanes: what a panel of the picture draws."""
 
@@ -167,6 +199,9 @@ class View:
     shades: tuple[Shade, ...]
     capture_stop_ns: int | None
     focus_tick: Tick | None
+    stalls: tuple[StallBar, ...] = ()
+    gpu_lanes: tuple[GpuLane, ...] = ()
+    gpu: tuple[GpuBar, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -220,13 +255,19 @@ class _Focus:
     whole: bool = False  # nothing to focus on: the picture shows the whole capture
 
 
-def parse_around(text: str) -> tuple[Literal["finding", "time"], int]:
-    """``--around``: ``finding:N`` (the N-th finding, 1-based) or a time in trace nanoseconds.
+def parse_around(text: str) -> tuple[Literal["finding", "time", "stall"], int]:
+    """``--around``: ``finding:N`` (the N-th finding, 1-based), ``stall:N`` (the N-th longest host
+    stall) or a time in trace nanoseconds.
 
-    >>> parse_around("finding:1"), parse_around("4900049660")
-    (('finding', 1), ('time', 4900049660))
+    >>> parse_around("finding:1"), parse_around("4900049660"), parse_around("stall:2")
+    (('finding', 1), ('time', 4900049660), ('stall', 2))
     """
     value = text.strip()
+    if value.lower().startswith("stall:"):
+        number = value.split(":", 1)[1]
+        if number.isdigit() and int(number) >= 1:
+            return "stall", int(number)
+        raise BadOption(f"--around {text!r}: write stall:N with N = 1 for the longest host stall")
     if value.lower().startswith("finding:"):
         number = value.split(":", 1)[1]
         if number.isdigit() and int(number) >= 1:
@@ -236,7 +277,8 @@ def parse_around(text: str) -> tuple[Literal["finding", "time"], int]:
         ns = int(value)
         if abs(ns) < 1 << 63:
             return "time", ns
-    raise BadOption(f"--around {text!r}: give finding:N (N-th finding, from 1) or a time in trace nanoseconds")
+    raise BadOption(f"--around {text!r}: give finding:N (N-th finding, from 1), stall:N (N-th longest host stall) "
+                    "or a time in trace nanoseconds")
 
 
 # --- reading the result ------------------------------------------------------------------------
@@ -250,11 +292,28 @@ def _fmt(ns: int) -> str:
     return f"{ns:,} ns"
 
 
+def _stall_focus(result: AnalysisResult, n: int) -> _Focus:
+    """The N-th longest host stall (``stalls.calls``, longest first)."""
+    stalls = result.head["stalls"]
+    calls = [c for c in stalls["calls"] if c["stall"]]
+    if n > len(calls):
+        listed = f" ({len(calls)} of them listed, the longest)" if len(calls) < stalls["stalls"] else ""
+        raise BadOption(f"--around stall:{n}: the export has {stalls['stalls']} call(s) that blocked the host at least "
+                        f"{stalls['rules']['stall_min_ns'] / 1e6:g} ms{listed}")
+    c = calls[n - 1]
+    api = display_name(c["api"]) if c["api"] is not None else "unknown api"
+    return _Focus(c["start_ns"], c["end_ns"], c["global_tid"], c["pid"], None,
+                  f"stall {n} (--around), {api} blocked the host {(c['end_ns'] - c['start_ns']) / 1e6:,.3f} ms",
+                  c["correlation_id"])
+
+
 def _focus(
-    result: AnalysisResult, finding: int | None, at_ns: int | None, boundary: str
+    result: AnalysisResult, finding: int | None, at_ns: int | None, boundary: str, stall: int | None = None
 ) -> _Focus:
     findings = result.findings
     libs = _usable(result.frames["library_calls"], "start_ns", "end_ns", "gtid").sort(["start_ns", "lib_id"])
+    if stall is not None:
+        return _stall_focus(result, stall)
     if at_ns is not None:
         return _Focus(at_ns, at_ns, None, None, None, f"trace time {_fmt(at_ns)} (--around)")
     if finding is not None:
@@ -445,7 +504,7 @@ def _lanes(
     wanted: dict[int, int] = {}  # gtid -> priority (lower first when lanes must be left out)
     if focus.gtid is not None:
         wanted[focus.gtid] = 0
-    for priority, frame in ((1, libs), (2, failed), (3, ranges)):
+    for priority, frame in ((1, libs), (2, failed), (3, ranges), (3, _overlapping(_stalls(result), lo, hi))):
         for g in frame["gtid"].unique().sort().to_list():
             wanted.setdefault(g, priority)
     known = sorted({*names, *wanted})
@@ -511,10 +570,70 @@ def _view(
         b for b in _boundary_lines(result, None, None) if lo <= b.trace_ns <= hi and b.pid in (None, *pids)
     )
     stop = result.coverage["capture"]["stop_ns"]
+    stalls = tuple(
+        StallBar(index[g], s, e, f"blocked {(e - s) / 1e6:,.3f} ms ({display_name(api) if api else 'unknown api'})")
+        for g, s, e, api in _overlapping(_stalls(result).filter(pl.col("gtid").is_in(gtids)), lo, hi)
+        .select("gtid", "start_ns", "end_ns", "api").iter_rows()
+    )
+    gpu_lanes, gpu = _gpu(result, {lanes[i].pid for i in shown}, lo, hi)
     return View(
         lo, hi, origin, tuple(shown), bars, tuple(ticks), ranges, boundaries,
         _shades(result, lanes, shown, lo, hi), stop if stop is not None and lo <= stop <= hi else None, focus_tick,
+        stalls, gpu_lanes, gpu,
     )
+
+
+MAX_GPU_LANES = 4
+GPU_BARS = 1500  # per lane: rows closer than the window / GPU_BARS are drawn as one bar
+
+
+def _stalls(result: AnalysisResult) -> pl.DataFrame:
+    """``gtid, start_ns, end_ns, api`` of the calls that blocked the host at least the stall minimum."""
+    calls = result.frames.get("stall_calls")
+    least = result.head["stalls"]["rules"]["stall_min_ns"]
+    if calls is None or not calls.height:
+        return pl.DataFrame(schema={"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "api": pl.String})
+    return (
+        calls.filter(pl.col("end_ns") - pl.col("start_ns") >= least)
+        .select("gtid", "start_ns", "end_ns", pl.col("api").cast(pl.String))
+        .sort("start_ns", "gtid", "end_ns", "api", nulls_last=True, maintain_order=True)
+    )
+
+
+def _gpu(result: AnalysisResult, pids: set[int], lo: int, hi: int) -> tuple[tuple[GpuLane, ...], tuple[GpuBar, ...]]:
+    """The GPU streams with work behind an attributed stall in the window (of the processes shown),
+    at most :data:`MAX_GPU_LANES`, the most busy first, their rows merged at about a pixel."""
+    rows = result.frames.get("stall_work")
+    if rows is None or not rows.height or not pids:
+        return (), ()
+    calls = result.frames["stall_calls"].select("call_id", "gtid")
+    work = (
+        rows.join(calls, on="call_id").with_columns(decode_pid(pl.col("gtid")).alias("pid"))
+        .filter(pl.col("pid").is_in(list(pids)) & (pl.col("start_ns") <= hi) & (pl.col("end_ns") >= lo))
+        .unique(["pid", "stream_id", "work", "start_ns", "end_ns"])
+    )
+    if not work.height:
+        return (), ()
+    busiest = (
+        work.group_by("pid", "stream_id").agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("busy"))
+        .sort("busy", "pid", "stream_id", descending=[True, False, False]).head(MAX_GPU_LANES)
+        .sort("pid", "stream_id")
+    )
+    lanes = tuple(GpuLane(p, s) for p, s in busiest.select("pid", "stream_id").iter_rows())
+    step = max((hi - lo) // GPU_BARS, 1)
+    keys = ["pid", "stream_id", "work"]
+    # Per lane and kind, rows that start within a step of the reach of those before them are one bar.
+    merged = (
+        work.join(busiest.select("pid", "stream_id").with_row_index("row"), on=["pid", "stream_id"])
+        .sort(*keys, "start_ns")
+        .with_columns(pl.col("end_ns").cum_max().over(keys).shift(1).over(keys).alias("_reach"))
+        .with_columns((pl.col("_reach").is_null() | (pl.col("start_ns") > pl.col("_reach") + step)).cum_sum()
+                      .alias("_bar"))
+        .group_by("row", "work", "_bar").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .sort("row", "work", "start_ns")
+    )
+    return lanes, tuple(GpuBar(int(r), s, e, w) for r, w, s, e in merged.select("row", "work", "start_ns", "end_ns")
+                        .iter_rows())
 
 
 def _shades(result: AnalysisResult, lanes: Sequence[Lane], shown: Sequence[int], lo: int, hi: int) -> tuple[Shade, ...]:
@@ -636,8 +755,9 @@ def timeline(
     at_ns: int | None = None,
     window_ns: int | None = None,
     boundary: str = DEFAULT_BOUNDARY,
+    stall: int | None = None,
 ) -> Timeline:
-    """The timeline of one analyzed export around a finding, a time, or the default focus.
+    """The timeline of one analyzed export around a finding, a time, a host stall, or the default focus.
 
     >>> import nsysaudit
     >>> torch = "tests/fixtures/h200-cuda13-nsys2025.3/torch/"
@@ -647,11 +767,11 @@ def timeline(
     >>> t.memory.free_at_most_bytes
     697798798
     """
-    if finding is not None and at_ns is not None:
-        raise BadOption("--around takes one finding or one time, not both")
+    if sum(x is not None for x in (finding, at_ns, stall)) > 1:
+        raise BadOption("--around takes one finding, one stall or one time, not several")
     if window_ns is not None and window_ns <= 0:
         raise BadOption("--window must be more than 0 ms")
-    focus = _focus(result, finding, at_ns, boundary)
+    focus = _focus(result, finding, at_ns, boundary, stall)
     origin = _origin(result, focus, boundary)
     window = _window(result, focus, origin[0], window_ns)
     notes = _notes(focus, origin[1], window, window_ns)

@@ -77,6 +77,7 @@ from nsysaudit.seal.recipe import (
     Recipe,
     SealMetadata,
     build,
+    check_labels,
     sealed_domains,
     sealed_metadata,
     snapshot_roles,
@@ -333,11 +334,13 @@ def seal_compare(
     nsys_path: str | os.PathLike[str] | None = None,
     force: bool = False,
     progress: Progress | None = None,
+    labels: Sequence[str] | None = None,
     observe_snapshots: Sequence[str | os.PathLike[str]] = (),
     release_snapshots: Sequence[str | os.PathLike[str]] = (),
 ) -> Sealed:
     """Compare an observe arm and a release arm and write the sealed comparison into ``out``
     (``observe_snapshots``, ``release_snapshots``: each arm's PyTorch memory snapshots, sealed as inputs).
+    ``labels``: what the sentences call the two arms (two names; :func:`check_labels`).
 
     >>> import tempfile, pathlib
     >>> torch = "tests/fixtures/h200-cuda13-nsys2025.3/torch/"
@@ -351,8 +354,9 @@ def seal_compare(
         roles.append(("observe_telemetry", os.fspath(observe_telemetry)))
     if release_telemetry is not None:
         roles.append(("release_telemetry", os.fspath(release_telemetry)))
+    named = check_labels(labels) if labels is not None else None
     roles += snapshot_roles(observe_snapshots, "observe_") + snapshot_roles(release_snapshots, "release_")
-    recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options)
+    recipe = Recipe("compare", tuple(roles), tuple(library_domains), telemetry_options, named)
     return seal(recipe, out, force=force, nsys_path=nsys_path, progress=progress)
 
 

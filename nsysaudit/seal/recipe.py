@@ -18,6 +18,7 @@ from nsysaudit.core.errors import BadOption, CheckFailed, UnusableInput
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import JSON, JSONObject
+from nsysaudit.core.text import escape
 from nsysaudit.read.inputs import input_kind
 from nsysaudit.read.telemetry import CLOCK_KINDS, ClockKind, TelemetryOptions, parse_anchor
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
@@ -105,6 +106,7 @@ class Recipe:
     inputs: tuple[tuple[str, str], ...]
     library_domains: tuple[str, ...] = DEFAULT_LIBRARY_DOMAINS
     telemetry_options: TelemetryOptions | None = None
+    labels: tuple[str, str] | None = None  # compare --labels (None: observe, release)
 
     def path(self, role: str) -> str | None:
         return dict(self.inputs).get(role)
@@ -134,6 +136,8 @@ class Recipe:
             "max_pairs": DEFAULT_MAX_PAIRS,  # a sealed analysis always runs with the default limit
             "telemetry": telemetry_options_dict(tel) if self.has_telemetry else None,
         }
+        if self.labels is not None:
+            out["labels"] = list(self.labels)
         if self.has_snapshots:
             out["snapshots"] = {"tolerance_ns": tel.tolerance_ns}
         return out
@@ -272,7 +276,8 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
             t = _telemetry_input(f"{arm}_telemetry", telemetry, results[arm])
             inputs.append(t)
             telemetry_files[arm] = TelemetryFile(t.name, t.sha256, t.size_bytes)
-    comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files)
+    comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files,
+                                 labels=recipe.labels)
     doc = comparison.to_dict()
     doc["options"] = recipe.options()
     timelines = aligned_timelines(results["observe"], results["release"])
@@ -345,6 +350,7 @@ def sealed_form(
         "devices": scrubbed["devices"],
         "launches": scrubbed["launches"],
         "ranks": scrubbed["ranks"],
+        "stalls": scrubbed["stalls"],
         "format": ANALYSIS_FORMAT,
         "kind": "analysis",
         "inputs": inputs,
@@ -439,7 +445,20 @@ def _command(recipe: Recipe, out: str | os.PathLike[str]) -> list[str]:
     options = recipe.options()
     cmd += _telemetry_flags(options["telemetry"])
     cmd += _snapshot_flags(options.get("snapshots"), options["telemetry"])
+    if recipe.labels is not None:
+        cmd += ["--labels", ",".join(recipe.labels)]
     return cmd
+
+
+def check_labels(labels: Sequence[str]) -> tuple[str, str]:
+    """The two arms' names ``compare --labels`` gives (observe's first), checked: two different
+    non-empty names of printable characters, without a comma. Raises :class:`BadOption`."""
+    names = tuple(labels)
+    if (len(names) != 2 or names[0] == names[1]
+            or any(not n.strip() or n != n.strip() or "," in n or escape(n) != n for n in names)):
+        raise BadOption("--labels takes two different names, the observe arm's first: --labels serialized,forked "
+                        "(printable characters, no comma)")
+    return names[0], names[1]
 
 
 def _snapshot_flags(options: SealedSnapshotOptions | None, telemetry: SealedTelemetryOptions | None) -> list[str]:
@@ -626,6 +645,7 @@ def sealed_domains(domains: Sequence[str]) -> tuple[str, ...]:
 class CheckedOptions(TypedDict):
     library_domains: list[str]
     telemetry: JSONObject | None
+    labels: NotRequired[list[str]]
     snapshot_tolerance_ns: NotRequired[int]
 
 
@@ -659,4 +679,5 @@ def recipe_from(meta: CheckedMetadata, paths: Mapping[str, str]) -> Recipe:
         inputs=tuple((r["role"], paths[r["role"]]) for r in spec["inputs"]),
         library_domains=tuple(options["library_domains"] or DEFAULT_LIBRARY_DOMAINS),
         telemetry_options=telemetry,
+        labels=(options["labels"][0], options["labels"][1]) if "labels" in options else None,
     )

@@ -389,6 +389,10 @@ def metadata_of(root: Path) -> CheckedMetadata:
     if telemetry is not None and not isinstance(telemetry, dict):
         raise bad("'recipe.options.telemetry' is not an object")
     telemetry_options_from(telemetry)  # raises CheckFailed naming the problem
+    labels = options.get("labels")
+    if labels is not None and (not isinstance(labels, list) or len(labels) != 2
+                               or not all(isinstance(a, str) and a for a in labels)):
+        raise bad("'recipe.options.labels' is not a list of two names")
     tolerance = snapshot_options_from(options.get("snapshots"))  # the same
     checked: CheckedMetadata = {
         "format": SEAL_FORMAT,
@@ -400,6 +404,8 @@ def metadata_of(root: Path) -> CheckedMetadata:
         },
         "versions": versions,
     }
+    if isinstance(labels, list):
+        checked["recipe"]["options"]["labels"] = [str(a) for a in labels]
     if tolerance is not None:
         checked["recipe"]["options"]["snapshot_tolerance_ns"] = tolerance
     if "engines" in meta:

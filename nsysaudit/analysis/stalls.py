@@ -1,0 +1,557 @@
+"""Host stalls: every CUDA call that blocked the host, what ran on the device meanwhile, by NVTX range.
+
+Pure functions over what :mod:`nsysaudit.read.gpu_work` read (the blocking calls, per call and stream
+the GPU work that ran inside it, the rows behind the longest waits with their launches) and the
+loaded NVTX ranges and library calls:
+
+- each call's NVTX ranges (its thread's ranges holding it wholly, outermost first; ranges of the
+  library domains are library calls, not ranges);
+- for the attributed calls, each row's launch: before or after the call began, on which thread,
+  inside which NVTX range and library call of that thread;
+- the sums per process and per NVTX range (a call counts in every range that holds it).
+
+A call is a *stall* when it blocked the host at least :data:`STALL_MIN_NS`; a process's stalls are
+said in the answer when together they take at least :data:`ANSWER_SHARE` of its CUDA API trace.
+The trace shows what ran during the wait, not what the call waited for: "behind", never "because".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, TypedDict
+
+import polars as pl
+
+from nsysaudit.analysis.joins import count_pairs
+from nsysaudit.core.ids import decode_pid, decode_tid, global_pid, pid_bits, tid_bits
+from nsysaudit.core.intervals import closed_library_calls
+from nsysaudit.read.gpu_work import ATTRIBUTION_RULE, LONGEST_CALLS, STALL_MIN_NS, GpuWork
+
+__all__ = [
+    "ANSWER_SHARE", "STALL_MIN_NS", "Attribution", "CallCopy", "KernelName", "LaunchGroup", "LaunchLibrary",
+    "LaunchRange", "ProcessStalls",
+    "RangeStalls", "StallCall", "StallKind", "StallStream", "StallTotals", "StallsAnalysis", "Synchronized",
+    "WorkKind",
+    "analyze_stalls", "empty_stalls",
+]
+
+ANSWER_SHARE = 0.05
+MAX_LISTED_CALLS = LONGEST_CALLS
+MAX_LISTED_RANGES = 50
+MAX_STACK_PAIRS = 1_000_000
+MAX_GROUPS = 12
+MAX_KERNEL_NAMES = 5
+LISTED_RULE = f"the {MAX_LISTED_CALLS} calls that blocked longest (all are counted in the sums)"
+RANGES_RULE = (f"per process and NVTX range holding a blocking call (a call counts in every range that holds it), "
+               f"the {MAX_LISTED_RANGES} whose stalls took longest (then whose calls blocked longest)")
+
+StallKind = Literal["explicit", "sync_copy", "async_copy", "sync_memset", "free"]
+WorkKind = Literal["kernel", "memcpy", "memset"]
+Scope = Literal["stream", "device", "event", "unknown"]
+Launched = Literal["before", "after", "unknown"]
+
+
+class StallStream(TypedDict):
+    """GPU work of one kind on one stream that ran inside a blocking call (its own copy excluded)."""
+
+    stream_id: int
+    work: WorkKind
+    rows: int
+    busy_ns: int
+    synchronized_stream: bool | None  # the stream the call synchronized (None: which one is unknown)
+
+
+class LaunchThread(TypedDict):
+    pid: int
+    tid: int
+    global_tid: int
+    thread_name: str | None
+
+
+class LaunchGroup(TypedDict):
+    """Rows behind an attributed call that share their stream, kind and launch."""
+
+    stream_id: int
+    work: WorkKind
+    rows: int
+    busy_ns: int
+    launched: Launched  # before the call began, after it (another thread), or unknown (no launch row)
+    launch_thread: LaunchThread | None
+    nvtx_range: str | None  # the innermost NVTX range of the launching thread holding the launch
+    library: str | None  # the library call holding the launch (cuBLAS, ...), where one does
+    library_api: str | None
+
+
+class KernelName(TypedDict):
+    name: str | None
+    rows: int
+    busy_ns: int
+
+
+class LaunchRange(TypedDict):
+    """The rows behind a call launched before it inside one NVTX range (``None``: outside every range)."""
+
+    nvtx_range: str | None
+    rows: int
+    busy_ns: int
+
+
+class LaunchLibrary(TypedDict):
+    """The rows behind a call launched inside calls of one library (cuBLAS, ...), by library API."""
+
+    library: str
+    library_api: str | None
+    rows: int
+    busy_ns: int
+
+
+class Attribution(TypedDict):
+    """The rows behind one call, each with its launch (:data:`nsysaudit.read.gpu_work.ATTRIBUTION_RULE`):
+    how many were launched before the call began, after it (on another thread), or by no CUDA API row
+    the trace holds; the NVTX ranges and library calls the launches lay in; the kernels' names."""
+
+    rows: int
+    busy_ns: int
+    complete: bool  # every row behind the call is here (no row limit reached)
+    launched_before_rows: int
+    launched_before_ns: int
+    launched_after_rows: int
+    launched_after_ns: int
+    launch_unknown_rows: int
+    launch_unknown_ns: int
+    ranges: list[LaunchRange]
+    ranges_total: int
+    libraries: list[LaunchLibrary]
+    groups: list[LaunchGroup]
+    groups_total: int
+    kernels: list[KernelName]
+
+
+class Synchronized(TypedDict):
+    """What the call waited for: a stream (which one, where a row says), the device, an event."""
+
+    scope: Scope
+    stream_id: int | None
+    source: str | None  # the table that names the stream
+    device_id: int | None
+    context_id: int | None
+
+
+class CallCopy(TypedDict):
+    """A copy's or memset's own rows: how many, their bytes, copy kind and memory kinds."""
+
+    rows: int
+    bytes: int | None
+    copy_kind: str | None
+    memory_kinds: str | None
+
+
+class StallCall(TypedDict):
+    call_id: int
+    api: str | None
+    kind: StallKind
+    return_code: int | None
+    correlation_id: int | None
+    pid: int
+    tid: int
+    global_tid: int
+    thread_name: str | None
+    start_ns: int
+    end_ns: int
+    blocked_ns: int
+    own_ns: int
+    waited_ns: int
+    covered_ns: int | None
+    idle_ns: int | None  # blocked - covered: no GPU work of the process ran (None: unknown, or not a stall)
+    stall: bool
+    synchronized: Synchronized
+    copy: CallCopy | None
+    nvtx: list[str]
+    behind: list[StallStream] | None  # per stream: for the stalls only (null for a shorter call)
+    attribution: Attribution | None
+
+
+class RangeStreamTime(TypedDict):
+    stream_id: int
+    busy_ns: int
+
+
+class RangeStalls(TypedDict):
+    range: str | None  # None: the calls outside every NVTX range
+    pid: int
+    global_pid: int
+    calls: int
+    stalls: int
+    blocked_ns: int
+    stalled_ns: int  # of the calls that blocked at least the stall minimum (compare check's stall budgets)
+    waited_ns: int
+    idle_ns: int | None
+    behind: list[RangeStreamTime]
+
+
+class ProcessStalls(TypedDict):
+    pid: int
+    global_pid: int
+    name: str | None
+    blocking_calls: int
+    blocked_ns: int
+    waited_ns: int
+    stalls: int
+    stalled_ns: int
+    span_ns: int | None  # the process's CUDA API trace, first record to last
+    share: float | None  # stalled_ns / span_ns
+    above: bool  # its stalls are said in the answer
+
+
+class KindStalls(TypedDict):
+    kind: StallKind
+    calls: int
+    blocked_ns: int
+
+
+class StallRules(TypedDict):
+    stall_min_ns: int
+    answer_share: float
+    listed: str
+    ranges: str
+    attribution: str
+
+
+class StallTotals(TypedDict):
+    """The sums over every blocking call, and what was read and the rules applied."""
+
+    blocking_calls: int
+    blocked_ns: int
+    own_ns: int
+    waited_ns: int
+    idle_ns: int | None
+    stalls: int
+    stalled_ns: int
+    by_kind: list[KindStalls]
+    ranges_total: int
+    calls_total: int
+    work_rows: dict[str, int]
+    synchronization_rows: int
+    attribution_complete: bool
+    covered_known: bool
+    rules: StallRules
+
+
+class StallsAnalysis(StallTotals):
+    processes: list[ProcessStalls]
+    ranges: list[RangeStalls]
+    calls: list[StallCall]
+
+
+def analyze_stalls(
+    work: GpuWork,
+    nvtx_ranges: pl.DataFrame,
+    library_calls: pl.DataFrame,
+    thread_names: pl.DataFrame,
+    processes: pl.DataFrame,
+    cuda_api_span: pl.DataFrame,
+    library_domains: Sequence[str],
+) -> StallsAnalysis:
+    """The host stalls of one trace (see the module docstring)."""
+    plain = nvtx_ranges.filter(pl.col("domain").is_null() | ~pl.col("domain").is_in(list(library_domains)))
+    calls = work.calls.with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("blocked_ns"),
+    ).with_columns(
+        (pl.col("blocked_ns") - pl.col("own_ns")).alias("waited_ns"),
+        (pl.col("blocked_ns") - pl.col("covered_ns")).alias("idle_ns"),
+        (pl.col("blocked_ns") >= STALL_MIN_NS).alias("stall"),
+    )
+    stacks = _stacks(calls, plain)
+    names = thread_names.filter(pl.col("gtid").is_not_null()).group_by("gtid", maintain_order=True).last()
+    # The longest first; of equals, the earliest (top_k then a sort of the few it keeps).
+    longest = calls.top_k(MAX_LISTED_CALLS, by="blocked_ns")["blocked_ns"].min()
+    listed = (
+        calls.filter(pl.col("blocked_ns") >= longest).sort("blocked_ns", "start_ns", "call_id",
+                                                           descending=[True, False, False]).head(MAX_LISTED_CALLS)
+        if calls.height else calls
+    )
+    groups = _groups(work, calls, plain, library_calls, names)
+    ranges, ranges_total = _ranges(calls, stacks, work.behind)
+    idle = None if not work.covered_known else int(calls.filter(pl.col("stall"))["idle_ns"].sum() or 0)
+    return {
+        "blocking_calls": calls.height,
+        "blocked_ns": int(calls["blocked_ns"].sum() or 0),
+        "own_ns": int(calls["own_ns"].sum() or 0),
+        "waited_ns": int(calls["waited_ns"].sum() or 0),
+        "idle_ns": idle,
+        "stalls": int(calls["stall"].sum() or 0),
+        "stalled_ns": int(calls.filter(pl.col("stall"))["blocked_ns"].sum() or 0),
+        "by_kind": [
+            {"kind": k, "calls": n, "blocked_ns": b}
+            for k, n, b in calls.group_by(pl.col("kind").cast(pl.String)).agg(pl.len().cast(pl.Int64),
+                                                                               pl.col("blocked_ns").sum())
+            .sort("kind").iter_rows()
+        ],
+        "processes": _processes(calls, processes, cuda_api_span),
+        "ranges": ranges,
+        "ranges_total": ranges_total,
+        "calls": _calls(listed, stacks, work, groups, names),
+        "calls_total": calls.height,
+        "work_rows": dict(work.work_rows),
+        "synchronization_rows": work.synchronization_rows,
+        "attribution_complete": work.attribution_complete,
+        "covered_known": work.covered_known,
+        "rules": {"stall_min_ns": STALL_MIN_NS, "answer_share": ANSWER_SHARE, "listed": LISTED_RULE,
+                  "ranges": RANGES_RULE, "attribution": ATTRIBUTION_RULE},
+    }
+
+
+def _containing(points: pl.DataFrame, ranges: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
+    """``_row, text, r_start, r_end, range_id`` for every range of ``ranges`` (``gtid, start_ns, end_ns,
+    text``) on the thread of a row of ``points`` (``_row, gtid, start, end``) that holds it wholly.
+    Per thread, an inequality join (the pairs are counted first: past :data:`MAX_STACK_PAIRS`, none)."""
+    closed = ranges.filter(
+        pl.col("gtid").is_not_null() & pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
+        & (pl.col("end_ns") >= pl.col("start_ns"))
+    ).with_row_index("range_id").with_columns(pl.col("range_id").cast(pl.Int64))
+    empty = pl.DataFrame(schema={"_row": pl.Int64, "text": pl.String, "r_start": pl.Int64, "r_end": pl.Int64,
+                                 "range_id": pl.Int64})
+    usable = points.filter(pl.col("gtid").is_not_null() & pl.col(start).is_not_null() & pl.col(end).is_not_null())
+    if not closed.height or not usable.height:
+        return empty
+    as_libs = closed.select(pl.col("range_id").alias("lib_id"), "gtid", pl.col("start_ns").alias("lib_start"),
+                            pl.col("end_ns").alias("lib_end"))
+    counted = count_pairs(as_libs, usable.select("gtid", pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")))
+    if int(counted["pairs"].sum() or 0) > MAX_STACK_PAIRS:
+        return empty
+    parts = []
+    by_thread = closed.partition_by("gtid", as_dict=True)
+    for (gtid,), rows in usable.partition_by("gtid", as_dict=True).items():
+        mine = by_thread.get((gtid,))
+        if mine is None:
+            continue
+        joined = rows.select("_row", *dict.fromkeys((start, end))).join_where(
+            mine.select(pl.col("start_ns").alias("r_start"), pl.col("end_ns").alias("r_end"), "text", "range_id"),
+            pl.col("r_start") <= pl.col(start),
+            pl.col("r_end") >= pl.col(end),
+        )
+        if joined.height:
+            parts.append(joined.select("_row", "text", "r_start", "r_end", "range_id"))
+    return pl.concat(parts) if parts else empty
+
+
+def _stacks(calls: pl.DataFrame, plain: pl.DataFrame) -> pl.DataFrame:
+    """``call_id, nvtx`` (the texts of the NVTX ranges holding the call, outermost first)."""
+    held = _containing(calls.select(pl.col("call_id").alias("_row"), "gtid", "start_ns", "end_ns"), plain,
+                       "start_ns", "end_ns")
+    return (
+        held.sort("_row", "r_start", pl.col("r_end"), "range_id", descending=[False, False, True, False])
+        .group_by("_row", maintain_order=True)
+        .agg(pl.col("text").alias("nvtx"))
+        .rename({"_row": "call_id"})
+    )
+
+
+def _groups(
+    work: GpuWork, calls: pl.DataFrame, plain: pl.DataFrame, library_calls: pl.DataFrame, names: pl.DataFrame
+) -> pl.DataFrame:
+    """The attributed rows with their launch's thread, NVTX range and library call, and whether the
+    launch came before the call."""
+    rows = work.attributed.with_row_index("_row").with_columns(pl.col("_row").cast(pl.Int64))
+    points = rows.select("_row", pl.col("launch_gtid").alias("gtid"), pl.col("launch_start_ns").alias("t"))
+    innermost = pl.col("r_end") - pl.col("r_start")
+    held = (
+        _containing(points, plain, "t", "t").sort("_row", innermost, "range_id").group_by("_row", maintain_order=True)
+        .first().select("_row", pl.col("text").alias("nvtx_range"))
+    )
+    libs = closed_library_calls(library_calls).select(
+        "gtid", "start_ns", "end_ns", pl.concat_str(pl.col("library"), pl.lit("\x00"), pl.col("api").fill_null(""))
+        .alias("text"))
+    in_lib = (
+        _containing(points, libs, "t", "t").sort("_row", innermost, "range_id").group_by("_row", maintain_order=True)
+        .first()
+        .select("_row", pl.col("text").str.split_exact("\x00", 1).struct.rename_fields(["library", "library_api"])
+                .alias("_lib"))
+        .unnest("_lib")
+        .with_columns(pl.when(pl.col("library_api") == "").then(None).otherwise(pl.col("library_api"))
+                      .alias("library_api"))
+    )
+    starts = calls.select("call_id", pl.col("start_ns").alias("_call_start"))
+    return (
+        rows.join(held, on="_row", how="left").join(in_lib, on="_row", how="left").join(starts, on="call_id")
+        .join(names.rename({"gtid": "launch_gtid", "thread_name": "launch_thread_name"}), on="launch_gtid", how="left")
+        .with_columns(
+            pl.when(pl.col("launch_start_ns").is_null()).then(pl.lit("unknown"))
+            .when(pl.col("launch_start_ns") < pl.col("_call_start")).then(pl.lit("before"))
+            .otherwise(pl.lit("after")).alias("launched")
+        )
+    )
+
+
+def _attribution(call_id: int, groups: pl.DataFrame, complete: bool) -> Attribution:
+    mine = groups.filter(pl.col("call_id") == call_id)
+    keys = ["stream_id", "work", "launched", "launch_gtid", "launch_thread_name", "nvtx_range", "library",
+            "library_api"]
+    grouped = (
+        mine.group_by(keys).agg(pl.len().cast(pl.Int64).alias("rows"), pl.col("overlap_ns").sum().alias("busy_ns"))
+        .sort("busy_ns", "rows", *keys, descending=[True, True, *([False] * len(keys))], nulls_last=True)
+    )
+    out: list[LaunchGroup] = []
+    for r in grouped.head(MAX_GROUPS).iter_rows(named=True):
+        g = r["launch_gtid"]
+        out.append({
+            "stream_id": r["stream_id"], "work": r["work"], "rows": r["rows"], "busy_ns": r["busy_ns"],
+            "launched": r["launched"],
+            "launch_thread": None if g is None else {
+                "pid": pid_bits(g), "tid": tid_bits(g), "global_tid": g,
+                "thread_name": r["launch_thread_name"]},
+            "nvtx_range": r["nvtx_range"], "library": r["library"], "library_api": r["library_api"],
+        })
+    def summed(frame: pl.DataFrame, *keys: str) -> pl.DataFrame:
+        return (
+            frame.group_by(*keys)
+            .agg(pl.len().cast(pl.Int64).alias("rows"), pl.col("overlap_ns").sum().alias("busy_ns"))
+            .sort("busy_ns", *keys, descending=[True, *([False] * len(keys))], nulls_last=True)
+        )
+
+    kernels = summed(mine.filter(pl.col("work") == "kernel"), "name").head(MAX_KERNEL_NAMES)
+    ranges = summed(mine.filter(pl.col("launched") == "before"), "nvtx_range")
+    libraries = summed(mine.filter(pl.col("library").is_not_null()), "library", "library_api").head(MAX_KERNEL_NAMES)
+
+    def launched(state: str) -> tuple[int, int]:
+        rows = mine.filter(pl.col("launched") == state)
+        return rows.height, int(rows["overlap_ns"].sum() or 0)
+
+    (before, before_ns), (after, after_ns), (unknown, unknown_ns) = map(launched, ("before", "after", "unknown"))
+    return {
+        "rows": mine.height, "busy_ns": int(mine["overlap_ns"].sum() or 0), "complete": complete,
+        "launched_before_rows": before, "launched_before_ns": before_ns, "launched_after_rows": after,
+        "launched_after_ns": after_ns, "launch_unknown_rows": unknown, "launch_unknown_ns": unknown_ns,
+        "ranges": [{"nvtx_range": t, "rows": n, "busy_ns": b} for t, n, b in ranges.head(MAX_KERNEL_NAMES).iter_rows()],
+        "ranges_total": ranges.height,
+        "libraries": [{"library": lib, "library_api": api, "rows": n, "busy_ns": b}
+                      for lib, api, n, b in libraries.iter_rows()],
+        "groups": out, "groups_total": grouped.height,
+        "kernels": [{"name": n, "rows": k, "busy_ns": b} for n, k, b in kernels.iter_rows()],
+    }
+
+
+def _calls(
+    listed: pl.DataFrame, stacks: pl.DataFrame, work: GpuWork, groups: pl.DataFrame, names: pl.DataFrame
+) -> list[StallCall]:
+    rows = (
+        listed.join(stacks, on="call_id", how="left").join(names, on="gtid", how="left")
+        .join(work.details, on="call_id", how="left")  # every listed call has its details (read/gpu_work)
+        .with_columns(decode_pid(pl.col("gtid")).alias("pid"), decode_tid(pl.col("gtid")).alias("tid"))
+    )
+    behind = work.behind.join(listed.select("call_id"), on="call_id", how="semi")
+    attributed = set(work.attributed_calls)
+    out: list[StallCall] = []
+    for r in rows.iter_rows(named=True):
+        synced = r["stream_id"]
+        mine = behind.filter(pl.col("call_id") == r["call_id"])
+        streams: list[StallStream] = [
+            {"stream_id": s, "work": w, "rows": n, "busy_ns": b,
+             "synchronized_stream": None if synced is None else s == synced}
+            for s, w, n, b in mine.select("stream_id", "work", "rows", "busy_ns").iter_rows()
+        ]
+        copy: CallCopy | None = None
+        if r["kind"] in ("sync_copy", "async_copy", "sync_memset"):
+            copy = {"rows": r["own_rows"], "bytes": r["own_bytes"], "copy_kind": r["copy_kind"],
+                    "memory_kinds": r["memory_kinds"] or None}
+        complete = work.attribution_complete or not groups.filter(pl.col("call_id") == r["call_id"]).height
+        out.append({
+            "call_id": r["call_id"], "api": r["api"], "kind": r["kind"], "return_code": r["return_code"],
+            "correlation_id": r["correlation_id"], "pid": r["pid"], "tid": r["tid"], "global_tid": r["gtid"],
+            "thread_name": r["thread_name"], "start_ns": r["start_ns"], "end_ns": r["end_ns"],
+            "blocked_ns": r["blocked_ns"], "own_ns": r["own_ns"], "waited_ns": r["waited_ns"],
+            "covered_ns": r["covered_ns"], "idle_ns": r["idle_ns"], "stall": r["stall"],
+            "synchronized": {"scope": r["scope"], "stream_id": synced, "source": r["stream_source"],
+                             "device_id": r["device_id"], "context_id": r["context_id"]},
+            "copy": copy,
+            "nvtx": list(r["nvtx"] or []),
+            "behind": streams if r["stall"] else None,
+            "attribution": _attribution(r["call_id"], groups, complete) if r["call_id"] in attributed else None,
+        })
+    return out
+
+
+def _ranges(calls: pl.DataFrame, stacks: pl.DataFrame, behind: pl.DataFrame) -> tuple[list[RangeStalls], int]:
+    """Per (process, NVTX range text) the calls it holds, summed; ``None`` for the calls no range holds."""
+    # Without lists for the calls no range holds (10^6 synchronizations outside any range are common).
+    base = calls.select("call_id", global_pid(pl.col("gtid")).alias("gpid"), "stall", "blocked_ns", "waited_ns",
+                        "idle_ns")
+    held = (
+        stacks.select("call_id", pl.col("nvtx").list.unique(maintain_order=True).alias("range"))
+        .explode("range")
+        .join(base, on="call_id")
+    )
+    outside = base.join(stacks.select("call_id"), on="call_id", how="anti").with_columns(
+        pl.lit(None, pl.String).alias("range"))
+    keyed = pl.concat([held.select(outside.columns), outside])
+    if not keyed.height:
+        return [], 0
+    sums = keyed.group_by("gpid", "range").agg(
+        pl.len().cast(pl.Int64).alias("calls"),
+        pl.col("stall").sum().cast(pl.Int64).alias("stalls"),
+        pl.col("blocked_ns").sum(),
+        pl.col("blocked_ns").filter(pl.col("stall")).sum().alias("stalled_ns"),
+        pl.col("waited_ns").sum(),
+        pl.when(pl.col("idle_ns").filter(pl.col("stall")).is_null().any()).then(None)
+        .otherwise(pl.col("idle_ns").filter(pl.col("stall")).sum()).alias("idle_ns"),
+    ).sort("stalled_ns", "blocked_ns", "calls", "gpid", "range", descending=[True, True, True, False, False],
+           nulls_last=True)
+    shown = sums.head(MAX_LISTED_RANGES)
+    streams = (
+        keyed.join(shown.select("gpid", "range"), on=["gpid", "range"], how="semi", nulls_equal=True)
+        .select("call_id", "gpid", "range")
+        .join(behind, on="call_id")
+        .group_by("gpid", "range", "stream_id").agg(pl.col("busy_ns").sum())
+        .sort("busy_ns", "stream_id", descending=[True, False])
+    )
+    out: list[RangeStalls] = []
+    for r in shown.iter_rows(named=True):
+        mine = streams.filter((pl.col("gpid") == r["gpid"]) & (
+            pl.col("range").is_null() if r["range"] is None else pl.col("range") == r["range"]))
+        out.append({
+            "range": r["range"], "pid": pid_bits(r["gpid"]), "global_pid": r["gpid"], "calls": r["calls"],
+            "stalls": r["stalls"], "blocked_ns": r["blocked_ns"], "stalled_ns": r["stalled_ns"],
+            "waited_ns": r["waited_ns"], "idle_ns": r["idle_ns"],
+            "behind": [{"stream_id": s, "busy_ns": b}
+                       for s, b in mine.select("stream_id", "busy_ns").head(3).iter_rows()],
+        })
+    return out, sums.height
+
+
+def _processes(calls: pl.DataFrame, processes: pl.DataFrame, span: pl.DataFrame) -> list[ProcessStalls]:
+    keyed = calls.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+    sums = keyed.group_by("gpid").agg(
+        pl.len().cast(pl.Int64).alias("blocking_calls"),
+        pl.col("blocked_ns").sum(),
+        pl.col("waited_ns").sum(),
+        pl.col("stall").sum().cast(pl.Int64).alias("stalls"),
+        pl.col("blocked_ns").filter(pl.col("stall")).sum().alias("stalled_ns"),
+    ).sort("gpid")
+    named = {g: n for g, n in processes.select("gpid", "process_name").iter_rows()}
+    spans = {g: (last - first) for g, first, last in span.select("gpid", "first_ns", "last_ns").iter_rows()
+             if g is not None and first is not None and last is not None}
+    out: list[ProcessStalls] = []
+    for r in sums.iter_rows(named=True):
+        g = r["gpid"]
+        length = spans.get(g)
+        share = r["stalled_ns"] / length if length else None
+        out.append({
+            "pid": pid_bits(g), "global_pid": g, "name": named.get(g), "blocking_calls": r["blocking_calls"],
+            "blocked_ns": r["blocked_ns"], "waited_ns": r["waited_ns"], "stalls": r["stalls"],
+            "stalled_ns": r["stalled_ns"], "span_ns": length, "share": None if share is None else round(share, 6),
+            "above": r["stalls"] > 0 and share is not None and share >= ANSWER_SHARE,
+        })
+    return out
+
+
+
+def empty_stalls() -> StallsAnalysis:
+    """The stalls of an analysis made without them (an :class:`~nsysaudit.analysis.run.Analysis` built by hand)."""
+    return {
+        "blocking_calls": 0, "blocked_ns": 0, "own_ns": 0, "waited_ns": 0, "idle_ns": 0, "stalls": 0,
+        "stalled_ns": 0, "by_kind": [], "processes": [], "ranges": [], "ranges_total": 0, "calls": [],
+        "calls_total": 0, "work_rows": {}, "synchronization_rows": 0, "attribution_complete": True,
+        "covered_known": True,
+        "rules": {"stall_min_ns": STALL_MIN_NS, "answer_share": ANSWER_SHARE, "listed": LISTED_RULE,
+                  "ranges": RANGES_RULE, "attribution": ATTRIBUTION_RULE},
+    }
