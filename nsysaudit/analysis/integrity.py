@@ -19,6 +19,7 @@ from nsysaudit.analysis.joins import Nesting
 from nsysaudit.core.codes import is_allocation_api, is_stream_wait
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import global_pid
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.trace import Trace
 
@@ -208,7 +209,7 @@ def _unsafe_bytes(pairs: pl.DataFrame, duplicates: pl.DataFrame) -> pl.Expr:
 
 def review(
     trace: Trace, pairs: pl.DataFrame, windows: pl.DataFrame
-) -> tuple[pl.DataFrame, list[str], list[ReportWarning]]:
+) -> tuple[pl.DataFrame, list[Reason], list[ReportWarning]]:
     """Check what the joins used; return ``pairs`` without unattributable bytes, verdict reasons and warnings.
 
     The reasons are non-empty when some row could hide a nested allocation failure: the verdict is
@@ -221,7 +222,7 @@ def review(
                                            *wait_warnings]
 
 
-def _undecided_waits(trace: Trace) -> tuple[list[str], list[ReportWarning]]:
+def _undecided_waits(trace: Trace) -> tuple[list[Reason], list[ReportWarning]]:
     """Failed stream waits on an event whose times are damaged (:func:`damaged_times`), in a process
     that began a stream capture: whether they follow a capture region is unknown (such rows make no
     capture region and no finding), so a ``captured_event_wait_failure`` cannot be ruled out."""
@@ -241,8 +242,7 @@ def _undecided_waits(trace: Trace) -> tuple[list[str], list[ReportWarning]]:
         "failed stream waits on an event whose times are damaged (outside the capture, or a duration past 64 "
         "bits), in a process that began a stream capture: whether they follow a capture region is unknown",
     )
-    return [f"{damaged.height} failed stream wait(s) with damaged times could follow a stream capture, so a "
-            "captured_event_wait_failure cannot be ruled out"], [said]
+    return [Reason.of("undecided_waits", waits=damaged.height)], [said]
 
 
 def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[ReportWarning]]:
@@ -327,7 +327,7 @@ def _damaged_rows(trace: Trace) -> list[ReportWarning]:
     return said
 
 
-def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tuple[list[str], list[ReportWarning]]:
+def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tuple[list[Reason], list[ReportWarning]]:
     """The rows that could be a failed allocation inside a library call but the export does not say:
     a verdict reason and a warning (none when there is no such row)."""
     undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges, trace.capture_bounds)
@@ -342,15 +342,10 @@ def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tupl
         f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
         f"say: {detail}",
     )
-    reason = (
-        f"{calls} CUDA API row(s) could be a failed allocation inside a library call but the export does "
-        "not say (damaged name, return code, time or thread; see warnings), so a nested failure cannot be "
-        "ruled out"
-    )
-    return [reason], [said]
+    return [Reason.of("undecided_rows", calls=calls)], [said]
 
 
-def limit_review(nesting: Nesting) -> tuple[list[str], list[ReportWarning]]:
+def limit_review(nesting: Nesting) -> tuple[list[Reason], list[ReportWarning]]:
     """A warning when the pair limit was hit; verdict reasons when it could hide a finding."""
     if nesting.complete:
         return [], []
@@ -367,7 +362,4 @@ def limit_review(nesting: Nesting) -> tuple[list[str], list[ReportWarning]]:
     said = [warning("pair_limit", nesting.total_pairs, message)]
     if not nesting.unexamined:
         return [], said
-    return [
-        f"{len(nesting.unexamined):,} library call(s) hold failed calls that were not examined (the pair limit "
-        f"--max-pairs {nesting.max_pairs:,} was reached), so a nested failure in them cannot be ruled out"
-    ], said
+    return [Reason.of("unexamined_library_calls", calls=len(nesting.unexamined), max_pairs=nesting.max_pairs)], said

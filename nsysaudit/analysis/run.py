@@ -31,11 +31,13 @@ from nsysaudit.core.codes import is_allocation_api
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.intervals import closed_library_calls, union_windows
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.devices import DeviceEvidence
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.snapshot import Snapshot
 from nsysaudit.read.telemetry import DEFAULT_TOLERANCE_NS, TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
+from nsysaudit.words import say
 
 
 class Limits(TypedDict):
@@ -70,7 +72,7 @@ class Analysis:
     cuda_api_calls: int
     cuda_api_trace: bool
     verdict: Verdict
-    verdict_reasons: tuple[str, ...]
+    reasons: tuple[Reason, ...]  # the verdict's, as codes and values; their statements: verdict_reasons
     coverage_sources: tuple[SourceCoverage, ...]
     processes: tuple[TracedProcess, ...]
     capture: Mapping[str, list[str]]
@@ -90,6 +92,11 @@ class Analysis:
     stalls: StallsAnalysis | None = None
     # Set when PyTorch memory snapshots were given: the allocator's own view at the same moments.
     allocator: AllocatorView | None = None
+
+    @property
+    def verdict_reasons(self) -> tuple[str, ...]:
+        """The verdict's reasons, each in the one statement :func:`nsysaudit.words.say` makes of it."""
+        return tuple(say(r) for r in self.reasons)
 
     def __repr__(self) -> str:
         kinds = self.frames["findings"]["kind"].value_counts(sort=True).rows()
@@ -220,7 +227,7 @@ def _analyze(
         cuda_api_calls=trace.cuda_api_total,
         cuda_api_trace=trace.has_cuda_api and trace.cuda_api_total > 0,
         verdict=verdict,
-        verdict_reasons=tuple(reasons),
+        reasons=tuple(reasons),
         coverage_sources=tuple(coverage_sources),
         processes=tuple(processes),
         capture=trace.capture,
@@ -276,7 +283,7 @@ class _Nested:
     closed: pl.DataFrame
     nesting: joins.Nesting
     pairs: pl.DataFrame
-    undecided: list[str]
+    undecided: list[Reason]
     warnings: list[ReportWarning]
 
 
