@@ -245,6 +245,289 @@ def unexamined_library_calls(calls: int, max_pairs: int) -> str:
     )
 
 
+# Warnings of the read and the analysis (a report's ``warnings``), keyed by their code.
+def snapshot_replay_below_zero(path: object, quantity: object, bytes: object) -> str:
+    return (
+        f"{path}: replaying its history back from its segments gives less than nothing "
+        f"({quantity} {bytes:,} B before the first entry): the history "
+        "and the segments disagree (a damaged or edited snapshot); its figures at moments are not exact"
+    )
+
+
+def snapshot_segment_events_unmatched(path: object) -> str:
+    return (
+        f"{path}: segment events of its history inside the capture with no memory event of the "
+        "trace at their address (nsys lost events, or the snapshot was edited)"
+    )
+
+
+def launched_command_ambiguous(shown: object) -> str:
+    return (
+        f"META_DATA_CAPTURE: several launched commands are each the one traced process ({shown}): which one it "
+        "is, is unknown, so none of them (their rank, environment) is given to it"
+    )
+
+
+def undecided_wait_times() -> str:
+    return (
+        "failed stream waits on an event whose times are damaged (outside the capture, or a duration past 64 "
+        "bits), in a process that began a stream capture: whether they follow a capture region is unknown"
+    )
+
+
+def undecided_call_rows(detail: object) -> str:
+    return (
+        f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
+        f"say: {detail}"
+    )
+
+
+def duplicate_correlation_id(height: object) -> str:
+    return (
+        f"CUDA API rows sharing a correlation id with another row of the same process "
+        f"({height} id(s), among the failed calls and the calls overlapping library calls, "
+        "the rows the analysis reads): allocation bytes joined by correlation id are not shown for them"
+    )
+
+
+def allocation_correlation_shared() -> str:
+    return (
+        "allocation events whose correlation id several CUDA API rows of the process carry (including "
+        "rows the analysis does not otherwise read): their bytes are unknown (null) for every such call"
+    )
+
+
+def library_call_without_start() -> str:
+    return (
+        "library calls with no start timestamp (a NULL in a NOT NULL column): nesting cannot be checked, "
+        "they are censored"
+    )
+
+
+def unknown_nvtx_domain() -> str:
+    return (
+        "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
+        "StringIds): they are not recognised as library calls"
+    )
+
+
+def allocation_event_for_failed_call() -> str:
+    return (
+        "failed allocation calls whose correlation id has an allocation event (a failed allocation "
+        "allocates nothing, so the event is another call's): their bytes are unknown (null)"
+    )
+
+
+def memory_address_live_twice(table: object, shown: object) -> str:
+    return (
+        f"{table}: allocation events at an address already live in the same process and device, where nsys "
+        f"writes one allocation per live address ({shown}): one of them is damaged or a free is missing, so what "
+        "was held there is unknown and no bound on free memory is claimed while they overlap (never their sum)"
+    )
+
+
+def memory_negative_size(table: object) -> str:
+    return f"memory events with a negative size in {table} (a damaged export): their size is unknown (null)"
+
+
+def deallocation_size_differs() -> str:
+    return (
+        "deallocation events whose size differs from the allocation they free (same process, device and "
+        "address): the allocation's size is subtracted"
+    )
+
+
+def memory_pool_overfull(table: object, why: object) -> str:
+    return (
+        f"{table}: events after which a CUDA memory pool has more in use than its size "
+        f"({why}): its use is unknown, and no bound on free memory is claimed while it lasts"
+    )
+
+
+def telemetry_bad_lines(path: object, detail: object, more: object) -> str:
+    return f"{path}: skipped (--lenient): {detail}{more}"
+
+
+def duration_overflow() -> str:
+    return (
+        "library calls whose end minus start does not fit in 64 bits (a range spanning the int64 range): "
+        "their duration is unknown (null)"
+    )
+
+
+def nvtx_attribution_skipped(max_pairs: object) -> str:
+    return (
+        f"more (failed call, NVTX range) overlaps than --max-pairs {max_pairs:,}: the innermost NVTX range "
+        "of each failed call is unknown (null)"
+    )
+
+
+def no_memory_events() -> str:
+    return (
+        "successful allocation calls inside library calls, but the export has no usable "
+        "CUDA_GPU_MEMORY_USAGE_EVENTS (captured without --cuda-memory-usage=true): their sizes are unknown"
+    )
+
+
+def memory_events_outside_capture(table: object, where: object, rule: object) -> str:
+    return f"{table}: events whose start lies {where}: {rule}"
+
+
+def pool_events_outside_capture(pool_table: object, where: object, rule: object) -> str:
+    return f"{pool_table}: pool events whose start lies {where}: {rule}"
+
+
+def cuda_api_rows_outside_capture(name: object, where: object) -> str:
+    return (
+        f"{name}: rows whose start or end lies {where}, which nsys never records: their times are "
+        "damage; each process's first and last CUDA API record (coverage) is read from the other rows"
+    )
+
+
+def nvtx_ranges_outside_capture(nvtx_table: object, where: object) -> str:
+    return (
+        f"{nvtx_table}: push/pop and start/end ranges whose start or end lies {where}: their times are "
+        "damage (a library call among them is censored, library_call_outside_capture, and never joined)"
+    )
+
+
+def damaged_index(table: object, found: object) -> str:
+    return (
+        f"an index of {table} is damaged (SQLite's quick_check: {found}); the table's "
+        "own b-tree is sound and its rows are read from it"
+    )
+
+
+def damaged_free_list(found: object) -> str:
+    return (
+        f"the file's free list is damaged (SQLite's quick_check: {found}); it holds pages "
+        "no table uses, so no evidence row is in it"
+    )
+
+
+def capture_duration_disagrees(name: object, rows: object, durations: Sequence[int]) -> str:
+    return (
+        f"{name}: {rows} rows that disagree about the capture's duration "
+        f"({', '.join(f'{d:,}' for d in durations)} ns): where the capture stopped is unknown, and "
+        "no timestamp is checked against it"
+    )
+
+
+def gpu_work_outside_capture(calls: object, rows: object, bounds_words: object) -> str:
+    return (
+        f"{calls:,} CUDA API row(s) of a blocking call and {rows:,} GPU activity row(s) have a start or end outside "
+        f"the capture ({bounds_words} on the trace clock), which nsys never records, or a duration past "
+        "2^63 - 1 ns: their times are damage, left out of the host stalls (a blocking call among them is not "
+        "counted, nor its time)"
+    )
+
+
+def gpu_work_union_unknown(why: object) -> str:
+    return (
+        f"{why}: how much of each stall no GPU work covered is unknown (null); the time behind each stream "
+        "is still counted, of the rows read"
+    )
+
+
+def gpu_work_unreadable(name: object, columns: object) -> str:
+    return (
+        f"{name} lacks a column of {columns}: its rows are not read, so the work behind each "
+        "blocking call leaves that kind of work out"
+    )
+
+
+def unknown_schema_version(table: object) -> str:
+    return f"{table} has no EXPORT_SCHEMA_VERSION; tables are read by probing"
+
+
+def inconsistent_schema_version(table: object, version: object, major_text: object) -> str:
+    return (
+        f"{table}: EXPORT_SCHEMA_VERSION {version} and EXPORT_SCHEMA_VERSION_MAJOR {major_text} disagree; "
+        "tables are read by probing"
+    )
+
+
+def unknown_schema_major(majors: object, version: object) -> str:
+    return (
+        f"export schema major version {majors} ({version}) is newer or older than the "
+        "ones nsysaudit was checked against (2.x, 3.x); tables are read by probing"
+    )
+
+
+def ambiguous_table(found: object, base: object, tables: object, name: object) -> str:
+    return (
+        f"the export has {found} tables for {base} ({tables}): read {name}, "
+        "the highest version; the others are not read"
+    )
+
+
+def schema_version_not_a_version(table: object, version: object) -> str:
+    return (
+        f"{table}: EXPORT_SCHEMA_VERSION {version!r} is not a version number (MAJOR.MINOR.MICRO); "
+        "tables are read by probing"
+    )
+
+
+def schema_major_not_a_number(table: object, major_text: object) -> str:
+    return f"{table}: EXPORT_SCHEMA_VERSION_MAJOR {major_text!r} is not a number; tables are read by probing"
+
+
+def type_mismatch(table_name: object) -> str:
+    return (
+        f"{table_name}: values whose type contradicts their column (text in an integer column, an integer "
+        "over 64 bits, a blob where text belongs): read as unknown (NULL), never converted"
+    )
+
+
+def allocation_size_unknown(table: object) -> str:
+    return (
+        f"{table}: allocation events whose bytes are NULL or not an "
+        "integer (a NOT NULL integer column): the sizes of their calls are unknown (null), never a partial sum"
+    )
+
+
+def invalid_utf8_text() -> str:
+    return (
+        "text values (names, NVTX strings, metadata) that are not valid UTF-8: shown with U+FFFD "
+        "replacement characters where the bytes could not be decoded"
+    )
+
+
+def dangling_library_name() -> str:
+    return "library calls whose name is not in StringIds"
+
+
+def library_call_without_end() -> str:
+    return "library calls with no end timestamp (NVTX end is NULL): nesting cannot be checked"
+
+
+def reversed_library_range() -> str:
+    return "library calls whose end is before their start"
+
+
+def duplicate_allocation_correlation() -> str:
+    return "correlation ids with more than one allocation event: their bytes are summed"
+
+
+def integer_column_mismatch(table: object) -> str:
+    return f"{table}: rows with a non-integer value in an integer column: those values are read as unknown (NULL)"
+
+
+def rows_disagree_on_value(table: object, what: object, shown: object, more: object) -> str:
+    return (
+        f"{table}: {what} given by several rows that disagree ({shown}{more}): unknown, never the first or the "
+        "last row's"
+    )
+
+
+def rows_of_one_key_disagree(table: object, examples: object, more: object) -> str:
+    return (
+        f"{table}: rows of one key that disagree, where nsys writes one: {examples}{more}: "
+        "each value they disagree on is unknown (null), never the first or the last row's"
+    )
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (
@@ -255,6 +538,18 @@ TEMPLATES: Mapping[str, Callable[..., str]] = {
         failures_where_no_library_traced, unrecovered_out_of_memory, telemetry_failure_unexplained,
         library_calls_clean, tracing_recorded_no_library_call, no_allocation_failure_untraced, no_call_failed,
         undecided_rows, undecided_waits, unexamined_library_calls,
+        snapshot_replay_below_zero, snapshot_segment_events_unmatched, launched_command_ambiguous, undecided_wait_times,
+        undecided_call_rows, duplicate_correlation_id, allocation_correlation_shared, library_call_without_start,
+        unknown_nvtx_domain, allocation_event_for_failed_call, memory_address_live_twice, memory_negative_size,
+        deallocation_size_differs, memory_pool_overfull, telemetry_bad_lines, duration_overflow,
+        nvtx_attribution_skipped, no_memory_events, memory_events_outside_capture, pool_events_outside_capture,
+        cuda_api_rows_outside_capture, nvtx_ranges_outside_capture, damaged_index, damaged_free_list,
+        capture_duration_disagrees,
+        gpu_work_outside_capture, gpu_work_union_unknown, gpu_work_unreadable, unknown_schema_version,
+        inconsistent_schema_version, unknown_schema_major, ambiguous_table, schema_version_not_a_version,
+        schema_major_not_a_number, type_mismatch, allocation_size_unknown, invalid_utf8_text, dangling_library_name,
+        library_call_without_end, reversed_library_range, duplicate_allocation_correlation, integer_column_mismatch,
+        rows_disagree_on_value, rows_of_one_key_disagree,
     )
 }
 

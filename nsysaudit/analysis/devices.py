@@ -39,11 +39,13 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from nsysaudit.analysis.ledger import Device
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import pid_bits, vm_of
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.devices import DeviceEvidence as ExportDevices
 from nsysaudit.read.devices import Launch
 from nsysaudit.read.telemetry import TelemetryLog
+from nsysaudit.words import warned
 
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
@@ -321,11 +323,7 @@ def launch_warnings(evidence: ExportDevices | None, processes: Iterable[TracedPr
     if not both:
         return []
     shown = "; ".join(f"pid {pid_bits(g)}: " + ", ".join(f"PROCESS_{i}" for i in ix) for g, ix in sorted(both.items()))
-    return [warning(
-        "conflicting_rows", len(both),
-        f"META_DATA_CAPTURE: several launched commands are each the one traced process ({shown}): which one it "
-        "is, is unknown, so none of them (their rank, environment) is given to it",
-    )]
+    return [warned(Reason.of("launched_command_ambiguous", shown=shown), len(both), kind="conflicting_rows")]
 
 
 def device_truth(

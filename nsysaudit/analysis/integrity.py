@@ -22,6 +22,7 @@ from nsysaudit.core.ids import global_pid
 from nsysaudit.core.reasons import Reason
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.trace import Trace
+from nsysaudit.words import warned
 
 INT64_MAX = (1 << 63) - 1
 
@@ -237,11 +238,7 @@ def _undecided_waits(trace: Trace) -> tuple[list[Reason], list[ReportWarning]]:
     ).with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(captured, on="gpid", how="semi")
     if not damaged.height:
         return [], []
-    said = warning(
-        "undecided_calls", damaged.height,
-        "failed stream waits on an event whose times are damaged (outside the capture, or a duration past 64 "
-        "bits), in a process that began a stream capture: whether they follow a capture region is unknown",
-    )
+    said = warned(Reason.of("undecided_wait_times"), damaged.height, kind="undecided_calls")
     return [Reason.of("undecided_waits", waits=damaged.height)], [said]
 
 
@@ -251,23 +248,15 @@ def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame
     said: list[ReportWarning] = []
     duplicates = duplicate_correlations(trace.cuda_api_rows)
     if duplicates.height:
-        said.append(warning(
-            "duplicate_correlation_id",
+        said.append(warned(
+            Reason.of("duplicate_correlation_id", height=duplicates.height),
             int(duplicates["rows"].sum()),
-            f"CUDA API rows sharing a correlation id with another row of the same process "
-            f"({duplicates.height} id(s), among the failed calls and the calls overlapping library calls, "
-            "the rows the analysis reads): allocation bytes joined by correlation id are not shown for them",
         ))
     # An allocation event's correlation id carried by several rows anywhere in the table (the scan
     # counts them all, read or not): the event cannot be attributed to one call.
     shared = trace.shared_alloc_ids.join(duplicates, on=["gpid", "correlation_id"], how="anti")
     if shared.height:
-        said.append(warning(
-            "allocation_correlation_shared",
-            shared.height,
-            "allocation events whose correlation id several CUDA API rows of the process carry (including "
-            "rows the analysis does not otherwise read): their bytes are unknown (null) for every such call",
-        ))
+        said.append(warned(Reason.of("allocation_correlation_shared"), shared.height))
         duplicates = pl.concat([duplicates, shared.select(duplicates.columns)])
     unsafe = _unsafe_bytes(pairs, duplicates) if pairs.height else pl.lit(False)
     hidden = pairs.filter(unsafe).height if pairs.height else 0
@@ -278,11 +267,9 @@ def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame
             trace.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
         )
         if failed_with_event.height:
-            said.append(warning(
-                "allocation_event_for_failed_call",
+            said.append(warned(
+                Reason.of("allocation_event_for_failed_call"),
                 failed_with_event.select("gtid", "correlation_id").unique().height,
-                "failed allocation calls whose correlation id has an allocation event (a failed allocation "
-                "allocates nothing, so the event is another call's): their bytes are unknown (null)",
             ))
     return pairs, said
 
@@ -293,20 +280,10 @@ def _damaged_rows(trace: Trace) -> list[ReportWarning]:
     said: list[ReportWarning] = []
     no_start = trace.library_calls.filter(pl.col("start_ns").is_null()).height
     if no_start:
-        said.append(warning(
-            "library_call_without_start",
-            no_start,
-            "library calls with no start timestamp (a NULL in a NOT NULL column): nesting cannot be checked, "
-            "they are censored",
-        ))
+        said.append(warned(Reason.of("library_call_without_start"), no_start))
     unknown_domain = _unknown_domain_ranges(trace.nvtx_ranges)
     if unknown_domain.height:
-        said.append(warning(
-            "unknown_nvtx_domain",
-            unknown_domain.height,
-            "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
-            "StringIds): they are not recognised as library calls",
-        ))
+        said.append(warned(Reason.of("unknown_nvtx_domain"), unknown_domain.height))
     capture = trace.capture_bounds
     damaged = trace.cuda_api_rows.filter(damaged_times(capture)).height
     if damaged:
@@ -336,12 +313,7 @@ def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tupl
     by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
     detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())
     calls = undecided.select("gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code").unique().height
-    said = warning(
-        "undecided_calls",
-        calls,
-        f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
-        f"say: {detail}",
-    )
+    said = warned(Reason.of("undecided_call_rows", detail=detail), calls, kind="undecided_calls")
     return [Reason.of("undecided_rows", calls=calls)], [said]
 
 

@@ -52,8 +52,10 @@ from nsysaudit.analysis.coverage import CensoredReason
 from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import decode_pid, decode_vm, global_pid, pid_of
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.memory import POOL_CREATED, POOL_DESTROYED, POOL_EVENT_SCHEMA, POOL_TRIMMED, MemoryEvidence
+from nsysaudit.words import warned
 
 DEVICE_RESIDENT = frozenset({"Device", "Array", "Device Static"})
 MANAGED = frozenset({"Managed", "Managed Static"})
@@ -709,11 +711,7 @@ def build_ledger(
     if sizes_unknown:
         return refused(f"{sizes_unknown} memory event(s) have no size: live bytes cannot be summed")
     if mismatched:
-        said.append(warning(
-            "deallocation_size_differs", mismatched,
-            "deallocation events whose size differs from the allocation they free (same process, device and "
-            "address): the allocation's size is subtracted",
-        ))
+        said.append(warned(Reason.of("deallocation_size_differs"), mismatched))
     in_pools = events.filter(pl.col("mechanism") == "pool")
     pooled = (_pool_rows(in_pools, memory.pool_events) if in_pools.height or memory.pool_events.height
               else pl.DataFrame(schema={**{c: plain.schema[c] for c in _ROW_COLUMNS}, "_pool_known": pl.Boolean}))
@@ -727,10 +725,9 @@ def build_ledger(
     summary["pools"] = _pools(series)
     overfull = _overfull_pools(series)
     if overfull.height:
-        said.append(warning(
-            "conflicting_rows", overfull.height,
-            f"{memory.table}: events after which a CUDA memory pool has more in use than its size "
-            f"({overfull['why'][0]}): its use is unknown, and no bound on free memory is claimed while it lasts",
+        said.append(warned(
+            Reason.of("memory_pool_overfull", table=memory.table, why=overfull['why'][0]),
+            overfull.height, kind="conflicting_rows",
         ))
     conflicts = pl.concat([conflicts, overfull]) if overfull.height else conflicts
     return Ledger(True, None, collected, series, devices, summary, gaps, tuple(said), conflicts=conflicts)
@@ -741,11 +738,9 @@ def _double_allocation_warning(memory: MemoryEvidence, conflicts: pl.DataFrame) 
         f"pid {pid_of(g)} device {d} address {a:#x} (correlation {', '.join(map(str, c))})"
         for g, d, a, c in conflicts.head(EXAMPLES).select("gpid", "device_id", "address", "correlation_ids").iter_rows()
     )
-    return warning(
-        "conflicting_rows", int(conflicts["events"].sum()),
-        f"{memory.table}: allocation events at an address already live in the same process and device, where nsys "
-        f"writes one allocation per live address ({shown}): one of them is damaged or a free is missing, so what "
-        "was held there is unknown and no bound on free memory is claimed while they overlap (never their sum)",
+    return warned(
+        Reason.of("memory_address_live_twice", table=memory.table, shown=shown),
+        int(conflicts["events"].sum()), kind="conflicting_rows",
     )
 
 
@@ -786,10 +781,7 @@ def _events(memory: MemoryEvidence, calls: pl.DataFrame) -> tuple[pl.DataFrame, 
     if not negative:
         return events, []
     # a damaged size is an unknown one, never a negative amount of memory
-    said = warning(
-        "memory_negative_size", negative,
-        f"memory events with a negative size in {memory.table} (a damaged export): their size is unknown (null)",
-    )
+    said = warned(Reason.of("memory_negative_size", table=memory.table), negative)
     known = pl.when(pl.col("bytes") < 0).then(None).otherwise(pl.col("bytes")).alias("bytes")
     return events.with_columns(known), [said]
 

@@ -28,7 +28,7 @@ from nsysaudit.analysis.ledger import points as ledger_points
 from nsysaudit.analysis.stalls import StallsAnalysis, analyze_stalls
 from nsysaudit.analysis.verdict import LibraryFailure, LibrarySource, Verdict
 from nsysaudit.core.codes import is_allocation_api
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.reasons import Reason
@@ -37,7 +37,7 @@ from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.snapshot import Snapshot
 from nsysaudit.read.telemetry import DEFAULT_TOLERANCE_NS, TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
-from nsysaudit.words import say
+from nsysaudit.words import say, warned
 
 
 class Limits(TypedDict):
@@ -311,12 +311,7 @@ def _library_call_warnings(trace: Trace, libs: pl.DataFrame, pairs: pl.DataFrame
         (pl.col("end_ns").cast(pl.Int128) - pl.col("start_ns").cast(pl.Int128)) > (1 << 63) - 1
     ).height
     if too_long:
-        out.append(warning(
-            "duration_overflow",
-            too_long,
-            "library calls whose end minus start does not fit in 64 bits (a range spanning the int64 range): "
-            "their duration is unknown (null)",
-        ))
+        out.append(warned(Reason.of("duration_overflow"), too_long))
     if "memory" not in trace.tables_used and pairs.height:
         successful_allocs = sum(
             1
@@ -324,12 +319,7 @@ def _library_call_warnings(trace: Trace, libs: pl.DataFrame, pairs: pl.DataFrame
             if rc == 0 and api is not None and is_allocation_api(api)
         )
         if successful_allocs:
-            out.append(warning(
-                "no_memory_events",
-                successful_allocs,
-                "successful allocation calls inside library calls, but the export has no usable "
-                "CUDA_GPU_MEMORY_USAGE_EVENTS (captured without --cuda-memory-usage=true): their sizes are unknown",
-            ))
+            out.append(warned(Reason.of("no_memory_events"), successful_allocs))
     return out
 
 
@@ -359,12 +349,7 @@ def _failed_calls(
     failed, attributed = failures.failed_calls(
         trace.cuda_api_rows, explained, straddling, plain_ranges, max_pairs, unexamined
     )
-    said = [] if attributed else [warning(
-        "nvtx_attribution_skipped",
-        failed.height,
-        f"more (failed call, NVTX range) overlaps than --max-pairs {max_pairs:,}: the innermost NVTX range "
-        "of each failed call is unknown (null)",
-    )]
+    said = [] if attributed else [warned(Reason.of("nvtx_attribution_skipped", max_pairs=max_pairs), failed.height)]
     return joins.with_ids(failed, trace.thread_names), said
 
 
@@ -394,8 +379,9 @@ def _telemetry_warnings(telemetry: TelemetryLog | None) -> list[ReportWarning]:
         return []
     detail = "; ".join(f"line {b.line}: {b.problem}" for b in telemetry.bad_lines[:10])
     more = f"; {len(telemetry.bad_lines) - 10} more" if len(telemetry.bad_lines) > 10 else ""
-    return [warning(
-        "telemetry_bad_lines", len(telemetry.bad_lines), f"{telemetry.path}: skipped (--lenient): {detail}{more}"
+    return [warned(
+        Reason.of("telemetry_bad_lines", path=telemetry.path, detail=detail, more=more),
+        len(telemetry.bad_lines),
     )]
 
 

@@ -27,9 +27,11 @@ from typing import Literal, TypedDict
 
 import polars as pl
 
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.source import ExportFile, quote
+from nsysaudit.words import warned
 
 Category = Literal[
     "capture_started",
@@ -248,11 +250,9 @@ def _capture(export: ExportFile, diagnostics: pl.DataFrame, has_table: bool) -> 
                 rows = []
             durations = sorted({int(r[0]) for r in rows if type(r[0]) is int and r[0] >= 0})
             if len(durations) > 1:
-                said.append(warning(
-                    "conflicting_rows", len(rows),
-                    f"{details.name}: {len(rows)} rows that disagree about the capture's duration "
-                    f"({', '.join(f'{d:,}' for d in durations)} ns): where the capture stopped is unknown, and "
-                    "no timestamp is checked against it",
+                said.append(warned(
+                    Reason.of("capture_duration_disagrees", name=details.name, rows=len(rows), durations=durations),
+                    len(rows), kind="conflicting_rows",
                 ))
             elif durations:
                 stop_ns, stop_from = durations[0], "ANALYSIS_DETAILS"

@@ -43,16 +43,18 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from nsysaudit.core.blocking import NAME_PATTERNS, blocking_kind
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import union_windows
 from nsysaudit.core.progress import Progress
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.memory import FrameBuilder
 from nsysaudit.read.scan import INT64_MAX, INT64_MIN, rowid_name
 from nsysaudit.read.source import ExportFile, Table, quote
+from nsysaudit.words import warned
 
 if TYPE_CHECKING:
     import numpy as np  # imported where it is used: a small export never loads it
@@ -361,17 +363,9 @@ def read_gpu_work(
     if not passed.covered_known and stalls:  # covered_ns is a stall's only
         why = (f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside the stalls"
                if "kernel" in passed.rows else "the export has no usable CUPTI_ACTIVITY_KIND_KERNEL table")
-        said.append(warning(
-            "gpu_work_union_unknown", stalls,
-            f"{why}: how much of each stall no GPU work covered is unknown (null); the time behind each stream "
-            "is still counted, of the rows read",
-        ))
+        said.append(warned(Reason.of("gpu_work_union_unknown", why=why), stalls))
     for name in passed.unreadable:
-        said.append(warning(
-            "gpu_work_unreadable", 1,
-            f"{name} lacks a column of {', '.join(WORK_COLUMNS)}: its rows are not read, so the work behind each "
-            "blocking call leaves that kind of work out",
-        ))
+        said.append(warned(Reason.of("gpu_work_unreadable", name=name, columns=', '.join(WORK_COLUMNS)), 1))
     # 10^6 calls: their few distinct texts kept once each (categorical), not once per row.
     texts = [c for c, t in CALL_SCHEMA.items() if t == pl.String]
     return GpuWork(
@@ -393,12 +387,9 @@ def _outside(calls: int, rows: int, capture: Capture) -> tuple[ReportWarning, ..
     """The warning that blocking calls or GPU rows dated outside the capture were left out."""
     if not calls and not rows:
         return ()
-    return (warning(
-        "gpu_work_outside_capture", calls + rows,
-        f"{calls:,} CUDA API row(s) of a blocking call and {rows:,} GPU activity row(s) have a start or end outside "
-        f"the capture ({capture.bounds_words} on the trace clock), which nsys never records, or a duration past "
-        "2^63 - 1 ns: their times are damage, left out of the host stalls (a blocking call among them is not "
-        "counted, nor its time)",
+    return (warned(
+        Reason.of("gpu_work_outside_capture", calls=calls, rows=rows, bounds_words=capture.bounds_words),
+        calls + rows,
     ),)
 
 

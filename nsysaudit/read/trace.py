@@ -29,6 +29,7 @@ from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.progress import Progress
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import nccl, recovery
 from nsysaudit.read.bounds import within_capture
@@ -43,6 +44,7 @@ from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.scan import COLUMNS as SCAN_COLUMNS
 from nsysaudit.read.source import ExportFile, Table, quote, sql_name
 from nsysaudit.read.unique import disagreement, one_per_key
+from nsysaudit.words import warned
 
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
@@ -801,22 +803,15 @@ def _read_warnings(
     """What reading found partly unusable: values of the wrong type, allocations of unknown size, the
     scan's integrity counts, broken library calls and names, text that is not UTF-8."""
     out = [
-        warning(
-            "type_mismatch",
-            count,
-            f"{table_name}: values whose type contradicts their column (text in an integer column, an integer "
-            "over 64 bits, a blob where text belongs): read as unknown (NULL), never converted",
-        )
+        warned(Reason.of("type_mismatch", table_name=table_name), count)
         for table_name, count in sorted(typed.items())
     ]
     if memory.unsized:
         mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS") if memory.table is not None else None
         out.append(
-            warning(
-                "allocation_size_unknown",
+            warned(
+                Reason.of("allocation_size_unknown", table=mem.name if mem is not None else 'memory'),
                 memory.unsized,
-                f"{mem.name if mem is not None else 'memory'}: allocation events whose bytes are NULL or not an "
-                "integer (a NOT NULL integer column): the sizes of their calls are unknown (null), never a partial sum",
             )
         )
     out += _cuda_api_warnings(runtime.name if runtime is not None else None, scanned.problems,
@@ -824,12 +819,7 @@ def _read_warnings(
     out += _integrity_warnings(library_calls, memory.allocations)
     if export.text.invalid:  # counted by the connection's text decoder while the tables were read
         out.append(
-            warning(
-                "invalid_utf8_text",
-                export.text.invalid,
-                "text values (names, NVTX strings, metadata) that are not valid UTF-8: shown with U+FFFD "
-                "replacement characters where the bytes could not be decoded",
-            )
+            warned(Reason.of("invalid_utf8_text"), export.text.invalid)
         )
     return out
 
@@ -839,27 +829,19 @@ def _integrity_warnings(lib: pl.DataFrame, allocations: pl.DataFrame) -> list[Re
     out: list[ReportWarning] = []
     unnamed = lib.filter(pl.col("api").is_null()).height
     if unnamed:
-        out.append(warning("dangling_library_name", unnamed, "library calls whose name is not in StringIds"))
+        out.append(warned(Reason.of("dangling_library_name"), unnamed))
     open_ended = lib.filter(pl.col("end_ns").is_null()).height
     if open_ended:
         out.append(
-            warning(
-                "library_call_without_end",
-                open_ended,
-                "library calls with no end timestamp (NVTX end is NULL): nesting cannot be checked",
-            )
+            warned(Reason.of("library_call_without_end"), open_ended)
         )
     reversed_ = lib.filter(pl.col("end_ns") < pl.col("start_ns")).height
     if reversed_:
-        out.append(warning("reversed_library_range", reversed_, "library calls whose end is before their start"))
+        out.append(warned(Reason.of("reversed_library_range"), reversed_))
     dup_alloc = allocations.filter(pl.col("events") > 1)
     if dup_alloc.height:
         out.append(
-            warning(
-                "duplicate_allocation_correlation",
-                dup_alloc.height,
-                "correlation ids with more than one allocation event: their bytes are summed",
-            )
+            warned(Reason.of("duplicate_allocation_correlation"), dup_alloc.height)
         )
     return out
 
@@ -909,11 +891,7 @@ def _cuda_api_warnings(table: str | None, problems: dict[str, int], mismatched: 
             out.append(warning(kind, count, f"{table}: {message}" + (f" [column {column}]" if column else "")))
     if mismatched:
         out.append(
-            warning(
-                "type_mismatch",
-                mismatched,
-                f"{table}: rows with a non-integer value in an integer column: those values are read as unknown (NULL)",
-            )
+            warned(Reason.of("integer_column_mismatch", table=table), mismatched, kind="type_mismatch")
         )
     return out
 

@@ -16,7 +16,9 @@ from typing import TypeVar
 
 import polars as pl
 
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
+from nsysaudit.core.reasons import Reason
+from nsysaudit.words import warned
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -52,10 +54,9 @@ def one_per_key(
         )
         examples.append(f"{which} ({values})")
     more = f" and {conflicts.height - EXAMPLES} more" if conflicts.height > EXAMPLES else ""
-    return merged, [warning(
-        "conflicting_rows", conflicts.height,
-        f"{table}: rows of one key that disagree, where nsys writes one: {'; '.join(examples)}{more}: "
-        "each value they disagree on is unknown (null), never the first or the last row's",
+    return merged, [warned(
+        Reason.of("rows_of_one_key_disagree", table=table, examples='; '.join(examples), more=more),
+        conflicts.height, kind="conflicting_rows",
     )]
 
 
@@ -85,8 +86,7 @@ def disagreement(table: str, what: str, conflicts: Mapping[K, list[V]]) -> list[
     items = list(conflicts.items())
     shown = "; ".join(f"{_shown(k)}: " + " or ".join(_shown(v) for v in vs) for k, vs in items[:EXAMPLES])
     more = f" and {len(items) - EXAMPLES} more" if len(items) > EXAMPLES else ""
-    return [warning(
-        "conflicting_rows", len(items),
-        f"{table}: {what} given by several rows that disagree ({shown}{more}): unknown, never the first or the "
-        "last row's",
+    return [warned(
+        Reason.of("rows_disagree_on_value", table=table, what=what, shown=shown, more=more),
+        len(items), kind="conflicting_rows",
     )]
