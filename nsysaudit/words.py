@@ -528,9 +528,154 @@ def rows_of_one_key_disagree(table: object, examples: object, more: object) -> s
 
 
 
+# Telemetry on the trace clock (nsysaudit.analysis.alignment): why a mapping is not computed, its
+# checks, the notes and the anchors skipped.
+def _ms(ns: int) -> str:
+    return f"{ns / 1_000_000:.3f} ms"
+
+
+def _pids(pids: Sequence[int]) -> str:
+    return ", ".join(map(str, pids))
+
+
+def utc_clock_not_read() -> str:
+    return "UTC not computed: the realtime clock is not read (--telemetry-clock leaves it out)"
+
+
+def utc_no_stamp(field_name: str) -> str:
+    return f"UTC not computed: no telemetry line has a {field_name!r} stamp"
+
+
+def utc_no_session_start() -> str:
+    return "UTC not computed: the export has no TARGET_INFO_SESSION_START_TIME.utcEpochNs (session start in UTC)"
+
+
+def utc_mapping(clock_field: str | None, session_start_utc_ns: int | None) -> str:
+    return f"UTC mapping: trace_ns = {clock_field} - {session_start_utc_ns} (TARGET_INFO_SESSION_START_TIME.utcEpochNs)"
+
+
+def anchors_no_clock() -> str:
+    return "anchors not computed: no clock stamp to pair"
+
+
+def anchors_on_realtime(field_name: str) -> str:
+    return f"anchors use the realtime clock ({field_name!r}): no monotonic stamp is read"
+
+
+def telemetry_without_pid() -> str:
+    return "some telemetry lines have no pid: their anchors are matched by name in any traced process"
+
+
+def telemetry_pids_not_traced(pids: Sequence[int], trace_pids: Sequence[int]) -> str:
+    return (
+        f"telemetry pid(s) {_pids(pids)} are not processes of this trace "
+        f"(trace pid(s): {_pids(trace_pids) or 'none'}): their lines anchor nothing"
+    )
+
+
+def anchor_range_missing(nvtx: str) -> str:
+    return f"no NVTX range named {nvtx!r} in the trace"
+
+
+def anchor_range_in_other_process(nvtx: str, pids: Sequence[int], pid: int | None) -> str:
+    return f"NVTX range {nvtx!r} exists only in other process(es) (pid {_pids(pids)}), not in the line's pid {pid}"
+
+
+def anchor_range_on_other_thread(nvtx: str, pid: int | None, tids: Sequence[int], tid: int) -> str:
+    return (
+        f"NVTX range {nvtx!r} is on other thread(s) of pid {pid} (tid {_pids(tids)}), not on the "
+        f"line's tid {tid}: not the same moment (configure it with --anchor to use it)"
+    )
+
+
+def anchor_lines_without_stamp(lines: int, field_name: str) -> str:
+    return f"{lines} line(s) have no {field_name!r} stamp"
+
+
+def anchor_pairing_ambiguous(lines: int, ranges: int, nvtx: str, edge: str) -> str:
+    return (
+        f"{lines} telemetry line(s) but {ranges} NVTX range(s) {nvtx!r} with a "
+        f"{edge} on that thread/process: pairing is ambiguous"
+    )
+
+
+def anchors_no_traced_process(pids: Sequence[int], trace_pids: Sequence[int]) -> str:
+    return (
+        f"anchors not computed: no telemetry line comes from a process of this trace "
+        f"(telemetry pid(s) {_pids(pids)}; trace pid(s) {_pids(trace_pids) or 'none'})"
+    )
+
+
+def anchors_all_skipped(skipped: int) -> str:
+    return f"anchors not computed: no usable pair ({skipped} candidate(s) skipped, see 'skipped')"
+
+
+def anchors_no_range_named() -> str:
+    return (
+        "anchors not computed: no telemetry event names an NVTX range of the trace "
+        "(default rule: X_start/X_begin -> start of range X, X_end -> end of X, X -> end of X; "
+        "use --anchor EVENT=NVTX_NAME[:start|end])"
+    )
+
+
+def anchors_none_matched() -> str:
+    return "anchors not computed: no configured anchor matched"
+
+
+def anchor_mapping(clock_field: str | None, offset_ns: int | None, pairs: int) -> str:
+    return f"anchor mapping: trace_ns = {clock_field} + ({offset_ns}), median over {pairs} pair(s)"
+
+
+def mappings_not_compared(utc: bool, anchors: bool) -> str:
+    why = "only one method computed" if utc != anchors else "neither method computed"
+    if utc and anchors:
+        why = "no telemetry line has both clocks"
+    return f"the two mappings cannot be compared: {why}"
+
+
+def mappings_compared(
+    agree: bool, tolerance_ns: int, events: int, max_abs_diff_ns: int, worst_event: str, worst_line: int
+) -> str:
+    return (
+        f"UTC and anchor mappings {'agree' if agree else 'disagree'}: they differ by up to {_ms(max_abs_diff_ns)} "
+        f"over {events} line(s) (worst: {worst_event!r}, line {worst_line}; tolerance {_ms(tolerance_ns)})"
+    )
+
+
+def no_anchor_pair() -> str:
+    return "no anchor pair, so no residual to check"
+
+
+def anchor_residuals(
+    within: bool, residual_ns: int, event: str, line: int, nvtx: str, edge: str, tolerance_ns: int
+) -> str:
+    return (
+        f"anchor residuals {'within' if within else 'exceed'} tolerance: largest {_ms(residual_ns)} "
+        f"({event!r} line {line} vs NVTX {nvtx!r} {edge}; tolerance {_ms(tolerance_ns)})"
+    )
+
+
+def telemetry_placed_outside_clock(lines: int) -> str:
+    return (
+        f"{lines} telemetry line(s) would be placed outside the trace's 64-bit clock (a damaged "
+        "stamp): not placed"
+    )
+
+
+def no_mapping() -> str:
+    return "no mapping computed: telemetry lines cannot be placed on the trace clock"
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (
+        utc_clock_not_read, utc_no_stamp, utc_no_session_start, utc_mapping, anchors_no_clock,
+        anchors_on_realtime, telemetry_without_pid, telemetry_pids_not_traced, anchor_range_missing,
+        anchor_range_in_other_process, anchor_range_on_other_thread, anchor_lines_without_stamp,
+        anchor_pairing_ambiguous, anchors_no_traced_process, anchors_all_skipped, anchors_no_range_named,
+        anchors_none_matched, anchor_mapping, mappings_not_compared, mappings_compared, no_anchor_pair,
+        anchor_residuals, telemetry_placed_outside_clock, no_mapping,
         found, found_on_helper_thread,
         library_refused, library_not_requested, library_unknown, library_domain_unused,
         library_not_traced, failed_outside_library_calls, shadowed_tables_read, nsys_warned,
