@@ -73,6 +73,7 @@ from nsysaudit.core.errors import BadOption, BatchOutputNotWritable, NsysAuditEr
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import AllocatorSection, AllocatorState, CensoredReason, Finding, MemoryPoint
 from nsysaudit.session import analyze
 
@@ -223,6 +224,20 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
     sha = result.input.sha256
     if expected is not None and sha != expected:
         return _failed(path, f"{path}: the file changed while it was read (SHA-256 {expected} then {sha})")
+    row = _input_row(path, result, len(snapshots) if options.snapshots else None)
+    stalls = result.head["stalls"]
+    at = _allocator_at_findings(result.head.get("allocator"))
+    ledger = {p["finding"]: p for p in result.head["memory"]["at"] if p["point"] == "finding" and "finding" in p}
+    ranges: list[RangeStalls] = list(stalls["ranges"])
+    return {"input": row, "findings": [finding_row(sha, i, f, at.get(i), ledger.get(i), path=path)
+                                       for i, f in enumerate(result.findings)],
+            "stall_ranges": ranges, "stall_ranges_total": stalls["ranges_total"]}
+
+
+def _input_row(path: str, result: AnalysisResult, snapshots: int | None) -> InputRow:
+    """The inputs table's row of an analyzed input (``snapshots``: how many were joined; None where
+    the batch joins none)."""
+    sha = result.input.sha256
     census = result.census
     findings = result.findings
     censored = result.censored_table
@@ -272,7 +287,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "blocked_ns": stalls["blocked_ns"],
         "stalls": stalls["stalls"],
         "stalled_ns": stalls["stalled_ns"],
-        "snapshots": len(snapshots) if options.snapshots else None,
+        "snapshots": snapshots,
         # the joined columns as lists ([] where the string is null)
         "censored_reasons_list": reasons,
         "library_list": libraries,
@@ -281,12 +296,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "failing_ranks_list": ranks["failing_ranks_list"],
         "failing_devices_list": ranks["failing_devices_list"],
     }
-    at = _allocator_at_findings(result.head.get("allocator"))
-    ledger = {p["finding"]: p for p in result.head["memory"]["at"] if p["point"] == "finding" and "finding" in p}
-    ranges: list[RangeStalls] = list(stalls["ranges"])
-    return {"input": row, "findings": [finding_row(sha, i, f, at.get(i), ledger.get(i), path=path)
-                                       for i, f in enumerate(findings)],
-            "stall_ranges": ranges, "stall_ranges_total": stalls["ranges_total"]}
+    return row
 
 
 def _allocator_at_findings(section: AllocatorSection | None) -> dict[int, AllocatorState]:
