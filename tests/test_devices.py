@@ -23,7 +23,7 @@ from builder import Call, Export, Gpu, LibCall, MemoryEvent, Range, strip_not_nu
 
 import nsysaudit
 from nsysaudit.analysis.devices import device_truth, program
-from nsysaudit.read.devices import DeviceEvidence, Launch, environment_entry, launches
+from nsysaudit.read.devices import DeviceTables, Launch, environment_entry, launches
 
 GiB = 1 << 30
 H200_TOTAL = 150_109_880_320  # TARGET_INFO_GPU.totalMemory of the real H200 captures
@@ -317,10 +317,10 @@ def test_without_the_device_tables_the_memory_events_say_the_device(make_export:
 
 def test_device_truth_without_evidence() -> None:
     truth = device_truth(None, [{"pid": 5, "global_pid": 5 << 24, "name": "a.out"}])
-    assert truth.devices == [] and truth.launches == [] and not truth.shown
+    assert truth.devices == [] and truth.launches == [] and not truth.names_devices
     assert truth.of(5 << 24)["rank_unknown"] == (
         "the export records no launched command (META_DATA_CAPTURE has no PROCESS_0 rows); no telemetry was given")
-    evidence = DeviceEvidence(launches=(Launch(0, "python3", (), (("RANK", "x"),), 1, None),))
+    evidence = DeviceTables(launches=(Launch(0, "python3", (), (("RANK", "x"),), 1, None),))
     assert device_truth(evidence, [{"pid": 5, "global_pid": 5 << 24, "name": "python3"}]).of(5 << 24)["rank"] is None
 
 

@@ -1,7 +1,8 @@
 """Every sentence a user reads is written in one place, nsysaudit/words.py (issue 35).
 
 A *sentence* here is a string literal of five or more words (an f-string counts as one literal; a
-word holds a letter, so its fields and numbers are none) in nsysaudit/**, read by ``ast``. What is not a sentence for a user:
+word holds a letter, so its fields and numbers are none) in nsysaudit/**, read by ``ast``. What is
+not a sentence for a user:
 
 - docstrings;
 - error messages: a literal anywhere inside a ``raise`` statement, or inside a call of an exception

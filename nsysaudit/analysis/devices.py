@@ -42,8 +42,7 @@ from nsysaudit.analysis.ledger import Device
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import pid_bits, vm_of
 from nsysaudit.core.reasons import Reason
-from nsysaudit.read.devices import DeviceEvidence as ExportDevices
-from nsysaudit.read.devices import Launch
+from nsysaudit.read.devices import DeviceTables, Launch
 from nsysaudit.read.telemetry import TelemetryLog
 from nsysaudit.words import warned
 
@@ -181,7 +180,7 @@ class DeviceTruth:
         return next((d for d in self.devices if d["vm"] == vm and d["device_id"] == device_id), None)
 
     @property
-    def shown(self) -> bool:
+    def names_devices(self) -> bool:
         """Whether reports for people name devices and ranks: the export has several devices or a
         process's rank is known (a single-device export without ranks reads as it always did)."""
         return self.several_devices or self.ranks_known
@@ -310,11 +309,11 @@ def _launched(launch: Launch, processes: Sequence[TracedProcess]) -> tuple[int |
                   f"no traced process is named {name!r}, the launched command's name")
 
 
-def launch_warnings(evidence: ExportDevices | None, processes: Iterable[TracedProcess]) -> list[ReportWarning]:
+def launch_warnings(evidence: DeviceTables | None, processes: Iterable[TracedProcess]) -> list[ReportWarning]:
     """A ``conflicting_rows`` warning where several launched commands are each the same traced process
     (by its pid or its name): which one it is, is unknown, so none is given to it."""
     traced = list(processes)
-    matched = [(launch.index, _launched(launch, traced)[0]) for launch in (evidence or ExportDevices()).launches]
+    matched = [(launch.index, _launched(launch, traced)[0]) for launch in (evidence or DeviceTables()).launches]
     shared: dict[int, list[int]] = {}
     for index, gpid in matched:
         if gpid is not None:
@@ -327,7 +326,7 @@ def launch_warnings(evidence: ExportDevices | None, processes: Iterable[TracedPr
 
 
 def device_truth(
-    evidence: ExportDevices | None,
+    evidence: DeviceTables | None,
     processes: Iterable[TracedProcess],
     ledger_devices: Iterable[Device] = (),
     telemetry: TelemetryLog | None = None,
@@ -335,7 +334,7 @@ def device_truth(
     """Devices and ranks of one export (see the module docstring). ``processes``: the analysis'
     ``processes`` entries (``pid, global_pid, name``); ``ledger_devices``: the ledger summary's
     ``devices`` (per-device allocated bytes, peak, what was held at the end)."""
-    evidence = evidence or ExportDevices()
+    evidence = evidence or DeviceTables()
     traced = list(processes)
     # A pid of several traced processes (on several VMs) names none of them: a context or a telemetry
     # line of that pid is given to no process, never to the last one listed.
@@ -371,7 +370,7 @@ class _Use:
 _Uses = dict[int, dict[tuple[int | None, int | None], _Use]]
 
 
-def _device_uses(evidence: ExportDevices, processes: Sequence[TracedProcess], by_pid: dict[int, int]) -> _Uses:
+def _device_uses(evidence: DeviceTables, processes: Sequence[TracedProcess], by_pid: dict[int, int]) -> _Uses:
     """Which device each process used: by its memory events, and by the CUDA contexts it created."""
     uses: _Uses = {p["global_pid"]: {} for p in processes if p["global_pid"] is not None}
     for gpid, device, events in evidence.memory_use.iter_rows():
@@ -392,7 +391,7 @@ def _device_uses(evidence: ExportDevices, processes: Sequence[TracedProcess], by
 
 
 def _launches(
-    evidence: ExportDevices, processes: Sequence[TracedProcess]
+    evidence: DeviceTables, processes: Sequence[TracedProcess]
 ) -> tuple[dict[int, Launch], list[LaunchedCommand]]:
     """Each command nsys launched, by the global pid of the traced process that is it (where one
     is), and the JSON ``launches`` entries."""
@@ -428,7 +427,7 @@ def _launches(
 
 
 def _process_entries(
-    evidence: ExportDevices,
+    evidence: DeviceTables,
     processes: Sequence[TracedProcess],
     uses: _Uses,
     launched: dict[int, Launch],
@@ -475,7 +474,7 @@ def _process_entries(
 
 
 def _device_entries(
-    evidence: ExportDevices,
+    evidence: DeviceTables,
     uses: _Uses,
     processes: Mapping[int, Placement],
     ledger_devices: Iterable[Device],

@@ -32,7 +32,7 @@ from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.reasons import Reason
-from nsysaudit.read.devices import DeviceEvidence
+from nsysaudit.read.devices import DeviceTables
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.snapshot import Snapshot
 from nsysaudit.read.telemetry import DEFAULT_TOLERANCE_NS, TelemetryLog
@@ -87,7 +87,7 @@ class Analysis:
     ledger: Ledger | None = None
     memory_points: tuple[CoveredPoint, ...] = ()
     # The GPUs, which process used which, and the launched command (nsysaudit.analysis.devices reads them).
-    devices: DeviceEvidence | None = None
+    devices: DeviceTables | None = None
     # The calls that blocked the host and what ran on the device meanwhile (nsysaudit.analysis.stalls).
     stalls: StallsAnalysis | None = None
     # Set when PyTorch memory snapshots were given: the allocator's own view at the same moments.

@@ -85,7 +85,7 @@ INPUT_SCHEMA: Schema = {
     "library_list": pl.List(pl.String),
     **by_rank.INPUT_LIST_COLUMNS,
 }
-FINDING_SCHEMA: Schema = {
+FINDING_ROW_SCHEMA: Schema = {
     "input_sha256": pl.String,
     "finding": pl.Int64,
     "kind": pl.String,
@@ -124,7 +124,7 @@ FINDING_SCHEMA: Schema = {
     "held_covered": pl.Boolean,
 }
 # A findings part keeps what the export gives: the path is the batch's (the same export under another).
-PART_FINDING_SCHEMA: Schema = {k: v for k, v in FINDING_SCHEMA.items() if k != "path"}
+PART_FINDING_ROW_SCHEMA: Schema = {k: v for k, v in FINDING_ROW_SCHEMA.items() if k != "path"}
 
 InputStatus = Literal["analyzed", "resumed", "error"]
 
@@ -186,7 +186,7 @@ class InputRow(StoredInput):
 
 
 class FindingRow(TypedDict):
-    """One row of the findings table (:data:`FINDING_SCHEMA`): a ``findings[]`` entry of the JSON
+    """One row of the findings table (:data:`FINDING_ROW_SCHEMA`): a ``findings[]`` entry of the JSON
     contract made flat, after the SHA-256 of its input and its index there."""
 
     input_sha256: str
@@ -279,8 +279,8 @@ def _storable(value: object) -> object:
 
 
 def findings_frame(rows: Sequence[FindingRow]) -> pl.DataFrame:
-    """One input's finding rows (``audit_one``'s ``findings``) as a frame of :data:`FINDING_SCHEMA`."""
-    return table(rows, FINDING_SCHEMA)
+    """One input's finding rows (``audit_one``'s ``findings``) as a frame of :data:`FINDING_ROW_SCHEMA`."""
+    return table(rows, FINDING_ROW_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -482,7 +482,7 @@ class BatchOutput:
         null: the batch's, not the part's).
 
         The parts are held to what :meth:`save_part` writes: one input row of :data:`INPUT_SCHEMA`
-        carrying ``sha`` and findings of :data:`PART_FINDING_SCHEMA` carrying it (a part of another schema
+        carrying ``sha`` and findings of :data:`PART_FINDING_ROW_SCHEMA` carrying it (a part of another schema
         would be a row of nulls, resumed as if analyzed), written by this batch (``batch``) and
         unchanged since (its digests): a part rewritten, or written by another batch, is refused."""
         inputs, found = self.parts / f"{sha}.input.parquet", self.parts / f"{sha}.findings.parquet"
@@ -495,7 +495,7 @@ class BatchOutput:
             raise BatchOutputNotWritable(
                 self.parts / sha, f"a part of the earlier batch cannot be read ({exc})", kept=True
             ) from None
-        for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, PART_FINDING_SCHEMA)):
+        for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, PART_FINDING_ROW_SCHEMA)):
             if dict(frame.schema) != schema:
                 raise BatchOutputNotWritable(
                     path, f"not a part this nsysaudit writes (its columns are not {path.name.split('.')[1]} "
@@ -521,7 +521,7 @@ class BatchOutput:
         # A parse boundary, checked: the part has INPUT_SCHEMA's columns (above) and save_part wrote it
         # from an analyzed InputRow (less path and status), so its row holds a StoredInput's values.
         return cast(StoredInput, part.row(0, named=True)), findings.with_columns(path=None).select(
-            pl.col(c).cast(t) for c, t in FINDING_SCHEMA.items())
+            pl.col(c).cast(t) for c, t in FINDING_ROW_SCHEMA.items())
 
     def write_tables(self, inputs: pl.DataFrame, findings: pl.DataFrame) -> list[Path]:
         """Write both tables (the findings first), each atomically; return where, the inputs first."""

@@ -46,7 +46,7 @@ from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.analysis.stalls import RangeStalls
 from nsysaudit.batch import ranks as by_rank
 from nsysaudit.batch.output import (
-    FINDING_SCHEMA as FINDING_SCHEMA,
+    FINDING_ROW_SCHEMA as FINDING_ROW_SCHEMA,
 )
 from nsysaudit.batch.output import (
     INPUT_SCHEMA,
@@ -326,7 +326,7 @@ def finding_row(
     return {
         "input_sha256": sha256,
         "finding": index,
-        # the finding's own keys, in FINDING_SCHEMA's order
+        # the finding's own keys, in FINDING_ROW_SCHEMA's order
         "kind": finding["kind"],
         "api": finding["api"],
         "display_api": finding["display_api"],
@@ -439,7 +439,7 @@ class BatchResult:
     """A batch's two tables and where they were written (``written`` empty without an output).
 
     ``inputs``: one row per input in the order given (:data:`INPUT_SCHEMA`); ``findings``: one row
-    per finding of each analyzed input (:data:`FINDING_SCHEMA`), joined to ``inputs`` by
+    per finding of each analyzed input (:data:`FINDING_ROW_SCHEMA`), joined to ``inputs`` by
     ``input_sha256`` = ``sha256``.
     """
 
@@ -526,7 +526,8 @@ def run_batch(
         collected = _collect(outcomes, len(inputs), given_as, engine, output, prepared, progress, on_row)
         inputs_table = table([{**collected.rows[absolute[p]], "path": p} for p in inputs], INPUT_SCHEMA)
         findings = collected.findings
-        found = pl.concat([findings[s] for s in sorted(findings)]) if findings else pl.DataFrame(schema=FINDING_SCHEMA)
+        found = (pl.concat([findings[s] for s in sorted(findings)]) if findings
+                 else pl.DataFrame(schema=FINDING_ROW_SCHEMA))
         found = _with_paths(found, inputs_table)
         if output is not None:
             output.still_ours(prepared.batch)

@@ -33,7 +33,7 @@ from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import nccl, recovery
 from nsysaudit.read.bounds import within_capture
-from nsysaudit.read.devices import DeviceEvidence, read_devices
+from nsysaudit.read.devices import DeviceTables, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.gpu_work import GpuWork, Prepared, blocking_candidates, read_gpu_work
 from nsysaudit.read.gpu_work import prepare as prepare_gpu_work
@@ -165,7 +165,7 @@ class Trace:
       cuMemAddressReserve, ...) (``CALL_SCHEMA``), read in the same pass: the ledger checks each free
       against its own deallocation event and counts handles and reserved address ranges.
     - ``devices``: the GPUs, which process used which, and the launched command
-      (:class:`nsysaudit.read.devices.DeviceEvidence`).
+      (:class:`nsysaudit.read.devices.DeviceTables`).
     - ``gpu_work``: the calls that blocked the host and the GPU work that ran while they did
       (:class:`nsysaudit.read.gpu_work.GpuWork`; the blocking calls' rows come from the same scan).
     - ``nccl``: NCCL's domains, the threads NCCL started for its calls and their CUDA API rows
@@ -205,7 +205,7 @@ class Trace:
     memory: MemoryEvidence | None = None
     memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
-    devices: DeviceEvidence = field(default_factory=DeviceEvidence)
+    devices: DeviceTables = field(default_factory=DeviceTables)
     gpu_work: GpuWork = field(default_factory=GpuWork)
     nccl: nccl.NcclEvidence = field(default_factory=nccl.NcclEvidence)
     last_allocations: pl.DataFrame = field(
@@ -466,7 +466,7 @@ def _tables_used(
 
 def _nccl(
     export: ExportFile, runtime: Table | None, strings: Table, as_written: pl.DataFrame, ranges: pl.DataFrame,
-    calls: pl.DataFrame, devices: DeviceEvidence, typed: Counter[str],
+    calls: pl.DataFrame, devices: DeviceTables, typed: Counter[str],
 ) -> nccl.NcclEvidence:
     """What the export says about NCCL (:class:`nsysaudit.read.nccl.NcclEvidence`): its domains, its
     calls, the threads it started for them (read only when there are NCCL calls)."""

@@ -70,7 +70,7 @@ def ranks_key(truth: DeviceTruth, processes: Sequence[Process], findings: Sequen
         "failing_ranks": sorted({f["rank"] for f in failing if f["rank"] is not None}),
         "failing_rank_unknown": sum(1 for f in failing if f["rank"] is None),
         "statement": failing_statement(failing, {p["global_pid"]: p for p in processes}),
-        "shown": truth.shown,
+        "shown": truth.names_devices,
     }
 
 
