@@ -275,11 +275,53 @@ def undecided_wait_times() -> str:
     )
 
 
-def undecided_call_rows(detail: object) -> str:
+# Why a CUDA API row could be a failed allocation inside a library call the export does not show
+# (nsysaudit.analysis.integrity.undecided_calls' reasons).
+UNDECIDED_WORDS = {
+    "no_thread": "no globalTid, so it cannot be placed on a thread",
+    "time_unknown": "its start or end is NULL or its end is before its start, so its nesting is unknown",
+    "time_damaged": "its start or end lies outside the capture or its end minus start does not fit in 64 bits, "
+    "so its times cannot be true and its nesting is unknown",
+    "name_unknown": "nested in a library call with a non-zero return, but its API name is unknown",
+    "return_unknown": "an allocation call (or unknown API) nested in a library call, with a NULL return code",
+    "unknown_nvtx_domain": "on a thread with NVTX ranges in a domain whose name is unknown (they may be "
+    "library calls)",
+}
+
+
+def undecided_call_rows(by_reason: Sequence[tuple[str, int]]) -> str:
+    detail = "; ".join(f"{n} {UNDECIDED_WORDS[reason]} [{reason}]" for reason, n in by_reason)
     return (
         f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
         f"say: {detail}"
     )
+
+
+def damaged_time_range(start_ns: int | None, stop_ns: int | None, bounded: bool) -> str:
+    if not bounded:
+        return (
+            "CUDA API rows whose end minus start does not fit in 64 bits, among the failed calls and the calls "
+            "overlapping library calls (the rows the analysis reads): their times cannot be true; counted in the "
+            "census, never nested or straddling (the export records no capture bounds to check them against)"
+        )
+    sides = [f"before the capture began ({start_ns:,} ns)"] if start_ns is not None else []
+    sides += [f"after it stopped ({stop_ns:,} ns)"] if stop_ns is not None else []
+    return (
+        f"CUDA API rows whose start or end is {' or '.join(sides)}, or whose end minus start does not fit in 64 "
+        "bits, among the failed calls and the calls overlapping library calls (the rows the analysis reads): their "
+        "times cannot be true; counted in the census, never nested or straddling"
+    )
+
+
+def pair_limit(pairs: int, max_pairs: int | None, unexamined: int) -> str:
+    message = (
+        f"{pairs:,} (library call, CUDA API call) pairs overlap, more than the limit of "
+        f"{max_pairs:,} (--max-pairs): successful calls are not listed as library call children "
+        "and allocated_bytes is unknown (null); failed calls and calls with an unknown return are listed"
+    )
+    if unexamined:
+        message += f", except in {unexamined:,} library call(s) past the limit whose failed calls were not examined"
+    return message
 
 
 def duplicate_correlation_id(height: object) -> str:
@@ -667,9 +709,41 @@ def no_mapping() -> str:
 
 
 
+# The CUDA API table's rows the streaming scan counts as broken (read/trace's CUDA_API_PROBLEMS).
+CUDA_API_PROBLEM_WORDS = {
+    "null_start": "CUDA API rows with NULL start (a NOT NULL column): counted in the census, excluded from coverage "
+    "and joins",
+    "null_end": "CUDA API rows with NULL end (a NOT NULL column): counted in the census, excluded from joins",
+    "null_return": "CUDA API rows with NULL returnValue (a NOT NULL column): counted in "
+    "cuda_api_calls, not in by_return (their return is unknown)",
+    "null_name_id": "CUDA API rows with NULL nameId (a NOT NULL column): their API name is unknown",
+    "null_gtid": "CUDA API rows without globalTid: counted in the census, never joined to a thread",
+    "reversed": "CUDA API rows whose end is before their start: counted in the census, "
+    "never nested (no interval contains them)",
+    "dangling_name_id": "CUDA API rows whose nameId has no StringIds row: their API name is unknown",
+}
+
+
+def cuda_api_problem(problem: str, table: str | None, column: str | None) -> str:
+    return f"{table}: {CUDA_API_PROBLEM_WORDS[problem]}" + (f" [column {column}]" if column else "")
+
+
+def threads_with_several_names(table: str, examples: str, more: str) -> str:
+    return (
+        f"{table}: threads with several ThreadNames rows that disagree, where nsys writes one: {examples}{more}: "
+        "each value they disagree on is unknown (null), never the first or the last row's"
+    )
+
+
+def dangling_thread_name(table: str) -> str:
+    return f"{table} rows whose nameId has no StringIds row: those threads' names are unknown"
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (
+        cuda_api_problem, dangling_thread_name, threads_with_several_names, damaged_time_range, pair_limit,
         utc_clock_not_read, utc_no_stamp, utc_no_session_start, utc_mapping, anchors_no_clock,
         anchors_on_realtime, telemetry_without_pid, telemetry_pids_not_traced, anchor_range_missing,
         anchor_range_in_other_process, anchor_range_on_other_thread, anchor_lines_without_stamp,

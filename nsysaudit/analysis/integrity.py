@@ -17,7 +17,7 @@ import polars as pl
 
 from nsysaudit.analysis.joins import Nesting
 from nsysaudit.core.codes import is_allocation_api, is_stream_wait
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.reasons import Reason
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
@@ -26,16 +26,6 @@ from nsysaudit.words import warned
 
 INT64_MAX = (1 << 63) - 1
 
-UNDECIDED_REASONS = {
-    "no_thread": "no globalTid, so it cannot be placed on a thread",
-    "time_unknown": "its start or end is NULL or its end is before its start, so its nesting is unknown",
-    "time_damaged": "its start or end lies outside the capture or its end minus start does not fit in 64 bits, "
-    "so its times cannot be true and its nesting is unknown",
-    "name_unknown": "nested in a library call with a non-zero return, but its API name is unknown",
-    "return_unknown": "an allocation call (or unknown API) nested in a library call, with a NULL return code",
-    "unknown_nvtx_domain": "on a thread with NVTX ranges in a domain whose name is unknown (they may be "
-    "library calls)",
-}
 
 
 def damaged_times(capture: Capture) -> pl.Expr:
@@ -139,7 +129,7 @@ def undecided_calls(
     ``capture``: the capture's bounds, where the export records them (:func:`damaged_times`).
 
     Columns ``gtid, start_ns, end_ns, correlation_id, api, return_code, reason`` (one row per
-    call and reason; ``reason`` is a key of :data:`UNDECIDED_REASONS`).
+    call and reason; ``reason`` is a key of :data:`nsysaudit.words.UNDECIDED_WORDS`).
     """
     cols = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
     suspects = cuda_api_rows.filter(_could_fail() & _allocation_or_unknown(cuda_api_rows)).select(cols)
@@ -287,20 +277,8 @@ def _damaged_rows(trace: Trace) -> list[ReportWarning]:
     capture = trace.capture_bounds
     damaged = trace.cuda_api_rows.filter(damaged_times(capture)).height
     if damaged:
-        sides = [f"before the capture began ({capture.start_ns:,} ns)"] if capture.start_ns is not None else []
-        sides += [f"after it stopped ({capture.stop_ns:,} ns)"] if capture.stop_ns is not None else []
-        outside = " or ".join(sides)
-        said.append(warning(
-            "damaged_time_range",
-            damaged,
-            f"CUDA API rows whose start or end is {outside}, or whose end minus start does not fit in 64 bits, "
-            "among the failed calls and the calls overlapping library calls (the rows the analysis reads): their "
-            "times cannot be true; counted in the census, never nested or straddling"
-            if capture.bounded else
-            "CUDA API rows whose end minus start does not fit in 64 bits, among the failed calls and the calls "
-            "overlapping library calls (the rows the analysis reads): their times cannot be true; counted in the "
-            "census, never nested or straddling (the export records no capture bounds to check them against)",
-        ))
+        said.append(warned(Reason.of("damaged_time_range", start_ns=capture.start_ns, stop_ns=capture.stop_ns,
+                                     bounded=capture.bounded), damaged))
     return said
 
 
@@ -311,9 +289,8 @@ def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tupl
     if not undecided.height:
         return [], []
     by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
-    detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())
     calls = undecided.select("gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code").unique().height
-    said = warned(Reason.of("undecided_call_rows", detail=detail), calls, kind="undecided_calls")
+    said = warned(Reason.of("undecided_call_rows", by_reason=by_reason.rows()), calls, kind="undecided_calls")
     return [Reason.of("undecided_rows", calls=calls)], [said]
 
 
@@ -321,17 +298,8 @@ def limit_review(nesting: Nesting) -> tuple[list[Reason], list[ReportWarning]]:
     """A warning when the pair limit was hit; verdict reasons when it could hide a finding."""
     if nesting.complete:
         return [], []
-    message = (
-        f"{nesting.total_pairs:,} (library call, CUDA API call) pairs overlap, more than the limit of "
-        f"{nesting.max_pairs:,} (--max-pairs): successful calls are not listed as library call children "
-        "and allocated_bytes is unknown (null); failed calls and calls with an unknown return are listed"
-    )
-    if nesting.unexamined:
-        message += (
-            f", except in {len(nesting.unexamined):,} library call(s) past the limit whose failed calls were not "
-            "examined"
-        )
-    said = [warning("pair_limit", nesting.total_pairs, message)]
+    said = [warned(Reason.of("pair_limit", pairs=nesting.total_pairs, max_pairs=nesting.max_pairs,
+                             unexamined=len(nesting.unexamined)), nesting.total_pairs)]
     if not nesting.unexamined:
         return [], said
     return [Reason.of("unexamined_library_calls", calls=len(nesting.unexamined), max_pairs=nesting.max_pairs)], said

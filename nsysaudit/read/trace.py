@@ -25,7 +25,7 @@ from nsysaudit.core.codes import (
     is_event_record,
 )
 from nsysaudit.core.defaults import DEFAULT_LIBRARY_DOMAINS as DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.core.errors import ReportWarning, UnusableInput
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.progress import Progress
@@ -705,28 +705,16 @@ def _thread_names(
         mismatched=typed,
         source=tn.name,
     )
-    names, conflicts = one_per_key(rows.filter(pl.col("gtid").is_not_null()), ["gtid"], tn.name,
-                                   {"gtid": "globalTid", "thread_name": "name"})
-    said = [
-        warning(
-            "several_thread_names", w["count"],
-            w["message"].replace(": rows of one key", ": threads with several ThreadNames rows", 1),
-        )
-        for w in conflicts
-    ]
+    names, said = one_per_key(rows.filter(pl.col("gtid").is_not_null()), ["gtid"], tn.name,
+                              {"gtid": "globalTid", "thread_name": "name"},
+                              code="threads_with_several_names", kind="several_thread_names")
     names = pl.concat([names, rows.filter(pl.col("gtid").is_null())])
     (unnamed,) = conn.execute(
         f"""SELECT count(*) FROM {quote(tn.name)} AS t LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId
             WHERE t.nameId IS NOT NULL AND s.id IS NULL"""
     ).fetchone()
     if unnamed:
-        said.append(
-            {
-                "kind": "dangling_thread_name",
-                "count": unnamed,
-                "message": f"{tn.name} rows whose nameId has no StringIds row: those threads' names are unknown",
-            }
-        )
+        said.append(warned(Reason.of("dangling_thread_name", table=tn.name), unnamed))
     return names, said
 
 
@@ -846,37 +834,15 @@ def _integrity_warnings(lib: pl.DataFrame, allocations: pl.DataFrame) -> list[Re
     return out
 
 
+# The streaming scan's integrity counts, by problem: the warning's kind (words.cuda_api_problem words it).
 CUDA_API_PROBLEMS = {
-    "null_start": (
-        "null_in_not_null_column",
-        "CUDA API rows with NULL start (a NOT NULL column): counted in the census, excluded from coverage and joins",
-    ),
-    "null_end": (
-        "null_in_not_null_column",
-        "CUDA API rows with NULL end (a NOT NULL column): counted in the census, excluded from joins",
-    ),
-    "null_return": (
-        "null_in_not_null_column",
-        "CUDA API rows with NULL returnValue (a NOT NULL column): counted in "
-        "cuda_api_calls, not in by_return (their return is unknown)",
-    ),
-    "null_name_id": (
-        "null_in_not_null_column",
-        "CUDA API rows with NULL nameId (a NOT NULL column): their API name is unknown",
-    ),
-    "null_gtid": (
-        "null_global_tid",
-        "CUDA API rows without globalTid: counted in the census, never joined to a thread",
-    ),
-    "reversed": (
-        "reversed_time_range",
-        "CUDA API rows whose end is before their start: counted in the census, "
-        "never nested (no interval contains them)",
-    ),
-    "dangling_name_id": (
-        "dangling_name_id",
-        "CUDA API rows whose nameId has no StringIds row: their API name is unknown",
-    ),
+    "null_start": "null_in_not_null_column",
+    "null_end": "null_in_not_null_column",
+    "null_return": "null_in_not_null_column",
+    "null_name_id": "null_in_not_null_column",
+    "null_gtid": "null_global_tid",
+    "reversed": "reversed_time_range",
+    "dangling_name_id": "dangling_name_id",
 }
 
 
@@ -884,11 +850,11 @@ def _cuda_api_warnings(table: str | None, problems: dict[str, int], mismatched: 
     """The streaming scan's integrity counts as warnings."""
     columns = {"null_start": "start", "null_end": "end", "null_return": "returnValue", "null_name_id": "nameId"}
     out: list[ReportWarning] = []
-    for key, (kind, message) in CUDA_API_PROBLEMS.items():
+    for key, kind in CUDA_API_PROBLEMS.items():
         count = problems.get(key, 0)
         if count:
-            column = columns.get(key)
-            out.append(warning(kind, count, f"{table}: {message}" + (f" [column {column}]" if column else "")))
+            out.append(warned(Reason.of("cuda_api_problem", problem=key, table=table, column=columns.get(key)),
+                              count, kind=kind))
     if mismatched:
         out.append(
             warned(Reason.of("integer_column_mismatch", table=table), mismatched, kind="type_mismatch")

@@ -26,11 +26,12 @@ EXAMPLES = 3
 
 
 def one_per_key(
-    frame: pl.DataFrame, key: Sequence[str], table: str, columns: Mapping[str, str] | None = None
+    frame: pl.DataFrame, key: Sequence[str], table: str, columns: Mapping[str, str] | None = None,
+    *, code: str = "rows_of_one_key_disagree", kind: str = "conflicting_rows",
 ) -> tuple[pl.DataFrame, list[ReportWarning]]:
     """``frame`` with one row per ``key`` (in the order each key first appears), each other column the
     value all the key's rows agree on (a NULL is a value: NULL and 5 disagree), else NULL; and a
-    ``conflicting_rows`` warning when some key's rows disagree. ``columns`` names the frame's
+    ``kind`` warning worded by ``code`` when some key's rows disagree. ``columns`` names the frame's
     columns as the table spells them, for the warning."""
     others = [c for c in frame.columns if c not in key]
     if frame.height == frame.select(key).unique().height:
@@ -55,8 +56,7 @@ def one_per_key(
         examples.append(f"{which} ({values})")
     more = f" and {conflicts.height - EXAMPLES} more" if conflicts.height > EXAMPLES else ""
     return merged, [warned(
-        Reason.of("rows_of_one_key_disagree", table=table, examples='; '.join(examples), more=more),
-        conflicts.height, kind="conflicting_rows",
+        Reason.of(code, table=table, examples="; ".join(examples), more=more), conflicts.height, kind=kind,
     )]
 
 
