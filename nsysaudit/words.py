@@ -740,9 +740,115 @@ def dangling_thread_name(table: str) -> str:
 
 
 
+# The device-memory ledger (nsysaudit.analysis.ledger): what it leaves out, why it is not summed, why
+# no bound on free memory is claimed at a moment, its notes.
+NOT_COUNTED = (
+    "CUDA contexts and the driver's own reservations (they have no memory event)",
+    "processes the capture did not trace",
+    "memory allocated before the capture began and not freed during it",
+    "managed memory, which may reside on the host (shown, not subtracted)",
+    "memory of a pool imported from another process, except in that process (counted once, in its owner)",
+)
+# A polars format (pl.format) of pid, address and correlation ids: an allocation at a live address.
+ADDRESS_LIVE_TWICE_FORMAT = (
+    "allocation events at an address already live lie on this device (pid {}, address {}, "
+    "correlation {}): one of them is damaged or a free is missing, so what was held is unknown"
+)
+
+
+def bound_unknown_conflict(why: str) -> str:
+    return f"{why}, and no bound on free memory is claimed"
+
+
+def bound_unknown_total_disagrees() -> str:
+    return (
+        "TARGET_INFO_GPU rows of this device disagree about its total memory, so the total is unknown and "
+        "no bound on free memory is claimed"
+    )
+
+
+def bound_unknown_exceeded(resident: int, total: int, ended: Sequence[tuple[int | None, int]]) -> str:
+    if not ended:
+        why = "the sizes or the total are damaged"
+    else:
+        said = ", ".join(f"pid {pid} (last at {end:,} ns)" for pid, end in ended)
+        why = (f"the CUDA API trace of {said} ended before this moment, and a process's memory goes back to the "
+               "device at its exit without deallocation events, so some of it may no longer have been held")
+    return (
+        f"the traced device-resident bytes ({resident:,} B) exceed the device's total ({total:,} B), "
+        "so no bound on free memory is claimed: " + why
+    )
+
+
+def memory_size_overflow(total: int) -> str:
+    return (f"the memory events' sizes add up to {total:,} B, past any device (2^62 B): damaged sizes, so live "
+            "bytes are not summed")
+
+
+def pool_events_without_pool(events: int) -> str:
+    return (
+        f"{events} memory event(s) of CUDA memory pool calls (cudaMallocAsync, cudaFreeAsync) carry no pool "
+        "address or size: what the pool held on the device is unknown"
+    )
+
+
+def memory_events_without_size(events: int) -> str:
+    return f"{events} memory event(s) have no size: live bytes cannot be summed"
+
+
+def pools_without_size(pools: int) -> str:
+    return (f"{pools} CUDA memory pool(s) with no size information in the export: what they held on the device "
+            "is unknown")
+
+
+def memory_collection_off() -> str:
+    return "memory-usage collection was off (--cuda-memory-usage=true turns it on)"
+
+
+def no_memory_table() -> str:
+    return "the export has no CUDA_GPU_MEMORY_USAGE_EVENTS table"
+
+
+def memory_table_empty(table: str) -> str:
+    return (f"{table} is empty and the capture settings do not say memory-usage collection was on "
+            "(--cuda-memory-usage=true turns it on)")
+
+
+def pool_over_its_size(pid: int | None, address: str, utilized: int, size: int) -> str:
+    return (f"the CUDA memory pool of pid {pid} at {address} has more in "
+            f"use ({utilized:,} B) than its size ({size:,} B) in the events, which cannot be: "
+            "one of the two is damaged, so what the pool held is unknown")
+
+
+def virtual_memory_note() -> str:
+    return (
+        "handles (cuMemCreate, cuMemRelease) and reserved address ranges (cuMemAddressReserve) are "
+        "not memory held on the device: mapped memory is, from cuMemSetAccess to cuMemUnmap; the sizes of "
+        "reserved ranges are not in the trace"
+    )
+
+
+def free_calls_without_event_note() -> str:
+    return (
+        "successful calls that give device memory back with no deallocation event of their own "
+        "correlation id: cudaFree(NULL), which frees nothing, is the usual one; if any of them freed "
+        "memory, more could have been free than the bound after them says"
+    )
+
+
+def moment_unknown(start_known: bool) -> str:
+    missing = "process (globalTid)" if start_known else "start time"
+    return f"the call's {missing} is unknown, so the ledger cannot be read at it"
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (
+        bound_unknown_conflict, bound_unknown_total_disagrees, bound_unknown_exceeded, memory_size_overflow,
+        pool_events_without_pool, memory_events_without_size, pools_without_size, memory_collection_off,
+        no_memory_table, memory_table_empty, pool_over_its_size, virtual_memory_note, free_calls_without_event_note,
+        moment_unknown,
         cuda_api_problem, dangling_thread_name, threads_with_several_names, damaged_time_range, pair_limit,
         utc_clock_not_read, utc_no_stamp, utc_no_session_start, utc_mapping, anchors_no_clock,
         anchors_on_realtime, telemetry_without_pid, telemetry_pids_not_traced, anchor_range_missing,
