@@ -842,9 +842,95 @@ def moment_unknown(start_known: bool) -> str:
 
 
 
+# The devices, processes and ranks (nsysaudit.analysis.devices): the rule, each claim's source, why a
+# rank is unknown, how a launched command was matched to a traced process.
+RANK_RULE = (
+    "a process's rank is what a row of the evidence states: the environment (RANK, OMPI_COMM_WORLD_RANK, "
+    "PMI_RANK, PMIX_RANK, SLURM_PROCID, MV2_COMM_WORLD_RANK) or command line (--rank N, env RANK=N) nsys "
+    "recorded for the command it launched, given to the one traced process that is that command, or the "
+    "application's telemetry lines with an integer rank field and the process's pid; otherwise unknown (never "
+    "the report's file name)"
+)
+
+
+def process_not_in_processes() -> str:
+    return "the process is not in the export's PROCESSES table"
+
+
+def telemetry_rank_claim(line: int, event: str, name: str, value: int) -> str:
+    return f"telemetry line {line} ({event}): {name}={value}, the application's own claim"
+
+
+def launched_program_unknown(index: int, command: str | None) -> str:
+    if command is None:
+        return f"nsys recorded no command for PROCESS_{index}"
+    return f"the program that {command!r} ran is not in its recorded command line"
+
+
+def launched_by_name(name: str) -> str:
+    return f"the only traced process named {name!r}, the launched command's name"
+
+
+def launched_name_ambiguous(processes: int, name: str, index: int, pid_recorded: bool) -> str:
+    if not processes:
+        return f"no traced process is named {name!r}, the launched command's name"
+    pid_note = "" if pid_recorded else f" and PROCESS_{index}:PID is not recorded"
+    return (f"{processes} traced processes are named {name!r}{pid_note}: the export does not say which is "
+            "the launched command")
+
+
+def launched_shared(how: str, indexes: Sequence[int], pid: int) -> str:
+    others = ", ".join(f"PROCESS_{i}" for i in indexes)
+    return (f"{how}, but so is the process of another launched command ({others} all match pid {pid}): which one "
+            "it is, is unknown")
+
+
+def _no_rank_tail(telemetry: bool) -> str:
+    return "; no telemetry line of it has a rank field" if telemetry else "; no telemetry was given"
+
+
+def _launch_states_no_rank(index: int, environment_rows: int, rank_variables: Sequence[str]) -> str:
+    if not environment_rows:
+        return (f"nsys recorded no environment for the command it launched (no PROCESS_{index}:"
+                "ENVIRONMENT_VARIABLE row: not recorded, or scrubbed) and its command line names no rank")
+    return (f"the environment nsys recorded for the command it launched ({environment_rows} variables) has "
+            f"none of {', '.join(rank_variables)}, and its command line names no rank")
+
+
+def rank_not_stated(index: int, environment_rows: int, rank_variables: Sequence[str], telemetry: bool) -> str:
+    return _launch_states_no_rank(index, environment_rows, rank_variables) + _no_rank_tail(telemetry)
+
+
+def no_launched_command(telemetry: bool) -> str:
+    return ("the export records no launched command (META_DATA_CAPTURE has no PROCESS_0 rows)"
+            + _no_rank_tail(telemetry))
+
+
+def not_the_launched_command(pids: Sequence[int | None], telemetry: bool) -> str:
+    return (f"it is not the command nsys launched (pid {', '.join(map(str, pids))}), and nsys records the environment "
+            f"and command line only of that command, not of the processes it started{_no_rank_tail(telemetry)}")
+
+
+def launched_rank_not_placed(sources: Sequence[str], process_rule: str, telemetry: bool) -> str:
+    return (f"the launched command's rank is recorded ({'; '.join(sources)}), but not which traced process it is: "
+            f"{process_rule}{_no_rank_tail(telemetry)}")
+
+
+def launched_process_unknown(
+    index: int, environment_rows: int, rank_variables: Sequence[str], process_rule: str, telemetry: bool
+) -> str:
+    return (f"{_launch_states_no_rank(index, environment_rows, rank_variables)}; which traced process that command "
+            f"is, is not known either ({process_rule}), and nsys records nothing of the processes it started"
+            f"{_no_rank_tail(telemetry)}")
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (
+        process_not_in_processes, telemetry_rank_claim, launched_program_unknown, launched_by_name,
+        launched_name_ambiguous, launched_shared, rank_not_stated, no_launched_command, not_the_launched_command,
+        launched_rank_not_placed, launched_process_unknown,
         bound_unknown_conflict, bound_unknown_total_disagrees, bound_unknown_exceeded, memory_size_overflow,
         pool_events_without_pool, memory_events_without_size, pools_without_size, memory_collection_off,
         no_memory_table, memory_table_empty, pool_over_its_size, virtual_memory_note, free_calls_without_event_note,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
-from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_RULE, RANK_VARIABLES, DeviceTruth, TracedProcess
+from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_VARIABLES, DeviceTruth, TracedProcess
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.read.devices import environment_entry
@@ -32,6 +32,7 @@ from nsysaudit.reports.documents import (
     Ranks,
     TargetDevice,
 )
+from nsysaudit.words import RANK_RULE
 
 
 class FindingPlacement(TypedDict):
