@@ -84,7 +84,7 @@ golden: venv ## regenerate the golden report files in tests/golden (review the d
 	NSYSAUDIT_REGEN_GOLDEN=1 $(PY) -m pytest -q tests/test_golden.py
 
 contract: venv ## regenerate docs/json.md's tables and the JSON Schemas from the types
-	$(PY) -m nsysaudit.reports.documents docs/json.md
+	$(PY) -m nsysaudit.render.contract docs/json.md
 	$(PY) -m nsysaudit.schemas
 
 bench: venv nsys ## run the benchmark (see benchmarks/RESULTS.md)

@@ -7,7 +7,7 @@ from typing import get_type_hints
 
 from nsysaudit.batch.output import FINDING_ROW_SCHEMA, INPUT_SCHEMA, FindingRow, InputRow
 from nsysaudit.batch.run import AuditOptions, audit_one
-from nsysaudit.reports.documents import problems
+from nsysaudit.reports.conformance import problems
 
 TORCH = "tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite"
 

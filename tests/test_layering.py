@@ -54,7 +54,8 @@ CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.limits", "nsysaudit.core.
               "nsysaudit.core.codes", "nsysaudit.core.blocking", "nsysaudit.core.text", "nsysaudit.core.digests",
               "nsysaudit.core.paths",
               "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core.reasons",
-              "nsysaudit.words", "nsysaudit.core"]
+              "nsysaudit.core",
+              "nsysaudit.words"]
 
 
 def module_name(path: Path) -> str:

@@ -27,6 +27,7 @@ from nsysaudit.core.ids import pid_bits, pid_of, tid_bits
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.answer import MAX_CENSORED, answer
+from nsysaudit.reports.conformance import required_keys
 from nsysaudit.reports.documents import (
     SCHEMA_VERSION,
     AllocationsBefore,
@@ -54,7 +55,6 @@ from nsysaudit.reports.documents import (
     SourceCoverage,
     TargetDevice,
     Tool,
-    required_keys,
 )
 from nsysaudit.reports.ranks import document_keys, placement
 from nsysaudit.reports.stalls import Stalls, stalls_section
