@@ -24,11 +24,10 @@ a process; they never relabel trace events.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, NamedTuple, NotRequired, TypedDict, overload
+from typing import TYPE_CHECKING, Literal, NamedTuple, NotRequired, TypedDict
 
-import orjson
 import polars as pl
 
 from nsysaudit.core.ids import decode_pid, decode_tid
@@ -250,24 +249,6 @@ class AnchorMatch:
     def offset_ns(self) -> int:
         return self.edge_ns - self.clock_ns
 
-    def to_dict(self) -> AnchorPair:
-        return {
-            "line": self.line,
-            "event": self.event,
-            "nvtx": self.nvtx,
-            "edge": self.edge,
-            "domain": self.domain,
-            "pid": self.pid,
-            "tid": self.tid,
-            "telemetry_tid": self.telemetry_tid,
-            "same_thread": self.same_thread,
-            "rule": self.rule,
-            "clock_ns": self.clock_ns,
-            "edge_ns": self.edge_ns,
-            "offset_ns": self.offset_ns,
-            "residual_ns": self.residual_ns,
-            "utc_residual_ns": self.utc_residual_ns,
-        }
 
 
 @dataclass(frozen=True)
@@ -277,15 +258,6 @@ class UtcMethod:
     session_start_utc_ns: int | None
     offset_ns: int | None
     reason: Reason | None  # why it is not computed
-
-    def to_dict(self) -> UtcAlignment:
-        return {
-            "computed": self.computed,
-            "clock_field": self.clock_field,
-            "session_start_utc_ns": self.session_start_utc_ns,
-            "offset_ns": self.offset_ns,
-            "reason": None if self.reason is None else say(self.reason),
-        }
 
 
 @dataclass(frozen=True, eq=False)
@@ -305,35 +277,6 @@ class AnchorMethod:
     def max_abs_residual_ns(self) -> int | None:
         return max((abs(p.residual_ns) for p in self.pairs), default=None)
 
-    @property
-    def events_without_anchor(self) -> LineList:
-        """``events_without_anchor``: ``{"line", "event"}`` of each line that is not an anchor."""
-        return LineList(
-            self.without_anchor,
-            lambda frame: pl.concat_str(
-                [pl.lit('{"event":'), _event_json(frame), pl.lit(',"line":'), _int_json("line"), pl.lit("}")]
-            ),
-            event_lines,
-        )
-
-    def to_dict(self) -> Anchors:
-        """The ``alignment.anchors`` object."""
-        return self.section(event_lines(self.without_anchor))
-
-    def section(self, events_without_anchor: list[EventLine]) -> Anchors:
-        """The ``alignment.anchors`` object with the given ``events_without_anchor``."""
-        return {
-            "computed": self.computed,
-            "rule": self.rule,
-            "clock": self.clock,
-            "clock_field": self.clock_field,
-            "offset_ns": self.offset_ns,
-            "pairs": [p.to_dict() for p in self.pairs],
-            "max_abs_residual_ns": self.max_abs_residual_ns,
-            "skipped": list(self.skipped),
-            "events_without_anchor": events_without_anchor,
-            "reason": None if self.reason is None else say(self.reason),
-        }
 
 
 @dataclass(frozen=True)
@@ -343,63 +286,6 @@ class Check:
     name: str
     passed: bool | None
     detail: Reason  # what it found, or why it could not run
-
-    def to_dict(self) -> AlignmentCheck:
-        return {"check": self.name, "passed": self.passed, "detail": say(self.detail)}
-
-
-@dataclass(frozen=True, eq=False)
-class LineList:
-    """A per-line list of the document (one entry per telemetry line: 10^6 for a file of 10^6
-    lines), kept as the rows of ``frame`` until it is written.
-
-    :meth:`dicts` gives the entries as Python objects (``make(frame)``: what :meth:`Alignment.to_dict`
-    holds, :class:`EventLine`, :class:`AgreementDiff` or :class:`TimelineLine` entries); :meth:`json`
-    their canonical JSON text, a slice at a time (``entry(frame)``: the text of one entry, an
-    expression over the frame's columns), byte for byte what ``canonical.dumps`` writes for
-    :meth:`dicts`, without making them."""
-
-    frame: pl.DataFrame
-    entry: Callable[[pl.DataFrame], pl.Expr]
-    make: Callable[[pl.DataFrame], Sequence[Mapping[str, object]]]
-
-    def __len__(self) -> int:
-        return self.frame.height
-
-    def dicts(self) -> Sequence[Mapping[str, object]]:
-        """The entries as Python objects (``make(frame)``)."""
-        return self.make(self.frame)
-
-    def json(self, rows: int) -> Iterator[bytes]:
-        """The entries' canonical JSON text, ``rows`` entries at a time, joined by commas (no
-        brackets; a comma between two pieces is the caller's)."""
-        entry = self.entry(self.frame)
-        for offset in range(0, self.frame.height, rows):
-            text = self.frame.slice(offset, rows).select(entry.str.join(",")).item()
-            yield str(text).encode()
-
-
-def _int_json(column: str) -> pl.Expr:
-    """An integer column as JSON: its digits, ``null`` for a null."""
-    return pl.col(column).cast(pl.String).fill_null("null")
-
-
-def event_lines(frame: pl.DataFrame) -> list[EventLine]:
-    """``{"event", "line"}`` of each row of ``frame`` (``line, event`` columns)."""
-    return [{"event": str(event), "line": int(line)} for line, event in frame.select("line", "event").iter_rows()]
-
-
-def agreement_diffs(frame: pl.DataFrame) -> list[AgreementDiff]:
-    """``{"event", "line", "utc_minus_anchor_ns"}`` of each row of ``frame`` (columns of those names)."""
-    rows = frame.select("line", "event", "utc_minus_anchor_ns").iter_rows()
-    return [{"event": str(event), "line": int(line), "utc_minus_anchor_ns": int(diff)} for line, event, diff in rows]
-
-
-def _event_json(frame: pl.DataFrame) -> pl.Expr:
-    """The ``event`` column as JSON strings, as orjson writes them (each name written once)."""
-    names = frame["event"].unique()
-    texts = [orjson.dumps(name).decode() for name in names.to_list()]
-    return pl.col("event").replace_strict(names, texts, return_dtype=pl.String)
 
 
 @dataclass(frozen=True)
@@ -499,133 +385,6 @@ class Alignment:
         if self.method == "utc":
             return [p.utc_residual_ns for p in self.anchors.pairs]
         return [p.residual_ns for p in self.anchors.pairs]
-
-    @overload
-    def to_dict(self, *, lazy: Literal[False] = False) -> AlignmentSection: ...
-
-    @overload
-    def to_dict(self, *, lazy: Literal[True]) -> dict[str, object]: ...
-
-    def to_dict(self, *, lazy: bool = False) -> AlignmentSection | dict[str, object]:
-        """The top-level ``alignment`` object of the JSON report; ``lazy``: its per-line lists
-        (``agreement.diffs_ns``, ``anchors.events_without_anchor``) left :class:`LineList` (an
-        object of that shape, not yet an :class:`AlignmentSection`)."""
-        if not lazy:
-            diffs = agreement_diffs(self.diffs) if self.diffs is not None else []
-            return self._section(diffs, event_lines(self.anchors.without_anchor))
-        section = self._section([], [])
-        out: dict[str, object] = {**section}
-        out["anchors"] = {**section["anchors"], "events_without_anchor": self.anchors.events_without_anchor}
-        agreement = section["agreement"]
-        if agreement is not None and self.diffs is not None:
-            diffs_list = LineList(
-                self.diffs,
-                lambda frame: pl.concat_str([
-                    pl.lit('{"event":'), _event_json(frame), pl.lit(',"line":'), _int_json("line"),
-                    pl.lit(',"utc_minus_anchor_ns":'), _int_json("utc_minus_anchor_ns"), pl.lit("}"),
-                ]),
-                agreement_diffs,
-            )
-            out["agreement"] = {**agreement, "diffs_ns": diffs_list}
-        return out
-
-    def _section(self, diffs_ns: list[AgreementDiff], events_without_anchor: list[EventLine]) -> AlignmentSection:
-        """The ``alignment`` object with the given per-line lists."""
-        agreement: Agreement | None = None
-        if self.agreement is not None:
-            agreement = {**self.agreement, "diffs_ns": diffs_ns}
-        return {
-            "method": self.method,
-            "clock_field": self.clock_field,
-            "offset_ns": self.offset_ns,
-            "residuals_ns": self.residuals_ns,
-            "checked": self.checked,
-            "tolerance_ns": self.tolerance_ns,
-            "reasons": self.reasons,
-            "checks": [c.to_dict() for c in self.checks],
-            "utc": self.utc.to_dict(),
-            "anchors": self.anchors.section(events_without_anchor),
-            "agreement": agreement,
-            "notes": [say(n) for n in self.notes],
-        }
-
-    @overload
-    def telemetry_summary(self, *, lazy: Literal[False] = False) -> TelemetrySummary: ...
-
-    @overload
-    def telemetry_summary(self, *, lazy: Literal[True]) -> dict[str, object]: ...
-
-    def telemetry_summary(self, *, lazy: bool = False) -> TelemetrySummary | dict[str, object]:
-        """The top-level ``telemetry`` object but its ``library_failures``: the file, its warnings,
-        every line's placement (``timeline``; ``lazy``: left a :class:`LineList`, in an object of
-        that shape, not yet a :class:`TelemetrySummary`)."""
-        log, opts = self.log, self.log.options
-        timeline = self.timeline
-        summary: TelemetrySummary = {
-            "path": log.path,
-            "sha256": log.sha256,
-            "events": log.lines.height,
-            "bad_lines": len(log.bad_lines),
-            "warnings": [b.to_dict() for b in log.bad_lines],
-            "lenient": opts.lenient,
-            "event_key": opts.event_key,
-            "clock_fields": {kind: name for kind, name in opts.clock_fields.items()},
-            "pids": log.pids,
-            "timeline": [] if lazy else self._timeline_dicts(timeline.frame),
-        }
-        return {**summary, "timeline": timeline} if lazy else summary
-
-    @property
-    def timeline(self) -> LineList:
-        """``telemetry.timeline``: each line with its clocks, place, values and fields."""
-        return LineList(pl.concat([self.log.lines, self.placed], how="horizontal"), self._timeline_entry,
-                        self._timeline_dicts)
-
-    def _timeline_dicts(self, frame: pl.DataFrame) -> list[TimelineLine]:
-        log = self.log
-        clocks = log.options.clock
-        out: list[TimelineLine] = []
-        for row in frame.iter_rows(named=True):
-            out.append(
-                {
-                    "line": int(row["line"]),
-                    "event": str(row["event"]),
-                    "pid": row["pid"],
-                    "tid": row["tid"],
-                    "clocks": {name: row[kind] for kind, name in clocks if row[kind] is not None},
-                    "trace_ns": row["trace_ns"],
-                    "via": row["via"],
-                    "values": log.values_of(row["values"], row["order"]),
-                    "fields": log.fields_of(row["fields"], row["order"], row["written"]),
-                }
-            )
-        return out
-
-    def _timeline_entry(self, frame: pl.DataFrame) -> pl.Expr:
-        # The clocks object: a stamp per clock read, keys sorted (a field read for both kinds is
-        # one key holding one value, as a dict keeps it).
-        names = {name: kind for kind, name in self.log.options.clock}
-        stamps = [
-            pl.when(pl.col(kind).is_not_null()).then(
-                pl.concat_str([pl.lit(orjson.dumps(name).decode() + ":"), pl.col(kind).cast(pl.String)])
-            )
-            for name, kind in sorted(names.items())
-        ]
-        via = pl.when(pl.col("via").is_null()).then(pl.lit("null")).otherwise(
-            pl.concat_str([pl.lit('"'), pl.col("via"), pl.lit('"')])
-        )
-        return pl.concat_str([
-            pl.lit('{"clocks":{'), pl.concat_str(stamps, separator=",", ignore_nulls=True).fill_null(""),
-            pl.lit('},"event":'), _event_json(frame),
-            pl.lit(',"fields":'), pl.col("fields"),
-            pl.lit(',"line":'), _int_json("line"),
-            pl.lit(',"pid":'), _int_json("pid"),
-            pl.lit(',"tid":'), _int_json("tid"),
-            pl.lit(',"trace_ns":'), _int_json("trace_ns"),
-            pl.lit(',"values":'), pl.col("values"),
-            pl.lit(',"via":'), via,
-            pl.lit("}"),
-        ])
 
     # --- the lines, for the analysis -----------------------------------------------------------
     def lines_of(self, rows: Sequence[int] | None = None) -> pl.DataFrame:

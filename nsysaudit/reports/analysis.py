@@ -26,6 +26,7 @@ from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import pid_bits, pid_of, tid_bits
 from nsysaudit.read.diagnostics import WARNING_SEVERITIES
 from nsysaudit.read.inputs import InputInfo
+from nsysaudit.reports.alignment_section import alignment_section, telemetry_summary
 from nsysaudit.reports.answer import MAX_CENSORED, answer
 from nsysaudit.reports.conformance import required_keys
 from nsysaudit.reports.documents import (
@@ -477,7 +478,7 @@ def _stalls(analysis: Analysis) -> Stalls:
 class Head(TypedDict):
     """Every key of the analysis document but ``library_calls`` and ``coverage.censored``, which stay
     frames until asked for; ``alignment`` and ``telemetry`` in their lazy form, their per-line lists
-    :class:`~nsysaudit.analysis.alignment.LineList` (:meth:`AnalysisResult.document` makes them lists)."""
+    :class:`~nsysaudit.reports.alignment_section.LineList` (:meth:`AnalysisResult.document` makes them lists)."""
 
     tool: Tool
     schema: AnalysisSchemaName
@@ -546,9 +547,9 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
         ),
     }
     if analysis.alignment is not None:
-        out["alignment"] = analysis.alignment.to_dict(lazy=True)
+        out["alignment"] = alignment_section(analysis.alignment, lazy=True)
         out["telemetry"] = {
-            **analysis.alignment.telemetry_summary(lazy=True),
+            **telemetry_summary(analysis.alignment, lazy=True),
             "library_failures": list(analysis.telemetry_library_failures),
         }
     allocator = _allocator(analysis)
@@ -565,7 +566,7 @@ class AnalysisResult:
     which stay the frames ``library_calls_table`` and ``censored_table`` until :meth:`to_dict`,
     :attr:`coverage` (or the JSON renderer) asks for them. With telemetry, its per-line lists
     (``telemetry.timeline``, ``alignment.agreement.diffs_ns``, ``alignment.anchors.events_without_anchor``)
-    are :class:`~nsysaudit.analysis.alignment.LineList` there, made by :meth:`document` (or written
+    are :class:`~nsysaudit.reports.alignment_section.LineList` there, made by :meth:`document` (or written
     by the JSON renderer). Build one with :func:`report_analysis`.
     """
 
@@ -652,8 +653,8 @@ class AnalysisResult:
         }
         alignment = self.analysis.alignment
         if alignment is not None:  # the head's lazy forms, their per-line lists made
-            doc["alignment"] = alignment.to_dict()
-            doc["telemetry"] = {**alignment.telemetry_summary(),
+            doc["alignment"] = alignment_section(alignment)
+            doc["telemetry"] = {**telemetry_summary(alignment),
                                 "library_failures": list(self.analysis.telemetry_library_failures)}
         if "allocator" in h:
             doc["allocator"] = h["allocator"]
