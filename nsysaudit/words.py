@@ -16,6 +16,7 @@ from typing import Any
 from nsysaudit.core.codes import names
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.reasons import Reason
+from nsysaudit.core.text import size_word
 
 # --- reasons, warnings and statements of the analysis and the documents (read/, analysis/, reports/) ---
 #
@@ -922,6 +923,117 @@ def launched_process_unknown(
     return (f"{_launch_states_no_rank(index, environment_rows, rank_variables)}; which traced process that command "
             f"is, is not known either ({process_rule}), and nsys records nothing of the processes it started"
             f"{_no_rank_tail(telemetry)}")
+
+
+
+# The documents' statements (nsysaudit.reports.statements picks their values from the documents).
+# Why a library call is censored, in words (the reasons of nsysaudit.analysis.coverage); worded once.
+CENSORED_WORDS = {
+    "capture_ended_inside": "the capture ended inside it: its true end and duration are unknown",
+    "capture_began_inside": "it began before the capture started",
+    "cuda_trace_degraded": "nsys warned that CUDA tracing was degraded",
+    "nsys_warned_cuda_events_missing": "nsys warned that not all CUDA events might have been collected",
+    "cuda_api_trace_ended_before_call": "the process's CUDA API trace ended before it began",
+    "cuda_api_trace_ends_inside": "the process's CUDA API trace ends inside it, and no nsys diagnostics confirm "
+    "the capture went on without losing events",
+    "no_cuda_api_trace": "the export has no CUDA API trace",
+    "no_cuda_api_trace_for_process": "its process has no CUDA API records",
+    "library_call_has_no_end": "the range has no end",
+    "library_call_has_no_start": "the range has no start",
+    "library_call_reversed": "the range ends before it starts",
+    "library_call_has_no_thread": "the range has no thread",
+    "library_call_outside_capture": "the range ends after the capture stopped, which nsys never records: its times "
+    "are damaged",
+}
+
+
+# What a non-zero return says about its call (nsysaudit.core.codes.return_class), in words.
+CLASSIFICATION_WORDS = {
+    "failure": "failure",
+    "reports_earlier_error": "reports an earlier error",
+    "not_ready_poll": "not ready (a poll)",
+}
+
+# How memory is held (nsysaudit.analysis.ledger.MECHANISMS), in words.
+MECHANISM_WORDS = {
+    "segments": "plain allocations (cudaMalloc, cuMemAlloc)",
+    "mapped": "mapped (virtual memory: cuMemSetAccess to cuMemUnmap)",
+    "pool": "CUDA memory pool allocations (cudaMallocAsync)",
+    "imported_pool": "allocations from an imported pool",
+    "static": "driver module memory (correlation id 0)",
+    "managed": "managed memory",
+    "host": "host or unknown kinds",
+}
+
+# Allocations no single named API call made (``memory.devices[].processes[].allocations_by_call[].call``).
+CALL_WORDS = {"driver": "driver-allocated (correlation id 0)", "no_single_call": "no single API call"}
+
+
+def role_words(role: str) -> str:
+    return "main thread" if role == "main" else "non-main thread"
+
+
+def censored_call(reason: str | None, last_ns: int | None, end_ns: int | None) -> str:
+    """Why a library call of interest is censored, in words, with its numbers (its last CUDA API record
+    and its end)."""
+    if reason == "capture_ended_inside":
+        return (
+            "the capture ended while it ran (its recorded end is the capture's stop), so what happened in it "
+            "after that moment is not in the trace"
+        )
+    if reason in ("nsys_warned_cuda_events_missing", "cuda_trace_degraded"):
+        return "nsys warned that CUDA events may be missing, and no CUDA API record after it shows the trace went on"
+    if reason == "cuda_api_trace_ends_inside":
+        where = "" if last_ns is None or end_ns is None else f" {end_ns - last_ns:,} ns before the call ends"
+        return f"the CUDA API trace stops{where}, so allocations after that moment are not in the trace"
+    return f"the trace does not cover it ({reason})"
+
+
+def censored_reasons_words(reasons: Sequence[str]) -> str:
+    """Why a library call is censored: each reason in words, most telling first."""
+    return "; ".join(CENSORED_WORDS.get(r, r) for r in reasons)
+
+
+def virtual_memory(mapped: int, unmapped: int, created: int, released: int, reservations: int) -> str:
+    return (f"virtual memory: {mapped:,} mapping(s), {unmapped:,} unmapping(s); "
+            f"{created:,} handle(s) created, {released:,} released; "
+            f"{reservations:,} address range(s) reserved (not memory; sizes not in the trace)")
+
+
+def free_calls_without_event(count: int, by_api: Mapping[str, int], examples: Sequence[int]) -> str:
+    return (f"{count:,} successful free call(s) without a deallocation event ("
+            + ", ".join(f"{n:,} x {api}" for api, n in by_api.items())
+            + "; e.g. correlation " + ", ".join(str(c) for c in examples)
+            + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory")
+
+
+def freed_never_allocated(events: int, bytes_: int) -> str:
+    return (f"{events:,} deallocation(s) ({bytes_:,} B) of memory allocated before the "
+            "capture began: live bytes are a lower bound")
+
+
+def telemetry_position(ms: float, event: str, line: int, verified: bool) -> str:
+    """ ", 55.672 ms after backward_start (telemetry line 5)": a call's place on the application's clock."""
+    checked = "" if verified else ", alignment NOT checked"
+    return f", {ms:.3f} ms after {event} (telemetry line {line}{checked})"
+
+
+def moment(kind: str, label: str, line: int | None) -> str:
+    """A ledger point's moment in words: "the failure", "cublasCreate_v2's start", "telemetry line 4 (handoff)"."""
+    if kind == "finding":
+        return "the failure"
+    if kind == "library_call":
+        return f"{label}'s start"
+    if kind == "censored_library_call":
+        return f"{label}'s start (a censored call)"
+    if kind == "telemetry":
+        return f"telemetry line {line} ({label})"
+    return f"{kind} {label}"
+
+
+def allocator_figures(line: int, event: str, reserved: int, allocated: int) -> str:
+    return (f"Telemetry line {line} ({event}), the allocator's own figures: reserved but "
+            f"unused {size_word(reserved - allocated)} (reserved {reserved:,} B, allocated {allocated:,} B).")
 
 
 

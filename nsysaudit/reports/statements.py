@@ -1,12 +1,16 @@
 """The sentences a comparison says about its facts, in words a reviewer can quote.
 
 Each function takes entries of the comparison document (:mod:`nsysaudit.reports.compare`) and
-returns a sentence; the sentences are part of the document (``statements``, ``statement``).
+returns a sentence; the sentences are part of the document (``statements``, ``statement``). The words
+are :mod:`nsysaudit.words`' (its first section): here the values are picked from the documents (the
+tables of words, ``role_words`` and ``censored_reasons_words`` are its, named here as before); the
+sentence-makers of the ledger's holders, the changes between moments and arms and the allocator's
+statement still word their sentences here (tests/test_words.py counts them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Literal, cast
 
 from nsysaudit.analysis.allocator import AllocatorPoint, Frame, Stack
@@ -24,6 +28,21 @@ from nsysaudit.reports.documents import (
     VirtualMemory,
 )
 from nsysaudit.reports.ranks import device_words
+from nsysaudit.words import CALL_WORDS as CALL_WORDS
+from nsysaudit.words import CENSORED_WORDS as CENSORED_WORDS
+from nsysaudit.words import CLASSIFICATION_WORDS as CLASSIFICATION_WORDS
+from nsysaudit.words import MECHANISM_WORDS as MECHANISM_WORDS
+from nsysaudit.words import (
+    allocator_figures,
+    censored_call,
+    free_calls_without_event,
+    freed_never_allocated,
+    moment,
+    telemetry_position,
+    virtual_memory,
+)
+from nsysaudit.words import censored_reasons_words as censored_reasons_words
+from nsysaudit.words import role_words as role_words
 
 
 def _fmt_bytes(values: Iterable[int | None]) -> str:
@@ -34,10 +53,6 @@ def _fmt_bytes(values: Iterable[int | None]) -> str:
         total = f"{sum(known):,}" + (" known" if len(known) < len(vals) else "")
         return f"{shown} = {total} bytes"
     return f"{shown} bytes"
-
-
-def role_words(role: str) -> str:
-    return "main thread" if role == "main" else "non-main thread"
 
 
 def _thread(lc: ArmLibraryCall) -> str:
@@ -76,70 +91,15 @@ def allocation_statement(arm: str, lc: ArmLibraryCall) -> str:
 
 def censored_words(lc: ArmLibraryCall) -> str:
     """Why a library call of interest is censored, in words, with its numbers."""
-    reason = lc["censored_reason"]
-    last, end = lc["cuda_api_last_ns"], lc["end_ns"]
-    if reason == "capture_ended_inside":
-        return (
-            "the capture ended while it ran (its recorded end is the capture's stop), so what happened in it "
-            "after that moment is not in the trace"
-        )
-    if reason in ("nsys_warned_cuda_events_missing", "cuda_trace_degraded"):
-        return "nsys warned that CUDA events may be missing, and no CUDA API record after it shows the trace went on"
-    if reason == "cuda_api_trace_ends_inside":
-        where = "" if last is None or end is None else f" {end - last:,} ns before the call ends"
-        return f"the CUDA API trace stops{where}, so allocations after that moment are not in the trace"
-    return f"the trace does not cover it ({reason})"
-
-
-# Why a library call is censored, in words (the reasons of nsysaudit.analysis.coverage); worded once.
-CENSORED_WORDS = {
-    "capture_ended_inside": "the capture ended inside it: its true end and duration are unknown",
-    "capture_began_inside": "it began before the capture started",
-    "cuda_trace_degraded": "nsys warned that CUDA tracing was degraded",
-    "nsys_warned_cuda_events_missing": "nsys warned that not all CUDA events might have been collected",
-    "cuda_api_trace_ended_before_call": "the process's CUDA API trace ended before it began",
-    "cuda_api_trace_ends_inside": "the process's CUDA API trace ends inside it, and no nsys diagnostics confirm "
-    "the capture went on without losing events",
-    "no_cuda_api_trace": "the export has no CUDA API trace",
-    "no_cuda_api_trace_for_process": "its process has no CUDA API records",
-    "library_call_has_no_end": "the range has no end",
-    "library_call_has_no_start": "the range has no start",
-    "library_call_reversed": "the range ends before it starts",
-    "library_call_has_no_thread": "the range has no thread",
-    "library_call_outside_capture": "the range ends after the capture stopped, which nsys never records: its times "
-    "are damaged",
-}
-
-
-# What a non-zero return says about its call (nsysaudit.core.codes.return_class), in words.
-CLASSIFICATION_WORDS = {
-    "failure": "failure",
-    "reports_earlier_error": "reports an earlier error",
-    "not_ready_poll": "not ready (a poll)",
-}
-
-# How memory is held (nsysaudit.analysis.ledger.MECHANISMS), in words.
-MECHANISM_WORDS = {
-    "segments": "plain allocations (cudaMalloc, cuMemAlloc)",
-    "mapped": "mapped (virtual memory: cuMemSetAccess to cuMemUnmap)",
-    "pool": "CUDA memory pool allocations (cudaMallocAsync)",
-    "imported_pool": "allocations from an imported pool",
-    "static": "driver module memory (correlation id 0)",
-    "managed": "managed memory",
-    "host": "host or unknown kinds",
-}
-
-# Allocations no single named API call made (``memory.devices[].processes[].allocations_by_call[].call``).
-CALL_WORDS = {"driver": "driver-allocated (correlation id 0)", "no_single_call": "no single API call"}
+    return censored_call(lc["censored_reason"], lc["cuda_api_last_ns"], lc["end_ns"])
 
 
 def virtual_memory_words(vmm: VirtualMemory | None) -> str | None:
     """What the virtual memory calls did, in a sentence (None when there were none)."""
     if vmm is None or not (vmm["mapped_events"] or vmm["handles_created"] or vmm["address_reservations"]):
         return None
-    return (f"virtual memory: {vmm['mapped_events']:,} mapping(s), {vmm['unmapped_events']:,} unmapping(s); "
-            f"{vmm['handles_created']:,} handle(s) created, {vmm['handles_released']:,} released; "
-            f"{vmm['address_reservations']:,} address range(s) reserved (not memory; sizes not in the trace)")
+    return virtual_memory(vmm["mapped_events"], vmm["unmapped_events"], vmm["handles_created"],
+                          vmm["handles_released"], vmm["address_reservations"])
 
 
 def free_calls_without_event_words(gaps: FreeCallsWithoutEvent | None) -> str | None:
@@ -147,23 +107,14 @@ def free_calls_without_event_words(gaps: FreeCallsWithoutEvent | None) -> str | 
     of them (None when there are none). API names are trace text: escape where shown."""
     if gaps is None or not gaps["count"]:
         return None
-    return (f"{gaps['count']:,} successful free call(s) without a deallocation event ("
-            + ", ".join(f"{n:,} x {api}" for api, n in gaps["by_api"].items())
-            + "; e.g. correlation " + ", ".join(str(c) for c in gaps["example_correlation_ids"])
-            + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory")
+    return free_calls_without_event(gaps["count"], gaps["by_api"], gaps["example_correlation_ids"])
 
 
 def freed_never_allocated_words(unseen: FreedNeverAllocated | None) -> str | None:
     """Deallocations of memory the trace never saw allocated (None when there are none)."""
     if unseen is None or not unseen["events"]:
         return None
-    return (f"{unseen['events']:,} deallocation(s) ({unseen['bytes']:,} B) of memory allocated before the "
-            "capture began: live bytes are a lower bound")
-
-
-def censored_reasons_words(reasons: Sequence[str]) -> str:
-    """Why a library call is censored: each reason in words, most telling first."""
-    return "; ".join(CENSORED_WORDS.get(r, r) for r in reasons)
+    return freed_never_allocated(unseen["events"], unseen["bytes"])
 
 
 def _values(values: Mapping[str, int | float]) -> str:
@@ -196,22 +147,12 @@ def when(pos: Position | None) -> str:
     after = pos["after"] if pos is not None else None
     if pos is None or after is None:
         return ""
-    checked = "" if pos["verified"] else ", alignment NOT checked"
-    return f", {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
+    return telemetry_position(after["ms"], after["event"], after["line"], pos["verified"])
 
 
 def moment_words(point: LedgerPoint) -> str:
     """A ledger point's moment in words: "the failure", "cublasCreate_v2's start", "telemetry line 4 (handoff)"."""
-    kind, label = point["point"], point["label"]
-    if kind == "finding":
-        return "the failure"
-    if kind == "library_call":
-        return f"{label}'s start"
-    if kind == "censored_library_call":
-        return f"{label}'s start (a censored call)"
-    if kind == "telemetry":
-        return f"telemetry line {point.get('line')} ({label})"
-    return f"{kind} {label}"
+    return moment(point["point"], point["label"], point.get("line"))
 
 
 def _held(p: PointProcess, *, pool_first: bool) -> list[str]:
@@ -269,8 +210,7 @@ def allocator_words(in_force: Moment | None) -> str | None:
     reserved, allocated = values.get("reserved"), values.get("allocated")
     if type(reserved) is not int or type(allocated) is not int:
         return None
-    return (f"Telemetry line {in_force['line']} ({in_force['event']}), the allocator's own figures: reserved but "
-            f"unused {size_word(reserved - allocated)} (reserved {reserved:,} B, allocated {allocated:,} B).")
+    return allocator_figures(in_force["line"], in_force["event"], reserved, allocated)
 
 
 def held_words(
