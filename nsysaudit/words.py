@@ -11,12 +11,12 @@ more words for a user (tests/test_words.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from nsysaudit.core.codes import names
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.reasons import Reason
-from nsysaudit.core.text import size_word
+from nsysaudit.core.text import byte_size, size_word
 
 # --- reasons, warnings and statements of the analysis and the documents (read/, analysis/, reports/) ---
 #
@@ -1034,6 +1034,159 @@ def moment(kind: str, label: str, line: int | None) -> str:
 def allocator_figures(line: int, event: str, reserved: int, allocated: int) -> str:
     return (f"Telemetry line {line} ({event}), the allocator's own figures: reserved but "
             f"unused {size_word(reserved - allocated)} (reserved {reserved:,} B, allocated {allocated:,} B).")
+
+
+
+def _bytes_each(values: Sequence[int | None]) -> str:
+    shown = " + ".join("unknown" if v is None else f"{v:,}" for v in values)
+    known = [v for v in values if v is not None]
+    if len(values) > 1:
+        total = f"{sum(known):,}" + (" known" if len(known) < len(values) else "")
+        return f"{shown} = {total} bytes"
+    return f"{shown} bytes"
+
+
+def library_call_allocations(
+    arm: str, api: str, role: str, pid: int | None, tid: int | None, thread_name: str | None,
+    failed: Sequence[tuple[str | None, int | None, str | None, int | None]], succeeded_before_first_failure: int | None,
+    succeeded: int, bytes_each: Sequence[int | None], censored: tuple[str | None, str] | None,
+) -> str:
+    """What one library call allocated in one arm: its failed allocations (api, return code and name,
+    bytes), its successful ones, and why it is censored (reason, in words) if it is."""
+    name = "name unknown" if thread_name is None else f"thread name {thread_name}"
+    head = f"{arm}: {api} ({role_words(role)}, pid {pid} tid {tid}, {name})"
+    parts: list[str] = []
+    if failed:
+        for call, code, code_name, requested in failed:
+            parts.append(
+                f"{call} returned {code} ({code_name or 'unknown code'}), requested bytes "
+                f"{'unknown' if requested is None else format(requested, ',')}, "
+                f"after {succeeded_before_first_failure} successful nested allocation(s)"
+            )
+        if succeeded:
+            parts.append(f"{succeeded} successful nested allocation(s) in all: {_bytes_each(bytes_each)}")
+        else:
+            parts.append("no successful nested allocation")
+    elif succeeded:
+        parts.append(f"{succeeded} successful nested allocation(s) ({_bytes_each(bytes_each)}), none failed")
+    else:
+        parts.append("no nested allocation call in the trace")
+    if censored is not None:
+        parts.append(f"censored ({censored[0]}): {censored[1]}")
+    else:
+        parts.append("coverage complete")
+    return head + ": " + "; ".join(parts)
+
+
+def _values(values: Mapping[str, int | float]) -> str:
+    return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
+
+
+def telemetry_span(
+    arm: str, api: str, after: tuple[float, str, int] | None, before: tuple[float, str, int] | None,
+    in_force: tuple[str, int, Mapping[str, int | float]] | None, verified: bool,
+) -> str:
+    """Where a library call falls among its arm's telemetry lines (after and before: ms, event, line),
+    and the snapshot then in force (event, line, values)."""
+    parts = []
+    if after:
+        parts.append(f"starts {after[0]:.3f} ms after {after[1]} (telemetry line {after[2]})")
+    if before:
+        parts.append(f"ends {before[0]:.3f} ms before {before[1]} (telemetry line {before[2]})")
+    if not parts:
+        parts.append("no telemetry line before or after it")
+    text = f"{arm}: {api} " + " and ".join(parts)
+    if in_force:
+        text += f"; last telemetry snapshot before it: {in_force[0]} (line {in_force[1]}): "
+        text += _values(in_force[2])
+    text += "; alignment checked" if verified else "; alignment NOT checked, positions unverified"
+    return text
+
+
+
+class HeldBy(NamedTuple):
+    """What one process holds on a device, by mechanism, in bytes (the ledger's ``by_mechanism``)."""
+
+    pool_reserved: int
+    pool_utilized: int
+    mapped: int
+    segments: int
+    static: int
+    imported_pool: int
+
+
+class DeviceHeld(NamedTuple):
+    """The ledger on one device at a moment: its name (None: not named), the bytes held and its total,
+    the processes holding memory ((pid, name, role), what each holds), why no bound on free memory is
+    claimed (None: it is), the bound, managed bytes, whether the process has memory events."""
+
+    name: str | None
+    held: int
+    total: int | None
+    holders: Sequence[tuple[tuple[int | None, str | None, str | None], HeldBy]]
+    bound_unknown: str | None
+    free_at_most: int | None
+    managed: int
+    process_has_events: bool
+
+
+def held_parts(m: HeldBy, *, pool_first: bool) -> list[str]:
+    """What one process holds on a device, by mechanism, most first."""
+    parts = []
+    if m.pool_reserved:
+        # More in use than the pool holds cannot be: the events contradict themselves (warned).
+        use = (f"{size_word(m.pool_utilized)} of it in use" if m.pool_utilized <= m.pool_reserved else
+               f"its use unknown: the events say {size_word(m.pool_utilized)}, more than the pool")
+        parts.append(f"{size_word(m.pool_reserved)} in its CUDA memory pool ({use})")
+    if m.mapped:
+        parts.append(f"{size_word(m.mapped)} mapped (virtual memory: cuMemMap, cuMemSetAccess)")
+    if m.segments:
+        outside = " outside it" if m.pool_reserved and pool_first else ""
+        parts.append(f"{size_word(m.segments)} allocated{outside} (cudaMalloc, cuMemAlloc)")
+    if m.static:
+        parts.append(f"{size_word(m.static)} of the driver's module memory")
+    if m.imported_pool:
+        parts.append(f"{size_word(m.imported_pool)} from a pool imported from another process (counted there)")
+    return parts or ["nothing on the device"]
+
+
+def _holder(pid: int | None, name: str | None, role: str | None) -> str:
+    extra = ", ".join(x for x in (name, role) if x)
+    return f"pid {pid}" + (f" ({extra})" if extra else "")
+
+
+def held_at(moment: str, devices: Sequence[DeviceHeld], pid: int | None, unknown: str | None) -> str:
+    """Who held each device at ``moment``, by mechanism, and the bound on free memory: one sentence
+    (``pid``: the process of the moment; ``unknown``: why the ledger cannot be read at it)."""
+    sentences = []
+    for d in devices:
+        of_total = f" of {size_word(d.total)}" if d.total is not None else ""
+        prefix = f"{d.name}: " if d.name is not None else ""
+        head = f"{prefix}{size_word(d.held)}{of_total} held at {moment}"
+        if not d.holders:
+            text = f"{head}: no traced process held device memory then"
+        elif len(d.holders) == 1:
+            who, held = d.holders[0]
+            text = f"{head}, all by {_holder(*who)}: " + ", ".join(held_parts(held, pool_first=True))
+        else:
+            text = f"{head} by {len(d.holders)} traced processes: " + "; ".join(
+                f"{_holder(*who)}: " + ", ".join(held_parts(held, pool_first=True)) for who, held in d.holders
+            )
+        if d.bound_unknown:
+            text += f"; {d.bound_unknown}"
+        elif d.free_at_most is not None:
+            text += f"; at most {byte_size(d.free_at_most)} free"
+        else:
+            text += "; the device's total is unknown, so free memory is unknown"
+        if d.managed:
+            text += f" (managed memory, {size_word(d.managed)}, may reside on the host: not counted)"
+        if not d.process_has_events:
+            text += (f"; pid {pid} has no memory event, so the trace does not say which device it used: "
+                     "every traced device is shown")
+        sentences.append(text)
+    if not sentences:
+        return f"At {moment} the ledger cannot be read: {unknown or 'no device is known'}."
+    return "; ".join(sentences) + "."
 
 
 

@@ -33,60 +33,33 @@ from nsysaudit.words import CENSORED_WORDS as CENSORED_WORDS
 from nsysaudit.words import CLASSIFICATION_WORDS as CLASSIFICATION_WORDS
 from nsysaudit.words import MECHANISM_WORDS as MECHANISM_WORDS
 from nsysaudit.words import (
+    DeviceHeld,
+    HeldBy,
     allocator_figures,
     censored_call,
     free_calls_without_event,
     freed_never_allocated,
+    held_at,
+    library_call_allocations,
     moment,
     telemetry_position,
+    telemetry_span,
     virtual_memory,
 )
 from nsysaudit.words import censored_reasons_words as censored_reasons_words
 from nsysaudit.words import role_words as role_words
 
 
-def _fmt_bytes(values: Iterable[int | None]) -> str:
-    vals = list(values)
-    shown = " + ".join("unknown" if v is None else f"{v:,}" for v in vals)
-    known = [v for v in vals if v is not None]
-    if len(vals) > 1:
-        total = f"{sum(known):,}" + (" known" if len(known) < len(vals) else "")
-        return f"{shown} = {total} bytes"
-    return f"{shown} bytes"
-
-
-def _thread(lc: ArmLibraryCall) -> str:
-    name = "name unknown" if lc["thread_name"] is None else f"thread name {lc['thread_name']}"
-    return f"{role_words(lc['thread_role'])}, pid {lc['pid']} tid {lc['tid']}, {name}"
-
-
 def allocation_statement(arm: str, lc: ArmLibraryCall) -> str:
     """What one library call allocated in one arm, in words a reviewer can quote."""
     a = lc["allocations"]
-    head = f"{arm}: {lc['api']} ({_thread(lc)})"
-    parts: list[str] = []
-    failed = [c for c in lc["allocation_calls"] if c["return_code"] != 0]
-    if failed:
-        for c in failed:
-            name = c["return_name"] or "unknown code"
-            parts.append(
-                f"{c['api']} returned {c['return_code']} ({name}), requested bytes "
-                f"{'unknown' if c['bytes'] is None else format(c['bytes'], ',')}, "
-                f"after {a['succeeded_before_first_failure']} successful nested allocation(s)"
-            )
-        if a["succeeded"]:
-            parts.append(f"{a['succeeded']} successful nested allocation(s) in all: {_fmt_bytes(a['bytes_each'])}")
-        else:
-            parts.append("no successful nested allocation")
-    elif a["succeeded"]:
-        parts.append(f"{a['succeeded']} successful nested allocation(s) ({_fmt_bytes(a['bytes_each'])}), none failed")
-    else:
-        parts.append("no nested allocation call in the trace")
-    if lc["coverage"] == "censored":
-        parts.append(f"censored ({lc['censored_reason']}): {censored_words(lc)}")
-    else:
-        parts.append("coverage complete")
-    return head + ": " + "; ".join(parts)
+    failed = [(c["api"], c["return_code"], c["return_name"], c["bytes"])
+              for c in lc["allocation_calls"] if c["return_code"] != 0]
+    return library_call_allocations(
+        arm, lc["api"], lc["thread_role"], lc["pid"], lc["tid"], lc["thread_name"], failed,
+        a["succeeded_before_first_failure"], a["succeeded"], a["bytes_each"],
+        None if lc["coverage"] != "censored" else (lc["censored_reason"], censored_words(lc)),
+    )
 
 
 def censored_words(lc: ArmLibraryCall) -> str:
@@ -117,29 +90,19 @@ def freed_never_allocated_words(unseen: FreedNeverAllocated | None) -> str | Non
     return freed_never_allocated(unseen["events"], unseen["bytes"])
 
 
-def _values(values: Mapping[str, int | float]) -> str:
-    return ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in values.items())
-
-
 def position_statement(arm: str, lc: ArmLibraryCall) -> str | None:
     """Where a library call falls among its arm's telemetry lines, and the snapshot then in force."""
     pos = lc["telemetry"]
     if pos is None:
         return None
-    parts = []
     after, before, in_force = pos["after"], pos["before"], pos["in_force"]
-    if after:
-        parts.append(f"starts {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']})")
-    if before:
-        parts.append(f"ends {before['ms']:.3f} ms before {before['event']} (telemetry line {before['line']})")
-    if not parts:
-        parts.append("no telemetry line before or after it")
-    text = f"{arm}: {lc['api']} " + " and ".join(parts)
-    if in_force:
-        text += f"; last telemetry snapshot before it: {in_force['event']} (line {in_force['line']}): "
-        text += _values(in_force.get("values") or {})
-    text += "; alignment checked" if pos["verified"] else "; alignment NOT checked, positions unverified"
-    return text
+    return telemetry_span(
+        arm, lc["api"],
+        None if not after else (after["ms"], after["event"], after["line"]),
+        None if not before else (before["ms"], before["event"], before["line"]),
+        None if not in_force else (in_force["event"], in_force["line"], in_force.get("values") or {}),
+        pos["verified"],
+    )
 
 
 def when(pos: Position | None) -> str:
@@ -153,27 +116,6 @@ def when(pos: Position | None) -> str:
 def moment_words(point: LedgerPoint) -> str:
     """A ledger point's moment in words: "the failure", "cublasCreate_v2's start", "telemetry line 4 (handoff)"."""
     return moment(point["point"], point["label"], point.get("line"))
-
-
-def _held(p: PointProcess, *, pool_first: bool) -> list[str]:
-    """What one process holds on a device, by mechanism, most first."""
-    m = p["by_mechanism"]
-    parts = []
-    if m["pool_reserved"]:
-        # More in use than the pool holds cannot be: the events contradict themselves (warned).
-        use = (f"{size_word(m['pool_utilized'])} of it in use" if m["pool_utilized"] <= m["pool_reserved"] else
-               f"its use unknown: the events say {size_word(m['pool_utilized'])}, more than the pool")
-        parts.append(f"{size_word(m['pool_reserved'])} in its CUDA memory pool ({use})")
-    if m["mapped"]:
-        parts.append(f"{size_word(m['mapped'])} mapped (virtual memory: cuMemMap, cuMemSetAccess)")
-    if m["segments"]:
-        outside = " outside it" if m["pool_reserved"] and pool_first else ""
-        parts.append(f"{size_word(m['segments'])} allocated{outside} (cudaMalloc, cuMemAlloc)")
-    if m["static"]:
-        parts.append(f"{size_word(m['static'])} of the driver's module memory")
-    if p["imported_pool_bytes"]:
-        parts.append(f"{size_word(p['imported_pool_bytes'])} from a pool imported from another process (counted there)")
-    return parts or ["nothing on the device"]
 
 
 def holder_statement(
@@ -218,53 +160,35 @@ def held_words(
 ) -> str:
     """The first sentence of :func:`holder_statement`: held, by whom and how, and the bound; each
     device named as the export names it when ``named`` (the document's ``devices``) is given."""
-    moment = moment_words(point)
     known = None if named is None else {(d["vm"], d["device_id"]): d for d in named}
-    sentences = []
     devices = point["devices"]
     role = {"finding": "the failing process", "library_call": "the calling process",
             "censored_library_call": "the calling process"}.get(point["point"])
 
-    def who(p: PointProcess, several: bool) -> str:
-        name = names.get(p["global_pid"])
+    def who(p: PointProcess, several: bool) -> tuple[int | None, str | None, str | None]:
         mine = several and role is not None and p["pid"] == point["pid"]
-        extra = ", ".join(x for x in (name, role if mine else None) if x)
-        return f"pid {p['pid']}" + (f" ({extra})" if extra else "")
+        return p["pid"], names.get(p["global_pid"]), role if mine else None
 
+    held: list[DeviceHeld] = []
     for d in devices:
-        total = d["total_bytes"]
-        held = d["device_resident_live_bytes"]
         procs = [p for p in d["processes"] if p["resident_bytes"] or p["imported_pool_bytes"]]
-        of_total = f" of {size_word(total)}" if total is not None else ""
-        prefix = f"device {d['device_id']}: " if len(devices) > 1 else ""
+        several = len(procs) > 1
+        prefix = f"device {d['device_id']}" if len(devices) > 1 else None
         if known is not None:
-            prefix = f"{device_words(known.get((d['vm'], d['device_id'])), d['device_id'])}: "
+            prefix = device_words(known.get((d["vm"], d["device_id"])), d["device_id"])
+        held.append(DeviceHeld(
+            prefix, d["device_resident_live_bytes"], d["total_bytes"],
+            [(who(p, several), _mechanisms(p)) for p in procs],
+            d.get("bound_unknown"), d["free_at_most_bytes"], d["managed_live_bytes"], d["process_has_events"],
+        ))
+    return held_at(moment_words(point), held, point["pid"], point.get("unknown"))
 
-        head = f"{prefix}{size_word(held)}{of_total} held at {moment}"
-        if not procs:
-            text = f"{head}: no traced process held device memory then"
-        elif len(procs) == 1:
-            text = f"{head}, all by {who(procs[0], False)}: " + ", ".join(_held(procs[0], pool_first=True))
-        else:
-            text = f"{head} by {len(procs)} traced processes: " + "; ".join(
-                f"{who(p, True)}: " + ", ".join(_held(p, pool_first=True)) for p in procs
-            )
-        if d.get("bound_unknown"):
-            text += f"; {d['bound_unknown']}"
-        elif d["free_at_most_bytes"] is not None:
-            text += f"; at most {byte_size(d['free_at_most_bytes'])} free"
-        else:
-            text += "; the device's total is unknown, so free memory is unknown"
-        managed = d["managed_live_bytes"]
-        if managed:
-            text += f" (managed memory, {size_word(managed)}, may reside on the host: not counted)"
-        if not d["process_has_events"]:
-            text += (f"; pid {point['pid']} has no memory event, so the trace does not say which device it used: "
-                     "every traced device is shown")
-        sentences.append(text)
-    if not sentences:
-        return f"At {moment} the ledger cannot be read: {point.get('unknown', 'no device is known')}."
-    return "; ".join(sentences) + "."
+
+def _mechanisms(p: PointProcess) -> HeldBy:
+    """What one process holds on a device, by mechanism (the ledger's figures)."""
+    m = p["by_mechanism"]
+    return HeldBy(m["pool_reserved"], m["pool_utilized"], m["mapped"], m["segments"], m["static"],
+                  p["imported_pool_bytes"])
 
 
 # The mechanisms a change between two moments, or between the arms, is told by.
