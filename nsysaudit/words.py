@@ -11,7 +11,7 @@ more words for a user (tests/test_words.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from nsysaudit.core.codes import names
 from nsysaudit.core.errors import ReportWarning, warning
@@ -1187,6 +1187,118 @@ def held_at(moment: str, devices: Sequence[DeviceHeld], pid: int | None, unknown
     if not sentences:
         return f"At {moment} the ledger cannot be read: {unknown or 'no device is known'}."
     return "; ".join(sentences) + "."
+
+
+
+# The mechanisms a change between two moments, or between the arms, is told by.
+Held = Literal["pool_reserved", "segments", "mapped"]
+CHANGE_VERBS: dict[Held, tuple[str, str]] = {
+    "pool_reserved": ("grew its CUDA memory pool by", "trimmed its CUDA memory pool by"),
+    "segments": ("allocated", "freed"),
+    "mapped": ("mapped", "unmapped"),
+}
+HELD_WORDS: tuple[tuple[Held, str], ...] = (
+    ("pool_reserved", "CUDA memory pools"), ("segments", "plain allocations"), ("mapped", "mapped memory"),
+)
+
+
+def held_change(
+    arm: str, before: str, after: str, changes: Sequence[tuple[int | None, Mapping[Held, int]]], held_before: int,
+    held_after: int,
+) -> str:
+    """What the traced processes of one arm took or gave back between two moments: each process's
+    change by mechanism (pid, bytes by :data:`CHANGE_VERBS`' mechanism), the bytes held before and after."""
+    said = []
+    for pid, by in changes:
+        verbs = [f"{up if by[m] > 0 else down} {size_word(abs(by[m]))}"
+                 for m, (up, down) in CHANGE_VERBS.items() if by[m]]
+        if verbs:
+            said.append(f"pid {pid} " + ", ".join(verbs))
+    tail = f"{size_word(held_before)} held before, {size_word(held_after)} after"
+    what = "; ".join(said) if said else "no traced process took or gave back device memory"
+    return f"{arm}: between {before} and {after}, {what}; {tail}"
+
+
+def arms_held(
+    moment: str, observe: int, release: int, by: Mapping[Held, tuple[int, int]], observe_free: Sequence[int | None],
+    release_free: Sequence[int | None],
+) -> str:
+    """How the two arms' device memory differed at the same moment: held in all (``observe``,
+    ``release``), by mechanism (observe's and release's bytes), and the bound on free memory per device."""
+    diff = release - observe
+    head = (
+        f"At {moment} the release arm held {size_word(abs(diff))} {'less' if diff < 0 else 'more'} device memory "
+        f"than the observe arm ({size_word(release)} against {size_word(observe)})"
+        if diff
+        else f"At {moment} both arms held the same device memory ({size_word(observe)})"
+    )
+    parts = []
+    for mechanism, label in HELD_WORDS:
+        o, r = by[mechanism]
+        if o != r:
+            parts.append(f"{label} {size_word(abs(r - o))} {'smaller' if r < o else 'larger'}")
+    if parts:
+        head += ": " + ", ".join(parts)
+    free = {"observe": observe_free, "release": release_free}
+    known = {n: [v for v in vs if v is not None] for n, vs in free.items()}
+    if all(len(known[n]) == len(free[n]) > 0 for n in free):
+        head += (f"; at most {byte_size(sum(known['release']))} free in release against "
+                 f"{byte_size(sum(known['observe']))} in observe")
+    return head
+
+
+
+def _site(stack: Mapping[str, Any] | None) -> str:
+    """Where a stack allocated, in words: its outermost frame (the script's line), and its innermost
+    when that is another ("in convert (module.py:1370) from snap_workload.py:18")."""
+    if stack is None:
+        return "before the snapshot's history"
+    frames = stack["frames"]
+    if not frames:
+        return "with no Python frame recorded"
+
+    def at(f: Mapping[str, Any]) -> str:
+        return f"{f['filename']}:{f['line']}" if f["line"] is not None else f["filename"]
+
+    outer, inner = frames[-1], frames[0]
+    if stack["frames_total"] > len(frames) or inner is not outer:
+        return f"in {inner['name']} ({at(inner)}) from {at(outer)}"
+    return f"at {at(outer)} ({outer['name']})"
+
+
+def allocator_state(
+    moment: str, pid: int | None, s: Mapping[str, Any], top: Mapping[str, Any] | None,
+    stack: Mapping[str, Any] | None, freed_ms: float | None,
+) -> str:
+    """The caching allocator of process ``pid`` at ``moment`` from one snapshot (``s``, an
+    ``allocator.at[].states`` entry): what it reserved, how much was inactive, ``top``, the largest holder of
+    its inactive memory, allocated at ``stack`` and freed ``freed_ms`` before; what the trace shows
+    outside its segments."""
+    who = f"pid {pid}'s caching allocator" if pid is not None else "the caching allocator"
+    if s["history"] in ("before", "not_placed"):
+        why = ("its history begins after it" if s["history"] == "before"
+               else "its history cannot be placed on the trace clock")
+        return f"At {moment}, {who} is not known from snapshot {s['snapshot']}: {why}."
+    reserved, inactive = s["reserved_bytes"] or 0, s["inactive_bytes"] or 0
+    when_words = f"At {moment}" if s["history"] == "within" else (
+        f"At its history's last entry, {(s['ns_after_history'] or 0) / 1e6:,.3f} ms before {moment}")
+    out = (f"{when_words}, {who} (snapshot {s['snapshot']}) held {size_word(reserved)} reserved "
+           f"({reserved:,} B): {size_word(inactive)} of it inactive (reserved, requested by no live "
+           f"allocation) in {s['inactive_ranges']} range(s)")
+    sizes = s["largest_inactive_bytes"]
+    largest = [f"{size_word(v)} ({k})" for k, v in (("large", sizes["large"]), ("small", sizes["small"])) if v]
+    if largest:
+        out += f", the largest {' and '.join(largest)}"
+    if top is not None:
+        freed = "" if freed_ms is None else f", freed {freed_ms:,.3f} ms before"
+        out += (f"; {size_word(top['bytes'])} of it in {top['ranges']} range(s) last used by {top['allocations']} "
+                f"allocation(s) made {_site(stack)}{freed}")
+    outside = s["outside_allocator"]
+    if outside["bytes"]:
+        apis = ", ".join(f"{a['api'] or 'an unknown call'}: {a['allocations']}" for a in outside["by_api"])
+        out += f"; outside its segments the trace shows {size_word(outside['bytes'])} ({apis})"
+    out += "." if s["verified"] else " (the snapshot's clock is not checked against the trace)."
+    return out
 
 
 

@@ -89,7 +89,7 @@ def test_a_document_that_departs_from_its_type_fails_validation() -> None:
         "$.verdict: 'maybe' is not one of ['failure_found', 'inconclusive', 'no_failure']",
     ]
     # The published schema is open to keys a later nsysaudit adds; the closed one (what
-    # documents.problems checks) refuses them.
+    # conformance.problems checks) refuses them.
     assert problems(doc, schemas.generate("analysis", closed=True)) == sorted(
         [*open_, "$.census: Additional properties are not allowed ('extra' was unexpected)"]
     )

@@ -11,11 +11,10 @@ statement still word their sentences here (tests/test_words.py counts them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal, cast
+from typing import cast
 
-from nsysaudit.analysis.allocator import AllocatorPoint, Frame, Stack
+from nsysaudit.analysis.allocator import AllocatorPoint, Stack
 from nsysaudit.analysis.ledger import CoveredPoint, LedgerPoint
-from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.reports.documents import (
     ArmLibraryCall,
     FreeCallsWithoutEvent,
@@ -30,22 +29,27 @@ from nsysaudit.reports.documents import (
 from nsysaudit.reports.ranks import device_words
 from nsysaudit.words import CALL_WORDS as CALL_WORDS
 from nsysaudit.words import CENSORED_WORDS as CENSORED_WORDS
-from nsysaudit.words import CLASSIFICATION_WORDS as CLASSIFICATION_WORDS
-from nsysaudit.words import MECHANISM_WORDS as MECHANISM_WORDS
 from nsysaudit.words import (
+    CHANGE_VERBS,
+    HELD_WORDS,
     DeviceHeld,
     HeldBy,
     allocator_figures,
+    allocator_state,
+    arms_held,
     censored_call,
     free_calls_without_event,
     freed_never_allocated,
     held_at,
+    held_change,
     library_call_allocations,
     moment,
     telemetry_position,
     telemetry_span,
     virtual_memory,
 )
+from nsysaudit.words import CLASSIFICATION_WORDS as CLASSIFICATION_WORDS
+from nsysaudit.words import MECHANISM_WORDS as MECHANISM_WORDS
 from nsysaudit.words import censored_reasons_words as censored_reasons_words
 from nsysaudit.words import role_words as role_words
 
@@ -191,18 +195,6 @@ def _mechanisms(p: PointProcess) -> HeldBy:
                   p["imported_pool_bytes"])
 
 
-# The mechanisms a change between two moments, or between the arms, is told by.
-Held = Literal["pool_reserved", "segments", "mapped"]
-_VERBS: dict[Held, tuple[str, str]] = {
-    "pool_reserved": ("grew its CUDA memory pool by", "trimmed its CUDA memory pool by"),
-    "segments": ("allocated", "freed"),
-    "mapped": ("mapped", "unmapped"),
-}
-_HELD_WORDS: tuple[tuple[Held, str], ...] = (
-    ("pool_reserved", "CUDA memory pools"), ("segments", "plain allocations"), ("mapped", "mapped memory"),
-)
-
-
 def _by_pid(devices: Iterable[PointDevice]) -> dict[tuple[int | None, int], PointProcess]:
     return {(d["device_id"], p["global_pid"]): p for d in devices for p in d["processes"]}
 
@@ -215,21 +207,14 @@ def change_statement(
     memory pool by 138.3 GiB; held 139.1 GiB then, 768.3 MiB after"."""
     before_devices, after_devices = list(before_devices), list(after_devices)
     was, now = _by_pid(before_devices), _by_pid(after_devices)
-    said = []
+    changes = []
     for key in sorted(set(was) | set(now), key=lambda k: (str(k[0]), k[1])):
         old, new = was.get(key), now.get(key)
-        verbs = []
-        for mechanism, (up, down) in _VERBS.items():
-            change = (new["by_mechanism"][mechanism] if new else 0) - (old["by_mechanism"][mechanism] if old else 0)
-            if change:
-                verbs.append(f"{up if change > 0 else down} {size_word(abs(change))}")
-        if verbs:
-            proc = new or old
-            said.append(f"pid {proc['pid'] if proc else None} " + ", ".join(verbs))
+        by = {m: (new["by_mechanism"][m] if new else 0) - (old["by_mechanism"][m] if old else 0) for m in CHANGE_VERBS}
+        proc = new or old
+        changes.append((proc["pid"] if proc else None, by))
     held = [sum(d["device_resident_live_bytes"] for d in ds) for ds in (before_devices, after_devices)]
-    tail = f"{size_word(held[0])} held before, {size_word(held[1])} after"
-    what = "; ".join(said) if said else "no traced process took or gave back device memory"
-    return f"{arm}: between {before} and {after}, {what}; {tail}"
+    return held_change(arm, before, after, changes, held[0], held[1])
 
 
 def arms_memory_statement(moment: str, observe: Iterable[PointDevice], release: Iterable[PointDevice]) -> str:
@@ -238,43 +223,9 @@ def arms_memory_statement(moment: str, observe: Iterable[PointDevice], release: 
     arms = {"observe": list(observe), "release": list(release)}
     held = {n: sum(d["device_resident_live_bytes"] for d in ds) for n, ds in arms.items()}
     free = {n: [d["free_at_most_bytes"] for d in ds] for n, ds in arms.items()}
-    diff = held["release"] - held["observe"]
-    head = (
-        f"At {moment} the release arm held {size_word(abs(diff))} {'less' if diff < 0 else 'more'} device memory "
-        f"than the observe arm ({size_word(held['release'])} against {size_word(held['observe'])})"
-        if diff
-        else f"At {moment} both arms held the same device memory ({size_word(held['observe'])})"
-    )
-    parts = []
-    for mechanism, label in _HELD_WORDS:
-        o, r = (sum(d["by_mechanism"][mechanism] for d in arms[n]) for n in ("observe", "release"))
-        if o != r:
-            parts.append(f"{label} {size_word(abs(r - o))} {'smaller' if r < o else 'larger'}")
-    if parts:
-        head += ": " + ", ".join(parts)
-    known = {n: [v for v in vs if v is not None] for n, vs in free.items()}
-    if all(len(known[n]) == len(free[n]) > 0 for n in free):
-        head += (f"; at most {byte_size(sum(known['release']))} free in release against "
-                 f"{byte_size(sum(known['observe']))} in observe")
-    return head
-
-
-def _site(stack: Stack | None) -> str:
-    """Where a stack allocated, in words: its outermost frame (the script's line), and its innermost
-    when that is another ("in convert (module.py:1370) from snap_workload.py:18")."""
-    if stack is None:
-        return "before the snapshot's history"
-    frames = stack["frames"]
-    if not frames:
-        return "with no Python frame recorded"
-
-    def at(f: Frame) -> str:
-        return f"{f['filename']}:{f['line']}" if f["line"] is not None else f["filename"]
-
-    outer, inner = frames[-1], frames[0]
-    if stack["frames_total"] > len(frames) or inner is not outer:
-        return f"in {inner['name']} ({at(inner)}) from {at(outer)}"
-    return f"at {at(outer)} ({outer['name']})"
+    by = {m: (sum(d["by_mechanism"][m] for d in arms["observe"]), sum(d["by_mechanism"][m] for d in arms["release"]))
+          for m, _ in HELD_WORDS}
+    return arms_held(moment, held["observe"], held["release"], by, free["observe"], free["release"])
 
 
 def allocator_statement(point: AllocatorPoint, stacks: Mapping[tuple[int, int], Stack]) -> str:
@@ -284,36 +235,11 @@ def allocator_statement(point: AllocatorPoint, stacks: Mapping[tuple[int, int], 
     moment = moment_words(cast(LedgerPoint, point))
     said = []
     for s in point["states"]:
-        pid = point["pid"]
-        who = f"pid {pid}'s caching allocator" if pid is not None else "the caching allocator"
-        if s["history"] in ("before", "not_placed"):
-            why = ("its history begins after it" if s["history"] == "before"
-                   else "its history cannot be placed on the trace clock")
-            said.append(f"At {moment}, {who} is not known from snapshot {s['snapshot']}: {why}.")
-            continue
-        reserved, inactive = s["reserved_bytes"] or 0, s["inactive_bytes"] or 0
-        when_words = f"At {moment}" if s["history"] == "within" else (
-            f"At its history's last entry, {(s['ns_after_history'] or 0) / 1e6:,.3f} ms before {moment}")
-        out = (f"{when_words}, {who} (snapshot {s['snapshot']}) held {size_word(reserved)} reserved "
-               f"({reserved:,} B): {size_word(inactive)} of it inactive (reserved, requested by no live "
-               f"allocation) in {s['inactive_ranges']} range(s)")
-        sizes = s["largest_inactive_bytes"]
-        largest = [f"{size_word(v)} ({k})" for k, v in (("large", sizes["large"]), ("small", sizes["small"])) if v]
-        if largest:
-            out += f", the largest {' and '.join(largest)}"
         holders = s["inactive_holders"]
-        if holders:
-            top = holders[0]
-            stack = stacks.get((s["snapshot"], top["stack"])) if top["stack"] is not None else None
-            freed = ""
-            if top["last_freed_ns"] is not None and point["t_ns"] is not None:
-                freed = f", freed {(point['t_ns'] - top['last_freed_ns']) / 1e6:,.3f} ms before"
-            out += (f"; {size_word(top['bytes'])} of it in {top['ranges']} range(s) last used by {top['allocations']} "
-                    f"allocation(s) made {_site(stack)}{freed}")
-        outside = s["outside_allocator"]
-        if outside["bytes"]:
-            apis = ", ".join(f"{a['api'] or 'an unknown call'}: {a['allocations']}" for a in outside["by_api"])
-            out += f"; outside its segments the trace shows {size_word(outside['bytes'])} ({apis})"
-        out += "." if s["verified"] else " (the snapshot's clock is not checked against the trace)."
-        said.append(out)
+        top = holders[0] if holders else None
+        stack = stacks.get((s["snapshot"], top["stack"])) if top is not None and top["stack"] is not None else None
+        freed_ms = None
+        if top is not None and top["last_freed_ns"] is not None and point["t_ns"] is not None:
+            freed_ms = (point["t_ns"] - top["last_freed_ns"]) / 1e6
+        said.append(allocator_state(moment, point["pid"], s, top, stack, freed_ms))
     return " ".join(said)
