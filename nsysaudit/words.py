@@ -465,7 +465,9 @@ def gpu_work_outside_capture(calls: object, rows: object, bounds_words: object) 
     )
 
 
-def gpu_work_union_unknown(why: object) -> str:
+def gpu_work_union_unknown(kernels_read: bool, max_intervals: int) -> str:
+    why = (f"more than {max_intervals:,} separate intervals of GPU work inside the stalls" if kernels_read
+           else "the export has no usable CUPTI_ACTIVITY_KIND_KERNEL table")
     return (
         f"{why}: how much of each stall no GPU work covered is unknown (null); the time behind each stream "
         "is still counted, of the rows read"
@@ -1302,9 +1304,111 @@ def allocator_state(
 
 
 
+def bound_assumes_no_free(calls: int, examples: Sequence[int]) -> str:
+    """What the bound on free memory assumes of the earlier free calls without a deallocation event."""
+    ids = ", ".join(str(i) for i in examples)
+    return (f"The bound assumes that the {calls} earlier free call(s) without a deallocation event"
+            f"{f' (correlation {ids})' if ids else ''} freed nothing, as cudaFree(NULL) does.")
+
+
+
+# The rules the analysis states beside what it lists or leaves out (a document's ``rule`` keys).
+ALLOCATOR_RULE = (
+    "inactive_bytes: reserved less the bytes live allocations requested (the allocator's inactive blocks "
+    "and the rounding of its active ones); inactive ranges: the segments less the live allocations rounded "
+    "up to 512 B (an upper bound on each free block); holders: the allocation that last used each inactive "
+    "byte, by its stack"
+)
+NCCL_HELPER_RULE = (
+    "every CUDA API call of this thread lies inside the NCCL call, made on another thread of the same process "
+    "(NCCL initializes a communicator on a thread it starts for the call and joins before the call returns)"
+)
+START_UNKNOWN_RULE = (
+    "their start is unknown: a deallocation counts at every moment, an allocation at none, so the bound "
+    "on free memory stays an upper bound"
+)
+
+
+def all_library_calls(total: int, few: int) -> str:
+    return f"all library calls (this arm has {total}, at most {few})"
+
+
+def library_calls_of_interest(total: int, few: int, with_nccl: bool, matched: int | None, listed: int) -> str:
+    """Which library calls are of interest (``matched``: how many match, where more than ``listed``)."""
+    finding = ", enclosing a finding, or an NCCL communicator's initialization" if with_nccl else (
+        ", or enclosing a finding")
+    selection = (
+        f"library calls on a thread other than the process's main thread, censored, with a failed "
+        f"nested call{finding} (this arm has {total} library calls, more than {few})"
+    )
+    if matched is not None:
+        selection += (
+            f"; {matched} match, the first {listed} are listed (enclosing a finding, "
+            "with a failed nested call, censored, handle creation first, then by time); "
+            "`nsysaudit analyze --json` lists them all"
+        )
+    return selection
+
+
+def nccl_evidence(named_pids: str | None, schema_domains: Sequence[int], schema_pids: str, entry: str) -> str:
+    """How the export shows NCCL's calls: its named domain's processes, the domains found by their
+    payload schemas."""
+    parts = []
+    if named_pids is not None:
+        parts.append(f"an NVTX domain named NCCL (NvtxDomainCreate) in pid {named_pids}")
+    if schema_domains:
+        ids = ", ".join(str(d) for d in schema_domains)
+        parts.append(f"NVTX domain {ids} of pid {schema_pids}, which has no "
+                     f"NvtxDomainCreate row: NCCL's by its payload schemas ({entry}) and API names")
+    return "; ".join(parts) or "no NCCL range"
+
+
+def nccl_nvtx_disabled(value: str) -> str:
+    return f"the launched command's environment sets NCCL_NVTX_DISABLE={value}: NCCL records no NVTX range"
+
+
+def bound_unknown_uncovered(reasons: Sequence[str]) -> str:
+    return (f"the trace does not cover this moment ({', '.join(reasons)}): a free after its evidence ends would "
+            "be missing, so no bound on free memory is claimed")
+
+
+def telemetry_points_rule(points: int, repeats: int) -> str:
+    return (
+        f"every telemetry line of a traced process when there are at most {points}; otherwise the "
+        f"first {points} lines whose event occurs at most {repeats} times (phases such as "
+        "handoff, not a log of calls)"
+    )
+
+
+def stalls_listed_rule(calls: int) -> str:
+    return f"the {calls} calls that blocked longest (all are counted in the sums)"
+
+
+def stall_ranges_rule(ranges: int) -> str:
+    return (f"per process and NVTX range holding a blocking call (a call counts in every range that holds it), "
+            f"the {ranges} whose stalls took longest (then whose calls blocked longest)")
+
+
+def attribution_rule(calls: int, stall_min_ns: int, rows: int) -> str:
+    return (
+        f"the work behind the {calls} longest waits of at least {stall_min_ns / 1e6:g} ms, "
+        f"row by row with its launch (at most {rows:,} rows)"
+    )
+
+
+def outside_capture(bounds: str, sources: str) -> str:
+    return f"outside the capture ({bounds} on the trace clock, from {sources})"
+
+
+def diagnostics_unusable_rows(table: str) -> str:
+    return f"{table} rows without an integer timestamp or a text: left out"
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (
+        bound_unknown_uncovered, diagnostics_unusable_rows,
         process_not_in_processes, telemetry_rank_claim, launched_program_unknown, launched_by_name,
         launched_name_ambiguous, launched_shared, rank_not_stated, no_launched_command, not_the_launched_command,
         launched_rank_not_placed, launched_process_unknown,

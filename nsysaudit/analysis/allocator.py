@@ -44,7 +44,7 @@ from nsysaudit.core.reasons import Reason
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.memory import MemoryEvidence
 from nsysaudit.read.snapshot import Snapshot
-from nsysaudit.words import warned
+from nsysaudit.words import ALLOCATOR_RULE, warned
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 ROUND = 512  # the caching allocator rounds every request up to a multiple of 512 B (kMinBlockSize)
@@ -281,10 +281,7 @@ class AllocatorSection(TypedDict):
     rule: str
 
 
-RULE = ("inactive_bytes: reserved less the bytes live allocations requested (the allocator's inactive blocks "
-        "and the rounding of its active ones); inactive ranges: the segments less the live allocations rounded "
-        "up to 512 B (an upper bound on each free block); holders: the allocation that last used each inactive "
-        "byte, by its stack")
+RULE = ALLOCATOR_RULE
 
 
 # --- the join --------------------------------------------------------------------------------------

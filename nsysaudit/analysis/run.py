@@ -37,7 +37,7 @@ from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.snapshot import Snapshot
 from nsysaudit.read.telemetry import DEFAULT_TOLERANCE_NS, TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
-from nsysaudit.words import say, warned
+from nsysaudit.words import say, telemetry_points_rule, warned
 
 
 class Limits(TypedDict):
@@ -435,8 +435,7 @@ def _covered(points: list[LedgerPoint], trace: Trace, cuda_api_span: pl.DataFram
         point: CoveredPoint = {**read, "covered": state == "complete"}
         if state != "complete" and point["devices"]:
             point["censored_reasons"] = list(reasons)
-            why = (f"the trace does not cover this moment ({', '.join(reasons)}): a free after its evidence ends would "
-                   "be missing, so no bound on free memory is claimed")
+            why = say(Reason.of("bound_unknown_uncovered", reasons=list(reasons)))
             point["devices"] = [{**d, "free_at_most_bytes": None, "bound_unknown": why} for d in point["devices"]]
         out.append(point)
     return out
@@ -444,11 +443,7 @@ def _covered(points: list[LedgerPoint], trace: Trace, cuda_api_span: pl.DataFram
 
 MAX_TELEMETRY_POINTS = 64
 PHASE_REPEATS = 4
-TELEMETRY_POINTS_RULE = (
-    f"every telemetry line of a traced process when there are at most {MAX_TELEMETRY_POINTS}; otherwise the "
-    f"first {MAX_TELEMETRY_POINTS} lines whose event occurs at most {PHASE_REPEATS} times (phases such as "
-    "handoff, not a log of calls)"
-)
+TELEMETRY_POINTS_RULE = telemetry_points_rule(MAX_TELEMETRY_POINTS, PHASE_REPEATS)
 
 
 def telemetry_moments(lines: pl.DataFrame) -> pl.DataFrame:

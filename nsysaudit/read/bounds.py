@@ -28,7 +28,7 @@ from nsysaudit.core.reasons import Reason
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.memory import MemoryEvidence, memory_span
 from nsysaudit.read.source import ExportFile, Table, quote
-from nsysaudit.words import warned
+from nsysaudit.words import START_UNKNOWN_RULE, outside_capture, warned
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -56,7 +56,7 @@ def within_capture(
     if not capture.bounded:
         return Bounded(span, memory, [])
     said: list[ReportWarning] = []
-    where = f"outside the capture ({capture.bounds_words} on the trace clock, from {_sources(capture)})"
+    where = outside_capture(capture.bounds_words, _sources(capture))
     if runtime is not None and span.height:
         span, outside = _cuda_api_span(export, capture, runtime, span)
         if outside:
@@ -125,8 +125,7 @@ def _memory(capture: Capture, memory: MemoryEvidence, where: str) -> tuple[Memor
     n_events = events.filter(outside).height
     n_pools = pools.filter(outside).height
     unknown = pl.when(outside).then(None).otherwise(pl.col("start_ns")).alias("start_ns")
-    rule = ("their start is unknown: a deallocation counts at every moment, an allocation at none, so the bound "
-            "on free memory stays an upper bound")
+    rule = START_UNKNOWN_RULE
     if n_events:
         # Unknown starts sort first, as the read orders a NULL start (the ledger's event order).
         events = events.with_columns(unknown).sort("start_ns", nulls_last=False, maintain_order=True)

@@ -219,13 +219,7 @@ def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[Re
             category, library = classify(text, severity)
             rows.append((ts, severity, source, text, gpid if type(gpid) is int else None, category, library))
         if unusable:
-            warnings.append(
-                {
-                    "kind": "diagnostics_unusable_rows",
-                    "count": unusable,
-                    "message": f"{table.name} rows without an integer timestamp or a text: left out",
-                }
-            )
+            warnings.append(warned(Reason.of("diagnostics_unusable_rows", table=table.name), unusable))
     frame = pl.DataFrame(rows, schema=DIAGNOSTIC_SCHEMA, orient="row")
     capture, said = _capture(export, frame, table is not None)
     return frame, capture, [*warnings, *said]

@@ -54,7 +54,7 @@ from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.memory import FrameBuilder
 from nsysaudit.read.scan import INT64_MAX, INT64_MIN, rowid_name
 from nsysaudit.read.source import ExportFile, Table, quote
-from nsysaudit.words import warned
+from nsysaudit.words import attribution_rule, warned
 
 if TYPE_CHECKING:
     import numpy as np  # imported where it is used: a small export never loads it
@@ -76,10 +76,7 @@ MAX_BUSY_INTERVALS = 4_000_000
 STALL_MIN_NS = 1_000_000  # a blocking call is a stall from this wait on (also the answer's rule)
 MAX_ATTRIBUTED_CALLS = 20
 MAX_ATTRIBUTED_ROWS = 200_000
-ATTRIBUTION_RULE = (
-    f"the work behind the {MAX_ATTRIBUTED_CALLS} longest waits of at least {STALL_MIN_NS / 1e6:g} ms, "
-    f"row by row with its launch (at most {MAX_ATTRIBUTED_ROWS:,} rows)"
-)
+ATTRIBUTION_RULE = attribution_rule(MAX_ATTRIBUTED_CALLS, STALL_MIN_NS, MAX_ATTRIBUTED_ROWS)
 
 CANDIDATE_SCHEMA: Schema = {
     "gtid": pl.Int64,
@@ -361,9 +358,8 @@ def read_gpu_work(
     said = list(_outside(outside, passed.outside, capture))
     stalls = calls.filter(pl.col("end_ns") - pl.col("start_ns") >= STALL_MIN_NS).height
     if not passed.covered_known and stalls:  # covered_ns is a stall's only
-        why = (f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside the stalls"
-               if "kernel" in passed.rows else "the export has no usable CUPTI_ACTIVITY_KIND_KERNEL table")
-        said.append(warned(Reason.of("gpu_work_union_unknown", why=why), stalls))
+        said.append(warned(Reason.of("gpu_work_union_unknown", kernels_read="kernel" in passed.rows,
+                                     max_intervals=MAX_BUSY_INTERVALS), stalls))
     for name in passed.unreadable:
         said.append(warned(Reason.of("gpu_work_unreadable", name=name, columns=', '.join(WORK_COLUMNS)), 1))
     # 10^6 calls: their few distinct texts kept once each (categorical), not once per row.

@@ -37,6 +37,7 @@ from nsysaudit.words import (
     allocator_figures,
     allocator_state,
     arms_held,
+    bound_assumes_no_free,
     censored_call,
     free_calls_without_event,
     freed_never_allocated,
@@ -139,9 +140,7 @@ def holder_statement(
     out = held_words(point, names, devices)
     gaps = point.get("free_calls_without_event_before") or 0
     if gaps:
-        ids = ", ".join(str(i) for i in gap_examples)
-        out += (f" The bound assumes that the {gaps} earlier free call(s) without a deallocation event"
-                f"{f' (correlation {ids})' if ids else ''} freed nothing, as cudaFree(NULL) does.")
+        out += " " + bound_assumes_no_free(gaps, list(gap_examples))
     allocator = allocator_words(in_force)
     return out + (f" {allocator}" if allocator else "")
 
