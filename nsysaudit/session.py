@@ -56,6 +56,7 @@ from nsysaudit.read.source import ExportFile
 from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
 from nsysaudit.reports.analysis import AnalysisResult, duration_ns, report_analysis
+from nsysaudit.words import NATIVE_NOT_USED, session_html, session_summary
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -127,7 +128,7 @@ def engine_of(trace: Trace) -> Engine:
     engine = trace.scan_engine
     why = native.unavailable()
     if why is None and engine not in ("native", "none"):
-        why = "not used (it could not read the CUDA API table; the polars engines did)"
+        why = NATIVE_NOT_USED
     return Engine(engine, engine_sqlite_version(engine), why)
 
 
@@ -384,18 +385,15 @@ class Session:
     # --- notebook display -------------------------------------------------------------------------
     def _summary(self) -> list[str]:
         t = self._trace
-        return [
-            f"{self.input.path} ({self.input.kind}, nsys {self.input.nsys_version or 'unknown'}, "
-            f"schema {self.input.schema_version or 'unknown'})",
-            f"sha256 {self.input.sha256}",
-            f"{t.cuda_api_total:,} CUDA API calls, {t.library_calls.height:,} library calls, "
-            f"{t.nvtx_ranges.height:,} NVTX ranges, {t.thread_names.height:,} named threads, "
-            f"{len(t.warnings)} warning(s)" + (" (closed)" if self._closed else ""),
-        ]
+        return session_summary(
+            self.input.path, self.input.kind, self.input.nsys_version, self.input.schema_version, self.input.sha256,
+            (t.cuda_api_total, t.library_calls.height, t.nvtx_ranges.height, t.thread_names.height, len(t.warnings)),
+            self._closed,
+        )
 
     def __repr__(self) -> str:
         return "Session(" + "; ".join(map(escape, self._summary())) + ")"
 
     def _repr_html_(self) -> str:
         first, *rest = (html.escape(escape(line)) for line in self._summary())
-        return f"<b>nsysaudit session</b> {first}<ul>{''.join(f'<li>{line}</li>' for line in rest)}</ul>"
+        return session_html(first, rest)

@@ -1405,6 +1405,69 @@ def diagnostics_unusable_rows(table: str) -> str:
 
 
 
+# How an object of the package shows itself (repr, a notebook's HTML) and the engine line.
+def _found(kinds: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{n} {k}" for k, n in kinds) or "no finding"
+
+
+def analysis_repr(verdict: str, kinds: Sequence[tuple[str, int]], library_calls: int, cuda_api_calls: int,
+                  warnings: int) -> str:
+    return (f"<Analysis {verdict}: {_found(kinds)}; {library_calls} library call(s), "
+            f"{cuda_api_calls:,} CUDA API calls, {warnings} warning(s)>")
+
+
+def result_repr(path: str, verdict: str, kinds: Sequence[tuple[str, int]], library_calls: int, failed_groups: int,
+                warnings: int) -> str:
+    return (f"<AnalysisResult {path!r}: {verdict}; {_found(kinds)}; {library_calls} library call(s), "
+            f"{failed_groups} failed-call group(s), {warnings} warning(s)>")
+
+
+def session_summary(
+    path: str, kind: str, nsys_version: str | None, schema_version: str | None, sha256: str,
+    counts: tuple[int, int, int, int, int], closed: bool,
+) -> list[str]:
+    """A notebook session's lines: the input, its digest, what was read (CUDA API calls, library calls,
+    NVTX ranges, named threads, warnings)."""
+    calls, libraries, ranges, threads, warnings = counts
+    return [
+        f"{path} ({kind}, nsys {nsys_version or 'unknown'}, schema {schema_version or 'unknown'})",
+        f"sha256 {sha256}",
+        f"{calls:,} CUDA API calls, {libraries:,} library calls, {ranges:,} NVTX ranges, {threads:,} named threads, "
+        f"{warnings} warning(s)" + (" (closed)" if closed else ""),
+    ]
+
+
+def session_html(first: str, rest: Sequence[str]) -> str:
+    return f"<b>nsysaudit session</b> {first}<ul>{''.join(f'<li>{line}</li>' for line in rest)}</ul>"
+
+
+def snapshot_repr(path: str, segments: int, blocks: int, entries: int) -> str:
+    return f"<Snapshot {path!r}: {segments} segment(s), {blocks} block(s), {entries} history entries>"
+
+
+def verification_repr(folder: str, seal: str, files: int, rerun: bool) -> str:
+    how = ", inputs re-run byte-identical" if rerun else ""
+    return f"<Verification {folder!r}: seal sha256:{seal} verified, {files} files{how}>"
+
+
+NATIVE_NOT_USED = "not used (it could not read the CUDA API table; the polars engines did)"
+
+
+def native_unavailable(why: str, *, detail: str = "", abi: int = 0, python_sqlite: str = "") -> str:
+    """Why the native engine is not used: a few words, then the detail in parentheses."""
+    if why == "not_built":
+        return "not built (nsysaudit was installed without a C compiler or SQLite's header)"
+    if why == "not_loadable":
+        return f"not loadable ({detail})"
+    if why == "stale":
+        return f"stale (built from another native/scan.c: interface {detail}, not {abi})"
+    if why == "single_threaded":
+        return "not usable (Python's SQLite is built single-threaded: SQLITE_THREADSAFE=0)"
+    return (f"on another SQLite (it links SQLite {detail}, Python's sqlite3 runs SQLite {python_sqlite}: one SQLite "
+            "must read and check the rows)")
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (

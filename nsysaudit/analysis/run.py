@@ -37,7 +37,7 @@ from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.snapshot import Snapshot
 from nsysaudit.read.telemetry import DEFAULT_TOLERANCE_NS, TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
-from nsysaudit.words import say, telemetry_points_rule, warned
+from nsysaudit.words import analysis_repr, say, telemetry_points_rule, warned
 
 
 class Limits(TypedDict):
@@ -100,11 +100,8 @@ class Analysis:
 
     def __repr__(self) -> str:
         kinds = self.frames["findings"]["kind"].value_counts(sort=True).rows()
-        found = ", ".join(f"{n} {k}" for k, n in kinds) or "no finding"
-        return (
-            f"<Analysis {self.verdict}: {found}; {self.frames['library_calls'].height} library call(s), "
-            f"{self.cuda_api_calls:,} CUDA API calls, {len(self.warnings)} warning(s)>"
-        )
+        return analysis_repr(self.verdict, [(k, n) for k, n in kinds], self.frames["library_calls"].height,
+                             self.cuda_api_calls, len(self.warnings))
 
 
 def analyze_trace(

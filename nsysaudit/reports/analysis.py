@@ -60,6 +60,7 @@ from nsysaudit.reports.documents import (
 from nsysaudit.reports.ranks import document_keys, placement
 from nsysaudit.reports.stalls import Stalls, stalls_section
 from nsysaudit.reports.statements import allocator_statement, holder_statement
+from nsysaudit.words import result_repr
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
 
@@ -668,12 +669,8 @@ class AnalysisResult:
         found: dict[str, int] = {}
         for f in self.head["findings"]:
             found[f["kind"]] = found.get(f["kind"], 0) + 1
-        said = ", ".join(f"{n} {k}" for k, n in found.items()) or "no finding"
-        return (
-            f"<AnalysisResult {self.input.path!r}: {self.verdict}; {said}; "
-            f"{self.library_calls_table.height} library call(s), {len(self.head['failed_calls'])} failed-call "
-            f"group(s), {len(self.analysis.warnings)} warning(s)>"
-        )
+        return result_repr(self.input.path, self.verdict, list(found.items()), self.library_calls_table.height,
+                           len(self.head["failed_calls"]), len(self.analysis.warnings))
 
 
 def report_analysis(info: InputInfo, analysis: Analysis) -> AnalysisResult:
