@@ -155,15 +155,6 @@ class Capture:
         """Whether the export records either bound (else no timestamp can be checked against one)."""
         return self.start_ns is not None or self.stop_ns is not None
 
-    def to_dict(self) -> CaptureBounds:
-        return {
-            "start_ns": self.start_ns,
-            "stop_ns": self.stop_ns,
-            "start_from": self.start_from,
-            "stop_from": self.stop_from,
-            "diagnostics_table": self.diagnostics,
-        }
-
 
 NO_CAPTURE = Capture(None, None, None, None, False)
 

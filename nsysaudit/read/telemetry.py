@@ -209,7 +209,7 @@ def _measured(fields: Mapping[str, JSON], skip: set[str]) -> dict[str, int | flo
     }
 
 
-# What BadLine.to_dict() makes: an entry of a document's telemetry.warnings.
+# An entry of a document's telemetry.warnings (nsysaudit.reports.alignment_section.bad_line_entry).
 class TelemetryBadLine(TypedDict):
     """A telemetry line ``--lenient`` skipped, and why (``telemetry.warnings``)."""
 
@@ -221,9 +221,6 @@ class TelemetryBadLine(TypedDict):
 class BadLine:
     line: int
     problem: str
-
-    def to_dict(self) -> TelemetryBadLine:
-        return {"line": self.line, "problem": self.problem}
 
 
 # One row per usable line, in file order. ``monotonic``/``realtime``: the line's stamps of the clocks

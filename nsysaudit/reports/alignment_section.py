@@ -32,6 +32,7 @@ from nsysaudit.analysis.alignment import (
     UtcAlignment,
     UtcMethod,
 )
+from nsysaudit.read.telemetry import BadLine, TelemetryBadLine
 from nsysaudit.words import say
 
 
@@ -173,7 +174,7 @@ def telemetry_summary(alignment: Alignment, *, lazy: bool = False) -> TelemetryS
         "sha256": log.sha256,
         "events": log.lines.height,
         "bad_lines": len(log.bad_lines),
-        "warnings": [b.to_dict() for b in log.bad_lines],
+        "warnings": [bad_line_entry(b) for b in log.bad_lines],
         "lenient": opts.lenient,
         "event_key": opts.event_key,
         "clock_fields": {kind: name for kind, name in opts.clock_fields.items()},
@@ -181,6 +182,11 @@ def telemetry_summary(alignment: Alignment, *, lazy: bool = False) -> TelemetryS
         "timeline": [] if lazy else _timeline_dicts(alignment, lines.frame),
     }
     return {**summary, "timeline": lines} if lazy else summary
+
+
+def bad_line_entry(bad: BadLine) -> TelemetryBadLine:
+    """A ``telemetry.warnings`` entry: a line ``--lenient`` skipped, and why."""
+    return {"line": bad.line, "problem": bad.problem}
 
 
 def timeline(alignment: Alignment) -> LineList:

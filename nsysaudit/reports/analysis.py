@@ -24,7 +24,7 @@ from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.core.codes import is_allocation_api, is_allocation_failure, is_out_of_memory, names
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import pid_bits, pid_of, tid_bits
-from nsysaudit.read.diagnostics import WARNING_SEVERITIES
+from nsysaudit.read.diagnostics import WARNING_SEVERITIES, Capture
 from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.alignment_section import alignment_section, telemetry_summary
 from nsysaudit.reports.answer import MAX_CENSORED, answer
@@ -424,7 +424,7 @@ def _coverage(analysis: Analysis) -> CoverageHead:
     return {
         "cuda_api_trace": analysis.cuda_api_trace,
         "by_source": list(analysis.coverage_sources),
-        "capture": analysis.capture_bounds.to_dict(),
+        "capture": capture_section(analysis.capture_bounds),
         "nsys_diagnostics": said,
         "library_sources": list(analysis.library_sources),
     }
@@ -525,7 +525,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
     out: Head = {
         "tool": {"name": "nsysaudit", "version": __version__},
         "schema": {"kind": "analysis", "version": SCHEMA_VERSION},
-        "input": info.to_dict(),
+        "input": input_entry(info),
         "census": _census(analysis),
         "findings": findings,
         "failed_calls": _failed_calls(analysis.frames),
@@ -558,6 +558,43 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
         out["allocator"] = allocator
     return out
 
+
+
+def input_entry(info: InputInfo) -> Input:
+    """The document's ``input`` object."""
+    out: Input = {
+        "path": info.path,
+        "sha256": info.sha256,
+        "kind": info.kind,
+        "size_bytes": info.size_bytes,
+        "nsys_version": info.nsys_version,
+        "schema_version": info.schema_version,
+        "tables": dict(sorted(info.tables.items())),
+        "session_start_utc_ns": info.session_start_utc_ns,
+    }
+    if info.engine is not None:  # how nsysaudit read it, not the evidence: not in a sealed report.json
+        out["engine"] = info.engine.name
+        out["sqlite_version"] = info.engine.sqlite_version
+        out["native_unavailable"] = info.engine.native_unavailable
+    if info.kind == "nsys-rep":
+        out["export"] = {
+            "sha256": info.export_sha256,
+            "cache_hit": info.export_cache_hit,
+            "exported_with": info.exported_with,
+            "nsys_version": info.export_nsys_version,
+        }
+    return out
+
+
+def capture_section(capture: Capture) -> CaptureBounds:
+    """The document's ``capture`` object: the capture's bounds and where they were read."""
+    return {
+        "start_ns": capture.start_ns,
+        "stop_ns": capture.stop_ns,
+        "start_from": capture.start_from,
+        "stop_from": capture.stop_from,
+        "diagnostics_table": capture.diagnostics,
+    }
 
 @dataclass(frozen=True)
 class AnalysisResult:
