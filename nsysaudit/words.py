@@ -1468,6 +1468,54 @@ def native_unavailable(why: str, *, detail: str = "", abi: int = 0, python_sqlit
 
 
 
+# Why an input does not meet its expectation (nsysaudit.batch.check, docs/check.md).
+CHECK_NO_EXPECTATION = "no expectation for this file"
+
+
+def check_verdict(verdict: str | None, expected: str) -> str:
+    return f"verdict is {verdict}, expected {expected}"
+
+
+def check_failed_calls(calls: int | None, at_most: int) -> str:
+    return f"{calls} failed calls, at most {at_most} expected"
+
+
+def check_censored(calls: int | None, reasons: Sequence[str], allowed: Sequence[str]) -> str:
+    return f"{calls} censored library call(s) ({', '.join(reasons)}); allowed: {', '.join(allowed) or 'none'}"
+
+
+def check_findings(found: int, expected: int) -> str:
+    return f"{found} finding(s), expected {expected}"
+
+
+def check_stalls(stalled_ns: int, calls: int, at_most_ms: float) -> str:
+    return (f"host stalls took {stalled_ns / 1e6:,.1f} ms ({calls:,} call(s) that each blocked at least 1 ms), "
+            f"at most {at_most_ms:g} ms expected")
+
+
+def check_range_stalls(nvtx_range: str, pid: int | None, stalled_ns: int, budget_ms: float, pattern: str) -> str:
+    return (f"host stalls in NVTX range {nvtx_range} (pid {pid}) took "
+            f"{stalled_ns / 1e6:,.1f} ms, at most {budget_ms:g} ms expected for {pattern!r}")
+
+
+def check_ranges_unlisted(ranges: int, listed: int, pattern: str) -> str:
+    return (f"{ranges:,} NVTX ranges hold blocking calls, {listed} are listed: the "
+            f"budget for {pattern!r} cannot be checked on every one")
+
+
+def check_unexpected_finding(kind: str, api: str | None, return_code: int | None, enclosing: str) -> str:
+    return f"unexpected finding {kind} {api} returned {return_code}{enclosing}"
+
+
+def check_left_out(expectations: int) -> str:
+    return f"{expectations} expectation(s) match no file checked: left out (--only-matching)"
+
+
+def check_no_file(base: object) -> str:
+    return f"matches no file (relative to {base})"
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (
