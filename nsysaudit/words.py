@@ -1516,6 +1516,39 @@ def check_no_file(base: object) -> str:
 
 
 
+# The export cache's listing and pruning (nsysaudit cache), the scan's progress, a batch's counts.
+def cache_leftovers(unfinished: int, foreign: int) -> list[str]:
+    out = []
+    if unfinished:
+        out.append(f"{unfinished} unfinished export(s) (a running or killed nsys export)")
+    if foreign:
+        out.append(f"{foreign} other file(s), not this cache's: left alone")
+    return out
+
+
+def cache_pruned(removed: int, freed: int, unfinished_removed: int, kept_in_use: int) -> list[str]:
+    out = [f"removed {removed} least recently used export(s), {size_word(freed)}"]
+    if unfinished_removed:
+        out.append(f"removed {unfinished_removed} unfinished export(s) left by a killed process")
+    if kept_in_use:
+        out.append(f"kept {kept_in_use} in use or used in the last minute, over the bound")
+    return out
+
+
+def scanning(rows: int, *, tolerant: bool = False) -> str:
+    if tolerant:
+        return f"re-reading {rows:,} CUDA API rows with the tolerant reader"
+    return f"scanning {rows:,} CUDA API rows"
+
+
+def batch_counts(inputs: int, analyzed: int, resumed: int, unusable: int, findings: int) -> str:
+    return f"{inputs} input(s): {analyzed} analyzed, {resumed} resumed, {unusable} unusable; {findings} finding(s)"
+
+
+AUDIT_DEPRECATED = "nsysaudit.audit is deprecated; use nsysaudit.audit_many (the batch's inputs table)"
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (

@@ -43,16 +43,14 @@ X_RENDER = ("render/", "reports/answer.py", "reports/stalls.py", "reports/nccl.p
 # Files of this floor that still write sentences: how many each holds today (only ever lowered).
 NOT_YET: dict[str, int] = {
     "analysis/allocator.py": 3,
-    "batch/audit.py": 1,
     "batch/check.py": 5,
     "batch/output.py": 6,
-    "batch/run.py": 4,
+    "batch/run.py": 3,
     "batch/workers.py": 2,
     "read/_unpickle.py": 1,
-    "read/cache.py": 5,
     "read/damage.py": 2,
     "read/nsys.py": 1,
-    "read/scan.py": 2,
+    "read/scan.py": 1,
     "read/source.py": 6,
     "read/telemetry.py": 6,
     "read/trace.py": 1,

@@ -42,6 +42,7 @@ from typing import NotRequired, TypedDict
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.analysis.stalls import RangeStalls
 from nsysaudit.batch import ranks as by_rank
@@ -464,8 +465,8 @@ class BatchResult:
         """What the CLI prints (and ``repr`` shows): counts, verdicts, files written."""
         c = self.counts()
         lines = [
-            f"{c['inputs']} input(s): {c.get('analyzed', 0)} analyzed, {c.get('resumed', 0)} resumed, "
-            f"{c.get('error', 0)} unusable; {c['findings']} finding(s)",
+            words.batch_counts(c["inputs"], c.get("analyzed", 0), c.get("resumed", 0), c.get("error", 0),
+                               c["findings"]),
             "verdicts: " + ", ".join(f"{v} {c.get(v, 0)}" for v in ("failure_found", "inconclusive", "no_failure")),
         ]
         ranks = by_rank.summary_line(self.inputs)  # only where an input has several devices or a stated rank
