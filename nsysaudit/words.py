@@ -1549,9 +1549,27 @@ AUDIT_DEPRECATED = "nsysaudit.audit is deprecated; use nsysaudit.audit_many (the
 
 
 
+def side_file_ignored(name: str, kind: str | None, size: int, wal: bool) -> str:
+    """A journal or WAL file beside the export, not read (``kind``: what it is when not a regular file)."""
+    if kind is not None:
+        return f"{name} beside the export is not a regular file ({kind}): ignored, not opened"
+    if wal:
+        return (f"{name} beside the export ({size:,} bytes) is ignored, never read: the export is in "
+                "rollback mode (like every nsys export), so a WAL beside it is not part of it")
+    return f"{name} beside the export ({size:,} bytes) is ignored: a WAL-mode file has no journal"
+
+
+def no_metadata_table(tables: Sequence[str]) -> str:
+    return ("the export has neither META_DATA_EXPORT nor EXPORT_META_DATA (nsys 2020.3 and "
+            f"older): the nsys and schema versions are unknown; its tables ({', '.join(tables)}) are read "
+            "by probing")
+
+
+
 TEMPLATES: Mapping[str, Callable[..., str]] = {
     f.__name__: f
     for f in (
+        side_file_ignored, no_metadata_table,
         bound_unknown_uncovered, diagnostics_unusable_rows,
         process_not_in_processes, telemetry_rank_claim, launched_program_unknown, launched_by_name,
         launched_name_ambiguous, launched_shared, rank_not_stated, no_launched_command, not_the_launched_command,

@@ -182,16 +182,9 @@ def check_side_files(path: Path, header: SqliteHeader) -> list[ReportWarning]:
             )
         if suffix == "-shm" and regular:
             continue  # an index of a -wal, meaningless without one
-        if not regular:
-            message = f"{side.name} beside the export is not a regular file ({_kind(st.st_mode)}): ignored, not opened"
-        elif suffix == "-wal":
-            message = (
-                f"{side.name} beside the export ({st.st_size:,} bytes) is ignored, never read: the export is in "
-                "rollback mode (like every nsys export), so a WAL beside it is not part of it"
-            )
-        else:
-            message = f"{side.name} beside the export ({st.st_size:,} bytes) is ignored: a WAL-mode file has no journal"
-        warnings.append({"kind": "side_file_ignored", "count": 1, "message": message})
+        why = Reason.of("side_file_ignored", name=side.name, kind=None if regular else _kind(st.st_mode),
+                        size=st.st_size, wal=suffix == "-wal")
+        warnings.append(warned(why, 1))
     return warnings
 
 
@@ -503,15 +496,7 @@ def probe(path: Path) -> ExportFile:
             versions=versions,
         )
         if meta_table is None:
-            export.warnings.append(
-                {
-                    "kind": "no_metadata_table",
-                    "count": 1,
-                    "message": "the export has neither META_DATA_EXPORT nor EXPORT_META_DATA (nsys 2020.3 and "
-                    f"older): the nsys and schema versions are unknown; its tables ({', '.join(traced)}) are read "
-                    "by probing",
-                }
-            )
+            export.warnings.append(warned(Reason.of("no_metadata_table", tables=traced), 1))
         else:
             export.warnings += schema_version_warnings(meta_table.name, meta)
         return export
