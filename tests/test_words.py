@@ -187,3 +187,23 @@ def test_the_list_of_files_not_yet_moved_only_shrinks() -> None:
 )
 def test_the_test_finds_a_new_sentence(source: str, count: int) -> None:
     assert len(list(sentences(source))) == count
+
+
+def test_every_reason_the_package_states_has_its_words() -> None:
+    """Each code a ``Reason.of("code", ...)`` of the package names (and each ``code=`` it passes on)
+    is a key of :data:`nsysaudit.words.TEMPLATES`: no reason is stated that nothing words."""
+    from nsysaudit.words import TEMPLATES
+
+    stated = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and _called(node) == "of" and node.args:
+                first = node.args[0]
+                if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                    stated.add(first.value)
+                elif isinstance(first, ast.IfExp):  # Reason.of("a" if x else "b")
+                    stated |= {v.value for v in (first.body, first.orelse) if isinstance(v, ast.Constant)}
+            if isinstance(node, ast.keyword) and node.arg == "code" and isinstance(node.value, ast.Constant):
+                stated.add(node.value.value)
+    assert stated, "no Reason.of found: the test reads nothing"
+    assert sorted(stated - set(TEMPLATES)) == []
