@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import polars as pl
 import pytest
 from builder import Call, Export, Kernel
-from conftest import H200, H200_2025, PUBLIC
+from conftest import H200, H200_2025, PUBLIC, sql
 
 import nsysaudit
 from nsysaudit import session
@@ -19,14 +18,6 @@ MFU = PUBLIC / "nsys-ai_mfu_2gpu_after_2026.2.sqlite"  # synchronizations with C
 PID = "((g.globalPid >> 24) & 16777215)"  # nsys's serialized globalPid
 COMMON = f'{PID}, g.globalPid, g.deviceId, g.contextId, g.streamId, g.correlationId, g.start, g."end"'
 LABEL = "(SELECT label FROM {enum} WHERE id = g.{column})"
-
-
-def sql_rows(path: Path, sql: str) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def collected(path: Path) -> dict[str, pl.DataFrame]:
@@ -45,22 +36,22 @@ def test_each_gpu_frame_is_every_row_of_its_table_as_sql_reads_it() -> None:
     assert {k: f.height for k, f in frames.items()} == {"kernel": 1707, "memcpy": 48, "memset": 816,
                                                         "synchronization": 48}
     assert {k: f.schema for k, f in frames.items()} == {k: pl.Schema(s) for k, s in session.GPU_SCHEMAS.items()}
-    kernels = sql_rows(SERIALIZED, f"""
+    kernels = sql(SERIALIZED, f"""
         SELECT {COMMON}, n.value, d.value, gridX, gridY, gridZ, blockX, blockY, blockZ
         FROM CUPTI_ACTIVITY_KIND_KERNEL g LEFT JOIN StringIds n ON n.id = g.shortName
         LEFT JOIN StringIds d ON d.id = g.demangledName ORDER BY g.rowid""")
     assert without_duration(frames["kernel"]) == kernels
     copy, mem = "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND"
-    copies = sql_rows(SERIALIZED, f"""
+    copies = sql(SERIALIZED, f"""
         SELECT {COMMON}, bytes, {LABEL.format(enum=copy, column="copyKind")},
                {LABEL.format(enum=mem, column="srcKind")}, {LABEL.format(enum=mem, column="dstKind")}
         FROM CUPTI_ACTIVITY_KIND_MEMCPY g ORDER BY g.rowid""")
     assert without_duration(frames["memcpy"]) == copies
-    sets = sql_rows(SERIALIZED, f"""
+    sets = sql(SERIALIZED, f"""
         SELECT {COMMON}, bytes, value, {LABEL.format(enum=mem, column="memKind")}
         FROM CUPTI_ACTIVITY_KIND_MEMSET g ORDER BY g.rowid""")
     assert without_duration(frames["memset"]) == sets
-    syncs = sql_rows(SERIALIZED, f"""
+    syncs = sql(SERIALIZED, f"""
         SELECT {COMMON}, syncType, nullif(eventId, 4294967295) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION g
         ORDER BY g.rowid""")
     assert without_duration(frames["synchronization"]) == syncs
@@ -72,7 +63,7 @@ def test_each_gpu_frame_is_every_row_of_its_table_as_sql_reads_it() -> None:
 
 def test_a_synchronization_without_a_stream_or_an_event_has_null_there() -> None:
     sync = collected(MFU)["synchronization"]
-    invalid = sql_rows(MFU, """SELECT sum(streamId = 4294967295), sum(eventId = 4294967295), count(*)
+    invalid = sql(MFU, """SELECT sum(streamId = 4294967295), sum(eventId = 4294967295), count(*)
                                FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION""")
     assert invalid == [(124, 30, 334)]
     assert (sync["stream_id"].null_count(), sync["event_id"].null_count(), sync.height) == invalid[0]
@@ -81,7 +72,7 @@ def test_a_synchronization_without_a_stream_or_an_event_has_null_there() -> None
 
 def test_an_export_without_gpu_tables_gives_empty_frames_and_says_so() -> None:
     old = H200 / "observe.sqlite"  # nsys 2023.4, traced without kernels, copies or synchronizations
-    assert sql_rows(old, "SELECT count(*) FROM sqlite_master WHERE name IN ('CUPTI_ACTIVITY_KIND_KERNEL', "
+    assert sql(old, "SELECT count(*) FROM sqlite_master WHERE name IN ('CUPTI_ACTIVITY_KIND_KERNEL', "
                          "'CUPTI_ACTIVITY_KIND_MEMCPY', 'CUPTI_ACTIVITY_KIND_MEMSET', "
                          "'CUPTI_ACTIVITY_KIND_SYNCHRONIZATION')") == [(0,)]
     frames = collected(old)
@@ -116,7 +107,7 @@ def test_gpu_frames_are_lazy_and_filter_as_polars_does(monkeypatch: pytest.Monke
         assert statements == []  # building the query reads nothing
         on_13 = lazy.collect()
         assert len(statements) == 4  # 1,707 rows in batches of 500
-        expected = sql_rows(SERIALIZED, """SELECT n.value, g.start FROM CUPTI_ACTIVITY_KIND_KERNEL g
+        expected = sql(SERIALIZED, """SELECT n.value, g.start FROM CUPTI_ACTIVITY_KIND_KERNEL g
                                            JOIN StringIds n ON n.id = g.shortName WHERE g.streamId = 13
                                            ORDER BY g.rowid""")
         assert on_13.rows() == expected and on_13.height > 0
