@@ -312,10 +312,9 @@ def _stall_focus(result: AnalysisResult, n: int) -> _Focus:
 
 def _numbered(asked: int, count: int) -> str:
     """Why ``finding:<asked>`` names no finding of ``count``: how findings are numbered, and how many."""
-    numbered = "findings are numbered from 1, as analyze prints them (findings[].number in --json); " if (
-        asked < 1) else ""
-    return numbered + (f"the export has {count} finding(s)" + (f" (finding:1 to finding:{count})" if count > 1 else
-                       " (finding:1)" if count == 1 else ""))
+    how = "findings are numbered from 1, as analyze prints them (findings[].number in --json); " if asked < 1 else ""
+    which = f" (finding:1 to finding:{count})" if count > 1 else " (finding:1)" if count == 1 else ""
+    return f"{how}the export has {count} finding(s){which}"
 
 
 def _focus(
