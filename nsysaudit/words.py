@@ -1437,6 +1437,13 @@ def session_summary(
     ]
 
 
+def gpu_tables_summary(have: Sequence[str], absent: Sequence[str]) -> str:
+    """A session's GPU tables: the kinds it has, the tables it lacks (their frames are empty)."""
+    said = f"GPU tables: {', '.join(have)}" if have else "no GPU table"
+    return said + (f"; no {', '.join(absent)} (those frames are empty)" if absent and have else
+                   " (kernels(), memcpy(), memset(), synchronization() are empty)" if absent else "")
+
+
 def session_html(first: str, rest: Sequence[str]) -> str:
     return f"<b>nsysaudit session</b> {first}<ul>{''.join(f'<li>{line}</li>' for line in rest)}</ul>"
 

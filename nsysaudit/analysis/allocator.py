@@ -267,6 +267,7 @@ class AllocatorPoint(TypedDict):
     global_pid: int | None
     states: list[AllocatorState]
     finding: NotRequired[int]
+    finding_number: NotRequired[int]
     lib_id: NotRequired[int]
     line: NotRequired[int]
     statement: NotRequired[str]
@@ -915,6 +916,8 @@ def _point(joined: Sequence[Joined], wanted: Wanted) -> AllocatorPoint:
     out: AllocatorPoint = {"point": point, "label": label, "t_ns": t, "pid": pid_of(gpid), "global_pid": gpid,
                            "states": []}
     out[key] = value
+    if key == "finding":
+        out["finding_number"] = value + 1
     mine = [j for j in joined if j.global_pid is not None and j.global_pid == gpid]
     if t is None or not mine:
         return out

@@ -186,7 +186,8 @@ class PointDevice(TypedDict):
 
 
 # A moment's own key (``finding``: the finding's index, ``lib_id``: the library call's, ``line``: the
-# telemetry line's number) and its value.
+# telemetry line's number) and its value; a finding's moment also carries ``finding_number``, the
+# finding's number from 1 as every report for people numbers it (``findings[].number``).
 PointKeyName = Literal["finding", "lib_id", "line"]
 
 
@@ -203,6 +204,7 @@ class LedgerPoint(TypedDict):
     free_calls_without_event_examples: NotRequired[list[int]]
     unknown: NotRequired[str]
     finding: NotRequired[int]
+    finding_number: NotRequired[int]
     lib_id: NotRequired[int]
     line: NotRequired[int]
     censored_reasons: NotRequired[list[CensoredReason]]  # the analysis sets them where it is not covered
@@ -1277,6 +1279,8 @@ def points(ledger: Ledger, wanted: Iterable[Wanted]) -> list[LedgerPoint]:
         entry: LedgerPoint = {"point": point, "label": label, "t_ns": t_ns, "pid": pid_of(gpid),
                               "global_pid": gpid, "devices": []}
         entry[key] = value
+        if key == "finding":
+            entry["finding_number"] = value + 1
         if t_ns is None or gpid is None:
             # Kept, not dropped: the reader sees the moment and why the ledger cannot be read at it.
             entry["unknown"] = say(Reason.of("moment_unknown", start_known=t_ns is not None))

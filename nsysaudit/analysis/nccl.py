@@ -12,7 +12,7 @@ says the call ran on another thread, and why it is counted inside).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
@@ -157,12 +157,23 @@ class Tie:
     failed_call: FailedCall | None = None
 
 
-def tie(findings: pl.DataFrame, unrecovered: pl.DataFrame | None, pid: int | None, trace_ns: int | None) -> Tie:
+def tie(
+    findings: pl.DataFrame,
+    unrecovered: pl.DataFrame | None,
+    pid: int | None,
+    trace_ns: int | None,
+    *,
+    kinds: Collection[str] | None = None,
+) -> Tie:
     """The failed call an NCCL error line of process ``pid``, placed at ``trace_ns`` (None: not placed),
-    is tied to: the last of ``findings`` (the findings frame, its row index the finding's) of the
-    process that started at or before the line; with none, the last unrecovered out-of-memory failure
-    of the process before it (:func:`nsysaudit.analysis.recovery.unrecovered`, with pid and tid)."""
+    is tied to: the last of ``findings`` (the findings frame, its row index the finding's) of ``kinds``
+    (None: any) of the process that started at or before the line; with none, the last unrecovered
+    out-of-memory failure of the process before it (:func:`nsysaudit.analysis.recovery.unrecovered`,
+    with pid and tid). The kinds are chosen after the rows are numbered: the index is the finding's in
+    the whole frame, as the document's ``findings`` are."""
     keyed = findings.with_row_index("_i")
+    if kinds is not None:
+        keyed = keyed.filter(pl.col("kind").is_in(list(kinds)))
     if pid is not None:
         keyed = keyed.filter(pl.col("pid") == pid)
     if trace_ns is not None:

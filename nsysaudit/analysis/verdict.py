@@ -67,6 +67,7 @@ class LibraryFailure(TypedDict):
     # finding is an out-of-memory failure (the trace confirms one).
     library: NotRequired[str]
     finding: NotRequired[int | None]
+    finding_number: NotRequired[int | None]  # the same finding numbered from 1, as the reports number it
     trace_confirms_out_of_memory: NotRequired[bool]
     # Where no finding is: the out-of-memory failure before the line that no library call encloses.
     failed_call: NotRequired[FailedCall]
@@ -216,7 +217,7 @@ def telemetry_library_failures(
             "cuda_skip_some_api_calls": skip_keys,
         }
         if nccl_said:  # tied to the failed call (analysis/nccl)
-            _tie_nccl(entry, nccl.tie(findings.filter(pl.col("kind").is_in(FAILURE_KINDS)), unrecovered, pid, trace_ns))
+            _tie_nccl(entry, nccl.tie(findings, unrecovered, pid, trace_ns, kinds=FAILURE_KINDS))
         out.append(entry)
     return out
 
@@ -225,6 +226,7 @@ def _tie_nccl(entry: LibraryFailure, tie: nccl.Tie) -> None:
     """Record on an NCCL error line's ``entry`` what :func:`nsysaudit.analysis.nccl.tie` tied it to."""
     entry["library"] = NCCL
     entry["finding"] = tie.finding
+    entry["finding_number"] = None if tie.finding is None else tie.finding + 1
     entry["trace_confirms_out_of_memory"] = tie.out_of_memory
     if tie.failed_call is not None:
         entry["failed_call"] = tie.failed_call

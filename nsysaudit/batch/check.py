@@ -196,8 +196,8 @@ def _unmatched(expected: Sequence[FindingExpectation], rows: Sequence[FindingRow
             said = f"expected {want.describe()}, found {len(hits)}"
             near = min(left, key=lambda r: len(want.differences(r)), default=None)
             if near is not None:  # the finding closest to what was expected: which fields differ
-                described.add(id(near))  # numbered from 1, as in --around finding:N
-                said += f" (finding {near['finding'] + 1} differs: {'; '.join(want.differences(near))})"
+                described.add(id(near))
+                said += f" (finding {near['finding_number']} differs: {'; '.join(want.differences(near))})"
             why.append(said)
     for r in left:
         if id(r) in described:

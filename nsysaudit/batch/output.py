@@ -41,8 +41,9 @@ from nsysaudit.core.shapes import Schema
 from nsysaudit.reports.documents import CensoredReason, CoverageState, InputKind
 
 # 2: the PATHs given in batch.json, the batch and the digests in each part's metadata; 3: the list columns,
-# the findings' path and holder figures (a part of format 2 has other columns: refused, never misread).
-BATCH_FORMAT = 3
+# the findings' path and holder figures (a part of format 2 has other columns: refused, never misread);
+# 4: the findings' finding_number (numbered from 1, as the reports number them).
+BATCH_FORMAT = 4
 PART_BATCH, PART_ROW, PART_FINDINGS = "nsysaudit.batch", "nsysaudit.row_sha256", "nsysaudit.findings_sha256"
 
 # The ledger's figures at a finding (batch/run.py's holder_columns), each an integer column.
@@ -147,10 +148,12 @@ class InputRow(StoredInput):
 
 class FindingRow(TypedDict):
     """One row of the findings table (:data:`FINDING_ROW_SCHEMA`): a ``findings[]`` entry of the JSON
-    contract made flat, after the SHA-256 of its input and its index there."""
+    contract made flat, after the SHA-256 of its input, its index there
+    (``finding``, from 0) and its number (``finding_number``, from 1, as the reports number it)."""
 
     input_sha256: str
     finding: int
+    finding_number: int
     kind: FindingKind
     api: str | None
     display_api: str | None

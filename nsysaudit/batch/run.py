@@ -327,6 +327,7 @@ def finding_row(
     return {
         "input_sha256": sha256,
         "finding": index,
+        "finding_number": finding["number"],
         # the finding's own keys, in FINDING_ROW_SCHEMA's order
         "kind": finding["kind"],
         "api": finding["api"],

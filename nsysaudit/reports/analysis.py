@@ -232,11 +232,12 @@ def _findings(analysis: Analysis, truth: DeviceTruth) -> list[Finding]:
     ) else True
     helpers = {h["global_tid"]: h for s in analysis.library_sources for h in s.get("helper_threads", [])}
     out: list[Finding] = []
-    for r in _rows(analysis.frames["findings"]):
+    for number, r in enumerate(_rows(analysis.frames["findings"]), start=1):
         api = r["api"]
         said = names(api, r["return_code"])
         where = placement(truth, r["gtid"])
         finding: Finding = {
+            "number": number,  # as the reports for people number them; its index in findings is number - 1
             "kind": r["kind"],
             "api": api,
             "display_api": said["display_api"],

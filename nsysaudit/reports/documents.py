@@ -310,6 +310,7 @@ class StreamCapture(TypedDict):
 
 
 class Finding(TypedDict):
+    number: int
     kind: FindingKind
     api: str | None
     display_api: str | None
@@ -399,6 +400,7 @@ class Coverage(TypedDict):
 
 class FailingRank(TypedDict):
     finding: int
+    finding_number: int
     pid: int | None
     global_pid: int | None
     rank: int | None
@@ -466,6 +468,7 @@ class LibraryCall(TypedDict):
 
 class AnswerFinding(TypedDict):
     finding: int
+    finding_number: int
     kind: FindingKind
     what: str
     when: str | None

@@ -58,8 +58,8 @@ def ranks_key(truth: DeviceTruth, processes: Sequence[Process], findings: Sequen
     """The document's ``ranks``: which ranks the export states, and the failing ones."""
     known = sorted({p["rank"] for p in processes if p["rank"] is not None})
     failing: list[FailingRank] = [
-        {"finding": i, "pid": f["pid"], "global_pid": gpid_of(f["global_tid"]), "rank": f["rank"],
-         "rank_source": f["rank_source"], "device_id": f["device_id"], "devices": f["devices"]}
+        {"finding": i, "finding_number": f["number"], "pid": f["pid"], "global_pid": gpid_of(f["global_tid"]),
+         "rank": f["rank"], "rank_source": f["rank_source"], "device_id": f["device_id"], "devices": f["devices"]}
         for i, f in enumerate(findings)
     ]
     return {
