@@ -94,7 +94,7 @@ golden: venv ## regenerate tests/golden's reports (review the diff)
 	NSYSAUDIT_REGEN_GOLDEN=1 $(PY) -m pytest -q tests/test_golden.py
 
 contract: venv ## regenerate docs/json.md's tables and the JSON Schemas
-	$(PY) -m nsysaudit.reports.documents docs/json.md
+	$(PY) -m nsysaudit.render.contract docs/json.md
 	$(PY) -m nsysaudit.schemas
 
 bench: venv nsys ## run the benchmark (see benchmarks/RESULTS.md)

@@ -71,6 +71,7 @@ from nsysaudit.read.source import ExportFile
 from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
 from nsysaudit.reports.analysis import AnalysisResult, duration_ns, report_analysis
+from nsysaudit.words import NATIVE_NOT_USED, gpu_tables_summary, session_html, session_summary
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -152,7 +153,7 @@ def engine_of(trace: Trace) -> Engine:
     engine = trace.scan_engine
     why = native.unavailable()
     if why is None and engine not in ("native", "none"):
-        why = "not used (it could not read the CUDA API table; the polars engines did)"
+        why = NATIVE_NOT_USED
     return Engine(engine, engine_sqlite_version(engine), why)
 
 
@@ -458,12 +459,13 @@ class Session:
     def _summary(self) -> list[str]:
         t = self._trace
         return [
-            f"{self.input.path} ({self.input.kind}, nsys {self.input.nsys_version or 'unknown'}, "
-            f"schema {self.input.schema_version or 'unknown'})",
-            f"sha256 {self.input.sha256}",
-            f"{t.cuda_api_total:,} CUDA API calls, {t.library_calls.height:,} library calls, "
-            f"{t.nvtx_ranges.height:,} NVTX ranges, {t.thread_names.height:,} named threads, "
-            f"{len(t.warnings)} warning(s)" + (" (closed)" if self._closed else ""),
+            *session_summary(
+                self.input.path, self.input.kind, self.input.nsys_version, self.input.schema_version,
+                self.input.sha256,
+                (t.cuda_api_total, t.library_calls.height, t.nvtx_ranges.height, t.thread_names.height,
+                 len(t.warnings)),
+                self._closed,
+            ),
             *([] if self._closed else [self._gpu_summary()]),
         ]
 
@@ -471,13 +473,11 @@ class Session:
         tables = self.gpu_tables
         have = [kind for kind, name in tables.items() if name is not None]
         absent = [GPU_TABLES[kind] for kind, name in tables.items() if name is None]
-        said = f"GPU tables: {', '.join(have)}" if have else "no GPU table"
-        return said + (f"; no {', '.join(absent)} (those frames are empty)" if absent and have else
-                       " (kernels(), memcpy(), memset(), synchronization() are empty)" if absent else "")
+        return gpu_tables_summary(have, absent)
 
     def __repr__(self) -> str:
         return "Session(" + "; ".join(map(escape, self._summary())) + ")"
 
     def _repr_html_(self) -> str:
         first, *rest = (html.escape(escape(line)) for line in self._summary())
-        return f"<b>nsysaudit session</b> {first}<ul>{''.join(f'<li>{line}</li>' for line in rest)}</ul>"
+        return session_html(first, rest)

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.batch.run import AuditOptions, audit_one
 from nsysaudit.core.shapes import Schema
@@ -57,8 +58,7 @@ def audit(
     ``error`` holds the one-line reason an input was unusable (then every other column but
     ``path`` is null).
     """
-    warnings.warn("nsysaudit.audit is deprecated; use nsysaudit.audit_many (the batch's inputs table)",
-                  DeprecationWarning, stacklevel=2)
+    warnings.warn(words.AUDIT_DEPRECATED, DeprecationWarning, stacklevel=2)
     options = AuditOptions(tuple(library_domains), max_pairs, None if nsys_path is None else os.fspath(nsys_path))
     rows = []
     for path in paths:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
-from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_RULE, RANK_VARIABLES, DeviceTruth, TracedProcess
+from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_VARIABLES, DeviceTruth, TracedProcess
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.read.devices import environment_entry
@@ -32,6 +32,7 @@ from nsysaudit.reports.documents import (
     Ranks,
     TargetDevice,
 )
+from nsysaudit.words import RANK_RULE
 
 
 class FindingPlacement(TypedDict):
@@ -70,7 +71,7 @@ def ranks_key(truth: DeviceTruth, processes: Sequence[Process], findings: Sequen
         "failing_ranks": sorted({f["rank"] for f in failing if f["rank"] is not None}),
         "failing_rank_unknown": sum(1 for f in failing if f["rank"] is None),
         "statement": failing_statement(failing, {p["global_pid"]: p for p in processes}),
-        "shown": truth.shown,
+        "shown": truth.names_devices,
     }
 
 
