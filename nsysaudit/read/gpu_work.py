@@ -853,6 +853,7 @@ def _pass(
     stalls = windows.filter(pl.col("b") - pl.col("a") >= STALL_MIN_NS)
     spans = union_windows(stalls.select(pl.col("gpid").alias("gtid"), pl.col("a").alias("start_ns"),
                                         pl.col("b").alias("end_ns")))
+    top_spans = union_windows(top.select(pl.col("gpid").alias("gtid"), "start_ns", "end_ns"))
     acc = _Acc()
     work, unreadable = _plan(export, tables, paged=native.load() is not None)
     rows = {kind: 0 for kind in WORK_TABLES if kind in tables}
@@ -872,20 +873,21 @@ def _pass(
             )
             if isinstance(read, tuple):  # the rows it kept, of n read
                 batch, wrong, n = read
+                kept = True
             else:  # SQLite reads the run (or the batch)
                 batch, wrong = native.read_ints(export.uri, sql, WORK_ROW_SCHEMA)
-                n = batch.height
+                n, kept = batch.height, False
             with reduced.lock:
                 reduced.wrong[t.name] += wrong
         else:
             batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
-            n = batch.height
+            n, kept = batch.height, False
         if capture.bounded:
             before = batch.height
             batch = batch.filter(~(capture.outside(pl.col("start_ns")) | capture.outside(pl.col("end_ns"))))
             with reduced.lock:
                 reduced.outside += before - batch.height
-        _reduce(kind, batch, stalls, spans, top, reduced)
+        _reduce(kind, batch, stalls, spans, top, reduced, top_spans, kept=kept)
         if progress is not None:
             progress.advance(1)
         return kind, n
@@ -937,18 +939,21 @@ _PAIR_SCHEMA: Schema = {"call_id": pl.Int64, "work": pl.String, "rowid": pl.Int6
 
 
 def _reduce(kind: str, batch: pl.DataFrame, windows: pl.DataFrame, spans: pl.DataFrame, top: pl.DataFrame,
-            acc: _Acc) -> None:
+            acc: _Acc, top_spans: pl.DataFrame | None = None, *, kept: bool = False) -> None:
     """One batch of work rows against the calls' windows: the per (call, stream) sums behind the stalls
     (``windows``), the merged intervals inside some call (``spans``: the calls' windows' union), the
-    rows behind the attributed calls; added to ``acc`` under its lock (batches are reduced on two
-    threads: what is kept never depends on which finishes first)."""
+    rows behind the attributed calls (``top``; ``top_spans``, their windows' union, picks the rows
+    that can overlap one before they are paired with them); added to ``acc`` under its lock (batches
+    are reduced on two threads: what is kept never depends on which finishes first). ``kept``: the
+    page reader kept the batch's rows (:class:`nsysaudit.read.native.Keep`): each with a known start,
+    end and process inside the capture overlaps a span already, :func:`_inside`'s test made in C."""
     work = batch.filter(
         pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gpid").is_not_null()
         & pl.col("stream_id").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
     )
     if not work.height or not spans.height:
         return
-    inside = _inside(work, spans)
+    inside = work if kept else _inside(work, spans)
     if not inside.height:
         return
     span = inside.group_by("gpid").agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
@@ -957,8 +962,9 @@ def _reduce(kind: str, batch: pl.DataFrame, windows: pl.DataFrame, spans: pl.Dat
     pieces = _merge(inside.select("gpid", "start_ns", "end_ns"), ["gpid"])
     pairs = pl.DataFrame(schema=_PAIR_SCHEMA)
     if top.height:
+        near_top = _inside(inside, top_spans) if top_spans is not None else inside
         pairs = (
-            inside.join(top.rename({"start_ns": "a", "end_ns": "b"}), on="gpid")
+            near_top.join(top.rename({"start_ns": "a", "end_ns": "b"}), on="gpid")
             .filter((pl.col("start_ns") < pl.col("b")) & (pl.col("end_ns") > pl.col("a")))
             .select("call_id", pl.lit(kind).alias("work"), "rowid", "gpid", "stream_id", "start_ns", "end_ns",
                     (pl.min_horizontal("end_ns", "b") - pl.max_horizontal("start_ns", "a")).alias("overlap_ns"))
