@@ -16,15 +16,18 @@ synchronous memset only into pinned or managed memory (CUDA's API synchronizatio
   covered, the union over all streams; the rest, ``blocked - covered``, the device did nothing of
   this process's while the host waited (null for a shorter call, as its per stream sums).
 
-The GPU tables hold as many rows as the CUDA API table. They are read in rowid batches of a few
-columns (the native reader on two threads where it is built), and each batch is reduced at once:
+The GPU tables hold as many rows as the CUDA API table. They are read in batches of a few columns
+(where the native engine is built, runs of their leaves by its page reader on two threads, which keeps
+only the rows inside some stall and those the reduction must judge; else rowid ranges through
+SQLite), and each batch is reduced at once:
 per (call, stream) counts and sums by as-of joins over the stream's rows (no (call, row) pairs), the
 union as merged intervals, both inside the stalls only. Memory is bounded by the batch, the calls
 and the merged intervals (:data:`MAX_BUSY_INTERVALS`: above it ``covered_ns`` is unknown, and a
 warning says so).
 
 For the longest waits (:data:`ATTRIBUTION_RULE`) the work rows are kept one by one, and their
-launches read by correlation id from the CUDA API table (one more pass over it): which thread
+launches read by correlation id from the CUDA API table (one more pass over it, from its pages
+where the native engine is built): which thread
 launched each, when (before the call or not), and so inside which NVTX range and library call
 (:mod:`nsysaudit.analysis.stalls`). The trace shows what ran while the host waited, not a dependency
 graph: the reports say "behind", never "because".
