@@ -445,9 +445,15 @@ def _read_all(path: Path, table: str, columns: tuple[str, ...], schema: dict[str
     return pl.concat(frames), wrong, visited
 
 
-GPU_TABLES = [(p, t) for p in BUNDLED for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY")
-              if sqlite3.connect(readonly_uri(p), uri=True).execute(
-                  "SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()]
+def _tables(path: Path, names: tuple[str, ...]) -> list[str]:
+    con = sqlite3.connect(readonly_uri(path), uri=True)
+    try:
+        return [t for t in names if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()]
+    finally:
+        con.close()
+
+
+GPU_TABLES = [(p, t) for p in BUNDLED for t in _tables(p, ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"))]
 
 
 @pytest.mark.parametrize(("path", "table"), GPU_TABLES, ids=lambda x: getattr(x, "stem", x))
@@ -516,7 +522,7 @@ def test_the_cuda_api_rows_of_some_correlation_ids_read_from_the_pages_as_sqlite
     con = sqlite3.connect(readonly_uri(path), uri=True)
     corrs = sorted(r[0] for r in con.execute(f"SELECT correlationId FROM {RUNTIME} WHERE rowid % 97 = 3"))
     con.close()
-    ids = pl.Series(corrs + [-5, 10**15], dtype=pl.Int64)  # and ids no row carries
+    ids = pl.Series([*corrs, -5, 10**15], dtype=pl.Int64)  # and ids no row carries
     got, wrong, visited = _read_all(path, RUNTIME, columns, schema, 3, keys=(ids, 2))
     expected, _ = native.read_ints(readonly_uri(path), f"SELECT globalTid, start, correlationId, nameId FROM {RUNTIME} "
                                    f"WHERE correlationId IN ({', '.join(map(str, ids.to_list()))})", schema)
