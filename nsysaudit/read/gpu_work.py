@@ -868,23 +868,8 @@ def _pass(
         progress.start(f"reading GPU activity ({len(work)} batch(es))", len(work))
 
     def one(item: _Batch, reduced: _Acc, threaded: bool) -> tuple[str, int]:
-        kind, sql, t, pages = item
-        if threaded:  # the native reader only (its own connection); its wrong-typed values counted here
-            read = (
-                native.read_pages(export.uri, pages.plan, pages.run, pages.classes, pages.layout, WORK_ROW_SCHEMA, keep)
-                if pages is not None else None
-            )
-            if isinstance(read, tuple):  # the rows it kept, of n read
-                batch, wrong, n = read
-                kept = True
-            else:  # SQLite reads the run (or the batch)
-                batch, wrong = native.read_ints(export.uri, sql, WORK_ROW_SCHEMA)
-                n, kept = batch.height, False
-            with reduced.lock:
-                reduced.wrong[t.name] += wrong
-        else:
-            batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
-            n, kept = batch.height, False
+        kind = item[0]
+        batch, n, kept = _batch_rows(export, item, keep, reduced, frame, typed, threaded=threaded)
         if capture.bounded:
             before = batch.height
             batch = batch.filter(~(capture.outside(pl.col("start_ns")) | capture.outside(pl.col("end_ns"))))
@@ -935,6 +920,32 @@ def _pass(
     complete = attributed.height <= MAX_ATTRIBUTED_ROWS
     return _Passed(behind.select(list(BEHIND_SCHEMA)), covered, attributed.head(MAX_ATTRIBUTED_ROWS), rows,
                    covered_known, complete, unreadable, acc.outside)
+
+
+def _batch_rows(
+    export: ExportFile, item: _Batch, keep: native.Keep, reduced: _Acc, frame: FrameBuilder, typed: Counter[str],
+    *, threaded: bool,
+) -> tuple[pl.DataFrame, int, bool]:
+    """One batch's rows, how many rows it read, and whether the page reader kept them (``keep``).
+    ``threaded``: on a worker thread, the native reader only (its own connection; its values of another
+    type counted into ``reduced``); else the batch's SELECT as :func:`_read` reads it."""
+    _, sql, t, pages = item
+    if not threaded:
+        batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
+        return batch, batch.height, False
+    read = (
+        native.read_pages(export.uri, pages.plan, pages.run, pages.classes, pages.layout, WORK_ROW_SCHEMA, keep)
+        if pages is not None else None
+    )
+    if isinstance(read, tuple):  # the rows it kept, of n read
+        batch, wrong, n = read
+        kept = True
+    else:  # SQLite reads the run (or the batch)
+        batch, wrong = native.read_ints(export.uri, sql, WORK_ROW_SCHEMA)
+        n, kept = batch.height, False
+    with reduced.lock:
+        reduced.wrong[t.name] += wrong
+    return batch, n, kept
 
 
 _PAIR_SCHEMA: Schema = {"call_id": pl.Int64, "work": pl.String, "rowid": pl.Int64, "gpid": pl.Int64,
