@@ -350,6 +350,8 @@ static void reduce_final(sqlite3_context *context) { sqlite3_result_null(context
 #define MAX_DEPTH 20   /* SQLite's cursor reads no deeper (BTCURSOR_MAX_DEPTH) */
 #define RUN_PAGES 64   /* consecutive leaves read in one call */
 #define MAX_FIELDS 256 /* the scan's columns lie among a record's first fields */
+#define NOUT 8         /* the columns one read of the pages decodes at most (a byte of NULL bits a row) */
+#define ROWID (-2)     /* in a layout: the column is the cell's rowid (no field of the record) */
 #define PENDING_BYTE 0x40000000 /* SQLite's lock byte: its page is no b-tree's */
 
 /* What quick_check lets a column hold without a word (by its affinity; a class per column, from
@@ -765,7 +767,8 @@ typedef struct {
     int64_t run_first, run_n;
     const uint8_t *classes;  /* each column's class (COL_...) */
     int n_cols;
-    const int32_t *layout;   /* per column of the scan: its field in the record, or -1 (NULL); NULL: check only */
+    const int32_t *layout;   /* per column read: its field in the record, -1 (NULL) or ROWID; NULL: check only */
+    int n_out;               /* the columns read (the scan's NCOL; read_pages' its caller's, at most NOUT) */
     int max_field;
     int sound;               /* the check: 1 until it is unsure (why: of the first doubt) */
     char why[200], handover[200], page_why[200];
@@ -798,8 +801,8 @@ static const uint8_t *leaf_at(leaves *r, int64_t pgno, int64_t ahead) {
  * value in each column of a type the column's class lets it hold (else the check is unsure); with
  * decode, the scan's six values as reduce_step reads them. PAGE_OK, or PAGE_HANDOVER (r->handover:
  * the header unreadable, a value off the page, a field older than its column). */
-static int record(leaves *r, int64_t pgno, const uint8_t *a, uint64_t n, uint64_t local, int decode, int64_t *v,
-                  uint8_t *nulls, uint8_t *wrong) {
+static int record(leaves *r, int64_t pgno, const uint8_t *a, uint64_t n, uint64_t local, int decode, int64_t key,
+                  int64_t *v, uint8_t *nulls, uint8_t *wrong) {
     uint64_t header, st, size, off;
     const char *broken = NULL;
     int k = varint(a, a + local, &header);
@@ -851,9 +854,13 @@ static int record(leaves *r, int64_t pgno, const uint8_t *a, uint64_t n, uint64_
     if (!decode) return PAGE_OK;
     *nulls = 0;
     *wrong = 0;
-    for (int c = 0; c < NCOL; c++) {
+    for (int c = 0; c < r->n_out; c++) {
         int f = r->layout[c];
         v[c] = 0;
+        if (f == ROWID) {
+            v[c] = key;
+            continue;
+        }
         if (f < 0) {
             *nulls |= (uint8_t)(1 << c);
             continue;
@@ -871,9 +878,9 @@ static int record(leaves *r, int64_t pgno, const uint8_t *a, uint64_t n, uint64_
             memcpy(&raw, a + offsets[f], sizeof raw);
             int64_t value = (int64_t)__builtin_bswap64(raw) >> (64 - 8 * (bytes[t] ? bytes[t] : 1));
             v[c] = bytes[t] ? value : (int64_t)t - 8;
-        } else { /* REAL, TEXT, BLOB: read as NULL and the row counted, as reduce_step does */
+        } else { /* REAL, TEXT, BLOB: read as NULL and counted (the scan counts the row), as SQLite's readers do */
             *nulls |= (uint8_t)(1 << c);
-            *wrong = 1;
+            (*wrong)++;
         }
     }
     return PAGE_OK;
@@ -896,13 +903,17 @@ static void check_chain(leaves *r, int64_t pgno, const uint8_t *cell, const cell
     if (got != need) doubt(r, pgno, "an overflow chain shorter than its record");
 }
 
-/* Leaves [first, last) of the plan: each checked (r->sound, r->why), and with x (and the reader's
- * layout) its rows reduced. PAGE_OK: every row reduced (with x); PAGE_HANDOVER: the rows are
- * SQLite's to read (r->handover says why); PAGE_FAILED: out of memory. A page the check is unsure
- * of ends the reading (its cells may lie anywhere); a value the check names does not. */
-static int read_leaves(leaves *r, ctx *x, int64_t first, int64_t last) {
+/* Where the rows a run of leaves decodes go: the scan's reduction (scan_row) or a table (read_pages'
+ * take_row); nonzero when out of memory. */
+typedef int (*row_sink)(void *arg, const int64_t *v, uint8_t nulls, uint8_t wrong);
+
+/* Leaves [first, last) of the plan: each checked (r->sound, r->why), and with a sink (and the
+ * reader's layout) its rows decoded into it. PAGE_OK: every row decoded (with a sink); PAGE_HANDOVER:
+ * the rows are SQLite's to read (r->handover says why); PAGE_FAILED: out of memory. A page the check
+ * is unsure of ends the reading (its cells may lie anywhere); a value the check names does not. */
+static int read_leaves(leaves *r, row_sink sink, void *arg, int64_t first, int64_t last) {
     plan_t *pl = r->c.plan;
-    int outcome = PAGE_OK, decode = x != NULL && r->layout != NULL;
+    int outcome = PAGE_OK, decode = sink != NULL && r->layout != NULL;
     for (int64_t i = first; i < last && (decode || r->sound); i++) {
         int64_t pgno = pl->leaf[i], ahead = 1;
         if (!(pgno >= r->run_first && pgno < r->run_first + r->run_n))
@@ -923,21 +934,30 @@ static int read_leaves(leaves *r, ctx *x, int64_t first, int64_t last) {
             const cell_t *e = &r->c.cells[k];
             const uint8_t *cell = page + e->pc;
             if (e->payload > e->local && r->sound) check_chain(r, pgno, cell, e);
-            int64_t v[NCOL];
+            int64_t v[NOUT];
             uint8_t nulls, wrong;
-            if (record(r, pgno, cell + e->head, e->payload, e->local, decode, v, &nulls, &wrong) == PAGE_HANDOVER) {
+            if (record(r, pgno, cell + e->head, e->payload, e->local, decode, e->key, v, &nulls, &wrong) ==
+                PAGE_HANDOVER) {
                 decode = 0; /* the rest is only checked */
                 outcome = PAGE_HANDOVER;
             }
             if (!decode) continue;
-            if (reduce_row(x, v, nulls, wrong)) return PAGE_FAILED;
-            x->r->page_rows++;
+            if (sink(arg, v, nulls, wrong)) return PAGE_FAILED;
         }
     }
-    return x != NULL && r->layout == NULL ? PAGE_HANDOVER : outcome;
+    return sink != NULL && r->layout == NULL ? PAGE_HANDOVER : outcome;
 }
 
-static int leaves_init(leaves *r, plan_t *pl, sqlite3 *db, const uint8_t *classes, int n_cols, const int32_t *layout) {
+/* The scan's sink: a row reduced (its values of another type: the row counted once). */
+static int scan_row(void *arg, const int64_t *v, uint8_t nulls, uint8_t wrong) {
+    ctx *x = arg;
+    if (reduce_row(x, v, nulls, wrong != 0)) return -1;
+    x->r->page_rows++;
+    return 0;
+}
+
+static int leaves_init(leaves *r, plan_t *pl, sqlite3 *db, const uint8_t *classes, int n_cols, const int32_t *layout,
+                       int n_out) {
     uint8_t hdr[100];
     sqlite3_int64 size;
     memset(r, 0, sizeof *r);
@@ -945,8 +965,9 @@ static int leaves_init(leaves *r, plan_t *pl, sqlite3 *db, const uint8_t *classe
     r->classes = classes;
     r->n_cols = n_cols;
     r->layout = layout;
+    r->n_out = n_out;
     r->max_field = -1;
-    for (int c = 0; layout && c < NCOL; c++)
+    for (int c = 0; layout && c < n_out; c++)
         if (layout[c] > r->max_field) r->max_field = layout[c];
     if (r->max_field >= MAX_FIELDS) r->layout = NULL; /* the scan's columns too far into the records: SQLite reads */
     if (file_of(db, &r->fp, hdr, &size)) return 1;
@@ -1039,7 +1060,7 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
      * the whole run, or gives it all back to SQLite (rowids lo..hi: the run's) and checks on. */
     if (plan) {
         leaves lr;
-        int rc = leaves_init(&lr, plan, db, classes, n_cols, layout);
+        int rc = leaves_init(&lr, plan, db, classes, n_cols, layout, NCOL);
         if (rc < 0) {
             leaves_free(&lr);
             snprintf(r->error, sizeof r->error, "out of memory");
@@ -1049,7 +1070,7 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
             doubt(&lr, 0, "the file cannot be read through its handle");
             rc = hand_over(&lr, 0, "the file cannot be read through its handle");
         } else {
-            rc = read_leaves(&lr, &x, first, last);
+            rc = read_leaves(&lr, scan_row, &x, first, last);
         }
         if (rc == PAGE_FAILED || x.failed) {
             leaves_free(&lr);
@@ -1216,11 +1237,107 @@ static void nsa_table_free(nsa_table *t) {
     free(t);
 }
 
+/* --- a run of a table's leaves read as integer columns (the GPU tables, the host stalls) ---------
+ * The same page reader and check as the scan's, the rows gathered into an nsa_table. With windows,
+ * only the rows the host stalls' reduction can use are kept (nsysaudit/read/gpu_work.py's _reduce
+ * keeps no other): a row is left out only where its start and end are known, inside the capture's
+ * bounds, and it overlaps no window of its process (or has no process). Every other row, one with a
+ * NULL start, say, is kept for the Python side to judge as it judges every row SQLite reads. With
+ * keys, only the rows whose key column holds one of them (the CUDA API rows of some correlation ids). */
+
+typedef struct {
+    nsa_table *t;
+    const int64_t *w_gpid, *w_start, *w_end; /* the windows, sorted by (gpid, w_end), disjoint per gpid */
+    int64_t n_win, lo, hi;                   /* the capture's bounds (has_lo, has_hi: recorded) */
+    int has_lo, has_hi, filter;              /* filter: windows given */
+    int c_gpid, c_start, c_end;              /* the columns holding them */
+    idset keys;                              /* by_key: the values of column c_key a row is kept for */
+    int by_key, c_key;
+    int64_t visited;                         /* rows decoded, kept or not */
+} taker;
+
+/* Whether a row with known start s and end e of process g overlaps one of its windows: the first
+ * window ending after s starts before e (gpu_work._inside's rule). */
+static int inside(const taker *k, int64_t g, int64_t s, int64_t e) {
+    int64_t lo = 0, hi = k->n_win;
+    while (lo < hi) { /* the first window of g */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (k->w_gpid[mid] < g) lo = mid + 1;
+        else hi = mid;
+    }
+    hi = k->n_win;
+    int64_t first = lo;
+    while (lo < hi) { /* the first of g's windows ending after s (or past them) */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (k->w_gpid[mid] < g || (k->w_gpid[mid] == g && k->w_end[mid] <= s)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo >= first && lo < k->n_win && k->w_gpid[lo] == g && k->w_start[lo] < e;
+}
+
+static int take_row(void *arg, const int64_t *v, uint8_t nulls, uint8_t wrong) {
+    taker *k = arg;
+    nsa_table *t = k->t;
+    k->visited++;
+    t->mismatched += wrong;
+    if (k->by_key && (((nulls >> k->c_key) & 1) || !idset_has(&k->keys, v[k->c_key]))) return 0;
+    if (k->filter && !(nulls & (1 << k->c_start)) && !(nulls & (1 << k->c_end))) {
+        int64_t s = v[k->c_start], e = v[k->c_end];
+        int out = (k->has_lo && (s < k->lo || e < k->lo)) || (k->has_hi && (s > k->hi || e > k->hi));
+        if (!out && ((nulls & (1 << k->c_gpid)) || !inside(k, v[k->c_gpid], s, e))) return 0;
+    }
+    if (table_grow(t)) return -1;
+    int64_t *to = t->values + t->n * t->ncol;
+    uint8_t *z = t->nulls + t->n * t->ncol;
+    for (int c = 0; c < t->ncol; c++) {
+        to[c] = v[c];
+        z[c] = (uint8_t)((nulls >> c) & 1);
+    }
+    t->n++;
+    return 0;
+}
+
+/* Leaves [first, last) of plan read into a table of layout's n_out columns. *rc: PAGE_OK (every
+ * row read, the check sound), else the rows are SQLite's to read (handover says why); PAGE_FAILED:
+ * out of memory. */
+static nsa_table *nsa_read_pages(const char *uri, plan_t *plan, int64_t first, int64_t last, const uint8_t *classes,
+                                 int n_cols, const int32_t *layout, int n_out, taker *k, int *rc, char *handover) {
+    nsa_table *t = calloc(1, sizeof(nsa_table));
+    if (!t) return NULL;
+    t->ncol = n_out;
+    k->t = t;
+    sqlite3 *db = NULL;
+    *rc = PAGE_FAILED;
+    handover[0] = 0;
+    if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        snprintf(t->error, sizeof t->error, "open: %s", db ? sqlite3_errmsg(db) : "out of memory");
+        sqlite3_close(db);
+        return t;
+    }
+    leaves lr;
+    int init = leaves_init(&lr, plan, db, classes, n_cols, layout, n_out);
+    if (init < 0) {
+        snprintf(t->error, sizeof t->error, "out of memory");
+    } else {
+        *rc = init > 0 ? hand_over(&lr, 0, "the file cannot be read through its handle")
+                       : read_leaves(&lr, take_row, k, first, last);
+        if (*rc == PAGE_FAILED) snprintf(t->error, sizeof t->error, "out of memory");
+        else if (*rc == PAGE_OK && !lr.sound) { /* a doubt: the rows are SQLite's */
+            *rc = PAGE_HANDOVER;
+            memcpy(lr.handover, lr.why, sizeof lr.handover);
+        }
+        if (*rc == PAGE_HANDOVER) snprintf(handover, 200, "%s", lr.layout ? lr.handover : "no page layout");
+    }
+    leaves_free(&lr);
+    sqlite3_close(db);
+    return t;
+}
+
 /* --- the Python module: nsysaudit.read._native (types in nsysaudit/read/_native.pyi) --------- */
 
 /* The module's interface version: nsysaudit/read/native.py uses a build only of its own version
  * (a stale build from another scan.c is not called). */
-#define NSA_ABI 3
+#define NSA_ABI 4
 
 static PyObject *NativeError; /* _native.Error: the scan or the read could not be done */
 
@@ -1384,8 +1501,8 @@ static int check_one(sqlite3 *db, const char *table, const uint8_t *classes, int
         snprintf(why, 200, "%s", pl->why);
     } else {
         leaves lr;
-        rc = leaves_init(&lr, pl, db, classes, n_cols, NULL);
-        if (rc == 0) rc = read_leaves(&lr, NULL, 0, pl->n_leaves);
+        rc = leaves_init(&lr, pl, db, classes, n_cols, NULL, 0);
+        if (rc == 0) rc = read_leaves(&lr, NULL, NULL, 0, pl->n_leaves);
         else if (rc > 0) doubt(&lr, 0, "the file cannot be read through its handle");
         if (rc != PAGE_FAILED && !lr.sound) snprintf(why, 200, "%s", lr.why);
         leaves_free(&lr);
@@ -1566,6 +1683,108 @@ static PyObject *py_read(PyObject *self, PyObject *args, PyObject *kwargs) {
     return out;
 }
 
+/* read_pages(uri, plan, first, last, classes, layout, w_gpid, w_start, w_end, bounds, columns, keys, key
+ * column): (values, nulls, rows kept, values of another type (of every row visited), rows visited,
+ * handover). */
+static PyObject *py_read_pages(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *uri;
+    long long first, last, lo, hi;
+    int has_lo, has_hi, c_gpid, c_start, c_end, c_key;
+    PyObject *plan_obj, *layout_obj, *objects[4];
+    Py_buffer classes = {0};
+    if (!PyArg_ParseTuple(args, "sOLLy*OOOO(LpLp)(iii)Oi:read_pages", &uri, &plan_obj, &first, &last, &classes,
+                          &layout_obj, &objects[0], &objects[1], &objects[2], &lo, &has_lo, &hi, &has_hi, &c_gpid,
+                          &c_start, &c_end, &objects[3], &c_key))
+        return NULL;
+    PyObject *out = NULL;
+    int32_t layout[NOUT];
+    Py_buffer views[4];
+    taker k = {0};
+    int held = 0, n_out = 0;
+    if (!PyObject_TypeCheck(plan_obj, &PlanType)) {
+        PyErr_SetString(PyExc_TypeError, "plan: expected a Plan");
+        goto parsed;
+    }
+    plan_t *plan = ((PlanObject *)plan_obj)->plan;
+    if (plan->why[0] || first < 0 || last > plan->n_leaves || first >= last) {
+        PyErr_SetString(PyExc_ValueError, "plan: a sound plan and a run of its leaves");
+        goto parsed;
+    }
+    PyObject *seq = PySequence_Fast(layout_obj, "layout: expected a sequence of ints");
+    if (!seq) goto parsed;
+    n_out = (int)PySequence_Fast_GET_SIZE(seq);
+    int bad = n_out < 1 || n_out > NOUT;
+    for (int c = 0; c < n_out && !bad; c++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, c));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            goto parsed;
+        }
+        bad = v < ROWID || v > INT32_MAX;
+        layout[c] = (int32_t)v;
+    }
+    Py_DECREF(seq);
+    if (bad || c_gpid < 0 || c_gpid >= n_out || c_start < 0 || c_start >= n_out || c_end < 0 || c_end >= n_out ||
+        c_key < 0 || c_key >= n_out) {
+        PyErr_SetString(PyExc_ValueError, "layout: 1 to 8 field numbers (-1: NULL, -2: the rowid), columns among them");
+        goto parsed;
+    }
+    k.filter = objects[0] != Py_None;
+    for (; k.filter && held < 3; held++)
+        if (int64_buffer(objects[held], &views[held], "windows")) goto release;
+    if (k.filter) {
+        k.n_win = views[0].len / 8;
+        if (views[1].len / 8 != k.n_win || views[2].len / 8 != k.n_win) {
+            PyErr_SetString(PyExc_ValueError, "the windows' arrays differ in length");
+            goto release;
+        }
+        k.w_gpid = views[0].buf, k.w_start = views[1].buf, k.w_end = views[2].buf;
+    }
+    k.by_key = objects[3] != Py_None;
+    if (k.by_key) { /* sorted ascending, each once (native.py sorts them) */
+        if (int64_buffer(objects[3], &views[held], "keys")) goto release;
+        const int64_t *a = views[held].buf;
+        int64_t n = views[held++].len / 8;
+        for (int64_t i = 1; i < n; i++)
+            if (a[i] <= a[i - 1]) {
+                PyErr_SetString(PyExc_ValueError, "keys: expected ascending and unique");
+                goto release;
+            }
+        if (idset_init(&k.keys, a, n)) {
+            PyErr_NoMemory();
+            goto release;
+        }
+        k.c_key = c_key;
+    }
+    k.lo = lo, k.hi = hi, k.has_lo = has_lo, k.has_hi = has_hi;
+    k.c_gpid = c_gpid, k.c_start = c_start, k.c_end = c_end;
+    nsa_table *t;
+    int rc;
+    char handover[200];
+    Py_BEGIN_ALLOW_THREADS
+    t = nsa_read_pages(uri, plan, first, last, classes.buf, (int)classes.len, layout, n_out, &k, &rc, handover);
+    Py_END_ALLOW_THREADS
+    if (!t) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    if (t->error[0]) PyErr_SetString(NativeError, t->error);
+    else if (rc != PAGE_OK)
+        out = Py_BuildValue("(y#y#LLLs)", "", (Py_ssize_t)0, "", (Py_ssize_t)0, 0LL, 0LL, (long long)k.visited, handover);
+    else
+        out = Py_BuildValue("(y#y#LLLs)", bytes_of(t->values), (Py_ssize_t)(t->n * n_out * 8), bytes_of(t->nulls),
+                            (Py_ssize_t)(t->n * n_out), (long long)t->n, (long long)t->mismatched,
+                            (long long)k.visited, "");
+    nsa_table_free(t);
+release:
+    free(k.keys.bits);
+    while (held > 0) PyBuffer_Release(&views[--held]);
+parsed:
+    if (classes.buf) PyBuffer_Release(&classes);
+    return out;
+}
+
 static PyObject *py_sqlite_version(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyUnicode_FromString(sqlite3_libversion());
@@ -1583,6 +1802,8 @@ static PyMethodDef methods[] = {
     {"check", py_check, METH_VARARGS, "Tables' checks, as quick_check's: \"\" when sound, else why unsure."},
     {"read", (PyCFunction)(void (*)(void))py_read, METH_VARARGS | METH_KEYWORDS,
      "The rows of a query of integer columns: (values, nulls, rows, values of another type)."},
+    {"read_pages", py_read_pages, METH_VARARGS,
+     "A run of a table's leaves as integer columns, read and checked by the page reader (see native.py)."},
     {"sqlite_version", py_sqlite_version, METH_NOARGS, "sqlite3_libversion() of the SQLite this module runs on."},
     {"sqlite_source_id", py_sqlite_source_id, METH_NOARGS, "sqlite3_sourceid() of the SQLite this module runs on."},
     {NULL, NULL, 0, NULL},

@@ -17,14 +17,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 from builder import global_tid
-from conftest import H200_2025, PUBLIC, sql
+from conftest import FIXTURES, H200_2025, PUBLIC, sql
 from scenarios import NCCL_JOB, NCCL_MAIN, NCCL_PID, nccl_arm, nccl_telemetry
 
 import nsysaudit
 from nsysaudit.batch.check import Expectations, check
-from nsysaudit.core.codes import is_allocation_failure
+from nsysaudit.core.codes import is_allocation_api, is_allocation_failure
+from nsysaudit.core.ids import global_pid
+from nsysaudit.read.recovery import out_of_memory_allocations
 
 MFU = PUBLIC / "nsys-ai_mfu_2gpu_after_2026.2.sqlite"
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -496,3 +499,39 @@ def test_many_processes_read_every_threads_span(make_export, monkeypatch) -> Non
     before = nsysaudit.analyze(path).to_dict()["findings"]
     monkeypatch.setattr(read_nccl, "MAX_PROCESS_RANGES", 0)
     assert nsysaudit.analyze(path).to_dict()["findings"] == before != []
+
+
+# --- the last successful allocation: from the scan's marked rows, as the whole-table query said ------
+
+
+def _last_allocations_by_query(path: Path, failed_after: int) -> list[tuple[int, int, int]]:
+    """The query nsysaudit ran over the whole CUDA API table before the scan marked the allocation
+    calls (issue 31's): per process, the last successful allocation call after ``failed_after``."""
+    ids = [i for i, v in sql(path, "SELECT id, value FROM StringIds WHERE value LIKE 'cu%'")
+           if type(i) is int and isinstance(v, str) and is_allocation_api(v)]
+    return sql(path, f"""SELECT globalTid - globalTid % 16777216 AS gpid, max(start), count(*) FROM {RUNTIME}
+                         WHERE returnValue = 0 AND nameId IN (SELECT value FROM json_each(?))
+                         AND globalTid IS NOT NULL AND start > ? GROUP BY gpid ORDER BY gpid""",
+               json.dumps(ids), failed_after)
+
+
+@pytest.mark.parametrize("engine", ["1", "0"])
+def test_the_last_successful_allocations_are_the_whole_tables_answer(engine: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every bundled export with an out-of-memory allocation failure: the rows the scan marks give the
+    processes, starts and counts the query over the whole table gives (native engine, and without it)."""
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", engine)
+    seen = 0
+    for path in sorted(FIXTURES.rglob("*.sqlite")):
+        with nsysaudit.open(path) as session:
+            trace = session._trace
+        oom = out_of_memory_allocations(trace.cuda_api_rows.filter(
+            pl.col("gtid").is_not_null() & pl.col("start_ns").is_not_null()))
+        if not oom.height:
+            assert trace.last_allocations.height == 0, path
+            continue
+        seen += 1
+        gpids = set(oom.select(global_pid(pl.col("gtid")))["gtid"].to_list())
+        expected = [r for r in _last_allocations_by_query(path, int(oom["start_ns"].min())) if r[0] in gpids]
+        assert trace.last_allocations.rows() == expected, path
+    assert seen >= 5  # the admission captures, capi, the NCCL ones

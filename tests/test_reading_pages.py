@@ -409,3 +409,121 @@ def test_analyze_says_a_damaged_table_in_one_line(tmp_path: Path, capsys) -> Non
     assert err == f"nsysaudit: error: {path}: damaged SQLite file: table {RUNTIME} (SQLite's quick_check: " \
         "database disk image is malformed)\n"
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+
+
+# --- the GPU tables and the CUDA API rows by correlation id: native.read_pages ---------------------
+
+WORK = ("rowid", "start", "end", "globalPid", "streamId")
+WORK_SCHEMA = dict.fromkeys(("rowid", "start_ns", "end_ns", "gpid", "stream_id"), pl.Int64)
+
+
+def _paged(path: Path, table: str, columns: tuple[str, ...], runs: int) -> tuple[native.Plan, list[Any], bytes,
+                                                                                 list[int]]:
+    con = sqlite3.connect(readonly_uri(path), uri=True)
+    try:
+        classes = damage.column_classes(con, table)
+        layout = scan.page_layout(con, table, {c: c for c in columns if c != "rowid"},
+                                  [c for c in columns if c != "rowid"])
+    finally:
+        con.close()
+    assert classes is not None and layout is not None
+    plan = native.plan(readonly_uri(path), table)
+    assert plan.why == ""
+    return plan, plan.runs(runs), classes, ([-2] if columns[0] == "rowid" else []) + layout
+
+
+def _read_all(path: Path, table: str, columns: tuple[str, ...], schema: dict[str, Any], runs: int,
+              **kw: Any) -> tuple[pl.DataFrame, int, int]:
+    plan, parts, classes, layout = _paged(path, table, columns, runs)
+    frames, wrong, visited = [], 0, 0
+    for first, last, _, _ in parts:
+        got = native.read_pages(readonly_uri(path), plan, (first, last), classes, layout, schema, **kw)
+        assert isinstance(got, tuple), got
+        frames.append(got[0])
+        wrong += got[1]
+        visited += got[2]
+    return pl.concat(frames), wrong, visited
+
+
+def _tables(path: Path, names: tuple[str, ...]) -> list[str]:
+    con = sqlite3.connect(readonly_uri(path), uri=True)
+    try:
+        return [t for t in names if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()]
+    finally:
+        con.close()
+
+
+GPU_TABLES = [(p, t) for p in BUNDLED for t in _tables(p, ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"))]
+
+
+@pytest.mark.parametrize(("path", "table"), GPU_TABLES, ids=lambda x: getattr(x, "stem", x))
+def test_the_gpu_tables_read_from_their_pages_as_sqlite_reads_them(path: Path, table: str) -> None:
+    sql = f'SELECT rowid, start, "end", globalPid, streamId FROM {quote(table)}'
+    expected, wrong = native.read_ints(readonly_uri(path), sql, WORK_SCHEMA)
+    for runs in (1, 3):
+        got, got_wrong, visited = _read_all(path, table, WORK, WORK_SCHEMA, runs)
+        assert got.equals(expected) and (got_wrong, visited) == (wrong, expected.height)
+
+
+def _work_table(path: Path, rows: list[tuple[Any, ...]]) -> None:
+    con = sqlite3.connect(path)
+    con.execute('CREATE TABLE W (start INTEGER, "end" INTEGER, deviceId INTEGER, streamId INTEGER, '
+                "globalPid INTEGER, correlationId INTEGER, shortName INTEGER)")
+    con.executemany("INSERT INTO W VALUES (?, ?, 0, ?, ?, ?, 7)", rows)
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("seed", sweep(range(8), keep=0))
+def test_the_rows_kept_are_those_the_stalls_reduction_can_use_and_every_one_it_must_judge(
+        tmp_path: Path, seed: int) -> None:
+    """With windows and the capture's bounds, the reader leaves out exactly the rows with a known start
+    and end inside the bounds that overlap no window of their process (gpu_work._inside's rule, by
+    brute force here); NULLs, reversed rows, rows past the bounds and of no process are all judged
+    as they are."""
+    rnd = random.Random(seed)
+    path = tmp_path / "w.sqlite"
+    maybe = lambda v: None if rnd.random() < 0.05 else v  # noqa: E731
+    rows = []
+    for i in range(5_000):
+        s = rnd.randrange(-50, 10_050)
+        rows.append((maybe(s), maybe(s + rnd.randrange(-5, 40)), maybe(rnd.randrange(3)), maybe(rnd.randrange(1, 4)),
+                     i))
+    _work_table(path, rows)
+    windows = {}
+    for g in (1, 2, 3):
+        edges = sorted(rnd.sample(range(0, 10_000), 2 * rnd.randrange(1, 30)))
+        windows[g] = list(zip(edges[::2], edges[1::2], strict=True))
+    frame = pl.DataFrame([(g, a, b) for g, ws in windows.items() for a, b in ws],
+                         schema={"gpid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64}, orient="row")
+    lo, hi = (0, 10_000) if seed % 2 == 0 else (None, 9_000)
+    keep = native.Keep(frame, lo, hi, (3, 1, 2))
+    got, _, visited = _read_all(path, "W", WORK, WORK_SCHEMA, 2 + seed % 3, keep=keep)
+    everything, _ = native.read_ints(readonly_uri(path), 'SELECT rowid, start, "end", globalPid, streamId FROM W',
+                                     WORK_SCHEMA)
+
+    def kept(r: dict[str, Any]) -> bool:
+        s, e, g = r["start_ns"], r["end_ns"], r["gpid"]
+        if s is None or e is None:
+            return True
+        if (lo is not None and min(s, e) < lo) or (hi is not None and max(s, e) > hi):
+            return True
+        return g is not None and any(a < e and b > s for a, b in windows.get(g, []))
+
+    expected = everything.filter(pl.Series([kept(r) for r in everything.iter_rows(named=True)], dtype=pl.Boolean))
+    assert visited == len(rows) and got.equals(expected)
+    assert 0 < got.height < len(rows)
+
+
+def test_the_cuda_api_rows_of_some_correlation_ids_read_from_the_pages_as_sqlite_gives_them() -> None:
+    path = TORCH / "observe.sqlite"
+    columns = ("globalTid", "start", "correlationId", "nameId")
+    schema = dict.fromkeys(("gtid", "start_ns", "correlation_id", "name_id"), pl.Int64)
+    con = sqlite3.connect(readonly_uri(path), uri=True)
+    corrs = sorted(r[0] for r in con.execute(f"SELECT correlationId FROM {RUNTIME} WHERE rowid % 97 = 3"))
+    con.close()
+    ids = pl.Series([*corrs, -5, 10**15], dtype=pl.Int64)  # and ids no row carries
+    got, wrong, visited = _read_all(path, RUNTIME, columns, schema, 3, keys=(ids, 2))
+    expected, _ = native.read_ints(readonly_uri(path), f"SELECT globalTid, start, correlationId, nameId FROM {RUNTIME} "
+                                   f"WHERE correlationId IN ({', '.join(map(str, ids.to_list()))})", schema)
+    assert got.equals(expected) and got.height == len(set(corrs)) > 10 and wrong == 0 and visited > got.height

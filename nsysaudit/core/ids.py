@@ -44,12 +44,6 @@ def vm_sql(column: str) -> str:
     return f"{column} / {_VM}"
 
 
-def gpid_sql(column: str) -> str:
-    """SQL for the globalPid part of a serialized globalTid column (TID bits cleared), as :func:`global_pid`
-    reads it."""
-    return f"({column} - {column} % {_ID})"
-
-
 def thread_ids_of(gpid: int) -> tuple[int, int]:
     """``[lo, hi)``: the globalTids of process ``gpid``'s threads (its globalPid plus any TID bits)."""
     return gpid, gpid + _ID

@@ -58,5 +58,21 @@ def scan(
 def plan(uri: str, table: str, /) -> Plan: ...
 def check(uri: str, tables: Sequence[tuple[str, bytes]], /) -> list[str]: ...
 def read(uri: str, sql: str, ncol: int, collect: bool) -> tuple[bytes, bytes, int, int]: ...
+def read_pages(
+    uri: str,
+    plan: Plan,
+    first: int,
+    last: int,
+    classes: bytes,
+    layout: Sequence[int],
+    w_gpid: Buffer | None,
+    w_start: Buffer | None,
+    w_end: Buffer | None,
+    bounds: tuple[int, bool, int, bool],
+    columns: tuple[int, int, int],
+    keys: Buffer | None,
+    key_column: int,
+    /,
+) -> tuple[bytes, bytes, int, int, int, str]: ...
 def sqlite_version() -> str: ...
 def sqlite_source_id() -> str: ...

@@ -16,15 +16,18 @@ synchronous memset only into pinned or managed memory (CUDA's API synchronizatio
   covered, the union over all streams; the rest, ``blocked - covered``, the device did nothing of
   this process's while the host waited (null for a shorter call, as its per stream sums).
 
-The GPU tables hold as many rows as the CUDA API table. They are read in rowid batches of a few
-columns (the native reader on two threads where it is built), and each batch is reduced at once:
+The GPU tables hold as many rows as the CUDA API table. They are read in batches of a few columns
+(where the native engine is built, runs of their leaves by its page reader on two threads, which keeps
+only the rows inside some stall and those the reduction must judge; else rowid ranges through
+SQLite), and each batch is reduced at once:
 per (call, stream) counts and sums by as-of joins over the stream's rows (no (call, row) pairs), the
 union as merged intervals, both inside the stalls only. Memory is bounded by the batch, the calls
 and the merged intervals (:data:`MAX_BUSY_INTERVALS`: above it ``covered_ns`` is unknown, and a
 warning says so).
 
 For the longest waits (:data:`ATTRIBUTION_RULE`) the work rows are kept one by one, and their
-launches read by correlation id from the CUDA API table (one more pass over it): which thread
+launches read by correlation id from the CUDA API table (one more pass over it, from its pages
+where the native engine is built): which thread
 launched each, when (before the call or not), and so inside which NVTX range and library call
 (:mod:`nsysaudit.analysis.stalls`). The trace shows what ran while the host waited, not a dependency
 graph: the reports say "behind", never "because".
@@ -36,6 +39,7 @@ import json
 import sqlite3
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -50,10 +54,11 @@ from nsysaudit.core.progress import Progress
 from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
+from nsysaudit.read.damage import column_classes
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.memory import FrameBuilder
-from nsysaudit.read.scan import INT64_MAX, INT64_MIN, rowid_name
-from nsysaudit.read.source import ExportFile, Table, quote
+from nsysaudit.read.scan import INT64_MAX, INT64_MIN, page_layout, rowid_name
+from nsysaudit.read.source import ExportFile, Table, quote, uncounted
 from nsysaudit.words import attribution_rule, warned
 
 if TYPE_CHECKING:
@@ -402,13 +407,9 @@ def _pageable_calls(
     if runtime is None or strings is None or not keys.height:
         return pl.DataFrame(schema=schema)
     corrs = keys["correlation_id"].unique().sort()
-    rows = _read(
-        export,
-        f'SELECT globalTid, start, "end", correlationId, nameId, returnValue, NULL FROM {quote(runtime.name)} '
-        f"NOT INDEXED WHERE correlationId BETWEEN {int(corrs[0])} AND {int(corrs[-1])} AND correlationId IN "
-        f"(SELECT value FROM json_each('{json.dumps(corrs.to_list())}'))",
-        {k: v for k, v in CANDIDATE_SCHEMA.items() if k != "api"} | {"_api": pl.Int64},
-        frame, typed, runtime.name,
+    rows = _by_correlation(
+        export, runtime, ("globalTid", "start", "end", "correlationId", "nameId", "returnValue", "NULL"),
+        {k: v for k, v in CANDIDATE_SCHEMA.items() if k != "api"} | {"_api": pl.Int64}, corrs, frame, typed,
     )
     rows = rows.with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(keys, on=["gpid", "correlation_id"],
                                                                            how="semi")
@@ -702,10 +703,25 @@ class _Acc:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _plan(export: ExportFile, tables: dict[str, str]) -> tuple[list[tuple[str, str, Table]], list[str]]:
-    """The batches to read, ``(kind of work, SELECT, table)``, and the GPU tables that lack a column
-    the pass needs (not read); the tables read go into ``tables``, even one that holds no row."""
-    work: list[tuple[str, str, Table]] = []
+@dataclass(frozen=True)
+class _Pages:
+    """A run of a GPU table's leaves for the native page reader (:func:`nsysaudit.read.native.read_pages`)."""
+
+    plan: native.Plan
+    run: tuple[int, int]  # leaves [first, last)
+    classes: bytes
+    layout: list[int]
+
+
+# (kind of work, SQLite's SELECT of the batch, its table, the page reader's run of the same rows or None)
+_Batch = tuple[str, str, Table, "_Pages | None"]
+
+
+def _plan(export: ExportFile, tables: dict[str, str], *, paged: bool) -> tuple[list[_Batch], list[str]]:
+    """The batches to read and the GPU tables that lack a column the pass needs (not read); the
+    tables read go into ``tables``, even one that holds no row. ``paged``: each batch a run of the
+    table's leaves where the native page reader can read them (:func:`_page_runs`)."""
+    work: list[_Batch] = []
     unreadable = []
     for kind, base in WORK_TABLES.items():
         t = _usable(export, base, *WORK_COLUMNS)
@@ -715,27 +731,98 @@ def _plan(export: ExportFile, tables: dict[str, str]) -> tuple[list[tuple[str, s
                 unreadable.append(present.name)
             continue
         tables[kind] = t.name
-        work += [(kind, sql, t) for sql in _batches(export, t)]
+        work += [(kind, sql, t, pages) for sql, pages in _batches(export, t, paged=paged)]
     return work, unreadable
 
 
-def _batches(export: ExportFile, t: Table) -> list[str]:
-    """The SELECTs of ``t``'s work columns (and rowid), one per rowid range of :data:`BATCH_ROWS`."""
+def _batches(export: ExportFile, t: Table, *, paged: bool = False) -> list[tuple[str, _Pages | None]]:
+    """The SELECTs of ``t``'s work columns (and rowid), one per rowid range of :data:`BATCH_ROWS`
+    rows, or (``paged``, where the page reader can) one per run of as many leaves as there are such
+    ranges, with the run (its SELECT: the run's rowids, for SQLite to read where the reader gives
+    the run back)."""
     rowid = rowid_name(export.conn, t.name, t.columns)
     columns = f"{rowid if rowid else 'NULL'}, start, \"end\", globalPid, streamId"
     select = f"SELECT {columns} FROM {quote(t.name)} NOT INDEXED"
     if rowid is None:
-        return [select]
+        return [(select, None)]
     lo, hi = export.conn.execute(f"SELECT min({rowid}), max({rowid}) FROM {quote(t.name)} NOT INDEXED").fetchone()
     if lo is None:
         return []
     bounds = list(range(int(lo), int(hi) + 1, BATCH_ROWS))
-    out = []
+    if paged:
+        runs = _page_runs(export, t, len(bounds), WORK_COLUMNS, rowid=True)
+        if runs:
+            return [(f"{select} WHERE {rowid} BETWEEN {a} AND {b}", pages) for pages, a, b in runs]
+    out: list[tuple[str, _Pages | None]] = []
     for i, first in enumerate(bounds):
         a = INT64_MIN if i == 0 else first
         b = INT64_MAX if i == len(bounds) - 1 else first + BATCH_ROWS - 1
-        out.append(f"{select} WHERE {rowid} BETWEEN {a} AND {b}")
+        out.append((f"{select} WHERE {rowid} BETWEEN {a} AND {b}", None))
     return out
+
+
+def _page_runs(
+    export: ExportFile, t: Table, n: int, columns: Sequence[str], *, rowid: bool
+) -> list[tuple[_Pages, int, int]]:
+    """``t``'s leaves in ``n`` runs for the page reader to read ``columns`` of (``NULL``: none), after
+    the rowid where ``rowid``, each run with its rowids ``lo..hi``; none where the reader cannot read
+    the table (its plan unsure, a column it cannot decode: SQLite reads it)."""
+    with uncounted(export.conn):  # the sqlite3 engine reads no declaration here
+        classes = column_classes(export.conn, t.name)
+        layout = page_layout(export.conn, t.name, {c: c for c in columns}, columns)
+    if classes is None or layout is None:
+        return []
+    try:
+        plan = native.plan(export.uri, t.name)
+    except native.NativeScanError:
+        return []
+    if plan.why or plan.leaves < 1:
+        return []
+    return [(_Pages(plan, (first, last), classes, [PAGE_ROWID, *layout] if rowid else layout), lo, hi)
+            for first, last, lo, hi in plan.runs(n)]
+
+
+def _by_correlation(
+    export: ExportFile, runtime: Table, columns: Sequence[str], schema: Schema, corrs: pl.Series,
+    frame: FrameBuilder, typed: Counter[str],
+) -> pl.DataFrame:
+    """The CUDA API rows whose ``correlationId`` is one of ``corrs`` (sorted, unique; not empty), their
+    ``columns`` (a name of the table's, or ``NULL``) as ``schema``, in rowid order. Where the native
+    page reader can read the table, its leaves are read in two runs on two threads and only the rows
+    of those ids kept (a run it gives back, or one holding a value of another type, is read by SQLite:
+    the same rows, and the count of such values among them); else one SQLite query, each row visited
+    by its VDBE (2 s at 20M rows)."""
+    ids = f"(SELECT value FROM json_each('{json.dumps(corrs.to_list())}'))"
+    select = ", ".join(c if c == "NULL" else quote(c) for c in columns)
+    sql = (f"SELECT {select} FROM {quote(runtime.name)} NOT INDEXED WHERE correlationId BETWEEN {int(corrs[0])} "
+           f"AND {int(corrs[-1])} AND correlationId IN {ids}")
+    rowid = rowid_name(export.conn, runtime.name, runtime.columns)
+    runs = (_page_runs(export, runtime, 2, columns, rowid=False)
+            if native.load() is not None and rowid is not None and "correlationId" in columns else [])
+    if not runs:
+        return _read(export, sql, schema, frame, typed, runtime.name)
+    key = list(columns).index("correlationId")
+
+    def one(item: tuple[_Pages, int, int]) -> tuple[pl.DataFrame, int]:
+        pages, lo, hi = item
+        got = native.read_pages(export.uri, pages.plan, pages.run, pages.classes, pages.layout, schema,
+                                keys=(corrs, key))
+        if isinstance(got, tuple) and got[1] == 0:
+            return got[0], 0
+        return native.read_ints(export.uri, f"{sql} AND {rowid} BETWEEN {lo} AND {hi}", schema)
+
+    try:
+        with ThreadPoolExecutor(max_workers=len(runs), thread_name_prefix="nsysaudit-api") as pool:
+            parts = list(pool.map(one, runs))
+    except native.NativeScanError:
+        return _read(export, sql, schema, frame, typed, runtime.name)
+    wrong = sum(w for _, w in parts)
+    if wrong:
+        typed[runtime.name] += wrong
+    return pl.concat([rows for rows, _ in parts])
+
+
+PAGE_ROWID = -2  # in a page layout: the cell's rowid
 
 
 WORK_ROW_SCHEMA: Schema = {"rowid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "gpid": pl.Int64,
@@ -756,27 +843,26 @@ def _pass(
     stalls = windows.filter(pl.col("b") - pl.col("a") >= STALL_MIN_NS)
     spans = union_windows(stalls.select(pl.col("gpid").alias("gtid"), pl.col("a").alias("start_ns"),
                                         pl.col("b").alias("end_ns")))
+    top_spans = union_windows(top.select(pl.col("gpid").alias("gtid"), "start_ns", "end_ns"))
     acc = _Acc()
-    work, unreadable = _plan(export, tables)
+    work, unreadable = _plan(export, tables, paged=native.load() is not None)
     rows = {kind: 0 for kind in WORK_TABLES if kind in tables}
     threads = 2 if native.load() is not None and len(work) > 1 else 1
+    # The page reader keeps only the rows _reduce can use (inside a stall's span) and those it must
+    # judge (a NULL or outside the capture): at 20M rows a third of the rows, and no frame of the rest.
+    keep = native.Keep(spans.rename({"gtid": "gpid"}), capture.start_ns, capture.stop_ns, (3, 1, 2))
     if progress is not None and work:
         progress.start(f"reading GPU activity ({len(work)} batch(es))", len(work))
 
-    def one(item: tuple[str, str, Table], reduced: _Acc, threaded: bool) -> tuple[str, int]:
-        kind, sql, t = item
-        if threaded:  # the native reader only (its own connection); its wrong-typed values counted here
-            batch, wrong = native.read_ints(export.uri, sql, WORK_ROW_SCHEMA)
-            with reduced.lock:
-                reduced.wrong[t.name] += wrong
-        else:
-            batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
-        n = batch.height
+    def one(item: _Batch, reduced: _Acc, threaded: bool) -> tuple[str, int]:
+        kind = item[0]
+        batch, n, kept = _batch_rows(export, item, keep, reduced, frame, typed, threaded=threaded)
         if capture.bounded:
+            before = batch.height
             batch = batch.filter(~(capture.outside(pl.col("start_ns")) | capture.outside(pl.col("end_ns"))))
             with reduced.lock:
-                reduced.outside += n - batch.height
-        _reduce(kind, batch, stalls, spans, top, reduced)
+                reduced.outside += before - batch.height
+        _reduce(kind, batch, stalls, spans, top, reduced, top_spans, kept=kept)
         if progress is not None:
             progress.advance(1)
         return kind, n
@@ -823,23 +909,52 @@ def _pass(
                    covered_known, complete, unreadable, acc.outside)
 
 
+def _batch_rows(
+    export: ExportFile, item: _Batch, keep: native.Keep, reduced: _Acc, frame: FrameBuilder, typed: Counter[str],
+    *, threaded: bool,
+) -> tuple[pl.DataFrame, int, bool]:
+    """One batch's rows, how many rows it read, and whether the page reader kept them (``keep``).
+    ``threaded``: on a worker thread, the native reader only (its own connection; its values of another
+    type counted into ``reduced``); else the batch's SELECT as :func:`_read` reads it."""
+    _, sql, t, pages = item
+    if not threaded:
+        batch = _read(export, sql, WORK_ROW_SCHEMA, frame, typed, t.name)
+        return batch, batch.height, False
+    read = (
+        native.read_pages(export.uri, pages.plan, pages.run, pages.classes, pages.layout, WORK_ROW_SCHEMA, keep)
+        if pages is not None else None
+    )
+    if isinstance(read, tuple):  # the rows it kept, of n read
+        batch, wrong, n = read
+        kept = True
+    else:  # SQLite reads the run (or the batch)
+        batch, wrong = native.read_ints(export.uri, sql, WORK_ROW_SCHEMA)
+        n, kept = batch.height, False
+    with reduced.lock:
+        reduced.wrong[t.name] += wrong
+    return batch, n, kept
+
+
 _PAIR_SCHEMA: Schema = {"call_id": pl.Int64, "work": pl.String, "rowid": pl.Int64, "gpid": pl.Int64,
                         "stream_id": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "overlap_ns": pl.Int64}
 
 
 def _reduce(kind: str, batch: pl.DataFrame, windows: pl.DataFrame, spans: pl.DataFrame, top: pl.DataFrame,
-            acc: _Acc) -> None:
+            acc: _Acc, top_spans: pl.DataFrame | None = None, *, kept: bool = False) -> None:
     """One batch of work rows against the calls' windows: the per (call, stream) sums behind the stalls
     (``windows``), the merged intervals inside some call (``spans``: the calls' windows' union), the
-    rows behind the attributed calls; added to ``acc`` under its lock (batches are reduced on two
-    threads: what is kept never depends on which finishes first)."""
+    rows behind the attributed calls (``top``; ``top_spans``, their windows' union, picks the rows
+    that can overlap one before they are paired with them); added to ``acc`` under its lock (batches
+    are reduced on two threads: what is kept never depends on which finishes first). ``kept``: the
+    page reader kept the batch's rows (:class:`nsysaudit.read.native.Keep`): each with a known start,
+    end and process inside the capture overlaps a span already, :func:`_inside`'s test made in C."""
     work = batch.filter(
         pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gpid").is_not_null()
         & pl.col("stream_id").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
     )
     if not work.height or not spans.height:
         return
-    inside = _inside(work, spans)
+    inside = work if kept else _inside(work, spans)
     if not inside.height:
         return
     span = inside.group_by("gpid").agg(pl.col("start_ns").min().alias("_lo"), pl.col("end_ns").max().alias("_hi"))
@@ -848,8 +963,9 @@ def _reduce(kind: str, batch: pl.DataFrame, windows: pl.DataFrame, spans: pl.Dat
     pieces = _merge(inside.select("gpid", "start_ns", "end_ns"), ["gpid"])
     pairs = pl.DataFrame(schema=_PAIR_SCHEMA)
     if top.height:
+        near_top = _inside(inside, top_spans) if top_spans is not None else inside
         pairs = (
-            inside.join(top.rename({"start_ns": "a", "end_ns": "b"}), on="gpid")
+            near_top.join(top.rename({"start_ns": "a", "end_ns": "b"}), on="gpid")
             .filter((pl.col("start_ns") < pl.col("b")) & (pl.col("end_ns") > pl.col("a")))
             .select("call_id", pl.lit(kind).alias("work"), "rowid", "gpid", "stream_id", "start_ns", "end_ns",
                     (pl.min_horizontal("end_ns", "b") - pl.max_horizontal("start_ns", "a")).alias("overlap_ns"))
@@ -1089,13 +1205,10 @@ def _launches(
     runtime = export.table(cuda_api_table) if cuda_api_table is not None else None
     if runtime is not None and corrs.len():
         tables["launches"] = runtime.name
-        found = _read(
-            export,
-            f"SELECT globalTid, start, correlationId, nameId FROM {quote(runtime.name)} NOT INDEXED WHERE "
-            f"correlationId BETWEEN {int(corrs[0])} AND {int(corrs[-1])} AND correlationId IN "
-            f"(SELECT value FROM json_each('{json.dumps(corrs.to_list())}'))",
+        found = _by_correlation(
+            export, runtime, ("globalTid", "start", "correlationId", "nameId"),
             {"launch_gtid": pl.Int64, "launch_start_ns": pl.Int64, "correlation_id": pl.Int64, "_api_id": pl.Int64},
-            frame, typed, runtime.name,
+            corrs, frame, typed,
         ).with_columns(global_pid(pl.col("launch_gtid")).alias("gpid"))
         # A correlation id several rows of the process carry names no single launch: left unknown.
         found = found.filter(pl.len().over("gpid", "correlation_id") == 1)

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 NCOL = 6
 # The interface of native/scan.c this module calls (its NSA_ABI): a build from another scan.c is not used.
-ABI = 3
+ABI = 4
 
 
 def check(importer: Callable[[], ModuleType]) -> tuple[ModuleType | None, str | None]:
@@ -178,6 +178,57 @@ def read_ints(uri: str, sql: str, schema: Schema, *, ordered: bool = False) -> t
     ncol = len(names)
     z = _bytes(nulls)
     return _int_columns(values, n, ncol, names, [z.gather_every(ncol, offset=c) == 1 for c in range(ncol)]), mismatched
+
+
+@dataclass(frozen=True)
+class Keep:
+    """Which rows :func:`read_pages` keeps: those overlapping one of ``windows`` (``gpid, w_start,
+    w_end``: per process disjoint) of their process, and every row it cannot leave out for sure (a
+    NULL start or end, one outside the capture's ``start`` .. ``stop``, None: not recorded). The
+    columns of ``gpid``, ``start`` and ``end``: positions in the layout read."""
+
+    windows: pl.DataFrame
+    start: int | None
+    stop: int | None
+    columns: tuple[int, int, int]
+
+
+def read_pages(
+    uri: str, plan: Plan, run: tuple[int, int], classes: bytes, layout: Sequence[int], schema: Schema,
+    keep: Keep | None = None, keys: tuple[pl.Series, int] | None = None,
+) -> tuple[pl.DataFrame, int, int] | str:
+    """Leaves [first, last) (``run``) of ``plan``'s table read by the page reader as the columns of
+    ``schema`` (``layout``: each one's field in the records, -1 NULL, -2 the rowid), checked as they
+    are read: ``(rows, values not integers (read as NULL) among every row visited, rows visited)``;
+    with ``keep``, only the rows it keeps (:class:`Keep`); with ``keys`` (ids, a column's position),
+    only the rows whose column holds one of the ids. A str where the rows are SQLite's to read instead
+    (why: a doubt of the check, a record on overflow pages, ...): the caller reads the run's rowids
+    through SQLite."""
+    _require()
+    from nsysaudit.read import _native
+
+    names = list(schema)
+    w: tuple[Buffer | None, Buffer | None, Buffer | None] = (None, None, None)
+    bounds, columns = (0, False, 0, False), (0, 0, 0)
+    if keep is not None:
+        ordered = keep.windows.sort("gpid", "w_end")
+        w = (_i64(ordered["gpid"]), _i64(ordered["w_start"]), _i64(ordered["w_end"]))
+        bounds = (keep.start or 0, keep.start is not None, keep.stop or 0, keep.stop is not None)
+        columns = keep.columns
+    try:
+        ids = _i64(keys[0].drop_nulls().unique().sort()) if keys is not None else None
+        values, nulls, n, mismatched, visited, handover = _native.read_pages(
+            uri, plan, *run, classes, tuple(layout), *w, bounds, columns, ids, keys[1] if keys is not None else 0)
+    except (_native.Error, MemoryError) as exc:
+        raise NativeScanError(str(exc) or "out of memory") from None
+    if handover:
+        return handover
+    if n == 0:
+        return pl.DataFrame(schema=schema), mismatched, visited
+    ncol = len(names)
+    z = _bytes(nulls)
+    frame = _int_columns(values, n, ncol, names, [z.gather_every(ncol, offset=c) == 1 for c in range(ncol)])
+    return frame, mismatched, visited
 
 
 def _i64(values: pl.Series) -> Buffer:

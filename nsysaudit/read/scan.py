@@ -22,7 +22,7 @@ import importlib
 import os
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field, replace
@@ -208,9 +208,11 @@ def rowid_name(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]) -
     return next((name for name in ROWID_NAMES if name not in declared), None)
 
 
-def page_layout(conn: sqlite3.Connection, table: str, present: dict[str, str]) -> list[int] | None:
-    """Where each of the scan's six columns lies in ``table``'s records (-1: a column the table lacks,
-    read as NULL), for the native scan's page reader; None where it must leave the pages to SQLite:
+def page_layout(
+    conn: sqlite3.Connection, table: str, present: dict[str, str], columns: Sequence[str] = COLUMNS
+) -> list[int] | None:
+    """Where each of ``columns`` (the scan's six) lies in ``table``'s records (-1: a column the table
+    lacks, read as NULL), for the native page reader; None where it must leave the pages to SQLite:
     a generated or hidden column (not stored where its position says), a column that is the
     rowid's alias (stored as NULL), or one of REAL affinity (SQLite stores an integral REAL as an
     integer and reads it back as REAL). The C reader checks the file and each page itself."""
@@ -222,7 +224,7 @@ def page_layout(conn: sqlite3.Connection, table: str, present: dict[str, str]) -
         return None
     position = {name: (i, declared or "", pk) for i, (name, declared, pk, _) in enumerate(info)}
     layout = []
-    for c in COLUMNS:
+    for c in columns:
         if present[c] == "NULL":
             layout.append(-1)
             continue

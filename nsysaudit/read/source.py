@@ -12,6 +12,8 @@ import re
 import sqlite3
 import stat
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,6 +257,19 @@ class TextDecoder:
         except UnicodeDecodeError:
             self.invalid += 1
             return raw.decode("utf-8", errors="replace")
+
+
+@contextmanager
+def uncounted(conn: sqlite3.Connection) -> Iterator[None]:
+    """Inside: ``conn``'s TEXT decoded as :class:`TextDecoder` decodes it, without counting invalid
+    UTF-8: for the schema read again to plan a reading one engine makes and another does not (its
+    table's declaration), whose count must not tell the engines apart."""
+    saved = conn.text_factory
+    conn.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    try:
+        yield
+    finally:
+        conn.text_factory = saved
 
 
 @dataclass(frozen=True)

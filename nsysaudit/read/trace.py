@@ -171,7 +171,7 @@ class Trace:
     - ``nccl``: NCCL's domains, the threads NCCL started for its calls and their CUDA API rows
       (:class:`nsysaudit.read.nccl.NcclEvidence`).
     - ``last_allocations``: per process with an out-of-memory allocation failure, its last successful
-      allocation call (:data:`nsysaudit.read.recovery.LAST_ALLOCATION_SCHEMA`; read only then).
+      allocation call (:data:`nsysaudit.read.recovery.LAST_ALLOCATION_SCHEMA`; from the rows the scan marks).
     ``cuda_api_checked``: what the native reader's own check of the CUDA API table found as it read
     it (:attr:`nsysaudit.read.scan.CudaApiScan.checked`; None: it did not check it).
     """
@@ -384,10 +384,7 @@ def _load(
     capture, capture_warnings = _capture_settings(export, typed)
     devices = read_devices(export, frame, typed, memory, capture)
     nccl_evidence = _nccl(export, runtime, strings, as_written, nvtx_ranges, library.calls, devices, typed)
-    last_allocations = (
-        recovery.last_successful_allocations(export, frame, runtime, strings, scanned.rows, typed)
-        if runtime is not None else pl.DataFrame(schema=recovery.LAST_ALLOCATION_SCHEMA)
-    )
+    last_allocations = recovery.last_successful_allocations(scanned.allocation_calls, scanned.rows)
     read_warnings = [
         *bounded.warnings,
         *domain_warnings,
@@ -618,6 +615,9 @@ class _Scanned:
     memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     shared_alloc_ids: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_ROWS_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
+    # the successful allocation calls (gtid, start_ns): the recovery from an out-of-memory failure
+    allocation_calls: pl.DataFrame = field(
+        default_factory=lambda: pl.DataFrame(schema={"gtid": pl.Int64, "start_ns": pl.Int64}))
     total: int = 0
     span: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=SPAN_SCHEMA))
     engine: str = "none"
@@ -644,7 +644,8 @@ def _scan(
     capture_ids = _capture_name_ids(conn, strings.name)
     memory_call_ids = _memory_call_ids(conn, strings.name)
     blocking_ids = blocking.name_ids["name_id"] if blocking is not None else pl.Series("name_id", [], pl.Int64)
-    marked_ids = pl.concat([capture_ids, memory_call_ids, blocking_ids]).unique().sort()
+    allocation_ids = recovery.allocation_name_ids(conn, strings.name)
+    marked_ids = pl.concat([capture_ids, memory_call_ids, blocking_ids, allocation_ids]).unique().sort()
     scanned = scan_cuda_api(
         conn,
         export.path,
@@ -670,6 +671,8 @@ def _scan(
         rows=rows,
         capture_calls=marked.filter(pl.col("name_id").is_in(capture_ids.implode())),
         memory_calls=marked.filter(pl.col("name_id").is_in(memory_call_ids.implode())),
+        allocation_calls=scanned.marked.filter(pl.col("name_id").is_in(allocation_ids.implode())).select(
+            "gtid", "start_ns"),
         blocking=blocking_candidates(marked, rows, blocking),
         shared_alloc_ids=scanned.alloc_rows.filter(pl.col("rows") > 1).join(
             memory.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
