@@ -83,7 +83,7 @@ def test_compare_writes_the_sealed_folder_and_prints_the_seal_last(capsys, tmp_p
     last = stdout.rstrip("\n").splitlines()[-1]
     assert last == SEAL_LINE + sha(out / "tagmanifest-sha256.txt")
     # the answer first: what the comparison cannot establish is part of it
-    assert "not established: The comparison cannot establish whether an allocation failed" in stdout
+    assert "not established\n  - The comparison cannot establish whether an allocation failed" in stdout
     assert "the full report:" in stdout and "report.html" in stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h200-compare"]  # no temp folder left behind
     code, stdout, err = run(capsys, *compare_real(out, "--force", "--details"))

@@ -413,7 +413,7 @@ def _position(pos: Position) -> str:
     in_force = pos["in_force"]
     if in_force is not None:
         parts.append(f"snapshot in force: {in_force['event']} (line {in_force['line']})")
-    parts.append("alignment checked" if pos["verified"] else "alignment NOT checked, unverified")
+    parts.append("clock alignment checked" if pos["verified"] else "clock alignment NOT checked")
     return "; ".join(parts)
 
 
@@ -532,13 +532,13 @@ def _comparison_answer(answer: ComparisonAnswer) -> list[str]:
     if answer["ranks"]:  # the arms are two ranks of one job
         out += ["### The ranks", "", *_bullets(answer["ranks"]), ""]
     for name in ("observe", "release"):
-        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False, stalls=False)]
+        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], stalls=False)]
     if answer["memory"]:
         out += ["### Memory at the call", "", *_bullets(answer["memory"]), ""]
     if answer["not_established"]:
         out += ["### Not established", "", *_bullets(answer["not_established"]), ""]
     if answer.get("stalls"):
-        out += ["### Host stalls", "", md(answer["stalls"], 10_000), ""]
+        out += ["### Host stalls", "", *_bullets([answer["stalls"]]), ""]
     return out
 
 

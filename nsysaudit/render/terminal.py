@@ -443,7 +443,7 @@ def answer_parts(answer: Answer, *, numbered: bool = True, stalls: bool = True) 
     for c in answer["censored"]:
         parts.append(hanging("censored: ", literal(c["what"], 4000), style="yellow"))
         if c["held"]:
-            parts.append(hanging("held: ", literal(c["held"], 4000), indent=12, style="bold"))
+            parts.append(hanging("held at its start: ", literal(c["held"], 4000), indent=12, style="bold"))
     more = answer["censored_total"] - len(answer["censored"])
     if more > 0:
         parts.append(Text(f"  and {more} more censored library call(s) (--details)", style="yellow"))
@@ -760,8 +760,9 @@ def comparison_answer_parts(doc: ComparisonDocument) -> list[RenderableType]:
     if answer["memory"]:
         parts.append(Text("\nmemory at the call", style="bold"))
         parts.extend(hanging("- ", literal(s, 4000)) for s in answer["memory"])
-    for s in answer["not_established"]:
-        parts.append(hanging("not established: ", literal(s, 4000), style="yellow"))
+    if answer["not_established"]:
+        parts.append(Text("\nnot established", style="bold yellow"))
+        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["not_established"])
     if answer.get("stalls"):
         parts.append(Text("\nhost stalls", style="bold"))
         parts.append(hanging("- ", literal(answer["stalls"], 4000)))

@@ -80,7 +80,7 @@ def _short(f: Finding) -> str:
     """A finding in a few words, for the one sentence that says the verdict."""
     api = f.get("display_api") or f["api"]
     text = f"{api} returned {f['return_code']} ({f['return_name'] or 'unknown code'})"
-    thread = f.get("thread_name") or f"tid {f['tid']} (thread name unknown)"
+    thread = f.get("thread_name") or f"tid {f['tid']} (name unknown)"
     enc = f.get("enclosing")
     if enc is not None:
         return f"{text} inside {nccl.call_words(enc)} on {thread}"
