@@ -14,3 +14,17 @@ from __future__ import annotations
 
 
 # --- the outline's sentences: answers, sections, tables' captions (render/) ---
+# The answer's labels: what an entry of the answer is (render/outline.py).
+HELD = "held"
+HELD_AT_START = "held at its start"
+REPORTED = "reported"
+CENSORED = "censored"
+STALL = "stall"
+ALSO = "also"
+MORE_CENSORED = "and {n} more censored library call(s)"
+# The comparison's answer: its sections' titles (the terminal writes them in lower case).
+RANKS_TITLE = "The ranks"
+ARM_TITLE = "{arm} arm"
+MEMORY_AT_CALL_TITLE = "Memory at the call"
+NOT_ESTABLISHED_TITLE = "Not established"
+STALLS_TITLE = "Host stalls"

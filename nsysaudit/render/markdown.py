@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+from nsysaudit import words
 from nsysaudit.core.text import escape
-from nsysaudit.render import stall_parts
+from nsysaudit.render import outline, stall_parts
+from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase
 from nsysaudit.reports.documents import (
     AlignmentSection,
-    Answer,
     ArmCensus,
     ArmLibraryCall,
     Census,
-    ComparisonAnswer,
     ComparisonArm,
     ComparisonDocument,
     Coverage,
@@ -100,28 +101,34 @@ def _bullets(items: Iterable[str]) -> list[str]:
     return [f"- {md(x, 10_000)}" for x in items]
 
 
-def answer_lines(answer: Answer, *, limits: bool = True, stalls: bool = True) -> list[str]:
-    """The answer (:mod:`nsysaudit.reports.answer`) as Markdown: the verdict and its sentence, each
-    finding with who held the memory, censored calls, the host stalls (``stalls``: a comparison says
-    both arms' in a line of its own), and (``limits``) what else limits the verdict."""
-    out = [f"**{md(answer['verdict'])}**: {md(answer['summary'], 10_000)}", ""]
-    for n, f in enumerate(answer["findings"], 1):
-        when = f"; {md(f['when'], 1000)}" if f["when"] else ""
-        out.append(f"- finding {n}, **{md(f['kind'])}**: {md(f['what'], 10_000)}{when}")
-        if f["held"]:
-            out.append(f"- held: {md(f['held'], 10_000)}")
-        if "reported" in f:
-            out.append(f"- reported: {md(f['reported'], 10_000)}")
-    for c in answer["censored"]:
-        out.append(f"- censored: {md(c['what'], 10_000)}")
-        if c["held"]:
-            out.append(f"- held at its start: {md(c['held'], 10_000)}")
-    more = answer["censored_total"] - len(answer["censored"])
-    if more > 0:
-        out.append(f"- and {more} more censored library call(s) (see Coverage)")
-    out += stall_parts.answer_lines(answer.get("stalls", []) if stalls else [])
-    if limits and answer["limits"]:
-        out += ["", "Also:", "", *_bullets(answer["limits"])]
+SIZE = {"sentence": 10_000, "phrase": 1000}  # the room a phrase is given before it is shortened
+MORE_IN = {"coverage": "see Coverage"}
+
+
+def _phrases(phrases: Sequence[Phrase]) -> str:
+    """Phrases said one after the other, ``; `` between them; each quotes trace text: escaped."""
+    return "; ".join(md(p.text, SIZE[p.size]) for p in phrases)
+
+
+def _entry(e: Entry) -> list[str]:
+    """An entry as bullets: a numbered one (a finding) says its number and its label in bold, a
+    labelled one its label; the entries under it follow as bullets of their own."""
+    body = _phrases(e.phrases) + (f" ({MORE_IN[e.more_in]})" if e.more_in is not None else "")
+    if e.number is not None:
+        line = f"- finding {e.number}, **{md(e.label)}**: {body}"
+    else:
+        line = f"- {e.label}: {body}" if e.label is not None else f"- {body}"
+    return [line, *(f"- {u.label}: {_phrases(u.phrases)}" for u in e.under)]
+
+
+def answer_lines(answer: AnswerOutline) -> list[str]:
+    """The answer (:mod:`nsysaudit.render.outline`) as Markdown: the verdict and its sentence, each
+    entry (a finding with who held the memory, a censored call, a host stall), what else limits the verdict."""
+    out = [f"**{md(answer.verdict)}**: {_phrases([answer.summary])}", ""]
+    for e in answer.entries:
+        out += _entry(e)
+    if answer.also:
+        out += ["", f"{words.ALSO.capitalize()}:", "", *(f"- {_phrases([p])}" for p in answer.also)]
     return [*out, ""]
 
 
@@ -526,29 +533,49 @@ def _values(values: Sequence[str] | None) -> str:
     return "absent" if values is None else ", ".join(md(v) for v in values)
 
 
-def _comparison_answer(answer: ComparisonAnswer) -> list[str]:
+def _comparison_answer(answer: ComparisonAnswerOutline) -> list[str]:
     """The comparison's answer: grouped per arm, then what the memory did differently at the call."""
-    out = ["## Answer", "", f"**{md(answer['summary'], 10_000)}**", ""]
-    if answer["ranks"]:  # the arms are two ranks of one job
-        out += ["### The ranks", "", *_bullets(answer["ranks"]), ""]
-    for name in ("observe", "release"):
-        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], stalls=False)]
-    if answer["memory"]:
-        out += ["### Memory at the call", "", *_bullets(answer["memory"]), ""]
-    if answer["not_established"]:
-        out += ["### Not established", "", *_bullets(answer["not_established"]), ""]
-    if answer.get("stalls"):
-        out += ["### Host stalls", "", *_bullets([answer["stalls"]]), ""]
+    out = ["## Answer", "", f"**{_phrases([answer.summary])}**", ""]
+    for section in answer.sections:
+        out += [f"### {section.title}", ""]
+        if section.answer is not None:
+            out += answer_lines(section.answer)
+        else:
+            out += [*(f"- {_phrases(e.phrases)}" for e in section.entries), ""]
     return out
+
+
+@dataclass(frozen=True)
+class MarkdownReport:
+    """``report.md`` in its three parts (its title, its answer, the rest: report.html boxes the answer)
+    and the verdict its answer states (the gravest of a comparison's arms)."""
+
+    title: str
+    answer: tuple[str, ...]
+    rest: tuple[str, ...]
+    verdict: str
+
+    @property
+    def text(self) -> str:
+        return "\n".join([self.title, "", *self.answer, *self.rest]).rstrip("\n") + "\n"
+
+
+def comparison_report(doc: ComparisonDocument) -> MarkdownReport:
+    """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`), in its parts."""
+    answer = outline.comparison_answer_outline(doc["answer"])
+    return MarkdownReport("# nsysaudit comparison: observe arm vs release arm", tuple(_comparison_answer(answer)),
+                          tuple(_comparison_rest(doc)), answer.verdict)
 
 
 def comparison_markdown(doc: ComparisonDocument) -> str:
     """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`)."""
+    return comparison_report(doc).text
+
+
+def _comparison_rest(doc: ComparisonDocument) -> list[str]:
+    """What follows the comparison's answer: the inputs, what it does not establish, the differences, the arms."""
     diff = doc["differences"]
     out = [
-        "# nsysaudit comparison: observe arm vs release arm",
-        "",
-        *_comparison_answer(doc["answer"]),
         "## Inputs",
         "",
         SEAL_SENTENCE,
@@ -626,18 +653,25 @@ def comparison_markdown(doc: ComparisonDocument) -> str:
         out += ["No handoff snapshot in either arm's telemetry.", ""]
     for name in ("observe", "release"):
         out += _arm(name, doc["arms"][name])
-    return "\n".join(out).rstrip("\n") + "\n"
+    return out
+
+
+def analysis_report(doc: SealedAnalysisDocument) -> MarkdownReport:
+    """The ``report.md`` of a single sealed arm (the sealed ``analyze`` document), in its parts."""
+    answer = outline.answer_outline(doc["answer"])
+    return MarkdownReport(f"# nsysaudit analysis: {md(doc['input']['path'])}",
+                          ("## Answer", "", *answer_lines(answer)), tuple(_analysis_rest(doc)), answer.verdict)
 
 
 def analysis_markdown(doc: SealedAnalysisDocument) -> str:
     """The ``report.md`` of a single sealed arm (the sealed ``analyze`` document)."""
+    return analysis_report(doc).text
+
+
+def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
+    """What follows the answer: the input, the verdict's reasons, every section of the document."""
     inp = doc["input"]
     out = [
-        f"# nsysaudit analysis: {md(inp['path'])}",
-        "",
-        "## Answer",
-        "",
-        *answer_lines(doc["answer"]),
         "## Input",
         "",
         SEAL_SENTENCE,
@@ -685,4 +719,4 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
     if doc["warnings"]:
         out += ["## Warnings", ""]
         out += [f"- {md(w['kind'])} ({num(w['count'])}): {md(w['message'], 300)}" for w in doc["warnings"]]
-    return "\n".join(out).rstrip("\n") + "\n"
+    return out

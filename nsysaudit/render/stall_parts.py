@@ -3,7 +3,6 @@ Markdown: the sentences the document carries, formatted; nothing is worded here 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from nsysaudit.reports.stalls import Stalls, StallsDifference, glance_words, kind_words, ms
@@ -87,9 +86,3 @@ def difference_lines(d: StallsDifference) -> list[str]:
     from nsysaudit.render.markdown import md
 
     return ["## Host stalls", "", md(d["statement"], 10_000), ""]
-
-
-def answer_lines(statements: Sequence[str]) -> list[str]:
-    from nsysaudit.render.markdown import md
-
-    return [f"- stall: {md(s, 10_000)}" for s in statements]

@@ -23,14 +23,15 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from nsysaudit import words
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
-from nsysaudit.render import stall_parts
+from nsysaudit.render import outline, stall_parts
+from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase
 from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
 from nsysaudit.reports.documents import (
     AlignmentSection,
     AnalysisDocument,
-    Answer,
     ComparisonDocument,
     Coverage,
     FailedCalls,
@@ -417,42 +418,54 @@ def input_head(d: AnalysisDocument, command: str = "analyze") -> Text:
     return head
 
 
-def answer_parts(answer: Answer, *, numbered: bool = True, stalls: bool = True) -> list[RenderableType]:
-    """The answer first (:mod:`nsysaudit.reports.answer`): the verdict and its sentence, each finding
-    (what, when, who held the memory), the host stalls (``stalls``: a comparison says both arms' in
-    one line of its own), what limits the verdict. Sentences quote trace text: escaped."""
-    verdict = answer["verdict"]
+SEVERITY_STYLE = {"failure": "bold red", "warning": "yellow"}
+SIZE = {"sentence": 4000, "phrase": 400}  # the room a phrase is given before it is shortened
+MORE_IN = {"coverage": "--details"}
+
+
+def _phrases(phrases: Sequence[Phrase]) -> Text:
+    """Phrases said one after the other, ``; `` between them; each quotes trace text: escaped."""
+    body = Text()
+    for i, p in enumerate(phrases):
+        body.append("; " if i else "")
+        body.append_text(literal(p.text, SIZE[p.size]))
+    return body
+
+
+def _entry(e: Entry, indent: int = 2) -> list[RenderableType]:
+    """An entry as hanging lines: a numbered one (a finding) leads with its number and its label in
+    the body, a labelled one with its label, in the entry's severity; the entries under it under its words."""
+    style = SEVERITY_STYLE[e.severity] if e.severity is not None else None
+    body = _phrases(e.phrases)
+    if e.more_in is not None:
+        body.append(f" ({MORE_IN[e.more_in]})")
+    if e.number is not None:
+        lead = f"{e.number}. "
+        body = Text.assemble(Text(e.label or "", style=style or ""), ": ", body)
+        line = hanging(lead, body, indent=indent)
+    elif e.label is not None:
+        lead = f"{e.label}: "
+        line = hanging(lead, body, indent=indent, style=style)
+    else:
+        lead = ""
+        body.stylize(style or "")
+        line = hanging(lead, body, indent=indent)
+    under = [hanging(f"{u.label}: ", _phrases(u.phrases), indent=indent + len(lead), style="bold" if u.strong else None)
+             for u in e.under]
+    return [line, *under]
+
+
+def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
+    """The answer first (:mod:`nsysaudit.render.outline`): the verdict and its sentence, each entry
+    (a finding: what, when, who held the memory; a censored call; a host stall), what limits the verdict."""
     parts: list[RenderableType] = [Text("")]
-    line = Text()
-    line.append(verdict, style=VERDICT_STYLE.get(verdict, "bold"))
-    parts.append(hanging("", Text.assemble(line, ": ", literal(answer["summary"], 4000)), indent=0))
-    for n, f in enumerate(answer["findings"], 1):
-        lead = f"{n}. " if numbered else "- "
-        body = Text()
-        body.append(f["kind"], style=FINDING_STYLE.get(f["kind"], "yellow"))
-        body.append(": ")
-        body.append_text(literal(f["what"], 4000))
-        if f["when"]:
-            body.append("; ")
-            body.append_text(literal(f["when"], 400))
-        parts.append(hanging(lead, body))
-        if f["held"]:
-            parts.append(hanging("held: ", literal(f["held"], 4000), indent=2 + len(lead), style="bold"))
-        if "reported" in f:
-            parts.append(hanging("reported: ", literal(f["reported"], 4000), indent=2 + len(lead), style="bold"))
-    for c in answer["censored"]:
-        parts.append(hanging("censored: ", literal(c["what"], 4000), style="yellow"))
-        if c["held"]:
-            parts.append(hanging("held at its start: ", literal(c["held"], 4000), indent=12, style="bold"))
-    more = answer["censored_total"] - len(answer["censored"])
-    if more > 0:
-        parts.append(Text(f"  and {more} more censored library call(s) (--details)", style="yellow"))
-    for stall in answer.get("stalls", []) if stalls else []:  # above the share docs/stalls.md states
-        parts.append(hanging("stall: ", literal(stall, 4000), style="yellow"))
-    if answer["limits"]:
-        parts.append(Text("  also:", style="dim"))
-        for limit in answer["limits"]:
-            parts.append(hanging("- ", literal(limit, 4000), indent=4))
+    line = Text(answer.verdict, style=VERDICT_STYLE.get(answer.verdict, "bold"))
+    parts.append(hanging("", Text.assemble(line, ": ", _phrases([answer.summary])), indent=0))
+    for e in answer.entries:
+        parts += _entry(e)
+    if answer.also:
+        parts.append(Text(f"  {words.ALSO}:", style="dim"))
+        parts += [hanging("- ", _phrases([p]), indent=4) for p in answer.also]
     return parts
 
 
@@ -486,7 +499,7 @@ def glance(d: AnalysisDocument) -> list[RenderableType]:
 def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> RenderableType:
     """The single-arm report as one rich renderable: the answer first; with ``details`` every section."""
     d = result.to_dict()
-    parts: list[RenderableType] = [input_head(d), *answer_parts(d["answer"])]
+    parts: list[RenderableType] = [input_head(d), *answer_parts(outline.answer_outline(d["answer"]))]
     if not details:
         return Group(*parts, *_warnings(d["warnings"]), *glance(d))
     parts.append(Text("\n--- details ---", style="dim"))
@@ -745,27 +758,16 @@ def progress_bar() -> TerminalProgress:
 # --- sealed reports: compare and verify ----------------------------------------------------------
 
 
-def comparison_answer_parts(doc: ComparisonDocument) -> list[RenderableType]:
+def comparison_answer_parts(answer: ComparisonAnswerOutline) -> list[RenderableType]:
     """The comparison's answer: the failure in one arm or both, each arm's answer, what the memory
     did differently at the call that failed, and what the comparison cannot establish."""
-    answer = doc["answer"]
-    parts: list[RenderableType] = [Text(""), hanging("", literal(answer["summary"], 4000), indent=0, style="bold")]
-    if answer["ranks"]:  # the arms are two ranks of one job
-        parts.append(Text("\nthe ranks", style="bold"))
-        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["ranks"])
-    for name in ("observe", "release"):
-        arm = answer["arms"][name]
-        parts.append(Text(f"\n{name} arm", style="bold"))
-        parts.extend(answer_parts(arm, stalls=False)[1:])
-    if answer["memory"]:
-        parts.append(Text("\nmemory at the call", style="bold"))
-        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["memory"])
-    if answer["not_established"]:
-        parts.append(Text("\nnot established", style="bold yellow"))
-        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["not_established"])
-    if answer.get("stalls"):
-        parts.append(Text("\nhost stalls", style="bold"))
-        parts.append(hanging("- ", literal(answer["stalls"], 4000)))
+    parts: list[RenderableType] = [Text(""), hanging("", _phrases([answer.summary]), indent=0, style="bold")]
+    for section in answer.sections:
+        title = section.title[0].lower() + section.title[1:]
+        parts.append(Text(f"\n{title}", style="bold yellow" if section.severity == "warning" else "bold"))
+        if section.answer is not None:
+            parts += answer_parts(section.answer)[1:]
+        parts += [hanging("- ", _phrases(e.phrases)) for e in section.entries]
     return parts
 
 
@@ -784,7 +786,7 @@ def comparison_renderable(
         head.append_text(literal(i["name"], 200))
         head.append(f"  sha256 {short_hash(i['sha256'])}  {i['size_bytes']:,} bytes")
     parts.append(head)
-    parts.extend(comparison_answer_parts(doc))
+    parts.extend(comparison_answer_parts(outline.comparison_answer_outline(doc["answer"])))
     if not details:
         return Group(*parts)
     parts.append(Text("\n--- details ---", style="dim"))
