@@ -28,3 +28,42 @@ ARM_TITLE = "{arm} arm"
 MEMORY_AT_CALL_TITLE = "Memory at the call"
 NOT_ESTABLISHED_TITLE = "Not established"
 STALLS_TITLE = "Host stalls"
+
+# The allocator's own view (memory snapshots, docs/ledger.md): the answer's line at a finding, the
+# section of the details, the comparison's lines. ``{...}`` values are formatted by the outline
+# (bytes as "139.1 GiB", counts with thousands separators, "unknown" for null).
+ALLOCATOR = "allocator"
+ALLOCATOR_TITLE = "The allocator's own view (memory snapshots)"
+SNAPSHOT = ("snapshot {index}: {path} ({size_bytes} B), {backend} allocator, {segments} segment(s), {reserved} "
+            "reserved and {allocated} allocated when it was taken; a history of {entries} entries; {clock}")
+SNAPSHOT_CLOCK = {True: "its clock checked against the trace ({method})",
+                  False: "its clock NOT checked against the trace: its moments are unverified"}
+SNAPSHOT_NOTES = {
+    "expandable_segments": "expandable segments: {segments} of its segments, {map_entries} map and unmap entries",
+    "cuda_malloc_async_backend": ("the cudaMallocAsync backend, which tracks no blocks ({segments} segment(s), "
+                                  "{entries} history entries)"),
+    "trace_shows_memory_pool": ("the trace shows {allocations} allocation(s), {bytes} B, from a CUDA memory pool: "
+                                "outside the snapshot"),
+    "no_history": "no history recorded: only its {segments} segment(s) when it was taken",
+    "history_starts_with_segments": "the allocator held {reserved_before_bytes} B before its history's first entry",
+    "replay_below_zero": ("its history and its segments disagree: {quantity} on device index {device_index} "
+                          "replays to {bytes} B before the history"),
+    "segment_events_unmatched": "{count} segment event(s) inside the capture match no memory event of the trace",
+}
+SNAPSHOT_NOTE_UNKNOWN = "note {code}: {values}"  # a code this version has no words for
+WARNING_NOTES = ("replay_below_zero", "segment_events_unmatched")
+SEGMENTS_RELEASED = ("{arm}: its caching allocator gave {segments} segment(s), {bytes}, back to CUDA in its "
+                     "history (snapshot {snapshot})")
+NO_SNAPSHOT = "{arm}: no memory snapshot given"
+ALLOCATOR_CHANGE = ("the caching allocator at {where}: {observe_reserved} reserved in observe, {release_reserved} "
+                    "in release; inactive {observe_inactive} against {release_inactive}")
+AT_HANDOFF = "the telemetry handoff"
+AT_CALL = "{api}'s start (its {role} thread's call {ordinal})"
+THREAD_ROLE = {"main": "main", "other": "non-main"}
+# compare's not_established codes of the memory snapshots (reports/compare.py), by code.
+NOT_ESTABLISHED = {
+    "allocator_view_in_one_arm": ("No memory snapshot was given for the {arm} arm: what its caching allocator held "
+                                  "(reserved, inactive, by which stack) is not known there, only what its trace shows"),
+    "snapshot_clock_not_checked": ("A memory snapshot of the {arm} arm is not checked against its trace's clock: the "
+                                   "allocator's figures at its moments are unverified"),
+}

@@ -174,3 +174,21 @@ def test_sealed_comparison_report(at_repo: None, tmp_path: Path) -> None:
     check("sealed-torch-compare.md", (sealed.dir / "report.md").read_text())
     check("sealed-torch-compare.json", (sealed.dir / "report.json").read_text())
     check("sealed-torch-compare.inputs.txt", (sealed.dir / "inputs-sha256.txt").read_text())
+
+
+# --- the memory snapshots (snap/, issue 36): the allocator's own view in the answer and the details ----
+
+
+def analyze_snap(arm: str) -> nsysaudit.AnalysisResult:
+    base = H200_2025 / "snap"
+    return nsysaudit.analyze(rel(base / f"{arm}.sqlite"), telemetry=rel(base / f"{arm}.telemetry.jsonl"),
+                             snapshots=[rel(base / f"{arm}-handoff.pickle"), rel(base / f"{arm}-end.pickle")])
+
+
+def test_reports_with_memory_snapshots(at_repo: None) -> None:
+    observe, release = analyze_snap("observe"), analyze_snap("release")
+    check("snap-observe.txt", render(analysis_renderable(observe, details=True)))
+    check("snap-observe.md", analysis_markdown(observe.to_dict()))
+    doc = nsysaudit.compare_results(observe, release).to_dict()
+    check("snap-compare.txt", render(comparison_renderable(doc)))
+    check("snap-compare.md", comparison_markdown(doc))

@@ -32,6 +32,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nsysaudit"
 LAYERS: dict[str, int] = {
     "nsysaudit.core": 0,
     "nsysaudit._version": 0,
+    "nsysaudit.words": 0,
     "nsysaudit.read": 1,
     "nsysaudit.analysis": 2,
     "nsysaudit.joins": 2,
@@ -52,7 +53,8 @@ CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.limits", "nsysaudit.core.
               "nsysaudit.core.files",
               "nsysaudit.core.codes", "nsysaudit.core.blocking", "nsysaudit.core.text", "nsysaudit.core.digests",
               "nsysaudit.core.paths",
-              "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core"]
+              "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core",
+              "nsysaudit.words"]
 
 
 def module_name(path: Path) -> str:

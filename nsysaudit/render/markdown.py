@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from nsysaudit import words
 from nsysaudit.core.text import escape
 from nsysaudit.render import outline, stall_parts
-from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase
+from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section
 from nsysaudit.reports.documents import (
     AlignmentSection,
     ArmCensus,
@@ -119,6 +119,15 @@ def _entry(e: Entry) -> list[str]:
     else:
         line = f"- {e.label}: {body}" if e.label is not None else f"- {body}"
     return [line, *(f"- {u.label}: {_phrases(u.phrases)}" for u in e.under)]
+
+
+def section_lines(section: Section, level: str = "##") -> list[str]:
+    """A titled list of the report: an entry a bullet, the entries under it as bullets beneath."""
+    out = [f"{level} {section.title}", ""]
+    for e in section.entries:
+        out.append(f"- {_phrases(e.phrases)}")
+        out += [f"  - {_phrases(u.phrases)}" for u in e.under]
+    return [*out, ""]
 
 
 def answer_lines(answer: AnswerOutline) -> list[str]:
@@ -482,6 +491,8 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
     out += ["### Device memory", "", *_memory(arm["memory"])]
     out += stall_parts.markdown_lines(arm["stalls"], "### Host stalls")
+    if "allocator" in arm:
+        out += section_lines(outline.allocator_section(arm["allocator"]), "###")
     out += ["### Telemetry", ""]
     tel = arm["telemetry_input"]
     if tel:
@@ -562,7 +573,7 @@ class MarkdownReport:
 
 def comparison_report(doc: ComparisonDocument) -> MarkdownReport:
     """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`), in its parts."""
-    answer = outline.comparison_answer_outline(doc["answer"])
+    answer = outline.comparison_answer_outline(doc)
     return MarkdownReport("# nsysaudit comparison: observe arm vs release arm", tuple(_comparison_answer(answer)),
                           tuple(_comparison_rest(doc)), answer.verdict)
 
@@ -642,6 +653,9 @@ def _comparison_rest(doc: ComparisonDocument) -> list[str]:
     if rows:
         out += table(["key", "observe", "release", ""], rows)
     out += ["### Device memory (the ledger, both arms)", "", *_bullets(diff["memory"]["statements"]), ""]
+    if "allocator" in diff:
+        out += ["### The allocator's own view, both arms", "",
+                *(f"- {_phrases(e.phrases)}" for e in outline.allocator_differences(diff["allocator"])), ""]
     out += ["### Memory at the handoff (telemetry)", ""]
     if diff["handoff"]:
         out += table(
@@ -658,7 +672,7 @@ def _comparison_rest(doc: ComparisonDocument) -> list[str]:
 
 def analysis_report(doc: SealedAnalysisDocument) -> MarkdownReport:
     """The ``report.md`` of a single sealed arm (the sealed ``analyze`` document), in its parts."""
-    answer = outline.answer_outline(doc["answer"])
+    answer = outline.analysis_answer(doc)
     return MarkdownReport(f"# nsysaudit analysis: {md(doc['input']['path'])}",
                           ("## Answer", "", *answer_lines(answer)), tuple(_analysis_rest(doc)), answer.verdict)
 
@@ -712,6 +726,8 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
     out += ["## Device memory", "", *_memory(doc["memory"])]
     out += stall_parts.markdown_lines(doc["stalls"])
+    if "allocator" in doc:
+        out += section_lines(outline.allocator_section(doc["allocator"]))
     if device_lines(doc):  # several devices, or a rank known
         out += ["## Devices and ranks", "", *_bullets(md(line, 2000) for line in device_lines(doc)), ""]
     if "alignment" in doc:

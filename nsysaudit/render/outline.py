@@ -17,7 +17,18 @@ from dataclasses import dataclass
 from typing import Literal
 
 from nsysaudit import words
-from nsysaudit.reports.documents import Answer, ComparisonAnswer
+from nsysaudit.core.text import size_word
+from nsysaudit.reports.documents import (
+    AllocatorChange,
+    AllocatorDifferences,
+    AllocatorNote,
+    AllocatorSection,
+    AnalysisDocument,
+    Answer,
+    ComparisonArm,
+    ComparisonDocument,
+    SealedAnalysisDocument,
+)
 
 Severity = Literal["failure", "warning"]
 # How much room a phrase is given before it is shortened: a whole sentence, or a phrase within one.
@@ -86,13 +97,20 @@ def _bullets(statements: list[str]) -> tuple[Entry, ...]:
     return tuple(Entry((Phrase(s),)) for s in statements)
 
 
-def answer_outline(answer: Answer, *, stalls: bool = True) -> AnswerOutline:
+def answer_outline(
+    answer: Answer, *, stalls: bool = True, allocator: AllocatorSection | None = None
+) -> AnswerOutline:
     """The answer's outline (``stalls``: the host stalls' entries; a comparison says both arms' in a
-    section of its own)."""
+    section of its own; ``allocator``: the document's memory snapshots, whose view at each finding is
+    said under it)."""
+    views = {p["finding"]: p["statement"] for p in allocator["at"] if "finding" in p and "statement" in p} \
+        if allocator is not None else {}
     entries: list[Entry] = []
     for n, f in enumerate(answer["findings"], 1):
         phrases = (Phrase(f["what"]), *((Phrase(f["when"], "phrase"),) if f["when"] else ()))
         under = [Entry((Phrase(f["held"]),), label=words.HELD, strong=True)] if f["held"] else []
+        if f["finding"] in views:
+            under.append(Entry((Phrase(views[f["finding"]]),), label=words.ALLOCATOR, strong=True))
         if "reported" in f:
             under.append(Entry((Phrase(f["reported"]),), label=words.REPORTED, strong=True))
         severity: Severity = "failure" if f["kind"] in FAILURE_KINDS else "warning"
@@ -115,18 +133,109 @@ def gravest(verdicts: list[str]) -> str:
     return next((v for v in VERDICTS if v in verdicts), "")
 
 
-def comparison_answer_outline(answer: ComparisonAnswer) -> ComparisonAnswerOutline:
-    """The comparison's answer, grouped per arm, then what the memory did differently at the call."""
+def analysis_answer(doc: AnalysisDocument | SealedAnalysisDocument) -> AnswerOutline:
+    """The analysis document's answer (:func:`answer_outline`), with its memory snapshots' view."""
+    return answer_outline(doc["answer"], allocator=_allocator(doc))
+
+
+def _allocator(doc: AnalysisDocument | SealedAnalysisDocument | ComparisonArm) -> AllocatorSection | None:
+    """The memory snapshots' key of a document or an arm (present only with snapshots)."""
+    if "allocator" not in doc:
+        return None
+    return doc["allocator"]
+
+
+def comparison_answer_outline(doc: ComparisonDocument) -> ComparisonAnswerOutline:
+    """The comparison's answer, grouped per arm, then what the memory did differently at the call
+    (with memory snapshots, the caching allocator of both arms at each pair of library calls)."""
+    answer = doc["answer"]
     sections: list[Section] = []
     if answer["ranks"]:  # the arms are two ranks of one job
         sections.append(Section(words.RANKS_TITLE, _bullets(answer["ranks"])))
-    arms = {name: answer_outline(answer["arms"][name], stalls=False) for name in ("observe", "release")}
+    arms = {name: answer_outline(answer["arms"][name], stalls=False, allocator=_allocator(doc["arms"][name]))
+            for name in ("observe", "release")}
     sections += [Section(words.ARM_TITLE.format(arm=name), answer=arm) for name, arm in arms.items()]
-    if answer["memory"]:
-        sections.append(Section(words.MEMORY_AT_CALL_TITLE, _bullets(answer["memory"])))
+    at_calls = allocator_differences(doc["differences"]["allocator"], calls_only=True) \
+        if "allocator" in doc["differences"] else ()
+    if answer["memory"] or at_calls:
+        sections.append(Section(words.MEMORY_AT_CALL_TITLE, (*_bullets(answer["memory"]), *at_calls)))
     if answer["not_established"]:
         sections.append(Section(words.NOT_ESTABLISHED_TITLE, _bullets(answer["not_established"]), severity="warning"))
     if answer["stalls"]:
         sections.append(Section(words.STALLS_TITLE, _bullets([answer["stalls"]])))
     return ComparisonAnswerOutline(Phrase(answer["summary"]), tuple(sections),
                                    gravest([arm.verdict for arm in arms.values()]))
+
+
+# --- the allocator's own view (memory snapshots) ------------------------------------------------------
+
+
+def _size(value: int | None) -> str:
+    return "unknown" if value is None else size_word(value)
+
+
+def _value(value: object) -> str:
+    """A note's value in words: a count with thousands separators, ``unknown`` for null."""
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _note(note: AllocatorNote) -> Entry:
+    values = {k: _value(v) for k, v in note["values"].items()}
+    try:
+        text = words.SNAPSHOT_NOTES[note["code"]].format(**values)
+    except KeyError:  # a note of another version: its code, or a value these words name, unknown here
+        shown = ", ".join(f"{k} {v}" for k, v in sorted(values.items()))
+        text = words.SNAPSHOT_NOTE_UNKNOWN.format(code=note["code"], values=shown)
+    return Entry((Phrase(text),), severity="warning" if note["code"] in words.WARNING_NOTES else None)
+
+
+def allocator_section(section: AllocatorSection) -> Section:
+    """The ``allocator`` key: each snapshot (what it is, its sums when taken, its clock, its notes), then
+    the allocator at each moment the ledger is read at (the moments' own statements)."""
+    entries: list[Entry] = []
+    for s in section["snapshots"]:
+        at, clock = s["at_snapshot"], s["clock"]
+        text = words.SNAPSHOT.format(
+            index=s["index"], path=s["path"], size_bytes=f"{s['size_bytes']:,}", backend=s["backend"] or "unknown",
+            segments=f"{at['segments']:,}", reserved=_size(at["reserved_bytes"]),
+            allocated=_size(at["allocated_bytes"]), entries=f"{s['history']['entries']:,}",
+            clock=words.SNAPSHOT_CLOCK[clock["checked"]].format(method=clock["method"] or "unknown"))
+        entries.append(Entry((Phrase(text),), under=tuple(_note(n) for n in s["notes"])))
+    entries += [Entry((Phrase(p["statement"]),)) for p in section["at"] if "statement" in p]
+    return Section(words.ALLOCATOR_TITLE, tuple(entries))
+
+
+def _change(where: str, change: AllocatorChange) -> Entry:
+    o, r = change["observe"], change["release"]
+    return Entry((Phrase(words.ALLOCATOR_CHANGE.format(
+        where=where,
+        observe_reserved=_size(o["reserved_bytes"] if o is not None else None),
+        release_reserved=_size(r["reserved_bytes"] if r is not None else None),
+        observe_inactive=_size(o["inactive_bytes"] if o is not None else None),
+        release_inactive=_size(r["inactive_bytes"] if r is not None else None))),))
+
+
+def allocator_differences(diff: AllocatorDifferences, *, calls_only: bool = False) -> tuple[Entry, ...]:
+    """``differences.allocator`` in lines: what each arm's allocator gave back to CUDA, then the allocator
+    of both arms at the handoff and at each pair of library calls (``calls_only``: those alone)."""
+    entries: list[Entry] = []
+    if not calls_only:
+        for arm in ("observe", "release"):
+            a = diff["observe"] if arm == "observe" else diff["release"]
+            released = a["segments_released"] if a is not None else None
+            if a is None:
+                entries.append(Entry((Phrase(words.NO_SNAPSHOT.format(arm=arm)),)))
+            elif released is not None:
+                entries.append(Entry((Phrase(words.SEGMENTS_RELEASED.format(
+                    arm=arm, segments=f"{released['segments']:,}", bytes=_size(released["bytes"]),
+                    snapshot=released["snapshot"])),)))
+        entries.append(_change(words.AT_HANDOFF, diff["at_handoff"]))
+    for pair in diff["library_calls"]:
+        key = pair["match_key"]
+        entries.append(_change(words.AT_CALL.format(api=key["api"], ordinal=key["ordinal"],
+                                                 role=words.THREAD_ROLE[key["thread_role"]]), pair))
+    return tuple(entries)

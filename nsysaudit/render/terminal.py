@@ -27,7 +27,7 @@ from nsysaudit import words
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
 from nsysaudit.render import outline, stall_parts
-from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase
+from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section
 from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
 from nsysaudit.reports.documents import (
     AlignmentSection,
@@ -455,6 +455,16 @@ def _entry(e: Entry, indent: int = 2) -> list[RenderableType]:
     return [line, *under]
 
 
+def section_parts(section: Section) -> list[RenderableType]:
+    """A titled list of the details: its title in bold, an entry a bullet, the entries under it beneath."""
+    parts: list[RenderableType] = [Text(f"\n{section.title}:", style="bold")]
+    for e in section.entries:
+        parts.append(hanging("- ", _phrases(e.phrases), indent=2))
+        parts += [hanging("- ", _phrases(u.phrases), indent=4,
+                          style=SEVERITY_STYLE[u.severity] if u.severity is not None else None) for u in e.under]
+    return parts
+
+
 def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
     """The answer first (:mod:`nsysaudit.render.outline`): the verdict and its sentence, each entry
     (a finding: what, when, who held the memory; a censored call; a host stall), what limits the verdict."""
@@ -499,7 +509,7 @@ def glance(d: AnalysisDocument) -> list[RenderableType]:
 def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> RenderableType:
     """The single-arm report as one rich renderable: the answer first; with ``details`` every section."""
     d = result.to_dict()
-    parts: list[RenderableType] = [input_head(d), *answer_parts(outline.answer_outline(d["answer"]))]
+    parts: list[RenderableType] = [input_head(d), *answer_parts(outline.analysis_answer(d))]
     if not details:
         return Group(*parts, *_warnings(d["warnings"]), *glance(d))
     parts.append(Text("\n--- details ---", style="dim"))
@@ -544,6 +554,8 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
 
     parts.extend(_memory_parts(d["memory"]))
     parts.extend(stall_parts.terminal_parts(d["stalls"]))
+    if "allocator" in d:
+        parts.extend(section_parts(outline.allocator_section(d["allocator"])))
     lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
     if lines:
         parts.append(Text("\nDevices and ranks:", style="bold"))
@@ -786,7 +798,7 @@ def comparison_renderable(
         head.append_text(literal(i["name"], 200))
         head.append(f"  sha256 {short_hash(i['sha256'])}  {i['size_bytes']:,} bytes")
     parts.append(head)
-    parts.extend(comparison_answer_parts(outline.comparison_answer_outline(doc["answer"])))
+    parts.extend(comparison_answer_parts(outline.comparison_answer_outline(doc)))
     if not details:
         return Group(*parts)
     parts.append(Text("\n--- details ---", style="dim"))
@@ -806,6 +818,9 @@ def comparison_renderable(
     for pair in diff["library_calls"]:
         for statement in pair["statements"]:
             parts.append(Text("  - ").append_text(literal(statement, 2000)))
+    if "allocator" in diff:
+        said = outline.allocator_differences(diff["allocator"])
+        parts += [Text("  - ").append_text(_phrases(e.phrases)) for e in said]
     for scope, label in (("census", "whole export"), ("nested", "nested in library calls of interest")):
         block = diff["failing_calls"]["census" if scope == "census" else "nested"]
         for where, entries in (("only_in_observe", block["only_in_observe"]),

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.analysis.findings import FINDING_KINDS
 from nsysaudit.analysis.interest import of_interest
 from nsysaudit.core.codes import is_allocation_api, names
@@ -942,10 +943,7 @@ def _not_established(arms: Mapping[str, ComparisonArm], differences: Differences
             "code": "allocator_view_in_one_arm",
             "arms": [without],
             "api": None,
-            "statement": (
-                f"No memory snapshot was given for the {without} arm: what its caching allocator held (reserved, "
-                "inactive, by which stack) is not known there, only what its trace shows"
-            ),
+            "statement": words.NOT_ESTABLISHED["allocator_view_in_one_arm"].format(arm=without),
         })
     for n in with_snapshots:
         if not all(s["clock"]["checked"] for s in arms[n]["allocator"]["snapshots"]):
@@ -953,10 +951,7 @@ def _not_established(arms: Mapping[str, ComparisonArm], differences: Differences
                 "code": "snapshot_clock_not_checked",
                 "arms": [n],
                 "api": None,
-                "statement": (
-                    f"A memory snapshot of the {n} arm is not checked against its trace's clock: the allocator's "
-                    "figures at its moments are unverified"
-                ),
+                "statement": words.NOT_ESTABLISHED["snapshot_clock_not_checked"].format(arm=n),
             })
     # 5. Always: one run per arm.
     out.append(
