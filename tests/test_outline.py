@@ -65,7 +65,8 @@ def test_the_allocators_view_is_said_under_its_finding_in_every_back_end() -> No
         ("held", "139 GiB held"), ("allocator", "At the failure, the allocator held <b>9 GiB</b>.")]
     md = answer_lines(said)
     assert "- allocator: At the failure, the allocator held \\<b\\>9 GiB\\</b\\>." in md
-    assert "     allocator: At the failure, the allocator held <b>9 GiB</b>." in to_text(Group(*answer_parts(said)), width=200)
+    shown = to_text(Group(*answer_parts(said)), width=200)
+    assert "     allocator: At the failure, the allocator held <b>9 GiB</b>." in shown
 
 
 def test_more_censored_calls_refer_to_where_each_back_end_shows_them() -> None:
