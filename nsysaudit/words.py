@@ -60,10 +60,34 @@ ALLOCATOR_CHANGE = ("the caching allocator at {where}: {observe_reserved} reserv
 AT_HANDOFF = "the telemetry handoff"
 AT_CALL = "{api}'s start (its {role} thread's call {ordinal})"
 THREAD_ROLE = {"main": "main", "other": "non-main"}
-# compare's not_established codes of the memory snapshots (reports/compare.py), by code.
+# What a comparison does not establish (compare's ``not_established``), by code (reports/compare.py).
 NOT_ESTABLISHED = {
+    "censored_library_call": (
+        "The comparison cannot establish whether an allocation failed inside {api} ({role}, call #{ordinal}) "
+        "{arms_word} from the traces alone: the call is censored in {where} ({reasons}), so the absence of a "
+        "failed allocation there is not evidence that none failed"),
+    "censored_library_call_further": (
+        "{count} further library call(s) of the {arm} arm are censored: the absence of a failure inside them is "
+        "not evidence that none failed"),
+    "no_cuda_api_trace": "The {arm} export has no CUDA API trace: nothing about CUDA calls in it is established",
+    "different_version": (
+        "The arms were exported by different or unknown {label}s (observe {observe}, release {release}): a "
+        "difference between them may come from the tool, not the run"),
+    "different_capture_options": (
+        "The arms were captured with different options (META_DATA_CAPTURE: {keys}): a difference between them "
+        "may come from what was traced, not from what the program did"),
+    "no_telemetry": (
+        "No telemetry was given for the {arm} arm: its memory state at the handoff and the position of its calls "
+        "relative to the application's boundaries are not known"),
+    "alignment_not_checked": (
+        "The {arm} arm's telemetry clock alignment is not checked: positions relative to its telemetry boundaries "
+        "are unverified"),
+    "no_handoff_snapshot": "The {arm} arm's telemetry has no handoff snapshot: its memory state then is unknown",
     "allocator_view_in_one_arm": ("No memory snapshot was given for the {arm} arm: what its caching allocator held "
                                   "(reserved, inactive, by which stack) is not known there, only what its trace shows"),
     "snapshot_clock_not_checked": ("A memory snapshot of the {arm} arm is not checked against its trace's clock: the "
                                    "allocator's figures at its moments are unverified"),
+    "single_run_per_arm": (
+        "Each arm is one run: the comparison shows how these two traces differ, not that the change between the "
+        "arms causes the difference, nor that it recurs"),
 }

@@ -25,6 +25,7 @@ from nsysaudit.reports.documents import (
     ComparisonArm,
     ComparisonDocument,
     Coverage,
+    Differences,
     FailedCalls,
     FailingByCode,
     Finding,
@@ -585,7 +586,6 @@ def comparison_markdown(doc: ComparisonDocument) -> str:
 
 def _comparison_rest(doc: ComparisonDocument) -> list[str]:
     """What follows the comparison's answer: the inputs, what it does not establish, the differences, the arms."""
-    diff = doc["differences"]
     out = [
         "## Inputs",
         "",
@@ -601,6 +601,17 @@ def _comparison_rest(doc: ComparisonDocument) -> list[str]:
         "",
         *_bullets(x["statement"] for x in doc["not_established"]),
         "",
+        *_differences(doc["differences"]),
+    ]
+    for name in ("observe", "release"):
+        out += _arm(name, doc["arms"][name])
+    return out
+
+
+def _differences(diff: Differences) -> list[str]:
+    """The comparison's differences: the failure, the findings, the library calls, the calls failing in
+    one arm, the sources and capture options, the memory, the allocator and the handoff."""
+    out = [
         "## Differences",
         "",
         "### Nested allocation failure",
@@ -665,8 +676,6 @@ def _comparison_rest(doc: ComparisonDocument) -> list[str]:
         )
     else:
         out += ["No handoff snapshot in either arm's telemetry.", ""]
-    for name in ("observe", "release"):
-        out += _arm(name, doc["arms"][name])
     return out
 
 

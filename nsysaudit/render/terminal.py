@@ -32,13 +32,17 @@ from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
 from nsysaudit.reports.documents import (
     AlignmentSection,
     AnalysisDocument,
+    Census,
     ComparisonDocument,
     Coverage,
+    Differences,
     FailedCalls,
     Finding,
+    LibraryCall,
     Memory,
     Position,
     SealedAnalysisDocument,
+    Sources,
     TelemetrySection,
 )
 from nsysaudit.reports.ranks import device_lines
@@ -256,6 +260,13 @@ def _memory_parts(memory: Memory) -> list[RenderableType]:
         t.append(
             f"{memory['allocation_events']:,} allocation and {memory['deallocation_events']:,} deallocation events"
         )
+    _memory_devices(t, memory)
+    _memory_mechanisms(t, memory)
+    return [t, *_memory_at_parts(memory)]
+
+
+def _memory_devices(t: Text, memory: Memory) -> None:
+    """Each device's ledger, and each process's allocations by call, appended to ``t``."""
     for dev in memory["devices"]:
         t.append(f"\n  device {dev['device_id']} ")
         t.append_text(literal(dev["name"]))
@@ -277,6 +288,10 @@ def _memory_parts(memory: Memory) -> list[RenderableType]:
                 t.append(f" {c['events']:,} x ")
                 t.append_text(literal(c["kind"]) if c["kind"] is not None else Text("unknown kind"))
                 t.append(f" {c['bytes']:,} B")
+
+
+def _memory_mechanisms(t: Text, memory: Memory) -> None:
+    """The ledger by mechanism, the CUDA memory pools and the ledger's notes, appended to ``t``."""
     mechanisms = memory.get("mechanisms") or {}
     if mechanisms:
         t.append("\n  by mechanism: ")
@@ -299,7 +314,12 @@ def _memory_parts(memory: Memory) -> list[RenderableType]:
                 piece.stylize(style)
             t.append("\n  ")
             t.append_text(piece)
-    parts: list[RenderableType] = [t]
+
+
+def _memory_at_parts(memory: Memory) -> list[RenderableType]:
+    """The ledger at each finding, library call of interest and censored call: a table per device, then
+    the points without a traced device and the holder sentences of the table's rows."""
+    parts: list[RenderableType] = []
     points = [p for p in memory["at"] if p["point"] != "telemetry"]
     for dev_id in dict.fromkeys(d["device_id"] for p in points for d in p["devices"]):
         rows = [(p, d) for p in points for d in p["devices"] if d["device_id"] == dev_id]
@@ -514,17 +534,33 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         return Group(*parts, *_warnings(d["warnings"]), *glance(d))
     parts.append(Text("\n--- details ---", style="dim"))
 
+    parts += [*_verdict_parts(d), *_capture_parts(d["coverage"])]
+    if "alignment" in d:
+        parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
+    parts += [_census_table(d["census"]), *_findings_parts(d)]
+    parts.extend(_memory_parts(d["memory"]))
+    parts.extend(stall_parts.terminal_parts(d["stalls"]))
+    if "allocator" in d:
+        parts.extend(section_parts(outline.allocator_section(d["allocator"])))
+    lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
+    if lines:
+        parts.append(Text("\nDevices and ranks:", style="bold"))
+        parts.extend(hanging("- ", literal(line, 2000), indent=2) for line in lines)
+    parts += [*_library_calls_parts(d["library_calls"]), *_coverage_parts(d["coverage"])]
+    parts.extend(_warnings(d["warnings"]))
+    return Group(*_hang(parts))
+
+
+def _verdict_parts(d: AnalysisDocument) -> list[RenderableType]:
     verdict = Text("\nverdict: ")
     verdict.append(d["verdict"], style=VERDICT_STYLE.get(d["verdict"], "bold"))
     for reason in d["verdict_reasons"]:
         verdict.append("\n  ")
         verdict.append_text(literal(reason, 2000))  # reasons quote trace text (NVTX names, nsys messages)
-    parts.append(verdict)
-    parts.extend(_capture_parts(d["coverage"]))
-    if "alignment" in d:
-        parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
+    return [verdict]
 
-    c = d["census"]
+
+def _census_table(c: Census) -> Table:
     census = Table(
         title=f"Census: {c['cuda_api_calls']:,} CUDA API calls, {c['nonzero_returns']:,} non-zero returns",
         title_justify="left",
@@ -541,9 +577,11 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         )
     if not c["by_return"]:
         census.add_row(Text("no non-zero returns", style="dim"), "", "", "", "")
-    parts.append(census)
+    return census
 
-    parts.append(Text(f"\nFindings: {len(d['findings'])}", style="bold"))
+
+def _findings_parts(d: AnalysisDocument) -> list[RenderableType]:
+    parts: list[RenderableType] = [Text(f"\nFindings: {len(d['findings'])}", style="bold")]
     holders = _holders(d["memory"])
     parts.extend(_finding(f, holders.get(i)) for i, f in enumerate(d["findings"]))
     if not d["findings"]:
@@ -551,64 +589,63 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
                           style="dim"))
     if d["failed_calls"]:
         parts.extend(_failed_calls(d["failed_calls"]))
+    return parts
 
-    parts.extend(_memory_parts(d["memory"]))
-    parts.extend(stall_parts.terminal_parts(d["stalls"]))
-    if "allocator" in d:
-        parts.extend(section_parts(outline.allocator_section(d["allocator"])))
-    lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
-    if lines:
-        parts.append(Text("\nDevices and ranks:", style="bold"))
-        parts.extend(hanging("- ", literal(line, 2000), indent=2) for line in lines)
 
-    libs = d["library_calls"]
+def _library_calls_parts(libs: Sequence[LibraryCall]) -> list[RenderableType]:
     shown = ranked_library_calls(libs)
     title = f"\nLibrary calls: {len(libs)}"
     if len(libs) > MAX_LIBRARY_ROWS:
         title += f" (censored and failing first; {MAX_LIBRARY_ROWS} shown, all in --json)"
-    parts.append(Text(title, style="bold"))
-    for lc in shown[:MAX_LIBRARY_ROWS]:
-        t = Text("  ")
-        t.append_text(literal(lc["api"]))
-        t.append("  ").append_text(literal(lc["source"]))  # NVTX:<domain>: the domain name is trace text
-        t.append("  pid ")
-        t.append_text(ident(lc["pid"]))
-        t.append(" tid ")
-        t.append_text(ident(lc["tid"]))
-        t.append(" thread ")
-        t.append_text(literal(lc["thread_name"]))
-        dur = "duration unknown" if lc["duration_ns"] is None else f"{lc['duration_ns'] / 1e6:.3f} ms"
-        t.append(f"\n    {_span(lc['start_ns'], lc['end_ns'], lc['recorded_end_ns'])} ({dur})  coverage ")
-        t.append(lc["coverage"], style="yellow" if lc["coverage"] == "censored" else "green")
-        if lc["censored_reason"]:
-            t.append(f" ({', '.join(lc['censored_reasons'] or [lc['censored_reason']])})")
-        elif lc["coverage_evidence"]:
-            t.append(f" ({lc['coverage_evidence']})", style="dim")
-        t.append(
-            f"\n    {len(lc['children'])} nested CUDA API call(s), {lc['failed_children']} failed, "
-            f"{len(lc['straddling'])} straddling; allocated by nested calls: "
-        )
-        t.append_text(nbytes(lc["allocated_bytes"]))
-        if lc["allocated_bytes"] is None:
-            t.append(f" ({lc['allocated_bytes_traced']:,} B in the trace", style="dim")
-            unknown = lc["allocations_size_unknown"]
-            t.append(f", {unknown} allocation(s) of unknown size)" if unknown else ")", style="dim")
-        if "telemetry" in lc:
-            t.append_text(position_text(lc["telemetry"]))
-        parts.append(t)
+    parts: list[RenderableType] = [Text(title, style="bold")]
+    parts += [_library_call(lc) for lc in shown[:MAX_LIBRARY_ROWS]]
     if not libs:
         parts.append(Text("  no library API ranges (cuBLAS/cuDNN/NCCL) in this export", style="dim"))
     parts.append(Text(""))
+    return parts
 
+
+def _library_call(lc: LibraryCall) -> Text:
+    t = Text("  ")
+    t.append_text(literal(lc["api"]))
+    t.append("  ").append_text(literal(lc["source"]))  # NVTX:<domain>: the domain name is trace text
+    t.append("  pid ")
+    t.append_text(ident(lc["pid"]))
+    t.append(" tid ")
+    t.append_text(ident(lc["tid"]))
+    t.append(" thread ")
+    t.append_text(literal(lc["thread_name"]))
+    dur = "duration unknown" if lc["duration_ns"] is None else f"{lc['duration_ns'] / 1e6:.3f} ms"
+    t.append(f"\n    {_span(lc['start_ns'], lc['end_ns'], lc['recorded_end_ns'])} ({dur})  coverage ")
+    t.append(lc["coverage"], style="yellow" if lc["coverage"] == "censored" else "green")
+    if lc["censored_reason"]:
+        t.append(f" ({', '.join(lc['censored_reasons'] or [lc['censored_reason']])})")
+    elif lc["coverage_evidence"]:
+        t.append(f" ({lc['coverage_evidence']})", style="dim")
+    t.append(
+        f"\n    {len(lc['children'])} nested CUDA API call(s), {lc['failed_children']} failed, "
+        f"{len(lc['straddling'])} straddling; allocated by nested calls: "
+    )
+    t.append_text(nbytes(lc["allocated_bytes"]))
+    if lc["allocated_bytes"] is None:
+        t.append(f" ({lc['allocated_bytes_traced']:,} B in the trace", style="dim")
+        unknown = lc["allocations_size_unknown"]
+        t.append(f", {unknown} allocation(s) of unknown size)" if unknown else ")", style="dim")
+    if "telemetry" in lc:
+        t.append_text(position_text(lc["telemetry"]))
+    return t
+
+
+def _coverage_parts(coverage: Coverage) -> list[RenderableType]:
     cov_table = Table(title="Coverage by trace source and process", title_justify="left")
     for col in ("source", "pid", "first ns", "last ns", "rows"):
         cov_table.add_column(col)
-    for s in d["coverage"]["by_source"]:
+    for s in coverage["by_source"]:
         cov_table.add_row(s["source"], ident(s["pid"]), ns(s["first_ns"]), ns(s["last_ns"]), f"{s['rows']:,}")
-    if not d["coverage"]["by_source"]:
+    if not coverage["by_source"]:
         cov_table.add_row(Text("no trace rows", style="dim"), "", "", "", "")
-    parts.append(cov_table)
-    for cen in d["coverage"]["censored"]:
+    parts: list[RenderableType] = [cov_table]
+    for cen in coverage["censored"]:
         last = cen["cuda_api_last_ns"]
         t = Text("censored: ", style="yellow")
         t.append_text(literal(cen["api"]))
@@ -625,8 +662,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
                 f"; the process's CUDA API trace ends at {last:,}, {cen['end_ns'] - last:,} ns before the call ends"
             )
         parts.append(t)
-    parts.extend(_warnings(d["warnings"]))
-    return Group(*_hang(parts))
+    return parts
 
 
 def _ms(ns: int | None) -> str:
@@ -809,8 +845,17 @@ def comparison_renderable(
         verdicts.append(v, style=VERDICT_STYLE.get(v, "bold"))
     parts.append(verdicts)
 
-    diff = doc["differences"]
-    parts.append(Text("\nDifferences", style="bold"))
+    parts += _differences_parts(doc["differences"])
+    parts.append(Text("\nWhat this comparison does NOT establish", style="bold yellow"))
+    for item in doc["not_established"]:
+        parts.append(Text("  - ").append_text(literal(item["statement"], 2000)))
+    return Group(*_hang(parts))
+
+
+def _differences_parts(diff: Differences) -> list[RenderableType]:
+    """The comparison's differences: the failure, the findings by kind, the library calls, the calls
+    failing in one arm, the sources, the handoff."""
+    parts: list[RenderableType] = [Text("\nDifferences", style="bold")]
     parts.append(Text("  ").append_text(literal(diff["nested_alloc_failure"]["statement"], 2000)))
     for row in diff["findings_by_kind"]:
         if row["kind"] != "nested_alloc_failure":
@@ -838,7 +883,20 @@ def comparison_renderable(
             t.append_text(literal(r["api"]))
             t.append(f" returned {r['return_code']}: observe {r['observe']:,}, release {r['release']:,}")
             parts.append(t)
-    src = diff["sources"]
+    parts += _sources_parts(diff["sources"])
+    if diff["handoff"]:
+        table = Table(title="Memory at the handoff (telemetry)", title_justify="left")
+        for col in ("field", "observe", "release", "release - observe"):
+            table.add_column(col, justify="left" if col == "field" else "right")
+        for key, moved in diff["handoff"].items():
+            table.add_row(key, nbytes(moved["observe"]), nbytes(moved["release"]), ns(moved["release_minus_observe"]))
+        parts.append(table)
+    return parts
+
+
+def _sources_parts(src: Sources) -> list[RenderableType]:
+    """Whether the arms' nsys and schema versions are the same, and which capture options differ."""
+    parts: list[RenderableType] = []
     t = Text("  sources: ")
     for key, version in (("nsys_version", src["nsys_version"]), ("schema_version", src["schema_version"])):
         t.append(f"{key} ")
@@ -873,17 +931,7 @@ def comparison_renderable(
                 literal(f"{d['key']} ({d['why']}): observe {values(d['observe'])}, release {values(d['release'])}", 300)
             )
         )
-    if diff["handoff"]:
-        table = Table(title="Memory at the handoff (telemetry)", title_justify="left")
-        for col in ("field", "observe", "release", "release - observe"):
-            table.add_column(col, justify="left" if col == "field" else "right")
-        for key, moved in diff["handoff"].items():
-            table.add_row(key, nbytes(moved["observe"]), nbytes(moved["release"]), ns(moved["release_minus_observe"]))
-        parts.append(table)
-    parts.append(Text("\nWhat this comparison does NOT establish", style="bold yellow"))
-    for item in doc["not_established"]:
-        parts.append(Text("  - ").append_text(literal(item["statement"], 2000)))
-    return Group(*_hang(parts))
+    return parts
 
 
 def sealed_text(directory: str, files: Sequence[str]) -> RenderableType:
