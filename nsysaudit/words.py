@@ -91,3 +91,23 @@ NOT_ESTABLISHED = {
         "Each arm is one run: the comparison shows how these two traces differ, not that the change between the "
         "arms causes the difference, nor that it recurs"),
 }
+
+# The device-memory ledger (render/memory_outline.py, docs/ledger.md).
+MEMORY_TITLE = "Device memory (CUDA_GPU_MEMORY_USAGE_EVENTS)"
+MEMORY_LEDGER_FROM = "ledger from {allocations} allocation and {deallocations} deallocation events"
+MEMORY_NO_LEDGER = "no ledger: {why}"
+MEMORY_DEVICE = "device {device} {name}: total {total}; allocated {allocated} B in {events} events"
+MEMORY_DEVICE_FREED = ", released to the device {freed} B; peak device-resident live {peak} B at {at} ns"
+MEMORY_PROCESS = "pid {pid}: live at end {live} B; allocations {calls}"
+MEMORY_BY_MECHANISM = "by mechanism"
+MEMORY_MECHANISM = "{mechanism} {allocations} allocation(s) of {allocated} B, {deallocations} deallocation(s)"
+MEMORY_POOL = ("CUDA memory pool of pid {pid} at {address} on device {device}: size at end {size} B (peak {peak} B), "
+               "{used} B in use; {trims} trim(s){destroyed}")
+MEMORY_POOL_DESTROYED = ", destroyed"
+MEMORY_TABLE = "at each finding, library call of interest and telemetry line, device {device} of {total}"
+MEMORY_AT_COLUMN = ("at", "(trace ns)")  # a heading in lines: the terminal stacks them, Markdown joins them
+MEMORY_BYTES_COLUMNS = (("process", "live (B)"), ("all processes", "live (B)"), ("free at", "most (B)"))
+MEMORY_AT = "at {label}: {what}"
+MEMORY_NO_DEVICE = "no traced device"
+MEMORY_NO_EVENTS = "process {pid} has no memory event, so its device is unknown; every traced device is shown"
+MEMORY_NOT_COUNTED = "not counted: {what}"

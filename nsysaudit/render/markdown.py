@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from nsysaudit import words
 from nsysaudit.core.text import escape
 from nsysaudit.render import outline, stall_parts
-from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section
+from nsysaudit.render.memory_outline import memory_section
+from nsysaudit.render.outline import AnswerOutline, Cell, ComparisonAnswerOutline, Entry, Phrase, Section
 from nsysaudit.reports.documents import (
     AlignmentSection,
     ArmCensus,
@@ -39,11 +40,7 @@ from nsysaudit.reports.documents import (
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.statements import (
     CLASSIFICATION_WORDS,
-    MECHANISM_WORDS,
     censored_reasons_words,
-    free_calls_without_event_words,
-    freed_never_allocated_words,
-    virtual_memory_words,
 )
 
 MAX_TEXT = 200
@@ -122,13 +119,42 @@ def _entry(e: Entry) -> list[str]:
     return [line, *(f"- {u.label}: {_phrases(u.phrases)}" for u in e.under)]
 
 
+def _sentence(p: Phrase) -> str:
+    """A phrase as a sentence of its own: its first letter in capitals, a full stop after it."""
+    text = _phrases([p])
+    return f"{text[:1].upper()}{text[1:]}."
+
+
+def _entries(entries: Sequence[Entry], indent: str = "") -> list[str]:
+    out = []
+    for e in entries:
+        label = f"{e.label}: " if e.label is not None else ""
+        out.append(f"{indent}- {label}{_phrases(e.phrases)}")
+        out += _entries(e.under, indent + "  ")
+    return out
+
+
+def _cell(c: Cell) -> str:
+    text = md(c.text, 60 if c.data else MAX_TEXT) + (f" {md(c.note)}" if c.note is not None else "")
+    return f"**{text}**" if c.strong else text
+
+
 def section_lines(section: Section, level: str = "##") -> list[str]:
-    """A titled list of the report: an entry a bullet, the entries under it as bullets beneath."""
-    out = [f"{level} {section.title}", ""]
-    for e in section.entries:
-        out.append(f"- {_phrases(e.phrases)}")
-        out += [f"  - {_phrases(u.phrases)}" for u in e.under]
-    return [*out, ""]
+    """A titled section of the report: its lead as a sentence, its entries as bullets, its tables (each
+    under its title), the entries after them, its closing note."""
+    out = [f"{level} {md(section.title)}", ""]
+    if section.lead is not None:
+        out += [_sentence(section.lead), ""]
+    if section.entries:
+        out += [*_entries(section.entries), ""]
+    for t in section.tables:
+        out += [f"{_sentence(t.title)[:-1]}:", "", *table([md(" ".join(c.heading)) for c in t.columns],
+                                                          ([_cell(c) for c in row] for row in t.rows))]
+    if section.after:
+        out += [*_entries(section.after), ""]
+    if section.note is not None:
+        out += [_sentence(section.note), ""]
+    return out
 
 
 def answer_lines(answer: AnswerOutline) -> list[str]:
@@ -230,78 +256,6 @@ def _allocated(lc: LibraryCall) -> str:
     if lc["allocated_bytes"] is not None:
         return num(lc["allocated_bytes"])
     return f"unknown ({num(lc['allocated_bytes_traced'])} in the trace)"
-
-
-def _memory(memory: Memory) -> list[str]:
-    """The device-memory ledger: per device, and its value at each finding, censored call and telemetry line."""
-    if memory["ledger"]:
-        out = [
-            f"Ledger from {num(memory['allocation_events'])} allocation and {num(memory['deallocation_events'])} "
-            "deallocation events (CUDA\\_GPU\\_MEMORY\\_USAGE\\_EVENTS).",
-            "",
-        ]
-    else:
-        out = [f"No ledger: {md(memory['why_no_ledger'], 1000)}.", ""]
-    for dev in memory.get("devices", []):
-        line = (
-            f"- device {dev['device_id']} {md(dev['name'])}: total {num(dev['total_bytes'])} bytes; allocated "
-            f"{num(dev['allocated_bytes'])} bytes in {num(dev['allocation_events'])} events"
-        )
-        if "freed_bytes" in dev:
-            line += (
-                f", released to the device {num(dev['freed_bytes'])}; peak device-resident live "
-                f"{num(dev['peak_device_resident_live_bytes'])} bytes at {num(dev['peak_at_ns'])} ns"
-            )
-        out.append(line)
-    if memory.get("devices"):
-        out.append("")
-    mechanisms = memory.get("mechanisms") or {}
-    if mechanisms:
-        out += table(
-            ["mechanism", "allocation events", "allocated bytes", "deallocation events"],
-            ([md(MECHANISM_WORDS.get(m, m)), num(v["allocation_events"]), num(v["allocated_bytes"]),
-              num(v["deallocation_events"])] for m, v in mechanisms.items()),
-        )
-    for pool in memory.get("pools") or []:
-        out.append(
-            f"- CUDA memory pool of pid {ident(pool['pid'])} at {pool['address']:#x} on device {pool['device_id']}: "
-            f"size at end {num(pool['size_at_end_bytes'])} bytes (peak {num(pool['peak_size_bytes'])}), "
-            f"{num(pool['utilized_at_end_bytes'])} in use; {pool['trims']} trim(s)"
-            + (", destroyed" if pool["destroyed"] else "")
-        )
-    vmm = virtual_memory_words(memory.get("virtual_memory"))
-    gaps = free_calls_without_event_words(memory.get("free_calls_without_event"))
-    out += [f"- {md(sentence, 2000)}" for sentence in (vmm, gaps) if sentence is not None]
-    if memory.get("pools") or vmm or gaps:
-        out.append("")
-    unseen = freed_never_allocated_words(memory.get("freed_never_allocated"))
-    if unseen is not None:
-        out += [f"{md(unseen, 2000)}.", ""]
-    rows = [
-        [md(p["point"]), md(p["label"]), num(p["t_ns"]), ident(p["pid"]), str(d["device_id"]),
-         num(d["process_live_bytes"]), num(d["device_resident_live_bytes"]), num(d["total_bytes"]),
-         num(d["free_at_most_bytes"])]
-        for p in memory["at"]
-        for d in p["devices"]
-    ]
-    if rows:
-        out += table(
-            ["at", "what", "ns", "pid", "device", "process live", "all processes live", "total", "free at most"], rows
-        )
-    for p in memory["at"]:
-        if not p["devices"]:
-            out.append(f"- at {md(p['point'])} {md(p['label'])}: {md(p.get('unknown') or 'no traced device')}")
-        elif not any(d["process_has_events"] for d in p["devices"]):
-            out.append(
-                f"- at {md(p['point'])} {md(p['label'])}: process {ident(p['pid'])} has no memory event, so its device "
-                "is unknown; every traced device is shown"
-            )
-    said = [p for p in memory["at"] if p["holder"] and p["point"] != "telemetry"]
-    if said:
-        out += ["", *(f"- {md(p['holder'], 4000)}" for p in said)]
-    if memory["at"]:
-        out += ["", "Not counted: " + "; ".join(md(x) for x in memory["not_counted"]) + ".", ""]
-    return out
 
 
 def _capture(coverage: Coverage) -> list[str]:
@@ -490,7 +444,7 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     for lc in arm["library_calls"]:
         out += _library_call(lc)
     out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
-    out += ["### Device memory", "", *_memory(arm["memory"])]
+    out += section_lines(memory_section(arm["memory"]), "###")
     out += stall_parts.markdown_lines(arm["stalls"], "### Host stalls")
     if "allocator" in arm:
         out += section_lines(outline.allocator_section(arm["allocator"]), "###")
@@ -733,7 +687,7 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
     else:
         out += ["No library API ranges (cuBLAS/cuDNN/NCCL) in this export.", ""]
     out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
-    out += ["## Device memory", "", *_memory(doc["memory"])]
+    out += section_lines(memory_section(doc["memory"]))
     out += stall_parts.markdown_lines(doc["stalls"])
     if "allocator" in doc:
         out += section_lines(outline.allocator_section(doc["allocator"]))

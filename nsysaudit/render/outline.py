@@ -74,13 +74,47 @@ class AnswerOutline:
 
 
 @dataclass(frozen=True)
+class Cell:
+    """A table's cell: its ``text``, a ``note`` (the terminal writes it on a line of its own, Markdown in
+    the cell after the text), whether it is trace text (``data``: escaped) and ``strong``."""
+
+    text: str
+    note: str | None = None
+    data: bool = False
+    strong: bool = False
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table's column: its heading in lines (the terminal stacks them to keep the column narrow,
+    Markdown says them in one), and whether it holds figures (aligned right, never broken)."""
+
+    heading: tuple[str, ...]
+    numeric: bool = False
+
+
+@dataclass(frozen=True)
+class TableOutline:
+    title: Phrase
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[Cell, ...], ...]
+
+
+@dataclass(frozen=True)
 class Section:
-    """A titled part: an arm's answer, or a list of entries; ``severity``: what its title warns of."""
+    """A titled part: its ``lead`` (said after the title; ``quiet``: nothing else to say), its entries or
+    an arm's answer, its tables, the entries ``after`` them, a closing ``note``; ``severity``: what its
+    title warns of."""
 
     title: str
     entries: tuple[Entry, ...] = ()
     answer: AnswerOutline | None = None
     severity: Severity | None = None
+    lead: Phrase | None = None
+    tables: tuple[TableOutline, ...] = ()
+    after: tuple[Entry, ...] = ()
+    note: Phrase | None = None
+    quiet: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from nsysaudit import words
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
 from nsysaudit.render import outline, stall_parts
-from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section
+from nsysaudit.render.memory_outline import memory_section
+from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section, TableOutline
 from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
 from nsysaudit.reports.documents import (
     AlignmentSection,
@@ -48,13 +49,8 @@ from nsysaudit.reports.documents import (
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.stalls import glance_words
 from nsysaudit.reports.statements import (
-    CALL_WORDS,
     CLASSIFICATION_WORDS,
-    MECHANISM_WORDS,
     censored_reasons_words,
-    free_calls_without_event_words,
-    freed_never_allocated_words,
-    virtual_memory_words,
 )
 
 MAX_TEXT = 80
@@ -246,126 +242,6 @@ def _failed_calls(groups: Sequence[FailedCalls]) -> list[RenderableType]:
     return out
 
 
-def _memory_parts(memory: Memory) -> list[RenderableType]:
-    """The device-memory ledger: per device, and a short table at each finding and censored call."""
-    t = Text("\nDevice memory (CUDA_GPU_MEMORY_USAGE_EVENTS): ", style="bold")
-    if not memory.get("devices") and not memory["ledger"]:
-        t.append(f"no ledger: {memory['why_no_ledger']}", style="dim")
-        return [t]
-    if not memory["ledger"]:
-        t.append("no ledger: ", style="yellow")
-        t.append_text(literal(memory["why_no_ledger"], 400))
-    else:
-        t.append("ledger from ")
-        t.append(
-            f"{memory['allocation_events']:,} allocation and {memory['deallocation_events']:,} deallocation events"
-        )
-    _memory_devices(t, memory)
-    _memory_mechanisms(t, memory)
-    return [t, *_memory_at_parts(memory)]
-
-
-def _memory_devices(t: Text, memory: Memory) -> None:
-    """Each device's ledger, and each process's allocations by call, appended to ``t``."""
-    for dev in memory["devices"]:
-        t.append(f"\n  device {dev['device_id']} ")
-        t.append_text(literal(dev["name"]))
-        t.append(": total ")
-        t.append_text(nbytes(dev["total_bytes"]))
-        t.append(f"; allocated {dev['allocated_bytes']:,} B in {dev['allocation_events']:,} events")
-        if "freed_bytes" in dev:
-            t.append(
-                f", released to the device {dev['freed_bytes']:,} B; peak device-resident live "
-                f"{dev['peak_device_resident_live_bytes']:,} B at {dev['peak_at_ns']:,} ns"
-            )
-        for proc in dev.get("processes", []):
-            t.append("\n    pid ")
-            t.append_text(ident(proc["pid"]))
-            t.append(f": live at end {proc['live_bytes_at_end']:,} B; allocations ")
-            for i, c in enumerate(proc["allocations_by_call"]):
-                t.append("; " if i else "")
-                t.append_text(literal(c["api"]) if c["api"] is not None else Text(CALL_WORDS.get(c["call"], c["call"])))
-                t.append(f" {c['events']:,} x ")
-                t.append_text(literal(c["kind"]) if c["kind"] is not None else Text("unknown kind"))
-                t.append(f" {c['bytes']:,} B")
-
-
-def _memory_mechanisms(t: Text, memory: Memory) -> None:
-    """The ledger by mechanism, the CUDA memory pools and the ledger's notes, appended to ``t``."""
-    mechanisms = memory.get("mechanisms") or {}
-    if mechanisms:
-        t.append("\n  by mechanism: ")
-        t.append("; ".join(
-            f"{MECHANISM_WORDS.get(m, m)} {v['allocation_events']:,} allocation(s) of {v['allocated_bytes']:,} B, "
-            f"{v['deallocation_events']:,} deallocation(s)"
-            for m, v in mechanisms.items()
-        ))
-    for pool in memory.get("pools") or []:
-        t.append(f"\n  CUDA memory pool of pid {pool['pid']} at {pool['address']:#x} on device {pool['device_id']}: ")
-        t.append(f"size at end {pool['size_at_end_bytes']:,} B (peak {pool['peak_size_bytes']:,} B), "
-                 f"{pool['utilized_at_end_bytes']:,} B in use; {pool['trims']} trim(s)"
-                 + (", destroyed" if pool["destroyed"] else ""))
-    for sentence, style in ((virtual_memory_words(memory.get("virtual_memory")), ""),
-                            (free_calls_without_event_words(memory.get("free_calls_without_event")), "yellow"),
-                            (freed_never_allocated_words(memory.get("freed_never_allocated")), "yellow")):
-        if sentence is not None:
-            piece = literal(sentence, 2000)  # names trace text (API names): escaped
-            if style:
-                piece.stylize(style)
-            t.append("\n  ")
-            t.append_text(piece)
-
-
-def _memory_at_parts(memory: Memory) -> list[RenderableType]:
-    """The ledger at each finding, library call of interest and censored call: a table per device, then
-    the points without a traced device and the holder sentences of the table's rows."""
-    parts: list[RenderableType] = []
-    points = [p for p in memory["at"] if p["point"] != "telemetry"]
-    for dev_id in dict.fromkeys(d["device_id"] for p in points for d in p["devices"]):
-        rows = [(p, d) for p in points for d in p["devices"] if d["device_id"] == dev_id]
-        total = rows[0][1]["total_bytes"]
-        title = Text(f"  at each finding and library call of interest, device {dev_id} of ")
-        title.append_text(nbytes(total))
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-        table.add_column("at\n(trace ns)", justify="left", overflow="fold", min_width=12)
-        for col in ("pid", "process\nlive (B)", "all processes\nlive (B)", "free at\nmost (B)"):
-            table.add_column(col, justify="right", no_wrap=True)  # exact bytes: never broken across lines
-        for p, at_dev in rows:
-            at = literal(p["label"], 60)
-            at.append("\nunknown" if p["t_ns"] is None else f"\n{p['t_ns']:,}")
-            free = _bytes_cell(at_dev["free_at_most_bytes"], unit=False)
-            free.stylize("bold")
-            table.add_row(
-                at,
-                ident(p["pid"]),
-                _bytes_cell(at_dev["process_live_bytes"], unit=False),
-                _bytes_cell(at_dev["device_resident_live_bytes"], unit=False),
-                free,
-            )
-        parts.append(table)
-    for p in points:
-        if not p["devices"]:
-            line = Text("  at ")
-            line.append_text(literal(p["label"], 60))
-            line.append(": ")
-            line.append_text(literal(p.get("unknown") or "no traced device", 200))
-            parts.append(line)
-        elif not any(d["process_has_events"] for d in p["devices"]):
-            line = Text("  at ")
-            line.append_text(literal(p["label"], 60))
-            line.append(f": process {p['pid']} has no memory event, so its device is unknown; ")
-            line.append("every traced device is shown")
-            parts.append(line)
-    for p in points:
-        if p["point"] != "finding" and p["holder"]:
-            line = Text(f"  - at {p['t_ns']:,}: ")  # which row of the table the sentence is about
-            line.append_text(literal(p["holder"], 4000))
-            parts.append(line)
-    if points:
-        parts.append(Text("  not counted: " + "; ".join(memory["not_counted"]), style="dim"))
-    return parts
-
-
 class Hanging:
     """``lead`` then ``body`` wrapped at the console's width, every wrapped line indented under the
     body's start (a hanging indent), never back at column 0, and no line padded with trailing
@@ -475,13 +351,54 @@ def _entry(e: Entry, indent: int = 2) -> list[RenderableType]:
     return [line, *under]
 
 
+def _bullets(entries: Sequence[Entry], indent: int = 2) -> list[RenderableType]:
+    """Entries as bullets (a label before the words), the entries under each a level deeper; each in
+    its severity."""
+    parts: list[RenderableType] = []
+    for e in entries:
+        body = _phrases(e.phrases)
+        if e.label is not None:
+            body = Text.assemble(f"{e.label}: ", body)
+        body.stylize(SEVERITY_STYLE[e.severity] if e.severity is not None else "")
+        parts.append(hanging("- ", body, indent=indent))
+        parts += _bullets(e.under, indent + 2)
+    return parts
+
+
+def _table(t: TableOutline) -> Table:
+    """A table of the outline: figures aligned right and never broken, a cell's note on a line of its own."""
+    table = Table(title=Text("  ").append_text(_phrases([t.title])), title_justify="left", box=box.SIMPLE_HEAD,
+                  padding=(0, 1))
+    for i, col in enumerate(t.columns):
+        if col.numeric:
+            table.add_column("\n".join(col.heading), justify="right", no_wrap=True)
+        else:
+            table.add_column("\n".join(col.heading), overflow="fold", min_width=12 if i == 0 else None)
+    for row in t.rows:
+        cells = []
+        for c in row:
+            cell = literal(c.text, 60) if c.data else Text(c.text)
+            if c.note is not None:
+                cell.append(f"\n{c.note}")
+            cell.stylize("bold" if c.strong else "")
+            cells.append(cell)
+        table.add_row(*cells)
+    return table
+
+
 def section_parts(section: Section) -> list[RenderableType]:
-    """A titled list of the details: its title in bold, an entry a bullet, the entries under it beneath."""
-    parts: list[RenderableType] = [Text(f"\n{section.title}:", style="bold")]
-    for e in section.entries:
-        parts.append(hanging("- ", _phrases(e.phrases), indent=2))
-        parts += [hanging("- ", _phrases(u.phrases), indent=4,
-                          style=SEVERITY_STYLE[u.severity] if u.severity is not None else None) for u in e.under]
+    """A titled section of the details: its title in bold and its lead, its entries as bullets, its tables,
+    the entries after them, its closing note."""
+    head = Text(f"\n{section.title}:", style="bold")
+    if section.lead is not None:
+        head.append(" ")
+        head.append_text(_phrases([section.lead]))
+        head.stylize("dim" if section.quiet else "", len(section.title) + 3)
+    parts: list[RenderableType] = [head, *_bullets(section.entries)]
+    parts += [_table(t) for t in section.tables]
+    parts += _bullets(section.after)
+    if section.note is not None:
+        parts.append(hanging("", _phrases([section.note]), style="dim"))
     return parts
 
 
@@ -538,7 +455,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
     if "alignment" in d:
         parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
     parts += [_census_table(d["census"]), *_findings_parts(d)]
-    parts.extend(_memory_parts(d["memory"]))
+    parts.extend(section_parts(memory_section(d["memory"])))
     parts.extend(stall_parts.terminal_parts(d["stalls"]))
     if "allocator" in d:
         parts.extend(section_parts(outline.allocator_section(d["allocator"])))
