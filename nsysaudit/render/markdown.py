@@ -15,19 +15,16 @@ from dataclasses import dataclass
 
 from nsysaudit import words
 from nsysaudit.core.text import escape
+from nsysaudit.render import details_outline as details
 from nsysaudit.render import outline, stall_parts
 from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, Cell, ComparisonAnswerOutline, Entry, Phrase, Section
 from nsysaudit.reports.documents import (
     AlignmentSection,
-    ArmCensus,
     ArmLibraryCall,
-    Census,
     ComparisonArm,
     ComparisonDocument,
-    Coverage,
     Differences,
-    FailedCalls,
     FailingByCode,
     Finding,
     Handoff,
@@ -39,7 +36,6 @@ from nsysaudit.reports.documents import (
 )
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.statements import (
-    CLASSIFICATION_WORDS,
     censored_reasons_words,
 )
 
@@ -148,8 +144,8 @@ def section_lines(section: Section, level: str = "##") -> list[str]:
     if section.entries:
         out += [*_entries(section.entries), ""]
     for t in section.tables:
-        out += [f"{_sentence(t.title)[:-1]}:", "", *table([md(" ".join(c.heading)) for c in t.columns],
-                                                          ([_cell(c) for c in row] for row in t.rows))]
+        out += [f"{_sentence(t.title)[:-1]}:", ""] if t.title is not None else []
+        out += table([md(" ".join(c.heading)) for c in t.columns], ([_cell(c) for c in row] for row in t.rows))
     if section.after:
         out += [*_entries(section.after), ""]
     if section.note is not None:
@@ -166,23 +162,6 @@ def answer_lines(answer: AnswerOutline) -> list[str]:
     if answer.also:
         out += ["", f"{words.ALSO.capitalize()}:", "", *(f"- {_phrases([p])}" for p in answer.also)]
     return [*out, ""]
-
-
-def _census(census: Census | ArmCensus) -> list[str]:
-    out = [
-        f"{num(census['cuda_api_calls'])} CUDA API calls, {num(census['nonzero_returns'])} with a non-zero return.",
-        "",
-    ]
-    if census["by_return"]:
-        out += table(
-            ["api", "return code", "name", "count", "meaning"],
-            (
-                [md(r["api"]), str(r["return_code"]), md(r["return_name"]), num(r["count"]),
-                 CLASSIFICATION_WORDS.get(r["classification"] or "", "unknown")]
-                for r in census["by_return"]
-            ),
-        )
-    return out
 
 
 def _findings(findings: Sequence[Finding], memory: Memory) -> list[str]:
@@ -229,88 +208,11 @@ def _findings(findings: Sequence[Finding], memory: Memory) -> list[str]:
     return out
 
 
-def _failed_calls(groups: Sequence[FailedCalls]) -> list[str]:
-    if not groups:
-        return ["No failed call outside the findings.", ""]
-    rows = []
-    for g in groups:
-        where = md(g["nvtx_range"]) if g["nvtx_range"] is not None else "none"
-        if g["straddles_library_call"]:
-            where += " (straddles a library call)"
-        if g["library_call_unexamined"]:
-            where += " (overlaps an unexamined library call)"
-        rows.append(
-            [num(g["count"]), md(g["api"]), str(g["return_code"]), md(g["return_name"]), ident(g["pid"]),
-             ident(g["tid"]), md(g["thread_name"]), where, num(g["first_ns"]), num(g["last_ns"]),
-             ", ".join(str(c) for c in g["example_correlation_ids"])]
-        )
-    return table(
-        ["count", "api", "return code", "name", "pid", "tid", "thread", "NVTX range", "first ns", "last ns",
-         "e.g. correlation ids"],
-        rows,
-    )
-
-
 def _allocated(lc: LibraryCall) -> str:
     """A library call's allocated bytes; when unknown, what the trace shows of them."""
     if lc["allocated_bytes"] is not None:
         return num(lc["allocated_bytes"])
     return f"unknown ({num(lc['allocated_bytes_traced'])} in the trace)"
-
-
-def _capture(coverage: Coverage) -> list[str]:
-    cap = coverage["capture"]
-    if cap["stop_ns"] is None:
-        out = ["Capture bounds: unknown (no DIAGNOSTIC_EVENT and no ANALYSIS_DETAILS)."]
-    else:
-        out = [f"Capture: {num(cap['start_ns'])} to {num(cap['stop_ns'])} ns on the trace clock (from "
-               f"{md(cap['stop_from'])})."]
-    if not cap["diagnostics_table"]:
-        out[-1] += (
-            " The export has no nsys diagnostics (DIAGNOSTIC_EVENT): nsys's silence about lost events proves nothing."
-        )
-    out.append("")
-    for d in coverage["nsys_diagnostics"]:
-        who = f" (pid {ident(d['pid'])})" if d["pid"] is not None else ""
-        out.append(
-            f"- nsys {md(d['severity'])} at {num(d['timestamp_ns'])} ns{who} [{md(d['category'])}]: "
-            f"{md(d['text'], 300)}"
-        )
-    if coverage["nsys_diagnostics"]:
-        out.append("")
-    for src in coverage["library_sources"]:
-        why = f": {md(src['reason'], 300)}" if src["reason"] else ""
-        by_api = ", ".join(f"{num(n)} {md(api)}" for api, n in src.get("calls_by_api", {}).items())  # NCCL's calls
-        said = f" ({by_api}); {md(src['evidence'], 600)}" if "evidence" in src else ""
-        out.append(f"- library {md(src['library'])}: {md(src['status'])}, {num(src['calls'])} call(s){said}{why}")
-        for h in src.get("helper_threads", []):
-            out.append(f"  - tid {ident(h['tid'])}: every one of its {num(h['calls'])} CUDA API calls lies inside "
-                       f"{md(h['api'] or 'an unnamed call')} (tid {ident(h['calling_tid'])})")
-    if coverage["library_sources"]:
-        out.append("")
-    return out
-
-
-def _coverage(coverage: Coverage) -> list[str]:
-    out = table(
-        ["source", "pid", "first ns", "last ns", "rows"],
-        (
-            [md(s["source"]), str(s["pid"]), num(s["first_ns"]), num(s["last_ns"]), num(s["rows"])]
-            for s in coverage["by_source"]
-        ),
-    )
-    if not coverage["cuda_api_trace"]:
-        out += ["The export has no CUDA API trace.", ""]
-    for c in coverage["censored"]:
-        reasons = md(censored_reasons_words(c["reasons"] or [c["reason"]]))
-        out.append(
-            f"- censored: {md(c['api'])} (pid {ident(c['pid'])} tid {ident(c['tid'])}, {num(c['start_ns'])} to "
-            f"{_end(c['end_ns'], c['recorded_end_ns'])} ns): {reasons}; the process's CUDA API trace ends at "
-            f"{num(c['cuda_api_last_ns'])} ns"
-        )
-    if coverage["censored"]:
-        out.append("")
-    return out
 
 
 def _kv(mapping: Mapping[str, object] | None) -> str:
@@ -427,15 +329,11 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
         "",
         *_bullets(arm["verdict_reasons"]),
         "",
-        "### Census",
-        "",
-        *_census(arm["census"]),
+        *section_lines(details.census_section(arm["census"]), "###"),
         "### Findings",
         "",
         *_findings(arm["findings"], arm["memory"]),
-        "### Failed calls no finding explains",
-        "",
-        *_failed_calls(arm["failed_calls"]),
+        *section_lines(details.failed_calls_section(arm["failed_calls"]), "###"),
         f"### Library calls of interest ({len(arm['library_calls'])} of {arm['library_calls_total']})",
         "",
         f"Selection: {md(arm['library_calls_selection'])}.",
@@ -443,7 +341,8 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     ]
     for lc in arm["library_calls"]:
         out += _library_call(lc)
-    out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
+    out += [*section_lines(details.capture_section(arm["coverage"]), "###"),
+            *section_lines(details.coverage_section(arm["coverage"]), "###")]
     out += section_lines(memory_section(arm["memory"]), "###")
     out += stall_parts.markdown_lines(arm["stalls"], "### Host stalls")
     if "allocator" in arm:
@@ -457,9 +356,7 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     else:
         out += ["No telemetry given.", ""]
     if arm["warnings"]:
-        out += ["### Warnings", ""]
-        out += [f"- {md(w['kind'])} ({num(w['count'])}): {md(w['message'], 300)}" for w in arm["warnings"]]
-        out.append("")
+        out += section_lines(details.warnings_section(arm["warnings"]), "###")
     return out
 
 
@@ -661,15 +558,11 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
         *_bullets(doc["verdict_reasons"]),
         "",
         *_options(doc.get("options")),
-        "## Census",
-        "",
-        *_census(doc["census"]),
+        *section_lines(details.census_section(doc["census"])),
         "## Findings",
         "",
         *_findings(doc["findings"], doc["memory"]),
-        "## Failed calls no finding explains",
-        "",
-        *_failed_calls(doc["failed_calls"]),
+        *section_lines(details.failed_calls_section(doc["failed_calls"])),
         f"## Library calls ({len(doc['library_calls'])})",
         "",
     ]
@@ -686,16 +579,16 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
         )
     else:
         out += ["No library API ranges (cuBLAS/cuDNN/NCCL) in this export.", ""]
-    out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
+    out += [*section_lines(details.capture_section(doc["coverage"])),
+            *section_lines(details.coverage_section(doc["coverage"]))]
     out += section_lines(memory_section(doc["memory"]))
     out += stall_parts.markdown_lines(doc["stalls"])
     if "allocator" in doc:
         out += section_lines(outline.allocator_section(doc["allocator"]))
     if device_lines(doc):  # several devices, or a rank known
-        out += ["## Devices and ranks", "", *_bullets(md(line, 2000) for line in device_lines(doc)), ""]
+        out += section_lines(details.devices_section(device_lines(doc)))
     if "alignment" in doc:
         out += ["## Telemetry", "", *_alignment(doc["alignment"])]
     if doc["warnings"]:
-        out += ["## Warnings", ""]
-        out += [f"- {md(w['kind'])} ({num(w['count'])}): {md(w['message'], 300)}" for w in doc["warnings"]]
+        out += section_lines(details.warnings_section(doc["warnings"]))
     return out

@@ -95,7 +95,9 @@ class Column:
 
 @dataclass(frozen=True)
 class TableOutline:
-    title: Phrase
+    """A table: its title (None: its section's title says what it holds), its columns and rows."""
+
+    title: Phrase | None
     columns: tuple[Column, ...]
     rows: tuple[tuple[Cell, ...], ...]
 

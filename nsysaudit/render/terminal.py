@@ -26,6 +26,7 @@ from rich.text import Text
 from nsysaudit import words
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
+from nsysaudit.render import details_outline as sections
 from nsysaudit.render import outline, stall_parts
 from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section, TableOutline
@@ -33,11 +34,8 @@ from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
 from nsysaudit.reports.documents import (
     AlignmentSection,
     AnalysisDocument,
-    Census,
     ComparisonDocument,
-    Coverage,
     Differences,
-    FailedCalls,
     Finding,
     LibraryCall,
     Memory,
@@ -48,10 +46,6 @@ from nsysaudit.reports.documents import (
 )
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.stalls import glance_words
-from nsysaudit.reports.statements import (
-    CLASSIFICATION_WORDS,
-    censored_reasons_words,
-)
 
 MAX_TEXT = 80
 MAX_LIBRARY_ROWS = 40
@@ -179,69 +173,6 @@ def _holders(memory: Memory) -> dict[int, str]:
     return {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
 
 
-def _capture_parts(cov: Coverage) -> list[RenderableType]:
-    cap = cov["capture"]
-    t = Text("\nCapture: ", style="bold")
-    if cap["stop_ns"] is None:
-        t.append("bounds unknown (no DIAGNOSTIC_EVENT and no ANALYSIS_DETAILS)", style="yellow")
-    else:
-        t.append(f"{ns(cap['start_ns'])} .. {cap['stop_ns']:,} ns on the trace clock (from {cap['stop_from']})")
-    if not cap["diagnostics_table"]:
-        t.append("\n  no nsys diagnostics (DIAGNOSTIC_EVENT) in this export: silence about lost events proves nothing",
-                 style="yellow")
-    for d in cov["nsys_diagnostics"]:
-        t.append(f"\n  nsys {d['severity']} at {d['timestamp_ns']:,} ns", style="magenta")
-        if d["pid"] is not None:
-            t.append(f" (pid {d['pid']})", style="magenta")
-        t.append(f" [{d['category']}]: ", style="magenta")
-        t.append_text(literal(d["text"], 300))
-    sources = cov["library_sources"]
-    if sources:
-        t.append("\n  library sources: ")
-        for i, s in enumerate(sources):
-            t.append("; " if i else "")
-            t.append_text(literal(s["library"]))
-            t.append(f" {s['status']}", style="green" if s["status"] == "traced" else "yellow")
-            by_api = ", ".join(f"{n:,} {api}" for api, n in s.get("calls_by_api", {}).items())  # NCCL's calls
-            t.append(f" ({s['calls']} call(s){': ' + by_api if by_api else ''})" if s["status"] == "traced" else "")
-    t.append("\n")
-    return [t]
-
-
-def _failed_calls(groups: Sequence[FailedCalls]) -> list[RenderableType]:
-    total = sum(g["count"] for g in groups)
-    out: list[RenderableType] = [
-        Text(f"\nFailed calls no finding explains: {total:,} in {len(groups)} group(s)", style="bold")
-    ]
-    for g in groups:
-        t = Text(f"  {g['count']:,} x ")
-        t.append_text(literal(g["api"]))
-        t.append(f" returned {g['return_code']} (")
-        t.append_text(literal(g["return_name"]))
-        t.append(")")
-        if g["out_of_memory"]:
-            t.append(" [out of memory]", style="bold")
-        t.append("\n    pid ")
-        t.append_text(ident(g["pid"]))
-        t.append(" tid ")
-        t.append_text(ident(g["tid"]))
-        t.append(" thread ")
-        t.append_text(literal(g["thread_name"]))
-        if g["nvtx_range"] is not None:
-            t.append(", inside NVTX range ")
-            t.append_text(literal(g["nvtx_range"]))
-        else:
-            t.append(", in no NVTX range")
-        if g["straddles_library_call"]:
-            t.append(", straddling a library call's edge", style="yellow")
-        if g["library_call_unexamined"]:
-            t.append(", overlapping a library call the pair limit left unexamined", style="yellow")
-        t.append(f"\n    {_span(g['first_ns'], g['last_ns'])}, e.g. correlation ids ")
-        t.append(", ".join(str(c) for c in g["example_correlation_ids"]) or "none")
-        out.append(t)
-    return out
-
-
 class Hanging:
     """``lead`` then ``body`` wrapped at the console's width, every wrapped line indented under the
     body's start (a hanging indent), never back at column 0, and no line padded with trailing
@@ -367,8 +298,8 @@ def _bullets(entries: Sequence[Entry], indent: int = 2) -> list[RenderableType]:
 
 def _table(t: TableOutline) -> Table:
     """A table of the outline: figures aligned right and never broken, a cell's note on a line of its own."""
-    table = Table(title=Text("  ").append_text(_phrases([t.title])), title_justify="left", box=box.SIMPLE_HEAD,
-                  padding=(0, 1))
+    title = Text("  ").append_text(_phrases([t.title])) if t.title is not None else None
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
     for i, col in enumerate(t.columns):
         if col.numeric:
             table.add_column("\n".join(col.heading), justify="right", no_wrap=True)
@@ -451,19 +382,18 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         return Group(*parts, *_warnings(d["warnings"]), *glance(d))
     parts.append(Text("\n--- details ---", style="dim"))
 
-    parts += [*_verdict_parts(d), *_capture_parts(d["coverage"])]
+    parts += [*_verdict_parts(d), *section_parts(sections.capture_section(d["coverage"]))]
     if "alignment" in d:
         parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
-    parts += [_census_table(d["census"]), *_findings_parts(d)]
+    parts += [*section_parts(sections.census_section(d["census"])), *_findings_parts(d)]
     parts.extend(section_parts(memory_section(d["memory"])))
     parts.extend(stall_parts.terminal_parts(d["stalls"]))
     if "allocator" in d:
         parts.extend(section_parts(outline.allocator_section(d["allocator"])))
     lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
     if lines:
-        parts.append(Text("\nDevices and ranks:", style="bold"))
-        parts.extend(hanging("- ", literal(line, 2000), indent=2) for line in lines)
-    parts += [*_library_calls_parts(d["library_calls"]), *_coverage_parts(d["coverage"])]
+        parts.extend(section_parts(sections.devices_section(lines)))
+    parts += [*_library_calls_parts(d["library_calls"]), *section_parts(sections.coverage_section(d["coverage"]))]
     parts.extend(_warnings(d["warnings"]))
     return Group(*_hang(parts))
 
@@ -477,26 +407,6 @@ def _verdict_parts(d: AnalysisDocument) -> list[RenderableType]:
     return [verdict]
 
 
-def _census_table(c: Census) -> Table:
-    census = Table(
-        title=f"Census: {c['cuda_api_calls']:,} CUDA API calls, {c['nonzero_returns']:,} non-zero returns",
-        title_justify="left",
-    )
-    for col in ("api", "return code", "name", "count", "meaning"):
-        census.add_column(col, justify="right" if col in ("return code", "count") else "left")
-    for r in c["by_return"]:
-        census.add_row(
-            literal(r["api"]),
-            str(r["return_code"]),
-            literal(r["return_name"]),
-            f"{r['count']:,}",
-            CLASSIFICATION_WORDS.get(r["classification"] or "", "unknown"),
-        )
-    if not c["by_return"]:
-        census.add_row(Text("no non-zero returns", style="dim"), "", "", "", "")
-    return census
-
-
 def _findings_parts(d: AnalysisDocument) -> list[RenderableType]:
     parts: list[RenderableType] = [Text(f"\nFindings: {len(d['findings'])}", style="bold")]
     holders = _holders(d["memory"])
@@ -504,8 +414,7 @@ def _findings_parts(d: AnalysisDocument) -> list[RenderableType]:
     if not d["findings"]:
         parts.append(Text("  no failed call inside or across a library call, and no failed wait on a captured event",
                           style="dim"))
-    if d["failed_calls"]:
-        parts.extend(_failed_calls(d["failed_calls"]))
+    parts.extend(section_parts(sections.failed_calls_section(d["failed_calls"])))
     return parts
 
 
@@ -551,35 +460,6 @@ def _library_call(lc: LibraryCall) -> Text:
     if "telemetry" in lc:
         t.append_text(position_text(lc["telemetry"]))
     return t
-
-
-def _coverage_parts(coverage: Coverage) -> list[RenderableType]:
-    cov_table = Table(title="Coverage by trace source and process", title_justify="left")
-    for col in ("source", "pid", "first ns", "last ns", "rows"):
-        cov_table.add_column(col)
-    for s in coverage["by_source"]:
-        cov_table.add_row(s["source"], ident(s["pid"]), ns(s["first_ns"]), ns(s["last_ns"]), f"{s['rows']:,}")
-    if not coverage["by_source"]:
-        cov_table.add_row(Text("no trace rows", style="dim"), "", "", "", "")
-    parts: list[RenderableType] = [cov_table]
-    for cen in coverage["censored"]:
-        last = cen["cuda_api_last_ns"]
-        t = Text("censored: ", style="yellow")
-        t.append_text(literal(cen["api"]))
-        t.append(" (pid ", style="yellow")
-        t.append_text(ident(cen["pid"]))
-        t.append(", tid ", style="yellow")
-        t.append_text(ident(cen["tid"]))
-        t.append(f") {_span(cen['start_ns'], cen['end_ns'], cen['recorded_end_ns'])}: ", style="yellow")
-        reasons = cen["reasons"] or [cen["reason"]]
-        t.append(censored_reasons_words(reasons), style="yellow")
-        t.append(f" [{', '.join(reasons)}]", style="dim")
-        if last is not None and cen["reason"] == "cuda_api_trace_ends_inside" and cen["end_ns"] is not None:
-            t.append(
-                f"; the process's CUDA API trace ends at {last:,}, {cen['end_ns'] - last:,} ns before the call ends"
-            )
-        parts.append(t)
-    return parts
 
 
 def _ms(ns: int | None) -> str:
@@ -668,12 +548,7 @@ def alignment_parts(a: AlignmentSection, tel: TelemetrySection) -> list[Renderab
 
 
 def _warnings(warnings: Sequence[ReportWarning]) -> list[RenderableType]:
-    out: list[RenderableType] = []
-    for w in warnings:
-        t = Text(f"warning: {w['kind']} ({w['count']:,}): ", style="magenta")
-        t.append(literal(w["message"], 300))
-        out.append(t)
-    return out
+    return section_parts(sections.warnings_section(warnings)) if warnings else []
 
 
 _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)(?=\n)")
