@@ -10,9 +10,13 @@ from collections.abc import Sequence
 
 from nsysaudit import words
 from nsysaudit.core.errors import ReportWarning
-from nsysaudit.render.outline import Cell, Column, Entry, Phrase, Section, TableOutline
-from nsysaudit.reports.documents import ArmCensus, Census, Coverage, FailedCalls
+from nsysaudit.core.text import byte_size
+from nsysaudit.render.outline import FAILURE_KINDS, Cell, Column, Entry, Phrase, Section, TableOutline
+from nsysaudit.reports.analysis import ranked_library_calls
+from nsysaudit.reports.documents import ArmCensus, Census, Coverage, FailedCalls, Finding, LibraryCall, Memory, Position
 from nsysaudit.reports.statements import CLASSIFICATION_WORDS, censored_reasons_words
+
+MAX_LIBRARY_CALLS = 40
 
 
 def _n(value: int | None) -> str:
@@ -131,3 +135,120 @@ def warnings_section(warnings: Sequence[ReportWarning]) -> Section:
     """The analysis' warnings: each kind, how many, and its message."""
     return Section(words.WARNINGS_TITLE, tuple(
         Entry((Phrase(w["message"]),), label=f"{w['kind']} ({w['count']:,})", severity="warning") for w in warnings))
+
+
+# --- findings, library calls, and where a call falls among the telemetry lines -------------------
+
+
+def position_entries(pos: Position) -> list[Entry]:
+    """A call's place among the telemetry lines (``findings[].telemetry``): where it falls, the method
+    and whether the clock alignment is checked, and the line in force with its values."""
+    said = []
+    if pos["after"] is not None:
+        said.append(words.POSITION_AFTER.format(ms=f"{pos['after']['ms']:.3f}", event=pos["after"]["event"],
+                                                line=pos["after"]["line"]))
+    if pos["before"] is not None:
+        said.append(words.POSITION_BEFORE.format(ms=f"{pos['before']['ms']:.3f}", event=pos["before"]["event"],
+                                                 line=pos["before"]["line"]))
+    text = ", ".join(said) or words.POSITION_NONE
+    text += "".join(words.POSITION_DURING.format(event=d["event"], line=d["line"], ms=f"{d['ms_after_start']:.3f}")
+                    for d in pos["during"])
+    if pos["method"] is not None:
+        text += words.POSITION_METHOD.format(method=pos["method"],
+                                             checked=words.CLOCK_CHECKED[pos["verified"]])
+    entries = [Entry((Phrase(text),), label=words.TELEMETRY, severity=None if pos["verified"] else "warning")]
+    force = pos["in_force"]
+    if force is not None:
+        values = ", ".join(f"{k}={v:,}" for k, v in force["values"].items())
+        entries.append(Entry((Phrase(words.IN_FORCE.format(event=force["event"], line=force["line"],
+                                                           ms=f"{force['ms']:.3f}", values=values)),),
+                             label=words.IN_FORCE_LABEL))
+    return entries
+
+
+def _finding_under(f: Finding, holder: str | None) -> list[Entry]:
+    """What a finding's line says under it: its thread and span, the call it is inside (and what that
+    allocated before), the stream capture it follows, its telemetry position, who held the memory."""
+    where = words.FINDING_WHERE.format(pid=_id(f["pid"]), tid=_id(f["tid"]), thread=f["thread_name"] or
+                                       words.NAME_UNKNOWN, span=_span(f["start_ns"], f["end_ns"]))
+    if f["requested_bytes"] is not None or f["kind"].endswith("alloc_failure"):
+        where += words.REQUESTED.format(bytes=_n(f["requested_bytes"]))
+    under = [Entry((Phrase(where),))]
+    enc = f["enclosing"]
+    if enc is not None:
+        under.append(Entry((Phrase(words.INSIDE.format(
+            api=enc["api"], span=_span(enc["start_ns"], enc["end_ns"], enc["recorded_end_ns"]),
+            source=enc["source"], coverage=enc["coverage"])),)))
+        before = enc["allocations_before"]
+        if before is not None:
+            each = " + ".join(_n(b) for b in before["bytes_each"])
+            under.append(Entry((Phrase(words.ALLOCATIONS_BEFORE.format(
+                count=before["count"], each=f": {each} B" if before["count"] else "")),)))
+    cap = f["stream_capture"]
+    if cap is not None:
+        records = ", ".join(f"{r['start_ns']:,}" for r in cap["event_records"][:8])
+        more = words.MORE_RECORDS.format(n=cap["event_records_count"] - 8) if cap["event_records_count"] > 8 else ""
+        gap = cap["ns_from_capture_end"]
+        since = words.UNKNOWN_TIME if gap is None else f"{gap / 1e6:.3f} ms"
+        under.append(Entry((Phrase(words.AFTER_CAPTURE.format(
+            pid=_id(cap["pid"]), tid=_id(cap["tid"]), thread=cap["thread_name"] or words.NAME_UNKNOWN,
+            begin=cap["begin"]["api"], start=f"{cap['begin']['start_ns']:,}", end=cap["end"]["api"],
+            stop=f"{cap['end']['end_ns']:,}")),)))
+        records_said = words.CAPTURE_RECORDS.format(count=cap["event_records_count"], at=records, more=more,
+                                                    since=since)
+        if cap["regions_with_records_before"] > 1:
+            records_said += words.CAPTURES_BEFORE.format(n=cap["regions_with_records_before"])
+        under.append(Entry((Phrase(records_said),)))
+    if "telemetry" in f:
+        under += position_entries(f["telemetry"])
+    if holder is not None:
+        under.append(Entry((Phrase(holder),), label=words.HELD, strong=True))
+    return under
+
+
+def findings_section(findings: Sequence[Finding], memory: Memory, title: str = words.FINDINGS_TITLE) -> Section:
+    """Each finding: the call that failed and its return, then what :func:`_finding_under` says under it."""
+    holders = {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
+    if not findings:
+        return Section(title, lead=Phrase(words.NO_FINDINGS), quiet=True)
+    entries = tuple(
+        Entry((Phrase(words.FINDING.format(api=f["api"], code=f["return_code"], name=f["return_name"] or
+                                           words.UNKNOWN_CODE, oom=words.OUT_OF_MEMORY if f["out_of_memory"] else "",
+                                           correlation=_id(f["correlation_id"]))),),
+              label=f["kind"], severity="failure" if f["kind"] in FAILURE_KINDS else "warning",
+              under=tuple(_finding_under(f, holders.get(i))))
+        for i, f in enumerate(findings))
+    return Section(title, entries, lead=Phrase(words.FINDINGS_LEAD.format(n=_n(len(findings)))))
+
+
+def library_calls_section(calls: Sequence[LibraryCall]) -> Section:
+    """The library calls, censored and failing first, at most :data:`MAX_LIBRARY_CALLS` (all in the JSON)."""
+    if not calls:
+        return Section(words.LIBRARY_CALLS_TITLE, lead=Phrase(words.NO_LIBRARY_CALLS), quiet=True)
+    lead = words.LIBRARY_CALLS_LEAD.format(n=_n(len(calls))) + (words.LIBRARY_CALLS_SHOWN.format(n=MAX_LIBRARY_CALLS)
+                             if len(calls) > MAX_LIBRARY_CALLS else "")
+    return Section(words.LIBRARY_CALLS_TITLE, tuple(_library_call(lc) for lc in
+                                                    ranked_library_calls(calls)[:MAX_LIBRARY_CALLS]), lead=Phrase(lead))
+
+
+def _library_call(lc: LibraryCall) -> Entry:
+    duration = words.DURATION_UNKNOWN if lc["duration_ns"] is None else f"{lc['duration_ns'] / 1e6:.3f} ms"
+    why = ", ".join(lc["censored_reasons"] or [lc["censored_reason"]]) if lc["censored_reason"] else \
+        lc["coverage_evidence"]
+    span = words.LIBRARY_CALL_SPAN.format(span=_span(lc["start_ns"], lc["end_ns"], lc["recorded_end_ns"]),
+                                          duration=duration, coverage=lc["coverage"],
+                                          why=f" ({why})" if why else "")
+    allocated = "unknown" if lc["allocated_bytes"] is None else byte_size(lc["allocated_bytes"])
+    if lc["allocated_bytes"] is None:
+        unknown = lc["allocations_size_unknown"]
+        allocated += words.ALLOCATED_TRACED.format(bytes=f"{lc['allocated_bytes_traced']:,}",
+                                                   unknown=words.SIZE_UNKNOWN.format(n=unknown) if unknown else "")
+    nested = words.LIBRARY_CALL_NESTED.format(nested=len(lc["children"]), failed=lc["failed_children"],
+                                              straddling=len(lc["straddling"]), allocated=allocated)
+    under = [Entry((Phrase(span),), severity="warning" if lc["coverage"] == "censored" else None),
+             Entry((Phrase(nested),))]
+    if "telemetry" in lc:
+        under += position_entries(lc["telemetry"])
+    head = words.LIBRARY_CALL.format(api=lc["api"], source=lc["source"], pid=_id(lc["pid"]), tid=_id(lc["tid"]),
+                                     thread=lc["thread_name"] or words.NAME_UNKNOWN)
+    return Entry((Phrase(head),), under=tuple(under))

@@ -26,11 +26,7 @@ from nsysaudit.reports.documents import (
     ComparisonDocument,
     Differences,
     FailingByCode,
-    Finding,
     Handoff,
-    LibraryCall,
-    Memory,
-    Position,
     SealedAnalysisDocument,
     SealedOptions,
 )
@@ -164,57 +160,6 @@ def answer_lines(answer: AnswerOutline) -> list[str]:
     return [*out, ""]
 
 
-def _findings(findings: Sequence[Finding], memory: Memory) -> list[str]:
-    if not findings:
-        return ["No failed call inside or across a library call, and no failed wait on a captured event.", ""]
-    holders = {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
-    out = []
-    for i, f in enumerate(findings):
-        oom = " (out of memory)" if f["out_of_memory"] else ""
-        line = (
-            f"- **{md(f['kind'])}**: {md(f['api'])} returned {f['return_code']} ({md(f['return_name'])}){oom}, "
-            f"correlation id {ident(f['correlation_id'])}, pid {ident(f['pid'])} tid {ident(f['tid'])} thread "
-            f"{md(f['thread_name'])}, {num(f['start_ns'])} to {num(f['end_ns'])} ns"
-        )
-        if f["kind"].endswith("alloc_failure"):
-            line += f", requested bytes {num(f['requested_bytes'])}"
-        enc = f["enclosing"]
-        if enc is not None:
-            line += (
-                f"; inside {md(enc['api'])} ({num(enc['start_ns'])} to "
-                f"{_end(enc['end_ns'], enc['recorded_end_ns'])} ns, coverage {md(enc['coverage'])})"
-            )
-            before = enc["allocations_before"]
-            if before is not None:
-                each = " + ".join(num(b) for b in before["bytes_each"])
-                line += f", after {before['count']} successful allocation(s) in it" + (
-                    f" ({each} bytes)" if before["count"] else ""
-                )
-        cap = f["stream_capture"]
-        if cap is not None:
-            records = ", ".join(num(r["start_ns"]) for r in cap["event_records"][:8])
-            line += (
-                f"; after the stream capture on pid {ident(cap['pid'])} tid {ident(cap['tid'])} thread "
-                f"{md(cap['thread_name'])} ({md(cap['begin']['api'])} at {num(cap['begin']['start_ns'])} ns to "
-                f"{md(cap['end']['api'])} ending {num(cap['end']['end_ns'])} ns) with "
-                f"{cap['event_records_count']} event record(s) inside it (at {records} ns); the wait failed "
-                + ("an unknown time" if cap["ns_from_capture_end"] is None
-                   else f"{cap['ns_from_capture_end'] / 1e6:.3f} ms") + " after the capture ended"
-            )
-        out.append(line)
-        if i in holders:
-            out.append(f"- {md(holders[i], 4000)}")
-    out.append("")
-    return out
-
-
-def _allocated(lc: LibraryCall) -> str:
-    """A library call's allocated bytes; when unknown, what the trace shows of them."""
-    if lc["allocated_bytes"] is not None:
-        return num(lc["allocated_bytes"])
-    return f"unknown ({num(lc['allocated_bytes_traced'])} in the trace)"
-
-
 def _kv(mapping: Mapping[str, object] | None) -> str:
     if not mapping:
         return "none"
@@ -273,21 +218,8 @@ def _library_call(lc: ArmLibraryCall) -> list[str]:
     if lc["straddling"]:
         out += [f"Calls straddling its edges: {len(lc['straddling'])}.", ""]
     if lc["telemetry"]:
-        out += [f"Telemetry position: {md(_position(lc['telemetry']))}", ""]
+        out += [*_entries(details.position_entries(lc["telemetry"])), ""]
     return out
-
-
-def _position(pos: Position) -> str:
-    """A telemetry position (``after``/``before`` boundaries) in words."""
-    parts = []
-    for key, b in (("after", pos["after"]), ("before", pos["before"])):
-        if b is not None:
-            parts.append(f"{b['ms']} ms {key} {b['event']}")
-    in_force = pos["in_force"]
-    if in_force is not None:
-        parts.append(f"snapshot in force: {in_force['event']} (line {in_force['line']})")
-    parts.append("clock alignment checked" if pos["verified"] else "clock alignment NOT checked")
-    return "; ".join(parts)
 
 
 def _handoff(handoff: Handoff | None) -> list[str]:
@@ -330,9 +262,7 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
         *_bullets(arm["verdict_reasons"]),
         "",
         *section_lines(details.census_section(arm["census"]), "###"),
-        "### Findings",
-        "",
-        *_findings(arm["findings"], arm["memory"]),
+        *section_lines(details.findings_section(arm["findings"], arm["memory"]), "###"),
         *section_lines(details.failed_calls_section(arm["failed_calls"]), "###"),
         f"### Library calls of interest ({len(arm['library_calls'])} of {arm['library_calls_total']})",
         "",
@@ -559,26 +489,10 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
         "",
         *_options(doc.get("options")),
         *section_lines(details.census_section(doc["census"])),
-        "## Findings",
-        "",
-        *_findings(doc["findings"], doc["memory"]),
+        *section_lines(details.findings_section(doc["findings"], doc["memory"])),
         *section_lines(details.failed_calls_section(doc["failed_calls"])),
-        f"## Library calls ({len(doc['library_calls'])})",
-        "",
+        *section_lines(details.library_calls_section(doc["library_calls"])),
     ]
-    if doc["library_calls"]:
-        out += table(
-            ["api", "pid", "tid", "thread", "start ns", "end ns", "coverage", "nested", "failed", "allocated bytes"],
-            (
-                [md(lc["api"]), ident(lc["pid"]), ident(lc["tid"]), md(lc["thread_name"]), num(lc["start_ns"]),
-                 _end(lc["end_ns"], lc["recorded_end_ns"]), md(lc["coverage"]), num(len(lc["children"])),
-                 num(lc["failed_children"]),
-                 _allocated(lc)]
-                for lc in doc["library_calls"]
-            ),
-        )
-    else:
-        out += ["No library API ranges (cuBLAS/cuDNN/NCCL) in this export.", ""]
     out += [*section_lines(details.capture_section(doc["coverage"])),
             *section_lines(details.coverage_section(doc["coverage"]))]
     out += section_lines(memory_section(doc["memory"]))

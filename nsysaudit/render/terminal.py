@@ -30,16 +30,12 @@ from nsysaudit.render import details_outline as sections
 from nsysaudit.render import outline, stall_parts
 from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section, TableOutline
-from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
+from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import (
     AlignmentSection,
     AnalysisDocument,
     ComparisonDocument,
     Differences,
-    Finding,
-    LibraryCall,
-    Memory,
-    Position,
     SealedAnalysisDocument,
     Sources,
     TelemetrySection,
@@ -87,90 +83,6 @@ VERDICT_STYLE = {"failure_found": "bold red", "inconclusive": "bold yellow", "no
 def ident(value: int | None) -> Text:
     """A pid, tid or correlation id: an identifier, never shown with thousands separators."""
     return Text("unknown", style="dim italic") if value is None else Text(str(value))
-
-
-FINDING_STYLE = {
-    "nested_alloc_failure": "bold red",
-    "nested_call_failure": "bold red",
-    "captured_event_wait_failure": "bold red",
-}
-
-
-def _span(start: int | None, end: int | None, recorded_end: int | None = None) -> str:
-    """``[start .. end] ns``; an end the capture's stop clamped is shown as unknown, with the stop."""
-    s = "unknown" if start is None else f"{start:,}"
-    if end is None and recorded_end is not None:
-        e = f"unknown (recorded {recorded_end:,}: the capture's stop)"
-    else:
-        e = "unknown" if end is None else f"{end:,}"
-    return f"[{s} .. {e}] ns"
-
-
-def _finding(f: Finding, holder: str | None = None) -> Text:
-    t = Text("  ")
-    t.append(f["kind"], style=FINDING_STYLE.get(f["kind"], "yellow"))
-    t.append(": ")
-    t.append_text(literal(f["api"]))
-    t.append(f" returned {f['return_code']} ({f['return_name'] or 'unknown code'})")
-    if f["out_of_memory"]:
-        t.append(" [out of memory]", style="bold")
-    t.append(", correlation id ")
-    t.append_text(ident(f["correlation_id"]))
-    t.append("\n    pid ")
-    t.append_text(ident(f["pid"]))
-    t.append(" tid ")
-    t.append_text(ident(f["tid"]))
-    t.append(" thread ")
-    t.append_text(literal(f["thread_name"]))
-    t.append(f", {_span(f['start_ns'], f['end_ns'])}")
-    if f["requested_bytes"] is not None or f["kind"].endswith("alloc_failure"):
-        t.append(", requested bytes ")
-        t.append_text(nbytes(f["requested_bytes"]))
-    enc = f["enclosing"]
-    if enc is not None:
-        t.append("\n    inside ")
-        t.append_text(literal(enc["api"]))
-        t.append(f" {_span(enc['start_ns'], enc['end_ns'], enc['recorded_end_ns'])} (")
-        t.append_text(literal(enc["source"]))  # NVTX:<domain>: the domain name is trace text
-        t.append(f", coverage {enc['coverage']})")
-        before = enc["allocations_before"]
-        if before is not None:
-            each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
-            t.append(
-                f"\n    after {before['count']} successful allocation(s) in it"
-                + (f": {each} B" if before["count"] else "")
-            )
-    cap = f["stream_capture"]
-    if cap is not None:
-        t.append("\n    after the stream capture on pid ")
-        t.append_text(ident(cap["pid"]))
-        t.append(" tid ")
-        t.append_text(ident(cap["tid"]))
-        t.append(" thread ")
-        t.append_text(literal(cap["thread_name"]))
-        t.append(": ")
-        t.append_text(literal(cap["begin"]["api"]))
-        t.append(f" at {cap['begin']['start_ns']:,} .. ")
-        t.append_text(literal(cap["end"]["api"]))
-        t.append(f" ending {cap['end']['end_ns']:,} ns")
-        records = ", ".join(f"{r['start_ns']:,}" for r in cap["event_records"][:8])
-        more = f", and {cap['event_records_count'] - 8} more" if cap["event_records_count"] > 8 else ""
-        t.append(f"\n    {cap['event_records_count']} event record(s) inside the capture (at {records}{more} ns)")
-        if cap["ns_from_capture_end"] is not None:
-            t.append(f"; the wait failed {cap['ns_from_capture_end'] / 1e6:.3f} ms after the capture ended")
-        if cap["regions_with_records_before"] > 1:
-            t.append(f" ({cap['regions_with_records_before']} such captures before it; the latest is shown)")
-    if "telemetry" in f:
-        t.append_text(position_text(f["telemetry"]))
-    if holder is not None:
-        t.append("\n    held: ", style="bold")
-        t.append_text(literal(holder, 4000))  # names processes: trace text
-    return t
-
-
-def _holders(memory: Memory) -> dict[int, str]:
-    """The ledger's holder sentence at each finding, by the finding's index."""
-    return {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
 
 
 class Hanging:
@@ -385,7 +297,9 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
     parts += [*_verdict_parts(d), *section_parts(sections.capture_section(d["coverage"]))]
     if "alignment" in d:
         parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
-    parts += [*section_parts(sections.census_section(d["census"])), *_findings_parts(d)]
+    parts += [*section_parts(sections.census_section(d["census"])),
+              *section_parts(sections.findings_section(d["findings"], d["memory"])),
+              *section_parts(sections.failed_calls_section(d["failed_calls"]))]
     parts.extend(section_parts(memory_section(d["memory"])))
     parts.extend(stall_parts.terminal_parts(d["stalls"]))
     if "allocator" in d:
@@ -393,7 +307,8 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
     lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
     if lines:
         parts.extend(section_parts(sections.devices_section(lines)))
-    parts += [*_library_calls_parts(d["library_calls"]), *section_parts(sections.coverage_section(d["coverage"]))]
+    parts += [*section_parts(sections.library_calls_section(d["library_calls"])),
+              *section_parts(sections.coverage_section(d["coverage"]))]
     parts.extend(_warnings(d["warnings"]))
     return Group(*_hang(parts))
 
@@ -407,95 +322,8 @@ def _verdict_parts(d: AnalysisDocument) -> list[RenderableType]:
     return [verdict]
 
 
-def _findings_parts(d: AnalysisDocument) -> list[RenderableType]:
-    parts: list[RenderableType] = [Text(f"\nFindings: {len(d['findings'])}", style="bold")]
-    holders = _holders(d["memory"])
-    parts.extend(_finding(f, holders.get(i)) for i, f in enumerate(d["findings"]))
-    if not d["findings"]:
-        parts.append(Text("  no failed call inside or across a library call, and no failed wait on a captured event",
-                          style="dim"))
-    parts.extend(section_parts(sections.failed_calls_section(d["failed_calls"])))
-    return parts
-
-
-def _library_calls_parts(libs: Sequence[LibraryCall]) -> list[RenderableType]:
-    shown = ranked_library_calls(libs)
-    title = f"\nLibrary calls: {len(libs)}"
-    if len(libs) > MAX_LIBRARY_ROWS:
-        title += f" (censored and failing first; {MAX_LIBRARY_ROWS} shown, all in --json)"
-    parts: list[RenderableType] = [Text(title, style="bold")]
-    parts += [_library_call(lc) for lc in shown[:MAX_LIBRARY_ROWS]]
-    if not libs:
-        parts.append(Text("  no library API ranges (cuBLAS/cuDNN/NCCL) in this export", style="dim"))
-    parts.append(Text(""))
-    return parts
-
-
-def _library_call(lc: LibraryCall) -> Text:
-    t = Text("  ")
-    t.append_text(literal(lc["api"]))
-    t.append("  ").append_text(literal(lc["source"]))  # NVTX:<domain>: the domain name is trace text
-    t.append("  pid ")
-    t.append_text(ident(lc["pid"]))
-    t.append(" tid ")
-    t.append_text(ident(lc["tid"]))
-    t.append(" thread ")
-    t.append_text(literal(lc["thread_name"]))
-    dur = "duration unknown" if lc["duration_ns"] is None else f"{lc['duration_ns'] / 1e6:.3f} ms"
-    t.append(f"\n    {_span(lc['start_ns'], lc['end_ns'], lc['recorded_end_ns'])} ({dur})  coverage ")
-    t.append(lc["coverage"], style="yellow" if lc["coverage"] == "censored" else "green")
-    if lc["censored_reason"]:
-        t.append(f" ({', '.join(lc['censored_reasons'] or [lc['censored_reason']])})")
-    elif lc["coverage_evidence"]:
-        t.append(f" ({lc['coverage_evidence']})", style="dim")
-    t.append(
-        f"\n    {len(lc['children'])} nested CUDA API call(s), {lc['failed_children']} failed, "
-        f"{len(lc['straddling'])} straddling; allocated by nested calls: "
-    )
-    t.append_text(nbytes(lc["allocated_bytes"]))
-    if lc["allocated_bytes"] is None:
-        t.append(f" ({lc['allocated_bytes_traced']:,} B in the trace", style="dim")
-        unknown = lc["allocations_size_unknown"]
-        t.append(f", {unknown} allocation(s) of unknown size)" if unknown else ")", style="dim")
-    if "telemetry" in lc:
-        t.append_text(position_text(lc["telemetry"]))
-    return t
-
-
 def _ms(ns: int | None) -> str:
     return "unknown" if ns is None else f"{ns / 1_000_000:.3f} ms"
-
-
-def position_text(pos: Position) -> Text:
-    """A call's place among the telemetry lines (``findings[].telemetry``), as indented lines."""
-    t = Text("\n    telemetry: ")
-    if pos["after"] is None and pos["before"] is None and not pos["during"]:
-        t.append("no telemetry line placed around it", style="dim")
-    if pos["after"] is not None:
-        t.append(f"{pos['after']['ms']:.3f} ms after ")
-        t.append_text(literal(pos["after"]["event"]))
-        t.append(f" (line {pos['after']['line']})")
-    if pos["before"] is not None:
-        t.append(", " if pos["after"] is not None else "")
-        t.append(f"{pos['before']['ms']:.3f} ms before ")
-        t.append_text(literal(pos["before"]["event"]))
-        t.append(f" (line {pos['before']['line']})")
-    for inside in pos["during"]:
-        t.append("; during it: ")
-        t.append_text(literal(inside["event"]))
-        t.append(f" (line {inside['line']}, {inside['ms_after_start']:.3f} ms after its start)")
-    if pos["method"] is not None:
-        t.append(
-            f"  [{pos['method']}{', verified' if pos['verified'] else ', UNVERIFIED'}]",
-            style="green" if pos["verified"] else "bold yellow",
-        )
-    force = pos["in_force"]
-    if force is not None:
-        t.append("\n    in force: ")
-        t.append_text(literal(force["event"]))
-        t.append(f" (line {force['line']}, {force['ms']:.3f} ms earlier): ")
-        t.append_text(literal(", ".join(f"{k}={v:,}" for k, v in force["values"].items()), 300))
-    return t
 
 
 def alignment_parts(a: AlignmentSection, tel: TelemetrySection) -> list[RenderableType]:
