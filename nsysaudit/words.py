@@ -180,3 +180,18 @@ LIBRARY_CALL_NESTED = ("{nested} nested CUDA API call(s), {failed} failed, {stra
                        "nested calls: {allocated}")
 ALLOCATED_TRACED = " ({bytes} B in the trace{unknown})"
 SIZE_UNKNOWN = ", {n} allocation(s) of unknown size"
+# The verdict, the telemetry and its clock alignment.
+VERDICT_TITLE = "Verdict"
+ALIGNMENT_TITLE = "Clock alignment"
+NO_TELEMETRY = "no telemetry given"
+CHECKED = {True: "checked", False: "NOT checked"}
+ALIGNMENT_METHOD = " (positions use {method}: trace_ns = {field} + ({offset}))"
+TELEMETRY_FILE = "telemetry {path}, sha256 {sha256}, {events} line(s) used, {bad} bad line(s) skipped"
+ARM_TELEMETRY_FILE = "telemetry {path} ({size} bytes, sha256 {sha256})"
+ALIGNMENT_CHECK = "{check}: {detail}"
+CHECK_MARK = {True: "ok", False: "FAILED", None: "not run"}
+ANCHOR = "anchor {event} (line {line}) = NVTX {nvtx} {edge} (pid {pid} tid {tid}): residual {residual}, with UTC {utc}"
+NOT_AN_ANCHOR = "not an anchor: {event} (line(s) {lines}): {reason}"
+REASON = "reason"
+NOTE = "note"
+TIMELINE_TITLE = "telemetry timeline (trace clock)"

@@ -213,7 +213,7 @@ def test_shifted_telemetry_cli_text_report_says_not_checked(capsys, tmp_path: Pa
     assert code == 0
     out = " ".join(out.split())
     assert "Clock alignment: NOT checked" in out
-    assert "[FAILED] methods_agree" in out
+    assert "FAILED: methods_agree" in out
     assert "clock alignment NOT checked]" in out
 
 

@@ -13,7 +13,18 @@ from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size
 from nsysaudit.render.outline import FAILURE_KINDS, Cell, Column, Entry, Phrase, Section, TableOutline
 from nsysaudit.reports.analysis import ranked_library_calls
-from nsysaudit.reports.documents import ArmCensus, Census, Coverage, FailedCalls, Finding, LibraryCall, Memory, Position
+from nsysaudit.reports.documents import (
+    AlignmentSection,
+    ArmCensus,
+    Census,
+    Coverage,
+    FailedCalls,
+    Finding,
+    LibraryCall,
+    Memory,
+    Position,
+    TimelineLine,
+)
 from nsysaudit.reports.statements import CLASSIFICATION_WORDS, censored_reasons_words
 
 MAX_LIBRARY_CALLS = 40
@@ -252,3 +263,53 @@ def _library_call(lc: LibraryCall) -> Entry:
     head = words.LIBRARY_CALL.format(api=lc["api"], source=lc["source"], pid=_id(lc["pid"]), tid=_id(lc["tid"]),
                                      thread=lc["thread_name"] or words.NAME_UNKNOWN)
     return Entry((Phrase(head),), under=tuple(under))
+
+
+# --- the verdict, the telemetry and its clock alignment ---------------------------------------------
+
+
+def verdict_section(verdict: str, reasons: Sequence[str]) -> Section:
+    """The verdict and every reason the analysis gives for it (they quote trace text)."""
+    return Section(words.VERDICT_TITLE, tuple(Entry((Phrase(r),)) for r in reasons), lead=Phrase(verdict),
+                   verdict=verdict)
+
+
+def _ms(value: int | None) -> str:
+    return "unknown" if value is None else f"{value / 1_000_000:.3f} ms"
+
+
+def alignment_section(a: AlignmentSection | None, telemetry: Phrase | None,
+                      timeline: Sequence[TimelineLine] = ()) -> Section:
+    """How the telemetry was put on the trace clock: checked or not and by which mapping, the telemetry
+    file (``telemetry``: None when none was given), each check, the anchors, the notes, the timeline."""
+    if telemetry is None or a is None:
+        return Section(words.ALIGNMENT_TITLE, lead=Phrase(words.NO_TELEMETRY), quiet=True)
+    lead = words.CHECKED[a["checked"]]
+    if a["method"] is not None:
+        lead += words.ALIGNMENT_METHOD.format(method=a["method"], field=a["clock_field"] or "unknown",
+                                              offset=_n(a["offset_ns"]))
+    entries = [Entry((telemetry,))]
+    for c in a["checks"]:
+        entries.append(Entry((Phrase(words.ALIGNMENT_CHECK.format(check=c["check"], detail=c["detail"])),),
+                             label=words.CHECK_MARK[c["passed"]],
+                             severity={True: None, False: "failure", None: "warning"}[c["passed"]]))
+    anchors = a["anchors"]
+    entries += [Entry((Phrase(words.ANCHOR.format(
+        event=p["event"], line=p["line"], nvtx=p["nvtx"], edge=p["edge"], pid=p["pid"], tid=p["tid"],
+        residual=_ms(p["residual_ns"]), utc=_ms(p["utc_residual_ns"]))),)) for p in anchors["pairs"]]
+    entries += [Entry((Phrase(words.NOT_AN_ANCHOR.format(event=sk["event"], lines=", ".join(map(str, sk["lines"])),
+                                                         reason=sk["reason"])),)) for sk in anchors["skipped"]]
+    entries += [Entry((Phrase(r),), label=words.REASON) for r in a["reasons"]]
+    entries += [Entry((Phrase(n),), label=words.NOTE) for n in a["notes"]]
+    columns = (Column(("line",), numeric=True), Column(("event",)), Column(("pid",)), Column(("tid",)),
+               Column(("trace ns",), numeric=True), Column(("via",)), Column(("fields",)))
+    rows = tuple((Cell(str(e["line"])), Cell(e["event"], data=True), Cell(_id(e["pid"])), Cell(_id(e["tid"])),
+                  Cell(_n(e["trace_ns"])), Cell(e["via"] or "unknown", data=True),
+                  Cell(", ".join(f"{k}={v}" for k, v in e["fields"].items()), data=True)) for e in timeline)
+    tables = (TableOutline(Phrase(words.TIMELINE_TITLE), columns, rows),) if rows else ()
+    return Section(words.ALIGNMENT_TITLE, tuple(entries), lead=Phrase(lead), tables=tables,
+                   severity=None if a["checked"] else "warning")
+
+
+def telemetry_file(path: str, sha256: str, events: int, bad_lines: int) -> Phrase:
+    return Phrase(words.TELEMETRY_FILE.format(path=path, sha256=sha256, events=events, bad=bad_lines))

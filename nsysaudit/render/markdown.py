@@ -20,7 +20,6 @@ from nsysaudit.render import outline, stall_parts
 from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, Cell, ComparisonAnswerOutline, Entry, Phrase, Section
 from nsysaudit.reports.documents import (
-    AlignmentSection,
     ArmLibraryCall,
     ComparisonArm,
     ComparisonDocument,
@@ -127,7 +126,7 @@ def _entries(entries: Sequence[Entry], indent: str = "") -> list[str]:
 
 
 def _cell(c: Cell) -> str:
-    text = md(c.text, 60 if c.data else MAX_TEXT) + (f" {md(c.note)}" if c.note is not None else "")
+    text = md(c.text, 120 if c.data else MAX_TEXT) + (f" {md(c.note)}" if c.note is not None else "")
     return f"**{text}**" if c.strong else text
 
 
@@ -135,7 +134,9 @@ def section_lines(section: Section, level: str = "##") -> list[str]:
     """A titled section of the report: its lead as a sentence, its entries as bullets, its tables (each
     under its title), the entries after them, its closing note."""
     out = [f"{level} {md(section.title)}", ""]
-    if section.lead is not None:
+    if section.verdict is not None:
+        out += [f"**{md(section.verdict)}**", ""]
+    elif section.lead is not None:
         out += [_sentence(section.lead), ""]
     if section.entries:
         out += [*_entries(section.entries), ""]
@@ -235,20 +236,6 @@ def _handoff(handoff: Handoff | None) -> list[str]:
     ]
 
 
-def _alignment(alignment: AlignmentSection | None) -> list[str]:
-    if alignment is None:
-        return ["Alignment: none (no telemetry).", ""]
-    shown = ", ".join(f"{md(k)} {md(_scalar(v))}" for k, v in (
-        ("method", alignment["method"]), ("checked", alignment["checked"]), ("offset_ns", alignment["offset_ns"]),
-        ("tolerance_ns", alignment["tolerance_ns"]), ("residuals_ns", alignment["residuals_ns"])))
-    out = [f"Alignment: {shown}.", ""]
-    for reason in alignment["reasons"]:
-        out.append(f"- {md(reason)}")
-    if alignment["reasons"]:
-        out.append("")
-    return out
-
-
 def _arm(name: str, arm: ComparisonArm) -> list[str]:
     inp = arm["input"]
     out = [
@@ -257,10 +244,7 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
         f"Input {md(inp['name'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
         f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
         "",
-        f"Verdict: **{md(arm['verdict'])}**",
-        "",
-        *_bullets(arm["verdict_reasons"]),
-        "",
+        *section_lines(details.verdict_section(arm["verdict"], arm["verdict_reasons"]), "###"),
         *section_lines(details.census_section(arm["census"]), "###"),
         *section_lines(details.findings_section(arm["findings"], arm["memory"]), "###"),
         *section_lines(details.failed_calls_section(arm["failed_calls"]), "###"),
@@ -277,14 +261,12 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     out += stall_parts.markdown_lines(arm["stalls"], "### Host stalls")
     if "allocator" in arm:
         out += section_lines(outline.allocator_section(arm["allocator"]), "###")
-    out += ["### Telemetry", ""]
     tel = arm["telemetry_input"]
+    said = Phrase(words.ARM_TELEMETRY_FILE.format(path=tel["name"], size=f"{tel['size_bytes']:,}",
+                                                  sha256=tel["sha256"])) if tel else None
+    out += section_lines(details.alignment_section(arm["alignment"], said), "###")
     if tel:
-        out += [f"Telemetry {md(tel['name'])} ({num(tel['size_bytes'])} bytes, sha256 `{tel['sha256']}`).", ""]
         out += _handoff(arm["handoff"])
-        out += _alignment(arm["alignment"])
-    else:
-        out += ["No telemetry given.", ""]
     if arm["warnings"]:
         out += section_lines(details.warnings_section(arm["warnings"]), "###")
     return out
@@ -483,11 +465,8 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
         f"Input {md(inp['path'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
         f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
         "",
-        f"Verdict: **{md(doc['verdict'])}**",
-        "",
-        *_bullets(doc["verdict_reasons"]),
-        "",
         *_options(doc.get("options")),
+        *section_lines(details.verdict_section(doc["verdict"], doc["verdict_reasons"])),
         *section_lines(details.census_section(doc["census"])),
         *section_lines(details.findings_section(doc["findings"], doc["memory"])),
         *section_lines(details.failed_calls_section(doc["failed_calls"])),
@@ -502,7 +481,9 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
     if device_lines(doc):  # several devices, or a rank known
         out += section_lines(details.devices_section(device_lines(doc)))
     if "alignment" in doc:
-        out += ["## Telemetry", "", *_alignment(doc["alignment"])]
+        tel = doc["telemetry"]
+        said = details.telemetry_file(tel["path"], tel["sha256"], tel["events"], tel["bad_lines"])
+        out += section_lines(details.alignment_section(doc["alignment"], said, tel["timeline"]))
     if doc["warnings"]:
         out += section_lines(details.warnings_section(doc["warnings"]))
     return out

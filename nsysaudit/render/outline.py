@@ -117,6 +117,7 @@ class Section:
     after: tuple[Entry, ...] = ()
     note: Phrase | None = None
     quiet: bool = False
+    verdict: str | None = None  # the lead states this verdict
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,11 @@ from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section, TableOutline
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import (
-    AlignmentSection,
     AnalysisDocument,
     ComparisonDocument,
     Differences,
     SealedAnalysisDocument,
     Sources,
-    TelemetrySection,
 )
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.stalls import glance_words
@@ -220,7 +218,7 @@ def _table(t: TableOutline) -> Table:
     for row in t.rows:
         cells = []
         for c in row:
-            cell = literal(c.text, 60) if c.data else Text(c.text)
+            cell = literal(c.text, 120) if c.data else Text(c.text)
             if c.note is not None:
                 cell.append(f"\n{c.note}")
             cell.stylize("bold" if c.strong else "")
@@ -236,7 +234,9 @@ def section_parts(section: Section) -> list[RenderableType]:
     if section.lead is not None:
         head.append(" ")
         head.append_text(_phrases([section.lead]))
-        head.stylize("dim" if section.quiet else "", len(section.title) + 3)
+        style = VERDICT_STYLE.get(section.verdict, "bold") if section.verdict is not None else \
+            "dim" if section.quiet else SEVERITY_STYLE[section.severity] if section.severity is not None else ""
+        head.stylize(style, len(section.title) + 3)
     parts: list[RenderableType] = [head, *_bullets(section.entries)]
     parts += [_table(t) for t in section.tables]
     parts += _bullets(section.after)
@@ -294,9 +294,12 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
         return Group(*parts, *_warnings(d["warnings"]), *glance(d))
     parts.append(Text("\n--- details ---", style="dim"))
 
-    parts += [*_verdict_parts(d), *section_parts(sections.capture_section(d["coverage"]))]
+    parts += [*section_parts(sections.verdict_section(d["verdict"], d["verdict_reasons"])),
+              *section_parts(sections.capture_section(d["coverage"]))]
     if "alignment" in d:
-        parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
+        tel = d["telemetry"]
+        said = sections.telemetry_file(tel["path"], tel["sha256"], tel["events"], tel["bad_lines"])
+        parts.extend(section_parts(sections.alignment_section(d["alignment"], said, tel["timeline"])))
     parts += [*section_parts(sections.census_section(d["census"])),
               *section_parts(sections.findings_section(d["findings"], d["memory"])),
               *section_parts(sections.failed_calls_section(d["failed_calls"]))]
@@ -311,68 +314,6 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
               *section_parts(sections.coverage_section(d["coverage"]))]
     parts.extend(_warnings(d["warnings"]))
     return Group(*_hang(parts))
-
-
-def _verdict_parts(d: AnalysisDocument) -> list[RenderableType]:
-    verdict = Text("\nverdict: ")
-    verdict.append(d["verdict"], style=VERDICT_STYLE.get(d["verdict"], "bold"))
-    for reason in d["verdict_reasons"]:
-        verdict.append("\n  ")
-        verdict.append_text(literal(reason, 2000))  # reasons quote trace text (NVTX names, nsys messages)
-    return [verdict]
-
-
-def _ms(ns: int | None) -> str:
-    return "unknown" if ns is None else f"{ns / 1_000_000:.3f} ms"
-
-
-def alignment_parts(a: AlignmentSection, tel: TelemetrySection) -> list[RenderableType]:
-    """The ``alignment`` and ``telemetry`` objects: both mappings, their checks, the timeline."""
-    head = Text("\nClock alignment: ", style="bold")
-    head.append("checked" if a["checked"] else "NOT checked", style="bold green" if a["checked"] else "bold yellow")
-    if a["method"] is not None:
-        head.append(f"  (positions use {a['method']}: trace_ns = {a['clock_field']} + ({a['offset_ns']:,}))")
-    head.append("\n  telemetry ")
-    head.append_text(literal(tel["path"], 200))
-    head.append(f", sha256 {tel['sha256']}, {tel['events']} line(s) used, {tel['bad_lines']} bad line(s) skipped")
-    for c in a["checks"]:
-        mark, style = {True: ("ok", "green"), False: ("FAILED", "bold red"), None: ("not run", "yellow")}[c["passed"]]
-        head.append(f"\n  [{mark}] ", style=style)
-        head.append(f"{c['check']}: ")
-        head.append_text(literal(c["detail"], 400))
-    anchors = a["anchors"]
-    for p in anchors["pairs"]:
-        head.append("\n    anchor ")
-        head.append_text(literal(p["event"]))
-        head.append(f" (line {p['line']}) = NVTX ")
-        head.append_text(literal(p["nvtx"]))
-        head.append(
-            f" {p['edge']} (pid {p['pid']} tid {p['tid']}): residual {_ms(p['residual_ns'])}, "
-            f"with UTC {_ms(p['utc_residual_ns'])}"
-        )
-    for sk in anchors["skipped"]:
-        head.append("\n    not an anchor: ", style="dim")
-        head.append_text(literal(f"{sk['event']} (line(s) {', '.join(map(str, sk['lines']))}): {sk['reason']}", 300))
-    for note in a["notes"]:
-        head.append("\n  note: ", style="magenta")
-        head.append_text(literal(note, 300))
-    parts: list[RenderableType] = [head]
-    table = Table(title="Telemetry timeline (trace clock)", title_justify="left")
-    for col in ("line", "event", "pid", "tid", "trace ns", "via", "fields"):
-        table.add_column(col, justify="right" if col in ("line", "trace ns") else "left")
-    for e in tel["timeline"]:
-        fields = ", ".join(f"{k}={v}" for k, v in e["fields"].items())
-        table.add_row(
-            str(e["line"]),
-            literal(e["event"]),
-            literal(e["pid"]),
-            literal(e["tid"]),
-            ns(e["trace_ns"]),
-            literal(e["via"]),
-            literal(fields, 120),
-        )
-    parts.append(table)
-    return parts
 
 
 def _warnings(warnings: Sequence[ReportWarning]) -> list[RenderableType]:
