@@ -17,14 +17,13 @@ from nsysaudit import words
 from nsysaudit.core.text import escape
 from nsysaudit.render import details_outline as details
 from nsysaudit.render import outline, stall_parts
+from nsysaudit.render.comparison_outline import differences_sections, not_established_section
 from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, Cell, ComparisonAnswerOutline, Entry, Phrase, Section
 from nsysaudit.reports.documents import (
     ArmLibraryCall,
     ComparisonArm,
     ComparisonDocument,
-    Differences,
-    FailingByCode,
     Handoff,
     SealedAnalysisDocument,
     SealedOptions,
@@ -272,20 +271,6 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     return out
 
 
-def _failing(title: str, block: FailingByCode) -> list[str]:
-    rows = []
-    for where, entries in (("only_in_observe", block["only_in_observe"]), ("only_in_release", block["only_in_release"]),
-                           ("in_both", block["in_both"])):
-        for r in entries:
-            rows.append(
-                [where.replace("_", " "), md(r["api"]), str(r["return_code"]), md(r["return_name"]),
-                 num(r["observe"]), num(r["release"])]
-            )
-    if not rows:
-        return [f"{title}: no failing call in either arm.", ""]
-    return [f"{title}:", "", *table(["where", "api", "return code", "name", "observe", "release"], rows)]
-
-
 def _options(options: SealedOptions | None) -> list[str]:
     """The options that changed the analysis (``options`` of a sealed document; absent otherwise)."""
     if not options:
@@ -301,11 +286,6 @@ def _options(options: SealedOptions | None) -> list[str]:
             f"clock tolerance {num(tel['tolerance_ns'])} ns{', lenient' if tel['lenient'] else ''}"
         )
     return [f"Options: {text}.", ""]
-
-
-def _values(values: Sequence[str] | None) -> str:
-    """A META_DATA_CAPTURE key's values: ``absent`` when the export has no such key."""
-    return "absent" if values is None else ", ".join(md(v) for v in values)
 
 
 def _comparison_answer(answer: ComparisonAnswerOutline) -> list[str]:
@@ -360,85 +340,13 @@ def _comparison_rest(doc: ComparisonDocument) -> list[str]:
              for i in doc["inputs"]),
         ),
         *_options(doc.get("options")),
-        "## What this comparison does NOT establish",
+        *section_lines(not_established_section(doc["not_established"])),
+        f"## {words.DIFFERENCES_TITLE}",
         "",
-        *_bullets(x["statement"] for x in doc["not_established"]),
-        "",
-        *_differences(doc["differences"]),
+        *(line for section in differences_sections(doc["differences"]) for line in section_lines(section, "###")),
     ]
     for name in ("observe", "release"):
         out += _arm(name, doc["arms"][name])
-    return out
-
-
-def _differences(diff: Differences) -> list[str]:
-    """The comparison's differences: the failure, the findings, the library calls, the calls failing in
-    one arm, the sources and capture options, the memory, the allocator and the handoff."""
-    out = [
-        "## Differences",
-        "",
-        "### Nested allocation failure",
-        "",
-        md(diff["nested_alloc_failure"]["statement"], 10_000),
-        "",
-        "### Findings by kind",
-        "",
-        *(
-            table(
-                ["kind", "observe", "release"],
-                ([md(r["kind"]), num(r["observe"]), num(r["release"])] for r in diff["findings_by_kind"]),
-            )
-            if diff["findings_by_kind"]
-            else ["No finding in either arm.", ""]
-        ),
-        "### What the library calls allocated, arm by arm",
-        "",
-    ]
-    if not diff["library_calls"]:
-        out += ["No library call of interest in either arm.", ""]
-    for pair in diff["library_calls"]:
-        mk = pair["match_key"]
-        out += [
-            f"{md(mk['api'])}, {'main' if mk['thread_role'] == 'main' else 'non-main'} thread, call #{mk['ordinal']}:",
-            "",
-            *_bullets(pair["statements"]),
-            "",
-        ]
-    out += ["### Calls that fail in one arm only", ""]
-    out += _failing("In the whole export (census)", diff["failing_calls"]["census"])
-    out += _failing("Nested in the library calls of interest", diff["failing_calls"]["nested"])
-    src = diff["sources"]
-    cap = src["capture"]
-    out += ["### Sources and capture options", ""]
-    for v, label in ((src["nsys_version"], "nsys version"), (src["schema_version"], "schema version"),
-                     (src["kind"], "input kind")):
-        same = {True: "same", False: "DIFFERENT", None: "unknown"}[v["same"]]
-        out.append(f"- {label}: observe {md(v['observe'])}, release {md(v['release'])} ({same})")
-    out.append(
-        f"- capture options (META\\_DATA\\_CAPTURE): {cap['keys_compared']} keys compared, {cap['same']} the same, "
-        f"{len(cap['differs'])} differ, {len(cap['differs_as_expected'])} differ as expected"
-    )
-    out.append("")
-    rows = [[md(d["key"]), _values(d["observe"]), _values(d["release"]), "**differs**"] for d in cap["differs"]]
-    rows += [
-        [md(d["key"]), _values(d["observe"]), _values(d["release"]), f"differs as expected: {md(d['why'])}"]
-        for d in cap["differs_as_expected"]
-    ]
-    if rows:
-        out += table(["key", "observe", "release", ""], rows)
-    out += ["### Device memory (the ledger, both arms)", "", *_bullets(diff["memory"]["statements"]), ""]
-    if "allocator" in diff:
-        out += ["### The allocator's own view, both arms", "",
-                *(f"- {_phrases(e.phrases)}" for e in outline.allocator_differences(diff["allocator"])), ""]
-    out += ["### Memory at the handoff (telemetry)", ""]
-    if diff["handoff"]:
-        out += table(
-            ["field", "observe", "release", "release minus observe"],
-            ([md(k), num(v["observe"]), num(v["release"]), num(v["release_minus_observe"])]
-             for k, v in diff["handoff"].items()),
-        )
-    else:
-        out += ["No handoff snapshot in either arm's telemetry.", ""]
     return out
 
 

@@ -28,15 +28,14 @@ from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
 from nsysaudit.render import details_outline as sections
 from nsysaudit.render import outline, stall_parts
+from nsysaudit.render.comparison_outline import differences_sections, not_established_section
 from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section, TableOutline
 from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import (
     AnalysisDocument,
     ComparisonDocument,
-    Differences,
     SealedAnalysisDocument,
-    Sources,
 )
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.stalls import glance_words
@@ -213,8 +212,9 @@ def _table(t: TableOutline) -> Table:
     for i, col in enumerate(t.columns):
         if col.numeric:
             table.add_column("\n".join(col.heading), justify="right", no_wrap=True)
-        else:
-            table.add_column("\n".join(col.heading), overflow="fold", min_width=12 if i == 0 else None)
+        else:  # as wide as its longest word, up to 26 columns: a name is broken only when longer
+            words_in = [w for row in t.rows for w in row[i].text.split()] or [""]
+            table.add_column("\n".join(col.heading), overflow="fold", min_width=min(max(map(len, words_in)), 26))
     for row in t.rows:
         cells = []
         for c in row:
@@ -399,100 +399,11 @@ def comparison_renderable(
     if not details:
         return Group(*parts)
     parts.append(Text("\n--- details ---", style="dim"))
-    verdicts = Text("\nverdicts:")
-    for name in ("observe", "release"):
-        v = doc["arms"][name]["verdict"]
-        verdicts.append(f"  {name} ")
-        verdicts.append(v, style=VERDICT_STYLE.get(v, "bold"))
-    parts.append(verdicts)
-
-    parts += _differences_parts(doc["differences"])
-    parts.append(Text("\nWhat this comparison does NOT establish", style="bold yellow"))
-    for item in doc["not_established"]:
-        parts.append(Text("  - ").append_text(literal(item["statement"], 2000)))
+    parts.append(Text(f"\n{words.DIFFERENCES_TITLE}", style="bold"))
+    for section in differences_sections(doc["differences"]):
+        parts += section_parts(section)
+    parts += section_parts(not_established_section(doc["not_established"]))
     return Group(*_hang(parts))
-
-
-def _differences_parts(diff: Differences) -> list[RenderableType]:
-    """The comparison's differences: the failure, the findings by kind, the library calls, the calls
-    failing in one arm, the sources, the handoff."""
-    parts: list[RenderableType] = [Text("\nDifferences", style="bold")]
-    parts.append(Text("  ").append_text(literal(diff["nested_alloc_failure"]["statement"], 2000)))
-    for row in diff["findings_by_kind"]:
-        if row["kind"] != "nested_alloc_failure":
-            parts.append(Text(f"  {row['kind']} findings: observe {row['observe']}, release {row['release']}"))
-    for pair in diff["library_calls"]:
-        for statement in pair["statements"]:
-            parts.append(Text("  - ").append_text(literal(statement, 2000)))
-    if "allocator" in diff:
-        said = outline.allocator_differences(diff["allocator"])
-        parts += [Text("  - ").append_text(_phrases(e.phrases)) for e in said]
-    for scope, label in (("census", "whole export"), ("nested", "nested in library calls of interest")):
-        block = diff["failing_calls"]["census" if scope == "census" else "nested"]
-        for where, entries in (("only_in_observe", block["only_in_observe"]),
-                               ("only_in_release", block["only_in_release"])):
-            for r in entries:
-                t = Text(f"  fails {where.replace('_', ' ')} ({label}): ", style="yellow")
-                t.append_text(literal(r["api"]))
-                t.append(
-                    f" returned {r['return_code']} ({r['return_name'] or 'unknown code'}): "
-                    f"observe {r['observe']:,}, release {r['release']:,}"
-                )
-                parts.append(t)
-        for r in block["in_both"]:
-            t = Text(f"  fails in both ({label}): ")
-            t.append_text(literal(r["api"]))
-            t.append(f" returned {r['return_code']}: observe {r['observe']:,}, release {r['release']:,}")
-            parts.append(t)
-    parts += _sources_parts(diff["sources"])
-    if diff["handoff"]:
-        table = Table(title="Memory at the handoff (telemetry)", title_justify="left")
-        for col in ("field", "observe", "release", "release - observe"):
-            table.add_column(col, justify="left" if col == "field" else "right")
-        for key, moved in diff["handoff"].items():
-            table.add_row(key, nbytes(moved["observe"]), nbytes(moved["release"]), ns(moved["release_minus_observe"]))
-        parts.append(table)
-    return parts
-
-
-def _sources_parts(src: Sources) -> list[RenderableType]:
-    """Whether the arms' nsys and schema versions are the same, and which capture options differ."""
-    parts: list[RenderableType] = []
-    t = Text("  sources: ")
-    for key, version in (("nsys_version", src["nsys_version"]), ("schema_version", src["schema_version"])):
-        t.append(f"{key} ")
-        if version["same"]:
-            t.append("same", style="green")
-        else:  # META_DATA_EXPORT strings: data like any trace text
-            t.append("DIFFERENT (", style="bold yellow")
-            t.append_text(literal(version["observe"]))
-            t.append(" vs ", style="bold yellow")
-            t.append_text(literal(version["release"]))
-            t.append(")", style="bold yellow")
-        t.append("; ")
-    cap = src["capture"]
-    t.append(
-        f"capture options: {cap['keys_compared']} keys, {len(cap['differs'])} differ, "
-        f"{len(cap['differs_as_expected'])} differ as expected"
-    )
-    parts.append(t)
-
-    def values(v: Sequence[str] | None) -> str:
-        return "absent" if v is None else ", ".join(v)
-
-    for d in cap["differs"]:
-        parts.append(
-            Text("    differs: ", style="yellow").append_text(
-                literal(f"{d['key']}: observe {values(d['observe'])}, release {values(d['release'])}", 300)
-            )
-        )
-    for d in cap["differs_as_expected"]:
-        parts.append(
-            Text("    differs as expected: ", style="dim").append_text(
-                literal(f"{d['key']} ({d['why']}): observe {values(d['observe'])}, release {values(d['release'])}", 300)
-            )
-        )
-    return parts
 
 
 def sealed_text(directory: str, files: Sequence[str]) -> RenderableType:
