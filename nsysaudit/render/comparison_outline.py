@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nsysaudit import words
+from nsysaudit.core.codes import display_name
 from nsysaudit.render.outline import Cell, Column, Entry, Phrase, Section, TableOutline, allocator_differences
 from nsysaudit.reports.documents import Differences, NotEstablished, Sources
 
@@ -41,7 +42,7 @@ def _failing(diff: Differences) -> Section:
     for scope, block in (("census", diff["failing_calls"]["census"]), ("nested", diff["failing_calls"]["nested"])):
         for where in ("only_in_observe", "only_in_release", "in_both"):
             rows += [(Cell(words.FAILING_WHERE[where]), Cell(words.FAILING_SCOPE[scope]),
-                      Cell(r["api"] or "unknown", data=True), Cell(str(r["return_code"])),
+                      Cell(display_name(r["api"]) if r["api"] else "unknown", data=True), Cell(str(r["return_code"])),
                       Cell(r["return_name"] or words.UNKNOWN_CODE, data=True), Cell(_n(r["observe"])),
                       Cell(_n(r["release"]))) for r in block[where]]
     if not rows:

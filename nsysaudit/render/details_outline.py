@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nsysaudit import words
+from nsysaudit.core.codes import display_name
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size
 from nsysaudit.render.outline import FAILURE_KINDS, Cell, Column, Entry, Phrase, Section, TableOutline
@@ -34,6 +35,11 @@ def _n(value: int | None) -> str:
     return "unknown" if value is None else f"{value:,}"
 
 
+def _api(display: str | None, api: str | None) -> str:
+    """A CUDA API call's name as the answer says it (``cudaMalloc``, not nsys's ``cudaMalloc_v3020``)."""
+    return display or (display_name(api) if api else "unknown")
+
+
 def _id(value: int | None) -> str:
     """A pid, tid or correlation id: never with thousands separators."""
     return "unknown" if value is None else str(value)
@@ -55,7 +61,7 @@ def census_section(census: Census | ArmCensus, level_title: str = words.CENSUS_T
     columns = (Column(("api",)), Column(("return", "code"), numeric=True), Column(("name",)),
                Column(("count",), numeric=True), Column(("meaning",)))
     rows = tuple(
-        (Cell(r["api"] or "unknown", data=True), Cell(str(r["return_code"])),
+        (Cell(_api(r["display_api"], r["api"]), data=True), Cell(str(r["return_code"])),
          Cell(r["return_name"] or "unknown", data=True), Cell(_n(r["count"])),
          Cell(CLASSIFICATION_WORDS.get(r["classification"] or "", "unknown")))
         for r in census["by_return"])
@@ -72,7 +78,7 @@ def failed_calls_section(groups: Sequence[FailedCalls]) -> Section:
         where = (words.FAILED_IN_RANGE.format(range=g["nvtx_range"]) if g["nvtx_range"] is not None
                  else words.FAILED_IN_NO_RANGE)
         text = words.FAILED_GROUP.format(
-            count=_n(g["count"]), api=g["api"] or "unknown", code=_id(g["return_code"]),
+            count=_n(g["count"]), api=_api(g["display_api"], g["api"]), code=_id(g["return_code"]),
             name=g["return_name"] or "unknown", oom=words.OUT_OF_MEMORY if g["out_of_memory"] else "",
             pid=_id(g["pid"]), tid=_id(g["tid"]), thread=g["thread_name"] or words.NAME_UNKNOWN, where=where,
             span=_span(g["first_ns"], g["last_ns"]),
@@ -223,9 +229,9 @@ def findings_section(findings: Sequence[Finding], memory: Memory, title: str = w
     if not findings:
         return Section(title, lead=Phrase(words.NO_FINDINGS), quiet=True)
     entries = tuple(
-        Entry((Phrase(words.FINDING.format(api=f["api"], code=f["return_code"], name=f["return_name"] or
-                                           words.UNKNOWN_CODE, oom=words.OUT_OF_MEMORY if f["out_of_memory"] else "",
-                                           correlation=_id(f["correlation_id"]))),),
+        Entry((Phrase(words.FINDING.format(
+            api=_api(f["display_api"], f["api"]), code=f["return_code"], name=f["return_name"] or words.UNKNOWN_CODE,
+            oom=words.OUT_OF_MEMORY if f["out_of_memory"] else "", correlation=_id(f["correlation_id"]))),),
               label=f["kind"], severity="failure" if f["kind"] in FAILURE_KINDS else "warning",
               under=tuple(_finding_under(f, holders.get(i))))
         for i, f in enumerate(findings))

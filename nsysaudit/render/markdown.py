@@ -119,7 +119,8 @@ def _entries(entries: Sequence[Entry], indent: str = "") -> list[str]:
     out = []
     for e in entries:
         label = f"{e.label}: " if e.label is not None else ""
-        out.append(f"{indent}- {label}{_phrases(e.phrases)}")
+        refer = f"; {md(words.REFER_MARKDOWN.format(arm=e.refer[0]))}" if e.refer is not None else ""
+        out.append(f"{indent}- {label}{_phrases(e.phrases)}{refer}")
         out += _entries(e.under, indent + "  ")
     return out
 
@@ -292,11 +293,7 @@ def _comparison_answer(answer: ComparisonAnswerOutline) -> list[str]:
     """The comparison's answer: grouped per arm, then what the memory did differently at the call."""
     out = ["## Answer", "", f"**{_phrases([answer.summary])}**", ""]
     for section in answer.sections:
-        out += [f"### {section.title}", ""]
-        if section.answer is not None:
-            out += answer_lines(section.answer)
-        else:
-            out += [*(f"- {_phrases(e.phrases)}" for e in section.entries), ""]
+        out += [f"### {section.title}", "", *_entries(section.entries), ""]
     return out
 
 

@@ -6,6 +6,7 @@ The terminal and report.md lay the same section out (:mod:`nsysaudit.render.outl
 from __future__ import annotations
 
 from nsysaudit import words
+from nsysaudit.core.codes import display_name
 from nsysaudit.core.text import byte_size
 from nsysaudit.render.outline import Cell, Column, Entry, Phrase, Section, TableOutline
 from nsysaudit.reports.documents import Memory
@@ -45,7 +46,8 @@ def _devices(memory: Memory) -> list[Entry]:
                                                      at=f"{dev['peak_at_ns']:,}")
         under = []
         for proc in dev.get("processes", []):
-            calls = "; ".join(f"{c['api'] or CALL_WORDS.get(c['call'], c['call'])} {c['events']:,} x {c['kind']} "
+            calls = "; ".join(f"{display_name(c['api']) if c['api'] else CALL_WORDS.get(c['call'], c['call'])} "
+                              f"{c['events']:,} x {c['kind']} "
                               f"{c['bytes']:,} B" for c in proc["allocations_by_call"])
             under.append(Entry((Phrase(words.MEMORY_PROCESS.format(
                 pid=proc["pid"], live=f"{proc['live_bytes_at_end']:,}", calls=calls)),)))

@@ -13,6 +13,7 @@ data (escaped), never as markup.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,6 +61,7 @@ class Entry:
     strong: bool = False
     under: tuple[Entry, ...] = ()
     more_in: str | None = None
+    refer: tuple[str, str] | None = None  # (arm, its input): the arm's own report says the rest
 
 
 @dataclass(frozen=True)
@@ -104,13 +106,11 @@ class TableOutline:
 
 @dataclass(frozen=True)
 class Section:
-    """A titled part: its ``lead`` (said after the title; ``quiet``: nothing else to say), its entries or
-    an arm's answer, its tables, the entries ``after`` them, a closing ``note``; ``severity``: what its
-    title warns of."""
+    """A titled part: its ``lead`` (said after the title; ``quiet``: nothing else to say), its entries,
+    its tables, the entries ``after`` them, a closing ``note``; ``severity``: what its title warns of."""
 
     title: str
     entries: tuple[Entry, ...] = ()
-    answer: AnswerOutline | None = None
     severity: Severity | None = None
     lead: Phrase | None = None
     tables: tuple[TableOutline, ...] = ()
@@ -189,9 +189,10 @@ def comparison_answer_outline(doc: ComparisonDocument) -> ComparisonAnswerOutlin
     sections: list[Section] = []
     if answer["ranks"]:  # the arms are two ranks of one job
         sections.append(Section(words.RANKS_TITLE, _bullets(answer["ranks"])))
-    arms = {name: answer_outline(answer["arms"][name], stalls=False, allocator=_allocator(doc["arms"][name]))
-            for name in ("observe", "release")}
-    sections += [Section(words.ARM_TITLE.format(arm=name), answer=arm) for name, arm in arms.items()]
+    # Each arm in a line, its findings referred to its own report: the comparison says what differs,
+    # not again what analyze says of each arm (issue 37, item 8).
+    sections.append(Section(words.ARMS_TITLE, tuple(
+        _arm_entry(name, answer["arms"][name], _arm_arguments(doc, name)) for name in ("observe", "release"))))
     at_calls = allocator_differences(doc["differences"]["allocator"], calls_only=True) \
         if "allocator" in doc["differences"] else ()
     if answer["memory"] or at_calls:
@@ -201,7 +202,32 @@ def comparison_answer_outline(doc: ComparisonDocument) -> ComparisonAnswerOutlin
     if answer["stalls"]:
         sections.append(Section(words.STALLS_TITLE, _bullets([answer["stalls"]])))
     return ComparisonAnswerOutline(Phrase(answer["summary"]), tuple(sections),
-                                   gravest([arm.verdict for arm in arms.values()]))
+                                   gravest([answer["arms"][name]["verdict"] for name in ("observe", "release")]))
+
+
+def _arm_arguments(doc: ComparisonDocument, arm: str) -> str:
+    """The arguments ``analyze`` takes to say an arm's answer as the comparison read it: its input, its
+    telemetry and its memory snapshots, by the names the comparison gives them."""
+    given: list[str] = []
+    for i in doc["inputs"]:
+        if i["role"] == arm:
+            given.insert(0, i["name"])
+        elif i["role"] == f"{arm}_telemetry":
+            given += ["--telemetry", i["name"]]
+        elif i["role"].startswith(f"{arm}_snapshot_"):
+            given += ["--snapshot", i["name"]]
+    return " ".join(given)
+
+
+def _arm_entry(name: str, arm: Answer, input_name: str) -> Entry:
+    """One arm in a line: its verdict and how many findings of which kinds, and where its findings are
+    said in full (``refer``: the arm, and the input its own report is made from)."""
+    kinds = Counter(f["kind"] for f in arm["findings"])
+    found = words.ARM_FINDINGS.format(n=len(arm["findings"]), kinds=", ".join(
+        f"{n} {kind}" for kind, n in kinds.items())) if kinds else words.ARM_NO_FINDING
+    return Entry((Phrase(words.ARM_LINE.format(verdict=arm["verdict"], findings=found)),), label=name,
+                 severity="failure" if arm["verdict"] == "failure_found" else None,
+                 refer=(name, input_name) if kinds else None)
 
 
 # --- the allocator's own view (memory snapshots) ------------------------------------------------------

@@ -200,6 +200,8 @@ def _bullets(entries: Sequence[Entry], indent: int = 2) -> list[RenderableType]:
         if e.label is not None:
             body = Text.assemble(f"{e.label}: ", body)
         body.stylize(SEVERITY_STYLE[e.severity] if e.severity is not None else "")
+        if e.refer is not None:
+            body.append_text(Text("; ").append_text(literal(words.REFER_TERMINAL.format(input=e.refer[1]), 400)))
         parts.append(hanging("- ", body, indent=indent))
         parts += _bullets(e.under, indent + 2)
     return parts
@@ -374,9 +376,7 @@ def comparison_answer_parts(answer: ComparisonAnswerOutline) -> list[RenderableT
     for section in answer.sections:
         title = section.title[0].lower() + section.title[1:]
         parts.append(Text(f"\n{title}", style="bold yellow" if section.severity == "warning" else "bold"))
-        if section.answer is not None:
-            parts += answer_parts(section.answer)[1:]
-        parts += [hanging("- ", _phrases(e.phrases)) for e in section.entries]
+        parts += _bullets(section.entries)
     return parts
 
 

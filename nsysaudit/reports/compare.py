@@ -30,7 +30,7 @@ import polars as pl
 from nsysaudit import words
 from nsysaudit.analysis.findings import FINDING_KINDS
 from nsysaudit.analysis.interest import of_interest
-from nsysaudit.core.codes import is_allocation_api, names
+from nsysaudit.core.codes import display_name, is_allocation_api, names
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.reports import nccl
 from nsysaudit.reports.analysis import AnalysisResult
@@ -599,7 +599,8 @@ def _failure_presence(arms: Mapping[str, ComparisonArm]) -> FailurePresence:
     if present and absent:
         fs = [f for f in arms[present[0]]["findings"] if f["kind"] == "nested_alloc_failure"]
         what = "; ".join(
-            f"{f['api']} returned {f['return_code']} ({f['return_name'] or 'unknown code'}) inside "
+            f"{f['display_api'] or display_name(f['api'])} returned {f['return_code']} "
+            f"({f['return_name'] or 'unknown code'}) inside "
             f"{nccl.call_words(f['enclosing'])}" + when(f.get("telemetry"))
             for f in fs
             if f["enclosing"] is not None  # a nested failure is inside its library call

@@ -11,6 +11,7 @@ from typing import Literal, cast
 
 from nsysaudit.analysis.allocator import AllocatorPoint, Frame, Stack
 from nsysaudit.analysis.ledger import CoveredPoint, LedgerPoint
+from nsysaudit.core.codes import display_name
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.reports.documents import (
     ArmLibraryCall,
@@ -55,7 +56,7 @@ def allocation_statement(arm: str, lc: ArmLibraryCall) -> str:
         for c in failed:
             name = c["return_name"] or "unknown code"
             parts.append(
-                f"{c['api']} returned {c['return_code']} ({name}), requested bytes "
+                f"{display_name(c['api'])} returned {c['return_code']} ({name}), requested bytes "
                 f"{'unknown' if c['bytes'] is None else format(c['bytes'], ',')}, "
                 f"after {a['succeeded_before_first_failure']} successful nested allocation(s)"
             )
@@ -148,7 +149,7 @@ def free_calls_without_event_words(gaps: FreeCallsWithoutEvent | None) -> str | 
     if gaps is None or not gaps["count"]:
         return None
     return (f"{gaps['count']:,} successful free call(s) without a deallocation event ("
-            + ", ".join(f"{n:,} x {api}" for api, n in gaps["by_api"].items())
+            + ", ".join(f"{n:,} x {display_name(api)}" for api, n in gaps["by_api"].items())
             + "; e.g. correlation " + ", ".join(str(c) for c in gaps["example_correlation_ids"])
             + "): cudaFree(NULL) frees nothing; the bounds after them assume none freed memory")
 
@@ -448,7 +449,8 @@ def allocator_statement(point: AllocatorPoint, stacks: Mapping[tuple[int, int], 
                     f"allocation(s) made {_site(stack)}{freed}")
         outside = s["outside_allocator"]
         if outside["bytes"]:
-            apis = ", ".join(f"{a['api'] or 'an unknown call'}: {a['allocations']}" for a in outside["by_api"])
+            apis = ", ".join(f"{display_name(a['api']) if a['api'] else 'an unknown call'}: {a['allocations']}"
+                             for a in outside["by_api"])
             out += f"; outside its segments the trace shows {size_word(outside['bytes'])} ({apis})"
         out += "." if s["verified"] else " (the snapshot's clock is not checked against the trace)."
         said.append(out)
