@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nsysaudit import words
 from nsysaudit.reports import nccl
 from nsysaudit.reports.documents import (
     Answer,
@@ -41,7 +42,7 @@ def when_words(position: Position | None) -> str | None:
     after = position["after"] if position is not None else None
     if position is None or after is None:
         return None
-    checked = "" if position["verified"] else ", clock alignment NOT checked"
+    checked = "" if position["verified"] else f", {words.CLOCK_CHECKED[False]}"
     return f"{after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 

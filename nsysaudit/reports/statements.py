@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, cast
 
+from nsysaudit import words
 from nsysaudit.analysis.allocator import AllocatorPoint, Frame, Stack
 from nsysaudit.analysis.ledger import CoveredPoint, LedgerPoint
 from nsysaudit.core.codes import display_name
@@ -188,7 +189,7 @@ def position_statement(arm: str, lc: ArmLibraryCall) -> str | None:
     if in_force:
         text += f"; last telemetry snapshot before it: {in_force['event']} (line {in_force['line']}): "
         text += _values(in_force.get("values") or {})
-    text += "; alignment checked" if pos["verified"] else "; alignment NOT checked, positions unverified"
+    text += f"; {words.CLOCK_CHECKED[pos['verified']]}"
     return text
 
 
@@ -197,7 +198,7 @@ def when(pos: Position | None) -> str:
     after = pos["after"] if pos is not None else None
     if pos is None or after is None:
         return ""
-    checked = "" if pos["verified"] else ", alignment NOT checked"
+    checked = "" if pos["verified"] else f", {words.CLOCK_CHECKED[False]}"
     return f", {after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 
