@@ -10,11 +10,8 @@ from collections.abc import Sequence
 from nsysaudit import words
 from nsysaudit.core.codes import display_name
 from nsysaudit.render.outline import Cell, Column, Entry, Phrase, Section, TableOutline, allocator_differences
+from nsysaudit.render.outline import number as _n
 from nsysaudit.reports.documents import Differences, NotEstablished, Sources
-
-
-def _n(value: int | float | None) -> str:
-    return "unknown" if value is None else f"{value:,}"
 
 
 def _findings_by_kind(diff: Differences) -> Section:

@@ -13,6 +13,8 @@ from nsysaudit.core.codes import display_name
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size
 from nsysaudit.render.outline import FAILURE_KINDS, Cell, Column, Entry, Phrase, Section, TableOutline
+from nsysaudit.render.outline import ident as _id
+from nsysaudit.render.outline import number as _n
 from nsysaudit.reports.analysis import ranked_library_calls
 from nsysaudit.reports.documents import (
     AlignmentSection,
@@ -31,18 +33,9 @@ from nsysaudit.reports.statements import CLASSIFICATION_WORDS, censored_reasons_
 MAX_LIBRARY_CALLS = 40
 
 
-def _n(value: int | None) -> str:
-    return "unknown" if value is None else f"{value:,}"
-
-
 def _api(display: str | None, api: str | None) -> str:
     """A CUDA API call's name as the answer says it (``cudaMalloc``, not nsys's ``cudaMalloc_v3020``)."""
     return display or (display_name(api) if api else "unknown")
-
-
-def _id(value: int | None) -> str:
-    """A pid, tid or correlation id: never with thousands separators."""
-    return "unknown" if value is None else str(value)
 
 
 def _span(start: int | None, end: int | None, recorded_end: int | None = None) -> str:

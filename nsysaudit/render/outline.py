@@ -233,6 +233,16 @@ def _arm_entry(name: str, arm: Answer, input_name: str) -> Entry:
 # --- the allocator's own view (memory snapshots) ------------------------------------------------------
 
 
+def number(value: int | float | None) -> str:
+    """A count or figure with thousands separators; ``unknown`` for null."""
+    return "unknown" if value is None else f"{value:,}"
+
+
+def ident(value: int | None) -> str:
+    """A pid, tid or correlation id: never with thousands separators; ``unknown`` for null."""
+    return "unknown" if value is None else str(value)
+
+
 def _size(value: int | None) -> str:
     return "unknown" if value is None else size_word(value)
 
