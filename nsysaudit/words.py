@@ -228,3 +228,16 @@ ALLOCATOR_BOTH_TITLE = "The allocator's own view, both arms"
 HANDOFF_TITLE = "Memory at the handoff (telemetry)"
 NO_HANDOFF = "no handoff snapshot in either arm's telemetry"
 NOT_ESTABLISHED_DETAILS_TITLE = "What this comparison does NOT establish"
+# The host stalls' section (render/details_outline.stalls_section; the statements are reports/stalls.py's).
+STALLS_DETAILS_TITLE = "Host stalls"
+STALLS_BY_KIND = "by kind: {kinds}"
+STALLS_IDLE = "; of the stalls' time, {idle} with no GPU work of their processes"
+STALLS_IDLE_UNKNOWN = "; how much of the stalls' time no GPU work covered is unknown (see warnings)"
+STALLS_OWN = " (their own copies and memsets ran {own} more)"
+STALLS_WAITED = "waited {waited}{own}{idle}"
+STALLS_ROWS = ("GPU rows read: {rows}; synchronization rows joined to the calls described (the stalls, the "
+               "longest): {joined}")
+STALLS_RANGES = ("per NVTX range ({shown} of {total} shown, the longest stalls first; a call counts in every range "
+                 "that holds it)")
+STALLS_CALLS = "the calls that blocked longest ({shown} of {total} shown; the JSON lists {listed})"
+STALL_SPAN = "trace ns {start} .. {end}"

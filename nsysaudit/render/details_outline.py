@@ -28,6 +28,7 @@ from nsysaudit.reports.documents import (
     Position,
     TimelineLine,
 )
+from nsysaudit.reports.stalls import Stalls, glance_words, kind_words, ms
 from nsysaudit.reports.statements import CLASSIFICATION_WORDS, censored_reasons_words
 
 MAX_LIBRARY_CALLS = 40
@@ -312,3 +313,45 @@ def alignment_section(a: AlignmentSection | None, telemetry: Phrase | None,
 
 def telemetry_file(path: str, sha256: str, events: int, bad_lines: int) -> Phrase:
     return Phrase(words.TELEMETRY_FILE.format(path=path, sha256=sha256, events=events, bad=bad_lines))
+
+
+# --- the host stalls (the documents' ``stalls`` key, nsysaudit.reports.stalls) -----------------------
+
+SHOWN_RANGES = 5
+SHOWN_CALLS = 5
+
+
+def _stall_sums(s: Stalls) -> list[str]:
+    """The sums, in lines: the first one the section's lead."""
+    lines = [glance_words(s).removeprefix("host stalls: ")]
+    if not s["blocking_calls"]:
+        return lines
+    kinds = ", ".join(f"{kind_words(k['kind'], k['calls'])} ({ms(k['blocked_ns'])})" for k in s["by_kind"])
+    lines.append(words.STALLS_BY_KIND.format(kinds=kinds))
+    idle = (words.STALLS_IDLE.format(idle=ms(s["idle_ns"])) if s["idle_ns"]
+            else "" if s["idle_ns"] is not None or not s["stalls"] else words.STALLS_IDLE_UNKNOWN)
+    own = words.STALLS_OWN.format(own=ms(s["own_ns"])) if s["own_ns"] else ""
+    lines.append(words.STALLS_WAITED.format(waited=ms(s["waited_ns"]), own=own, idle=idle))
+    rows = ", ".join(f"{n:,} {kind}" for kind, n in s["work_rows"].items())
+    if rows:
+        lines.append(words.STALLS_ROWS.format(rows=rows, joined=f"{s['synchronization_rows']:,}"))
+    return lines
+
+
+def stalls_section(s: Stalls) -> Section:
+    """The host stalls: their sums, each process's statement, the longest per NVTX range, the calls
+    that blocked longest (the statements are the document's own, reports/stalls.py)."""
+    first, *rest = _stall_sums(s)
+    entries = [Entry((Phrase(line),)) for line in rest]
+    if s["blocking_calls"]:
+        entries += [Entry((Phrase(p["statement"]),)) for p in s["processes"]]
+        if s["ranges"]:
+            shown = s["ranges"][:SHOWN_RANGES]
+            head = words.STALLS_RANGES.format(shown=len(shown), total=f"{s['ranges_total']:,}")
+            entries.append(Entry((Phrase(head),), under=tuple(Entry((Phrase(r["statement"]),)) for r in shown)))
+        calls = s["calls"][:SHOWN_CALLS]
+        entries.append(Entry((Phrase(words.STALLS_CALLS.format(shown=len(calls), total=f"{s['calls_total']:,}",
+                                                              listed=len(s["calls"]))),),
+                             under=tuple(Entry((Phrase(c["statement"]), Phrase(words.STALL_SPAN.format(
+                                 start=f"{c['start_ns']:,}", end=f"{c['end_ns']:,}"), "phrase"))) for c in calls)))
+    return Section(words.STALLS_DETAILS_TITLE, tuple(entries), lead=Phrase(first))

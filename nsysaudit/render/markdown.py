@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from nsysaudit import words
 from nsysaudit.core.text import escape
 from nsysaudit.render import details_outline as details
-from nsysaudit.render import outline, stall_parts
+from nsysaudit.render import outline
 from nsysaudit.render.comparison_outline import differences_sections, not_established_section
 from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, Cell, ComparisonAnswerOutline, Entry, Phrase, Section
@@ -258,7 +258,7 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     out += [*section_lines(details.capture_section(arm["coverage"]), "###"),
             *section_lines(details.coverage_section(arm["coverage"]), "###")]
     out += section_lines(memory_section(arm["memory"]), "###")
-    out += stall_parts.markdown_lines(arm["stalls"], "### Host stalls")
+    out += section_lines(details.stalls_section(arm["stalls"]), "###")
     if "allocator" in arm:
         out += section_lines(outline.allocator_section(arm["allocator"]), "###")
     tel = arm["telemetry_input"]
@@ -380,7 +380,7 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
     out += [*section_lines(details.capture_section(doc["coverage"])),
             *section_lines(details.coverage_section(doc["coverage"]))]
     out += section_lines(memory_section(doc["memory"]))
-    out += stall_parts.markdown_lines(doc["stalls"])
+    out += section_lines(details.stalls_section(doc["stalls"]))
     if "allocator" in doc:
         out += section_lines(outline.allocator_section(doc["allocator"]))
     if device_lines(doc):  # several devices, or a rank known

@@ -27,7 +27,7 @@ from nsysaudit import words
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
 from nsysaudit.render import details_outline as sections
-from nsysaudit.render import outline, stall_parts
+from nsysaudit.render import outline
 from nsysaudit.render.comparison_outline import differences_sections, not_established_section
 from nsysaudit.render.memory_outline import memory_section
 from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section, TableOutline
@@ -306,7 +306,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
               *section_parts(sections.findings_section(d["findings"], d["memory"])),
               *section_parts(sections.failed_calls_section(d["failed_calls"]))]
     parts.extend(section_parts(memory_section(d["memory"])))
-    parts.extend(stall_parts.terminal_parts(d["stalls"]))
+    parts.extend(section_parts(sections.stalls_section(d["stalls"])))
     if "allocator" in d:
         parts.extend(section_parts(outline.allocator_section(d["allocator"])))
     lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
