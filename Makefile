@@ -14,77 +14,87 @@ NATIVE := nsysaudit/read/_native$(shell $(PYTHON) -c "import sysconfig; print(sy
 .PHONY: help venv native nsys chromium demo test test-pure test-fast check-fixtures lint golden contract \
 	bench clean
 
+# Every line make prints (this list, the commands it echoes, the demo's lines) fits 80 columns
+# (tests/test_makefile.py).
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) \
+		| awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
-	CFLAGS="$${CFLAGS:-} -Werror" $(PY) -m pip install --quiet -e '.[test,fleet,notebook,adbc]'
+	CFLAGS="$${CFLAGS:-} -Werror" $(PY) -m pip install --quiet \
+		-e '.[test,fleet,notebook,adbc]'
 	touch $@
 
 # The bytecode is compiled here, as pip does for a regular install: an editable install under
 # PYTHONDONTWRITEBYTECODE=1 (set on these machines) compiles every module at each start (~0.08 s).
-venv: $(VENV)/.installed $(NATIVE) ## create .venv with nsysaudit (editable, its native extension built) and its test tools, compile the bytecode
+venv: $(VENV)/.installed $(NATIVE) ## .venv: nsysaudit (editable, native), the test tools
 	@$(PY) -m compileall -q nsysaudit
 
 # pip's editable install builds the extension too; this rebuilds it after an edit of scan.c.
 $(NATIVE): native/scan.c setup.py | $(VENV)/.installed
 	CFLAGS="$${CFLAGS:-} -Werror" $(PY) setup.py -q build_ext --inplace
 
-native: $(NATIVE) ## rebuild the native extension (a C compiler and SQLite's header; nsysaudit runs without it, slower)
+native: $(NATIVE) ## rebuild the native extension (needs cc, SQLite's header)
 
-nsys: ## install the real nsys CLI (Debian non-free, 2023.4.4) into .tools/nsys
+nsys: ## install the nsys CLI (Debian non-free, 2023.4.4) into .tools/
 	bash scripts/install-nsys.sh
 
-chromium: ## install Debian's Chromium (apt-get; the report.html browser test) unless /usr/bin/chromium runs
+chromium: ## install Chromium (apt-get; report.html's browser test)
 	bash scripts/install-chromium.sh
 
-demo: venv ## the main job on the bundled real H200 captures: the censored nsys 2023.4 case, then the nsys 2025.3 failure analyzed and its observe/release pair compared, sealed into out/torch-compare (report.html) and verified
-	@echo "--- the experiment under nsys 2023.4, whose CUDA trace stops inside cublasCreate_v2 (censored) ---"
-	@$(NSYSAUDIT) analyze $(OLD)/observe.sqlite --telemetry $(OLD)/observe.telemetry.jsonl
-	@echo; echo "--- the same failure under nsys 2025.3, which traces inside cublasCreate_v2 ---"
-	@$(NSYSAUDIT) analyze $(TORCH)/observe.sqlite --telemetry $(TORCH)/observe.telemetry.jsonl
-	@echo; echo "--- its observe and release arms compared, sealed ---"
-	@$(NSYSAUDIT) compare $(TORCH)/observe.sqlite $(TORCH)/release.sqlite --out $(OUT)/torch-compare --force \
-		--observe-telemetry $(TORCH)/observe.telemetry.jsonl --release-telemetry $(TORCH)/release.telemetry.jsonl
-	@$(NSYSAUDIT) verify $(OUT)/torch-compare --inputs $(TORCH)/observe.sqlite $(TORCH)/release.sqlite \
+demo: venv ## the bundled H200 failure: analyzed, compared, sealed, verified
+	@echo "--- 1. a CUDA failure in PyTorch's cublasCreate_v2, traced by nsys 2025.3 ---"
+	@$(NSYSAUDIT) analyze $(TORCH)/observe.sqlite \
+		--telemetry $(TORCH)/observe.telemetry.jsonl
+	@echo; echo "--- its observe and release arms compared, sealed, verified ---"
+	@$(NSYSAUDIT) compare $(TORCH)/observe.sqlite $(TORCH)/release.sqlite \
+		--out $(OUT)/torch-compare --force \
+		--observe-telemetry $(TORCH)/observe.telemetry.jsonl \
+		--release-telemetry $(TORCH)/release.telemetry.jsonl
+	@$(NSYSAUDIT) verify $(OUT)/torch-compare --inputs \
+		$(TORCH)/observe.sqlite $(TORCH)/release.sqlite \
 		$(TORCH)/observe.telemetry.jsonl $(TORCH)/release.telemetry.jsonl
-	@echo; echo "open $(OUT)/torch-compare/report.html: the whole report, both arms' timelines inline (nsysaudit analyze ... --details in the terminal)"
+	@echo; echo "--- 2. the same failure under nsys 2023.4, whose CUDA trace stops inside"
+	@echo "    cublasCreate_v2: censored, so inconclusive ---"
+	@$(NSYSAUDIT) analyze $(OLD)/observe.sqlite \
+		--telemetry $(OLD)/observe.telemetry.jsonl
+	@echo; echo "open $(OUT)/torch-compare/report.html: the whole comparison, both timelines"
 
-test: venv nsys chromium ## run the whole test suite (installs deps, the nsys CLI and Chromium first)
-	NSYSAUDIT_NSYS="$${NSYSAUDIT_NSYS:-$(CURDIR)/.tools/nsys/target-linux-x64/nsys}" NSYSAUDIT_REQUIRE_CHROMIUM=1 \
-		NSYSAUDIT_REQUIRE_NATIVE=1 $(PY) -m pytest -q
+# The environment as variables of the target, so that the command make echoes is short.
+test: export NSYSAUDIT_NSYS ?= $(CURDIR)/.tools/nsys/target-linux-x64/nsys
+test: export NSYSAUDIT_REQUIRE_CHROMIUM := 1
+test: export NSYSAUDIT_REQUIRE_NATIVE := 1
+test: venv nsys chromium ## every test (installs the deps, nsys and Chromium first)
+	$(PY) -m pytest -q
 
-# The tests of what reads an export, which CI runs a second time without the native engine: the bundled
-# exports are under ADBC's 50,000 rows, so on the stdlib reader (an install without the native extension
-# and the adbc extra); tests/test_reading_scan.py holds the ADBC engine to the same answers in make test.
+# The tests of what reads an export (listed in tests/reader-tests.txt, one a line: pytest reads
+# @FILE as arguments), which CI runs a second time without the native engine: the bundled exports
+# are under ADBC's 50,000 rows, so on the stdlib reader (an install without the native extension and
+# the adbc extra); tests/test_reading_scan.py holds the ADBC engine to the same answers in make test.
 # tests/test_hostile_damage.py and the native engine's own tests (needs_native) switch engines themselves.
-READER_TESTS := tests/test_reading_scan.py tests/test_reading_nvtx.py tests/test_golden.py \
-	tests/test_evidence_nsys2025.py tests/test_evidence_rules.py tests/test_evidence_analysis.py tests/test_ledger.py \
-	tests/test_check.py tests/test_hostile_input.py tests/test_hostile_warnings.py tests/test_hostile_analysis.py \
-	tests/test_hostile_limits.py tests/test_hostile_text.py tests/test_hostile_seal.py tests/test_hostile_telemetry.py \
-	tests/test_hostile_fuzz.py
+test-pure: export NSYSAUDIT_NATIVE := 0
+test-pure: venv ## the reader tests on the pure engines (NSYSAUDIT_NATIVE=0)
+	$(PY) -m pytest -q @tests/reader-tests.txt -k "not sealed_folder"
 
-test-pure: venv ## run the reader tests on the pure engines (NSYSAUDIT_NATIVE=0), as an install without the native extension
-	NSYSAUDIT_NATIVE=0 $(PY) -m pytest -q $(READER_TESTS) -k "not sealed_folder"
-
-test-fast: venv ## run the tests but the slow ones (fuzzing, benchmarks, sweeps, Chromium, nsys, notebook, wheels)
+test-fast: venv ## the tests but the slow ones (fuzzing, sweeps, nsys, ...)
 	$(PY) -m pytest -q -m "not slow"
 
-check-fixtures: venv ## check every bundled export against tests/fixtures/expectations.toml (JUnit into out/)
+check-fixtures: venv ## check the bundled exports' expectations (JUnit in out/)
 	@mkdir -p $(OUT)
-	$(NSYSAUDIT) check tests/fixtures --expect tests/fixtures/expectations.toml --junit $(OUT)/fixtures-junit.xml
+	$(NSYSAUDIT) check tests/fixtures \
+		--expect tests/fixtures/expectations.toml --junit $(OUT)/fixtures-junit.xml
 
 lint: venv ## ruff and mypy (strict on the package)
 	$(VENV)/bin/ruff check nsysaudit tests benchmarks
 	$(VENV)/bin/mypy
 
-golden: venv ## regenerate the golden report files in tests/golden (review the diff)
+golden: venv ## regenerate tests/golden's reports (review the diff)
 	NSYSAUDIT_REGEN_GOLDEN=1 $(PY) -m pytest -q tests/test_golden.py
 
-contract: venv ## regenerate docs/json.md's tables and the JSON Schemas from the types
-	$(PY) -m nsysaudit.reports.documents docs/json.md
+contract: venv ## regenerate docs/json.md's tables and the JSON Schemas
+	$(PY) -m nsysaudit.render.contract docs/json.md
 	$(PY) -m nsysaudit.schemas
 
 bench: venv nsys ## run the benchmark (see benchmarks/RESULTS.md)

@@ -443,11 +443,20 @@ def compare_cmd(
     envvar="NSYSAUDIT_NSYS",
     help="nsys binary for re-exporting .nsys-rep inputs (default: $NSYSAUDIT_NSYS, then PATH).",
 )
+@click.option("--full", is_flag=True, help="Print every digest and the seal whole (default: their first 12 digits).")
 @click.argument("more_inputs", nargs=-1, type=str)
 def verify_cmd(
-    directory: str, inputs: Sequence[str], expected_seal: str | None, nsys_path: str | None, more_inputs: Sequence[str]
+    directory: str,
+    inputs: Sequence[str],
+    expected_seal: str | None,
+    nsys_path: str | None,
+    full: bool,
+    more_inputs: Sequence[str],
 ) -> None:
     """Check every digest of the sealed report folder DIR (exit 1 naming any changed, missing or extra file).
+
+    The digests and the seal are printed short (the seal's whole 64 digits are what compare and
+    analyze --out printed last); --full prints them whole.
 
     \b
     Examples:
@@ -460,9 +469,12 @@ def verify_cmd(
     checked = nsysaudit.verify(directory, given or None, nsys_path=nsys_path, expected_seal=expected_seal)
     with printing():
         render.show(
-            render.verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun)
+            render.verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun, full=full)
         )
-        click.echo(f"seal: sha256:{checked.seal}")
+        from nsysaudit.render.terminal import short_hash  # loaded already: the lines above are drawn by it
+
+        quoted = ", as quoted" if expected_seal is not None else ""
+        click.echo(f"seal: sha256:{checked.seal if full else short_hash(checked.seal)}{quoted}")
 
 
 @cli.command("batch", short_help="Audit many reports into one table (parquet or csv).")

@@ -12,6 +12,10 @@ Every frame is a polars ``LazyFrame`` with readable columns (``pid``, ``tid``, `
 - :meth:`~Session.library_calls`: cuBLAS/cuDNN calls (``CUBLAS_EVENTS``/``CUDNN_EVENTS`` and NVTX
   ranges of the library domains), as loaded; their coverage is in ``analyze().frames``;
 - :meth:`~Session.memory_events`: every row of ``CUDA_GPU_MEMORY_USAGE_EVENTS``, read when collected;
+- :meth:`~Session.kernels`, :meth:`~Session.memcpy`, :meth:`~Session.memset`,
+  :meth:`~Session.synchronization`: every row of the GPU's own tables (``CUPTI_ACTIVITY_KIND_KERNEL``,
+  ``_MEMCPY``, ``_MEMSET``, ``_SYNCHRONIZATION``), read when collected; an export without one gives
+  an empty frame of the same columns, and :attr:`~Session.gpu_tables` (and the session's repr) say so;
 - :meth:`~Session.nvtx`: NVTX push/pop and start/end ranges, as loaded, with their domain;
 - :meth:`~Session.threads`: the threads ``ThreadNames`` names, with their process's name.
 
@@ -50,12 +54,24 @@ from nsysaudit.core.shapes import Schema
 from nsysaudit.core.text import escape
 from nsysaudit.read.damage import DamageCheck
 from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
-from nsysaudit.read.rows import MEMORY_RAW, RowQuery, cuda_api_query, memory_events_query, rowid_batches
+from nsysaudit.read.rows import (
+    GPU_OWN,
+    GPU_RAW,
+    GPU_TABLES,
+    MEMORY_RAW,
+    RowQuery,
+    cuda_api_query,
+    gpu_rows_query,
+    gpu_table,
+    memory_events_query,
+    rowid_batches,
+)
 from nsysaudit.read.snapshot import Snapshot, load_snapshot
 from nsysaudit.read.source import ExportFile
 from nsysaudit.read.telemetry import TelemetryLog, TelemetryOptions, load_telemetry
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace, event_records_in, load
 from nsysaudit.reports.analysis import AnalysisResult, duration_ns, report_analysis
+from nsysaudit.words import NATIVE_NOT_USED, gpu_tables_summary, session_html, session_summary
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -77,6 +93,16 @@ CUDA_API_SCHEMA: Schema = {
 }
 # The rows as read (read/rows.py), the pid decoded from the global pid in place of the rowid.
 MEMORY_SCHEMA: Schema = {"pid": pl.Int64} | {k: v for k, v in MEMORY_RAW.items() if k != "rowid"}
+# The GPU's rows: the pid decoded from the global pid, the columns every kind has, the kind's own, the
+# duration (no thread: a GPU row names only its process; its launch is the CUDA API row of the same
+# pid and correlation_id).
+GPU_SCHEMAS: dict[str, Schema] = {
+    kind: {"pid": pl.Int64} | {k: v for k, v in GPU_RAW.items() if k != "rowid"} | own | {"duration_ns": pl.Int64}
+    for kind, own in GPU_OWN.items()
+}
+KERNEL_SCHEMA, MEMCPY_SCHEMA, MEMSET_SCHEMA, SYNCHRONIZATION_SCHEMA = (
+    GPU_SCHEMAS["kernel"], GPU_SCHEMAS["memcpy"], GPU_SCHEMAS["memset"], GPU_SCHEMAS["synchronization"]
+)
 
 
 def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point
@@ -127,7 +153,7 @@ def engine_of(trace: Trace) -> Engine:
     engine = trace.scan_engine
     why = native.unavailable()
     if why is None and engine not in ("native", "none"):
-        why = "not used (it could not read the CUDA API table; the polars engines did)"
+        why = NATIVE_NOT_USED
     return Engine(engine, engine_sqlite_version(engine), why)
 
 
@@ -351,6 +377,54 @@ class Session:
 
         return self._scan(query, shape, MEMORY_SCHEMA)
 
+    @property
+    def gpu_tables(self) -> dict[str, str | None]:
+        """The table each GPU frame reads (``kernel``: :meth:`kernels`, ``memcpy``, ``memset``,
+        ``synchronization``); None where the export has none (or one without start, end and
+        globalPid): that frame is empty, with its columns."""
+        if self._closed:
+            raise BadOption(f"{self.input.path}: this session was closed; nsysaudit.open() it again")
+        return {kind: (t.name if (t := gpu_table(self._export, kind)) is not None else None) for kind in GPU_TABLES}
+
+    def kernels(self) -> pl.LazyFrame:
+        """Every ``CUPTI_ACTIVITY_KIND_KERNEL`` row (:data:`KERNEL_SCHEMA`), read when collected:
+        ``name`` (shortName) and ``demangled_name`` from StringIds (null where an id has no row),
+        the grid and block."""
+        return self._gpu("kernel")
+
+    def memcpy(self) -> pl.LazyFrame:
+        """Every ``CUPTI_ACTIVITY_KIND_MEMCPY`` row (:data:`MEMCPY_SCHEMA`), read when collected;
+        ``copy_kind``, ``src_kind``, ``dst_kind``: the labels of the export's enum tables
+        (``Host-to-Device``, ``Pageable``, ...), or the raw id as text where it has none."""
+        return self._gpu("memcpy")
+
+    def memset(self) -> pl.LazyFrame:
+        """Every ``CUPTI_ACTIVITY_KIND_MEMSET`` row (:data:`MEMSET_SCHEMA`), read when collected;
+        ``memory_kind`` labelled as :meth:`memcpy`'s kinds."""
+        return self._gpu("memset")
+
+    def synchronization(self) -> pl.LazyFrame:
+        """Every ``CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`` row (:data:`SYNCHRONIZATION_SCHEMA`), read
+        when collected. ``sync_type`` is the raw ``syncType`` id, not labelled: nsys releases number it
+        unlike their own ENUM_CUPTI_SYNC_TYPE (:func:`nsysaudit.read.rows.gpu_rows_query`);
+        ``stream_id`` and ``event_id`` are null where CUPTI wrote its invalid value."""
+        return self._gpu("synchronization")
+
+    def _gpu(self, kind: str) -> pl.LazyFrame:
+        schema = GPU_SCHEMAS[kind]
+        if self._closed:
+            raise BadOption(f"{self.input.path}: this session was closed; nsysaudit.open() it again")
+        query = gpu_rows_query(self._export, kind)
+        if query is None:
+            return pl.LazyFrame(schema=schema)
+
+        def shape(batch: pl.DataFrame) -> pl.DataFrame:
+            return batch.with_columns(
+                decode_pid(pl.col("global_pid")).alias("pid"), duration_ns().alias("duration_ns")
+            ).select(list(schema))
+
+        return self._scan(query, shape, schema)
+
     def _scan(
         self, query: RowQuery, shape: Callable[[pl.DataFrame], pl.DataFrame], schema: Schema
     ) -> pl.LazyFrame:
@@ -385,17 +459,25 @@ class Session:
     def _summary(self) -> list[str]:
         t = self._trace
         return [
-            f"{self.input.path} ({self.input.kind}, nsys {self.input.nsys_version or 'unknown'}, "
-            f"schema {self.input.schema_version or 'unknown'})",
-            f"sha256 {self.input.sha256}",
-            f"{t.cuda_api_total:,} CUDA API calls, {t.library_calls.height:,} library calls, "
-            f"{t.nvtx_ranges.height:,} NVTX ranges, {t.thread_names.height:,} named threads, "
-            f"{len(t.warnings)} warning(s)" + (" (closed)" if self._closed else ""),
+            *session_summary(
+                self.input.path, self.input.kind, self.input.nsys_version, self.input.schema_version,
+                self.input.sha256,
+                (t.cuda_api_total, t.library_calls.height, t.nvtx_ranges.height, t.thread_names.height,
+                 len(t.warnings)),
+                self._closed,
+            ),
+            *([] if self._closed else [self._gpu_summary()]),
         ]
+
+    def _gpu_summary(self) -> str:
+        tables = self.gpu_tables
+        have = [kind for kind, name in tables.items() if name is not None]
+        absent = [GPU_TABLES[kind] for kind, name in tables.items() if name is None]
+        return gpu_tables_summary(have, absent)
 
     def __repr__(self) -> str:
         return "Session(" + "; ".join(map(escape, self._summary())) + ")"
 
     def _repr_html_(self) -> str:
         first, *rest = (html.escape(escape(line)) for line in self._summary())
-        return f"<b>nsysaudit session</b> {first}<ul>{''.join(f'<li>{line}</li>' for line in rest)}</ul>"
+        return session_html(first, rest)

@@ -18,7 +18,7 @@ from scenarios import MAIN, PID, WORKER, observe_nested_failure
 import nsysaudit
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.read.telemetry import Anchor, TelemetryOptions, load_telemetry, parse_anchor, parse_clock
-from nsysaudit.reports import documents
+from nsysaudit.reports import conformance, documents
 
 BEFORE = {"observe": "runtime_error", "release": "backward_end"}
 UTC0 = 1_796_064_718_689_501_058  # the builder's default TARGET_INFO_SESSION_START_TIME.utcEpochNs
@@ -281,7 +281,7 @@ def test_a_skipped_lines_warning_is_of_its_documented_type(capsys, tmp_path: Pat
     doc = json.loads(out)
     [skipped] = doc["telemetry"]["warnings"]
     assert skipped.keys() == {"line", "problem"} and skipped["line"] == len(real_lines()) + 1
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
 
 
 def test_a_fractional_telemetry_value_is_of_its_documented_type(tmp_path: Path) -> None:
@@ -291,7 +291,7 @@ def test_a_fractional_telemetry_value_is_of_its_documented_type(tmp_path: Path) 
     [values] = [e["values"] for e in doc["telemetry"]["timeline"] if "fragmentation" in e["values"]]
     assert values["fragmentation"] == 0.25 and values["blocks"] == 21
     assert doc["library_calls"][0]["telemetry"]["in_force"]["values"] == values
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
 
 
 def test_nothing_placed_is_of_its_documented_type(tmp_path: Path) -> None:
@@ -303,7 +303,7 @@ def test_nothing_placed_is_of_its_documented_type(tmp_path: Path) -> None:
     assert a["method"] is None and a["clock_field"] is None and a["utc"]["clock_field"] is None
     assert {e["via"] for e in doc["telemetry"]["timeline"]} == {None}
     assert doc["library_calls"][0]["telemetry"]["method"] is None
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
 
 
 def test_an_anchor_without_a_utc_residual_is_of_its_documented_type(tmp_path: Path) -> None:
@@ -312,7 +312,7 @@ def test_an_anchor_without_a_utc_residual_is_of_its_documented_type(tmp_path: Pa
                    lambda o: {k: v for k, v in o.items() if k != "realtime_ns" or o["event"] != "prepass_end"})
     doc = json.loads(json.dumps(analyze_arm("observe", path)))
     assert doc["alignment"]["method"] == "utc" and None in doc["alignment"]["residuals_ns"]
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
 
 
 def test_a_status_only_in_a_number_field_is_of_its_documented_type(tmp_path: Path) -> None:
@@ -322,7 +322,7 @@ def test_a_status_only_in_a_number_field_is_of_its_documented_type(tmp_path: Pat
     doc = json.loads(json.dumps(analyze_arm("observe", path)))
     [failure] = [f for f in doc["telemetry"]["library_failures"] if f["event"] == "lib_error"]
     assert failure["statuses"] == ["cublas_status=3"] and failure["text"] is None
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
 
 
 def test_lenient_text_report_shows_the_warning(capsys, tmp_path: Path) -> None:

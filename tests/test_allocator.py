@@ -25,7 +25,7 @@ from nsysaudit.core.errors import UnusableInput
 from nsysaudit.read.snapshot import load_snapshot
 from nsysaudit.read.source import probe
 from nsysaudit.read.trace import Trace, load
-from nsysaudit.reports import documents
+from nsysaudit.reports import conformance, documents
 
 SNAP = H200_2025 / "snap"
 MIB, GIB = 1 << 20, 1 << 30
@@ -124,7 +124,7 @@ def test_a_snapshot_replayed_to_its_own_last_entry_gives_its_own_sums(arm: str) 
 def test_observe_snapshot_segments_are_the_traces_cudamalloc_events_and_the_rest_is_cublas(
         observe: nsysaudit.AnalysisResult) -> None:
     doc = observe.to_dict()
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
     end = doc["allocator"]["snapshots"][1]
     path = SNAP / "observe.sqlite"
     (pid,), = sql(path, "SELECT pid FROM PROCESSES")
@@ -207,7 +207,7 @@ def test_compare_says_what_the_release_did_to_the_blocks(
     from nsysaudit.reports.compare import compare_results
 
     doc = compare_results(observe, release).to_dict()
-    assert documents.problems(doc, documents.ComparisonDocument) == []
+    assert conformance.problems(doc, documents.ComparisonDocument) == []
     diff = doc["differences"]["allocator"]
     assert diff["release"] is not None and diff["release"]["segments_released"] is not None
     assert diff["release"]["segments_released"]["segments"] == 19  # 18 at empty_cache, 1 during admission

@@ -147,7 +147,7 @@ def test_parts_of_an_older_batch_layout_are_refused_not_misread(capsys, evidence
     code, stdout, err = run(capsys, "batch", evidence / "observe.sqlite", "--out", out, "--jobs", 1)
     assert (code, stdout) == (2, "")
     assert err == (f"nsysaudit: error: {out / 'parts'}: its parts were written by another version of nsysaudit (batch "
-                   "format 2; this one writes 3, with other columns), so they cannot be resumed: delete --out to start "
+                   "format 2; this one writes 4, with other columns), so they cannot be resumed: delete --out to start "
                    "over, or choose another (nothing was written)\n")
     assert {p.name: p.read_bytes() for p in (out / "parts").iterdir()} == before
     # A part of the old columns under a record of this format: refused by its columns.

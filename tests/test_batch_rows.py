@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import get_type_hints
 
-from nsysaudit.batch.output import FINDING_SCHEMA, INPUT_SCHEMA, FindingRow, InputRow
+from nsysaudit.batch.output import FINDING_ROW_SCHEMA, INPUT_SCHEMA, FindingRow, InputRow
 from nsysaudit.batch.run import AuditOptions, audit_one
-from nsysaudit.reports.documents import problems
+from nsysaudit.reports.conformance import problems
 
 TORCH = "tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite"
 
 
 def test_the_row_types_name_the_tables_columns() -> None:
     assert set(get_type_hints(InputRow)) == set(INPUT_SCHEMA)
-    assert list(get_type_hints(FindingRow)) == list(FINDING_SCHEMA)
+    assert list(get_type_hints(FindingRow)) == list(FINDING_ROW_SCHEMA)
 
 
 def test_an_analyzed_input_gives_rows_of_those_types() -> None:

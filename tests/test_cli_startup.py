@@ -143,3 +143,24 @@ def test_matplotlib_is_imported_only_when_a_picture_is_drawn(args: list[str], tm
 def test_a_picture_imports_matplotlib(tmp_path: Path) -> None:
     """The test above would pass if nothing loaded at all: drawing does load it."""
     assert "matplotlib" in drawing(loaded_by(["plot", str(OBSERVE), "--out", str(tmp_path / "t.svg")]))
+
+
+def test_the_package_face_lists_each_public_name_once_as_an_import() -> None:
+    """``nsysaudit/__init__.py``'s imports are the one list of public names: each ``from MODULE import
+    NAME as NAME`` is what ``__all__`` and the first-use import read, none written another way."""
+    import ast
+
+    import nsysaudit
+
+    face = ROOT / "nsysaudit" / "__init__.py"
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in ast.walk(ast.parse(face.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("nsysaudit")
+        for alias in node.names
+        if alias.name not in ("declared_homes", "lazy_attributes")
+    }
+    assert imported == nsysaudit._HOMES
+    assert nsysaudit.__all__ == sorted(imported)
+    for name, module in imported.items():  # each from the module that defines it, not a re-export
+        assert getattr(getattr(nsysaudit, name), "__module__", module) == module, name

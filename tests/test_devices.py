@@ -23,7 +23,7 @@ from builder import Call, Export, Gpu, LibCall, MemoryEvent, Range, strip_not_nu
 
 import nsysaudit
 from nsysaudit.analysis.devices import device_truth, program
-from nsysaudit.read.devices import DeviceEvidence, Launch, environment_entry, launches
+from nsysaudit.read.devices import DeviceTables, Launch, environment_entry, launches
 
 GiB = 1 << 30
 H200_TOTAL = 150_109_880_320  # TARGET_INFO_GPU.totalMemory of the real H200 captures
@@ -317,10 +317,10 @@ def test_without_the_device_tables_the_memory_events_say_the_device(make_export:
 
 def test_device_truth_without_evidence() -> None:
     truth = device_truth(None, [{"pid": 5, "global_pid": 5 << 24, "name": "a.out"}])
-    assert truth.devices == [] and truth.launches == [] and not truth.shown
+    assert truth.devices == [] and truth.launches == [] and not truth.names_devices
     assert truth.of(5 << 24)["rank_unknown"] == (
         "the export records no launched command (META_DATA_CAPTURE has no PROCESS_0 rows); no telemetry was given")
-    evidence = DeviceEvidence(launches=(Launch(0, "python3", (), (("RANK", "x"),), 1, None),))
+    evidence = DeviceTables(launches=(Launch(0, "python3", (), (("RANK", "x"),), 1, None),))
     assert device_truth(evidence, [{"pid": 5, "global_pid": 5 << 24, "name": "python3"}]).of(5 << 24)["rank"] is None
 
 
@@ -356,7 +356,8 @@ def test_a_single_device_report_without_ranks_reads_as_before(h200_torch: Path) 
 
 
 def test_the_documents_of_a_two_gpu_job_are_of_their_types(make_export: Callable[..., Path], tmp_path: Path) -> None:
-    from nsysaudit.reports.documents import AnalysisDocument, problems
+    from nsysaudit.reports.conformance import problems
+    from nsysaudit.reports.documents import AnalysisDocument
 
     export = make_export(one_report())
     for doc in (analyze(export), analyze(export, telemetry=telemetry_lines(tmp_path / "t.jsonl", {RANK1: 1})),
@@ -365,7 +366,8 @@ def test_the_documents_of_a_two_gpu_job_are_of_their_types(make_export: Callable
 def test_a_process_of_unknown_pid_is_null_in_its_document_and_of_its_type(make_export: Callable[..., Path]) -> None:
     """A PROCESSES row whose pid is not an integer (a damaged export) is listed with pid null, as its
     type says (``integer or null``)."""
-    from nsysaudit.reports.documents import AnalysisDocument, problems
+    from nsysaudit.reports.conformance import problems
+    from nsysaudit.reports.documents import AnalysisDocument
 
     spec = one_report()
     spec.raw_sql = [strip_not_null("PROCESSES"), "UPDATE PROCESSES SET pid = 'x' WHERE name = 'torchrun'"]
@@ -415,7 +417,8 @@ def test_a_batch_of_single_gpu_reports_has_no_rank_line() -> None:
 
 def test_compare_the_failing_rank_with_a_healthy_one(make_export: Callable[..., Path]) -> None:
     from nsysaudit.reports.compare import compare_results
-    from nsysaudit.reports.documents import ComparisonDocument, problems
+    from nsysaudit.reports.conformance import problems
+    from nsysaudit.reports.documents import ComparisonDocument
 
     failing, healthy = (nsysaudit.analyze(make_export(per_rank(r))) for r in (1, 0))
     doc = compare_results(failing, healthy).to_dict()

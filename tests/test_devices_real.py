@@ -10,7 +10,8 @@ from pathlib import Path
 import nsysaudit
 from nsysaudit.batch.run import run_batch
 from nsysaudit.reports.compare import compare_results
-from nsysaudit.reports.documents import AnalysisDocument, ComparisonDocument, problems
+from nsysaudit.reports.conformance import problems
+from nsysaudit.reports.documents import AnalysisDocument, ComparisonDocument
 
 RANKS = Path(__file__).parent / "fixtures" / "h200-cuda13-nsys2025.3" / "ranks"
 RANK_SOURCE = 'META_DATA_CAPTURE PROCESS_0:ENVIRONMENT_VARIABLE RANK="{}"'

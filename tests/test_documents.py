@@ -14,7 +14,8 @@ import pytest
 import nsysaudit
 from nsysaudit import render, schemas
 from nsysaudit.analysis import coverage, findings, ledger
-from nsysaudit.reports import documents
+from nsysaudit.render import contract
+from nsysaudit.reports import conformance, documents
 from nsysaudit.reports.statements import CENSORED_WORDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +35,7 @@ def validates(doc: object, kind: str) -> None:
 def test_every_bundled_export_gives_an_analysis_document_of_its_type(path: Path) -> None:
     result = nsysaudit.analyze(path)
     doc = json.loads(json.dumps(result.to_dict()))
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
     printed = json.loads(render.analysis_json(result))  # the bytes analyze --json prints
     assert printed == doc and printed["schema"] == {"kind": "analysis", "version": documents.SCHEMA_VERSION}
     validates(printed, "analysis")
@@ -44,7 +45,7 @@ def test_every_bundled_export_gives_an_analysis_document_of_its_type(path: Path)
 def test_the_goldens_with_telemetry_conform(golden: Path) -> None:
     doc = json.loads(golden.read_text())
     assert "telemetry" in doc and "alignment" in doc  # the optional sections are checked too
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
     validates(doc, "analysis")
 
 
@@ -53,13 +54,13 @@ def test_sealed_analysis_and_comparison_conform(tmp_path: Path) -> None:
                                      telemetry=TORCH / "observe.telemetry.jsonl")
     report = json.loads((tmp_path / "a" / "report.json").read_text())
     assert report == json.loads(json.dumps(sealed.document))
-    assert documents.problems(report, documents.SealedAnalysisDocument) == []
+    assert conformance.problems(report, documents.SealedAnalysisDocument) == []
     validates(report, "sealed-analysis")
     nsysaudit.seal_compare(TORCH / "observe.sqlite", TORCH / "release.sqlite", tmp_path / "c",
                            observe_telemetry=TORCH / "observe.telemetry.jsonl",
                            release_telemetry=TORCH / "release.telemetry.jsonl")
     comparison = json.loads((tmp_path / "c" / "report.json").read_text())
-    assert documents.problems(comparison, documents.ComparisonDocument) == []
+    assert conformance.problems(comparison, documents.ComparisonDocument) == []
     validates(comparison, "comparison")
 
 
@@ -70,7 +71,7 @@ def test_the_checker_finds_what_departs_from_a_type() -> None:
     del doc["limits"]["pairs"]
     doc["findings"][0]["pid"] = "683"
     doc["library_calls"][0]["coverage"] = "partial"
-    assert documents.problems(doc, documents.AnalysisDocument) == [
+    assert conformance.problems(doc, documents.AnalysisDocument) == [
         "$.census.extra: not a key of Census",
         "$.findings[0].pid: '683' not an integer",
         "$.verdict: 'maybe' is not one of ('failure_found', 'inconclusive', 'no_failure')",
@@ -81,11 +82,11 @@ def test_the_checker_finds_what_departs_from_a_type() -> None:
 
 def test_docs_json_md_holds_the_contract_generated_from_the_types() -> None:
     text = (ROOT / "docs" / "json.md").read_text()
-    m = re.search(re.escape(documents.CONTRACT_BEGIN) + r"\n(.*)\n" + re.escape(documents.CONTRACT_END), text, re.S)
+    m = re.search(re.escape(contract.CONTRACT_BEGIN) + r"\n(.*)\n" + re.escape(contract.CONTRACT_END), text, re.S)
     assert m, "docs/json.md lacks the generated contract"
-    assert m.group(1) == documents.contract_text().rstrip(), (
+    assert m.group(1) == contract.contract_text().rstrip(), (
         "docs/json.md drifted from nsysaudit/reports/documents.py: regenerate it with "
-        "python -m nsysaudit.reports.documents docs/json.md"
+        "python -m nsysaudit.render.contract docs/json.md"
     )
 
 

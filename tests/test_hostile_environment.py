@@ -80,7 +80,7 @@ def test_telemetry_values_that_cannot_be_kept_exactly(capsys, tmp_path: Path, li
 
 def test_audit_turns_an_oserror_into_an_error_row(tmp_path: Path) -> None:
     too_long = tmp_path / ("x" * 300 + ".sqlite")
-    frame = nsysaudit.audit([OBSERVE, too_long])
+    frame = nsysaudit.audit_many([OBSERVE, too_long], jobs=1)
     assert frame["verdict"].to_list() == ["inconclusive", None]
     assert frame["error"].to_list()[1] == f"{too_long}: File name too long"
 

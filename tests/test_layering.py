@@ -2,7 +2,7 @@
 
 Read from the bottom up (docs/layout.md, "How the code is laid out"):
 
-0. ``core/``: the shared pieces (errors, ids, codes, intervals, text, digests, paths, progress, lazy,
+0. ``core/``: the shared pieces (errors, ids, codes, intervals, text, digests, paths, progress, lazy, reasons,
    files), and ``_version``
 1. ``read/``: open an export read-only, probe it, scan it, load frames, nsys's diagnostics, telemetry
 2. ``analysis/``: pure functions on frames: joins, coverage, findings, failed calls, verdict, alignment,
@@ -53,7 +53,8 @@ CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.limits", "nsysaudit.core.
               "nsysaudit.core.files",
               "nsysaudit.core.codes", "nsysaudit.core.blocking", "nsysaudit.core.text", "nsysaudit.core.digests",
               "nsysaudit.core.paths",
-              "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core",
+              "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core.reasons",
+              "nsysaudit.core",
               "nsysaudit.words"]
 
 

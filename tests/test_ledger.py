@@ -21,7 +21,7 @@ import nsysaudit.render
 from nsysaudit.analysis.ledger import build_ledger
 from nsysaudit.read.memory import DEVICE_SCHEMA, EVENT_SCHEMA, MemoryEvidence
 from nsysaudit.read.memory import MEM_KINDS_FALLBACK as MEM_KINDS
-from nsysaudit.reports import documents
+from nsysaudit.reports import conformance, documents
 
 TORCH, CAPI = H200_2025 / "torch", H200_2025 / "capi"
 GPU = (0, "Test GPU", 10_000_000)
@@ -297,7 +297,7 @@ def test_a_document_of_unknown_processes_and_devices_conforms_to_its_type(make_e
     assert [p["global_pid"] for x in d["memory"]["devices"] for p in x["processes"]][:2] == [None, None]
     assert [(p["global_pid"], p["device_id"], p["address"]) for p in d["memory"]["pools"]] == [
         (None, None, 0x8000), (100 << 24, 0, None)]
-    assert documents.problems(d, documents.AnalysisDocument) == []
+    assert conformance.problems(d, documents.AnalysisDocument) == []
 
 
 def test_a_failing_process_without_memory_events_sees_every_device(make_export, tmp_path) -> None:

@@ -228,11 +228,15 @@ def test_around_and_window_choose_the_view(torch_pair) -> None:
     assert (t.context.lo_ns, t.context.hi_ns) == (4_899_799_660, 4_900_299_660)
     assert [lane.name for lane in t.lanes] == ["python3", "pt_autograd_0"]  # the main thread: NVTX backward
     assert parse_around("finding:1") == ("finding", 1) and parse_around(" 42 ") == ("time", 42)
-    for bad in ("finding:0", "finding:x", "soon", str(1 << 63)):
+    for bad in ("finding:x", "stall:-1", "soon", str(1 << 63)):
         with pytest.raises(BadOption):
             parse_around(bad)
-    with pytest.raises(BadOption, match="the export has 1 finding"):
+    # 0 is parsed, and refused where the count is known, saying how findings are numbered.
+    assert parse_around("finding:0") == ("finding", 0) and parse_around("stall:0") == ("stall", 0)
+    with pytest.raises(BadOption, match=r"^--around finding:2: the export has 1 finding\(s\) \(finding:1\)$"):
         timeline(observe, finding=2)
+    with pytest.raises(BadOption, match=r"^--around finding:0: findings are numbered from 1, as analyze prints"):
+        timeline(observe, finding=0)
 
 
 # --- the bytes -------------------------------------------------------------------------------------
@@ -317,7 +321,11 @@ def test_plot_around_a_time_with_a_window(capsys, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "problem"),
     [
-        (["--around", "finding:2"], "--around finding:2: the export has 1 finding(s)"),
+        (["--around", "finding:2"], "--around finding:2: the export has 1 finding(s) (finding:1)"),
+        (["--around", "finding:0"], "--around finding:0: findings are numbered from 1, as analyze prints them "
+                                    "(findings[].number in --json); the export has 1 finding(s) (finding:1)"),
+        (["--around", "stall:0"], "--around stall:0: host stalls are numbered from 1, the longest first; the export "
+                                  "has 2 call(s) that blocked the host at least 1 ms"),
         (["--around", "later"], "--around 'later': give finding:N"),
         (["--window", "0"], "--window must be more than 0 ms"),
     ],

@@ -13,7 +13,7 @@ from scenarios import observe_nested_failure
 import nsysaudit
 from nsysaudit.cli import main
 from nsysaudit.core.digests import sha256_file
-from nsysaudit.reports import documents
+from nsysaudit.reports import conformance, documents
 
 
 @requires_nsys
@@ -29,7 +29,7 @@ def test_nsys_rep_is_exported_with_real_nsys_and_cached(cpu_report: Path, monkey
     assert "2023.4" in (first["input"]["export"]["exported_with"] or "")
     assert first["input"]["nsys_version"].startswith("2023.4")
     # input.export has its type (InputExport) in the contract
-    assert documents.problems(json.loads(json.dumps(first)), documents.AnalysisDocument) == []
+    assert conformance.problems(json.loads(json.dumps(first)), documents.AnalysisDocument) == []
     # A CPU-only report has no CUDA API trace: the honest answer is "inconclusive".
     assert first["census"]["cuda_api_calls"] == 0
     assert first["coverage"]["cuda_api_trace"] is False

@@ -12,7 +12,7 @@ from conftest import TORCH
 
 import nsysaudit
 from nsysaudit.render.terminal import comparison_renderable
-from nsysaudit.reports import documents
+from nsysaudit.reports import conformance, documents
 from nsysaudit.reports.analysis import censored_rows
 
 
@@ -22,7 +22,7 @@ def test_a_comparison_without_telemetry_conforms_to_its_type() -> None:
     for arm in doc["arms"].values():
         assert arm["handoff"] is None and arm["telemetry"] is None
     assert doc["differences"]["handoff"] is None
-    assert documents.problems(json.loads(json.dumps(doc)), documents.ComparisonDocument) == []
+    assert conformance.problems(json.loads(json.dumps(doc)), documents.ComparisonDocument) == []
 
 
 def test_the_comparison_renderer_refuses_an_analysis_document(tmp_path) -> None:

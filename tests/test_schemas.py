@@ -17,7 +17,7 @@ from test_cli_startup import heavy, loaded_after
 import nsysaudit
 from nsysaudit import schemas
 from nsysaudit.render.json import indented
-from nsysaudit.reports import documents
+from nsysaudit.reports import conformance, documents
 from nsysaudit.seal.layout import manifest_text, payload
 
 SHIPPED = REPO / "nsysaudit" / "schemas"
@@ -89,7 +89,7 @@ def test_a_document_that_departs_from_its_type_fails_validation() -> None:
         "$.verdict: 'maybe' is not one of ['failure_found', 'inconclusive', 'no_failure']",
     ]
     # The published schema is open to keys a later nsysaudit adds; the closed one (what
-    # documents.problems checks) refuses them.
+    # conformance.problems checks) refuses them.
     assert problems(doc, schemas.generate("analysis", closed=True)) == sorted(
         [*open_, "$.census: Additional properties are not allowed ('extra' was unexpected)"]
     )
@@ -112,7 +112,7 @@ class Outer(TypedDict):
 
 
 def test_the_generator_walks_every_form_of_type() -> None:
-    s = documents.json_schema(Outer, id="urn:test", closed=True)
+    s = conformance.json_schema(Outer, id="urn:test", closed=True)
     assert s["required"] == ["one", "maybe", "number", "parts", "by_name", "anything"]
     assert s["properties"] == {
         "one": {"const": "x"},
@@ -126,7 +126,7 @@ def test_the_generator_walks_every_form_of_type() -> None:
     assert s["$defs"] == {"Inner": {"description": "An inner part.", "type": "object", "properties": {
         "n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}}
     with pytest.raises(TypeError, match="no JSON Schema for the type"):
-        documents.json_schema(type("Odd", (dict,), {"__annotations__": {"x": complex}, "__required_keys__": {"x"}}),
+        conformance.json_schema(type("Odd", (dict,), {"__annotations__": {"x": complex}, "__required_keys__": {"x"}}),
                               id="urn:odd")
 
 

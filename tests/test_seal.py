@@ -215,11 +215,16 @@ def test_failed_write_leaves_nothing(monkeypatch, tmp_path: Path) -> None:
 
 
 def test_verify_passes_and_prints_the_seal(capsys, sealed_real: Path) -> None:
+    seal_hex = sha(sealed_real / "tagmanifest-sha256.txt")
+    code, stdout, err = run(capsys, "verify", sealed_real, "--full")
+    assert code == 0, err
+    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + seal_hex
+    # Short unless asked: the seal's 64 digits are what compare printed last, once.
     code, stdout, err = run(capsys, "verify", sealed_real)
-    assert code == 0, err
-    assert stdout.rstrip("\n").splitlines()[-1] == SEAL_LINE + sha(sealed_real / "tagmanifest-sha256.txt")
-    code, _, err = run(capsys, "verify", sealed_real, "--seal", "sha256:" + sha(sealed_real / "tagmanifest-sha256.txt"))
-    assert code == 0, err
+    assert code == 0 and stdout.rstrip("\n").splitlines()[-1] == f"{SEAL_LINE}{seal_hex[:12]}…", err
+    assert seal_hex not in stdout
+    code, stdout, err = run(capsys, "verify", sealed_real, "--seal", "sha256:" + seal_hex)
+    assert code == 0 and stdout.rstrip("\n").splitlines()[-1] == f"{SEAL_LINE}{seal_hex[:12]}…, as quoted", err
     code, _, err = run(capsys, "verify", sealed_real, "--seal", "0" * 64)
     assert code == 1 and "not the expected seal" in err
 
@@ -286,6 +291,10 @@ def test_verify_with_inputs_reruns_and_confirms(capsys, sealed_real: Path) -> No
     code, stdout, err = run(capsys, "verify", sealed_real, "--inputs", *reversed(REAL_INPUTS))
     assert code == 0, err
     assert "byte-identical" in stdout
+    digests, words = [sha(p) for p in REAL_INPUTS], " ".join(stdout.split())  # as wrapped at 80 columns
+    assert all(f"sha256 {d[:12]}…," in words and d not in words for d in digests), stdout
+    code, stdout, err = run(capsys, "verify", sealed_real, "--full", "--inputs", *REAL_INPUTS)
+    assert code == 0 and all(f"sha256 {d}," in " ".join(stdout.split()) for d in digests), err
 
 
 def test_verify_with_a_changed_input_fails_naming_it(capsys, tmp_path: Path) -> None:
@@ -703,7 +712,7 @@ def test_a_kill_during_force_leaves_the_old_or_the_new_folder(capsys, tmp_path: 
     args = ["compare", str(H200 / "release.sqlite"), str(H200 / "observe.sqlite"), "--out", str(out), "--force"]
     proc = subprocess.run([sys.executable, "-c", KILL_AT, where, *args], capture_output=True, text=True)
     assert proc.returncode == -9, proc.stderr
-    code, verified, err = run(capsys, "verify", out)
+    code, verified, err = run(capsys, "verify", out, "--full")
     assert code == 0, err
     now = json.loads((out / "report.json").read_text())["inputs"][0]["name"]
     if where == "before-exchange":

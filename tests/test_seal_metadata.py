@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import nsysaudit
-from nsysaudit.reports.documents import problems
+from nsysaudit.reports.conformance import problems
 from nsysaudit.seal.recipe import CheckedMetadata, SealMetadata
 from nsysaudit.seal.verify import metadata_of
 

@@ -14,7 +14,7 @@ import nsysaudit
 from nsysaudit.batch.run import snapshots_beside
 from nsysaudit.render import canonical
 from nsysaudit.render.json import analysis_json
-from nsysaudit.reports import documents
+from nsysaudit.reports import conformance, documents
 
 SNAP = H200_2025 / "snap"
 
@@ -28,7 +28,7 @@ def test_analyze_json_holds_the_allocator_section(capsys) -> None:
                          SNAP / "observe.telemetry.jsonl", "--snapshot", SNAP / "observe-end.pickle")
     assert code == 0, err
     doc = json.loads(out)
-    assert documents.problems(doc, documents.AnalysisDocument) == []
+    assert conformance.problems(doc, documents.AnalysisDocument) == []
     section = doc["allocator"]
     assert [s["path"] for s in section["snapshots"]] == [str(SNAP / "observe-end.pickle")]
     assert all(p["statement"] for p in section["at"])
@@ -67,7 +67,7 @@ def test_a_sealed_comparison_with_snapshots(capsys, tmp_path: Path) -> None:
                        "--release-snapshot", SNAP / "release-end.pickle")
     assert code == 0, err
     report = json.loads((out / "report.json").read_text())
-    assert documents.problems(report, documents.ComparisonDocument) == []
+    assert conformance.problems(report, documents.ComparisonDocument) == []
     assert report["differences"]["allocator"]["release"]["segments_released"]["segments"] == 19
     meta = json.loads((out / "metadata.json").read_text())
     assert [i["role"] for i in report["inputs"]] == [i["role"] for i in meta["inputs"]] == [

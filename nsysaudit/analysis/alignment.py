@@ -24,14 +24,14 @@ a process; they never relabel trace events.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict, overload
+from typing import TYPE_CHECKING, Literal, NamedTuple, NotRequired, TypedDict
 
-import orjson
 import polars as pl
 
 from nsysaudit.core.ids import decode_pid, decode_tid
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.telemetry import (
     INT64_MAX,
     INT64_MIN,
@@ -42,6 +42,7 @@ from nsysaudit.read.telemetry import (
     default_edge,
     default_range_name,
 )
+from nsysaudit.words import say
 
 if TYPE_CHECKING:  # numpy is imported where telemetry is placed: an analysis without it never loads numpy
     import numpy as np
@@ -248,24 +249,6 @@ class AnchorMatch:
     def offset_ns(self) -> int:
         return self.edge_ns - self.clock_ns
 
-    def to_dict(self) -> AnchorPair:
-        return {
-            "line": self.line,
-            "event": self.event,
-            "nvtx": self.nvtx,
-            "edge": self.edge,
-            "domain": self.domain,
-            "pid": self.pid,
-            "tid": self.tid,
-            "telemetry_tid": self.telemetry_tid,
-            "same_thread": self.same_thread,
-            "rule": self.rule,
-            "clock_ns": self.clock_ns,
-            "edge_ns": self.edge_ns,
-            "offset_ns": self.offset_ns,
-            "residual_ns": self.residual_ns,
-            "utc_residual_ns": self.utc_residual_ns,
-        }
 
 
 @dataclass(frozen=True)
@@ -274,16 +257,7 @@ class UtcMethod:
     clock_field: str | None
     session_start_utc_ns: int | None
     offset_ns: int | None
-    reason: str | None
-
-    def to_dict(self) -> UtcAlignment:
-        return {
-            "computed": self.computed,
-            "clock_field": self.clock_field,
-            "session_start_utc_ns": self.session_start_utc_ns,
-            "offset_ns": self.offset_ns,
-            "reason": self.reason,
-        }
+    reason: Reason | None  # why it is not computed
 
 
 @dataclass(frozen=True, eq=False)
@@ -297,41 +271,12 @@ class AnchorMethod:
     skipped: tuple[SkippedAnchor, ...]
     # ``line, event`` of every telemetry line that is not an anchor, in file order.
     without_anchor: pl.DataFrame
-    reason: str | None
+    reason: Reason | None  # why it is not computed
 
     @property
     def max_abs_residual_ns(self) -> int | None:
         return max((abs(p.residual_ns) for p in self.pairs), default=None)
 
-    @property
-    def events_without_anchor(self) -> LineList:
-        """``events_without_anchor``: ``{"line", "event"}`` of each line that is not an anchor."""
-        return LineList(
-            self.without_anchor,
-            lambda frame: pl.concat_str(
-                [pl.lit('{"event":'), _event_json(frame), pl.lit(',"line":'), _int_json("line"), pl.lit("}")]
-            ),
-            event_lines,
-        )
-
-    def to_dict(self) -> Anchors:
-        """The ``alignment.anchors`` object."""
-        return self.section(event_lines(self.without_anchor))
-
-    def section(self, events_without_anchor: list[EventLine]) -> Anchors:
-        """The ``alignment.anchors`` object with the given ``events_without_anchor``."""
-        return {
-            "computed": self.computed,
-            "rule": self.rule,
-            "clock": self.clock,
-            "clock_field": self.clock_field,
-            "offset_ns": self.offset_ns,
-            "pairs": [p.to_dict() for p in self.pairs],
-            "max_abs_residual_ns": self.max_abs_residual_ns,
-            "skipped": list(self.skipped),
-            "events_without_anchor": events_without_anchor,
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True)
@@ -340,64 +285,7 @@ class Check:
 
     name: str
     passed: bool | None
-    detail: str
-
-    def to_dict(self) -> AlignmentCheck:
-        return {"check": self.name, "passed": self.passed, "detail": self.detail}
-
-
-@dataclass(frozen=True, eq=False)
-class LineList:
-    """A per-line list of the document (one entry per telemetry line: 10^6 for a file of 10^6
-    lines), kept as the rows of ``frame`` until it is written.
-
-    :meth:`dicts` gives the entries as Python objects (``make(frame)``: what :meth:`Alignment.to_dict`
-    holds, :class:`EventLine`, :class:`AgreementDiff` or :class:`TimelineLine` entries); :meth:`json`
-    their canonical JSON text, a slice at a time (``entry(frame)``: the text of one entry, an
-    expression over the frame's columns), byte for byte what ``canonical.dumps`` writes for
-    :meth:`dicts`, without making them."""
-
-    frame: pl.DataFrame
-    entry: Callable[[pl.DataFrame], pl.Expr]
-    make: Callable[[pl.DataFrame], Sequence[Mapping[str, object]]]
-
-    def __len__(self) -> int:
-        return self.frame.height
-
-    def dicts(self) -> Sequence[Mapping[str, object]]:
-        """The entries as Python objects (``make(frame)``)."""
-        return self.make(self.frame)
-
-    def json(self, rows: int) -> Iterator[bytes]:
-        """The entries' canonical JSON text, ``rows`` entries at a time, joined by commas (no
-        brackets; a comma between two pieces is the caller's)."""
-        entry = self.entry(self.frame)
-        for offset in range(0, self.frame.height, rows):
-            text = self.frame.slice(offset, rows).select(entry.str.join(",")).item()
-            yield str(text).encode()
-
-
-def _int_json(column: str) -> pl.Expr:
-    """An integer column as JSON: its digits, ``null`` for a null."""
-    return pl.col(column).cast(pl.String).fill_null("null")
-
-
-def event_lines(frame: pl.DataFrame) -> list[EventLine]:
-    """``{"event", "line"}`` of each row of ``frame`` (``line, event`` columns)."""
-    return [{"event": str(event), "line": int(line)} for line, event in frame.select("line", "event").iter_rows()]
-
-
-def agreement_diffs(frame: pl.DataFrame) -> list[AgreementDiff]:
-    """``{"event", "line", "utc_minus_anchor_ns"}`` of each row of ``frame`` (columns of those names)."""
-    rows = frame.select("line", "event", "utc_minus_anchor_ns").iter_rows()
-    return [{"event": str(event), "line": int(line), "utc_minus_anchor_ns": int(diff)} for line, event, diff in rows]
-
-
-def _event_json(frame: pl.DataFrame) -> pl.Expr:
-    """The ``event`` column as JSON strings, as orjson writes them (each name written once)."""
-    names = frame["event"].unique()
-    texts = [orjson.dumps(name).decode() for name in names.to_list()]
-    return pl.col("event").replace_strict(names, texts, return_dtype=pl.String)
+    detail: Reason  # what it found, or why it could not run
 
 
 @dataclass(frozen=True)
@@ -461,7 +349,7 @@ class Alignment:
     checks: tuple[Check, ...]
     placed: pl.DataFrame
     diffs: pl.DataFrame | None = None
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[Reason, ...] = field(default=())
     # Per traced process (and None: lines without a pid), its boundaries sorted by time; made once
     # by align(), so placing many calls stays O(log n) each.
     boundaries: Mapping[int | None, Bounds] = field(default_factory=dict)
@@ -473,7 +361,7 @@ class Alignment:
     @property
     def reasons(self) -> list[str]:
         """Why the alignment is not checked (empty when it is)."""
-        return [c.detail for c in self.checks if c.passed is not True]
+        return [say(c.detail) for c in self.checks if c.passed is not True]
 
     @property
     def offset_ns(self) -> int | None:
@@ -497,133 +385,6 @@ class Alignment:
         if self.method == "utc":
             return [p.utc_residual_ns for p in self.anchors.pairs]
         return [p.residual_ns for p in self.anchors.pairs]
-
-    @overload
-    def to_dict(self, *, lazy: Literal[False] = False) -> AlignmentSection: ...
-
-    @overload
-    def to_dict(self, *, lazy: Literal[True]) -> dict[str, object]: ...
-
-    def to_dict(self, *, lazy: bool = False) -> AlignmentSection | dict[str, object]:
-        """The top-level ``alignment`` object of the JSON report; ``lazy``: its per-line lists
-        (``agreement.diffs_ns``, ``anchors.events_without_anchor``) left :class:`LineList` (an
-        object of that shape, not yet an :class:`AlignmentSection`)."""
-        if not lazy:
-            diffs = agreement_diffs(self.diffs) if self.diffs is not None else []
-            return self._section(diffs, event_lines(self.anchors.without_anchor))
-        section = self._section([], [])
-        out: dict[str, object] = {**section}
-        out["anchors"] = {**section["anchors"], "events_without_anchor": self.anchors.events_without_anchor}
-        agreement = section["agreement"]
-        if agreement is not None and self.diffs is not None:
-            diffs_list = LineList(
-                self.diffs,
-                lambda frame: pl.concat_str([
-                    pl.lit('{"event":'), _event_json(frame), pl.lit(',"line":'), _int_json("line"),
-                    pl.lit(',"utc_minus_anchor_ns":'), _int_json("utc_minus_anchor_ns"), pl.lit("}"),
-                ]),
-                agreement_diffs,
-            )
-            out["agreement"] = {**agreement, "diffs_ns": diffs_list}
-        return out
-
-    def _section(self, diffs_ns: list[AgreementDiff], events_without_anchor: list[EventLine]) -> AlignmentSection:
-        """The ``alignment`` object with the given per-line lists."""
-        agreement: Agreement | None = None
-        if self.agreement is not None:
-            agreement = {**self.agreement, "diffs_ns": diffs_ns}
-        return {
-            "method": self.method,
-            "clock_field": self.clock_field,
-            "offset_ns": self.offset_ns,
-            "residuals_ns": self.residuals_ns,
-            "checked": self.checked,
-            "tolerance_ns": self.tolerance_ns,
-            "reasons": self.reasons,
-            "checks": [c.to_dict() for c in self.checks],
-            "utc": self.utc.to_dict(),
-            "anchors": self.anchors.section(events_without_anchor),
-            "agreement": agreement,
-            "notes": list(self.notes),
-        }
-
-    @overload
-    def telemetry_summary(self, *, lazy: Literal[False] = False) -> TelemetrySummary: ...
-
-    @overload
-    def telemetry_summary(self, *, lazy: Literal[True]) -> dict[str, object]: ...
-
-    def telemetry_summary(self, *, lazy: bool = False) -> TelemetrySummary | dict[str, object]:
-        """The top-level ``telemetry`` object but its ``library_failures``: the file, its warnings,
-        every line's placement (``timeline``; ``lazy``: left a :class:`LineList`, in an object of
-        that shape, not yet a :class:`TelemetrySummary`)."""
-        log, opts = self.log, self.log.options
-        timeline = self.timeline
-        summary: TelemetrySummary = {
-            "path": log.path,
-            "sha256": log.sha256,
-            "events": log.lines.height,
-            "bad_lines": len(log.bad_lines),
-            "warnings": [b.to_dict() for b in log.bad_lines],
-            "lenient": opts.lenient,
-            "event_key": opts.event_key,
-            "clock_fields": {kind: name for kind, name in opts.clock_fields.items()},
-            "pids": log.pids,
-            "timeline": [] if lazy else self._timeline_dicts(timeline.frame),
-        }
-        return {**summary, "timeline": timeline} if lazy else summary
-
-    @property
-    def timeline(self) -> LineList:
-        """``telemetry.timeline``: each line with its clocks, place, values and fields."""
-        return LineList(pl.concat([self.log.lines, self.placed], how="horizontal"), self._timeline_entry,
-                        self._timeline_dicts)
-
-    def _timeline_dicts(self, frame: pl.DataFrame) -> list[TimelineLine]:
-        log = self.log
-        clocks = log.options.clock
-        out: list[TimelineLine] = []
-        for row in frame.iter_rows(named=True):
-            out.append(
-                {
-                    "line": int(row["line"]),
-                    "event": str(row["event"]),
-                    "pid": row["pid"],
-                    "tid": row["tid"],
-                    "clocks": {name: row[kind] for kind, name in clocks if row[kind] is not None},
-                    "trace_ns": row["trace_ns"],
-                    "via": row["via"],
-                    "values": log.values_of(row["values"], row["order"]),
-                    "fields": log.fields_of(row["fields"], row["order"], row["written"]),
-                }
-            )
-        return out
-
-    def _timeline_entry(self, frame: pl.DataFrame) -> pl.Expr:
-        # The clocks object: a stamp per clock read, keys sorted (a field read for both kinds is
-        # one key holding one value, as a dict keeps it).
-        names = {name: kind for kind, name in self.log.options.clock}
-        stamps = [
-            pl.when(pl.col(kind).is_not_null()).then(
-                pl.concat_str([pl.lit(orjson.dumps(name).decode() + ":"), pl.col(kind).cast(pl.String)])
-            )
-            for name, kind in sorted(names.items())
-        ]
-        via = pl.when(pl.col("via").is_null()).then(pl.lit("null")).otherwise(
-            pl.concat_str([pl.lit('"'), pl.col("via"), pl.lit('"')])
-        )
-        return pl.concat_str([
-            pl.lit('{"clocks":{'), pl.concat_str(stamps, separator=",", ignore_nulls=True).fill_null(""),
-            pl.lit('},"event":'), _event_json(frame),
-            pl.lit(',"fields":'), pl.col("fields"),
-            pl.lit(',"line":'), _int_json("line"),
-            pl.lit(',"pid":'), _int_json("pid"),
-            pl.lit(',"tid":'), _int_json("tid"),
-            pl.lit(',"trace_ns":'), _int_json("trace_ns"),
-            pl.lit(',"values":'), pl.col("values"),
-            pl.lit(',"via":'), via,
-            pl.lit("}"),
-        ])
 
     # --- the lines, for the analysis -----------------------------------------------------------
     def lines_of(self, rows: Sequence[int] | None = None) -> pl.DataFrame:
@@ -766,29 +527,12 @@ def _ranges(nvtx_ranges: pl.DataFrame) -> list[_Range]:
 def _utc(log: TelemetryLog, session_start_utc_ns: int | None) -> UtcMethod:
     field_name = log.options.clock_fields.get("realtime")
     if field_name is None:
-        return UtcMethod(
-            False,
-            None,
-            session_start_utc_ns,
-            None,
-            "UTC not computed: the realtime clock is not read (--telemetry-clock leaves it out)",
-        )
+        return UtcMethod(False, None, session_start_utc_ns, None, Reason.of("utc_clock_not_read"))
     if not log.has_clock("realtime"):
-        return UtcMethod(
-            False,
-            field_name,
-            session_start_utc_ns,
-            None,
-            f"UTC not computed: no telemetry line has a {field_name!r} stamp",
-        )
+        return UtcMethod(False, field_name, session_start_utc_ns, None,
+                         Reason.of("utc_no_stamp", field_name=field_name))
     if session_start_utc_ns is None:
-        return UtcMethod(
-            False,
-            field_name,
-            None,
-            None,
-            "UTC not computed: the export has no TARGET_INFO_SESSION_START_TIME.utcEpochNs (session start in UTC)",
-        )
+        return UtcMethod(False, field_name, None, None, Reason.of("utc_no_session_start"))
     return UtcMethod(True, field_name, session_start_utc_ns, -session_start_utc_ns, None)
 
 
@@ -815,33 +559,22 @@ def _wanted(log: TelemetryLog) -> dict[str, list[tuple[str, Edge]]]:
 
 def _anchors(
     log: TelemetryLog, ranges: list[_Range], trace_pids: set[int], utc_offset_ns: int | None
-) -> tuple[AnchorMethod, list[str]]:
-    opts = log.options
-    rule: AnchorRule = "configured" if opts.anchors else "default"
-    notes: list[str] = []
+) -> tuple[AnchorMethod, list[Reason]]:
+    """The anchor mapping: each telemetry line paired with the NVTX range edge it names, the median
+    offset of the pairs, the candidates skipped and why; and the notes on what was not paired."""
+    rule: AnchorRule = "configured" if log.options.anchors else "default"
     clock = _anchor_clock(log)
     if clock is None:
         return AnchorMethod(
             False, rule, None, None, None, (), (), log.lines.select("line", "event").clear(),
-            "anchors not computed: no clock stamp to pair",
-        ), notes
-    field_name = opts.clock_fields[clock]
-    if clock == "realtime":
-        notes.append(f"anchors use the realtime clock ({field_name!r}): no monotonic stamp is read")
+            Reason.of("anchors_no_clock"),
+        ), []
+    field_name = log.options.clock_fields[clock]
+    notes = _anchor_notes(log, clock, field_name, trace_pids)
     by_name: dict[str, list[_Range]] = {}
     for r in ranges:
         by_name.setdefault(r.text, []).append(r)
     wanted = _wanted(log)
-    without_pid = log.lines["pid"].null_count()
-    if without_pid:
-        notes.append("some telemetry lines have no pid: their anchors are matched by name in any traced process")
-    other = sorted(set(log.pids) - trace_pids)
-    if other:
-        notes.append(
-            f"telemetry pid(s) {', '.join(map(str, other))} are not processes of this trace "
-            f"(trace pid(s): {', '.join(map(str, sorted(trace_pids))) or 'none'}): their lines anchor nothing"
-        )
-
     # Group lines by (name, pid, tid) so repeated events pair with repeated ranges in order. Only
     # names that can anchor or be skipped: under the default rule, a line whose range is not in the
     # trace is simply not an anchor.
@@ -853,94 +586,15 @@ def _anchors(
     )
     pairs: list[AnchorMatch] = []  # residuals added once the offset is known
     skipped: list[SkippedAnchor] = []
-    anchored: set[int] = set()
     # Per group: the event, pid, tid, and its lines' numbers, anchor clock stamps and realtime stamps.
-    name: str
-    pid: int | None
-    tid: int | None
-    lines: list[int]
-    stamps: list[int | None]
-    reals: list[int | None]
-    for name, pid, tid, lines, stamps, reals in groups.iter_rows():
-        for nvtx, edge in wanted[name]:
-
-            def skip(
-                reason: str, lines: list[int] = lines, name: str = name, nvtx: str = nvtx, edge: Edge = edge
-            ) -> None:
-                skipped.append({"event": name, "lines": lines, "nvtx": nvtx, "edge": edge, "reason": reason})
-
-            candidates = [r for r in by_name.get(nvtx, []) if pid is None or r.pid == pid]
-            if not by_name.get(nvtx):
-                if rule == "configured":
-                    skip(f"no NVTX range named {nvtx!r} in the trace")
-                continue  # default rule: a line without a same-named range is simply not an anchor
-            if not candidates:
-                skip(
-                    f"NVTX range {nvtx!r} exists only in other process(es) "
-                    f"(pid {', '.join(str(p) for p in sorted({r.pid for r in by_name[nvtx]}))}), "
-                    f"not in the line's pid {pid}"
-                )
-                continue
-            same_thread: bool | None = None
-            if tid is not None:
-                on_thread = [r for r in candidates if r.tid == tid]
-                if on_thread:
-                    candidates, same_thread = on_thread, True
-                elif rule == "default":
-                    tids = ", ".join(str(t) for t in sorted({r.tid for r in candidates}))
-                    skip(
-                        f"NVTX range {nvtx!r} is on other thread(s) of pid {pid} (tid {tids}), not on the "
-                        f"line's tid {tid}: not the same moment (configure it with --anchor to use it)"
-                    )
-                    continue
-                else:
-                    same_thread = False
-            # (range, its edge) of the candidates with that edge
-            edged = [(r, at) for r in candidates if (at := r.at(edge)) is not None]
-            # (clock stamp, line, realtime stamp) of the group's lines with a stamp of the anchor clock
-            stamped = [(t, n, real) for t, n, real in zip(stamps, lines, reals, strict=True) if t is not None]
-            if len(stamped) < len(lines):
-                skip(
-                    f"{len(lines) - len(stamped)} line(s) have no {field_name!r} stamp",
-                    [n for t, n in zip(stamps, lines, strict=True) if t is None],
-                )
-            if not stamped:
-                continue
-            if len(stamped) != len(edged):
-                skip(
-                    f"{len(stamped)} telemetry line(s) but {len(edged)} NVTX range(s) {nvtx!r} with a "
-                    f"{edge} on that thread/process: pairing is ambiguous",
-                    [n for _, n, _ in stamped],
-                )
-                continue
-            stamped.sort(key=lambda e: (e[0], e[1]))
-            edged.sort(key=lambda e: (e[1], e[0].tid))
-            for (stamp, number, real), (r, at) in zip(stamped, edged, strict=True):
-                anchored.add(number)
-                pairs.append(AnchorMatch(
-                    line=number, event=name, nvtx=nvtx, edge=edge, domain=r.domain, pid=r.pid, tid=r.tid,
-                    telemetry_tid=tid, same_thread=same_thread, rule=rule, clock_ns=stamp, edge_ns=at,
-                    realtime_ns=real,
-                ))
+    for group in groups.iter_rows():
+        for nvtx, edge in wanted[group[0]]:
+            _pair_group(_Group(*group), nvtx, edge, by_name, rule, field_name, pairs, skipped)
+    anchored = {p.line for p in pairs}
     without = log.lines.select("line", "event").filter(~pl.col("line").is_in(sorted(anchored)))
     pairs.sort(key=lambda p: (p.edge_ns, p.line))
     if not pairs:
-        if other and not without_pid and not set(log.pids) & trace_pids:
-            reason = (
-                f"anchors not computed: no telemetry line comes from a process of this trace "
-                f"(telemetry pid(s) {', '.join(map(str, log.pids))}; trace pid(s) "
-                f"{', '.join(map(str, sorted(trace_pids))) or 'none'})"
-            )
-        elif skipped:
-            reason = f"anchors not computed: no usable pair ({len(skipped)} candidate(s) skipped, see 'skipped')"
-        elif rule == "default":
-            reason = (
-                "anchors not computed: no telemetry event names an NVTX range of the trace "
-                "(default rule: X_start/X_begin -> start of range X, X_end -> end of X, X -> end of X; "
-                "use --anchor EVENT=NVTX_NAME[:start|end])"
-            )
-        else:
-            reason = "anchors not computed: no configured anchor matched"
+        reason = _no_anchor_reason(log, rule, trace_pids, skipped)
         return AnchorMethod(False, rule, clock, field_name, None, (), tuple(skipped), without, reason), notes
     offset = round(statistics.median(p.edge_ns - p.clock_ns for p in pairs))
     done = tuple(
@@ -956,8 +610,97 @@ def _anchors(
     return AnchorMethod(True, rule, clock, field_name, offset, done, tuple(skipped), without, None), notes
 
 
-def _fmt_ms(ns: int) -> str:
-    return f"{ns / 1_000_000:.3f} ms"
+def _anchor_notes(log: TelemetryLog, clock: ClockKind, field_name: str, trace_pids: set[int]) -> list[Reason]:
+    """What the anchors' reader says of the lines before pairing them: the clock it pairs on, lines
+    without a pid, pids that are no process of the trace."""
+    notes: list[Reason] = []
+    if clock == "realtime":
+        notes.append(Reason.of("anchors_on_realtime", field_name=field_name))
+    if log.lines["pid"].null_count():
+        notes.append(Reason.of("telemetry_without_pid"))
+    other = sorted(set(log.pids) - trace_pids)
+    if other:
+        notes.append(Reason.of("telemetry_pids_not_traced", pids=other, trace_pids=sorted(trace_pids)))
+    return notes
+
+
+class _Group(NamedTuple):
+    """The telemetry lines of one event, pid and tid: their numbers, anchor clock stamps and
+    realtime stamps, in file order."""
+
+    event: str
+    pid: int | None
+    tid: int | None
+    lines: list[int]
+    stamps: list[int | None]
+    reals: list[int | None]
+
+
+def _pair_group(
+    g: _Group, nvtx: str, edge: Edge, by_name: Mapping[str, list[_Range]], rule: AnchorRule, field_name: str,
+    pairs: list[AnchorMatch], skipped: list[SkippedAnchor],
+) -> None:
+    """Pair one group's lines with the ``edge`` of the NVTX ranges named ``nvtx`` on its thread (or
+    process), in order; add the pairs to ``pairs``, or say in ``skipped`` why none is made."""
+
+    def skip(reason: Reason, lines: list[int] = g.lines) -> None:
+        skipped.append({"event": g.event, "lines": lines, "nvtx": nvtx, "edge": edge, "reason": say(reason)})
+
+    candidates = [r for r in by_name.get(nvtx, []) if g.pid is None or r.pid == g.pid]
+    if not by_name.get(nvtx):
+        if rule == "configured":
+            skip(Reason.of("anchor_range_missing", nvtx=nvtx))
+        return  # default rule: a line without a same-named range is simply not an anchor
+    if not candidates:
+        skip(Reason.of("anchor_range_in_other_process", nvtx=nvtx, pids=sorted({r.pid for r in by_name[nvtx]}),
+                       pid=g.pid))
+        return
+    same_thread: bool | None = None
+    if g.tid is not None:
+        on_thread = [r for r in candidates if r.tid == g.tid]
+        if on_thread:
+            candidates, same_thread = on_thread, True
+        elif rule == "default":
+            skip(Reason.of("anchor_range_on_other_thread", nvtx=nvtx, pid=g.pid,
+                           tids=sorted({r.tid for r in candidates}), tid=g.tid))
+            return
+        else:
+            same_thread = False
+    # (range, its edge) of the candidates with that edge
+    edged = [(r, at) for r in candidates if (at := r.at(edge)) is not None]
+    # (clock stamp, line, realtime stamp) of the group's lines with a stamp of the anchor clock
+    stamped = [(t, n, real) for t, n, real in zip(g.stamps, g.lines, g.reals, strict=True) if t is not None]
+    if len(stamped) < len(g.lines):
+        skip(Reason.of("anchor_lines_without_stamp", lines=len(g.lines) - len(stamped), field_name=field_name),
+             [n for t, n in zip(g.stamps, g.lines, strict=True) if t is None])
+    if not stamped:
+        return
+    if len(stamped) != len(edged):
+        skip(Reason.of("anchor_pairing_ambiguous", lines=len(stamped), ranges=len(edged), nvtx=nvtx, edge=edge),
+             [n for _, n, _ in stamped])
+        return
+    stamped.sort(key=lambda e: (e[0], e[1]))
+    edged.sort(key=lambda e: (e[1], e[0].tid))
+    for (stamp, number, real), (r, at) in zip(stamped, edged, strict=True):
+        pairs.append(AnchorMatch(
+            line=number, event=g.event, nvtx=nvtx, edge=edge, domain=r.domain, pid=r.pid, tid=r.tid,
+            telemetry_tid=g.tid, same_thread=same_thread, rule=rule, clock_ns=stamp, edge_ns=at,
+            realtime_ns=real,
+        ))
+
+
+def _no_anchor_reason(
+    log: TelemetryLog, rule: AnchorRule, trace_pids: set[int], skipped: list[SkippedAnchor]
+) -> Reason:
+    """Why no line was paired with a range."""
+    other = set(log.pids) - trace_pids
+    if other and not log.lines["pid"].null_count() and not set(log.pids) & trace_pids:
+        return Reason.of("anchors_no_traced_process", pids=log.pids, trace_pids=sorted(trace_pids))
+    if skipped:
+        return Reason.of("anchors_all_skipped", skipped=len(skipped))
+    if rule == "default":
+        return Reason.of("anchors_no_range_named")
+    return Reason.of("anchors_none_matched")
 
 
 def align(
@@ -977,61 +720,12 @@ def align(
     pids = set(trace_pids) | {r.pid for r in ranges}
     utc = _utc(log, session_start_utc_ns)
     anchors, notes = _anchors(log, ranges, pids, utc.offset_ns if utc.computed else None)
-
-    checks = [
-        Check(
-            "utc_computed",
-            utc.computed,
-            utc.reason
-            or f"UTC mapping: trace_ns = {utc.clock_field} - "
-            f"{utc.session_start_utc_ns} (TARGET_INFO_SESSION_START_TIME.utcEpochNs)",
-        ),
-        Check(
-            "anchors_computed",
-            anchors.computed,
-            anchors.reason
-            or f"anchor mapping: trace_ns = "
-            f"{anchors.clock_field} + ({anchors.offset_ns}), median over {len(anchors.pairs)} pair(s)",
-        ),
-    ]
     method: Method | None = "utc" if utc.computed else "anchors" if anchors.computed else None
     placed, diffs, agreement, unplaced = _placements(log, method, utc, anchors)
     if unplaced:
-        notes.append(f"{unplaced} telemetry line(s) would be placed outside the trace's 64-bit clock (a damaged "
-                     "stamp): not placed")
-    if agreement is None:
-        why = "only one method computed" if utc.computed != anchors.computed else "neither method computed"
-        if utc.computed and anchors.computed:
-            why = "no telemetry line has both clocks"
-        checks.append(Check("methods_agree", None, f"the two mappings cannot be compared: {why}"))
-    else:
-        worst = agreement["max_abs_diff_ns"]
-        ok = worst <= tol
-        checks.append(
-            Check(
-                "methods_agree",
-                ok,
-                f"UTC and anchor mappings {'agree' if ok else 'disagree'}: they differ by up to {_fmt_ms(worst)} "
-                f"over {agreement['events']} line(s) (worst: {agreement['worst_event']!r}, line "
-                f"{agreement['worst_line']}; tolerance {_fmt_ms(tol)})",
-            )
-        )
-    worst_pair = max(anchors.pairs, key=lambda p: abs(p.residual_ns), default=None)
-    if worst_pair is None:
-        checks.append(Check("anchor_residuals", None, "no anchor pair, so no residual to check"))
-    else:
-        ok = abs(worst_pair.residual_ns) <= tol
-        checks.append(
-            Check(
-                "anchor_residuals",
-                ok,
-                f"anchor residuals {'within' if ok else 'exceed'} tolerance: largest {_fmt_ms(worst_pair.residual_ns)} "
-                f"({worst_pair.event!r} line {worst_pair.line} vs NVTX {worst_pair.nvtx!r} {worst_pair.edge}; "
-                f"tolerance {_fmt_ms(tol)})",
-            )
-        )
+        notes.append(Reason.of("telemetry_placed_outside_clock", lines=unplaced))
     if method is None:
-        notes.append("no mapping computed: telemetry lines cannot be placed on the trace clock")
+        notes.append(Reason.of("no_mapping"))
     return Alignment(
         log=log,
         method=method,
@@ -1039,12 +733,41 @@ def align(
         utc=utc,
         anchors=anchors,
         agreement=agreement,
-        checks=tuple(checks),
+        checks=_checks(utc, anchors, agreement, tol),
         placed=placed,
         diffs=diffs,
         notes=tuple(notes),
         boundaries=boundaries_by_pid(log, placed, (None, *sorted(pids))),
     )
+
+
+def _checks(
+    utc: UtcMethod, anchors: AnchorMethod, agreement: AgreementSummary | None, tol: int
+) -> tuple[Check, ...]:
+    """The four checks of an alignment: each mapping computed, the two agree, the anchors' residuals
+    within the tolerance ``tol``."""
+    checks = [
+        Check("utc_computed", utc.computed, utc.reason or Reason.of(
+            "utc_mapping", clock_field=utc.clock_field, session_start_utc_ns=utc.session_start_utc_ns)),
+        Check("anchors_computed", anchors.computed, anchors.reason or Reason.of(
+            "anchor_mapping", clock_field=anchors.clock_field, offset_ns=anchors.offset_ns, pairs=len(anchors.pairs))),
+    ]
+    if agreement is None:
+        checks.append(Check("methods_agree", None, Reason.of("mappings_not_compared", utc=utc.computed,
+                                                             anchors=anchors.computed)))
+    else:
+        ok = agreement["max_abs_diff_ns"] <= tol
+        checks.append(Check("methods_agree", ok, Reason.of("mappings_compared", agree=ok, tolerance_ns=tol,
+                                                           **agreement)))
+    worst = max(anchors.pairs, key=lambda p: abs(p.residual_ns), default=None)
+    if worst is None:
+        checks.append(Check("anchor_residuals", None, Reason.of("no_anchor_pair")))
+    else:
+        ok = abs(worst.residual_ns) <= tol
+        checks.append(Check("anchor_residuals", ok, Reason.of(
+            "anchor_residuals", within=ok, residual_ns=worst.residual_ns, event=worst.event, line=worst.line,
+            nvtx=worst.nvtx, edge=worst.edge, tolerance_ns=tol)))
+    return tuple(checks)
 
 
 def _placements(

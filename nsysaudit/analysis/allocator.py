@@ -38,11 +38,13 @@ from typing import Literal, NotRequired, TypedDict
 import polars as pl
 
 from nsysaudit.analysis.ledger import PointKind, Wanted
-from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.core.errors import ReportWarning, UnusableInput
 from nsysaudit.core.ids import pid_of
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.memory import MemoryEvidence
 from nsysaudit.read.snapshot import Snapshot
+from nsysaudit.words import ALLOCATOR_RULE, warned
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 ROUND = 512  # the caching allocator rounds every request up to a multiple of 512 B (kMinBlockSize)
@@ -265,6 +267,7 @@ class AllocatorPoint(TypedDict):
     global_pid: int | None
     states: list[AllocatorState]
     finding: NotRequired[int]
+    finding_number: NotRequired[int]
     lib_id: NotRequired[int]
     line: NotRequired[int]
     statement: NotRequired[str]
@@ -279,10 +282,7 @@ class AllocatorSection(TypedDict):
     rule: str
 
 
-RULE = ("inactive_bytes: reserved less the bytes live allocations requested (the allocator's inactive blocks "
-        "and the rounding of its active ones); inactive ranges: the segments less the live allocations rounded "
-        "up to 512 B (an upper bound on each free block); holders: the allocation that last used each inactive "
-        "byte, by its stack")
+RULE = ALLOCATOR_RULE
 
 
 # --- the join --------------------------------------------------------------------------------------
@@ -377,14 +377,16 @@ def _warnings(j: Joined) -> list[ReportWarning]:
     out = []
     for note in j.section["notes"]:
         if note["code"] == "replay_below_zero":
-            out.append(warning("snapshot_replay_below_zero", 1, (
-                f"{j.snapshot.path}: replaying its history back from its segments gives less than nothing "
-                f"({note['values']['quantity']} {note['values']['bytes']:,} B before the first entry): the history "
-                "and the segments disagree (a damaged or edited snapshot); its figures at moments are not exact")))
+            out.append(warned(
+                Reason.of("snapshot_replay_below_zero", path=j.snapshot.path, quantity=note["values"]["quantity"],
+                          bytes=note["values"]["bytes"]),
+                1,
+            ))
         if note["code"] == "segment_events_unmatched":
-            out.append(warning("snapshot_segment_events_unmatched", int(note["values"]["count"] or 0), (
-                f"{j.snapshot.path}: segment events of its history inside the capture with no memory event of the "
-                "trace at their address (nsys lost events, or the snapshot was edited)")))
+            out.append(warned(
+                Reason.of("snapshot_segment_events_unmatched", path=j.snapshot.path),
+                int(note["values"]["count"] or 0),
+            ))
     return out
 
 
@@ -914,6 +916,8 @@ def _point(joined: Sequence[Joined], wanted: Wanted) -> AllocatorPoint:
     out: AllocatorPoint = {"point": point, "label": label, "t_ns": t, "pid": pid_of(gpid), "global_pid": gpid,
                            "states": []}
     out[key] = value
+    if key == "finding":
+        out["finding_number"] = value + 1
     mine = [j for j in joined if j.global_pid is not None and j.global_pid == gpid]
     if t is None or not mine:
         return out

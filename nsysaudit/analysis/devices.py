@@ -39,11 +39,12 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from nsysaudit.analysis.ledger import Device
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import pid_bits, vm_of
-from nsysaudit.read.devices import DeviceEvidence as ExportDevices
-from nsysaudit.read.devices import Launch
+from nsysaudit.core.reasons import Reason
+from nsysaudit.read.devices import DeviceTables, Launch
 from nsysaudit.read.telemetry import TelemetryLog
+from nsysaudit.words import say, warned
 
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK")
 LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
@@ -52,13 +53,6 @@ WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM
 RANK_OPTIONS = ("--rank",)
 LOCAL_RANK_OPTIONS = ("--local_rank", "--local-rank")
 TELEMETRY_FIELDS = {"rank": "rank", "local_rank": "local_rank", "world_size": "world_size"}
-RANK_RULE = (
-    "a process's rank is what a row of the evidence states: the environment (RANK, OMPI_COMM_WORLD_RANK, "
-    "PMI_RANK, PMIX_RANK, SLURM_PROCID, MV2_COMM_WORLD_RANK) or command line (--rank N, env RANK=N) nsys "
-    "recorded for the command it launched, given to the one traced process that is that command, or the "
-    "application's telemetry lines with an integer rank field and the process's pid; otherwise unknown (never "
-    "the report's file name)"
-)
 _ASSIGNMENT = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*=")
 _INT = re.compile(r"\A(0|[1-9][0-9]{0,8})\Z")
 
@@ -179,7 +173,7 @@ class DeviceTruth:
         return next((d for d in self.devices if d["vm"] == vm and d["device_id"] == device_id), None)
 
     @property
-    def shown(self) -> bool:
+    def names_devices(self) -> bool:
         """Whether reports for people name devices and ranks: the export has several devices or a
         process's rank is known (a single-device export without ranks reads as it always did)."""
         return self.several_devices or self.ranks_known
@@ -191,7 +185,7 @@ _UNKNOWN: Placement = {
     "launched": None,
     "rank": None,
     "rank_source": None,
-    "rank_unknown": "the process is not in the export's PROCESSES table",
+    "rank_unknown": say(Reason.of("process_not_in_processes")),
     "local_rank": None,
     "world_size": None,
     "cuda_visible_devices": None,
@@ -274,8 +268,8 @@ def _telemetry_claims(telemetry: TelemetryLog | None, pids: set[int]) -> dict[in
                 continue
             claims = out.setdefault(pid, {}).setdefault(key, [])
             if all(c.value != value for c in claims):
-                claims.append(Claim(value, f"telemetry line {line} ({event}): {name}={value}, the "
-                                           "application's own claim"))
+                claims.append(Claim(value, say(Reason.of("telemetry_rank_claim", line=line, event=event,
+                                                         name=name, value=value))))
     return out
 
 
@@ -297,22 +291,19 @@ def _launched(launch: Launch, processes: Sequence[TracedProcess]) -> tuple[int |
             return hits[0], f"PROCESS_{launch.index}:PID is {launch.pid}"
     name, _, _ = program(launch)
     if name is None:
-        return None, (f"nsys recorded no command for PROCESS_{launch.index}" if launch.command is None
-                      else f"the program that {launch.command!r} ran is not in its recorded command line")
+        return None, say(Reason.of("launched_program_unknown", index=launch.index, command=launch.command))
     same = [p["global_pid"] for p in processes if p["name"] is not None and posixpath.basename(p["name"]) == name]
     if len(same) == 1:
-        return same[0], f"the only traced process named {name!r}, the launched command's name"
-    pid_note = "" if launch.pid is not None else f" and PROCESS_{launch.index}:PID is not recorded"
-    return None, (f"{len(same)} traced processes are named {name!r}{pid_note}: the export does not say which is "
-                  "the launched command" if same else
-                  f"no traced process is named {name!r}, the launched command's name")
+        return same[0], say(Reason.of("launched_by_name", name=name))
+    return None, say(Reason.of("launched_name_ambiguous", processes=len(same), name=name, index=launch.index,
+                               pid_recorded=launch.pid is not None))
 
 
-def launch_warnings(evidence: ExportDevices | None, processes: Iterable[TracedProcess]) -> list[ReportWarning]:
+def launch_warnings(evidence: DeviceTables | None, processes: Iterable[TracedProcess]) -> list[ReportWarning]:
     """A ``conflicting_rows`` warning where several launched commands are each the same traced process
     (by its pid or its name): which one it is, is unknown, so none is given to it."""
     traced = list(processes)
-    matched = [(launch.index, _launched(launch, traced)[0]) for launch in (evidence or ExportDevices()).launches]
+    matched = [(launch.index, _launched(launch, traced)[0]) for launch in (evidence or DeviceTables()).launches]
     shared: dict[int, list[int]] = {}
     for index, gpid in matched:
         if gpid is not None:
@@ -321,15 +312,11 @@ def launch_warnings(evidence: ExportDevices | None, processes: Iterable[TracedPr
     if not both:
         return []
     shown = "; ".join(f"pid {pid_bits(g)}: " + ", ".join(f"PROCESS_{i}" for i in ix) for g, ix in sorted(both.items()))
-    return [warning(
-        "conflicting_rows", len(both),
-        f"META_DATA_CAPTURE: several launched commands are each the one traced process ({shown}): which one it "
-        "is, is unknown, so none of them (their rank, environment) is given to it",
-    )]
+    return [warned(Reason.of("launched_command_ambiguous", shown=shown), len(both), kind="conflicting_rows")]
 
 
 def device_truth(
-    evidence: ExportDevices | None,
+    evidence: DeviceTables | None,
     processes: Iterable[TracedProcess],
     ledger_devices: Iterable[Device] = (),
     telemetry: TelemetryLog | None = None,
@@ -337,7 +324,7 @@ def device_truth(
     """Devices and ranks of one export (see the module docstring). ``processes``: the analysis'
     ``processes`` entries (``pid, global_pid, name``); ``ledger_devices``: the ledger summary's
     ``devices`` (per-device allocated bytes, peak, what was held at the end)."""
-    evidence = evidence or ExportDevices()
+    evidence = evidence or DeviceTables()
     traced = list(processes)
     # A pid of several traced processes (on several VMs) names none of them: a context or a telemetry
     # line of that pid is given to no process, never to the last one listed.
@@ -373,7 +360,7 @@ class _Use:
 _Uses = dict[int, dict[tuple[int | None, int | None], _Use]]
 
 
-def _device_uses(evidence: ExportDevices, processes: Sequence[TracedProcess], by_pid: dict[int, int]) -> _Uses:
+def _device_uses(evidence: DeviceTables, processes: Sequence[TracedProcess], by_pid: dict[int, int]) -> _Uses:
     """Which device each process used: by its memory events, and by the CUDA contexts it created."""
     uses: _Uses = {p["global_pid"]: {} for p in processes if p["global_pid"] is not None}
     for gpid, device, events in evidence.memory_use.iter_rows():
@@ -394,7 +381,7 @@ def _device_uses(evidence: ExportDevices, processes: Sequence[TracedProcess], by
 
 
 def _launches(
-    evidence: ExportDevices, processes: Sequence[TracedProcess]
+    evidence: DeviceTables, processes: Sequence[TracedProcess]
 ) -> tuple[dict[int, Launch], list[LaunchedCommand]]:
     """Each command nsys launched, by the global pid of the traced process that is it (where one
     is), and the JSON ``launches`` entries."""
@@ -406,9 +393,7 @@ def _launches(
               for g, _ in matched if g is not None}
     for launch, (gpid, how) in zip(evidence.launches, matched, strict=True):
         if gpid is not None and len(shared[gpid]) > 1:
-            others = ", ".join(f"PROCESS_{i}" for i in shared[gpid])
-            how = (f"{how}, but so is the process of another launched command ({others} all match pid "
-                   f"{pid_bits(gpid)}): which one it is, is unknown")
+            how = say(Reason.of("launched_shared", how=how, indexes=shared[gpid], pid=pid_bits(gpid)))
             gpid = None
         claims = _launch_claims(launch)
         if gpid is not None:
@@ -430,7 +415,7 @@ def _launches(
 
 
 def _process_entries(
-    evidence: ExportDevices,
+    evidence: DeviceTables,
     processes: Sequence[TracedProcess],
     uses: _Uses,
     launched: dict[int, Launch],
@@ -441,7 +426,6 @@ def _process_entries(
     """Per global pid, the keys its ``processes[]`` entry gains: its devices, rank and launch."""
     ordinals: dict[tuple[int | None, int | None], int | None] = {
         (pid, device): cuda for pid, device, cuda in evidence.cuda_devices.iter_rows()}
-    rank_words = ", ".join(RANK_VARIABLES)
     out: dict[int, Placement] = {}
     for p in processes:
         gpid, pid = p["global_pid"], p["pid"]
@@ -453,7 +437,7 @@ def _process_entries(
         values = {key: _decide([*mine[key], *said.get(key, [])]) for key in ("rank", "local_rank", "world_size")}
         rank, source, why = values["rank"]
         if rank is None and why is None:
-            why = _why_no_rank(own, evidence.launches, launch_entries, rank_words, has_telemetry)
+            why = _why_no_rank(own, evidence.launches, launch_entries, has_telemetry)
         identified = all(e["global_pid"] is not None for e in launch_entries)
         used = sorted(uses.get(gpid, {}).items(), key=lambda kv: (kv[0][0] is None, kv[0][0] or 0,
                                                                    kv[0][1] is None, kv[0][1] or 0))
@@ -477,7 +461,7 @@ def _process_entries(
 
 
 def _device_entries(
-    evidence: ExportDevices,
+    evidence: DeviceTables,
     uses: _Uses,
     processes: Mapping[int, Placement],
     ledger_devices: Iterable[Device],
@@ -515,31 +499,20 @@ def _device_entries(
 
 
 def _why_no_rank(
-    launch: Launch | None, launches: Sequence[Launch], entries: Sequence[LaunchedCommand], rank_words: str,
-    telemetry: bool,
+    launch: Launch | None, launches: Sequence[Launch], entries: Sequence[LaunchedCommand], telemetry: bool,
 ) -> str:
-    tail = "; no telemetry line of it has a rank field" if telemetry else "; no telemetry was given"
-
-    def stated(one: Launch) -> str:
-        if not one.environment_rows:
-            return (f"nsys recorded no environment for the command it launched (no PROCESS_{one.index}:"
-                    "ENVIRONMENT_VARIABLE row: not recorded, or scrubbed) and its command line names no rank")
-        return (f"the environment nsys recorded for the command it launched ({one.environment_rows} variables) has "
-                f"none of {rank_words}, and its command line names no rank")
-
+    """Why a process's rank is unknown: what the launched command's rows say, and which of them it is."""
     if launch is not None:
-        return stated(launch) + tail
+        return say(Reason.of("rank_not_stated", index=launch.index, environment_rows=launch.environment_rows,
+                             rank_variables=RANK_VARIABLES, telemetry=telemetry))
     if not launches:
-        return f"the export records no launched command (META_DATA_CAPTURE has no PROCESS_0 rows){tail}"
+        return say(Reason.of("no_launched_command", telemetry=telemetry))
     unknown = [(one, e) for one, e in zip(launches, entries, strict=True) if e["global_pid"] is None]
     if not unknown:
-        pids = ", ".join(str(e["pid"]) for e in entries)
-        return (f"it is not the command nsys launched (pid {pids}), and nsys records the environment and command "
-                f"line only of that command, not of the processes it started{tail}")
+        return say(Reason.of("not_the_launched_command", pids=[e["pid"] for e in entries], telemetry=telemetry))
     one, e = unknown[0]
     if e["rank_claims"]:
-        said = "; ".join(c["source"] for c in e["rank_claims"])
-        return (f"the launched command's rank is recorded ({said}), but not which traced process it is: "
-                f"{e['process_rule']}{tail}")
-    return (f"{stated(one)}; which traced process that command is, is not known either ({e['process_rule']}), and "
-            f"nsys records nothing of the processes it started{tail}")
+        return say(Reason.of("launched_rank_not_placed", sources=[c["source"] for c in e["rank_claims"]],
+                             process_rule=e["process_rule"], telemetry=telemetry))
+    return say(Reason.of("launched_process_unknown", index=one.index, environment_rows=one.environment_rows,
+                         rank_variables=RANK_VARIABLES, process_rule=e["process_rule"], telemetry=telemetry))

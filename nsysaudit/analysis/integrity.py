@@ -17,23 +17,15 @@ import polars as pl
 
 from nsysaudit.analysis.joins import Nesting
 from nsysaudit.core.codes import is_allocation_api, is_stream_wait
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import global_pid
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.trace import Trace
+from nsysaudit.words import warned
 
 INT64_MAX = (1 << 63) - 1
 
-UNDECIDED_REASONS = {
-    "no_thread": "no globalTid, so it cannot be placed on a thread",
-    "time_unknown": "its start or end is NULL or its end is before its start, so its nesting is unknown",
-    "time_damaged": "its start or end lies outside the capture or its end minus start does not fit in 64 bits, "
-    "so its times cannot be true and its nesting is unknown",
-    "name_unknown": "nested in a library call with a non-zero return, but its API name is unknown",
-    "return_unknown": "an allocation call (or unknown API) nested in a library call, with a NULL return code",
-    "unknown_nvtx_domain": "on a thread with NVTX ranges in a domain whose name is unknown (they may be "
-    "library calls)",
-}
 
 
 def damaged_times(capture: Capture) -> pl.Expr:
@@ -137,7 +129,7 @@ def undecided_calls(
     ``capture``: the capture's bounds, where the export records them (:func:`damaged_times`).
 
     Columns ``gtid, start_ns, end_ns, correlation_id, api, return_code, reason`` (one row per
-    call and reason; ``reason`` is a key of :data:`UNDECIDED_REASONS`).
+    call and reason; ``reason`` is a key of :data:`nsysaudit.words.UNDECIDED_WORDS`).
     """
     cols = ["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"]
     suspects = cuda_api_rows.filter(_could_fail() & _allocation_or_unknown(cuda_api_rows)).select(cols)
@@ -208,7 +200,7 @@ def _unsafe_bytes(pairs: pl.DataFrame, duplicates: pl.DataFrame) -> pl.Expr:
 
 def review(
     trace: Trace, pairs: pl.DataFrame, windows: pl.DataFrame
-) -> tuple[pl.DataFrame, list[str], list[ReportWarning]]:
+) -> tuple[pl.DataFrame, list[Reason], list[ReportWarning]]:
     """Check what the joins used; return ``pairs`` without unattributable bytes, verdict reasons and warnings.
 
     The reasons are non-empty when some row could hide a nested allocation failure: the verdict is
@@ -221,7 +213,7 @@ def review(
                                            *wait_warnings]
 
 
-def _undecided_waits(trace: Trace) -> tuple[list[str], list[ReportWarning]]:
+def _undecided_waits(trace: Trace) -> tuple[list[Reason], list[ReportWarning]]:
     """Failed stream waits on an event whose times are damaged (:func:`damaged_times`), in a process
     that began a stream capture: whether they follow a capture region is unknown (such rows make no
     capture region and no finding), so a ``captured_event_wait_failure`` cannot be ruled out."""
@@ -236,13 +228,8 @@ def _undecided_waits(trace: Trace) -> tuple[list[str], list[ReportWarning]]:
     ).with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(captured, on="gpid", how="semi")
     if not damaged.height:
         return [], []
-    said = warning(
-        "undecided_calls", damaged.height,
-        "failed stream waits on an event whose times are damaged (outside the capture, or a duration past 64 "
-        "bits), in a process that began a stream capture: whether they follow a capture region is unknown",
-    )
-    return [f"{damaged.height} failed stream wait(s) with damaged times could follow a stream capture, so a "
-            "captured_event_wait_failure cannot be ruled out"], [said]
+    said = warned(Reason.of("undecided_wait_times"), damaged.height, kind="undecided_calls")
+    return [Reason.of("undecided_waits", waits=damaged.height)], [said]
 
 
 def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame, list[ReportWarning]]:
@@ -251,23 +238,15 @@ def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame
     said: list[ReportWarning] = []
     duplicates = duplicate_correlations(trace.cuda_api_rows)
     if duplicates.height:
-        said.append(warning(
-            "duplicate_correlation_id",
+        said.append(warned(
+            Reason.of("duplicate_correlation_id", height=duplicates.height),
             int(duplicates["rows"].sum()),
-            f"CUDA API rows sharing a correlation id with another row of the same process "
-            f"({duplicates.height} id(s), among the failed calls and the calls overlapping library calls, "
-            "the rows the analysis reads): allocation bytes joined by correlation id are not shown for them",
         ))
     # An allocation event's correlation id carried by several rows anywhere in the table (the scan
     # counts them all, read or not): the event cannot be attributed to one call.
     shared = trace.shared_alloc_ids.join(duplicates, on=["gpid", "correlation_id"], how="anti")
     if shared.height:
-        said.append(warning(
-            "allocation_correlation_shared",
-            shared.height,
-            "allocation events whose correlation id several CUDA API rows of the process carry (including "
-            "rows the analysis does not otherwise read): their bytes are unknown (null) for every such call",
-        ))
+        said.append(warned(Reason.of("allocation_correlation_shared"), shared.height))
         duplicates = pl.concat([duplicates, shared.select(duplicates.columns)])
     unsafe = _unsafe_bytes(pairs, duplicates) if pairs.height else pl.lit(False)
     hidden = pairs.filter(unsafe).height if pairs.height else 0
@@ -278,11 +257,9 @@ def _attributable_bytes(trace: Trace, pairs: pl.DataFrame) -> tuple[pl.DataFrame
             trace.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"
         )
         if failed_with_event.height:
-            said.append(warning(
-                "allocation_event_for_failed_call",
+            said.append(warned(
+                Reason.of("allocation_event_for_failed_call"),
                 failed_with_event.select("gtid", "correlation_id").unique().height,
-                "failed allocation calls whose correlation id has an allocation event (a failed allocation "
-                "allocates nothing, so the event is another call's): their bytes are unknown (null)",
             ))
     return pairs, said
 
@@ -293,81 +270,36 @@ def _damaged_rows(trace: Trace) -> list[ReportWarning]:
     said: list[ReportWarning] = []
     no_start = trace.library_calls.filter(pl.col("start_ns").is_null()).height
     if no_start:
-        said.append(warning(
-            "library_call_without_start",
-            no_start,
-            "library calls with no start timestamp (a NULL in a NOT NULL column): nesting cannot be checked, "
-            "they are censored",
-        ))
+        said.append(warned(Reason.of("library_call_without_start"), no_start))
     unknown_domain = _unknown_domain_ranges(trace.nvtx_ranges)
     if unknown_domain.height:
-        said.append(warning(
-            "unknown_nvtx_domain",
-            unknown_domain.height,
-            "NVTX ranges in a domain whose name is unknown (no NvtxDomainCreate row, or its name is not in "
-            "StringIds): they are not recognised as library calls",
-        ))
+        said.append(warned(Reason.of("unknown_nvtx_domain"), unknown_domain.height))
     capture = trace.capture_bounds
     damaged = trace.cuda_api_rows.filter(damaged_times(capture)).height
     if damaged:
-        sides = [f"before the capture began ({capture.start_ns:,} ns)"] if capture.start_ns is not None else []
-        sides += [f"after it stopped ({capture.stop_ns:,} ns)"] if capture.stop_ns is not None else []
-        outside = " or ".join(sides)
-        said.append(warning(
-            "damaged_time_range",
-            damaged,
-            f"CUDA API rows whose start or end is {outside}, or whose end minus start does not fit in 64 bits, "
-            "among the failed calls and the calls overlapping library calls (the rows the analysis reads): their "
-            "times cannot be true; counted in the census, never nested or straddling"
-            if capture.bounded else
-            "CUDA API rows whose end minus start does not fit in 64 bits, among the failed calls and the calls "
-            "overlapping library calls (the rows the analysis reads): their times cannot be true; counted in the "
-            "census, never nested or straddling (the export records no capture bounds to check them against)",
-        ))
+        said.append(warned(Reason.of("damaged_time_range", start_ns=capture.start_ns, stop_ns=capture.stop_ns,
+                                     bounded=capture.bounded), damaged))
     return said
 
 
-def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tuple[list[str], list[ReportWarning]]:
+def _undecided(trace: Trace, windows: pl.DataFrame, pairs: pl.DataFrame) -> tuple[list[Reason], list[ReportWarning]]:
     """The rows that could be a failed allocation inside a library call but the export does not say:
     a verdict reason and a warning (none when there is no such row)."""
     undecided = undecided_calls(trace.cuda_api_rows, windows, pairs, trace.nvtx_ranges, trace.capture_bounds)
     if not undecided.height:
         return [], []
     by_reason = undecided.group_by("reason").agg(pl.len().alias("n")).sort("reason")
-    detail = "; ".join(f"{r['n']} {UNDECIDED_REASONS[r['reason']]} [{r['reason']}]" for r in by_reason.to_dicts())
     calls = undecided.select("gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code").unique().height
-    said = warning(
-        "undecided_calls",
-        calls,
-        f"CUDA API rows that could be a failed allocation inside a library call, but the export does not "
-        f"say: {detail}",
-    )
-    reason = (
-        f"{calls} CUDA API row(s) could be a failed allocation inside a library call but the export does "
-        "not say (damaged name, return code, time or thread; see warnings), so a nested failure cannot be "
-        "ruled out"
-    )
-    return [reason], [said]
+    said = warned(Reason.of("undecided_call_rows", by_reason=by_reason.rows()), calls, kind="undecided_calls")
+    return [Reason.of("undecided_rows", calls=calls)], [said]
 
 
-def limit_review(nesting: Nesting) -> tuple[list[str], list[ReportWarning]]:
+def limit_review(nesting: Nesting) -> tuple[list[Reason], list[ReportWarning]]:
     """A warning when the pair limit was hit; verdict reasons when it could hide a finding."""
     if nesting.complete:
         return [], []
-    message = (
-        f"{nesting.total_pairs:,} (library call, CUDA API call) pairs overlap, more than the limit of "
-        f"{nesting.max_pairs:,} (--max-pairs): successful calls are not listed as library call children "
-        "and allocated_bytes is unknown (null); failed calls and calls with an unknown return are listed"
-    )
-    if nesting.unexamined:
-        message += (
-            f", except in {len(nesting.unexamined):,} library call(s) past the limit whose failed calls were not "
-            "examined"
-        )
-    said = [warning("pair_limit", nesting.total_pairs, message)]
+    said = [warned(Reason.of("pair_limit", pairs=nesting.total_pairs, max_pairs=nesting.max_pairs,
+                             unexamined=len(nesting.unexamined)), nesting.total_pairs)]
     if not nesting.unexamined:
         return [], said
-    return [
-        f"{len(nesting.unexamined):,} library call(s) hold failed calls that were not examined (the pair limit "
-        f"--max-pairs {nesting.max_pairs:,} was reached), so a nested failure in them cannot be ruled out"
-    ], said
+    return [Reason.of("unexamined_library_calls", calls=len(nesting.unexamined), max_pairs=nesting.max_pairs)], said

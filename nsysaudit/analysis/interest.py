@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.read.nccl import COMMUNICATOR_CALLS, NCCL
 
 FEW_LIBRARY_CALLS = 10
@@ -38,24 +39,17 @@ def of_interest(libs: pl.DataFrame, failed_ids: Iterable[int], enclosing_ids: It
     failed = pl.col("lib_id").is_in(sorted(set(failed_ids)))
     encloses = pl.col("lib_id").is_in(sorted(set(enclosing_ids)))
     if total <= FEW_LIBRARY_CALLS:
-        return Interest(libs.sort("lib_id"), total,
-                        f"all library calls (this arm has {total}, at most {FEW_LIBRARY_CALLS})")
-    selection = (
-        f"library calls on a thread other than the process's main thread, censored, with a failed "
-        f"nested call, or enclosing a finding (this arm has {total} library calls, more than "
-        f"{FEW_LIBRARY_CALLS})"
-    )
+        return Interest(libs.sort("lib_id"), total, words.all_library_calls(total, FEW_LIBRARY_CALLS))
     # An NCCL communicator's initialization (on the main thread, where NCCL's allocations are) too.
     communicator = pl.col("api").fill_null("").str.contains(COMMUNICATOR_CALLS.pattern)
-    if "library" in libs.columns and libs.filter(communicator & (pl.col("library") == NCCL)).height:
-        selection = selection.replace(", or enclosing a finding", ", enclosing a finding, or an NCCL communicator's "
-                                      "initialization")
-    else:
+    with_nccl = "library" in libs.columns and libs.filter(communicator & (pl.col("library") == NCCL)).height > 0
+    if not with_nccl:
         communicator = pl.lit(False)
     chosen = libs.filter(
         (pl.col("tid") != pl.col("pid")) | (pl.col("coverage") == "censored") | failed | encloses
         | (communicator & (pl.col("library") == NCCL))
     )
+    chosen_count: int | None = None  # how many match, where more than MAX_LISTED
     if chosen.height > MAX_LISTED:
         # Readable and bounded: the most telling first, then by time; the rest are counted, and all
         # are in `analyze --json`.
@@ -72,10 +66,7 @@ def of_interest(libs: pl.DataFrame, failed_ids: Iterable[int], enclosing_ids: It
             .sort(["_r0", "_r1", "_r2", "_r3", "lib_id"])
             .head(MAX_LISTED)["lib_id"]
         )
-        selection += (
-            f"; {chosen.height} match, the first {MAX_LISTED} are listed (enclosing a finding, "
-            "with a failed nested call, censored, handle creation first, then by time); "
-            "`nsysaudit analyze --json` lists them all"
-        )
+        chosen_count = chosen.height
         chosen = chosen.filter(pl.col("lib_id").is_in(kept.implode()))
+    selection = words.library_calls_of_interest(total, FEW_LIBRARY_CALLS, with_nccl, chosen_count, MAX_LISTED)
     return Interest(chosen.sort("lib_id"), total, selection)

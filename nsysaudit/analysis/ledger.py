@@ -52,8 +52,10 @@ from nsysaudit.analysis.coverage import CensoredReason
 from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import decode_pid, decode_vm, global_pid, pid_of
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.memory import POOL_CREATED, POOL_DESTROYED, POOL_EVENT_SCHEMA, POOL_TRIMMED, MemoryEvidence
+from nsysaudit.words import ADDRESS_LIVE_TWICE_FORMAT, NOT_COUNTED, say, warned
 
 DEVICE_RESIDENT = frozenset({"Device", "Array", "Device Static"})
 MANAGED = frozenset({"Managed", "Managed Static"})
@@ -66,13 +68,6 @@ BY_MECHANISM: tuple[HeldBy, ...] = get_args(HeldBy)
 # an imported pool, driver module memory, managed memory, host or unknown kinds.
 Mechanism = Literal["segments", "mapped", "pool", "imported_pool", "static", "managed", "host"]
 MECHANISMS: tuple[Mechanism, ...] = get_args(Mechanism)
-NOT_COUNTED = (
-    "CUDA contexts and the driver's own reservations (they have no memory event)",
-    "processes the capture did not trace",
-    "memory allocated before the capture began and not freed during it",
-    "managed memory, which may reside on the host (shown, not subtracted)",
-    "memory of a pool imported from another process, except in that process (counted once, in its owner)",
-)
 # Sizes past this are damage (no device holds 4 EiB): their sums are not formed in 64 bits.
 SIZE_LIMIT = 1 << 62
 SERIES_SCHEMA: Schema = {
@@ -191,7 +186,8 @@ class PointDevice(TypedDict):
 
 
 # A moment's own key (``finding``: the finding's index, ``lib_id``: the library call's, ``line``: the
-# telemetry line's number) and its value.
+# telemetry line's number) and its value; a finding's moment also carries ``finding_number``, the
+# finding's number from 1 as every report for people numbers it (``findings[].number``).
 PointKeyName = Literal["finding", "lib_id", "line"]
 
 
@@ -208,6 +204,7 @@ class LedgerPoint(TypedDict):
     free_calls_without_event_examples: NotRequired[list[int]]
     unknown: NotRequired[str]
     finding: NotRequired[int]
+    finding_number: NotRequired[int]
     lib_id: NotRequired[int]
     line: NotRequired[int]
     censored_reasons: NotRequired[list[CensoredReason]]  # the analysis sets them where it is not covered
@@ -396,18 +393,13 @@ class Ledger:
         overlap = self._conflict(vm, device, t_ns)
         if overlap is not None:
             entry["free_at_most_bytes"] = None
-            entry["bound_unknown"] = f"{overlap}, and no bound on free memory is claimed"
+            entry["bound_unknown"] = say(Reason.of("bound_unknown_conflict", why=overlap))
         elif total is None and _total_disagrees(self.devices, vm, device):
-            entry["bound_unknown"] = (
-                "TARGET_INFO_GPU rows of this device disagree about its total memory, so the total is unknown and "
-                "no bound on free memory is claimed"
-            )
+            entry["bound_unknown"] = say(Reason.of("bound_unknown_total_disagrees"))
         if overlap is None and total is not None and resident > total:
-            entry["bound_unknown"] = (
-                f"the traced device-resident bytes ({resident:,} B) exceed the device's total ({total:,} B), "
-                "so no bound on free memory is claimed: "
-                + self._why_exceeded(entry["processes"], gpid, t_ns)
-            )
+            ended = self._ended(entry["processes"], gpid, t_ns)
+            entry["bound_unknown"] = say(Reason.of("bound_unknown_exceeded", resident=resident, total=total,
+                                                   ended=ended))
         return entry
 
     def _conflict(self, vm: int | None, device: int | None, t_ns: int) -> str | None:
@@ -422,16 +414,12 @@ class Ledger:
         )
         return str(at["why"][0]) if at.height else None
 
-    def _why_exceeded(self, processes: Sequence[PointProcess], gpid: int | None, t_ns: int) -> str:
-        """Why held bytes can exceed the device: a process that had exited (its memory is returned
-        without deallocation events) when the trace says it stopped calling CUDA, else damage."""
-        ended = [(p["pid"], self.api_ends[p["global_pid"]]) for p in processes
-                 if p["global_pid"] != gpid and p["resident_bytes"] and self.api_ends.get(p["global_pid"], t_ns) < t_ns]
-        if not ended:
-            return "the sizes or the total are damaged"
-        said = ", ".join(f"pid {pid} (last at {end:,} ns)" for pid, end in ended)
-        return (f"the CUDA API trace of {said} ended before this moment, and a process's memory goes back to the "
-                "device at its exit without deallocation events, so some of it may no longer have been held")
+    def _ended(self, processes: Sequence[PointProcess], gpid: int | None, t_ns: int) -> list[tuple[int | None, int]]:
+        """Why held bytes can exceed the device: the other processes holding memory whose CUDA API trace
+        ended before ``t_ns`` (an exited process's memory is returned without deallocation events), with
+        their last CUDA API record; none: damage."""
+        return [(p["pid"], self.api_ends[p["global_pid"]]) for p in processes
+                if p["global_pid"] != gpid and p["resident_bytes"] and self.api_ends.get(p["global_pid"], t_ns) < t_ns]
 
     def free_calls_without_event_before(self, t_ns: int) -> tuple[int, list[int]]:
         """How many successful free calls without a deallocation event of their own began at or
@@ -649,17 +637,13 @@ def _refusal(events: pl.DataFrame, memory: MemoryEvidence) -> tuple[str | None, 
     too_big += int((sizes >= SIZE_LIMIT).sum()) + int((sizes < 0).sum())
     total = exact_sum(events["bytes"])
     if too_big or total >= SIZE_LIMIT:
-        why = (f"the memory events' sizes add up to {total:,} B, past any device (2^62 B): damaged sizes, so live "
-               "bytes are not summed")
+        why = say(Reason.of("memory_size_overflow", total=total))
         return why, warning("memory_size_overflow", too_big or 1, f"{memory.table}: {why}")
     pooled = events.filter(
         pl.col("_pool_api") & pl.col("pool_address").is_null() & pl.col("imported_pool_address").is_null()
     ).height
     if pooled:
-        return (
-            f"{pooled} memory event(s) of CUDA memory pool calls (cudaMallocAsync, cudaFreeAsync) carry no pool "
-            "address or size: what the pool held on the device is unknown"
-        ), None
+        return say(Reason.of("pool_events_without_pool", events=pooled)), None
     return None, None
 
 
@@ -707,30 +691,24 @@ def build_ledger(
         said.append(_double_allocation_warning(memory, conflicts))
     sizes_unknown = plain.filter(pl.col("delta").is_null()).height
     if sizes_unknown:
-        return refused(f"{sizes_unknown} memory event(s) have no size: live bytes cannot be summed")
+        return refused(say(Reason.of("memory_events_without_size", events=sizes_unknown)))
     if mismatched:
-        said.append(warning(
-            "deallocation_size_differs", mismatched,
-            "deallocation events whose size differs from the allocation they free (same process, device and "
-            "address): the allocation's size is subtracted",
-        ))
+        said.append(warned(Reason.of("deallocation_size_differs"), mismatched))
     in_pools = events.filter(pl.col("mechanism") == "pool")
     pooled = (_pool_rows(in_pools, memory.pool_events) if in_pools.height or memory.pool_events.height
               else pl.DataFrame(schema={**{c: plain.schema[c] for c in _ROW_COLUMNS}, "_pool_known": pl.Boolean}))
     unsized_pools = pooled.filter(pl.col("_pool_known").not_()).select("gpid", "pool_address").unique().height
     if unsized_pools:
-        return refused(f"{unsized_pools} CUDA memory pool(s) with no size information in the export: what they "
-                       "held on the device is unknown")
+        return refused(say(Reason.of("pools_without_size", pools=unsized_pools)))
     del events
     series = _series(pl.concat([plain, pooled.drop("_pool_known")], how="diagonal_relaxed"), calls)
     summary = _with(_summary(memory, collected, series, unmatched, unmatched_bytes, None), extra)
     summary["pools"] = _pools(series)
     overfull = _overfull_pools(series)
     if overfull.height:
-        said.append(warning(
-            "conflicting_rows", overfull.height,
-            f"{memory.table}: events after which a CUDA memory pool has more in use than its size "
-            f"({overfull['why'][0]}): its use is unknown, and no bound on free memory is claimed while it lasts",
+        said.append(warned(
+            Reason.of("memory_pool_overfull", table=memory.table, why=overfull['why'][0]),
+            overfull.height, kind="conflicting_rows",
         ))
     conflicts = pl.concat([conflicts, overfull]) if overfull.height else conflicts
     return Ledger(True, None, collected, series, devices, summary, gaps, tuple(said), conflicts=conflicts)
@@ -741,25 +719,20 @@ def _double_allocation_warning(memory: MemoryEvidence, conflicts: pl.DataFrame) 
         f"pid {pid_of(g)} device {d} address {a:#x} (correlation {', '.join(map(str, c))})"
         for g, d, a, c in conflicts.head(EXAMPLES).select("gpid", "device_id", "address", "correlation_ids").iter_rows()
     )
-    return warning(
-        "conflicting_rows", int(conflicts["events"].sum()),
-        f"{memory.table}: allocation events at an address already live in the same process and device, where nsys "
-        f"writes one allocation per live address ({shown}): one of them is damaged or a free is missing, so what "
-        "was held there is unknown and no bound on free memory is claimed while they overlap (never their sum)",
+    return warned(
+        Reason.of("memory_address_live_twice", table=memory.table, shown=shown),
+        int(conflicts["events"].sum()), kind="conflicting_rows",
     )
 
 
 def _absent(memory: MemoryEvidence | None, collected: bool | None) -> str | None:
     """Why the export holds no memory evidence to build a ledger from (None: it holds some)."""
     if memory is None or memory.table is None:
-        if collected is False:
-            return "memory-usage collection was off (--cuda-memory-usage=true turns it on)"
-        return "the export has no CUDA_GPU_MEMORY_USAGE_EVENTS table"
+        return say(Reason.of("memory_collection_off" if collected is False else "no_memory_table"))
     if memory.events.height == 0 and collected is not True:
         # nsys 2022.x writes the table empty when memory-usage collection is off, and such an export
         # has no capture settings to say so: an empty table is then no evidence that nothing was held.
-        return (f"{memory.table} is empty and the capture settings do not say memory-usage collection was on "
-                "(--cuda-memory-usage=true turns it on)")
+        return say(Reason.of("memory_table_empty", table=memory.table))
     return None
 
 
@@ -786,10 +759,7 @@ def _events(memory: MemoryEvidence, calls: pl.DataFrame) -> tuple[pl.DataFrame, 
     if not negative:
         return events, []
     # a damaged size is an unknown one, never a negative amount of memory
-    said = warning(
-        "memory_negative_size", negative,
-        f"memory events with a negative size in {memory.table} (a damaged export): their size is unknown (null)",
-    )
+    said = warned(Reason.of("memory_negative_size", table=memory.table), negative)
     known = pl.when(pl.col("bytes") < 0).then(None).otherwise(pl.col("bytes")).alias("bytes")
     return events.with_columns(known), [said]
 
@@ -902,8 +872,7 @@ def _double_allocations(keyed: pl.DataFrame, alloc: pl.Expr) -> pl.DataFrame:
         )
         .filter(pl.col("_conflict"))
         .with_columns(
-            pl.format("allocation events at an address already live lie on this device (pid {}, address {}, "
-                      "correlation {}): one of them is damaged or a free is missing, so what was held is unknown",
+            pl.format(ADDRESS_LIVE_TWICE_FORMAT,
                       decode_pid(pl.col("gpid")), pl.col("address").map_elements(_hex, return_dtype=pl.String),
                       pl.col("correlation_ids").cast(pl.List(pl.String)).list.join(", ")).alias("why")
         )
@@ -934,9 +903,8 @@ def _overfull_pools(series: pl.DataFrame) -> pl.DataFrame:
         pl.col("start_ns").alias("from_ns"), pl.col("_next").alias("to_ns"), pl.lit(1, dtype=pl.Int64).alias("events"),
         pl.concat_list(pl.col("correlation_id")).alias("correlation_ids"),
         pl.struct("gpid", "pool_address", "_utilized", "_size").map_elements(
-            lambda r: (f"the CUDA memory pool of pid {pid_of(r['gpid'])} at {_hex(r['pool_address'])} has more in "
-                       f"use ({r['_utilized']:,} B) than its size ({r['_size']:,} B) in the events, which cannot be: "
-                       "one of the two is damaged, so what the pool held is unknown"),
+            lambda r: say(Reason.of("pool_over_its_size", pid=pid_of(r["gpid"]), address=_hex(r["pool_address"]),
+                                    utilized=r["_utilized"], size=r["_size"])),
             return_dtype=pl.String).alias("why"),
     ).cast(CONFLICT_SCHEMA)  # type: ignore[arg-type]
 
@@ -1082,17 +1050,13 @@ def _vmm_and_gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None, gaps:
             "handles_released": roles.get("release", 0),
             "address_reservations": roles.get("reserve", 0),
             "address_frees": roles.get("address_free", 0),
-            "note": "handles (cuMemCreate, cuMemRelease) and reserved address ranges (cuMemAddressReserve) are "
-            "not memory held on the device: mapped memory is, from cuMemSetAccess to cuMemUnmap; the sizes of "
-            "reserved ranges are not in the trace",
+            "note": say(Reason.of("virtual_memory_note")),
         },
         "free_calls_without_event": {
             "count": gaps.height,
             "by_api": by_api,
             "example_correlation_ids": examples,
-            "note": "successful calls that give device memory back with no deallocation event of their own "
-            "correlation id: cudaFree(NULL), which frees nothing, is the usual one; if any of them freed "
-            "memory, more could have been free than the bound after them says",
+            "note": say(Reason.of("free_calls_without_event_note")),
         },
     }
 
@@ -1147,7 +1111,7 @@ def _summary(
         "allocation_events": int((operation == 0).sum()),
         "deallocation_events": int((operation == 1).sum()),
         "freed_never_allocated": {"events": unmatched, "bytes": unmatched_bytes},
-        "not_counted": list(NOT_COUNTED),
+        "not_counted": list(NOT_COUNTED),  # what the ledger leaves out, in words (nsysaudit.words)
         "devices": _devices(memory, series),
         "kinds": {str(k): v for k, v in sorted(kinds.items())},
     }
@@ -1315,10 +1279,11 @@ def points(ledger: Ledger, wanted: Iterable[Wanted]) -> list[LedgerPoint]:
         entry: LedgerPoint = {"point": point, "label": label, "t_ns": t_ns, "pid": pid_of(gpid),
                               "global_pid": gpid, "devices": []}
         entry[key] = value
+        if key == "finding":
+            entry["finding_number"] = value + 1
         if t_ns is None or gpid is None:
             # Kept, not dropped: the reader sees the moment and why the ledger cannot be read at it.
-            missing = "start time" if t_ns is None else "process (globalTid)"
-            entry["unknown"] = f"the call's {missing} is unknown, so the ledger cannot be read at it"
+            entry["unknown"] = say(Reason.of("moment_unknown", start_known=t_ns is not None))
         else:
             entry["devices"] = next(read)
             gaps, examples = ledger.free_calls_without_event_before(t_ns)

@@ -12,12 +12,13 @@ says the call ran on another thread, and why it is counted inside).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.analysis import joins
 from nsysaudit.analysis.integrity import joinable_calls
 from nsysaudit.analysis.joins import PAIR_SCHEMA
@@ -30,10 +31,7 @@ if TYPE_CHECKING:  # the entry's type is verdict's, which imports this module
     from nsysaudit.analysis.verdict import LibrarySource as LibrarySourceEntry
 
 # Why a helper thread's calls are inside an NCCL call, in the words every output shows.
-HELPER_RULE = (
-    "every CUDA API call of this thread lies inside the NCCL call, made on another thread of the same process "
-    "(NCCL initializes a communicator on a thread it starts for the call and joins before the call returns)"
-)
+HELPER_RULE = words.NCCL_HELPER_RULE
 
 
 def helper_pairs(helper_calls: pl.DataFrame, *, complete: bool, capture: Capture) -> pl.DataFrame:
@@ -99,24 +97,20 @@ def library_source(trace: Trace, libs: pl.DataFrame, requested: bool | None) -> 
     ``calls_by_api`` counts its calls, ``helper_threads`` lists the threads it started for them."""
     seen = trace.nccl
     mine = libs.filter(pl.col("library") == NCCL)
-    parts = []
-    if seen.named:
-        parts.append(f"an NVTX domain named NCCL (NvtxDomainCreate) in pid {_pids(seen.named)}")
-    if seen.by_schemas:
-        ids = ", ".join(str(d) for d in sorted({d for _, d in seen.by_schemas}))
-        parts.append(f"NVTX domain {ids} of pid {_pids([g for g, _ in seen.by_schemas])}, which has no "
-                     f"NvtxDomainCreate row: NCCL's by its payload schemas ({COMMUNICATOR_ENTRY}) and API names")
+    evidence = words.nccl_evidence(
+        _pids(seen.named) if seen.named else None,
+        sorted({d for _, d in seen.by_schemas}), _pids([g for g, _ in seen.by_schemas]), COMMUNICATOR_ENTRY,
+    )
     by_api = mine.group_by("api").len().sort("len", "api", descending=[True, False])
     entry: LibrarySourceEntry = {
         "library": NCCL, "status": "traced", "requested": requested, "calls": mine.height, "markers": 0,
-        "reason": None, "evidence": "; ".join(parts) or "no NCCL range",
+        "reason": None, "evidence": evidence,
         "calls_by_api": {str(api): int(n) for api, n in by_api.iter_rows()},
         "helper_threads": helper_threads(trace, libs),
     }
     if seen.nvtx_disabled is not None and not mine.height:
         entry["status"] = "not_traced"
-        entry["reason"] = (f"the launched command's environment sets NCCL_NVTX_DISABLE={seen.nvtx_disabled}: NCCL "
-                           "records no NVTX range")
+        entry["reason"] = words.nccl_nvtx_disabled(seen.nvtx_disabled)
     return entry
 
 
@@ -163,12 +157,23 @@ class Tie:
     failed_call: FailedCall | None = None
 
 
-def tie(findings: pl.DataFrame, unrecovered: pl.DataFrame | None, pid: int | None, trace_ns: int | None) -> Tie:
+def tie(
+    findings: pl.DataFrame,
+    unrecovered: pl.DataFrame | None,
+    pid: int | None,
+    trace_ns: int | None,
+    *,
+    kinds: Collection[str] | None = None,
+) -> Tie:
     """The failed call an NCCL error line of process ``pid``, placed at ``trace_ns`` (None: not placed),
-    is tied to: the last of ``findings`` (the findings frame, its row index the finding's) of the
-    process that started at or before the line; with none, the last unrecovered out-of-memory failure
-    of the process before it (:func:`nsysaudit.analysis.recovery.unrecovered`, with pid and tid)."""
+    is tied to: the last of ``findings`` (the findings frame, its row index the finding's) of ``kinds``
+    (None: any) of the process that started at or before the line; with none, the last unrecovered
+    out-of-memory failure of the process before it (:func:`nsysaudit.analysis.recovery.unrecovered`,
+    with pid and tid). The kinds are chosen after the rows are numbered: the index is the finding's in
+    the whole frame, as the document's ``findings`` are."""
     keyed = findings.with_row_index("_i")
+    if kinds is not None:
+        keyed = keyed.filter(pl.col("kind").is_in(list(kinds)))
     if pid is not None:
         keyed = keyed.filter(pl.col("pid") == pid)
     if trace_ns is not None:

@@ -28,14 +28,16 @@ from nsysaudit.analysis.ledger import points as ledger_points
 from nsysaudit.analysis.stalls import StallsAnalysis, analyze_stalls
 from nsysaudit.analysis.verdict import LibraryFailure, LibrarySource, Verdict
 from nsysaudit.core.codes import is_allocation_api
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.intervals import closed_library_calls, union_windows
-from nsysaudit.read.devices import DeviceEvidence
+from nsysaudit.core.reasons import Reason
+from nsysaudit.read.devices import DeviceTables
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.snapshot import Snapshot
 from nsysaudit.read.telemetry import DEFAULT_TOLERANCE_NS, TelemetryLog
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS, Trace
+from nsysaudit.words import analysis_repr, say, telemetry_points_rule, warned
 
 
 class Limits(TypedDict):
@@ -70,7 +72,7 @@ class Analysis:
     cuda_api_calls: int
     cuda_api_trace: bool
     verdict: Verdict
-    verdict_reasons: tuple[str, ...]
+    reasons: tuple[Reason, ...]  # the verdict's, as codes and values; their statements: verdict_reasons
     coverage_sources: tuple[SourceCoverage, ...]
     processes: tuple[TracedProcess, ...]
     capture: Mapping[str, list[str]]
@@ -85,19 +87,21 @@ class Analysis:
     ledger: Ledger | None = None
     memory_points: tuple[CoveredPoint, ...] = ()
     # The GPUs, which process used which, and the launched command (nsysaudit.analysis.devices reads them).
-    devices: DeviceEvidence | None = None
+    devices: DeviceTables | None = None
     # The calls that blocked the host and what ran on the device meanwhile (nsysaudit.analysis.stalls).
     stalls: StallsAnalysis | None = None
     # Set when PyTorch memory snapshots were given: the allocator's own view at the same moments.
     allocator: AllocatorView | None = None
 
+    @property
+    def verdict_reasons(self) -> tuple[str, ...]:
+        """The verdict's reasons, each in the one statement :func:`nsysaudit.words.say` makes of it."""
+        return tuple(say(r) for r in self.reasons)
+
     def __repr__(self) -> str:
         kinds = self.frames["findings"]["kind"].value_counts(sort=True).rows()
-        found = ", ".join(f"{n} {k}" for k, n in kinds) or "no finding"
-        return (
-            f"<Analysis {self.verdict}: {found}; {self.frames['library_calls'].height} library call(s), "
-            f"{self.cuda_api_calls:,} CUDA API calls, {len(self.warnings)} warning(s)>"
-        )
+        return analysis_repr(self.verdict, [(k, n) for k, n in kinds], self.frames["library_calls"].height,
+                             self.cuda_api_calls, len(self.warnings))
 
 
 def analyze_trace(
@@ -220,7 +224,7 @@ def _analyze(
         cuda_api_calls=trace.cuda_api_total,
         cuda_api_trace=trace.has_cuda_api and trace.cuda_api_total > 0,
         verdict=verdict,
-        verdict_reasons=tuple(reasons),
+        reasons=tuple(reasons),
         coverage_sources=tuple(coverage_sources),
         processes=tuple(processes),
         capture=trace.capture,
@@ -276,7 +280,7 @@ class _Nested:
     closed: pl.DataFrame
     nesting: joins.Nesting
     pairs: pl.DataFrame
-    undecided: list[str]
+    undecided: list[Reason]
     warnings: list[ReportWarning]
 
 
@@ -304,12 +308,7 @@ def _library_call_warnings(trace: Trace, libs: pl.DataFrame, pairs: pl.DataFrame
         (pl.col("end_ns").cast(pl.Int128) - pl.col("start_ns").cast(pl.Int128)) > (1 << 63) - 1
     ).height
     if too_long:
-        out.append(warning(
-            "duration_overflow",
-            too_long,
-            "library calls whose end minus start does not fit in 64 bits (a range spanning the int64 range): "
-            "their duration is unknown (null)",
-        ))
+        out.append(warned(Reason.of("duration_overflow"), too_long))
     if "memory" not in trace.tables_used and pairs.height:
         successful_allocs = sum(
             1
@@ -317,12 +316,7 @@ def _library_call_warnings(trace: Trace, libs: pl.DataFrame, pairs: pl.DataFrame
             if rc == 0 and api is not None and is_allocation_api(api)
         )
         if successful_allocs:
-            out.append(warning(
-                "no_memory_events",
-                successful_allocs,
-                "successful allocation calls inside library calls, but the export has no usable "
-                "CUDA_GPU_MEMORY_USAGE_EVENTS (captured without --cuda-memory-usage=true): their sizes are unknown",
-            ))
+            out.append(warned(Reason.of("no_memory_events"), successful_allocs))
     return out
 
 
@@ -352,12 +346,7 @@ def _failed_calls(
     failed, attributed = failures.failed_calls(
         trace.cuda_api_rows, explained, straddling, plain_ranges, max_pairs, unexamined
     )
-    said = [] if attributed else [warning(
-        "nvtx_attribution_skipped",
-        failed.height,
-        f"more (failed call, NVTX range) overlaps than --max-pairs {max_pairs:,}: the innermost NVTX range "
-        "of each failed call is unknown (null)",
-    )]
+    said = [] if attributed else [warned(Reason.of("nvtx_attribution_skipped", max_pairs=max_pairs), failed.height)]
     return joins.with_ids(failed, trace.thread_names), said
 
 
@@ -387,8 +376,9 @@ def _telemetry_warnings(telemetry: TelemetryLog | None) -> list[ReportWarning]:
         return []
     detail = "; ".join(f"line {b.line}: {b.problem}" for b in telemetry.bad_lines[:10])
     more = f"; {len(telemetry.bad_lines) - 10} more" if len(telemetry.bad_lines) > 10 else ""
-    return [warning(
-        "telemetry_bad_lines", len(telemetry.bad_lines), f"{telemetry.path}: skipped (--lenient): {detail}{more}"
+    return [warned(
+        Reason.of("telemetry_bad_lines", path=telemetry.path, detail=detail, more=more),
+        len(telemetry.bad_lines),
     )]
 
 
@@ -442,8 +432,7 @@ def _covered(points: list[LedgerPoint], trace: Trace, cuda_api_span: pl.DataFram
         point: CoveredPoint = {**read, "covered": state == "complete"}
         if state != "complete" and point["devices"]:
             point["censored_reasons"] = list(reasons)
-            why = (f"the trace does not cover this moment ({', '.join(reasons)}): a free after its evidence ends would "
-                   "be missing, so no bound on free memory is claimed")
+            why = say(Reason.of("bound_unknown_uncovered", reasons=list(reasons)))
             point["devices"] = [{**d, "free_at_most_bytes": None, "bound_unknown": why} for d in point["devices"]]
         out.append(point)
     return out
@@ -451,11 +440,7 @@ def _covered(points: list[LedgerPoint], trace: Trace, cuda_api_span: pl.DataFram
 
 MAX_TELEMETRY_POINTS = 64
 PHASE_REPEATS = 4
-TELEMETRY_POINTS_RULE = (
-    f"every telemetry line of a traced process when there are at most {MAX_TELEMETRY_POINTS}; otherwise the "
-    f"first {MAX_TELEMETRY_POINTS} lines whose event occurs at most {PHASE_REPEATS} times (phases such as "
-    "handoff, not a log of calls)"
-)
+TELEMETRY_POINTS_RULE = telemetry_points_rule(MAX_TELEMETRY_POINTS, PHASE_REPEATS)
 
 
 def telemetry_moments(lines: pl.DataFrame) -> pl.DataFrame:

@@ -22,6 +22,7 @@ from typing import Literal, TypedDict
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.analysis.joins import count_pairs
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid, pid_bits, tid_bits
 from nsysaudit.core.intervals import closed_library_calls
@@ -41,9 +42,8 @@ MAX_LISTED_RANGES = 50
 MAX_STACK_PAIRS = 1_000_000
 MAX_GROUPS = 12
 MAX_KERNEL_NAMES = 5
-LISTED_RULE = f"the {MAX_LISTED_CALLS} calls that blocked longest (all are counted in the sums)"
-RANGES_RULE = (f"per process and NVTX range holding a blocking call (a call counts in every range that holds it), "
-               f"the {MAX_LISTED_RANGES} whose stalls took longest (then whose calls blocked longest)")
+LISTED_RULE = words.stalls_listed_rule(MAX_LISTED_CALLS)
+RANGES_RULE = words.stall_ranges_rule(MAX_LISTED_RANGES)
 
 StallKind = Literal["explicit", "sync_copy", "async_copy", "sync_memset", "free"]
 WorkKind = Literal["kernel", "memcpy", "memset"]

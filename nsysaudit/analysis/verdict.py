@@ -17,9 +17,11 @@ from nsysaudit.analysis import nccl
 from nsysaudit.analysis.alignment import Alignment
 from nsysaudit.analysis.coverage import CensoredReason, CoverageState
 from nsysaudit.analysis.nccl import FailedCall, HelperThread
-from nsysaudit.core.codes import is_allocation_api, is_out_of_memory, names
+from nsysaudit.core.codes import is_allocation_api, is_out_of_memory
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.nccl import NCCL
 from nsysaudit.read.trace import Trace
+from nsysaudit.words import say
 
 Verdict = Literal["failure_found", "inconclusive", "no_failure"]
 
@@ -65,6 +67,7 @@ class LibraryFailure(TypedDict):
     # finding is an out-of-memory failure (the trace confirms one).
     library: NotRequired[str]
     finding: NotRequired[int | None]
+    finding_number: NotRequired[int | None]  # the same finding numbered from 1, as the reports number it
     trace_confirms_out_of_memory: NotRequired[bool]
     # Where no finding is: the out-of-memory failure before the line that no library call encloses.
     failed_call: NotRequired[FailedCall]
@@ -110,18 +113,17 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
             requested = bool(wanted & types) or markers > 0
         said = [str(text) for text in refused.filter(pl.col("library") == library)["text"].to_list()]
         status: str
-        reason: str | None
+        why: Reason | None
         if said:
-            status, reason = "not_traced", f"nsys: {said[0]}"
+            status, why = "not_traced", Reason.of("library_refused", said=said[0])
         elif calls or requested:
-            status, reason = "traced", None
+            status, why = "traced", None
         elif requested is False:
-            status, reason = "not_requested", "the capture's CAPTURE_EVENT_TYPE does not request it"
+            status, why = "not_requested", Reason.of("library_not_requested")
         else:
-            status, reason = "unknown", (
-                "no capture settings say whether it was traced"
-                if wanted is not None
-                else f"NVTX domain {library}: no range recorded, so whether it was used is unknown"
+            status, why = "unknown", (
+                Reason.of("library_unknown") if wanted is not None
+                else Reason.of("library_domain_unused", library=library)
             )
         out.append(
             {
@@ -130,7 +132,7 @@ def library_sources(trace: Trace, libs: pl.DataFrame, library_domains: Sequence[
                 "requested": requested,
                 "calls": calls,
                 "markers": markers,
-                "reason": reason,
+                "reason": None if why is None else say(why),
             }
         )
     return out
@@ -215,7 +217,7 @@ def telemetry_library_failures(
             "cuda_skip_some_api_calls": skip_keys,
         }
         if nccl_said:  # tied to the failed call (analysis/nccl)
-            _tie_nccl(entry, nccl.tie(findings.filter(pl.col("kind").is_in(FAILURE_KINDS)), unrecovered, pid, trace_ns))
+            _tie_nccl(entry, nccl.tie(findings, unrecovered, pid, trace_ns, kinds=FAILURE_KINDS))
         out.append(entry)
     return out
 
@@ -224,6 +226,7 @@ def _tie_nccl(entry: LibraryFailure, tie: nccl.Tie) -> None:
     """Record on an NCCL error line's ``entry`` what :func:`nsysaudit.analysis.nccl.tie` tied it to."""
     entry["library"] = NCCL
     entry["finding"] = tie.finding
+    entry["finding_number"] = None if tie.finding is None else tie.finding + 1
     entry["trace_confirms_out_of_memory"] = tie.out_of_memory
     if tie.failed_call is not None:
         entry["failed_call"] = tie.failed_call
@@ -247,19 +250,6 @@ class FailedGroup(NamedTuple):
         return [cls(*row) for row in failed.select(columns).iter_rows()]
 
 
-def failed_call_line(r: FailedGroup) -> str:
-    thread = r.thread_name if r.thread_name is not None else "name unknown"
-    where = f" inside NVTX range {r.nvtx_range}" if r.nvtx_range is not None else ""
-    if r.library_call_unexamined:
-        where += " (overlapping a library call the pair limit left unexamined)"
-    named = names(r.api, r.return_code)
-    name, api = named["return_name"], named["display_api"] or "an unknown API"
-    return (
-        f"{r.calls} {api} returned {r.return_code} ({name or 'unknown code'}) on pid {r.pid} tid "
-        f"{r.tid} ({thread}){where}"
-    )
-
-
 def decide(
     trace: Trace,
     libs: pl.DataFrame,
@@ -267,10 +257,10 @@ def decide(
     failed: pl.DataFrame,
     sources: list[LibrarySource],
     telemetry_failures: list[LibraryFailure],
-    undecided: Sequence[str] = (),
+    undecided: Sequence[Reason] = (),
     *,
     unrecovered: pl.DataFrame | None = None,
-) -> tuple[Verdict, list[str]]:
+) -> tuple[Verdict, list[Reason]]:
     """The verdict and its reasons. The reasons always name untraced libraries and the failed
     calls outside library calls, so ``no_failure`` is never read as "nothing failed".
     ``unrecovered``: the out-of-memory failures outside library calls after which their process made
@@ -295,15 +285,7 @@ def decide(
     return "no_failure", [_nothing_failed(trace, libs, failed, sources), *context]
 
 
-FOUND_WORDS = {
-    "nested_alloc_failure": "failed allocation call(s) wholly inside a library call on the same thread",
-    "nested_call_failure": "other failed CUDA API call(s) wholly inside a library call on the same thread",
-    "captured_event_wait_failure": "failed stream wait(s) on an event, after events were recorded inside "
-    "a stream capture of the same process",
-}
-
-
-def _found(findings: pl.DataFrame, counts: dict[str, int]) -> list[str]:
+def _found(findings: pl.DataFrame, counts: dict[str, int]) -> list[Reason]:
     """The first reasons of ``failure_found``: the findings per kind; those of an NCCL call's helper
     thread (:mod:`nsysaudit.analysis.nccl`) are counted apart, since their thread is not the call's."""
     off = (
@@ -314,76 +296,56 @@ def _found(findings: pl.DataFrame, counts: dict[str, int]) -> list[str]:
     for kind, n in counts.items():
         helper = off.filter(pl.col("kind") == kind).height
         if n - helper:
-            out.append(f"{n - helper} {FOUND_WORDS[kind]}")
+            out.append(Reason.of("found", kind=kind, calls=n - helper))
         if helper:
-            out.append(f"{helper} {HELPER_FOUND_WORDS[kind]}")
+            out.append(Reason.of("found_on_helper_thread", kind=kind, calls=helper))
     return out
 
 
-HELPER_FOUND_WORDS = {
-    "nested_alloc_failure": "failed allocation call(s) inside an NCCL call, on a thread NCCL started for it (every "
-    "CUDA API call of that thread lies inside the call)",
-    "nested_call_failure": "other failed CUDA API call(s) inside an NCCL call, on a thread NCCL started for it (every "
-    "CUDA API call of that thread lies inside the call)",
-}
-
-
-def _context(trace: Trace, failed: pl.DataFrame, sources: list[LibrarySource], shadowed: list[str]) -> list[str]:
-    """What every verdict says besides: untraced libraries, the failed calls outside library calls,
-    shadowed tables, nsys's own warnings that CUDA events were lost."""
-    context: list[str] = []
+def _context(trace: Trace, failed: pl.DataFrame, sources: list[LibrarySource], shadowed: list[str]) -> list[Reason]:
+    """What every verdict says besides: untraced libraries, the failed calls outside library calls
+    (the first five groups named), shadowed tables, nsys's own warnings that CUDA events were lost."""
+    context: list[Reason] = []
     for s in sources:
         if s["status"] != "traced":
-            context.append(f"{s['library']} was not traced ({s['status']}): {s['reason']}")
+            context.append(
+                Reason.of("library_not_traced", library=s["library"], status=s["status"], reason=s["reason"])
+            )
     if failed.height:
-        total = int(failed["count"].sum())
-        lines = [failed_call_line(r) for r in FailedGroup.rows(failed.head(5))]
-        more = f"; and {failed.height - 5} more group(s)" if failed.height > 5 else ""
-        context.append(
-            f"{total} failed CUDA API call(s) outside library calls, in {failed.height} group(s) (see failed_calls): "
-            + "; ".join(lines)
-            + more
-        )
+        context.append(Reason.of(
+            "failed_outside_library_calls", calls=int(failed["count"].sum()), groups=failed.height,
+            first=[r._asdict() for r in FailedGroup.rows(failed.head(5))],
+        ))
     if shadowed:
-        context.append(
-            f"the export holds several versions of {', '.join(shadowed)} (see warnings): the highest was read, "
-            "and which one nsys wrote is unknown"
-        )
+        context.append(Reason.of("shadowed_tables_read", tables=shadowed))
     gaps_said = trace.diagnostics.filter(pl.col("category").is_in(["cuda_events_missing", "cuda_trace_degraded"]))
-    for text in dict.fromkeys(gaps_said["text"].to_list()):
-        context.append(f"nsys warned: {text}")
+    context += [Reason.of("nsys_warned", text=text) for text in dict.fromkeys(gaps_said["text"].to_list())]
     return context
 
 
-def _coverage_gaps(trace: Trace, libs: pl.DataFrame) -> list[str]:
+def _coverage_gaps(trace: Trace, libs: pl.DataFrame) -> list[Reason]:
     """No CUDA API trace, or library calls the trace does not cover."""
-    gaps: list[str] = []
+    gaps: list[Reason] = []
     if not trace.has_cuda_api:
-        gaps.append("the export has no CUDA API trace (no CUPTI_ACTIVITY_KIND_RUNTIME table)")
+        gaps.append(Reason.of("no_cuda_api_trace"))
     elif trace.cuda_api_total == 0:
-        gaps.append("the export's CUDA API table is empty")
+        gaps.append(Reason.of("empty_cuda_api_table"))
     censored = libs.filter(pl.col("coverage") == "censored")
     if censored.height:
-        reasons = censored.group_by("censored_reason").len().sort("censored_reason")
-        detail = ", ".join(f"{r['len']} {r['censored_reason']}" for r in reasons.to_dicts())
-        gaps.append(
-            f"{censored.height} of {libs.height} library call(s) are censored ({detail}): "
-            "the trace does not cover them, so a failure inside them cannot be ruled out"
-        )
+        by_reason = censored.group_by("censored_reason").len().sort("censored_reason").rows()
+        gaps.append(Reason.of("censored_library_calls", censored=censored.height, calls=libs.height,
+                              by_reason=by_reason))
     return gaps
 
 
 def _evidence_gaps(
     trace: Trace, failed: pl.DataFrame, sources: list[LibrarySource], shadowed: list[str]
-) -> list[str]:
+) -> list[Reason]:
     """Evidence that may be elsewhere: another version of a table, allocation failures where no
     library API was traced."""
-    gaps: list[str] = []
+    gaps: list[Reason] = []
     if shadowed:
-        gaps.append(
-            f"several versions of {', '.join(shadowed)} exist and only one was read: a failure in another cannot "
-            "be ruled out"
-        )
+        gaps.append(Reason.of("shadowed_tables_unread", tables=shadowed))
     if trace.has_cuda_api and not any(s["status"] == "traced" for s in sources):
         oom = sum(
             r["count"]
@@ -391,75 +353,36 @@ def _evidence_gaps(
             if r["api"] is not None and (is_allocation_api(r["api"]) or is_out_of_memory(r["api"], r["return_code"]))
         )
         if oom:
-            gaps.append(
-                f"{oom} allocation or out-of-memory failure(s), and no library API (cuBLAS/cuDNN/NCCL) was traced: "
-                "whether any happened inside a library call cannot be told"
-            )
+            gaps.append(Reason.of("failures_where_no_library_traced", failures=oom))
     return gaps
 
 
-def _unrecovered_gap(unrecovered: pl.DataFrame | None) -> list[str]:
+def _unrecovered_gap(unrecovered: pl.DataFrame | None) -> list[Reason]:
     """Out-of-memory allocation failures outside library calls that nothing after them shows the
     process survived (:mod:`nsysaudit.analysis.recovery`): named, the first three of them."""
     if unrecovered is None or unrecovered.height == 0:
         return []
-    shown = []
-    for api, rc, pid, tid, name, start, corr in unrecovered.head(3).select(
+    first = unrecovered.head(3).select(
         "api", "return_code", "pid", "tid", "thread_name", "start_ns", "correlation_id"
-    ).iter_rows():
-        said = names(api, rc)
-        thread = name if name is not None else "name unknown"
-        code = said["return_name"] or "unknown code"
-        shown.append(f"{said['display_api'] or 'an unknown API'} returned {rc} ({code}) on pid {pid} tid {tid} "
-                     f"({thread}) at {start:,} ns, correlation {corr}")
-    more = f"; and {unrecovered.height - 3} more" if unrecovered.height > 3 else ""
-    return [
-        f"{unrecovered.height} out-of-memory allocation failure(s) outside library calls after which their process "
-        f"made no successful allocation in the trace: {'; '.join(shown)}{more}. Nothing shows the process recovered "
-        "from them, and no traced library call encloses them to name what made them (a caching allocator's handled "
-        "failure is followed by a successful allocation of its process)"
-    ]
+    ).to_dicts()
+    return [Reason.of("unrecovered_out_of_memory", failures=unrecovered.height, first=first)]
 
 
-def _telemetry_gap(t: LibraryFailure) -> str:
+def _telemetry_gap(t: LibraryFailure) -> Reason:
     """A library failure the application's telemetry recorded and no traced call explains."""
-    after = t["after"]
-    where = ""
-    if after is not None:
-        gap = after["ns_before_line"]  # known: the call ended at or before the placed line
-        ago = "" if gap is None else f"{gap / 1e6:.3f} ms "
-        where = f", {ago}after {after['api']} (tid {after['tid']}) ended"
-        if after["coverage"] == "censored":
-            where += f" (that call is censored, {after['censored_reason']}: the trace does not cover all of it)"
-    skipped = (
-        f"; nsys skipped some CUDA API calls (META_DATA_CAPTURE {', '.join(t['cuda_skip_some_api_calls'])}=true): "
-        "--cuda-trace-all-apis=true would record them"
-        if t["cuda_skip_some_api_calls"]
-        else ""
-    )
-    failed = t.get("failed_call")
-    if failed is not None:  # NCCL's error after an out-of-memory that no library call encloses
-        said = names(failed["api"], failed["return_code"])
-        return (
-            f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}; the trace shows "
-            f"an out-of-memory before it, {said['display_api']} returned {failed['return_code']} "
-            f"({said['return_name'] or 'unknown code'}) on tid {failed['tid']} (correlation "
-            f"{failed['correlation_id']}), but no traced library call encloses it{skipped}"
-        )
-    return (
-        f"telemetry line {t['line']} ({t['event']}) records {', '.join(t['statuses'])}{where}, but no traced "
-        f"CUDA API call shows its cause{skipped}"
+    return Reason.of(
+        "telemetry_failure_unexplained", line=t["line"], event=t["event"], statuses=t["statuses"],
+        after=t["after"], skipped=t["cuda_skip_some_api_calls"], failed_call=t.get("failed_call"),
     )
 
 
-def _nothing_failed(trace: Trace, libs: pl.DataFrame, failed: pl.DataFrame, sources: list[LibrarySource]) -> str:
+def _nothing_failed(trace: Trace, libs: pl.DataFrame, failed: pl.DataFrame, sources: list[LibrarySource]) -> Reason:
     """The first reason of ``no_failure``: what was looked at and found clean."""
     traced = [s["library"] for s in sources if s["status"] == "traced"]
     if libs.height:
-        return (f"{libs.height} library call(s), all covered by the trace; none has a failed CUDA API call wholly "
-                "inside it")
+        return Reason.of("library_calls_clean", calls=libs.height)
     if traced:
-        return f"library API tracing was on ({', '.join(traced)}) and recorded no library call"
+        return Reason.of("tracing_recorded_no_library_call", libraries=traced)
     if failed.height:
-        return "no library API was traced; none of the failed calls is an allocation or out-of-memory failure"
-    return f"none of the {trace.cuda_api_total:,} traced CUDA API calls failed"
+        return Reason.of("no_allocation_failure_untraced")
+    return Reason.of("no_call_failed", calls=trace.cuda_api_total)

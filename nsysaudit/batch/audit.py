@@ -1,14 +1,13 @@
 """``nsysaudit.audit(paths)``: the first batch form, one row per path given (no folder searched).
 
 Deprecated: :func:`nsysaudit.audit_many` gives the batch's inputs table (more columns, folders
-searched, worker processes). ``audit`` stays for one release, as a view of the same rows:
+searched, worker processes). ``audit`` stays for one release, as a view of the same rows, those of:
 
->>> import warnings, nsysaudit
+>>> import nsysaudit
 >>> paths = ["tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite", "missing.sqlite"]
->>> with warnings.catch_warnings():
-...     warnings.simplefilter("ignore", DeprecationWarning)
-...     nsysaudit.audit(paths).select("verdict", "error").rows()
-[('failure_found', None), (None, 'missing.sqlite: no such file')]
+>>> table = nsysaudit.audit_many(paths, jobs=1)  # its paths absolute
+>>> table["verdict"].to_list(), table["error"][1].endswith("/missing.sqlite: no such file")
+(['failure_found', None], True)
 
 An input that cannot be analyzed is a row with its one-line ``error`` and a null verdict: it is
 reported, never dropped; so is one whose reading failed with an OSError (an I/O error, a file that
@@ -23,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.batch.run import AuditOptions, audit_one
 from nsysaudit.core.shapes import Schema
@@ -58,8 +58,7 @@ def audit(
     ``error`` holds the one-line reason an input was unusable (then every other column but
     ``path`` is null).
     """
-    warnings.warn("nsysaudit.audit is deprecated; use nsysaudit.audit_many (the batch's inputs table)",
-                  DeprecationWarning, stacklevel=2)
+    warnings.warn(words.AUDIT_DEPRECATED, DeprecationWarning, stacklevel=2)
     options = AuditOptions(tuple(library_domains), max_pairs, None if nsys_path is None else os.fspath(nsys_path))
     rows = []
     for path in paths:

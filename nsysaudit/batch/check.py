@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nsysaudit import words
 from nsysaudit.analysis.stalls import RangeStalls
 from nsysaudit.batch.output import FindingRow, InputRow
 from nsysaudit.batch.run import KIND_COLUMNS, AuditOptions, AuditOutcome, audit_one, find_inputs
@@ -146,19 +147,16 @@ class Expectation:
         not meet this expectation."""
         why = self._stall_failures(row, ranges, ranges_total)
         if self.verdict is not None and row["verdict"] != self.verdict:
-            why.append(f"verdict is {row['verdict']}, expected {self.verdict}")
+            why.append(words.check_verdict(row["verdict"], self.verdict))
         if self.max_failed_calls is not None and (row["failed_calls"] or 0) > self.max_failed_calls:
-            why.append(f"{row['failed_calls']} failed calls, at most {self.max_failed_calls} expected")
+            why.append(words.check_failed_calls(row["failed_calls"], self.max_failed_calls))
         reasons = set((row["censored_reasons"] or "").split(", ")) - {""}
         if reasons - self.allow_censored:
-            allowed = ", ".join(sorted(self.allow_censored)) or "none"
-            why.append(
-                f"{row['censored_library_calls']} censored library call(s) ({', '.join(sorted(reasons))}); "
-                f"allowed: {allowed}"
-            )
+            why.append(words.check_censored(row["censored_library_calls"], sorted(reasons),
+                                            sorted(self.allow_censored)))
         if isinstance(self.findings, int):
             if len(findings) != self.findings:
-                why.append(f"{len(findings)} finding(s), expected {self.findings}")
+                why.append(words.check_findings(len(findings), self.findings))
         elif self.findings is not None:
             why += _unmatched(self.findings, findings)
         return why
@@ -170,18 +168,16 @@ class Expectation:
         stalled = row.get("stalled_ns") or 0
         if self.stall_ms_max is not None and stalled > self.stall_ms_max * 1e6:
             calls = row.get("stalls") or 0
-            why.append(f"host stalls took {stalled / 1e6:,.1f} ms ({calls:,} call(s) that each blocked at least 1 ms), "
-                       f"at most {self.stall_ms_max:g} ms expected")
+            why.append(words.check_stalls(stalled, calls, self.stall_ms_max))
         for pattern, budget in self.stall_ms_max_by_range:
             over = [r for r in ranges if r["range"] is not None and fnmatch.fnmatchcase(r["range"], pattern)
                     and r["stalled_ns"] > budget * 1e6]
             for r in over:
-                why.append(f"host stalls in NVTX range {escape(r['range'] or '')} (pid {r['pid']}) took "
-                           f"{r['stalled_ns'] / 1e6:,.1f} ms, at most {budget:g} ms expected for {pattern!r}")
+                why.append(words.check_range_stalls(escape(r["range"] or ""), r["pid"], r["stalled_ns"], budget,
+                                                    pattern))
             # The ranges are listed longest stalls first: one not listed took no longer than the last listed.
             if not over and ranges_total > len(ranges) and ranges and ranges[-1]["stalled_ns"] > budget * 1e6:
-                why.append(f"{ranges_total:,} NVTX ranges hold blocking calls, {len(ranges)} are listed: the "
-                           f"budget for {pattern!r} cannot be checked on every one")
+                why.append(words.check_ranges_unlisted(ranges_total, len(ranges), pattern))
         return why
 
 
@@ -200,14 +196,14 @@ def _unmatched(expected: Sequence[FindingExpectation], rows: Sequence[FindingRow
             said = f"expected {want.describe()}, found {len(hits)}"
             near = min(left, key=lambda r: len(want.differences(r)), default=None)
             if near is not None:  # the finding closest to what was expected: which fields differ
-                described.add(id(near))  # numbered from 1, as in --around finding:N
-                said += f" (finding {near['finding'] + 1} differs: {'; '.join(want.differences(near))})"
+                described.add(id(near))
+                said += f" (finding {near['finding_number']} differs: {'; '.join(want.differences(near))})"
             why.append(said)
     for r in left:
         if id(r) in described:
             continue
         enclosing = f" inside {r['enclosing_api']}" if r["enclosing_api"] is not None else ""
-        why.append(f"unexpected finding {r['kind']} {r['api']} returned {r['return_code']}{enclosing}")
+        why.append(words.check_unexpected_finding(r["kind"], r["api"], r["return_code"], enclosing))
     return why
 
 
@@ -439,7 +435,7 @@ class CheckReport:
                 passed += 1
                 out.append(f"pass {name} {case.summary or ''}".rstrip())
         if self.left_out:
-            out.append(f"{len(self.left_out)} expectation(s) match no file checked: left out (--only-matching)")
+            out.append(words.check_left_out(len(self.left_out)))
         out.append(f"{passed} passed, {failed} failed" + (f", {unusable} unusable" if unusable else ""))
         return out
 
@@ -515,7 +511,7 @@ def check(
         if not applying[path]:
             outcome = outcomes[(path, None)]
             error = outcome["input"].get("error")
-            cases.append(CheckCase(path, None, ("no expectation for this file",), error, outcome["seconds"]))
+            cases.append(CheckCase(path, None, (words.CHECK_NO_EXPECTATION,), error, outcome["seconds"]))
         for e in applying[path]:
             matched.add(e.index)
             outcome = outcomes[(path, e.telemetry)]
@@ -531,7 +527,7 @@ def check(
     unmatched = tuple(e for e in expectations.entries if e.index not in matched)
     if only_matching:
         return CheckReport(tuple(cases), summaries, unmatched)
-    cases += [CheckCase(None, e, (f"matches no file (relative to {e.base})",)) for e in unmatched]
+    cases += [CheckCase(None, e, (words.check_no_file(e.base),)) for e in unmatched]
     return CheckReport(tuple(cases), summaries)
 
 

@@ -26,7 +26,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NotRequired, TypedDict, cast
+from typing import Literal, NotRequired, TypedDict, cast, get_args, get_origin, get_type_hints
 
 import polars as pl
 
@@ -41,8 +41,9 @@ from nsysaudit.core.shapes import Schema
 from nsysaudit.reports.documents import CensoredReason, CoverageState, InputKind
 
 # 2: the PATHs given in batch.json, the batch and the digests in each part's metadata; 3: the list columns,
-# the findings' path and holder figures (a part of format 2 has other columns: refused, never misread).
-BATCH_FORMAT = 3
+# the findings' path and holder figures (a part of format 2 has other columns: refused, never misread);
+# 4: the findings' finding_number (numbered from 1, as the reports number them).
+BATCH_FORMAT = 4
 PART_BATCH, PART_ROW, PART_FINDINGS = "nsysaudit.batch", "nsysaudit.row_sha256", "nsysaudit.findings_sha256"
 
 # The ledger's figures at a finding (batch/run.py's holder_columns), each an integer column.
@@ -85,46 +86,6 @@ INPUT_SCHEMA: Schema = {
     "library_list": pl.List(pl.String),
     **by_rank.INPUT_LIST_COLUMNS,
 }
-FINDING_SCHEMA: Schema = {
-    "input_sha256": pl.String,
-    "finding": pl.Int64,
-    "kind": pl.String,
-    "api": pl.String,
-    "display_api": pl.String,
-    "return_code": pl.Int64,
-    "return_name": pl.String,
-    "correlation_id": pl.Int64,
-    "pid": pl.Int64,
-    "tid": pl.Int64,
-    "global_tid": pl.Int64,
-    "thread_name": pl.String,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "requested_bytes": pl.Int64,
-    "out_of_memory": pl.Boolean,
-    "enclosing_api": pl.String,
-    "enclosing_library": pl.String,
-    "enclosing_source": pl.String,
-    "enclosing_start_ns": pl.Int64,
-    "enclosing_end_ns": pl.Int64,
-    "enclosing_recorded_end_ns": pl.Int64,
-    "enclosing_coverage": pl.String,
-    "allocations_before": pl.Int64,
-    "allocations_before_bytes": pl.Int64,
-    "stream_capture_event_records": pl.Int64,
-    "ns_from_capture_end": pl.Int64,
-    **by_rank.FINDING_COLUMNS,  # the finding's rank and device
-    # the allocator at the finding (batch --snapshots: allocator.at[] of the finding, its first device)
-    "allocator_reserved_bytes": pl.Int64,
-    "allocator_inactive_bytes": pl.Int64,
-    # The input's path as the inputs table has it (the first row of its SHA-256): the driver's, not a part's.
-    "path": pl.String,
-    # The device-memory ledger at the finding (memory.at[] of the finding, its device): numbers only.
-    **{column: pl.Int64 for column in HOLDER_COLUMNS},
-    "held_covered": pl.Boolean,
-}
-# A findings part keeps what the export gives: the path is the batch's (the same export under another).
-PART_FINDING_SCHEMA: Schema = {k: v for k, v in FINDING_SCHEMA.items() if k != "path"}
 
 InputStatus = Literal["analyzed", "resumed", "error"]
 
@@ -186,11 +147,13 @@ class InputRow(StoredInput):
 
 
 class FindingRow(TypedDict):
-    """One row of the findings table (:data:`FINDING_SCHEMA`): a ``findings[]`` entry of the JSON
-    contract made flat, after the SHA-256 of its input and its index there."""
+    """One row of the findings table (:data:`FINDING_ROW_SCHEMA`): a ``findings[]`` entry of the JSON
+    contract made flat, after the SHA-256 of its input, its index there
+    (``finding``, from 0) and its number (``finding_number``, from 1, as the reports number it)."""
 
     input_sha256: str
     finding: int
+    finding_number: int
     kind: FindingKind
     api: str | None
     display_api: str | None
@@ -216,12 +179,15 @@ class FindingRow(TypedDict):
     allocations_before_bytes: int | None
     stream_capture_event_records: int | None
     ns_from_capture_end: int | None
-    rank: int | None  # by_rank.FINDING_COLUMNS
+    rank: int | None  # the finding's rank and device (nsysaudit/batch/ranks.py)
     rank_source: str | None
     device_id: int | None
+    # the allocator at the finding (batch --snapshots: allocator.at[] of the finding, its first device)
     allocator_reserved_bytes: int | None
     allocator_inactive_bytes: int | None
+    # The input's path as the inputs table has it (the first row of its SHA-256): the driver's, not a part's.
     path: str
+    # The device-memory ledger at the finding (memory.at[] of the finding, its device): numbers only.
     held_bytes: int | None  # HOLDER_COLUMNS, then held_covered
     process_held_bytes: int | None
     free_at_most_bytes: int | None
@@ -230,6 +196,32 @@ class FindingRow(TypedDict):
     holder_bytes: int | None
     holders: int | None
     held_covered: bool | None
+
+
+def polars_schema(row: type) -> Schema:
+    """The table's columns of a row type: each key of the TypedDict ``row``, in its order, typed by its
+    annotation (``int``: Int64, ``str`` or a ``Literal`` of strings: String, ``bool``: Boolean, ``float``:
+    Float64, ``list[X]``: a List of X; ``| None`` makes no difference: every column may hold nulls)."""
+    return {name: _dtype(hint) for name, hint in get_type_hints(row).items()}
+
+
+def _dtype(hint: object) -> pl.DataType:
+    args = [a for a in get_args(hint) if a is not type(None)]
+    origin = get_origin(hint)
+    if origin is Literal:
+        return pl.String()
+    if origin is list:
+        return pl.List(_dtype(args[0]))
+    if origin is not None:  # an optional (X | None) or NotRequired[X]
+        return _dtype(args[0])
+    dtypes: dict[object, pl.DataType] = {int: pl.Int64(), str: pl.String(), bool: pl.Boolean(), float: pl.Float64()}
+    return dtypes[hint]
+
+
+# The findings table's columns, as FindingRow types them.
+FINDING_ROW_SCHEMA: Schema = polars_schema(FindingRow)
+# A findings part keeps what the export gives: the path is the batch's (the same export under another).
+PART_FINDING_ROW_SCHEMA: Schema = {k: v for k, v in FINDING_ROW_SCHEMA.items() if k != "path"}
 
 
 class BatchOptions(TypedDict):
@@ -279,8 +271,8 @@ def _storable(value: object) -> object:
 
 
 def findings_frame(rows: Sequence[FindingRow]) -> pl.DataFrame:
-    """One input's finding rows (``audit_one``'s ``findings``) as a frame of :data:`FINDING_SCHEMA`."""
-    return table(rows, FINDING_SCHEMA)
+    """One input's finding rows (``audit_one``'s ``findings``) as a frame of :data:`FINDING_ROW_SCHEMA`."""
+    return table(rows, FINDING_ROW_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -482,7 +474,7 @@ class BatchOutput:
         null: the batch's, not the part's).
 
         The parts are held to what :meth:`save_part` writes: one input row of :data:`INPUT_SCHEMA`
-        carrying ``sha`` and findings of :data:`PART_FINDING_SCHEMA` carrying it (a part of another schema
+        carrying ``sha`` and findings of :data:`PART_FINDING_ROW_SCHEMA` carrying it (a part of another schema
         would be a row of nulls, resumed as if analyzed), written by this batch (``batch``) and
         unchanged since (its digests): a part rewritten, or written by another batch, is refused."""
         inputs, found = self.parts / f"{sha}.input.parquet", self.parts / f"{sha}.findings.parquet"
@@ -495,7 +487,7 @@ class BatchOutput:
             raise BatchOutputNotWritable(
                 self.parts / sha, f"a part of the earlier batch cannot be read ({exc})", kept=True
             ) from None
-        for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, PART_FINDING_SCHEMA)):
+        for path, frame, schema in ((inputs, part, INPUT_SCHEMA), (found, findings, PART_FINDING_ROW_SCHEMA)):
             if dict(frame.schema) != schema:
                 raise BatchOutputNotWritable(
                     path, f"not a part this nsysaudit writes (its columns are not {path.name.split('.')[1]} "
@@ -521,7 +513,7 @@ class BatchOutput:
         # A parse boundary, checked: the part has INPUT_SCHEMA's columns (above) and save_part wrote it
         # from an analyzed InputRow (less path and status), so its row holds a StoredInput's values.
         return cast(StoredInput, part.row(0, named=True)), findings.with_columns(path=None).select(
-            pl.col(c).cast(t) for c, t in FINDING_SCHEMA.items())
+            pl.col(c).cast(t) for c, t in FINDING_ROW_SCHEMA.items())
 
     def write_tables(self, inputs: pl.DataFrame, findings: pl.DataFrame) -> list[Path]:
         """Write both tables (the findings first), each atomically; return where, the inputs first."""

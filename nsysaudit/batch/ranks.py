@@ -36,7 +36,6 @@ INPUT_LIST_COLUMNS: Schema = {
     "failing_ranks_list": pl.List(pl.Int64),
     "failing_devices_list": pl.List(pl.Int64),
 }
-FINDING_COLUMNS: Schema = {"rank": pl.Int64, "rank_source": pl.String, "device_id": pl.Int64}
 
 
 def _joined(values: Iterable[int]) -> str | None:

@@ -42,11 +42,12 @@ from typing import NotRequired, TypedDict
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.analysis.joins import DEFAULT_MAX_PAIRS
 from nsysaudit.analysis.stalls import RangeStalls
 from nsysaudit.batch import ranks as by_rank
 from nsysaudit.batch.output import (
-    FINDING_SCHEMA as FINDING_SCHEMA,
+    FINDING_ROW_SCHEMA as FINDING_ROW_SCHEMA,
 )
 from nsysaudit.batch.output import (
     INPUT_SCHEMA,
@@ -73,6 +74,7 @@ from nsysaudit.core.errors import BadOption, BatchOutputNotWritable, NsysAuditEr
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.text import escape
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
+from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import AllocatorSection, AllocatorState, CensoredReason, Finding, MemoryPoint
 from nsysaudit.session import analyze
 
@@ -223,6 +225,20 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
     sha = result.input.sha256
     if expected is not None and sha != expected:
         return _failed(path, f"{path}: the file changed while it was read (SHA-256 {expected} then {sha})")
+    row = _input_row(path, result, len(snapshots) if options.snapshots else None)
+    stalls = result.head["stalls"]
+    at = _allocator_at_findings(result.head.get("allocator"))
+    ledger = {p["finding"]: p for p in result.head["memory"]["at"] if p["point"] == "finding" and "finding" in p}
+    ranges: list[RangeStalls] = list(stalls["ranges"])
+    return {"input": row, "findings": [finding_row(sha, i, f, at.get(i), ledger.get(i), path=path)
+                                       for i, f in enumerate(result.findings)],
+            "stall_ranges": ranges, "stall_ranges_total": stalls["ranges_total"]}
+
+
+def _input_row(path: str, result: AnalysisResult, snapshots: int | None) -> InputRow:
+    """The inputs table's row of an analyzed input (``snapshots``: how many were joined; None where
+    the batch joins none)."""
+    sha = result.input.sha256
     census = result.census
     findings = result.findings
     censored = result.censored_table
@@ -272,7 +288,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "blocked_ns": stalls["blocked_ns"],
         "stalls": stalls["stalls"],
         "stalled_ns": stalls["stalled_ns"],
-        "snapshots": len(snapshots) if options.snapshots else None,
+        "snapshots": snapshots,
         # the joined columns as lists ([] where the string is null)
         "censored_reasons_list": reasons,
         "library_list": libraries,
@@ -281,12 +297,7 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         "failing_ranks_list": ranks["failing_ranks_list"],
         "failing_devices_list": ranks["failing_devices_list"],
     }
-    at = _allocator_at_findings(result.head.get("allocator"))
-    ledger = {p["finding"]: p for p in result.head["memory"]["at"] if p["point"] == "finding" and "finding" in p}
-    ranges: list[RangeStalls] = list(stalls["ranges"])
-    return {"input": row, "findings": [finding_row(sha, i, f, at.get(i), ledger.get(i), path=path)
-                                       for i, f in enumerate(findings)],
-            "stall_ranges": ranges, "stall_ranges_total": stalls["ranges_total"]}
+    return row
 
 
 def _allocator_at_findings(section: AllocatorSection | None) -> dict[int, AllocatorState]:
@@ -316,7 +327,8 @@ def finding_row(
     return {
         "input_sha256": sha256,
         "finding": index,
-        # the finding's own keys, in FINDING_SCHEMA's order
+        "finding_number": finding["number"],
+        # the finding's own keys, in FINDING_ROW_SCHEMA's order
         "kind": finding["kind"],
         "api": finding["api"],
         "display_api": finding["display_api"],
@@ -429,7 +441,7 @@ class BatchResult:
     """A batch's two tables and where they were written (``written`` empty without an output).
 
     ``inputs``: one row per input in the order given (:data:`INPUT_SCHEMA`); ``findings``: one row
-    per finding of each analyzed input (:data:`FINDING_SCHEMA`), joined to ``inputs`` by
+    per finding of each analyzed input (:data:`FINDING_ROW_SCHEMA`), joined to ``inputs`` by
     ``input_sha256`` = ``sha256``.
     """
 
@@ -454,8 +466,8 @@ class BatchResult:
         """What the CLI prints (and ``repr`` shows): counts, verdicts, files written."""
         c = self.counts()
         lines = [
-            f"{c['inputs']} input(s): {c.get('analyzed', 0)} analyzed, {c.get('resumed', 0)} resumed, "
-            f"{c.get('error', 0)} unusable; {c['findings']} finding(s)",
+            words.batch_counts(c["inputs"], c.get("analyzed", 0), c.get("resumed", 0), c.get("error", 0),
+                               c["findings"]),
             "verdicts: " + ", ".join(f"{v} {c.get(v, 0)}" for v in ("failure_found", "inconclusive", "no_failure")),
         ]
         ranks = by_rank.summary_line(self.inputs)  # only where an input has several devices or a stated rank
@@ -516,7 +528,8 @@ def run_batch(
         collected = _collect(outcomes, len(inputs), given_as, engine, output, prepared, progress, on_row)
         inputs_table = table([{**collected.rows[absolute[p]], "path": p} for p in inputs], INPUT_SCHEMA)
         findings = collected.findings
-        found = pl.concat([findings[s] for s in sorted(findings)]) if findings else pl.DataFrame(schema=FINDING_SCHEMA)
+        found = (pl.concat([findings[s] for s in sorted(findings)]) if findings
+                 else pl.DataFrame(schema=FINDING_ROW_SCHEMA))
         found = _with_paths(found, inputs_table)
         if output is not None:
             output.still_ours(prepared.batch)

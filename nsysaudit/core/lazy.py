@@ -3,8 +3,20 @@ command that needs one part of it, does not pay for the rest."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, MutableMapping
 from importlib import import_module
+from pathlib import Path
+
+# ``from MODULE import NAME as NAME``, one name a line: how a package face lists its public names.
+_DECLARED = re.compile(r"^\s*from (nsysaudit[\w.]*) import (\w+) as \2\s*$", re.MULTILINE)
+
+
+def declared_homes(face: str) -> dict[str, str]:
+    """Each name the package face ``face`` (its ``__init__.py``) imports as ``from MODULE import NAME
+    as NAME``, with its ``MODULE``: the face's imports, written once for the type checker and
+    static tools, are also the list of what it imports at run time."""
+    return {name: module for module, name in _DECLARED.findall(Path(face).read_text(encoding="utf-8"))}
 
 
 def lazy_attributes(

@@ -22,11 +22,13 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
-from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.core.errors import ReportWarning, UnusableInput
 from nsysaudit.core.ids import global_pid
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.memory import MemoryEvidence, memory_span
 from nsysaudit.read.source import ExportFile, Table, quote
+from nsysaudit.words import START_UNKNOWN_RULE, outside_capture, warned
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -54,24 +56,22 @@ def within_capture(
     if not capture.bounded:
         return Bounded(span, memory, [])
     said: list[ReportWarning] = []
-    where = f"outside the capture ({capture.bounds_words} on the trace clock, from {_sources(capture)})"
+    where = outside_capture(capture.bounds_words, _sources(capture))
     if runtime is not None and span.height:
         span, outside = _cuda_api_span(export, capture, runtime, span)
         if outside:
-            said.append(warning(
-                "time_outside_capture", outside,
-                f"{runtime.name}: rows whose start or end lies {where}, which nsys never records: their times are "
-                "damage; each process's first and last CUDA API record (coverage) is read from the other rows",
+            said.append(warned(
+                Reason.of("cuda_api_rows_outside_capture", name=runtime.name, where=where),
+                outside, kind="time_outside_capture",
             ))
     memory, memory_said = _memory(capture, memory, where)
     said += memory_said
     if nvtx_table is not None and nvtx_ranges.height:
         n = nvtx_ranges.filter(capture.outside(pl.col("start_ns")) | capture.outside(pl.col("end_ns"))).height
         if n:
-            said.append(warning(
-                "time_outside_capture", n,
-                f"{nvtx_table}: push/pop and start/end ranges whose start or end lies {where}: their times are "
-                "damage (a library call among them is censored, library_call_outside_capture, and never joined)",
+            said.append(warned(
+                Reason.of("nvtx_ranges_outside_capture", nvtx_table=nvtx_table, where=where),
+                n, kind="time_outside_capture",
             ))
     return Bounded(span, memory, said)
 
@@ -125,17 +125,20 @@ def _memory(capture: Capture, memory: MemoryEvidence, where: str) -> tuple[Memor
     n_events = events.filter(outside).height
     n_pools = pools.filter(outside).height
     unknown = pl.when(outside).then(None).otherwise(pl.col("start_ns")).alias("start_ns")
-    rule = ("their start is unknown: a deallocation counts at every moment, an allocation at none, so the bound "
-            "on free memory stays an upper bound")
+    rule = START_UNKNOWN_RULE
     if n_events:
         # Unknown starts sort first, as the read orders a NULL start (the ledger's event order).
         events = events.with_columns(unknown).sort("start_ns", nulls_last=False, maintain_order=True)
-        said.append(warning("time_outside_capture", n_events,
-                            f"{memory.table}: events whose start lies {where}: {rule}"))
+        said.append(warned(
+            Reason.of("memory_events_outside_capture", table=memory.table, where=where, rule=rule),
+            n_events, kind="time_outside_capture",
+        ))
     if n_pools:
         pools = pools.with_columns(unknown).sort("start_ns", nulls_last=False, maintain_order=True)
-        said.append(warning("time_outside_capture", n_pools,
-                            f"{memory.pool_table}: pool events whose start lies {where}: {rule}"))
+        said.append(warned(
+            Reason.of("pool_events_outside_capture", pool_table=memory.pool_table, where=where, rule=rule),
+            n_pools, kind="time_outside_capture",
+        ))
     if not said:
         return memory, said
     return replace(memory, events=events, pool_events=pools, span=memory_span(events)), said

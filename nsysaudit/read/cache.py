@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from nsysaudit import words
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.core.text import size_word
 
@@ -212,11 +213,7 @@ class CacheListing:
             out.append(f"  {'last used':<16}  {'size':>10}  {'report sha256':<16}  exported with")
             out += [e.line() for e in self.entries]
         out.append(f"{len(self.entries)} export(s), {size_word(self.total_bytes)}")
-        if self.unfinished:
-            out.append(f"{len(self.unfinished)} unfinished export(s) (a running or killed nsys export)")
-        if self.foreign:
-            out.append(f"{len(self.foreign)} other file(s), not this cache's: left alone")
-        return out
+        return out + words.cache_leftovers(len(self.unfinished), len(self.foreign))
 
 
 def _record(folder: Path, sha256: str) -> dict[str, object] | None:
@@ -316,12 +313,8 @@ class Pruned:
 
     def lines(self) -> list[str]:
         freed = sum(e.size_bytes for e in self.removed)
-        out = [f"removed {len(self.removed)} least recently used export(s), {size_word(freed)}"]
-        if self.unfinished_removed:
-            out.append(f"removed {self.unfinished_removed} unfinished export(s) left by a killed process")
-        if self.kept_in_use:
-            out.append(f"kept {len(self.kept_in_use)} in use or used in the last minute, over the bound")
-        return out + self.after.lines()
+        return words.cache_pruned(len(self.removed), freed, self.unfinished_removed, len(self.kept_in_use)) + (
+            self.after.lines())
 
 
 def prune_cache(

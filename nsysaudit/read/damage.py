@@ -40,10 +40,12 @@ from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
 
-from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.core.errors import ReportWarning, UnusableInput
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read import native
 from nsysaudit.read.inputs import Background
 from nsysaudit.read.source import ExportFile, quote
+from nsysaudit.words import warned
 
 # The tables the analysis reads rows from, nsys's versioned variants resolved through ExportFile.table
 # (tests/test_hostile_damage.py checks that every table an analysis looks up is here), the CUDA API table first.
@@ -272,16 +274,14 @@ def check_export(
             if own:
                 return Damage(f"damaged SQLite file: {where} (SQLite's quick_check: {_summary(own)})")
             if index_only:
-                warnings.append(warning(
-                    "damaged_index", len(index_only),
-                    f"an index of {table} is damaged (SQLite's quick_check: {_summary(index_only)}); the table's "
-                    "own b-tree is sound and its rows are read from it",
+                warnings.append(warned(
+                    Reason.of("damaged_index", table=table, found=_summary(index_only)),
+                    len(index_only),
                 ))  # fmt: skip
             if freelist:
-                warnings.append(warning(
-                    "damaged_free_list", len(freelist),
-                    f"the file's free list is damaged (SQLite's quick_check: {_summary(freelist)}); it holds pages "
-                    "no table uses, so no evidence row is in it",
+                warnings.append(warned(
+                    Reason.of("damaged_free_list", found=_summary(freelist)),
+                    len(freelist),
                 ))  # fmt: skip
     return Damage(None, tuple(warnings))
 

@@ -89,7 +89,7 @@ class Launch:
 
 
 @dataclass(frozen=True)
-class DeviceEvidence:
+class DeviceTables:
     """What the export says about devices and the launched command (see the module docstring).
 
     - ``gpus``: TARGET_INFO_GPU (:data:`GPU_SCHEMA`), one row per device, sorted by (vm, device_id).
@@ -169,8 +169,8 @@ def launches(capture: Mapping[str, list[str]]) -> tuple[Launch, ...]:
 def read_devices(
     export: ExportFile, frame: FrameBuilder, typed: Counter[str], memory: MemoryEvidence | None,
     capture: Mapping[str, list[str]],
-) -> DeviceEvidence:
-    """Read :class:`DeviceEvidence` from ``export``. ``frame`` is the strict frame builder of
+) -> DeviceTables:
+    """Read :class:`DeviceTables` from ``export``. ``frame`` is the strict frame builder of
     :mod:`nsysaudit.read.trace` (wrong-typed values become NULL, counted in ``typed``)."""
     conn = export.conn
     tables: dict[str, str] = {}
@@ -217,4 +217,4 @@ def read_devices(
         warnings += disagreement(
             f"{cap.name if cap is not None else 'META_DATA_CAPTURE'} PROCESS_{launch.index}:ENVIRONMENT_VARIABLE",
             "variables", launch.conflicts())
-    return DeviceEvidence(**out, launches=launched, tables=tables, warnings=tuple(warnings))
+    return DeviceTables(**out, launches=launched, tables=tables, warnings=tuple(warnings))

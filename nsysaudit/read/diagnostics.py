@@ -27,9 +27,11 @@ from typing import Literal, TypedDict
 
 import polars as pl
 
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read.source import ExportFile, quote
+from nsysaudit.words import warned
 
 Category = Literal[
     "capture_started",
@@ -153,15 +155,6 @@ class Capture:
         """Whether the export records either bound (else no timestamp can be checked against one)."""
         return self.start_ns is not None or self.stop_ns is not None
 
-    def to_dict(self) -> CaptureBounds:
-        return {
-            "start_ns": self.start_ns,
-            "stop_ns": self.stop_ns,
-            "start_from": self.start_from,
-            "stop_from": self.stop_from,
-            "diagnostics_table": self.diagnostics,
-        }
-
 
 NO_CAPTURE = Capture(None, None, None, None, False)
 
@@ -217,13 +210,7 @@ def read_diagnostics(export: ExportFile) -> tuple[pl.DataFrame, Capture, list[Re
             category, library = classify(text, severity)
             rows.append((ts, severity, source, text, gpid if type(gpid) is int else None, category, library))
         if unusable:
-            warnings.append(
-                {
-                    "kind": "diagnostics_unusable_rows",
-                    "count": unusable,
-                    "message": f"{table.name} rows without an integer timestamp or a text: left out",
-                }
-            )
+            warnings.append(warned(Reason.of("diagnostics_unusable_rows", table=table.name), unusable))
     frame = pl.DataFrame(rows, schema=DIAGNOSTIC_SCHEMA, orient="row")
     capture, said = _capture(export, frame, table is not None)
     return frame, capture, [*warnings, *said]
@@ -248,11 +235,9 @@ def _capture(export: ExportFile, diagnostics: pl.DataFrame, has_table: bool) -> 
                 rows = []
             durations = sorted({int(r[0]) for r in rows if type(r[0]) is int and r[0] >= 0})
             if len(durations) > 1:
-                said.append(warning(
-                    "conflicting_rows", len(rows),
-                    f"{details.name}: {len(rows)} rows that disagree about the capture's duration "
-                    f"({', '.join(f'{d:,}' for d in durations)} ns): where the capture stopped is unknown, and "
-                    "no timestamp is checked against it",
+                said.append(warned(
+                    Reason.of("capture_duration_disagrees", name=details.name, rows=len(rows), durations=durations),
+                    len(rows), kind="conflicting_rows",
                 ))
             elif durations:
                 stop_ns, stop_from = durations[0], "ANALYSIS_DETAILS"

@@ -43,16 +43,18 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from nsysaudit.core.blocking import NAME_PATTERNS, blocking_kind
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import union_windows
 from nsysaudit.core.progress import Progress
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.memory import FrameBuilder
 from nsysaudit.read.scan import INT64_MAX, INT64_MIN, rowid_name
 from nsysaudit.read.source import ExportFile, Table, quote
+from nsysaudit.words import attribution_rule, warned
 
 if TYPE_CHECKING:
     import numpy as np  # imported where it is used: a small export never loads it
@@ -74,10 +76,7 @@ MAX_BUSY_INTERVALS = 4_000_000
 STALL_MIN_NS = 1_000_000  # a blocking call is a stall from this wait on (also the answer's rule)
 MAX_ATTRIBUTED_CALLS = 20
 MAX_ATTRIBUTED_ROWS = 200_000
-ATTRIBUTION_RULE = (
-    f"the work behind the {MAX_ATTRIBUTED_CALLS} longest waits of at least {STALL_MIN_NS / 1e6:g} ms, "
-    f"row by row with its launch (at most {MAX_ATTRIBUTED_ROWS:,} rows)"
-)
+ATTRIBUTION_RULE = attribution_rule(MAX_ATTRIBUTED_CALLS, STALL_MIN_NS, MAX_ATTRIBUTED_ROWS)
 
 CANDIDATE_SCHEMA: Schema = {
     "gtid": pl.Int64,
@@ -359,19 +358,10 @@ def read_gpu_work(
     said = list(_outside(outside, passed.outside, capture))
     stalls = calls.filter(pl.col("end_ns") - pl.col("start_ns") >= STALL_MIN_NS).height
     if not passed.covered_known and stalls:  # covered_ns is a stall's only
-        why = (f"more than {MAX_BUSY_INTERVALS:,} separate intervals of GPU work inside the stalls"
-               if "kernel" in passed.rows else "the export has no usable CUPTI_ACTIVITY_KIND_KERNEL table")
-        said.append(warning(
-            "gpu_work_union_unknown", stalls,
-            f"{why}: how much of each stall no GPU work covered is unknown (null); the time behind each stream "
-            "is still counted, of the rows read",
-        ))
+        said.append(warned(Reason.of("gpu_work_union_unknown", kernels_read="kernel" in passed.rows,
+                                     max_intervals=MAX_BUSY_INTERVALS), stalls))
     for name in passed.unreadable:
-        said.append(warning(
-            "gpu_work_unreadable", 1,
-            f"{name} lacks a column of {', '.join(WORK_COLUMNS)}: its rows are not read, so the work behind each "
-            "blocking call leaves that kind of work out",
-        ))
+        said.append(warned(Reason.of("gpu_work_unreadable", name=name, columns=', '.join(WORK_COLUMNS)), 1))
     # 10^6 calls: their few distinct texts kept once each (categorical), not once per row.
     texts = [c for c, t in CALL_SCHEMA.items() if t == pl.String]
     return GpuWork(
@@ -393,12 +383,9 @@ def _outside(calls: int, rows: int, capture: Capture) -> tuple[ReportWarning, ..
     """The warning that blocking calls or GPU rows dated outside the capture were left out."""
     if not calls and not rows:
         return ()
-    return (warning(
-        "gpu_work_outside_capture", calls + rows,
-        f"{calls:,} CUDA API row(s) of a blocking call and {rows:,} GPU activity row(s) have a start or end outside "
-        f"the capture ({capture.bounds_words} on the trace clock), which nsys never records, or a duration past "
-        "2^63 - 1 ns: their times are damage, left out of the host stalls (a blocking call among them is not "
-        "counted, nor its time)",
+    return (warned(
+        Reason.of("gpu_work_outside_capture", calls=calls, rows=rows, bounds_words=capture.bounds_words),
+        calls + rows,
     ),)
 
 

@@ -63,7 +63,7 @@ class Engine:
 
 
 # A document's ``input`` and its parts (named in nsysaudit.reports.documents, which makes the
-# contract from them): what InputInfo.to_dict() makes.
+# contract from them): what nsysaudit.reports.analysis.input_entry makes of an InputInfo.
 class InputExport(TypedDict):
     """A ``.nsys-rep``'s export: its SHA-256, whether the export cache held it (``cache_hit``), the
     ``nsys --version`` line of the nsys that made it (``exported_with``) and the Nsight Systems
@@ -111,29 +111,6 @@ class InputInfo:
     export_nsys_version: str | None = None  # a report's export: the version its META_DATA_EXPORT names
     engine: Engine | None = None
 
-    def to_dict(self) -> Input:
-        out: Input = {
-            "path": self.path,
-            "sha256": self.sha256,
-            "kind": self.kind,
-            "size_bytes": self.size_bytes,
-            "nsys_version": self.nsys_version,
-            "schema_version": self.schema_version,
-            "tables": dict(sorted(self.tables.items())),
-            "session_start_utc_ns": self.session_start_utc_ns,
-        }
-        if self.engine is not None:  # how nsysaudit read it, not the evidence: not in a sealed report.json
-            out["engine"] = self.engine.name
-            out["sqlite_version"] = self.engine.sqlite_version
-            out["native_unavailable"] = self.engine.native_unavailable
-        if self.kind == "nsys-rep":
-            out["export"] = {
-                "sha256": self.export_sha256,
-                "cache_hit": self.export_cache_hit,
-                "exported_with": self.exported_with,
-                "nsys_version": self.export_nsys_version,
-            }
-        return out
 
 
 class Background(Generic[T]):

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, TypedDict
 import polars as pl
 
 from nsysaudit.core.shapes import Schema
+from nsysaudit.words import native_unavailable
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -55,20 +56,18 @@ def check(importer: Callable[[], ModuleType]) -> tuple[ModuleType | None, str | 
     try:
         module = importer()
     except ModuleNotFoundError:
-        return None, "not built (nsysaudit was installed without a C compiler or SQLite's header)"
+        return None, native_unavailable("not_built")
     except ImportError as exc:
-        return None, f"not loadable ({exc})"
+        return None, native_unavailable("not_loadable", detail=str(exc))
     if getattr(module, "ABI", None) != ABI:
-        return None, f"stale (built from another native/scan.c: interface {getattr(module, 'ABI', None)}, not {ABI})"
+        return None, native_unavailable("stale", detail=f"{getattr(module, 'ABI', None)}", abi=ABI)
     if sqlite3.threadsafety == 0:  # the scan's threads each open a connection of their own
-        return None, "not usable (Python's SQLite is built single-threaded: SQLITE_THREADSAFE=0)"
+        return None, native_unavailable("single_threaded")
     with closing(sqlite3.connect(":memory:")) as probe:
         (theirs,) = probe.execute("SELECT sqlite_source_id()").fetchone()
     if module.sqlite_source_id() != theirs:
-        return None, (
-            f"on another SQLite (it links SQLite {module.sqlite_version()}, Python's sqlite3 runs SQLite "
-            f"{sqlite3.sqlite_version} of {theirs.split()[0]}: one SQLite must read and check the rows)"
-        )
+        return None, native_unavailable("other_sqlite", detail=module.sqlite_version(),
+                                        python_sqlite=f"{sqlite3.sqlite_version} of {theirs.split()[0]}")
     return module, None
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.limits import threads
@@ -331,7 +332,7 @@ def scan_cuda_api(
     if engine == "native":
         reading = _planned(reading)
     if progress is not None:
-        progress.start(f"scanning {size:,} CUDA API rows", int(size))
+        progress.start(words.scanning(size), int(size))
     counter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nsysaudit-count")
     # The native reader's check reaches every page of the table once: its rows are count(*)'s.
     planned = reading.pages is not None and reading.pages.why == ""
@@ -505,7 +506,7 @@ def _read(reading: _Reading, engine: str, polars_engine: str, size: int) -> tupl
             engine = polars_engine
             if progress is not None:
                 progress.finish()
-                progress.start(f"scanning {size:,} CUDA API rows", int(size))
+                progress.start(words.scanning(size), int(size))
     if engine == "adbc" and not adbc_installed():  # an install without the adbc extra: the stdlib reader
         engine = "sqlite3"
     if engine == "adbc":
@@ -515,7 +516,7 @@ def _read(reading: _Reading, engine: str, polars_engine: str, size: int) -> tupl
         except Exception:  # any ADBC failure (missing driver, a value of the wrong type): the tolerant reader
             if progress is not None:
                 progress.finish()
-                progress.start(f"re-reading {size:,} CUDA API rows with the tolerant reader", int(size))
+                progress.start(words.scanning(size, tolerant=True), int(size))
     return "sqlite3", _joined([_read_polars(reading, p, False) for p in reading.parts])
 
 

@@ -29,6 +29,7 @@ import polars as pl
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.core.paths import refuse_undecodable_name
 from nsysaudit.core.shapes import Schema
+from nsysaudit.words import snapshot_repr
 
 # A snapshot of 200,000 history entries with Python stacks is ~30 MB; the PyTorch docs warn of
 # snapshots "in the GB range" for long histories. Past this, the file is refused unread.
@@ -112,8 +113,7 @@ class Snapshot:
         return self.entries.height > 0
 
     def __repr__(self) -> str:
-        return (f"<Snapshot {self.path!r}: {self.segments.height} segment(s), {self.blocks.height} block(s), "
-                f"{self.entries.height} history entries>")
+        return snapshot_repr(self.path, self.segments.height, self.blocks.height, self.entries.height)
 
 
 def load_snapshot(

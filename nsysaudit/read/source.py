@@ -15,8 +15,10 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.core.errors import ReportWarning, UnusableInput
+from nsysaudit.core.reasons import Reason
 from nsysaudit.read.unique import agreed, disagreement
+from nsysaudit.words import warned
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 KNOWN_SCHEMA_MAJORS = frozenset({2, 3})
@@ -180,16 +182,9 @@ def check_side_files(path: Path, header: SqliteHeader) -> list[ReportWarning]:
             )
         if suffix == "-shm" and regular:
             continue  # an index of a -wal, meaningless without one
-        if not regular:
-            message = f"{side.name} beside the export is not a regular file ({_kind(st.st_mode)}): ignored, not opened"
-        elif suffix == "-wal":
-            message = (
-                f"{side.name} beside the export ({st.st_size:,} bytes) is ignored, never read: the export is in "
-                "rollback mode (like every nsys export), so a WAL beside it is not part of it"
-            )
-        else:
-            message = f"{side.name} beside the export ({st.st_size:,} bytes) is ignored: a WAL-mode file has no journal"
-        warnings.append({"kind": "side_file_ignored", "count": 1, "message": message})
+        why = Reason.of("side_file_ignored", name=side.name, kind=None if regular else _kind(st.st_mode),
+                        size=st.st_size, wal=suffix == "-wal")
+        warnings.append(warned(why, 1))
     return warnings
 
 
@@ -369,11 +364,9 @@ def ambiguity_warnings(versions: dict[str, tuple[Table, ...]]) -> list[ReportWar
             match = _VARIANT.fullmatch(found[0].name)
             base = match.group(1) if match else found[0].name
             out.append(
-                warning(
-                    "ambiguous_table",
+                warned(
+                    Reason.of("ambiguous_table", found=len(found), base=base, tables=names, name=found[-1].name),
                     len(found),
-                    f"the export has {len(found)} tables for {base} ({names}): read {found[-1].name}, "
-                    "the highest version; the others are not read",
                 )
             )
     return out
@@ -398,45 +391,35 @@ def schema_version_warnings(table: str, meta: dict[str, str]) -> list[ReportWarn
     version, major_text = meta.get("EXPORT_SCHEMA_VERSION"), meta.get("EXPORT_SCHEMA_VERSION_MAJOR")
     if version is None and major_text is None:
         return [
-            warning("unknown_schema_version", 1, f"{table} has no EXPORT_SCHEMA_VERSION; tables are read by probing")
+            warned(Reason.of("unknown_schema_version", table=table), 1)
         ]
     out: list[ReportWarning] = []
     stated: list[int] = []
     if version is not None:
         match = _SCHEMA_VERSION.fullmatch(version)
         if match is None:
-            out.append(warning(
-                "unknown_schema_version",
-                1,
-                f"{table}: EXPORT_SCHEMA_VERSION {version!r} is not a version number (MAJOR.MINOR.MICRO); "
-                "tables are read by probing",
+            out.append(warned(
+                Reason.of("schema_version_not_a_version", table=table, version=version),
+                1, kind="unknown_schema_version",
             ))
         else:
             stated.append(int(match.group(1)))
     if major_text is not None:
         if re.fullmatch(r"[0-9]+", major_text, re.ASCII) is None:
-            out.append(warning(
-                "unknown_schema_version",
-                1,
-                f"{table}: EXPORT_SCHEMA_VERSION_MAJOR {major_text!r} is not a number; tables are read by probing",
+            out.append(warned(
+                Reason.of("schema_major_not_a_number", table=table, major_text=major_text),
+                1, kind="unknown_schema_version",
             ))
         else:
             stated.append(int(major_text))
     if len(set(stated)) > 1:
-        out.append(warning(
-            "inconsistent_schema_version",
+        out.append(warned(
+            Reason.of("inconsistent_schema_version", table=table, version=version, major_text=major_text),
             1,
-            f"{table}: EXPORT_SCHEMA_VERSION {version} and EXPORT_SCHEMA_VERSION_MAJOR {major_text} disagree; "
-            "tables are read by probing",
         ))
     unknown = sorted({m for m in stated if m not in KNOWN_SCHEMA_MAJORS})
     if unknown:
-        out.append(warning(
-            "unknown_schema_major",
-            1,
-            f"export schema major version {', '.join(map(str, unknown))} ({version}) is newer or older than the "
-            "ones nsysaudit was checked against (2.x, 3.x); tables are read by probing",
-        ))
+        out.append(warned(Reason.of("unknown_schema_major", majors=', '.join(map(str, unknown)), version=version), 1))
     return out
 
 
@@ -513,15 +496,7 @@ def probe(path: Path) -> ExportFile:
             versions=versions,
         )
         if meta_table is None:
-            export.warnings.append(
-                {
-                    "kind": "no_metadata_table",
-                    "count": 1,
-                    "message": "the export has neither META_DATA_EXPORT nor EXPORT_META_DATA (nsys 2020.3 and "
-                    f"older): the nsys and schema versions are unknown; its tables ({', '.join(traced)}) are read "
-                    "by probing",
-                }
-            )
+            export.warnings.append(warned(Reason.of("no_metadata_table", tables=traced), 1))
         else:
             export.warnings += schema_version_warnings(meta_table.name, meta)
         return export

@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal, TypedDict, TypeGuard, TypeVar
@@ -209,7 +209,7 @@ def _measured(fields: Mapping[str, JSON], skip: set[str]) -> dict[str, int | flo
     }
 
 
-# What BadLine.to_dict() makes: an entry of a document's telemetry.warnings.
+# An entry of a document's telemetry.warnings (nsysaudit.reports.alignment_section.bad_line_entry).
 class TelemetryBadLine(TypedDict):
     """A telemetry line ``--lenient`` skipped, and why (``telemetry.warnings``)."""
 
@@ -221,9 +221,6 @@ class TelemetryBadLine(TypedDict):
 class BadLine:
     line: int
     problem: str
-
-    def to_dict(self) -> TelemetryBadLine:
-        return {"line": self.line, "problem": self.problem}
 
 
 # One row per usable line, in file order. ``monotonic``/``realtime``: the line's stamps of the clocks
@@ -665,26 +662,9 @@ class _Reader:
         """The batch's columns, bad lines and status lines; None when ``careful`` is False and the
         count of ``":`` (``colons`` in the batch's text) shows that some line needs the per-line
         checks."""
-        options, skip = self.options, self.skip
-        key = options.event_key
-        mono_field = self.clock_fields.get("monotonic")
-        real_field = self.clock_fields.get("realtime")
-        loads, dumps = orjson.loads, orjson.dumps
-        sort = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
-        order_ids, value_keys = self._order_ids, self._value_keys
-        bulk = self.bulk
-        lines: list[int] = []
-        events: list[str] = []
-        pids: list[int | None] = []
-        tids: list[int | None] = []
-        monos: list[int | None] = []
-        reals: list[int | None] = []
-        fields = bytearray()  # each line's text and a newline (JSON text holds none)
-        values = bytearray()
-        orders: list[int] = []
-        written: list[bytes | None] = []
+        loads, bulk = orjson.loads, self.bulk
+        columns = _Columns()
         bad: list[BadLine] = []
-        status: list[tuple[int, Mapping[str, JSON]]] = []
         keys = other = 0  # keys of bulk lines, '":' of the others
         for number, raw in enumerate(raws, self.number + 1):
             try:
@@ -697,98 +677,137 @@ class _Reader:
                 and not (careful and (b'" ' in raw or b'"\t' in raw or raw.count(b'":') != len(obj)))
             ):
                 n = len(obj)
-                name = obj.pop(key, None)
-                mono = obj.pop(mono_field, None) if mono_field is not None else None
-                real = obj.pop(real_field, None) if real_field is not None else None
-                pid = obj.pop(PID_FIELD, None)
-                tid = obj.pop(TID_FIELD, None)
-                if (
-                    type(name) is str
-                    and name
-                    and (mono is not None or real is not None)
-                    and (mono is None or (type(mono) is int and mono <= INT64_MAX))
-                    and (real is None or (type(real) is int and real <= INT64_MAX))
-                    and (pid is None or (type(pid) is int and pid <= INT64_MAX))
-                    and (tid is None or (type(tid) is int and tid <= INT64_MAX))
-                ):
-                    order = tuple(obj)
-                    oid = order_ids.get(order)
-                    if oid is None:
-                        oid = self._order(order)
-                    of_values = value_keys[oid]
-                    measured: dict[str, int | float] = {}
-                    for k, v in obj.items():
-                        t = type(v)
-                        if t is int:
-                            if v > INT64_MAX:
-                                break
-                        elif t is float:
-                            if not -_BIG < v < _BIG:
-                                break
-                        elif t is str or t is bool or v is None:
-                            continue
-                        else:  # an object or an array
-                            break
-                        if k in of_values:
-                            measured[k] = v
-                    else:
-                        if statusy and (b"\\" in raw or _status_word(raw.lower())):
-                            status.append((len(lines), loads(raw)))
-                        lines.append(number)
-                        events.append(name)
-                        pids.append(pid)
-                        tids.append(tid)
-                        monos.append(mono)
-                        reals.append(real)
-                        fields += dumps(obj, option=sort)
-                        values += dumps(measured, option=sort) if measured else b"{}\n"
-                        orders.append(oid)
-                        written.append(None)
-                        keys += n
-                        continue
+                if self._bulk_line(columns, obj, raw, number, statusy):
+                    keys += n
+                    continue
             other += raw.count(b'":')
             if not raw.strip():
                 continue
-            parsed = _parse_line(raw, number, options, skip)
+            parsed = _parse_line(raw, number, self.options, self.skip)
             if isinstance(parsed, BadLine):
                 bad.append(parsed)
-                continue
-            kept = {k: v for k, v in parsed.fields.items() if k not in skip}
-            if statusy and (b"\\" in raw or _status_word(raw.lower())):
-                status.append((len(lines), parsed.fields))
-            lines.append(number)
-            events.append(parsed.event)
-            pids.append(parsed.pid)
-            tids.append(parsed.tid)
-            monos.append(parsed.clocks.get("monotonic"))
-            reals.append(parsed.clocks.get("realtime"))
-            fields += dumps(kept, option=sort)
-            values += dumps(parsed.measured, option=sort) if parsed.measured else b"{}\n"
-            orders.append(self._order(tuple(kept)))
-            nested = any(type(v) is dict or type(v) is list for v in kept.values())
-            written.append(dumps(kept) if nested else None)  # as written: its objects' key order
+            else:
+                columns.add_parsed(parsed, self._order, raw, number, statusy, self.skip)
         if not careful and keys + other != colons:
             return None
-        frame = pl.DataFrame(
-            {
-                "line": pl.Series(lines, dtype=pl.Int64),
-                "event": pl.Series(events, dtype=pl.String),
-                "pid": pl.Series(pids, dtype=pl.Int64),
-                "tid": pl.Series(tids, dtype=pl.Int64),
-                "monotonic": pl.Series(monos, dtype=pl.Int64),
-                "realtime": pl.Series(reals, dtype=pl.Int64),
-                "fields": _texts(fields, len(lines)),
-                "values": _texts(values, len(lines)),
-                "order": pl.Series(orders, dtype=pl.UInt32),
-                "written": pl.Series(written, dtype=pl.Binary).cast(pl.String),
-            }
-        )
-        return frame, bad, status
+        return columns.frame(), bad, columns.status
+
+    def _bulk_line(self, c: _Columns, obj: dict[str, JSON], raw: bytes, number: int, statusy: bool) -> bool:
+        """Add the line ``obj`` (``raw`` parsed) to ``c`` without the per-line checks, where every field
+        it has is of a type a line may have; False (nothing added; ``obj`` lost the fields that are not
+        values) where one is not, for :func:`_parse_line` to word."""
+        name = obj.pop(self.options.event_key, None)
+        mono_field, real_field = self.clock_fields.get("monotonic"), self.clock_fields.get("realtime")
+        mono = obj.pop(mono_field, None) if mono_field is not None else None
+        real = obj.pop(real_field, None) if real_field is not None else None
+        pid = obj.pop(PID_FIELD, None)
+        tid = obj.pop(TID_FIELD, None)
+        if not (
+            type(name) is str
+            and name
+            and (mono is not None or real is not None)
+            and (mono is None or (type(mono) is int and mono <= INT64_MAX))
+            and (real is None or (type(real) is int and real <= INT64_MAX))
+            and (pid is None or (type(pid) is int and pid <= INT64_MAX))
+            and (tid is None or (type(tid) is int and tid <= INT64_MAX))
+        ):
+            return False
+        order = tuple(obj)
+        oid = self._order_ids.get(order)
+        if oid is None:
+            oid = self._order(order)
+        of_values = self._value_keys[oid]
+        measured: dict[str, int | float] = {}
+        for k, v in obj.items():
+            t = type(v)
+            if t is int:
+                if v > INT64_MAX:  # type: ignore[operator]  # an int: its type was just checked
+                    return False
+            elif t is float:
+                if not -_BIG < v < _BIG:  # type: ignore[operator]
+                    return False
+            elif t is str or t is bool or v is None:
+                continue
+            else:  # an object or an array
+                return False
+            if k in of_values:
+                measured[k] = v  # type: ignore[assignment]
+        if statusy and (b"\\" in raw or _status_word(raw.lower())):
+            c.status.append((len(c.lines), orjson.loads(raw)))
+        c.add(number, name, pid, tid, mono, real, obj, measured, oid, None)
+        return True
 
     def frame(self) -> pl.DataFrame:
         if not self.batches:
             return pl.DataFrame(schema=LINE_SCHEMA)
         return pl.concat(self.batches)
+
+
+class _Columns:
+    """A batch's columns as its lines are read: each line's number, event, ids, clocks, its fields
+    and values as JSON text (one buffer each, a newline after each line's), the order of its keys,
+    its text as written where it nests; and the status lines (row, fields)."""
+
+    def __init__(self) -> None:
+        self.lines: list[int] = []
+        self.events: list[str] = []
+        self.pids: list[int | None] = []
+        self.tids: list[int | None] = []
+        self.monos: list[int | None] = []
+        self.reals: list[int | None] = []
+        self.fields = bytearray()  # each line's text and a newline (JSON text holds none)
+        self.values = bytearray()
+        self.orders: list[int] = []
+        self.written: list[bytes | None] = []
+        self.status: list[tuple[int, Mapping[str, JSON]]] = []
+
+    def add(
+        self, number: int, event: str, pid: int | None, tid: int | None, mono: int | None, real: int | None,
+        fields: Mapping[str, JSON], measured: Mapping[str, int | float], order: int, written: bytes | None,
+    ) -> None:
+        self.lines.append(number)
+        self.events.append(event)
+        self.pids.append(pid)
+        self.tids.append(tid)
+        self.monos.append(mono)
+        self.reals.append(real)
+        self.fields += orjson.dumps(fields, option=_SORTED)
+        self.values += orjson.dumps(measured, option=_SORTED) if measured else b"{}\n"
+        self.orders.append(order)
+        self.written.append(written)
+
+    def add_parsed(
+        self, parsed: TelemetryEvent, order_of: Callable[[tuple[str, ...]], int], raw: bytes, number: int,
+        statusy: bool, skip: set[str],
+    ) -> None:
+        """Add a line :func:`_parse_line` made, but the fields that are not values (``skip``)."""
+        kept = {k: v for k, v in parsed.fields.items() if k not in skip}
+        if statusy and (b"\\" in raw or _status_word(raw.lower())):
+            self.status.append((len(self.lines), parsed.fields))
+        nested = any(type(v) is dict or type(v) is list for v in kept.values())
+        self.add(number, parsed.event, parsed.pid, parsed.tid, parsed.clocks.get("monotonic"),
+                 parsed.clocks.get("realtime"), kept, parsed.measured, order_of(tuple(kept)),
+                 orjson.dumps(kept) if nested else None)  # as written: its objects' key order
+
+    def frame(self) -> pl.DataFrame:
+        count = len(self.lines)
+        return pl.DataFrame(
+            {
+                "line": pl.Series(self.lines, dtype=pl.Int64),
+                "event": pl.Series(self.events, dtype=pl.String),
+                "pid": pl.Series(self.pids, dtype=pl.Int64),
+                "tid": pl.Series(self.tids, dtype=pl.Int64),
+                "monotonic": pl.Series(self.monos, dtype=pl.Int64),
+                "realtime": pl.Series(self.reals, dtype=pl.Int64),
+                "fields": _texts(self.fields, count),
+                "values": _texts(self.values, count),
+                "order": pl.Series(self.orders, dtype=pl.UInt32),
+                "written": pl.Series(self.written, dtype=pl.Binary).cast(pl.String),
+            }
+        )
+
+
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 
 
 def _texts(buffer: bytearray, count: int) -> pl.Series:

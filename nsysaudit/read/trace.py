@@ -25,14 +25,15 @@ from nsysaudit.core.codes import (
     is_event_record,
 )
 from nsysaudit.core.defaults import DEFAULT_LIBRARY_DOMAINS as DEFAULT_LIBRARY_DOMAINS
-from nsysaudit.core.errors import ReportWarning, UnusableInput, warning
+from nsysaudit.core.errors import ReportWarning, UnusableInput
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
 from nsysaudit.core.progress import Progress
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import nccl, recovery
 from nsysaudit.read.bounds import within_capture
-from nsysaudit.read.devices import DeviceEvidence, read_devices
+from nsysaudit.read.devices import DeviceTables, read_devices
 from nsysaudit.read.diagnostics import DIAGNOSTIC_SCHEMA, NO_CAPTURE, Capture, read_diagnostics
 from nsysaudit.read.gpu_work import GpuWork, Prepared, blocking_candidates, read_gpu_work
 from nsysaudit.read.gpu_work import prepare as prepare_gpu_work
@@ -43,6 +44,7 @@ from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.scan import COLUMNS as SCAN_COLUMNS
 from nsysaudit.read.source import ExportFile, Table, quote, sql_name
 from nsysaudit.read.unique import disagreement, one_per_key
+from nsysaudit.words import warned
 
 # Fallback event type ids (ENUM_NSYS_EVENT_TYPE in nsys 2022.2 through 2026.2) for exports
 # that do not carry the enum table.
@@ -163,7 +165,7 @@ class Trace:
       cuMemAddressReserve, ...) (``CALL_SCHEMA``), read in the same pass: the ledger checks each free
       against its own deallocation event and counts handles and reserved address ranges.
     - ``devices``: the GPUs, which process used which, and the launched command
-      (:class:`nsysaudit.read.devices.DeviceEvidence`).
+      (:class:`nsysaudit.read.devices.DeviceTables`).
     - ``gpu_work``: the calls that blocked the host and the GPU work that ran while they did
       (:class:`nsysaudit.read.gpu_work.GpuWork`; the blocking calls' rows come from the same scan).
     - ``nccl``: NCCL's domains, the threads NCCL started for its calls and their CUDA API rows
@@ -203,7 +205,7 @@ class Trace:
     memory: MemoryEvidence | None = None
     memory_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
     alloc_calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=ALLOC_CALL_SCHEMA))
-    devices: DeviceEvidence = field(default_factory=DeviceEvidence)
+    devices: DeviceTables = field(default_factory=DeviceTables)
     gpu_work: GpuWork = field(default_factory=GpuWork)
     nccl: nccl.NcclEvidence = field(default_factory=nccl.NcclEvidence)
     last_allocations: pl.DataFrame = field(
@@ -464,7 +466,7 @@ def _tables_used(
 
 def _nccl(
     export: ExportFile, runtime: Table | None, strings: Table, as_written: pl.DataFrame, ranges: pl.DataFrame,
-    calls: pl.DataFrame, devices: DeviceEvidence, typed: Counter[str],
+    calls: pl.DataFrame, devices: DeviceTables, typed: Counter[str],
 ) -> nccl.NcclEvidence:
     """What the export says about NCCL (:class:`nsysaudit.read.nccl.NcclEvidence`): its domains, its
     calls, the threads it started for them (read only when there are NCCL calls)."""
@@ -703,28 +705,16 @@ def _thread_names(
         mismatched=typed,
         source=tn.name,
     )
-    names, conflicts = one_per_key(rows.filter(pl.col("gtid").is_not_null()), ["gtid"], tn.name,
-                                   {"gtid": "globalTid", "thread_name": "name"})
-    said = [
-        warning(
-            "several_thread_names", w["count"],
-            w["message"].replace(": rows of one key", ": threads with several ThreadNames rows", 1),
-        )
-        for w in conflicts
-    ]
+    names, said = one_per_key(rows.filter(pl.col("gtid").is_not_null()), ["gtid"], tn.name,
+                              {"gtid": "globalTid", "thread_name": "name"},
+                              code="threads_with_several_names", kind="several_thread_names")
     names = pl.concat([names, rows.filter(pl.col("gtid").is_null())])
     (unnamed,) = conn.execute(
         f"""SELECT count(*) FROM {quote(tn.name)} AS t LEFT JOIN {quote(strings.name)} AS s ON s.id = t.nameId
             WHERE t.nameId IS NOT NULL AND s.id IS NULL"""
     ).fetchone()
     if unnamed:
-        said.append(
-            {
-                "kind": "dangling_thread_name",
-                "count": unnamed,
-                "message": f"{tn.name} rows whose nameId has no StringIds row: those threads' names are unknown",
-            }
-        )
+        said.append(warned(Reason.of("dangling_thread_name", table=tn.name), unnamed))
     return names, said
 
 
@@ -801,22 +791,15 @@ def _read_warnings(
     """What reading found partly unusable: values of the wrong type, allocations of unknown size, the
     scan's integrity counts, broken library calls and names, text that is not UTF-8."""
     out = [
-        warning(
-            "type_mismatch",
-            count,
-            f"{table_name}: values whose type contradicts their column (text in an integer column, an integer "
-            "over 64 bits, a blob where text belongs): read as unknown (NULL), never converted",
-        )
+        warned(Reason.of("type_mismatch", table_name=table_name), count)
         for table_name, count in sorted(typed.items())
     ]
     if memory.unsized:
         mem = export.table("CUDA_GPU_MEMORY_USAGE_EVENTS") if memory.table is not None else None
         out.append(
-            warning(
-                "allocation_size_unknown",
+            warned(
+                Reason.of("allocation_size_unknown", table=mem.name if mem is not None else 'memory'),
                 memory.unsized,
-                f"{mem.name if mem is not None else 'memory'}: allocation events whose bytes are NULL or not an "
-                "integer (a NOT NULL integer column): the sizes of their calls are unknown (null), never a partial sum",
             )
         )
     out += _cuda_api_warnings(runtime.name if runtime is not None else None, scanned.problems,
@@ -824,12 +807,7 @@ def _read_warnings(
     out += _integrity_warnings(library_calls, memory.allocations)
     if export.text.invalid:  # counted by the connection's text decoder while the tables were read
         out.append(
-            warning(
-                "invalid_utf8_text",
-                export.text.invalid,
-                "text values (names, NVTX strings, metadata) that are not valid UTF-8: shown with U+FFFD "
-                "replacement characters where the bytes could not be decoded",
-            )
+            warned(Reason.of("invalid_utf8_text"), export.text.invalid)
         )
     return out
 
@@ -839,62 +817,32 @@ def _integrity_warnings(lib: pl.DataFrame, allocations: pl.DataFrame) -> list[Re
     out: list[ReportWarning] = []
     unnamed = lib.filter(pl.col("api").is_null()).height
     if unnamed:
-        out.append(warning("dangling_library_name", unnamed, "library calls whose name is not in StringIds"))
+        out.append(warned(Reason.of("dangling_library_name"), unnamed))
     open_ended = lib.filter(pl.col("end_ns").is_null()).height
     if open_ended:
         out.append(
-            warning(
-                "library_call_without_end",
-                open_ended,
-                "library calls with no end timestamp (NVTX end is NULL): nesting cannot be checked",
-            )
+            warned(Reason.of("library_call_without_end"), open_ended)
         )
     reversed_ = lib.filter(pl.col("end_ns") < pl.col("start_ns")).height
     if reversed_:
-        out.append(warning("reversed_library_range", reversed_, "library calls whose end is before their start"))
+        out.append(warned(Reason.of("reversed_library_range"), reversed_))
     dup_alloc = allocations.filter(pl.col("events") > 1)
     if dup_alloc.height:
         out.append(
-            warning(
-                "duplicate_allocation_correlation",
-                dup_alloc.height,
-                "correlation ids with more than one allocation event: their bytes are summed",
-            )
+            warned(Reason.of("duplicate_allocation_correlation"), dup_alloc.height)
         )
     return out
 
 
+# The streaming scan's integrity counts, by problem: the warning's kind (words.cuda_api_problem words it).
 CUDA_API_PROBLEMS = {
-    "null_start": (
-        "null_in_not_null_column",
-        "CUDA API rows with NULL start (a NOT NULL column): counted in the census, excluded from coverage and joins",
-    ),
-    "null_end": (
-        "null_in_not_null_column",
-        "CUDA API rows with NULL end (a NOT NULL column): counted in the census, excluded from joins",
-    ),
-    "null_return": (
-        "null_in_not_null_column",
-        "CUDA API rows with NULL returnValue (a NOT NULL column): counted in "
-        "cuda_api_calls, not in by_return (their return is unknown)",
-    ),
-    "null_name_id": (
-        "null_in_not_null_column",
-        "CUDA API rows with NULL nameId (a NOT NULL column): their API name is unknown",
-    ),
-    "null_gtid": (
-        "null_global_tid",
-        "CUDA API rows without globalTid: counted in the census, never joined to a thread",
-    ),
-    "reversed": (
-        "reversed_time_range",
-        "CUDA API rows whose end is before their start: counted in the census, "
-        "never nested (no interval contains them)",
-    ),
-    "dangling_name_id": (
-        "dangling_name_id",
-        "CUDA API rows whose nameId has no StringIds row: their API name is unknown",
-    ),
+    "null_start": "null_in_not_null_column",
+    "null_end": "null_in_not_null_column",
+    "null_return": "null_in_not_null_column",
+    "null_name_id": "null_in_not_null_column",
+    "null_gtid": "null_global_tid",
+    "reversed": "reversed_time_range",
+    "dangling_name_id": "dangling_name_id",
 }
 
 
@@ -902,18 +850,14 @@ def _cuda_api_warnings(table: str | None, problems: dict[str, int], mismatched: 
     """The streaming scan's integrity counts as warnings."""
     columns = {"null_start": "start", "null_end": "end", "null_return": "returnValue", "null_name_id": "nameId"}
     out: list[ReportWarning] = []
-    for key, (kind, message) in CUDA_API_PROBLEMS.items():
+    for key, kind in CUDA_API_PROBLEMS.items():
         count = problems.get(key, 0)
         if count:
-            column = columns.get(key)
-            out.append(warning(kind, count, f"{table}: {message}" + (f" [column {column}]" if column else "")))
+            out.append(warned(Reason.of("cuda_api_problem", problem=key, table=table, column=columns.get(key)),
+                              count, kind=kind))
     if mismatched:
         out.append(
-            warning(
-                "type_mismatch",
-                mismatched,
-                f"{table}: rows with a non-integer value in an integer column: those values are read as unknown (NULL)",
-            )
+            warned(Reason.of("integer_column_mismatch", table=table), mismatched, kind="type_mismatch")
         )
     return out
 

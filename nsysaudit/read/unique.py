@@ -16,7 +16,9 @@ from typing import TypeVar
 
 import polars as pl
 
-from nsysaudit.core.errors import ReportWarning, warning
+from nsysaudit.core.errors import ReportWarning
+from nsysaudit.core.reasons import Reason
+from nsysaudit.words import warned
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -24,11 +26,12 @@ EXAMPLES = 3
 
 
 def one_per_key(
-    frame: pl.DataFrame, key: Sequence[str], table: str, columns: Mapping[str, str] | None = None
+    frame: pl.DataFrame, key: Sequence[str], table: str, columns: Mapping[str, str] | None = None,
+    *, code: str = "rows_of_one_key_disagree", kind: str = "conflicting_rows",
 ) -> tuple[pl.DataFrame, list[ReportWarning]]:
     """``frame`` with one row per ``key`` (in the order each key first appears), each other column the
     value all the key's rows agree on (a NULL is a value: NULL and 5 disagree), else NULL; and a
-    ``conflicting_rows`` warning when some key's rows disagree. ``columns`` names the frame's
+    ``kind`` warning worded by ``code`` when some key's rows disagree. ``columns`` names the frame's
     columns as the table spells them, for the warning."""
     others = [c for c in frame.columns if c not in key]
     if frame.height == frame.select(key).unique().height:
@@ -52,10 +55,8 @@ def one_per_key(
         )
         examples.append(f"{which} ({values})")
     more = f" and {conflicts.height - EXAMPLES} more" if conflicts.height > EXAMPLES else ""
-    return merged, [warning(
-        "conflicting_rows", conflicts.height,
-        f"{table}: rows of one key that disagree, where nsys writes one: {'; '.join(examples)}{more}: "
-        "each value they disagree on is unknown (null), never the first or the last row's",
+    return merged, [warned(
+        Reason.of(code, table=table, examples="; ".join(examples), more=more), conflicts.height, kind=kind,
     )]
 
 
@@ -85,8 +86,7 @@ def disagreement(table: str, what: str, conflicts: Mapping[K, list[V]]) -> list[
     items = list(conflicts.items())
     shown = "; ".join(f"{_shown(k)}: " + " or ".join(_shown(v) for v in vs) for k, vs in items[:EXAMPLES])
     more = f" and {len(items) - EXAMPLES} more" if len(items) > EXAMPLES else ""
-    return [warning(
-        "conflicting_rows", len(items),
-        f"{table}: {what} given by several rows that disagree ({shown}{more}): unknown, never the first or the "
-        "last row's",
+    return [warned(
+        Reason.of("rows_disagree_on_value", table=table, what=what, shown=shown, more=more),
+        len(items), kind="conflicting_rows",
     )]

@@ -20,8 +20,8 @@ from typing import BinaryIO
 
 import polars as pl
 
-from nsysaudit.analysis.alignment import LineList
 from nsysaudit.render import canonical
+from nsysaudit.reports.alignment_section import LineList
 from nsysaudit.reports.analysis import AnalysisResult
 
 
@@ -74,7 +74,7 @@ LINE_SLICE_ROWS = 65_536
 
 
 def _write_with_lists(result: AnalysisResult, stream: BinaryIO) -> None:
-    """The document of an analysis with telemetry: each :class:`~nsysaudit.analysis.alignment.LineList`
+    """The document of an analysis with telemetry: each :class:`~nsysaudit.reports.alignment_section.LineList`
     of its head (10^6 entries for 10^6 telemetry lines) written from its frame where a placeholder
     stood, the rest canonical bytes."""
     nonce = secrets.token_hex(16)

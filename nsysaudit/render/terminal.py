@@ -423,9 +423,9 @@ def _sealed_lines(directory: str, files: Sequence[str]) -> Text:
 
 
 def verification_renderable(
-    directory: str, files: Sequence[str], inputs: Sequence[Mapping[str, object]], rerun: bool
+    directory: str, files: Sequence[str], inputs: Sequence[Mapping[str, object]], rerun: bool, *, full: bool = False
 ) -> RenderableType:
-    """What ``nsysaudit verify`` checked (it only returns when every check passed)."""
+    """What ``nsysaudit verify`` checked (it only returns when every check passed); digests short unless ``full``."""
     t = Text("verified ", style="bold green")
     t.append_text(literal(directory, 300))
     t.append(f"\n  {len(files)} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file")
@@ -436,7 +436,8 @@ def verification_renderable(
         t.append_text(literal(i["role"], 300))
         t.append(") matches the sealed ")
         t.append_text(literal(i["name"], 300))
-        t.append(f": sha256 {i['sha256']}, {i['size_bytes']:,} bytes")
+        digest = str(i["sha256"]) if full else short_hash(str(i["sha256"]))
+        t.append(f": sha256 {digest}, {i['size_bytes']:,} bytes")
     if rerun:
         t.append("\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt")
     return Group(*_hang([t]))

@@ -24,9 +24,11 @@ from nsysaudit.analysis.verdict import Verdict
 from nsysaudit.core.codes import is_allocation_api, is_allocation_failure, is_out_of_memory, names
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import pid_bits, pid_of, tid_bits
-from nsysaudit.read.diagnostics import WARNING_SEVERITIES
+from nsysaudit.read.diagnostics import WARNING_SEVERITIES, Capture
 from nsysaudit.read.inputs import InputInfo
+from nsysaudit.reports.alignment_section import alignment_section, telemetry_summary
 from nsysaudit.reports.answer import MAX_CENSORED, answer
+from nsysaudit.reports.conformance import required_keys
 from nsysaudit.reports.documents import (
     SCHEMA_VERSION,
     AllocationsBefore,
@@ -54,11 +56,11 @@ from nsysaudit.reports.documents import (
     SourceCoverage,
     TargetDevice,
     Tool,
-    required_keys,
 )
 from nsysaudit.reports.ranks import document_keys, placement
 from nsysaudit.reports.stalls import Stalls, stalls_section
 from nsysaudit.reports.statements import allocator_statement, holder_statement
+from nsysaudit.words import result_repr
 
 __all__ = ["AnalysisResult", "InputInfo", "Verdict", "report_analysis"]
 
@@ -240,11 +242,12 @@ def _findings(analysis: Analysis, truth: DeviceTruth) -> list[Finding]:
     ) else True
     helpers = {h["global_tid"]: h for s in analysis.library_sources for h in s.get("helper_threads", [])}
     out: list[Finding] = []
-    for r in _rows(analysis.frames["findings"]):
+    for number, r in enumerate(_rows(analysis.frames["findings"]), start=1):
         api = r["api"]
         said = names(api, r["return_code"])
         where = placement(truth, r["gtid"])
         finding: Finding = {
+            "number": number,  # as the reports for people number them; its index in findings is number - 1
             "kind": r["kind"],
             "api": api,
             "display_api": said["display_api"],
@@ -432,7 +435,7 @@ def _coverage(analysis: Analysis) -> CoverageHead:
     return {
         "cuda_api_trace": analysis.cuda_api_trace,
         "by_source": list(analysis.coverage_sources),
-        "capture": analysis.capture_bounds.to_dict(),
+        "capture": capture_section(analysis.capture_bounds),
         "nsys_diagnostics": said,
         "library_sources": list(analysis.library_sources),
     }
@@ -487,7 +490,7 @@ def _stalls(analysis: Analysis) -> Stalls:
 class Head(TypedDict):
     """Every key of the analysis document but ``library_calls`` and ``coverage.censored``, which stay
     frames until asked for; ``alignment`` and ``telemetry`` in their lazy form, their per-line lists
-    :class:`~nsysaudit.analysis.alignment.LineList` (:meth:`AnalysisResult.document` makes them lists)."""
+    :class:`~nsysaudit.reports.alignment_section.LineList` (:meth:`AnalysisResult.document` makes them lists)."""
 
     tool: Tool
     schema: AnalysisSchemaName
@@ -533,7 +536,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
     out: Head = {
         "tool": {"name": "nsysaudit", "version": __version__},
         "schema": {"kind": "analysis", "version": SCHEMA_VERSION},
-        "input": info.to_dict(),
+        "input": input_entry(info),
         "census": _census(analysis),
         "findings": findings,
         "failed_calls": _failed_calls(analysis.frames),
@@ -556,9 +559,9 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
         ),
     }
     if analysis.alignment is not None:
-        out["alignment"] = analysis.alignment.to_dict(lazy=True)
+        out["alignment"] = alignment_section(analysis.alignment, lazy=True)
         out["telemetry"] = {
-            **analysis.alignment.telemetry_summary(lazy=True),
+            **telemetry_summary(analysis.alignment, lazy=True),
             "library_failures": list(analysis.telemetry_library_failures),
         }
     allocator = _allocator(analysis)
@@ -566,6 +569,43 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
         out["allocator"] = allocator
     return out
 
+
+
+def input_entry(info: InputInfo) -> Input:
+    """The document's ``input`` object."""
+    out: Input = {
+        "path": info.path,
+        "sha256": info.sha256,
+        "kind": info.kind,
+        "size_bytes": info.size_bytes,
+        "nsys_version": info.nsys_version,
+        "schema_version": info.schema_version,
+        "tables": dict(sorted(info.tables.items())),
+        "session_start_utc_ns": info.session_start_utc_ns,
+    }
+    if info.engine is not None:  # how nsysaudit read it, not the evidence: not in a sealed report.json
+        out["engine"] = info.engine.name
+        out["sqlite_version"] = info.engine.sqlite_version
+        out["native_unavailable"] = info.engine.native_unavailable
+    if info.kind == "nsys-rep":
+        out["export"] = {
+            "sha256": info.export_sha256,
+            "cache_hit": info.export_cache_hit,
+            "exported_with": info.exported_with,
+            "nsys_version": info.export_nsys_version,
+        }
+    return out
+
+
+def capture_section(capture: Capture) -> CaptureBounds:
+    """The document's ``capture`` object: the capture's bounds and where they were read."""
+    return {
+        "start_ns": capture.start_ns,
+        "stop_ns": capture.stop_ns,
+        "start_from": capture.start_from,
+        "stop_from": capture.stop_from,
+        "diagnostics_table": capture.diagnostics,
+    }
 
 @dataclass(frozen=True)
 class AnalysisResult:
@@ -575,7 +615,7 @@ class AnalysisResult:
     which stay the frames ``library_calls_table`` and ``censored_table`` until :meth:`to_dict`,
     :attr:`coverage` (or the JSON renderer) asks for them. With telemetry, its per-line lists
     (``telemetry.timeline``, ``alignment.agreement.diffs_ns``, ``alignment.anchors.events_without_anchor``)
-    are :class:`~nsysaudit.analysis.alignment.LineList` there, made by :meth:`document` (or written
+    are :class:`~nsysaudit.reports.alignment_section.LineList` there, made by :meth:`document` (or written
     by the JSON renderer). Build one with :func:`report_analysis`.
     """
 
@@ -662,8 +702,8 @@ class AnalysisResult:
         }
         alignment = self.analysis.alignment
         if alignment is not None:  # the head's lazy forms, their per-line lists made
-            doc["alignment"] = alignment.to_dict()
-            doc["telemetry"] = {**alignment.telemetry_summary(),
+            doc["alignment"] = alignment_section(alignment)
+            doc["telemetry"] = {**telemetry_summary(alignment),
                                 "library_failures": list(self.analysis.telemetry_library_failures)}
         if "allocator" in h:
             doc["allocator"] = h["allocator"]
@@ -677,12 +717,8 @@ class AnalysisResult:
         found: dict[str, int] = {}
         for f in self.head["findings"]:
             found[f["kind"]] = found.get(f["kind"], 0) + 1
-        said = ", ".join(f"{n} {k}" for k, n in found.items()) or "no finding"
-        return (
-            f"<AnalysisResult {self.input.path!r}: {self.verdict}; {said}; "
-            f"{self.library_calls_table.height} library call(s), {len(self.head['failed_calls'])} failed-call "
-            f"group(s), {len(self.analysis.warnings)} warning(s)>"
-        )
+        return result_repr(self.input.path, self.verdict, list(found.items()), self.library_calls_table.height,
+                           len(self.head["failed_calls"]), len(self.analysis.warnings))
 
 
 def report_analysis(info: InputInfo, analysis: Analysis) -> AnalysisResult:

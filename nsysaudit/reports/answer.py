@@ -130,6 +130,7 @@ def answer(
         placed = placement_words(f, devices, shown)  # "rank 1, device 1 (...)": where devices or ranks tell
         entry: AnswerFinding = {
             "finding": i,
+            "finding_number": f["number"],
             "kind": f["kind"],
             "what": finding_words(f) + (f"; {placed}" if placed else ""),
             "when": when_words(position),

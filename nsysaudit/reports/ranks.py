@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
-from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_RULE, RANK_VARIABLES, DeviceTruth, TracedProcess
+from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_VARIABLES, DeviceTruth, TracedProcess
 from nsysaudit.core.codes import display_name
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.text import byte_size, size_word
@@ -33,6 +33,7 @@ from nsysaudit.reports.documents import (
     Ranks,
     TargetDevice,
 )
+from nsysaudit.words import RANK_RULE
 
 
 class FindingPlacement(TypedDict):
@@ -58,8 +59,8 @@ def ranks_key(truth: DeviceTruth, processes: Sequence[Process], findings: Sequen
     """The document's ``ranks``: which ranks the export states, and the failing ones."""
     known = sorted({p["rank"] for p in processes if p["rank"] is not None})
     failing: list[FailingRank] = [
-        {"finding": i, "pid": f["pid"], "global_pid": gpid_of(f["global_tid"]), "rank": f["rank"],
-         "rank_source": f["rank_source"], "device_id": f["device_id"], "devices": f["devices"]}
+        {"finding": i, "finding_number": f["number"], "pid": f["pid"], "global_pid": gpid_of(f["global_tid"]),
+         "rank": f["rank"], "rank_source": f["rank_source"], "device_id": f["device_id"], "devices": f["devices"]}
         for i, f in enumerate(findings)
     ]
     return {
@@ -71,7 +72,7 @@ def ranks_key(truth: DeviceTruth, processes: Sequence[Process], findings: Sequen
         "failing_ranks": sorted({f["rank"] for f in failing if f["rank"] is not None}),
         "failing_rank_unknown": sum(1 for f in failing if f["rank"] is None),
         "statement": failing_statement(failing, {p["global_pid"]: p for p in processes}),
-        "shown": truth.shown,
+        "shown": truth.names_devices,
     }
 
 

@@ -257,8 +257,10 @@ class _Focus:
 
 
 def parse_around(text: str) -> tuple[Literal["finding", "time", "stall"], int]:
-    """``--around``: ``finding:N`` (the N-th finding, 1-based), ``stall:N`` (the N-th longest host
-    stall) or a time in trace nanoseconds.
+    """``--around``: ``finding:N`` (the N-th finding, numbered from 1 as every report numbers them:
+    ``findings[].number``), ``stall:N`` (the N-th longest host stall, from 1) or a time in trace
+    nanoseconds. ``N`` = 0 is parsed, and refused where the count is known (:func:`_focus`: the refusal
+    says how many there are).
 
     >>> parse_around("finding:1"), parse_around("4900049660"), parse_around("stall:2")
     (('finding', 1), ('time', 4900049660), ('stall', 2))
@@ -266,12 +268,12 @@ def parse_around(text: str) -> tuple[Literal["finding", "time", "stall"], int]:
     value = text.strip()
     if value.lower().startswith("stall:"):
         number = value.split(":", 1)[1]
-        if number.isdigit() and int(number) >= 1:
+        if number.isdigit():
             return "stall", int(number)
         raise BadOption(f"--around {text!r}: write stall:N with N = 1 for the longest host stall")
     if value.lower().startswith("finding:"):
         number = value.split(":", 1)[1]
-        if number.isdigit() and int(number) >= 1:
+        if number.isdigit():
             return "finding", int(number)
         raise BadOption(f"--around {text!r}: write finding:N with N = 1 for the first finding")
     if value.lstrip("-").isdigit():
@@ -297,15 +299,23 @@ def _stall_focus(result: AnalysisResult, n: int) -> _Focus:
     """The N-th longest host stall (``stalls.calls``, longest first)."""
     stalls = result.head["stalls"]
     calls = [c for c in stalls["calls"] if c["stall"]]
-    if n > len(calls):
+    if not 1 <= n <= len(calls):
         listed = f" ({len(calls)} of them listed, the longest)" if len(calls) < stalls["stalls"] else ""
-        raise BadOption(f"--around stall:{n}: the export has {stalls['stalls']} call(s) that blocked the host at least "
-                        f"{stalls['rules']['stall_min_ns'] / 1e6:g} ms{listed}")
+        numbered = "host stalls are numbered from 1, the longest first; " if n < 1 else ""
+        raise BadOption(f"--around stall:{n}: {numbered}the export has {stalls['stalls']} call(s) that blocked the "
+                        f"host at least {stalls['rules']['stall_min_ns'] / 1e6:g} ms{listed}")
     c = calls[n - 1]
     api = display_name(c["api"]) if c["api"] is not None else "unknown api"
     return _Focus(c["start_ns"], c["end_ns"], c["global_tid"], c["pid"], None,
                   f"stall {n} (--around), {api} blocked the host {(c['end_ns'] - c['start_ns']) / 1e6:,.3f} ms",
                   c["correlation_id"])
+
+
+def _numbered(asked: int, count: int) -> str:
+    """Why ``finding:<asked>`` names no finding of ``count``: how findings are numbered, and how many."""
+    how = "findings are numbered from 1, as analyze prints them (findings[].number in --json); " if asked < 1 else ""
+    which = f" (finding:1 to finding:{count})" if count > 1 else " (finding:1)" if count == 1 else ""
+    return f"{how}the export has {count} finding(s){which}"
 
 
 def _focus(
@@ -318,8 +328,8 @@ def _focus(
     if at_ns is not None:
         return _Focus(at_ns, at_ns, None, None, None, f"trace time {_fmt(at_ns)} (--around)")
     if finding is not None:
-        if finding > len(findings):
-            raise BadOption(f"--around finding:{finding}: the export has {len(findings)} finding(s)")
+        if not 1 <= finding <= len(findings):
+            raise BadOption(f"--around finding:{finding}: {_numbered(finding, len(findings))}")
         chosen = [findings[finding - 1]]
         how = f"finding {finding} (--around)"
     else:

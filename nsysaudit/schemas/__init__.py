@@ -8,7 +8,7 @@
   has no value.
 
 Each document names its schema in its ``schema`` key (``{"kind": "analysis", "version": 1}``). The
-files are generated from the documents' types (:func:`nsysaudit.reports.documents.json_schema`) by
+files are generated from the documents' types (:func:`nsysaudit.reports.conformance.json_schema`) by
 ``python -m nsysaudit.schemas`` (``make contract``) and shipped here as ``<kind>.schema.json``;
 tests/test_schemas.py fails when one differs from what the types give. They are open (a key they do
 not declare is allowed): the contract only adds keys, so a consumer's schema still validates the
@@ -76,7 +76,7 @@ def generate(kind: str, *, closed: bool = False) -> dict[str, object]:
     """The JSON Schema of ``kind`` made from the types now (``closed``: no undeclared key allowed, as
     tests/test_documents.py checks the documents)."""
     from nsysaudit.batch.output import FindingRow, InputRow
-    from nsysaudit.reports import documents
+    from nsysaudit.reports import conformance, documents
 
     known = _known(kind)
     roots: dict[SchemaKind, tuple[type, bool]] = {  # the root type, and whether it is a table's row
@@ -87,7 +87,7 @@ def generate(kind: str, *, closed: bool = False) -> dict[str, object]:
         "batch-finding": (FindingRow, True),
     }
     root, row = roots[known]
-    return documents.json_schema(root, id=schema_id(known), closed=closed, table_row=row)
+    return conformance.json_schema(root, id=schema_id(known), closed=closed, table_row=row)
 
 
 def generated_text(kind: str) -> str:

@@ -25,7 +25,7 @@ from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.render.html import report_html
 from nsysaudit.render.json import indented
 from nsysaudit.render.markdown import MarkdownReport, analysis_report, comparison_report
-from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.analysis import AnalysisResult, input_entry
 from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
 from nsysaudit.reports.documents import (
     SCHEMA_VERSION,
@@ -70,14 +70,10 @@ class InputFile:
     def name(self) -> str:
         return basename(str(self.path))
 
-    def to_dict(self) -> SealedInput:
-        return {
-            "role": self.role,
-            "name": self.name,
-            "sha256": self.sha256,
-            "size_bytes": self.size_bytes,
-            "kind": self.kind,
-        }
+
+def sealed_input(f: InputFile) -> SealedInput:
+    """An input of the sealed documents' ``inputs``: its role, name, digest, size and kind."""
+    return {"role": f.role, "name": f.name, "sha256": f.sha256, "size_bytes": f.size_bytes, "kind": f.kind}
 
 
 def input_file(role: str, path: str | os.PathLike[str], kind: str | None = None) -> InputFile:
@@ -296,8 +292,8 @@ def sealed_analysis_document(
     result: AnalysisResult, telemetry: InputFile | None = None, snapshots: Sequence[InputFile] = ()
 ) -> SealedAnalysisDocument:
     """The sealed form (:func:`sealed_form`) of ``result``'s document."""
-    return sealed_form(result.to_dict(), result_paths(result), telemetry.to_dict() if telemetry is not None else None,
-                       [s.to_dict() for s in snapshots])
+    return sealed_form(result.to_dict(), result_paths(result),
+                       sealed_input(telemetry) if telemetry is not None else None, [sealed_input(s) for s in snapshots])
 
 
 def sealed_form(
@@ -594,7 +590,7 @@ def engines(built: Built) -> dict[str, EngineRecord]:
     """Per input role, the engine that read it (metadata.json's ``engines``)."""
     out: dict[str, EngineRecord] = {}
     for role, result in sorted(built.results.items()):
-        described = result.input.to_dict()
+        described = input_entry(result.input)
         out[role] = {  # ENGINE_KEYS
             "engine": described.get("engine"),
             "sqlite_version": described.get("sqlite_version"),
@@ -624,7 +620,7 @@ def sealed_metadata(built: Built, out: str | os.PathLike[str]) -> SealMetadata:
             "inputs": [{"role": role, "name": basename(path)} for role, path in built.recipe.inputs],
             "options": built.recipe.options(),
         },
-        "inputs": [i.to_dict() for i in built.inputs],
+        "inputs": [sealed_input(i) for i in built.inputs],
         "files": {"payload": sorted(built.files), "tags": sorted(TAG_FILES), "tag_manifest": TAGMANIFEST},
     }
 

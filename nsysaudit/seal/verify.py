@@ -45,6 +45,7 @@ from nsysaudit.seal.recipe import (
     telemetry_options_from,
     tool_versions,
 )
+from nsysaudit.words import verification_repr
 
 _HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
@@ -66,8 +67,7 @@ class Verification:
     rerun: bool = False
 
     def __repr__(self) -> str:
-        how = ", inputs re-run byte-identical" if self.rerun else ""
-        return f"<Verification {str(self.dir)!r}: seal sha256:{self.seal} verified, {len(self.files)} files{how}>"
+        return verification_repr(str(self.dir), self.seal, len(self.files), self.rerun)
 
 
 def _safe_name(name: str) -> str | None:
