@@ -213,8 +213,8 @@ def test_shifted_telemetry_cli_text_report_says_not_checked(capsys, tmp_path: Pa
     assert code == 0
     out = " ".join(out.split())
     assert "Clock alignment: NOT checked" in out
-    assert "[FAILED] methods_agree" in out
-    assert "UNVERIFIED" in out
+    assert "FAILED: methods_agree" in out
+    assert "clock alignment NOT checked]" in out
 
 
 # --- bad lines ------------------------------------------------------------------------------------------
@@ -334,7 +334,7 @@ def test_lenient_text_report_shows_the_warning(capsys, tmp_path: Path) -> None:
     )
     assert code == 0
     out = " ".join(out.split())
-    assert "warning: telemetry_bad_lines (1)" in out and "line 2: invalid JSON" in out
+    assert "Warnings: - telemetry_bad_lines (1):" in out and "line 2: invalid JSON" in out
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,7 @@ def test_terminal_report_on_real_capture(capsys) -> None:
     assert "cudaErrorMemoryAllocation" in out
     assert "censored: cublasCreate_v2" in out and "cuda_api_trace_ends_inside" in out
     code, out, _ = run(capsys, "analyze", str(H200 / "observe.sqlite"), "--details")
-    assert code == 0 and "verdict: inconclusive" in out
+    assert code == 0 and "Verdict: inconclusive" in out
 
 
 NOT_BUILT = "not built (nsysaudit was installed without a C compiler or SQLite's header)"

@@ -434,7 +434,7 @@ def test_compare_the_failing_rank_with_a_healthy_one(make_export: Callable[..., 
         "and arguments, world size 2); rank 1 failed and rank 0 did not: the failing rank against a healthy one",
         # the library calls, the holder and the headroom of each rank at the same call
         "At cublasCreate_v2 (call #1 off the main thread), rank 1: 2 nested allocation(s) succeeded, then "
-        "cudaMalloc_v3020 returned 2 (cudaErrorMemoryAllocation); at its start device 1 (NVIDIA H100 80GB HBM3, "
+        "cudaMalloc returned 2 (cudaErrorMemoryAllocation); at its start device 1 (NVIDIA H100 80GB HBM3, "
         "0000:00:06.0) held 79.5 GiB of 80.0 GiB, most by pid 300 (79.5 GiB); at most 536,647,822 B (511.8 MiB) free",
         "At cublasCreate_v2 (call #1 off the main thread), rank 0: 3 nested allocation(s) succeeded, none failed; at "
         "its start device 0 (NVIDIA H200, 0000:00:07.0) held 40.0 GiB of 139.8 GiB, most by pid 200 (40.0 GiB); at "

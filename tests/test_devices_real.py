@@ -78,7 +78,7 @@ def test_compare_the_failing_rank_with_the_healthy_one() -> None:
         True, True, "the same launched command and arguments, world size 2")
     assert ranks["statements"][1] == (
         "At cublasCreate_v2 (call #1 off the main thread), rank 1: 2 nested allocation(s) succeeded, then "
-        "cudaMalloc_v3020 returned 2 (cudaErrorMemoryAllocation); at its start device 0 (NVIDIA H200, 0000:00:06.0) "
+        "cudaMalloc returned 2 (cudaErrorMemoryAllocation); at its start device 0 (NVIDIA H200, 0000:00:06.0) "
         "held 139.2 GiB of 139.8 GiB, most by pid 597 (139.2 GiB); at most 697,930,894 B (665.6 MiB) free")
     # torchrun's ROLE_RANK differs with RANK: the ranks' identity, not a different capture option.
     capture = doc["differences"]["sources"]["capture"]

@@ -153,7 +153,7 @@ def test_builder_observe_failure_vs_release_three_allocations(make_export) -> No
     presence = doc["differences"]["nested_alloc_failure"]
     assert presence["present_in"] == ["observe"] and presence["absent_in"] == ["release"]
     assert presence["statement"] == (
-        "A nested allocation failure is present in observe (1: cudaMalloc_v3020 returned 2 "
+        "A nested allocation failure is present in observe (1: cudaMalloc returned 2 "
         "(cudaErrorMemoryAllocation) inside cublasCreate_v2) and absent in release"
     )
     (pair,) = doc["differences"]["library_calls"]
@@ -170,7 +170,7 @@ def test_builder_observe_failure_vs_release_three_allocations(make_export) -> No
     heads = ("observe: cublasCreate_v2 (", "release: cublasCreate_v2 (")
     allocation = [x for x in pair["statements"] if x.startswith(heads)]
     assert allocation == [
-        "observe: cublasCreate_v2 (non-main thread, pid 611 tid 642, thread name bwd_worker_0): cudaMalloc_v3020 "
+        "observe: cublasCreate_v2 (non-main thread, pid 611 tid 642, thread name bwd_worker_0): cudaMalloc "
         "returned 2 (cudaErrorMemoryAllocation), requested bytes unknown, after 2 successful nested "
         "allocation(s); 2 successful nested allocation(s) in all: 4,194,304 + 2,097,152 = 6,291,456 bytes; "
         "coverage complete",

@@ -149,7 +149,7 @@ def test_nccl_observe_answer_places_it_on_the_applications_clock_with_the_holder
     answer = d["answer"]
     assert answer["summary"] == (
         "cuMemCreate returned 2 (CUDA_ERROR_OUT_OF_MEMORY) inside ncclCommInitRankConfig (NCCL communicator "
-        f"initialization) on tid {NCCL_JOB} (thread name unknown), {ms:.3f} ms after dp_reduce_start "
+        f"initialization) on tid {NCCL_JOB} (name unknown), {ms:.3f} ms after dp_reduce_start "
         f"(telemetry line {start_line})"
     )
     [said] = answer["findings"]

@@ -10,10 +10,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nsysaudit"
 MAX_LINES = 80
-# The presentation wing is split by branch x-render (issue 35's other half); the coordinator removes
-# this skip when both halves are merged.
-X_RENDER = ("render", "reports")
-PATHS = sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] not in X_RENDER)
+PATHS = sorted(PACKAGE.rglob("*.py"))
 
 
 def lengths(path: Path) -> dict[str, int]:

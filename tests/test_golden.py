@@ -16,6 +16,7 @@ from scenarios import nccl_arm, nccl_telemetry, observe_nested_failure, release_
 import nsysaudit
 from nsysaudit.render import canonical, terminal
 from nsysaudit.render.markdown import analysis_markdown, answer_lines, comparison_markdown
+from nsysaudit.render.outline import answer_outline
 from nsysaudit.render.terminal import analysis_renderable, comparison_renderable
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -81,7 +82,7 @@ def test_nccl_builder_case(make_export, tmp_path: Path, at_repo: None) -> None:
         telemetry = tmp_path / f"{arm}.telemetry.jsonl"
         telemetry.write_text("".join(json.dumps(line) + "\n" for line in nccl_telemetry(arm)))
         results.append(nsysaudit.analyze(make_export(nccl_arm(arm), f"{arm}.sqlite"), telemetry=telemetry))
-    check("builder-nccl-answer.md", "\n".join(answer_lines(results[0].to_dict()["answer"])))
+    check("builder-nccl-answer.md", "\n".join(answer_lines(answer_outline(results[0].to_dict()["answer"]))))
     doc = nsysaudit.compare_results(*results).to_dict()
     check("builder-nccl-compare.txt", render(comparison_renderable(doc)))
     check("builder-nccl-compare.md", comparison_markdown(doc))
@@ -173,3 +174,21 @@ def test_sealed_comparison_report(at_repo: None, tmp_path: Path) -> None:
     check("sealed-torch-compare.md", (sealed.dir / "report.md").read_text())
     check("sealed-torch-compare.json", (sealed.dir / "report.json").read_text())
     check("sealed-torch-compare.inputs.txt", (sealed.dir / "inputs-sha256.txt").read_text())
+
+
+# --- the memory snapshots (snap/, issue 36): the allocator's own view in the answer and the details ----
+
+
+def analyze_snap(arm: str) -> nsysaudit.AnalysisResult:
+    base = H200_2025 / "snap"
+    return nsysaudit.analyze(rel(base / f"{arm}.sqlite"), telemetry=rel(base / f"{arm}.telemetry.jsonl"),
+                             snapshots=[rel(base / f"{arm}-handoff.pickle"), rel(base / f"{arm}-end.pickle")])
+
+
+def test_reports_with_memory_snapshots(at_repo: None) -> None:
+    observe, release = analyze_snap("observe"), analyze_snap("release")
+    check("snap-observe.txt", render(analysis_renderable(observe, details=True)))
+    check("snap-observe.md", analysis_markdown(observe.to_dict()))
+    doc = nsysaudit.compare_results(observe, release).to_dict()
+    check("snap-compare.txt", render(comparison_renderable(doc)))
+    check("snap-compare.md", comparison_markdown(doc))

@@ -98,7 +98,7 @@ def test_pair_limit_without_failures_keeps_no_failure(capsys, make_export) -> No
 def test_pair_limit_is_shown_in_the_terminal_and_refused_with_out(capsys, make_export, tmp_path: Path) -> None:
     path = make_export(nested_ranges(5, 10, failed_at=3))
     code, out, _ = run(capsys, "analyze", "--max-pairs", "10", str(path))
-    assert code == 0 and "warning: pair_limit (50)" in out
+    assert code == 0 and "Warnings:\n  - pair_limit (50): " in out
     code, _, err = run(capsys, "analyze", "--max-pairs", "10", "--out", str(tmp_path / "sealed"), str(path))
     assert code == 2 and "--max-pairs" in err and err.count("\n") == 1
     code, _, err = run(capsys, "analyze", "--max-pairs", "-1", str(path))

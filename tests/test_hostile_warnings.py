@@ -33,7 +33,7 @@ def analyze_json(capsys: pytest.CaptureFixture[str], path: Path) -> dict[str, An
     code, out, err = run(capsys, "analyze", "--json", str(path))
     assert code == 0, err
     code_text, text, err_text = run(capsys, "analyze", str(path))  # the terminal report runs too
-    assert code_text == 0 and "warning:" in text, err_text
+    assert code_text == 0 and "\nWarnings:\n" in text, err_text
     doc: dict[str, Any] = json.loads(out)
     return doc
 

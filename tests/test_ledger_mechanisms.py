@@ -441,7 +441,7 @@ def test_every_output_says_who_held_the_memory(tmp_path: Path) -> None:
     console = Console(width=4000, color_system=None, record=True, file=open(tmp_path / "t.txt", "w"))  # noqa: SIM115
     console.print(nsysaudit.render.analysis_renderable(result, details=True))
     assert f"held: {holder}" in console.export_text()
-    assert f"- {holder}" in nsysaudit.render.analysis_markdown(result.to_dict())
+    assert f"- held: {holder}" in nsysaudit.render.analysis_markdown(result.to_dict())
     sealed = nsysaudit.seal_analysis(ASYNC / "observe.sqlite", tmp_path / "sealed",
                                      telemetry=ASYNC / "observe.telemetry.jsonl")
     page = (sealed.dir / "report.html").read_text("utf-8")

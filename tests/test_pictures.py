@@ -90,7 +90,7 @@ def test_observe_picture_shows_both_threads_the_failed_call_and_the_boundary(tor
     [admission] = [t for t in shown if t.startswith("cudaMalloc returned 2 (cudaErrorMemoryAllocation), ")]
     assert re.fullmatch(r"cudaMalloc returned 2 \(cudaErrorMemoryAllocation\), \d+ in view", admission)
     assert "backward_start" in shown and "handoff" in shown and "NVTX backward" in shown
-    assert "ms from backward_start (telemetry line 5, trace 4,844,377,837 ns; alignment checked)" in shown
+    assert "ms from backward_start (telemetry line 5, trace 4,844,377,837 ns; clock alignment checked)" in shown
     every = ids(svg)
     assert "observe-context-library-call-1" in every and "observe-zoom-library-call-1" in every
     assert "observe-context-failed-markers" in every and "observe-zoom-cuda-calls-failed-0" in every

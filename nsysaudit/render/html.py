@@ -1,16 +1,17 @@
 """``report.html``: ``report.md`` for a browser, with the timeline picture inline. One file, no
 network, no script.
 
-The body is ``report.md`` itself rendered by markdown-it-py (CommonMark and GFM tables), so the
-two files state the same facts by construction; the answer section is a box at the top, the timeline
-section (the SVG inline at its own size, and what the picture chose) right after it, on the first
-screen. Trace text arrives already escaped by :func:`nsysaudit.reports.markdown.md` (controls,
-bidi, zero-width and tag characters as ``\\x..`` escapes; every Markdown and HTML character
-backslash-escaped), which markdown-it turns into HTML-escaped text. As a second line of defence
-markdown-it is run without raw HTML, links, images, autolinks, link references and character
-entities (the report uses none of them), and the page's Content-Security-Policy allows no
-request and no script at all. The bytes depend only on the Markdown and the SVG: the same report
-gives the same file.
+The body is ``report.md`` itself rendered by markdown-it-py (CommonMark and GFM tables), so the two
+files state the same facts by construction; the answer section is a box at the top, coloured by the
+verdict the outline states (:class:`nsysaudit.render.markdown.MarkdownReport`: report.md in its
+parts, never searched as text), the timeline section (the SVG inline at its own size, and what the
+picture chose) right after it, on the first screen. Trace text arrives already escaped by
+:func:`nsysaudit.render.markdown.md` (controls, bidi, zero-width and tag characters as ``\\x..``
+escapes; every Markdown and HTML character backslash-escaped), which markdown-it turns into
+HTML-escaped text. As a second line of defence markdown-it is run without raw HTML, links, images,
+autolinks, link references and character entities (the report uses none of them), and the page's
+Content-Security-Policy allows no request and no script at all. The bytes depend only on the
+Markdown and the SVG: the same report gives the same file.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from collections.abc import Sequence
 
 from markdown_it import MarkdownIt
 
+from nsysaudit.render.markdown import MarkdownReport
+
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-VERDICTS = ("failure_found", "inconclusive", "no_failure")
 CSS = """
 body { font-family: "DejaVu Sans", "Liberation Sans", Arial, sans-serif; font-size: 14px; color: #222;
        margin: 0; background: #fff; }
@@ -68,37 +70,21 @@ def _svg_element(svg: bytes) -> str:
     return text[text.index("<svg"):].strip()
 
 
-def _sections(markdown: str) -> tuple[str, str, str]:
-    """``markdown`` split in three: the title, the Answer section (empty without one), and the rest;
-    the answer goes in a box and the timeline right after it, on the first screen."""
-    lines = markdown.split("\n")
-    heads = [i for i, line in enumerate(lines) if line.startswith("## ")]
-    answer = next((i for i in heads if lines[i] == "## Answer"), None)
-    if answer is None:
-        cut = heads[0] if heads else len(lines)
-        return "\n".join(lines[:cut]) + "\n", "", "\n".join(lines[cut:])
-    later = [i for i in heads if i > answer]
-    end = later[0] if later else len(lines)
-    # The seal sentence and what follows it until the next section stay with the rest.
-    return ("\n".join(lines[:answer]) + "\n", "\n".join(lines[answer:end]) + "\n",
-            "\n".join(lines[end:]))
-
-
 def _figures(svgs: Sequence[bytes]) -> str:
     figures = "".join(f"<figure>\n{_svg_element(svg)}\n</figure>\n" for svg in svgs)
     return f'<section id="timeline">\n<h2>Timeline</h2>\n{figures}<p class="how">{HOW_TO_READ}</p>\n</section>\n'
 
 
-def report_html(markdown: str, svgs: Sequence[bytes], *, title: str) -> bytes:
-    """The self-contained ``report.html`` of a sealed report: its ``report.md`` and each arm's
-    timeline picture (as :func:`nsysaudit.pictures.render` made it), stacked in the order given."""
-    head, answer, rest = _sections(markdown)
+def report_html(report: MarkdownReport, svgs: Sequence[bytes], *, title: str) -> bytes:
+    """The self-contained ``report.html`` of a sealed report: its ``report.md`` (in its parts: the
+    answer goes in a box coloured by the verdict it states, the timeline right after it, on the first
+    screen) and each arm's timeline picture (as :func:`nsysaudit.pictures.render` made it), stacked in
+    the order given."""
     md = _markdown()
-    # The box's colour: the first verdict the answer states (failure_found before the others).
-    stated = [v for v in VERDICTS if f"**{v.replace('_', chr(92) + '_')}**" in answer]
-    verdict = stated[0] if stated else ""
-    box = f'<section class="answer {verdict}">\n{md.render(answer)}</section>\n' if answer else ""
-    body = md.render(head) + box + _figures(svgs) + md.render(rest)
+    answer = "\n".join(report.answer) + "\n"
+    box = f'<section class="answer {report.verdict}">\n{md.render(answer)}</section>\n'
+    rest = "\n".join(report.rest).rstrip("\n") + "\n"
+    body = md.render(f"{report.title}\n\n") + box + _figures(svgs) + md.render(rest)
     page = (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'

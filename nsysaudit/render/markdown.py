@@ -11,37 +11,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
+from nsysaudit import words
 from nsysaudit.core.text import escape
-from nsysaudit.render import stall_parts
+from nsysaudit.render import details_outline as details
+from nsysaudit.render import outline
+from nsysaudit.render.comparison_outline import differences_sections, not_established_section
+from nsysaudit.render.memory_outline import memory_section
+from nsysaudit.render.outline import AnswerOutline, Cell, ComparisonAnswerOutline, Entry, Phrase, Section
 from nsysaudit.reports.documents import (
-    AlignmentSection,
-    Answer,
-    ArmCensus,
     ArmLibraryCall,
-    Census,
-    ComparisonAnswer,
     ComparisonArm,
     ComparisonDocument,
-    Coverage,
-    FailedCalls,
-    FailingByCode,
-    Finding,
     Handoff,
-    LibraryCall,
-    Memory,
-    Position,
     SealedAnalysisDocument,
     SealedOptions,
 )
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.statements import (
-    CLASSIFICATION_WORDS,
-    MECHANISM_WORDS,
     censored_reasons_words,
-    free_calls_without_event_words,
-    freed_never_allocated_words,
-    virtual_memory_words,
 )
 
 MAX_TEXT = 200
@@ -100,246 +89,76 @@ def _bullets(items: Iterable[str]) -> list[str]:
     return [f"- {md(x, 10_000)}" for x in items]
 
 
-def answer_lines(answer: Answer, *, limits: bool = True, stalls: bool = True) -> list[str]:
-    """The answer (:mod:`nsysaudit.reports.answer`) as Markdown: the verdict and its sentence, each
-    finding with who held the memory, censored calls, the host stalls (``stalls``: a comparison says
-    both arms' in a line of its own), and (``limits``) what else limits the verdict."""
-    out = [f"**{md(answer['verdict'])}**: {md(answer['summary'], 10_000)}", ""]
-    for n, f in enumerate(answer["findings"], 1):
-        when = f"; {md(f['when'], 1000)}" if f["when"] else ""
-        out.append(f"- finding {n}, **{md(f['kind'])}**: {md(f['what'], 10_000)}{when}")
-        if f["held"]:
-            out.append(f"- held: {md(f['held'], 10_000)}")
-        if "reported" in f:
-            out.append(f"- reported: {md(f['reported'], 10_000)}")
-    for c in answer["censored"]:
-        out.append(f"- censored: {md(c['what'], 10_000)}")
-        if c["held"]:
-            out.append(f"- held at its start: {md(c['held'], 10_000)}")
-    more = answer["censored_total"] - len(answer["censored"])
-    if more > 0:
-        out.append(f"- and {more} more censored library call(s) (see Coverage)")
-    out += stall_parts.answer_lines(answer.get("stalls", []) if stalls else [])
-    if limits and answer["limits"]:
-        out += ["", "Also:", "", *_bullets(answer["limits"])]
-    return [*out, ""]
+SIZE = {"sentence": 10_000, "phrase": 1000}  # the room a phrase is given before it is shortened
+MORE_IN = {"coverage": "see Coverage"}
 
 
-def _census(census: Census | ArmCensus) -> list[str]:
-    out = [
-        f"{num(census['cuda_api_calls'])} CUDA API calls, {num(census['nonzero_returns'])} with a non-zero return.",
-        "",
-    ]
-    if census["by_return"]:
-        out += table(
-            ["api", "return code", "name", "count", "meaning"],
-            (
-                [md(r["api"]), str(r["return_code"]), md(r["return_name"]), num(r["count"]),
-                 CLASSIFICATION_WORDS.get(r["classification"] or "", "unknown")]
-                for r in census["by_return"]
-            ),
-        )
-    return out
+def _phrases(phrases: Sequence[Phrase]) -> str:
+    """Phrases said one after the other, ``; `` between them; each quotes trace text: escaped."""
+    return "; ".join(md(p.text, SIZE[p.size]) for p in phrases)
 
 
-def _findings(findings: Sequence[Finding], memory: Memory) -> list[str]:
-    if not findings:
-        return ["No failed call inside or across a library call, and no failed wait on a captured event.", ""]
-    holders = {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
+def _entry(e: Entry) -> list[str]:
+    """An entry as bullets: a numbered one (a finding) says its number and its label in bold, a
+    labelled one its label; the entries under it follow as bullets of their own."""
+    body = _phrases(e.phrases) + (f" ({MORE_IN[e.more_in]})" if e.more_in is not None else "")
+    if e.number is not None:
+        line = f"- finding {e.number}, **{md(e.label)}**: {body}"
+    else:
+        line = f"- {e.label}: {body}" if e.label is not None else f"- {body}"
+    return [line, *(f"- {u.label}: {_phrases(u.phrases)}" for u in e.under)]
+
+
+def _sentence(p: Phrase) -> str:
+    """A phrase as a sentence of its own: its first letter in capitals, a full stop after it."""
+    text = _phrases([p])
+    return f"{text[:1].upper()}{text[1:]}."
+
+
+def _entries(entries: Sequence[Entry], indent: str = "") -> list[str]:
     out = []
-    for i, f in enumerate(findings):
-        oom = " (out of memory)" if f["out_of_memory"] else ""
-        line = (
-            f"- **{md(f['kind'])}**: {md(f['api'])} returned {f['return_code']} ({md(f['return_name'])}){oom}, "
-            f"correlation id {ident(f['correlation_id'])}, pid {ident(f['pid'])} tid {ident(f['tid'])} thread "
-            f"{md(f['thread_name'])}, {num(f['start_ns'])} to {num(f['end_ns'])} ns"
-        )
-        if f["kind"].endswith("alloc_failure"):
-            line += f", requested bytes {num(f['requested_bytes'])}"
-        enc = f["enclosing"]
-        if enc is not None:
-            line += (
-                f"; inside {md(enc['api'])} ({num(enc['start_ns'])} to "
-                f"{_end(enc['end_ns'], enc['recorded_end_ns'])} ns, coverage {md(enc['coverage'])})"
-            )
-            before = enc["allocations_before"]
-            if before is not None:
-                each = " + ".join(num(b) for b in before["bytes_each"])
-                line += f", after {before['count']} successful allocation(s) in it" + (
-                    f" ({each} bytes)" if before["count"] else ""
-                )
-        cap = f["stream_capture"]
-        if cap is not None:
-            records = ", ".join(num(r["start_ns"]) for r in cap["event_records"][:8])
-            line += (
-                f"; after the stream capture on pid {ident(cap['pid'])} tid {ident(cap['tid'])} thread "
-                f"{md(cap['thread_name'])} ({md(cap['begin']['api'])} at {num(cap['begin']['start_ns'])} ns to "
-                f"{md(cap['end']['api'])} ending {num(cap['end']['end_ns'])} ns) with "
-                f"{cap['event_records_count']} event record(s) inside it (at {records} ns); the wait failed "
-                + ("an unknown time" if cap["ns_from_capture_end"] is None
-                   else f"{cap['ns_from_capture_end'] / 1e6:.3f} ms") + " after the capture ended"
-            )
-        out.append(line)
-        if i in holders:
-            out.append(f"- {md(holders[i], 4000)}")
-    out.append("")
+    for e in entries:
+        label = f"{e.label}: " if e.label is not None else ""
+        refer = f"; {md(words.REFER_MARKDOWN.format(arm=e.refer[0]))}" if e.refer is not None else ""
+        out.append(f"{indent}- {label}{_phrases(e.phrases)}{refer}")
+        out += _entries(e.under, indent + "  ")
     return out
 
 
-def _failed_calls(groups: Sequence[FailedCalls]) -> list[str]:
-    if not groups:
-        return ["No failed call outside the findings.", ""]
-    rows = []
-    for g in groups:
-        where = md(g["nvtx_range"]) if g["nvtx_range"] is not None else "none"
-        if g["straddles_library_call"]:
-            where += " (straddles a library call)"
-        if g["library_call_unexamined"]:
-            where += " (overlaps an unexamined library call)"
-        rows.append(
-            [num(g["count"]), md(g["api"]), str(g["return_code"]), md(g["return_name"]), ident(g["pid"]),
-             ident(g["tid"]), md(g["thread_name"]), where, num(g["first_ns"]), num(g["last_ns"]),
-             ", ".join(str(c) for c in g["example_correlation_ids"])]
-        )
-    return table(
-        ["count", "api", "return code", "name", "pid", "tid", "thread", "NVTX range", "first ns", "last ns",
-         "e.g. correlation ids"],
-        rows,
-    )
+def _cell(c: Cell) -> str:
+    text = md(c.text, 120 if c.data else MAX_TEXT) + (f" {md(c.note)}" if c.note is not None else "")
+    return f"**{text}**" if c.strong else text
 
 
-def _allocated(lc: LibraryCall) -> str:
-    """A library call's allocated bytes; when unknown, what the trace shows of them."""
-    if lc["allocated_bytes"] is not None:
-        return num(lc["allocated_bytes"])
-    return f"unknown ({num(lc['allocated_bytes_traced'])} in the trace)"
-
-
-def _memory(memory: Memory) -> list[str]:
-    """The device-memory ledger: per device, and its value at each finding, censored call and telemetry line."""
-    if memory["ledger"]:
-        out = [
-            f"Ledger from {num(memory['allocation_events'])} allocation and {num(memory['deallocation_events'])} "
-            "deallocation events (CUDA\\_GPU\\_MEMORY\\_USAGE\\_EVENTS).",
-            "",
-        ]
-    else:
-        out = [f"No ledger: {md(memory['why_no_ledger'], 1000)}.", ""]
-    for dev in memory.get("devices", []):
-        line = (
-            f"- device {dev['device_id']} {md(dev['name'])}: total {num(dev['total_bytes'])} bytes; allocated "
-            f"{num(dev['allocated_bytes'])} bytes in {num(dev['allocation_events'])} events"
-        )
-        if "freed_bytes" in dev:
-            line += (
-                f", released to the device {num(dev['freed_bytes'])}; peak device-resident live "
-                f"{num(dev['peak_device_resident_live_bytes'])} bytes at {num(dev['peak_at_ns'])} ns"
-            )
-        out.append(line)
-    if memory.get("devices"):
-        out.append("")
-    mechanisms = memory.get("mechanisms") or {}
-    if mechanisms:
-        out += table(
-            ["mechanism", "allocation events", "allocated bytes", "deallocation events"],
-            ([md(MECHANISM_WORDS.get(m, m)), num(v["allocation_events"]), num(v["allocated_bytes"]),
-              num(v["deallocation_events"])] for m, v in mechanisms.items()),
-        )
-    for pool in memory.get("pools") or []:
-        out.append(
-            f"- CUDA memory pool of pid {ident(pool['pid'])} at {pool['address']:#x} on device {pool['device_id']}: "
-            f"size at end {num(pool['size_at_end_bytes'])} bytes (peak {num(pool['peak_size_bytes'])}), "
-            f"{num(pool['utilized_at_end_bytes'])} in use; {pool['trims']} trim(s)"
-            + (", destroyed" if pool["destroyed"] else "")
-        )
-    vmm = virtual_memory_words(memory.get("virtual_memory"))
-    gaps = free_calls_without_event_words(memory.get("free_calls_without_event"))
-    out += [f"- {md(sentence, 2000)}" for sentence in (vmm, gaps) if sentence is not None]
-    if memory.get("pools") or vmm or gaps:
-        out.append("")
-    unseen = freed_never_allocated_words(memory.get("freed_never_allocated"))
-    if unseen is not None:
-        out += [f"{md(unseen, 2000)}.", ""]
-    rows = [
-        [md(p["point"]), md(p["label"]), num(p["t_ns"]), ident(p["pid"]), str(d["device_id"]),
-         num(d["process_live_bytes"]), num(d["device_resident_live_bytes"]), num(d["total_bytes"]),
-         num(d["free_at_most_bytes"])]
-        for p in memory["at"]
-        for d in p["devices"]
-    ]
-    if rows:
-        out += table(
-            ["at", "what", "ns", "pid", "device", "process live", "all processes live", "total", "free at most"], rows
-        )
-    for p in memory["at"]:
-        if not p["devices"]:
-            out.append(f"- at {md(p['point'])} {md(p['label'])}: {md(p.get('unknown') or 'no traced device')}")
-        elif not any(d["process_has_events"] for d in p["devices"]):
-            out.append(
-                f"- at {md(p['point'])} {md(p['label'])}: process {ident(p['pid'])} has no memory event, so its device "
-                "is unknown; every traced device is shown"
-            )
-    said = [p for p in memory["at"] if p["holder"] and p["point"] != "telemetry"]
-    if said:
-        out += ["", *(f"- {md(p['holder'], 4000)}" for p in said)]
-    if memory["at"]:
-        out += ["", "Not counted: " + "; ".join(md(x) for x in memory["not_counted"]) + ".", ""]
+def section_lines(section: Section, level: str = "##") -> list[str]:
+    """A titled section of the report: its lead as a sentence, its entries as bullets, its tables (each
+    under its title), the entries after them, its closing note."""
+    out = [f"{level} {md(section.title)}", ""]
+    if section.verdict is not None:
+        out += [f"**{md(section.verdict)}**", ""]
+    elif section.lead is not None:
+        out += [_sentence(section.lead), ""]
+    if section.entries:
+        out += [*_entries(section.entries), ""]
+    for t in section.tables:
+        out += [f"{_sentence(t.title)[:-1]}:", ""] if t.title is not None else []
+        out += table([md(" ".join(c.heading)) for c in t.columns], ([_cell(c) for c in row] for row in t.rows))
+    if section.after:
+        out += [*_entries(section.after), ""]
+    if section.note is not None:
+        out += [_sentence(section.note), ""]
     return out
 
 
-def _capture(coverage: Coverage) -> list[str]:
-    cap = coverage["capture"]
-    if cap["stop_ns"] is None:
-        out = ["Capture bounds: unknown (no DIAGNOSTIC_EVENT and no ANALYSIS_DETAILS)."]
-    else:
-        out = [f"Capture: {num(cap['start_ns'])} to {num(cap['stop_ns'])} ns on the trace clock (from "
-               f"{md(cap['stop_from'])})."]
-    if not cap["diagnostics_table"]:
-        out[-1] += (
-            " The export has no nsys diagnostics (DIAGNOSTIC_EVENT): nsys's silence about lost events proves nothing."
-        )
-    out.append("")
-    for d in coverage["nsys_diagnostics"]:
-        who = f" (pid {ident(d['pid'])})" if d["pid"] is not None else ""
-        out.append(
-            f"- nsys {md(d['severity'])} at {num(d['timestamp_ns'])} ns{who} [{md(d['category'])}]: "
-            f"{md(d['text'], 300)}"
-        )
-    if coverage["nsys_diagnostics"]:
-        out.append("")
-    for src in coverage["library_sources"]:
-        why = f": {md(src['reason'], 300)}" if src["reason"] else ""
-        by_api = ", ".join(f"{num(n)} {md(api)}" for api, n in src.get("calls_by_api", {}).items())  # NCCL's calls
-        said = f" ({by_api}); {md(src['evidence'], 600)}" if "evidence" in src else ""
-        out.append(f"- library {md(src['library'])}: {md(src['status'])}, {num(src['calls'])} call(s){said}{why}")
-        for h in src.get("helper_threads", []):
-            out.append(f"  - tid {ident(h['tid'])}: every one of its {num(h['calls'])} CUDA API calls lies inside "
-                       f"{md(h['api'] or 'an unnamed call')} (tid {ident(h['calling_tid'])})")
-    if coverage["library_sources"]:
-        out.append("")
-    return out
-
-
-def _coverage(coverage: Coverage) -> list[str]:
-    out = table(
-        ["source", "pid", "first ns", "last ns", "rows"],
-        (
-            [md(s["source"]), str(s["pid"]), num(s["first_ns"]), num(s["last_ns"]), num(s["rows"])]
-            for s in coverage["by_source"]
-        ),
-    )
-    if not coverage["cuda_api_trace"]:
-        out += ["The export has no CUDA API trace.", ""]
-    for c in coverage["censored"]:
-        reasons = md(censored_reasons_words(c["reasons"] or [c["reason"]]))
-        out.append(
-            f"- censored: {md(c['api'])} (pid {ident(c['pid'])} tid {ident(c['tid'])}, {num(c['start_ns'])} to "
-            f"{_end(c['end_ns'], c['recorded_end_ns'])} ns): {reasons}; the process's CUDA API trace ends at "
-            f"{num(c['cuda_api_last_ns'])} ns"
-        )
-    if coverage["censored"]:
-        out.append("")
-    return out
+def answer_lines(answer: AnswerOutline) -> list[str]:
+    """The answer (:mod:`nsysaudit.render.outline`) as Markdown: the verdict and its sentence, each
+    entry (a finding with who held the memory, a censored call, a host stall), what else limits the verdict."""
+    out = [f"**{md(answer.verdict)}**: {_phrases([answer.summary])}", ""]
+    for e in answer.entries:
+        out += _entry(e)
+    if answer.also:
+        out += ["", f"{words.ALSO.capitalize()}:", "", *(f"- {_phrases([p])}" for p in answer.also)]
+    return [*out, ""]
 
 
 def _kv(mapping: Mapping[str, object] | None) -> str:
@@ -400,21 +219,8 @@ def _library_call(lc: ArmLibraryCall) -> list[str]:
     if lc["straddling"]:
         out += [f"Calls straddling its edges: {len(lc['straddling'])}.", ""]
     if lc["telemetry"]:
-        out += [f"Telemetry position: {md(_position(lc['telemetry']))}", ""]
+        out += [*_entries(details.position_entries(lc["telemetry"])), ""]
     return out
-
-
-def _position(pos: Position) -> str:
-    """A telemetry position (``after``/``before`` boundaries) in words."""
-    parts = []
-    for key, b in (("after", pos["after"]), ("before", pos["before"])):
-        if b is not None:
-            parts.append(f"{b['ms']} ms {key} {b['event']}")
-    in_force = pos["in_force"]
-    if in_force is not None:
-        parts.append(f"snapshot in force: {in_force['event']} (line {in_force['line']})")
-    parts.append("alignment checked" if pos["verified"] else "alignment NOT checked, unverified")
-    return "; ".join(parts)
 
 
 def _handoff(handoff: Handoff | None) -> list[str]:
@@ -430,20 +236,6 @@ def _handoff(handoff: Handoff | None) -> list[str]:
     ]
 
 
-def _alignment(alignment: AlignmentSection | None) -> list[str]:
-    if alignment is None:
-        return ["Alignment: none (no telemetry).", ""]
-    shown = ", ".join(f"{md(k)} {md(_scalar(v))}" for k, v in (
-        ("method", alignment["method"]), ("checked", alignment["checked"]), ("offset_ns", alignment["offset_ns"]),
-        ("tolerance_ns", alignment["tolerance_ns"]), ("residuals_ns", alignment["residuals_ns"])))
-    out = [f"Alignment: {shown}.", ""]
-    for reason in alignment["reasons"]:
-        out.append(f"- {md(reason)}")
-    if alignment["reasons"]:
-        out.append("")
-    return out
-
-
 def _arm(name: str, arm: ComparisonArm) -> list[str]:
     inp = arm["input"]
     out = [
@@ -452,19 +244,10 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
         f"Input {md(inp['name'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
         f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
         "",
-        f"Verdict: **{md(arm['verdict'])}**",
-        "",
-        *_bullets(arm["verdict_reasons"]),
-        "",
-        "### Census",
-        "",
-        *_census(arm["census"]),
-        "### Findings",
-        "",
-        *_findings(arm["findings"], arm["memory"]),
-        "### Failed calls no finding explains",
-        "",
-        *_failed_calls(arm["failed_calls"]),
+        *section_lines(details.verdict_section(arm["verdict"], arm["verdict_reasons"]), "###"),
+        *section_lines(details.census_section(arm["census"]), "###"),
+        *section_lines(details.findings_section(arm["findings"], arm["memory"]), "###"),
+        *section_lines(details.failed_calls_section(arm["failed_calls"]), "###"),
         f"### Library calls of interest ({len(arm['library_calls'])} of {arm['library_calls_total']})",
         "",
         f"Selection: {md(arm['library_calls_selection'])}.",
@@ -472,36 +255,21 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     ]
     for lc in arm["library_calls"]:
         out += _library_call(lc)
-    out += ["### Coverage", "", *_capture(arm["coverage"]), *_coverage(arm["coverage"])]
-    out += ["### Device memory", "", *_memory(arm["memory"])]
-    out += stall_parts.markdown_lines(arm["stalls"], "### Host stalls")
-    out += ["### Telemetry", ""]
+    out += [*section_lines(details.capture_section(arm["coverage"]), "###"),
+            *section_lines(details.coverage_section(arm["coverage"]), "###")]
+    out += section_lines(memory_section(arm["memory"]), "###")
+    out += section_lines(details.stalls_section(arm["stalls"]), "###")
+    if "allocator" in arm:
+        out += section_lines(outline.allocator_section(arm["allocator"]), "###")
     tel = arm["telemetry_input"]
+    said = Phrase(words.ARM_TELEMETRY_FILE.format(path=tel["name"], size=f"{tel['size_bytes']:,}",
+                                                  sha256=tel["sha256"])) if tel else None
+    out += section_lines(details.alignment_section(arm["alignment"], said), "###")
     if tel:
-        out += [f"Telemetry {md(tel['name'])} ({num(tel['size_bytes'])} bytes, sha256 `{tel['sha256']}`).", ""]
         out += _handoff(arm["handoff"])
-        out += _alignment(arm["alignment"])
-    else:
-        out += ["No telemetry given.", ""]
     if arm["warnings"]:
-        out += ["### Warnings", ""]
-        out += [f"- {md(w['kind'])} ({num(w['count'])}): {md(w['message'], 300)}" for w in arm["warnings"]]
-        out.append("")
+        out += section_lines(details.warnings_section(arm["warnings"]), "###")
     return out
-
-
-def _failing(title: str, block: FailingByCode) -> list[str]:
-    rows = []
-    for where, entries in (("only_in_observe", block["only_in_observe"]), ("only_in_release", block["only_in_release"]),
-                           ("in_both", block["in_both"])):
-        for r in entries:
-            rows.append(
-                [where.replace("_", " "), md(r["api"]), str(r["return_code"]), md(r["return_name"]),
-                 num(r["observe"]), num(r["release"])]
-            )
-    if not rows:
-        return [f"{title}: no failing call in either arm.", ""]
-    return [f"{title}:", "", *table(["where", "api", "return code", "name", "observe", "release"], rows)]
 
 
 def _options(options: SealedOptions | None) -> list[str]:
@@ -521,34 +289,44 @@ def _options(options: SealedOptions | None) -> list[str]:
     return [f"Options: {text}.", ""]
 
 
-def _values(values: Sequence[str] | None) -> str:
-    """A META_DATA_CAPTURE key's values: ``absent`` when the export has no such key."""
-    return "absent" if values is None else ", ".join(md(v) for v in values)
-
-
-def _comparison_answer(answer: ComparisonAnswer) -> list[str]:
+def _comparison_answer(answer: ComparisonAnswerOutline) -> list[str]:
     """The comparison's answer: grouped per arm, then what the memory did differently at the call."""
-    out = ["## Answer", "", f"**{md(answer['summary'], 10_000)}**", ""]
-    if answer["ranks"]:  # the arms are two ranks of one job
-        out += ["### The ranks", "", *_bullets(answer["ranks"]), ""]
-    for name in ("observe", "release"):
-        out += [f"### {name} arm", "", *answer_lines(answer["arms"][name], limits=False, stalls=False)]
-    if answer["memory"]:
-        out += ["### Memory at the call", "", *_bullets(answer["memory"]), ""]
-    if answer["not_established"]:
-        out += ["### Not established", "", *_bullets(answer["not_established"]), ""]
-    if answer.get("stalls"):
-        out += ["### Host stalls", "", md(answer["stalls"], 10_000), ""]
+    out = ["## Answer", "", f"**{_phrases([answer.summary])}**", ""]
+    for section in answer.sections:
+        out += [f"### {section.title}", "", *_entries(section.entries), ""]
     return out
+
+
+@dataclass(frozen=True)
+class MarkdownReport:
+    """``report.md`` in its three parts (its title, its answer, the rest: report.html boxes the answer)
+    and the verdict its answer states (the gravest of a comparison's arms)."""
+
+    title: str
+    answer: tuple[str, ...]
+    rest: tuple[str, ...]
+    verdict: str
+
+    @property
+    def text(self) -> str:
+        return "\n".join([self.title, "", *self.answer, *self.rest]).rstrip("\n") + "\n"
+
+
+def comparison_report(doc: ComparisonDocument) -> MarkdownReport:
+    """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`), in its parts."""
+    answer = outline.comparison_answer_outline(doc)
+    return MarkdownReport("# nsysaudit comparison: observe arm vs release arm", tuple(_comparison_answer(answer)),
+                          tuple(_comparison_rest(doc)), answer.verdict)
 
 
 def comparison_markdown(doc: ComparisonDocument) -> str:
     """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`)."""
-    diff = doc["differences"]
+    return comparison_report(doc).text
+
+
+def _comparison_rest(doc: ComparisonDocument) -> list[str]:
+    """What follows the comparison's answer: the inputs, what it does not establish, the differences, the arms."""
     out = [
-        "# nsysaudit comparison: observe arm vs release arm",
-        "",
-        *_comparison_answer(doc["answer"]),
         "## Inputs",
         "",
         SEAL_SENTENCE,
@@ -559,85 +337,32 @@ def comparison_markdown(doc: ComparisonDocument) -> str:
              for i in doc["inputs"]),
         ),
         *_options(doc.get("options")),
-        "## What this comparison does NOT establish",
+        *section_lines(not_established_section(doc["not_established"])),
+        f"## {words.DIFFERENCES_TITLE}",
         "",
-        *_bullets(x["statement"] for x in doc["not_established"]),
-        "",
-        "## Differences",
-        "",
-        "### Nested allocation failure",
-        "",
-        md(diff["nested_alloc_failure"]["statement"], 10_000),
-        "",
-        "### Findings by kind",
-        "",
-        *(
-            table(
-                ["kind", "observe", "release"],
-                ([md(r["kind"]), num(r["observe"]), num(r["release"])] for r in diff["findings_by_kind"]),
-            )
-            if diff["findings_by_kind"]
-            else ["No finding in either arm.", ""]
-        ),
-        "### What the library calls allocated, arm by arm",
-        "",
+        *(line for section in differences_sections(doc["differences"]) for line in section_lines(section, "###")),
     ]
-    if not diff["library_calls"]:
-        out += ["No library call of interest in either arm.", ""]
-    for pair in diff["library_calls"]:
-        mk = pair["match_key"]
-        out += [
-            f"{md(mk['api'])}, {'main' if mk['thread_role'] == 'main' else 'non-main'} thread, call #{mk['ordinal']}:",
-            "",
-            *_bullets(pair["statements"]),
-            "",
-        ]
-    out += ["### Calls that fail in one arm only", ""]
-    out += _failing("In the whole export (census)", diff["failing_calls"]["census"])
-    out += _failing("Nested in the library calls of interest", diff["failing_calls"]["nested"])
-    src = diff["sources"]
-    cap = src["capture"]
-    out += ["### Sources and capture options", ""]
-    for v, label in ((src["nsys_version"], "nsys version"), (src["schema_version"], "schema version"),
-                     (src["kind"], "input kind")):
-        same = {True: "same", False: "DIFFERENT", None: "unknown"}[v["same"]]
-        out.append(f"- {label}: observe {md(v['observe'])}, release {md(v['release'])} ({same})")
-    out.append(
-        f"- capture options (META\\_DATA\\_CAPTURE): {cap['keys_compared']} keys compared, {cap['same']} the same, "
-        f"{len(cap['differs'])} differ, {len(cap['differs_as_expected'])} differ as expected"
-    )
-    out.append("")
-    rows = [[md(d["key"]), _values(d["observe"]), _values(d["release"]), "**differs**"] for d in cap["differs"]]
-    rows += [
-        [md(d["key"]), _values(d["observe"]), _values(d["release"]), f"differs as expected: {md(d['why'])}"]
-        for d in cap["differs_as_expected"]
-    ]
-    if rows:
-        out += table(["key", "observe", "release", ""], rows)
-    out += ["### Device memory (the ledger, both arms)", "", *_bullets(diff["memory"]["statements"]), ""]
-    out += ["### Memory at the handoff (telemetry)", ""]
-    if diff["handoff"]:
-        out += table(
-            ["field", "observe", "release", "release minus observe"],
-            ([md(k), num(v["observe"]), num(v["release"]), num(v["release_minus_observe"])]
-             for k, v in diff["handoff"].items()),
-        )
-    else:
-        out += ["No handoff snapshot in either arm's telemetry.", ""]
     for name in ("observe", "release"):
         out += _arm(name, doc["arms"][name])
-    return "\n".join(out).rstrip("\n") + "\n"
+    return out
+
+
+def analysis_report(doc: SealedAnalysisDocument) -> MarkdownReport:
+    """The ``report.md`` of a single sealed arm (the sealed ``analyze`` document), in its parts."""
+    answer = outline.analysis_answer(doc)
+    return MarkdownReport(f"# nsysaudit analysis: {md(doc['input']['path'])}",
+                          ("## Answer", "", *answer_lines(answer)), tuple(_analysis_rest(doc)), answer.verdict)
 
 
 def analysis_markdown(doc: SealedAnalysisDocument) -> str:
     """The ``report.md`` of a single sealed arm (the sealed ``analyze`` document)."""
+    return analysis_report(doc).text
+
+
+def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
+    """What follows the answer: the input, the verdict's reasons, every section of the document."""
     inp = doc["input"]
     out = [
-        f"# nsysaudit analysis: {md(inp['path'])}",
-        "",
-        "## Answer",
-        "",
-        *answer_lines(doc["answer"]),
         "## Input",
         "",
         SEAL_SENTENCE,
@@ -645,44 +370,25 @@ def analysis_markdown(doc: SealedAnalysisDocument) -> str:
         f"Input {md(inp['path'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
         f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
         "",
-        f"Verdict: **{md(doc['verdict'])}**",
-        "",
-        *_bullets(doc["verdict_reasons"]),
-        "",
         *_options(doc.get("options")),
-        "## Census",
-        "",
-        *_census(doc["census"]),
-        "## Findings",
-        "",
-        *_findings(doc["findings"], doc["memory"]),
-        "## Failed calls no finding explains",
-        "",
-        *_failed_calls(doc["failed_calls"]),
-        f"## Library calls ({len(doc['library_calls'])})",
-        "",
+        *section_lines(details.verdict_section(doc["verdict"], doc["verdict_reasons"])),
+        *section_lines(details.census_section(doc["census"])),
+        *section_lines(details.findings_section(doc["findings"], doc["memory"])),
+        *section_lines(details.failed_calls_section(doc["failed_calls"])),
+        *section_lines(details.library_calls_section(doc["library_calls"])),
     ]
-    if doc["library_calls"]:
-        out += table(
-            ["api", "pid", "tid", "thread", "start ns", "end ns", "coverage", "nested", "failed", "allocated bytes"],
-            (
-                [md(lc["api"]), ident(lc["pid"]), ident(lc["tid"]), md(lc["thread_name"]), num(lc["start_ns"]),
-                 _end(lc["end_ns"], lc["recorded_end_ns"]), md(lc["coverage"]), num(len(lc["children"])),
-                 num(lc["failed_children"]),
-                 _allocated(lc)]
-                for lc in doc["library_calls"]
-            ),
-        )
-    else:
-        out += ["No library API ranges (cuBLAS/cuDNN/NCCL) in this export.", ""]
-    out += ["## Coverage", "", *_capture(doc["coverage"]), *_coverage(doc["coverage"])]
-    out += ["## Device memory", "", *_memory(doc["memory"])]
-    out += stall_parts.markdown_lines(doc["stalls"])
+    out += [*section_lines(details.capture_section(doc["coverage"])),
+            *section_lines(details.coverage_section(doc["coverage"]))]
+    out += section_lines(memory_section(doc["memory"]))
+    out += section_lines(details.stalls_section(doc["stalls"]))
+    if "allocator" in doc:
+        out += section_lines(outline.allocator_section(doc["allocator"]))
     if device_lines(doc):  # several devices, or a rank known
-        out += ["## Devices and ranks", "", *_bullets(md(line, 2000) for line in device_lines(doc)), ""]
+        out += section_lines(details.devices_section(device_lines(doc)))
     if "alignment" in doc:
-        out += ["## Telemetry", "", *_alignment(doc["alignment"])]
+        tel = doc["telemetry"]
+        said = details.telemetry_file(tel["path"], tel["sha256"], tel["events"], tel["bad_lines"])
+        out += section_lines(details.alignment_section(doc["alignment"], said, tel["timeline"]))
     if doc["warnings"]:
-        out += ["## Warnings", ""]
-        out += [f"- {md(w['kind'])} ({num(w['count'])}): {md(w['message'], 300)}" for w in doc["warnings"]]
-    return "\n".join(out).rstrip("\n") + "\n"
+        out += section_lines(details.warnings_section(doc["warnings"]))
+    return out

@@ -23,34 +23,22 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from nsysaudit import words
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.text import byte_size, escape
-from nsysaudit.render import stall_parts
-from nsysaudit.reports.analysis import AnalysisResult, ranked_library_calls
+from nsysaudit.render import details_outline as sections
+from nsysaudit.render import outline
+from nsysaudit.render.comparison_outline import differences_sections, not_established_section
+from nsysaudit.render.memory_outline import memory_section
+from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section, TableOutline
+from nsysaudit.reports.analysis import AnalysisResult
 from nsysaudit.reports.documents import (
-    AlignmentSection,
     AnalysisDocument,
-    Answer,
     ComparisonDocument,
-    Coverage,
-    FailedCalls,
-    Finding,
-    Memory,
-    Position,
     SealedAnalysisDocument,
-    TelemetrySection,
 )
 from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.stalls import glance_words
-from nsysaudit.reports.statements import (
-    CALL_WORDS,
-    CLASSIFICATION_WORDS,
-    MECHANISM_WORDS,
-    censored_reasons_words,
-    free_calls_without_event_words,
-    freed_never_allocated_words,
-    virtual_memory_words,
-)
 
 MAX_TEXT = 80
 MAX_LIBRARY_ROWS = 40
@@ -92,257 +80,6 @@ VERDICT_STYLE = {"failure_found": "bold red", "inconclusive": "bold yellow", "no
 def ident(value: int | None) -> Text:
     """A pid, tid or correlation id: an identifier, never shown with thousands separators."""
     return Text("unknown", style="dim italic") if value is None else Text(str(value))
-
-
-FINDING_STYLE = {
-    "nested_alloc_failure": "bold red",
-    "nested_call_failure": "bold red",
-    "captured_event_wait_failure": "bold red",
-}
-
-
-def _span(start: int | None, end: int | None, recorded_end: int | None = None) -> str:
-    """``[start .. end] ns``; an end the capture's stop clamped is shown as unknown, with the stop."""
-    s = "unknown" if start is None else f"{start:,}"
-    if end is None and recorded_end is not None:
-        e = f"unknown (recorded {recorded_end:,}: the capture's stop)"
-    else:
-        e = "unknown" if end is None else f"{end:,}"
-    return f"[{s} .. {e}] ns"
-
-
-def _finding(f: Finding, holder: str | None = None) -> Text:
-    t = Text("  ")
-    t.append(f["kind"], style=FINDING_STYLE.get(f["kind"], "yellow"))
-    t.append(": ")
-    t.append_text(literal(f["api"]))
-    t.append(f" returned {f['return_code']} ({f['return_name'] or 'unknown code'})")
-    if f["out_of_memory"]:
-        t.append(" [out of memory]", style="bold")
-    t.append(", correlation id ")
-    t.append_text(ident(f["correlation_id"]))
-    t.append("\n    pid ")
-    t.append_text(ident(f["pid"]))
-    t.append(" tid ")
-    t.append_text(ident(f["tid"]))
-    t.append(" thread ")
-    t.append_text(literal(f["thread_name"]))
-    t.append(f", {_span(f['start_ns'], f['end_ns'])}")
-    if f["requested_bytes"] is not None or f["kind"].endswith("alloc_failure"):
-        t.append(", requested bytes ")
-        t.append_text(nbytes(f["requested_bytes"]))
-    enc = f["enclosing"]
-    if enc is not None:
-        t.append("\n    inside ")
-        t.append_text(literal(enc["api"]))
-        t.append(f" {_span(enc['start_ns'], enc['end_ns'], enc['recorded_end_ns'])} (")
-        t.append_text(literal(enc["source"]))  # NVTX:<domain>: the domain name is trace text
-        t.append(f", coverage {enc['coverage']})")
-        before = enc["allocations_before"]
-        if before is not None:
-            each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
-            t.append(
-                f"\n    after {before['count']} successful allocation(s) in it"
-                + (f": {each} B" if before["count"] else "")
-            )
-    cap = f["stream_capture"]
-    if cap is not None:
-        t.append("\n    after the stream capture on pid ")
-        t.append_text(ident(cap["pid"]))
-        t.append(" tid ")
-        t.append_text(ident(cap["tid"]))
-        t.append(" thread ")
-        t.append_text(literal(cap["thread_name"]))
-        t.append(": ")
-        t.append_text(literal(cap["begin"]["api"]))
-        t.append(f" at {cap['begin']['start_ns']:,} .. ")
-        t.append_text(literal(cap["end"]["api"]))
-        t.append(f" ending {cap['end']['end_ns']:,} ns")
-        records = ", ".join(f"{r['start_ns']:,}" for r in cap["event_records"][:8])
-        more = f", and {cap['event_records_count'] - 8} more" if cap["event_records_count"] > 8 else ""
-        t.append(f"\n    {cap['event_records_count']} event record(s) inside the capture (at {records}{more} ns)")
-        if cap["ns_from_capture_end"] is not None:
-            t.append(f"; the wait failed {cap['ns_from_capture_end'] / 1e6:.3f} ms after the capture ended")
-        if cap["regions_with_records_before"] > 1:
-            t.append(f" ({cap['regions_with_records_before']} such captures before it; the latest is shown)")
-    if "telemetry" in f:
-        t.append_text(position_text(f["telemetry"]))
-    if holder is not None:
-        t.append("\n    held: ", style="bold")
-        t.append_text(literal(holder, 4000))  # names processes: trace text
-    return t
-
-
-def _holders(memory: Memory) -> dict[int, str]:
-    """The ledger's holder sentence at each finding, by the finding's index."""
-    return {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
-
-
-def _capture_parts(cov: Coverage) -> list[RenderableType]:
-    cap = cov["capture"]
-    t = Text("\nCapture: ", style="bold")
-    if cap["stop_ns"] is None:
-        t.append("bounds unknown (no DIAGNOSTIC_EVENT and no ANALYSIS_DETAILS)", style="yellow")
-    else:
-        t.append(f"{ns(cap['start_ns'])} .. {cap['stop_ns']:,} ns on the trace clock (from {cap['stop_from']})")
-    if not cap["diagnostics_table"]:
-        t.append("\n  no nsys diagnostics (DIAGNOSTIC_EVENT) in this export: silence about lost events proves nothing",
-                 style="yellow")
-    for d in cov["nsys_diagnostics"]:
-        t.append(f"\n  nsys {d['severity']} at {d['timestamp_ns']:,} ns", style="magenta")
-        if d["pid"] is not None:
-            t.append(f" (pid {d['pid']})", style="magenta")
-        t.append(f" [{d['category']}]: ", style="magenta")
-        t.append_text(literal(d["text"], 300))
-    sources = cov["library_sources"]
-    if sources:
-        t.append("\n  library sources: ")
-        for i, s in enumerate(sources):
-            t.append("; " if i else "")
-            t.append_text(literal(s["library"]))
-            t.append(f" {s['status']}", style="green" if s["status"] == "traced" else "yellow")
-            by_api = ", ".join(f"{n:,} {api}" for api, n in s.get("calls_by_api", {}).items())  # NCCL's calls
-            t.append(f" ({s['calls']} call(s){': ' + by_api if by_api else ''})" if s["status"] == "traced" else "")
-    t.append("\n")
-    return [t]
-
-
-def _failed_calls(groups: Sequence[FailedCalls]) -> list[RenderableType]:
-    total = sum(g["count"] for g in groups)
-    out: list[RenderableType] = [
-        Text(f"\nFailed calls no finding explains: {total:,} in {len(groups)} group(s)", style="bold")
-    ]
-    for g in groups:
-        t = Text(f"  {g['count']:,} x ")
-        t.append_text(literal(g["api"]))
-        t.append(f" returned {g['return_code']} (")
-        t.append_text(literal(g["return_name"]))
-        t.append(")")
-        if g["out_of_memory"]:
-            t.append(" [out of memory]", style="bold")
-        t.append("\n    pid ")
-        t.append_text(ident(g["pid"]))
-        t.append(" tid ")
-        t.append_text(ident(g["tid"]))
-        t.append(" thread ")
-        t.append_text(literal(g["thread_name"]))
-        if g["nvtx_range"] is not None:
-            t.append(", inside NVTX range ")
-            t.append_text(literal(g["nvtx_range"]))
-        else:
-            t.append(", in no NVTX range")
-        if g["straddles_library_call"]:
-            t.append(", straddling a library call's edge", style="yellow")
-        if g["library_call_unexamined"]:
-            t.append(", overlapping a library call the pair limit left unexamined", style="yellow")
-        t.append(f"\n    {_span(g['first_ns'], g['last_ns'])}, e.g. correlation ids ")
-        t.append(", ".join(str(c) for c in g["example_correlation_ids"]) or "none")
-        out.append(t)
-    return out
-
-
-def _memory_parts(memory: Memory) -> list[RenderableType]:
-    """The device-memory ledger: per device, and a short table at each finding and censored call."""
-    t = Text("\nDevice memory (CUDA_GPU_MEMORY_USAGE_EVENTS): ", style="bold")
-    if not memory.get("devices") and not memory["ledger"]:
-        t.append(f"no ledger: {memory['why_no_ledger']}", style="dim")
-        return [t]
-    if not memory["ledger"]:
-        t.append("no ledger: ", style="yellow")
-        t.append_text(literal(memory["why_no_ledger"], 400))
-    else:
-        t.append("ledger from ")
-        t.append(
-            f"{memory['allocation_events']:,} allocation and {memory['deallocation_events']:,} deallocation events"
-        )
-    for dev in memory["devices"]:
-        t.append(f"\n  device {dev['device_id']} ")
-        t.append_text(literal(dev["name"]))
-        t.append(": total ")
-        t.append_text(nbytes(dev["total_bytes"]))
-        t.append(f"; allocated {dev['allocated_bytes']:,} B in {dev['allocation_events']:,} events")
-        if "freed_bytes" in dev:
-            t.append(
-                f", released to the device {dev['freed_bytes']:,} B; peak device-resident live "
-                f"{dev['peak_device_resident_live_bytes']:,} B at {dev['peak_at_ns']:,} ns"
-            )
-        for proc in dev.get("processes", []):
-            t.append("\n    pid ")
-            t.append_text(ident(proc["pid"]))
-            t.append(f": live at end {proc['live_bytes_at_end']:,} B; allocations ")
-            for i, c in enumerate(proc["allocations_by_call"]):
-                t.append("; " if i else "")
-                t.append_text(literal(c["api"]) if c["api"] is not None else Text(CALL_WORDS.get(c["call"], c["call"])))
-                t.append(f" {c['events']:,} x ")
-                t.append_text(literal(c["kind"]) if c["kind"] is not None else Text("unknown kind"))
-                t.append(f" {c['bytes']:,} B")
-    mechanisms = memory.get("mechanisms") or {}
-    if mechanisms:
-        t.append("\n  by mechanism: ")
-        t.append("; ".join(
-            f"{MECHANISM_WORDS.get(m, m)} {v['allocation_events']:,} allocation(s) of {v['allocated_bytes']:,} B, "
-            f"{v['deallocation_events']:,} deallocation(s)"
-            for m, v in mechanisms.items()
-        ))
-    for pool in memory.get("pools") or []:
-        t.append(f"\n  CUDA memory pool of pid {pool['pid']} at {pool['address']:#x} on device {pool['device_id']}: ")
-        t.append(f"size at end {pool['size_at_end_bytes']:,} B (peak {pool['peak_size_bytes']:,} B), "
-                 f"{pool['utilized_at_end_bytes']:,} B in use; {pool['trims']} trim(s)"
-                 + (", destroyed" if pool["destroyed"] else ""))
-    for sentence, style in ((virtual_memory_words(memory.get("virtual_memory")), ""),
-                            (free_calls_without_event_words(memory.get("free_calls_without_event")), "yellow"),
-                            (freed_never_allocated_words(memory.get("freed_never_allocated")), "yellow")):
-        if sentence is not None:
-            piece = literal(sentence, 2000)  # names trace text (API names): escaped
-            if style:
-                piece.stylize(style)
-            t.append("\n  ")
-            t.append_text(piece)
-    parts: list[RenderableType] = [t]
-    points = [p for p in memory["at"] if p["point"] != "telemetry"]
-    for dev_id in dict.fromkeys(d["device_id"] for p in points for d in p["devices"]):
-        rows = [(p, d) for p in points for d in p["devices"] if d["device_id"] == dev_id]
-        total = rows[0][1]["total_bytes"]
-        title = Text(f"  at each finding and library call of interest, device {dev_id} of ")
-        title.append_text(nbytes(total))
-        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
-        table.add_column("at\n(trace ns)", justify="left", overflow="fold", min_width=12)
-        for col in ("pid", "process\nlive (B)", "all processes\nlive (B)", "free at\nmost (B)"):
-            table.add_column(col, justify="right", no_wrap=True)  # exact bytes: never broken across lines
-        for p, at_dev in rows:
-            at = literal(p["label"], 60)
-            at.append("\nunknown" if p["t_ns"] is None else f"\n{p['t_ns']:,}")
-            free = _bytes_cell(at_dev["free_at_most_bytes"], unit=False)
-            free.stylize("bold")
-            table.add_row(
-                at,
-                ident(p["pid"]),
-                _bytes_cell(at_dev["process_live_bytes"], unit=False),
-                _bytes_cell(at_dev["device_resident_live_bytes"], unit=False),
-                free,
-            )
-        parts.append(table)
-    for p in points:
-        if not p["devices"]:
-            line = Text("  at ")
-            line.append_text(literal(p["label"], 60))
-            line.append(": ")
-            line.append_text(literal(p.get("unknown") or "no traced device", 200))
-            parts.append(line)
-        elif not any(d["process_has_events"] for d in p["devices"]):
-            line = Text("  at ")
-            line.append_text(literal(p["label"], 60))
-            line.append(f": process {p['pid']} has no memory event, so its device is unknown; ")
-            line.append("every traced device is shown")
-            parts.append(line)
-    for p in points:
-        if p["point"] != "finding" and p["holder"]:
-            line = Text(f"  - at {p['t_ns']:,}: ")  # which row of the table the sentence is about
-            line.append_text(literal(p["holder"], 4000))
-            parts.append(line)
-    if points:
-        parts.append(Text("  not counted: " + "; ".join(memory["not_counted"]), style="dim"))
-    return parts
 
 
 class Hanging:
@@ -417,42 +154,110 @@ def input_head(d: AnalysisDocument, command: str = "analyze") -> Text:
     return head
 
 
-def answer_parts(answer: Answer, *, numbered: bool = True, stalls: bool = True) -> list[RenderableType]:
-    """The answer first (:mod:`nsysaudit.reports.answer`): the verdict and its sentence, each finding
-    (what, when, who held the memory), the host stalls (``stalls``: a comparison says both arms' in
-    one line of its own), what limits the verdict. Sentences quote trace text: escaped."""
-    verdict = answer["verdict"]
+SEVERITY_STYLE = {"failure": "bold red", "warning": "yellow"}
+SIZE = {"sentence": 4000, "phrase": 400}  # the room a phrase is given before it is shortened
+MORE_IN = {"coverage": "--details"}
+
+
+def _phrases(phrases: Sequence[Phrase]) -> Text:
+    """Phrases said one after the other, ``; `` between them; each quotes trace text: escaped."""
+    body = Text()
+    for i, p in enumerate(phrases):
+        body.append("; " if i else "")
+        body.append_text(literal(p.text, SIZE[p.size]))
+    return body
+
+
+def _entry(e: Entry, indent: int = 2) -> list[RenderableType]:
+    """An entry as hanging lines: a numbered one (a finding) leads with its number and its label in
+    the body, a labelled one with its label, in the entry's severity; the entries under it under its words."""
+    style = SEVERITY_STYLE[e.severity] if e.severity is not None else None
+    body = _phrases(e.phrases)
+    if e.more_in is not None:
+        body.append(f" ({MORE_IN[e.more_in]})")
+    if e.number is not None:
+        lead = f"{e.number}. "
+        body = Text.assemble(Text(e.label or "", style=style or ""), ": ", body)
+        line = hanging(lead, body, indent=indent)
+    elif e.label is not None:
+        lead = f"{e.label}: "
+        line = hanging(lead, body, indent=indent, style=style)
+    else:
+        lead = ""
+        body.stylize(style or "")
+        line = hanging(lead, body, indent=indent)
+    under = [hanging(f"{u.label}: ", _phrases(u.phrases), indent=indent + len(lead), style="bold" if u.strong else None)
+             for u in e.under]
+    return [line, *under]
+
+
+def _bullets(entries: Sequence[Entry], indent: int = 2) -> list[RenderableType]:
+    """Entries as bullets (a label before the words), the entries under each a level deeper; each in
+    its severity."""
+    parts: list[RenderableType] = []
+    for e in entries:
+        body = _phrases(e.phrases)
+        if e.label is not None:
+            body = Text.assemble(f"{e.label}: ", body)
+        body.stylize(SEVERITY_STYLE[e.severity] if e.severity is not None else "")
+        if e.refer is not None:
+            body.append_text(Text("; ").append_text(literal(words.REFER_TERMINAL.format(input=e.refer[1]), 400)))
+        parts.append(hanging("- ", body, indent=indent))
+        parts += _bullets(e.under, indent + 2)
+    return parts
+
+
+def _table(t: TableOutline) -> Table:
+    """A table of the outline: figures aligned right and never broken, a cell's note on a line of its own."""
+    title = Text("  ").append_text(_phrases([t.title])) if t.title is not None else None
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1))
+    for i, col in enumerate(t.columns):
+        if col.numeric:
+            table.add_column("\n".join(col.heading), justify="right", no_wrap=True)
+        else:  # as wide as its longest word, up to 26 columns: a name is broken only when longer
+            words_in = [w for row in t.rows for w in row[i].text.split()] or [""]
+            table.add_column("\n".join(col.heading), overflow="fold", min_width=min(max(map(len, words_in)), 26))
+    for row in t.rows:
+        cells = []
+        for c in row:
+            cell = literal(c.text, 120) if c.data else Text(c.text)
+            if c.note is not None:
+                cell.append(f"\n{c.note}")
+            cell.stylize("bold" if c.strong else "")
+            cells.append(cell)
+        table.add_row(*cells)
+    return table
+
+
+def section_parts(section: Section) -> list[RenderableType]:
+    """A titled section of the details: its title in bold and its lead, its entries as bullets, its tables,
+    the entries after them, its closing note."""
+    head = Text(f"\n{section.title}:", style="bold")
+    if section.lead is not None:
+        head.append(" ")
+        head.append_text(_phrases([section.lead]))
+        style = VERDICT_STYLE.get(section.verdict, "bold") if section.verdict is not None else \
+            "dim" if section.quiet else SEVERITY_STYLE[section.severity] if section.severity is not None else ""
+        head.stylize(style, len(section.title) + 3)
+    parts: list[RenderableType] = [head, *_bullets(section.entries)]
+    parts += [_table(t) for t in section.tables]
+    parts += _bullets(section.after)
+    if section.note is not None:
+        parts.append(hanging("", _phrases([section.note]), style="dim"))
+    return parts
+
+
+def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
+    """The answer first (:mod:`nsysaudit.render.outline`): the verdict and its sentence, each entry
+    (a finding: what, when, who held the memory; a censored call; a host stall), what limits the verdict."""
     parts: list[RenderableType] = [Text("")]
-    line = Text()
-    line.append(verdict, style=VERDICT_STYLE.get(verdict, "bold"))
-    parts.append(hanging("", Text.assemble(line, ": ", literal(answer["summary"], 4000)), indent=0))
-    for n, f in enumerate(answer["findings"], 1):
-        lead = f"{n}. " if numbered else "- "
-        body = Text()
-        body.append(f["kind"], style=FINDING_STYLE.get(f["kind"], "yellow"))
-        body.append(": ")
-        body.append_text(literal(f["what"], 4000))
-        if f["when"]:
-            body.append("; ")
-            body.append_text(literal(f["when"], 400))
-        parts.append(hanging(lead, body))
-        if f["held"]:
-            parts.append(hanging("held: ", literal(f["held"], 4000), indent=2 + len(lead), style="bold"))
-        if "reported" in f:
-            parts.append(hanging("reported: ", literal(f["reported"], 4000), indent=2 + len(lead), style="bold"))
-    for c in answer["censored"]:
-        parts.append(hanging("censored: ", literal(c["what"], 4000), style="yellow"))
-        if c["held"]:
-            parts.append(hanging("held: ", literal(c["held"], 4000), indent=12, style="bold"))
-    more = answer["censored_total"] - len(answer["censored"])
-    if more > 0:
-        parts.append(Text(f"  and {more} more censored library call(s) (--details)", style="yellow"))
-    for stall in answer.get("stalls", []) if stalls else []:  # above the share docs/stalls.md states
-        parts.append(hanging("stall: ", literal(stall, 4000), style="yellow"))
-    if answer["limits"]:
-        parts.append(Text("  also:", style="dim"))
-        for limit in answer["limits"]:
-            parts.append(hanging("- ", literal(limit, 4000), indent=4))
+    line = Text(answer.verdict, style=VERDICT_STYLE.get(answer.verdict, "bold"))
+    parts.append(hanging("", Text.assemble(line, ": ", _phrases([answer.summary])), indent=0))
+    for e in answer.entries:
+        parts += _entry(e)
+    if answer.also:
+        parts.append(Text(f"  {words.ALSO}:", style="dim"))
+        parts += [hanging("- ", _phrases([p]), indent=4) for p in answer.also]
     return parts
 
 
@@ -486,216 +291,35 @@ def glance(d: AnalysisDocument) -> list[RenderableType]:
 def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> RenderableType:
     """The single-arm report as one rich renderable: the answer first; with ``details`` every section."""
     d = result.to_dict()
-    parts: list[RenderableType] = [input_head(d), *answer_parts(d["answer"])]
+    parts: list[RenderableType] = [input_head(d), *answer_parts(outline.analysis_answer(d))]
     if not details:
         return Group(*parts, *_warnings(d["warnings"]), *glance(d))
     parts.append(Text("\n--- details ---", style="dim"))
 
-    verdict = Text("\nverdict: ")
-    verdict.append(d["verdict"], style=VERDICT_STYLE.get(d["verdict"], "bold"))
-    for reason in d["verdict_reasons"]:
-        verdict.append("\n  ")
-        verdict.append_text(literal(reason, 2000))  # reasons quote trace text (NVTX names, nsys messages)
-    parts.append(verdict)
-    parts.extend(_capture_parts(d["coverage"]))
+    parts += [*section_parts(sections.verdict_section(d["verdict"], d["verdict_reasons"])),
+              *section_parts(sections.capture_section(d["coverage"]))]
     if "alignment" in d:
-        parts.extend(alignment_parts(d["alignment"], d["telemetry"]))
-
-    c = d["census"]
-    census = Table(
-        title=f"Census: {c['cuda_api_calls']:,} CUDA API calls, {c['nonzero_returns']:,} non-zero returns",
-        title_justify="left",
-    )
-    for col in ("api", "return code", "name", "count", "meaning"):
-        census.add_column(col, justify="right" if col in ("return code", "count") else "left")
-    for r in c["by_return"]:
-        census.add_row(
-            literal(r["api"]),
-            str(r["return_code"]),
-            literal(r["return_name"]),
-            f"{r['count']:,}",
-            CLASSIFICATION_WORDS.get(r["classification"] or "", "unknown"),
-        )
-    if not c["by_return"]:
-        census.add_row(Text("no non-zero returns", style="dim"), "", "", "", "")
-    parts.append(census)
-
-    parts.append(Text(f"\nFindings: {len(d['findings'])}", style="bold"))
-    holders = _holders(d["memory"])
-    parts.extend(_finding(f, holders.get(i)) for i, f in enumerate(d["findings"]))
-    if not d["findings"]:
-        parts.append(Text("  no failed call inside or across a library call, and no failed wait on a captured event",
-                          style="dim"))
-    if d["failed_calls"]:
-        parts.extend(_failed_calls(d["failed_calls"]))
-
-    parts.extend(_memory_parts(d["memory"]))
-    parts.extend(stall_parts.terminal_parts(d["stalls"]))
+        tel = d["telemetry"]
+        said = sections.telemetry_file(tel["path"], tel["sha256"], tel["events"], tel["bad_lines"])
+        parts.extend(section_parts(sections.alignment_section(d["alignment"], said, tel["timeline"])))
+    parts += [*section_parts(sections.census_section(d["census"])),
+              *section_parts(sections.findings_section(d["findings"], d["memory"])),
+              *section_parts(sections.failed_calls_section(d["failed_calls"]))]
+    parts.extend(section_parts(memory_section(d["memory"])))
+    parts.extend(section_parts(sections.stalls_section(d["stalls"])))
+    if "allocator" in d:
+        parts.extend(section_parts(outline.allocator_section(d["allocator"])))
     lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
     if lines:
-        parts.append(Text("\nDevices and ranks:", style="bold"))
-        parts.extend(hanging("- ", literal(line, 2000), indent=2) for line in lines)
-
-    libs = d["library_calls"]
-    shown = ranked_library_calls(libs)
-    title = f"\nLibrary calls: {len(libs)}"
-    if len(libs) > MAX_LIBRARY_ROWS:
-        title += f" (censored and failing first; {MAX_LIBRARY_ROWS} shown, all in --json)"
-    parts.append(Text(title, style="bold"))
-    for lc in shown[:MAX_LIBRARY_ROWS]:
-        t = Text("  ")
-        t.append_text(literal(lc["api"]))
-        t.append("  ").append_text(literal(lc["source"]))  # NVTX:<domain>: the domain name is trace text
-        t.append("  pid ")
-        t.append_text(ident(lc["pid"]))
-        t.append(" tid ")
-        t.append_text(ident(lc["tid"]))
-        t.append(" thread ")
-        t.append_text(literal(lc["thread_name"]))
-        dur = "duration unknown" if lc["duration_ns"] is None else f"{lc['duration_ns'] / 1e6:.3f} ms"
-        t.append(f"\n    {_span(lc['start_ns'], lc['end_ns'], lc['recorded_end_ns'])} ({dur})  coverage ")
-        t.append(lc["coverage"], style="yellow" if lc["coverage"] == "censored" else "green")
-        if lc["censored_reason"]:
-            t.append(f" ({', '.join(lc['censored_reasons'] or [lc['censored_reason']])})")
-        elif lc["coverage_evidence"]:
-            t.append(f" ({lc['coverage_evidence']})", style="dim")
-        t.append(
-            f"\n    {len(lc['children'])} nested CUDA API call(s), {lc['failed_children']} failed, "
-            f"{len(lc['straddling'])} straddling; allocated by nested calls: "
-        )
-        t.append_text(nbytes(lc["allocated_bytes"]))
-        if lc["allocated_bytes"] is None:
-            t.append(f" ({lc['allocated_bytes_traced']:,} B in the trace", style="dim")
-            unknown = lc["allocations_size_unknown"]
-            t.append(f", {unknown} allocation(s) of unknown size)" if unknown else ")", style="dim")
-        if "telemetry" in lc:
-            t.append_text(position_text(lc["telemetry"]))
-        parts.append(t)
-    if not libs:
-        parts.append(Text("  no library API ranges (cuBLAS/cuDNN/NCCL) in this export", style="dim"))
-    parts.append(Text(""))
-
-    cov_table = Table(title="Coverage by trace source and process", title_justify="left")
-    for col in ("source", "pid", "first ns", "last ns", "rows"):
-        cov_table.add_column(col)
-    for s in d["coverage"]["by_source"]:
-        cov_table.add_row(s["source"], ident(s["pid"]), ns(s["first_ns"]), ns(s["last_ns"]), f"{s['rows']:,}")
-    if not d["coverage"]["by_source"]:
-        cov_table.add_row(Text("no trace rows", style="dim"), "", "", "", "")
-    parts.append(cov_table)
-    for cen in d["coverage"]["censored"]:
-        last = cen["cuda_api_last_ns"]
-        t = Text("censored: ", style="yellow")
-        t.append_text(literal(cen["api"]))
-        t.append(" (pid ", style="yellow")
-        t.append_text(ident(cen["pid"]))
-        t.append(", tid ", style="yellow")
-        t.append_text(ident(cen["tid"]))
-        t.append(f") {_span(cen['start_ns'], cen['end_ns'], cen['recorded_end_ns'])}: ", style="yellow")
-        reasons = cen["reasons"] or [cen["reason"]]
-        t.append(censored_reasons_words(reasons), style="yellow")
-        t.append(f" [{', '.join(reasons)}]", style="dim")
-        if last is not None and cen["reason"] == "cuda_api_trace_ends_inside" and cen["end_ns"] is not None:
-            t.append(
-                f"; the process's CUDA API trace ends at {last:,}, {cen['end_ns'] - last:,} ns before the call ends"
-            )
-        parts.append(t)
+        parts.extend(section_parts(sections.devices_section(lines)))
+    parts += [*section_parts(sections.library_calls_section(d["library_calls"])),
+              *section_parts(sections.coverage_section(d["coverage"]))]
     parts.extend(_warnings(d["warnings"]))
     return Group(*_hang(parts))
 
 
-def _ms(ns: int | None) -> str:
-    return "unknown" if ns is None else f"{ns / 1_000_000:.3f} ms"
-
-
-def position_text(pos: Position) -> Text:
-    """A call's place among the telemetry lines (``findings[].telemetry``), as indented lines."""
-    t = Text("\n    telemetry: ")
-    if pos["after"] is None and pos["before"] is None and not pos["during"]:
-        t.append("no telemetry line placed around it", style="dim")
-    if pos["after"] is not None:
-        t.append(f"{pos['after']['ms']:.3f} ms after ")
-        t.append_text(literal(pos["after"]["event"]))
-        t.append(f" (line {pos['after']['line']})")
-    if pos["before"] is not None:
-        t.append(", " if pos["after"] is not None else "")
-        t.append(f"{pos['before']['ms']:.3f} ms before ")
-        t.append_text(literal(pos["before"]["event"]))
-        t.append(f" (line {pos['before']['line']})")
-    for inside in pos["during"]:
-        t.append("; during it: ")
-        t.append_text(literal(inside["event"]))
-        t.append(f" (line {inside['line']}, {inside['ms_after_start']:.3f} ms after its start)")
-    if pos["method"] is not None:
-        t.append(
-            f"  [{pos['method']}{', verified' if pos['verified'] else ', UNVERIFIED'}]",
-            style="green" if pos["verified"] else "bold yellow",
-        )
-    force = pos["in_force"]
-    if force is not None:
-        t.append("\n    in force: ")
-        t.append_text(literal(force["event"]))
-        t.append(f" (line {force['line']}, {force['ms']:.3f} ms earlier): ")
-        t.append_text(literal(", ".join(f"{k}={v:,}" for k, v in force["values"].items()), 300))
-    return t
-
-
-def alignment_parts(a: AlignmentSection, tel: TelemetrySection) -> list[RenderableType]:
-    """The ``alignment`` and ``telemetry`` objects: both mappings, their checks, the timeline."""
-    head = Text("\nClock alignment: ", style="bold")
-    head.append("checked" if a["checked"] else "NOT checked", style="bold green" if a["checked"] else "bold yellow")
-    if a["method"] is not None:
-        head.append(f"  (positions use {a['method']}: trace_ns = {a['clock_field']} + ({a['offset_ns']:,}))")
-    head.append("\n  telemetry ")
-    head.append_text(literal(tel["path"], 200))
-    head.append(f", sha256 {tel['sha256']}, {tel['events']} line(s) used, {tel['bad_lines']} bad line(s) skipped")
-    for c in a["checks"]:
-        mark, style = {True: ("ok", "green"), False: ("FAILED", "bold red"), None: ("not run", "yellow")}[c["passed"]]
-        head.append(f"\n  [{mark}] ", style=style)
-        head.append(f"{c['check']}: ")
-        head.append_text(literal(c["detail"], 400))
-    anchors = a["anchors"]
-    for p in anchors["pairs"]:
-        head.append("\n    anchor ")
-        head.append_text(literal(p["event"]))
-        head.append(f" (line {p['line']}) = NVTX ")
-        head.append_text(literal(p["nvtx"]))
-        head.append(
-            f" {p['edge']} (pid {p['pid']} tid {p['tid']}): residual {_ms(p['residual_ns'])}, "
-            f"with UTC {_ms(p['utc_residual_ns'])}"
-        )
-    for sk in anchors["skipped"]:
-        head.append("\n    not an anchor: ", style="dim")
-        head.append_text(literal(f"{sk['event']} (line(s) {', '.join(map(str, sk['lines']))}): {sk['reason']}", 300))
-    for note in a["notes"]:
-        head.append("\n  note: ", style="magenta")
-        head.append_text(literal(note, 300))
-    parts: list[RenderableType] = [head]
-    table = Table(title="Telemetry timeline (trace clock)", title_justify="left")
-    for col in ("line", "event", "pid", "tid", "trace ns", "via", "fields"):
-        table.add_column(col, justify="right" if col in ("line", "trace ns") else "left")
-    for e in tel["timeline"]:
-        fields = ", ".join(f"{k}={v}" for k, v in e["fields"].items())
-        table.add_row(
-            str(e["line"]),
-            literal(e["event"]),
-            literal(e["pid"]),
-            literal(e["tid"]),
-            ns(e["trace_ns"]),
-            literal(e["via"]),
-            literal(fields, 120),
-        )
-    parts.append(table)
-    return parts
-
-
 def _warnings(warnings: Sequence[ReportWarning]) -> list[RenderableType]:
-    out: list[RenderableType] = []
-    for w in warnings:
-        t = Text(f"warning: {w['kind']} ({w['count']:,}): ", style="magenta")
-        t.append(literal(w["message"], 300))
-        out.append(t)
-    return out
+    return section_parts(sections.warnings_section(warnings)) if warnings else []
 
 
 _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)(?=\n)")
@@ -745,26 +369,14 @@ def progress_bar() -> TerminalProgress:
 # --- sealed reports: compare and verify ----------------------------------------------------------
 
 
-def comparison_answer_parts(doc: ComparisonDocument) -> list[RenderableType]:
+def comparison_answer_parts(answer: ComparisonAnswerOutline) -> list[RenderableType]:
     """The comparison's answer: the failure in one arm or both, each arm's answer, what the memory
     did differently at the call that failed, and what the comparison cannot establish."""
-    answer = doc["answer"]
-    parts: list[RenderableType] = [Text(""), hanging("", literal(answer["summary"], 4000), indent=0, style="bold")]
-    if answer["ranks"]:  # the arms are two ranks of one job
-        parts.append(Text("\nthe ranks", style="bold"))
-        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["ranks"])
-    for name in ("observe", "release"):
-        arm = answer["arms"][name]
-        parts.append(Text(f"\n{name} arm", style="bold"))
-        parts.extend(answer_parts(arm, stalls=False)[1:])
-    if answer["memory"]:
-        parts.append(Text("\nmemory at the call", style="bold"))
-        parts.extend(hanging("- ", literal(s, 4000)) for s in answer["memory"])
-    for s in answer["not_established"]:
-        parts.append(hanging("not established: ", literal(s, 4000), style="yellow"))
-    if answer.get("stalls"):
-        parts.append(Text("\nhost stalls", style="bold"))
-        parts.append(hanging("- ", literal(answer["stalls"], 4000)))
+    parts: list[RenderableType] = [Text(""), hanging("", _phrases([answer.summary]), indent=0, style="bold")]
+    for section in answer.sections:
+        title = section.title[0].lower() + section.title[1:]
+        parts.append(Text(f"\n{title}", style="bold yellow" if section.severity == "warning" else "bold"))
+        parts += _bullets(section.entries)
     return parts
 
 
@@ -783,88 +395,14 @@ def comparison_renderable(
         head.append_text(literal(i["name"], 200))
         head.append(f"  sha256 {short_hash(i['sha256'])}  {i['size_bytes']:,} bytes")
     parts.append(head)
-    parts.extend(comparison_answer_parts(doc))
+    parts.extend(comparison_answer_parts(outline.comparison_answer_outline(doc)))
     if not details:
         return Group(*parts)
     parts.append(Text("\n--- details ---", style="dim"))
-    verdicts = Text("\nverdicts:")
-    for name in ("observe", "release"):
-        v = doc["arms"][name]["verdict"]
-        verdicts.append(f"  {name} ")
-        verdicts.append(v, style=VERDICT_STYLE.get(v, "bold"))
-    parts.append(verdicts)
-
-    diff = doc["differences"]
-    parts.append(Text("\nDifferences", style="bold"))
-    parts.append(Text("  ").append_text(literal(diff["nested_alloc_failure"]["statement"], 2000)))
-    for row in diff["findings_by_kind"]:
-        if row["kind"] != "nested_alloc_failure":
-            parts.append(Text(f"  {row['kind']} findings: observe {row['observe']}, release {row['release']}"))
-    for pair in diff["library_calls"]:
-        for statement in pair["statements"]:
-            parts.append(Text("  - ").append_text(literal(statement, 2000)))
-    for scope, label in (("census", "whole export"), ("nested", "nested in library calls of interest")):
-        block = diff["failing_calls"]["census" if scope == "census" else "nested"]
-        for where, entries in (("only_in_observe", block["only_in_observe"]),
-                               ("only_in_release", block["only_in_release"])):
-            for r in entries:
-                t = Text(f"  fails {where.replace('_', ' ')} ({label}): ", style="yellow")
-                t.append_text(literal(r["api"]))
-                t.append(
-                    f" returned {r['return_code']} ({r['return_name'] or 'unknown code'}): "
-                    f"observe {r['observe']:,}, release {r['release']:,}"
-                )
-                parts.append(t)
-        for r in block["in_both"]:
-            t = Text(f"  fails in both ({label}): ")
-            t.append_text(literal(r["api"]))
-            t.append(f" returned {r['return_code']}: observe {r['observe']:,}, release {r['release']:,}")
-            parts.append(t)
-    src = diff["sources"]
-    t = Text("  sources: ")
-    for key, version in (("nsys_version", src["nsys_version"]), ("schema_version", src["schema_version"])):
-        t.append(f"{key} ")
-        if version["same"]:
-            t.append("same", style="green")
-        else:  # META_DATA_EXPORT strings: data like any trace text
-            t.append("DIFFERENT (", style="bold yellow")
-            t.append_text(literal(version["observe"]))
-            t.append(" vs ", style="bold yellow")
-            t.append_text(literal(version["release"]))
-            t.append(")", style="bold yellow")
-        t.append("; ")
-    cap = src["capture"]
-    t.append(
-        f"capture options: {cap['keys_compared']} keys, {len(cap['differs'])} differ, "
-        f"{len(cap['differs_as_expected'])} differ as expected"
-    )
-    parts.append(t)
-
-    def values(v: Sequence[str] | None) -> str:
-        return "absent" if v is None else ", ".join(v)
-
-    for d in cap["differs"]:
-        parts.append(
-            Text("    differs: ", style="yellow").append_text(
-                literal(f"{d['key']}: observe {values(d['observe'])}, release {values(d['release'])}", 300)
-            )
-        )
-    for d in cap["differs_as_expected"]:
-        parts.append(
-            Text("    differs as expected: ", style="dim").append_text(
-                literal(f"{d['key']} ({d['why']}): observe {values(d['observe'])}, release {values(d['release'])}", 300)
-            )
-        )
-    if diff["handoff"]:
-        table = Table(title="Memory at the handoff (telemetry)", title_justify="left")
-        for col in ("field", "observe", "release", "release - observe"):
-            table.add_column(col, justify="left" if col == "field" else "right")
-        for key, moved in diff["handoff"].items():
-            table.add_row(key, nbytes(moved["observe"]), nbytes(moved["release"]), ns(moved["release_minus_observe"]))
-        parts.append(table)
-    parts.append(Text("\nWhat this comparison does NOT establish", style="bold yellow"))
-    for item in doc["not_established"]:
-        parts.append(Text("  - ").append_text(literal(item["statement"], 2000)))
+    parts.append(Text(f"\n{words.DIFFERENCES_TITLE}", style="bold"))
+    for section in differences_sections(doc["differences"]):
+        parts += section_parts(section)
+    parts += section_parts(not_established_section(doc["not_established"]))
     return Group(*_hang(parts))
 
 

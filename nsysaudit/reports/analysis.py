@@ -124,12 +124,8 @@ def _census(analysis: Analysis) -> Census:
     }
 
 
-def library_calls_table(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-    """The ``library_calls`` entries as one polars frame (children and straddling as lists of structs).
-
-    Built column-wise and converted once: large exports have 10^5+ library calls.
-    """
-    pairs = frames["pairs"]
+def _children(pairs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per library call, its nested calls (with their sums) and its straddling calls, as lists of structs."""
     names = _name_columns(pairs.select("api", "return_code").unique())
     call = pl.struct(
         "api", "display_api", "return_code", "return_name", "correlation_id", "start_ns", "end_ns", "bytes"
@@ -155,7 +151,11 @@ def library_calls_table(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
         .group_by("lib_id", maintain_order=True)
         .agg(call.alias("straddling"))
     )
-    libs = frames["library_calls"]
+    return nested, straddling
+
+
+def _with_optional_columns(libs: pl.DataFrame) -> pl.DataFrame:
+    """The library calls frame with the columns frames built before some analyses lack, at their defaults."""
     if "children_complete" not in libs.columns:
         libs = libs.with_columns(pl.lit(True).alias("children_complete"))
     if "end_known" not in libs.columns:  # frames built before coverage knew the capture's stop
@@ -163,6 +163,16 @@ def library_calls_table(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     for name, dtype in (("censored_reasons", pl.List(pl.String)), ("coverage_evidence", pl.String)):
         if name not in libs.columns:
             libs = libs.with_columns(pl.lit(None, dtype=dtype).alias(name))
+    return libs
+
+
+def library_calls_table(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+    """The ``library_calls`` entries as one polars frame (children and straddling as lists of structs).
+
+    Built column-wise and converted once: large exports have 10^5+ library calls.
+    """
+    nested, straddling = _children(frames["pairs"])
+    libs = _with_optional_columns(frames["library_calls"])
     lib_names = _name_columns(
         libs.select("api").unique().with_columns(pl.lit(0, dtype=pl.Int64).alias("return_code"))
     )

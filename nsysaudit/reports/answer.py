@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from nsysaudit import words
 from nsysaudit.reports import nccl
 from nsysaudit.reports.documents import (
     Answer,
@@ -41,7 +42,7 @@ def when_words(position: Position | None) -> str | None:
     after = position["after"] if position is not None else None
     if position is None or after is None:
         return None
-    checked = "" if position["verified"] else ", clock alignment NOT checked"
+    checked = "" if position["verified"] else f", {words.CLOCK_CHECKED[False]}"
     return f"{after['ms']:.3f} ms after {after['event']} (telemetry line {after['line']}{checked})"
 
 
@@ -80,7 +81,7 @@ def _short(f: Finding) -> str:
     """A finding in a few words, for the one sentence that says the verdict."""
     api = f.get("display_api") or f["api"]
     text = f"{api} returned {f['return_code']} ({f['return_name'] or 'unknown code'})"
-    thread = f.get("thread_name") or f"tid {f['tid']} (thread name unknown)"
+    thread = f.get("thread_name") or f"tid {f['tid']} (name unknown)"
     enc = f.get("enclosing")
     if enc is not None:
         return f"{text} inside {nccl.call_words(enc)} on {thread}"

@@ -27,9 +27,10 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.analysis.findings import FINDING_KINDS
 from nsysaudit.analysis.interest import of_interest
-from nsysaudit.core.codes import is_allocation_api, names
+from nsysaudit.core.codes import display_name, is_allocation_api, names
 from nsysaudit.core.paths import basename, scrub_paths
 from nsysaudit.reports import nccl
 from nsysaudit.reports.analysis import AnalysisResult
@@ -598,7 +599,8 @@ def _failure_presence(arms: Mapping[str, ComparisonArm]) -> FailurePresence:
     if present and absent:
         fs = [f for f in arms[present[0]]["findings"] if f["kind"] == "nested_alloc_failure"]
         what = "; ".join(
-            f"{f['api']} returned {f['return_code']} ({f['return_name'] or 'unknown code'}) inside "
+            f"{f['display_api'] or display_name(f['api'])} returned {f['return_code']} "
+            f"({f['return_name'] or 'unknown code'}) inside "
             f"{nccl.call_words(f['enclosing'])}" + when(f.get("telemetry"))
             for f in fs
             if f["enclosing"] is not None  # a nested failure is inside its library call
@@ -816,160 +818,88 @@ def _handoff_diff(arms: Mapping[str, ComparisonArm]) -> dict[str, HandoffChange]
 # --- what the comparison does not establish ------------------------------------------------------
 
 
+def _said(code: str, arms: Iterable[Arm], call_api: str | None = None, *, words_key: str | None = None,
+          **values: object) -> NotEstablished:
+    """One thing the comparison does not establish: its code, arms and api, and its statement worded
+    from :data:`nsysaudit.words.NOT_ESTABLISHED` (by ``words_key``, else the code) with ``values``."""
+    return {"code": code, "arms": list(arms), "api": call_api,
+            "statement": words.NOT_ESTABLISHED[words_key or code].format(**values)}
+
+
 def _not_established(arms: Mapping[str, ComparisonArm], differences: Differences) -> list[NotEstablished]:
+    """What the comparison does not establish, in order: censored calls, the arms' sources and options,
+    their telemetry, their memory snapshots, and always that each arm is one run."""
+    return [*_censored_calls(arms, differences), *_sources_differ(differences["sources"]), *_telemetry_unknowns(arms),
+            *_snapshots(arms), _said("single_run_per_arm", ARMS)]
+
+
+def _censored_calls(arms: Mapping[str, ComparisonArm], differences: Differences) -> list[NotEstablished]:
+    """Censored library calls (and exports without a CUDA API trace): absence of a failure there is not evidence."""
     out: list[NotEstablished] = []
-    # 1. Censored library calls: absence of a failure there is not evidence.
     for pair in differences["library_calls"]:
-        api = pair["match_key"]["api"]
+        mk = pair["match_key"]
         sides = {n: side for n in ARMS if (side := pair[n]) is not None}
         censored = [n for n in ARMS if n in sides and sides[n]["coverage"] == "censored"]
         undetermined = [n for n in censored if not sides[n]["nested_allocations_failed"]]
         if undetermined:
             where = " and ".join(undetermined)
-            arms_word = "in either arm" if len(undetermined) == 2 else f"in the {where} arm"
-            mk = pair["match_key"]
-            out.append(
-                {
-                    "code": "censored_library_call",
-                    "arms": undetermined,
-                    "api": api,
-                    "statement": (
-                        f"The comparison cannot establish whether an allocation failed inside {api} "
-                        f"({role_words(mk['thread_role'])}, call #{mk['ordinal']}) {arms_word} from the traces "
-                        f"alone: the call is censored in {where} ("
-                        + "; ".join(f"{n}: {sides[n]['censored_reason']}" for n in undetermined)
-                        + "), so the absence of a failed allocation there is not evidence that none failed"
-                    ),
-                }
-            )
+            out.append(_said(
+                "censored_library_call", undetermined, mk["api"], api=mk["api"], role=role_words(mk["thread_role"]),
+                ordinal=mk["ordinal"], where=where,
+                arms_word="in either arm" if len(undetermined) == 2 else f"in the {where} arm",
+                reasons="; ".join(f"{n}: {sides[n]['censored_reason']}" for n in undetermined)))
     for n in ARMS:
         # Censored calls outside the library calls of interest are still censored.
         shown = {lc["lib_id"] for lc in arms[n]["library_calls"]}
         hidden = [c for c in arms[n]["coverage"]["censored"] if c["lib_id"] not in shown]
         if hidden:
-            out.append(
-                {
-                    "code": "censored_library_call",
-                    "arms": [n],
-                    "api": None,
-                    "statement": (
-                        f"{len(hidden)} further library call(s) of the {n} arm are censored: the absence of a "
-                        "failure inside them is not evidence that none failed"
-                    ),
-                }
-            )
+            out.append(_said("censored_library_call", [n], words_key="censored_library_call_further",
+                             count=len(hidden), arm=n))
         if not arms[n]["coverage"]["cuda_api_trace"]:
-            out.append(
-                {
-                    "code": "no_cuda_api_trace",
-                    "arms": [n],
-                    "api": None,
-                    "statement": f"The {n} export has no CUDA API trace: nothing about CUDA calls in it is established",
-                }
-            )
-    # 2. The arms differ in source or configuration.
-    src = differences["sources"]
+            out.append(_said("no_cuda_api_trace", [n], arm=n))
+    return out
+
+
+def _sources_differ(src: Sources) -> list[NotEstablished]:
+    """The arms exported by different tools or captured with different options."""
+    out: list[NotEstablished] = []
     for field_name, v, label in (("nsys_version", src["nsys_version"], "nsys version"),
                                  ("schema_version", src["schema_version"], "export schema version")):
         if v["same"] is not True:
-            out.append(
-                {
-                    "code": f"different_{field_name}",
-                    "arms": list(ARMS),
-                    "api": None,
-                    "statement": (
-                        f"The arms were exported by different or unknown {label}s (observe {v['observe']}, "
-                        f"release {v['release']}): a difference between them may come from the tool, not the run"
-                    ),
-                }
-            )
+            out.append(_said(f"different_{field_name}", ARMS, words_key="different_version", label=label,
+                             observe=v["observe"], release=v["release"]))
     if src["capture"]["differs"]:
-        keys = ", ".join(d["key"] for d in src["capture"]["differs"])
-        out.append(
-            {
-                "code": "different_capture_options",
-                "arms": list(ARMS),
-                "api": None,
-                "statement": (
-                    f"The arms were captured with different options (META_DATA_CAPTURE: {keys}): a difference "
-                    "between them may come from what was traced, not from what the program did"
-                ),
-            }
-        )
-    # 3. Telemetry: missing, or clocks not checked.
+        out.append(_said("different_capture_options", ARMS,
+                         keys=", ".join(d["key"] for d in src["capture"]["differs"])))
+    return out
+
+
+def _telemetry_unknowns(arms: Mapping[str, ComparisonArm]) -> list[NotEstablished]:
+    """Telemetry missing, its clock not checked, or without a handoff snapshot."""
+    out: list[NotEstablished] = []
     for n in ARMS:
         arm = arms[n]
         if arm["telemetry_input"] is None:
-            out.append(
-                {
-                    "code": "no_telemetry",
-                    "arms": [n],
-                    "api": None,
-                    "statement": (
-                        f"No telemetry was given for the {n} arm: its memory state at the handoff and the "
-                        "position of its calls relative to the application's boundaries are not known"
-                    ),
-                }
-            )
+            out.append(_said("no_telemetry", [n], arm=n))
             continue
         alignment = arm["alignment"]
         if alignment is None or alignment["checked"] is not True:
-            out.append(
-                {
-                    "code": "alignment_not_checked",
-                    "arms": [n],
-                    "api": None,
-                    "statement": (
-                        f"The {n} arm's telemetry clock alignment is not checked: positions relative to its "
-                        "telemetry boundaries are unverified"
-                    ),
-                }
-            )
+            out.append(_said("alignment_not_checked", [n], arm=n))
         if arm["handoff"] is None:
-            out.append(
-                {
-                    "code": "no_handoff_snapshot",
-                    "arms": [n],
-                    "api": None,
-                    "statement": f"The {n} arm's telemetry has no handoff snapshot: its memory state then is unknown",
-                }
-            )
-    # 4. Memory snapshots: in one arm only, or a clock not checked.
+            out.append(_said("no_handoff_snapshot", [n], arm=n))
+    return out
+
+
+def _snapshots(arms: Mapping[str, ComparisonArm]) -> list[NotEstablished]:
+    """Memory snapshots in one arm only, or a snapshot's clock not checked."""
+    out: list[NotEstablished] = []
     with_snapshots = [n for n in ARMS if "allocator" in arms[n]]
     if len(with_snapshots) == 1:
         without = next(n for n in ARMS if n not in with_snapshots)
-        out.append({
-            "code": "allocator_view_in_one_arm",
-            "arms": [without],
-            "api": None,
-            "statement": (
-                f"No memory snapshot was given for the {without} arm: what its caching allocator held (reserved, "
-                "inactive, by which stack) is not known there, only what its trace shows"
-            ),
-        })
+        out.append(_said("allocator_view_in_one_arm", [without], arm=without))
     for n in with_snapshots:
         if not all(s["clock"]["checked"] for s in arms[n]["allocator"]["snapshots"]):
-            out.append({
-                "code": "snapshot_clock_not_checked",
-                "arms": [n],
-                "api": None,
-                "statement": (
-                    f"A memory snapshot of the {n} arm is not checked against its trace's clock: the allocator's "
-                    "figures at its moments are unverified"
-                ),
-            })
-    # 5. Always: one run per arm.
-    out.append(
-        {
-            "code": "single_run_per_arm",
-            "arms": list(ARMS),
-            "api": None,
-            "statement": (
-                "Each arm is one run: the comparison shows how these two traces differ, not that the change "
-                "between the arms causes the difference, nor that it recurs"
-            ),
-        }
-    )
+            out.append(_said("snapshot_clock_not_checked", [n], arm=n))
     return out
 
 

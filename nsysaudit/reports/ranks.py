@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
 from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_VARIABLES, DeviceTruth, TracedProcess
+from nsysaudit.core.codes import display_name
 from nsysaudit.core.ids import gpid_of
 from nsysaudit.core.text import byte_size, size_word
 from nsysaudit.read.devices import environment_entry
@@ -294,7 +295,7 @@ def _rank_statements(
         for n, p in (("observe", observe), ("release", release)):
             failed = p["failed_allocations"]
             calls = (f"{p['nested_allocations_succeeded']} nested allocation(s) succeeded"
-                     + (f", then {failed[0]['api']} returned {failed[0]['return_code']}"
+                     + (f", then {display_name(failed[0]['api'])} returned {failed[0]['return_code']}"
                         f" ({failed[0]['return_name'] or 'unknown code'})" if failed else ", none failed"))
             statements.append(f"At {call}, rank {each[n]['rank']}: {calls}; at its start "
                               f"{_holder(p['memory_at_start'], named[n])}")

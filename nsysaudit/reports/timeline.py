@@ -42,6 +42,7 @@ from typing import Literal, TypedDict
 
 import polars as pl
 
+from nsysaudit import words
 from nsysaudit.core.codes import display_name, is_allocation_api, return_name
 from nsysaudit.core.defaults import DEFAULT_BOUNDARY as DEFAULT_BOUNDARY
 from nsysaudit.core.errors import BadOption
@@ -343,7 +344,7 @@ def _focus(
         line_before = told["after"] if told is not None else None
         position = None
         if told is not None and line_before:
-            checked = "" if told["verified"] else " (alignment NOT checked)"
+            checked = "" if told["verified"] else f" ({words.CLOCK_CHECKED[False]})"
             position = f"{line_before['ms']:.3f} ms after {line_before['event']}{checked}"
         return _Focus(
             start, f["end_ns"] if f["end_ns"] is not None else start, f["global_tid"], f["pid"],
@@ -416,8 +417,8 @@ def _origin(result: AnalysisResult, focus: _Focus, boundary: str) -> tuple[int, 
     if lines:
         before = [b for b in lines if b.trace_ns <= focus.start_ns]
         b = before[-1] if before else lines[0]
-        how = "checked" if b.verified else "NOT checked"
-        return b.trace_ns, f"{boundary} (telemetry line {b.line}, trace {_fmt(b.trace_ns)}; alignment {how})"
+        how = words.CLOCK_CHECKED[b.verified]
+        return b.trace_ns, f"{boundary} (telemetry line {b.line}, trace {_fmt(b.trace_ns)}; {how})"
     lib = _lib_row(result, focus.lib_id)
     why = f"no {boundary} in the telemetry" if result.alignment is not None else "no telemetry"
     if lib is not None:

@@ -24,7 +24,7 @@ from nsysaudit.read.telemetry import CLOCK_KINDS, ClockKind, TelemetryOptions, p
 from nsysaudit.read.trace import DEFAULT_LIBRARY_DOMAINS
 from nsysaudit.render.html import report_html
 from nsysaudit.render.json import indented
-from nsysaudit.render.markdown import analysis_markdown, comparison_markdown
+from nsysaudit.render.markdown import MarkdownReport, analysis_report, comparison_report
 from nsysaudit.reports.analysis import AnalysisResult, input_entry
 from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
 from nsysaudit.reports.documents import (
@@ -277,7 +277,7 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
     doc = comparison.to_dict()
     doc["options"] = recipe.options()
     timelines = aligned_timelines(results["observe"], results["release"])
-    return Built(recipe, doc, _payload(doc, comparison_markdown(doc), inputs, timelines), _ordered(inputs), results)
+    return Built(recipe, doc, _payload(doc, comparison_report(doc), inputs, timelines), _ordered(inputs), results)
 
 
 def _telemetry_input(role: str, path: str, result: AnalysisResult) -> InputFile:
@@ -377,7 +377,7 @@ def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
     inputs += snaps
     doc = sealed_analysis_document(result, tel, snaps)
     doc["options"] = recipe.options()
-    files = _payload(doc, analysis_markdown(doc), inputs, (timeline(result),))
+    files = _payload(doc, analysis_report(doc), inputs, (timeline(result),))
     return Built(recipe, doc, files, inputs, {"arm": result})
 
 
@@ -390,7 +390,7 @@ def _ordered(inputs: list[InputFile]) -> list[InputFile]:
 
 def _payload(
     doc: SealedAnalysisDocument | ComparisonDocument,
-    markdown: str,
+    markdown: MarkdownReport,
     inputs: list[InputFile],
     timelines: Sequence[Timeline],
 ) -> dict[str, bytes]:
@@ -403,7 +403,7 @@ def _payload(
     title = "nsysaudit comparison" if doc["kind"] == "comparison" else "nsysaudit analysis"
     return {
         REPORT_JSON: indented(doc),
-        REPORT_MD: markdown.encode("utf-8"),
+        REPORT_MD: markdown.text.encode("utf-8"),
         INPUTS: lines,
         **{picture_name(t.arm): svg for t, svg in pictures},
         REPORT_HTML: report_html(markdown, [svg for _, svg in pictures], title=title),
