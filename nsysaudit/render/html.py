@@ -78,7 +78,7 @@ def _figures(svgs: Sequence[bytes]) -> str:
 def report_html(report: MarkdownReport, svgs: Sequence[bytes], *, title: str) -> bytes:
     """The self-contained ``report.html`` of a sealed report: its ``report.md`` (in its parts: the
     answer goes in a box coloured by the verdict it states, the timeline right after it, on the first
-    screen) and each arm's timeline picture (as :func:`nsysaudit.pictures.render` made it), stacked in
+    screen) and each arm's timeline picture (as :func:`nsysaudit.render.pictures.render` made it), stacked in
     the order given."""
     md = _markdown()
     answer = "\n".join(report.answer) + "\n"

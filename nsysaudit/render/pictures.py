@@ -1,4 +1,4 @@
-"""Timeline pictures: :class:`~nsysaudit.timeline.Timeline` objects in, SVG or PNG bytes out.
+"""Timeline pictures: :class:`~nsysaudit.reports.timeline.Timeline` objects in, SVG or PNG bytes out.
 
 The only module that imports matplotlib. It draws with the object-oriented API (``Figure``, no
 ``pyplot``: no global figure state, no GUI backend; PNG through Agg, SVG through matplotlib's own

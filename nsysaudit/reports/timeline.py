@@ -2,7 +2,7 @@
 
 :func:`timeline` turns one :class:`~nsysaudit.reports.analysis.AnalysisResult` into a
 :class:`Timeline`; :func:`aligned_timelines` does it for both arms of a comparison on one shared
-window. Nothing here draws (:mod:`nsysaudit.pictures` does); every item comes from rows of the
+window. Nothing here draws (:mod:`nsysaudit.render.pictures` does); every item comes from rows of the
 export (the result's frames) or from its JSON document (findings, coverage, telemetry), so each
 mark of a picture can be traced back to the numbers of ``report.json``.
 
