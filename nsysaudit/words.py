@@ -1617,6 +1617,92 @@ TEMPLATES: Mapping[str, Callable[..., str]] = {
 }
 
 
+# A comparison's statements (nsysaudit.reports.compare): why a capture key differs by construction, which
+# handoff line it shows, the nested allocation failure's presence, the nested calls of a paired call.
+EXPECTED_CAPTURE_KEY = {
+    "session": "identifies the capture session",
+    "duration": "measured length of the run",
+    "pid": "process id assigned by the OS",
+    "arguments": "the arm's own command arguments",
+}
+HANDOFF_RULE = {True: "last handoff line at or before the first library call of interest",
+                False: "last handoff line in the file"}
+NESTED_FAILURE_IN_BOTH = "A nested allocation failure is present in both arms"
+
+
+def nested_failure_in_one_arm(present: str, count: int, what: str, absent: str, censored_there: int) -> str:
+    text = f"A nested allocation failure is present in {present} ({count}: {what}) and absent in {absent}"
+    if censored_there:
+        text += f" as far as its trace goes ({censored_there} library call(s) censored there)"
+    return text
+
+
+def nested_failure_in_neither(censored: bool) -> str:
+    text = "No nested allocation failure is in either trace"
+    if censored:
+        text += " (but see what the comparison does not establish: coverage is censored)"
+    return text
+
+
+def nested_calls_compared(same: bool, calls: int) -> str:
+    if same:
+        return f"The traced nested calls are the same in both arms ({calls:,} calls, same api and return code counts)"
+    return "The traced nested calls differ between the arms (api and return code counts)"
+
+
+# An NCCL call's words (nsysaudit.reports.nccl): its helper thread, the mappings before a failure, the
+# telemetry's NCCL error line, what the call allocated.
+def nccl_helper_thread(calling_tid: object, calls: int, tid: int) -> str:
+    return (f"the call ran on tid {calling_tid}, and all {calls:,} CUDA API calls of tid "
+            f"{tid} lie inside it (NCCL runs a communicator's initialization on a thread it starts)")
+
+
+def nccl_mapped(count: int, each: str) -> str:
+    return f"{count} mapping(s) of {each} B (their cuMemSetAccess memory events)"
+
+
+def nccl_error_line(line: int, event: str, gap_ms: float | None, said: str) -> str:
+    when = f", {gap_ms:.3f} ms after this call began" if gap_ms is not None else ""
+    return f"telemetry line {line} ({event}{when}) records NCCL's error: {said}; "
+
+
+def nccl_out_of_memory_confirmed(api: object, return_code: object, code: str) -> str:
+    return f"the trace confirms an out-of-memory: {api} returned {return_code} ({code})"
+
+
+NCCL_OUT_OF_MEMORY_NOT_SHOWN = ("the trace does not show an out-of-memory behind it: this call's return does not "
+                                "mean one")
+NCCL_ALLOCATED = "from the memory events of the calls inside it"
+
+
+def nccl_allocated(arm: str, api: str, what: str, device_bytes: int, size: str, calls: int, apis: str,
+                   outcome: str) -> str:
+    return (f"{arm}: {api} ({what}) allocated {device_bytes:,} B of device memory ({size}, "
+            f"{NCCL_ALLOCATED}) in {calls} {apis} call(s), {outcome}")
+
+
+def nccl_pinned(host_bytes: int, calls: int, apis: str) -> str:
+    return f"; and {host_bytes:,} B of pinned host memory in {calls} {apis} call(s)"
+
+
+# A finding's sentence in the answer (nsysaudit.reports.answer): what its failed call follows.
+def allocations_before(comma: bool, count: int, each: str) -> str:
+    return f"{',' if comma else ''} after {count} successful allocation(s) in it ({each} B)"
+
+
+def first_allocation(comma: bool) -> str:
+    return f"{',' if comma else ''} the first allocation in it"
+
+
+def after_stream_capture(since: str, events: int, begin: object, end: object) -> str:
+    return (f", {since} after a stream capture that recorded {events} event(s) ({begin} .. {end}); the trace "
+            "does not say which event the wait used")
+
+
+def short_after_stream_capture(failed: str, thread: str) -> str:
+    return f"{failed} on {thread}, after events were recorded inside a stream capture"
+
+
 # --- the outline's sentences: answers, sections, tables' captions (render/) ---
 # The answer's labels: what an entry of the answer is (render/outline.py).
 HELD = "held"

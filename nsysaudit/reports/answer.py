@@ -59,9 +59,9 @@ def finding_words(f: Finding) -> str:
         before = enc.get("allocations_before")
         if before is not None and before["count"]:
             each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
-            text += f"{',' if helper is None else ''} after {before['count']} successful allocation(s) in it ({each} B)"
+            text += words.allocations_before(helper is None, before["count"], each)
         elif before is not None:
-            text += f"{',' if helper is None else ''} the first allocation in it"
+            text += words.first_allocation(helper is None)
         mapped = nccl.mapped_words(enc)
         if mapped is not None:
             text += f" and {mapped}"
@@ -71,9 +71,7 @@ def finding_words(f: Finding) -> str:
     if cap is not None:
         gap = cap["ns_from_capture_end"]
         since = "an unknown time" if gap is None else f"{gap / 1e6:.3f} ms"
-        text += (f", {since} after a stream capture that recorded "
-                 f"{cap['event_records_count']} event(s) ({cap['begin']['api']} .. {cap['end']['api']}); the trace "
-                 "does not say which event the wait used")
+        text += words.after_stream_capture(since, cap["event_records_count"], cap["begin"]["api"], cap["end"]["api"])
     return text
 
 
@@ -86,7 +84,7 @@ def _short(f: Finding) -> str:
     if enc is not None:
         return f"{text} inside {nccl.call_words(enc)} on {thread}"
     if f.get("stream_capture") is not None:
-        return f"{text} on {thread}, after events were recorded inside a stream capture"
+        return words.short_after_stream_capture(text, thread)
     return f"{text} on {thread}"
 
 
