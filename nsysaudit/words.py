@@ -1931,3 +1931,33 @@ STALLS_RANGES = ("per NVTX range ({shown} of {total} shown, the longest stalls f
                  "that holds it)")
 STALLS_CALLS = "the calls that blocked longest ({shown} of {total} shown; the JSON lists {listed})"
 STALL_SPAN = "trace ns {start} .. {end}"
+# The glance under the answer (render/outline.glance): one line per part of the details.
+def glance_census(calls: int, nonzero: int, library_calls: int, censored: int) -> str:
+    return (f"census: {calls:,} CUDA API calls, {nonzero:,} non-zero returns; "
+            f"{library_calls:,} library call(s), {censored} censored")
+
+
+def glance_ledger(events: int, moments: int) -> str:
+    return f"device memory: ledger of {events:,} events, read at {moments} moment(s)"
+
+
+GLANCE_NO_LEDGER = "device memory: no ledger ({why})"
+NO_RANK_STATED = "none stated"
+
+
+def glance_devices(devices: int, ranks: str, with_rank: int, processes: int) -> str:
+    return f"devices: {devices}; ranks: {ranks} ({with_rank} of {processes} process(es) with a rank)"
+
+
+GLANCE_TELEMETRY = "telemetry: {events} line(s), clock alignment {checked}"
+CHECKED = {True: "checked", False: "NOT checked"}
+GLANCE_FULL_REPORT = ("the full report: --details (census, calls, memory, library calls, coverage, alignment); "
+                      "every value: --json")
+
+
+# What ``nsysaudit verify`` checked (render/terminal.verification_renderable).
+def verified_files(files: int) -> str:
+    return f"\n  {files} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file"
+
+
+VERIFIED_RERUN = "\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt"

@@ -54,7 +54,6 @@ NOT_YET: dict[str, int] = {
     "render/html.py": 5,
     "render/markdown.py": 15,
     "render/pictures.py": 7,
-    "render/terminal.py": 6,
     "reports/ranks.py": 13,
     "reports/stalls.py": 23,
     "reports/timeline.py": 24,
