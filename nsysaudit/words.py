@@ -1961,3 +1961,26 @@ def verified_files(files: int) -> str:
 
 
 VERIFIED_RERUN = "\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt"
+
+
+# report.md's own lines (render/markdown.py): the seal, the input, a library call of an arm, the
+# handoff snapshot, the options. ``{...}`` values come escaped for Markdown.
+SEAL_SENTENCE = (
+    "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every file of "
+    "the folder; `nsysaudit verify` checks every digest."
+)
+INPUT_LINE = "Input {name} ({kind}, {size} bytes, sha256 `{sha256}`), nsys {nsys}, schema {schema}."
+END_RECORDED = "unknown (recorded {recorded}, the capture's stop)"
+LIBRARY_CALL_HEADING = "#### {api} on pid {pid} tid {tid} ({role} thread, name {name})"
+CENSORED_TRACE_ENDS = " ({why}; CUDA API trace ends at {last} ns)"
+NESTED_CALLS_LINE = "- nested CUDA API calls: {calls}, of which {failed} failed"
+NESTED_ALLOCATIONS_LINE = ("- nested allocation calls: {calls}: {succeeded} succeeded ({bytes} bytes{unknown}), "
+                           "{failed} failed")
+NESTED_BY_API_TITLE = "Nested calls by api and return code:"
+NO_HANDOFF_SNAPSHOT = "Handoff snapshot: none (no handoff line in the telemetry)."
+NOT_ON_TRACE_CLOCK = "not placed on the trace clock"
+HANDOFF_SNAPSHOT = "Handoff snapshot (telemetry line {line}, {at}; {chosen_by} of {lines}): {values}."
+LIBRARY_CALLS_OF_INTEREST_HEADING = "### Library calls of interest ({shown} of {total})"
+OPTIONS_TELEMETRY = ("; telemetry event key {key}, clocks {clocks}, anchors {anchors}, clock tolerance {tolerance} "
+                     "ns{lenient}")
+COMPARISON_MD_TITLE = "# nsysaudit comparison: observe arm vs release arm"
