@@ -336,7 +336,7 @@ def _comparison_rest(doc: ComparisonDocument) -> list[str]:
             ([md(i["role"]), md(i["name"]), md(i["kind"]), num(i["size_bytes"]), f"`{i['sha256']}`"]
              for i in doc["inputs"]),
         ),
-        *_options(doc.get("options")),
+        *(_options(doc["options"]) if "options" in doc else []),
         *section_lines(not_established_section(doc["not_established"])),
         f"## {words.DIFFERENCES_TITLE}",
         "",
@@ -369,7 +369,7 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
         "",
         _input_line(inp["path"], inp),
         "",
-        *_options(doc.get("options")),
+        *(_options(doc["options"]) if "options" in doc else []),
         *section_lines(details.verdict_section(doc["verdict"], doc["verdict_reasons"])),
         *section_lines(details.census_section(doc["census"])),
         *section_lines(details.findings_section(doc["findings"], doc["memory"])),

@@ -24,6 +24,7 @@ import logging
 import os
 import textwrap
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -462,10 +463,10 @@ def _draw_ticks(
             if marked:
                 ax.plot([scale.x(t.start_ns) for t in marked], [rows_of[t.lane] - 0.27 for t in marked], ls="none",
                         marker="v", color=COLOURS[outcome], markersize=5, zorder=5, gid=f"{ids}-{outcome}-markers")
-    counts: dict[tuple[int, str, int], int] = {}
+    counts: Counter[tuple[int, str, int]] = Counter()
     for t in ticks:
         if t.outcome in ("failed", "nonzero"):
-            counts[(t.lane, t.api, t.return_code)] = counts.get((t.lane, t.api, t.return_code), 0) + 1
+            counts[(t.lane, t.api, t.return_code)] += 1
     labelled: set[tuple[int, str, int]] = set()
     for tick in sorted(ticks, key=lambda t: t is not view.focus_tick):  # the focus gets the first row
         k, x = rows_of[tick.lane], scale.x(tick.start_ns)

@@ -235,7 +235,7 @@ def section_parts(section: Section) -> list[RenderableType]:
     if section.lead is not None:
         head.append(" ")
         head.append_text(_phrases([section.lead]))
-        style = VERDICT_STYLE.get(section.verdict, "bold") if section.verdict is not None else \
+        style = VERDICT_STYLE[section.verdict] if section.verdict is not None else \
             "dim" if section.quiet else SEVERITY_STYLE[section.severity] if section.severity is not None else ""
         head.stylize(style, len(section.title) + 3)
     parts: list[RenderableType] = [head, *_bullets(section.entries)]
@@ -250,7 +250,7 @@ def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
     """The answer first (:mod:`nsysaudit.render.outline`): the verdict and its sentence, each entry
     (a finding: what, when, who held the memory; a censored call; a host stall), what limits the verdict."""
     parts: list[RenderableType] = [Text("")]
-    line = Text(answer.verdict, style=VERDICT_STYLE.get(answer.verdict, "bold"))
+    line = Text(answer.verdict, style=VERDICT_STYLE[answer.verdict])
     parts.append(hanging("", Text.assemble(line, ": ", _phrases([answer.summary])), indent=0))
     for e in answer.entries:
         parts += _entry(e)
