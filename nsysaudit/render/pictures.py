@@ -116,7 +116,7 @@ def _font(size: float = 7.5, weight: str = "normal") -> FontProperties:
     return FontProperties(fname=FONT_FILE, size=size, weight=weight)
 
 
-def shown(text: object, limit: int = MAX_TEXT) -> str:
+def clipped(text: object, limit: int = MAX_TEXT) -> str:
     """Trace text as a picture shows it: escaped, one line, shortened with its length."""
     s = escape(str(text))
     return s if len(s) <= limit else f"{s[: limit - 1]}… ({len(s)} chars)"
@@ -202,7 +202,7 @@ def _top_labels(view: View, scale: _Scale) -> list[tuple[float, str, str, str]]:
         return "right" if x > lo + 0.9 * (hi - lo) else "left"
 
     out = [
-        (x, shown(b.event) + ("" if b.verified else " (unverified)"), line(x), COLOURS["boundary"])
+        (x, clipped(b.event) + ("" if b.verified else " (unverified)"), line(x), COLOURS["boundary"])
         for b in view.boundaries
         for x in [scale.x(b.trace_ns)]
     ]
@@ -220,7 +220,7 @@ def _panels(timelines: Sequence[Timeline]) -> list[_PanelSpec]:
     specs = []
     for t in timelines:
         title = f"{t.arm} arm · " if t.arm else ""
-        title += f"{shown(t.input_name)} · verdict {t.verdict}"
+        title += f"{clipped(t.input_name)} · verdict {t.verdict}"
         if t.whole_capture:
             title += " · nothing to focus on (nothing failed, no library call): the whole capture"
         specs.append(_PanelSpec(_draw_view, t, t.context, title, _label_rows(t.context, _scale(t.context))))
@@ -233,7 +233,7 @@ def _panels(timelines: Sequence[Timeline]) -> list[_PanelSpec]:
     for t in timelines:
         if t.memory is not None:
             title = f"{t.arm} arm · " if t.arm else ""
-            name = f" {shown(t.memory.device_name, 40)}" if t.memory.device_name else ""
+            name = f" {clipped(t.memory.device_name, 40)}" if t.memory.device_name else ""
             title += f"device memory, device {t.memory.device_id}{name}: how little could have been free"
             specs.append(_PanelSpec(_draw_memory, t, t.context, title, 1, lanes_tall=3))
     return specs
@@ -301,14 +301,14 @@ def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
     ticks = MaxNLocator(nbins=10).tick_values(lo, hi)
     ticks = [v for v in ticks if lo <= v <= hi]
     ax.set_xticks(ticks, labels=[_number(v) for v in ticks], fontproperties=_font(7))
-    ax.set_xlabel(shown(f"{scale.unit} from {t.origin_label}", 200), fontproperties=_font(7.5),
+    ax.set_xlabel(clipped(f"{scale.unit} from {t.origin_label}", 200), fontproperties=_font(7.5),
                   color=COLOURS["note"], labelpad=2)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
 
 
 def _lane_name(name: str | None) -> str:
-    return "name unknown" if name is None else shown(name, 40)
+    return "name unknown" if name is None else clipped(name, 40)
 
 
 def _draw_view(ax: Axes, t: Timeline, view: View) -> None:
@@ -327,7 +327,7 @@ def _draw_view(ax: Axes, t: Timeline, view: View) -> None:
     ticks = [v for v in ticks if scale.x(view.lo_ns) <= v <= scale.x(view.hi_ns)]
     ax.set_xticks(ticks, labels=[_number(v) for v in ticks], fontproperties=_font(7))
     origin = t.origin_label if view is t.context else (t.zoom_label or "")
-    ax.set_xlabel(shown(f"{scale.unit} from {origin}", 200), fontproperties=_font(7.5), color=COLOURS["note"],
+    ax.set_xlabel(clipped(f"{scale.unit} from {origin}", 200), fontproperties=_font(7.5), color=COLOURS["note"],
                   labelpad=2)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
@@ -391,8 +391,8 @@ def _number(v: float) -> str:
 
 def _label(ax: Axes, x: float, y: float, text: str, colour: str, size: float = 6.5, ha: str = "left",
            weight: str = "normal", gid: str | None = None) -> None:
-    ax.text(x, y, shown(text, 200), ha=ha, va="center", fontproperties=_font(size, weight), color=colour, clip_on=True,
-            parse_math=False, gid=gid, zorder=6)
+    ax.text(x, y, clipped(text, 200), ha=ha, va="center", fontproperties=_font(size, weight), color=colour,
+            clip_on=True, parse_math=False, gid=gid, zorder=6)
 
 
 def _draw_shades(ax: Axes, view: View, scale: _Scale, rows_of: dict[int, int], ids: str) -> None:
@@ -414,7 +414,7 @@ def _draw_ranges(ax: Axes, view: View, scale: _Scale, rows_of: dict[int, int]) -
         x1 = min(scale.x(r.end_ns), scale.x(view.hi_ns))
         ax.add_patch(Rectangle((x0, k - 0.44), max(x1 - x0, 0), 0.15, facecolor=COLOURS["nvtx"], lw=0, zorder=2))
         room = int((x1 - x0) * per_unit) - 1  # the label stays inside its range
-        text = f"NVTX {shown(r.text, 40)}"
+        text = f"NVTX {clipped(r.text, 40)}"
         if room >= 6:
             _label(ax, x0, k - 0.365, text if len(text) <= room else text[: room - 1] + "…", "#4b3a6b")
 
@@ -430,7 +430,7 @@ def _draw_bars(
         colour = COLOURS["library"] if b.coverage == "complete" else COLOURS["library_censored"]
         ax.add_patch(Rectangle((x0, k - 0.22), width, 0.26, facecolor=colour, edgecolor=COLOURS["library"],
                                lw=0.6, zorder=3, gid=f"{ids}-library-call-{b.lib_id}"))
-        words = shown(b.api, 40) + ("" if b.coverage == "complete" else f" · {b.coverage or 'coverage unknown'}")
+        words = clipped(b.api, 40) + ("" if b.coverage == "complete" else f" · {b.coverage or 'coverage unknown'}")
         if not b.end_known:
             words += " · end unknown (the capture's stop)"
             ax.plot([x1], [k - 0.09], marker=">", color=COLOURS["library"], markersize=5, zorder=4)
@@ -476,7 +476,7 @@ def _draw_ticks(
             if tick.correlation_id is not None:
                 text += f", correlation {tick.correlation_id}"
             if position is not None:
-                text += f", {shown(position, 120)}"
+                text += f", {clipped(position, 120)}"
         elif tick.outcome in ("failed", "nonzero") and key not in labelled:
             text = tick.label + (f", {counts[key]} in view" if counts[key] > 1 else "")
         elif tick.outcome == "allocation" and zoom:
@@ -491,7 +491,7 @@ def _place(ax: Axes, rows: _Rows, k: int, x: float, text: str, colour: str, view
     """A label below lane ``k`` in the first free row; right-aligned at ``x`` in the right half."""
     x = min(max(x, scale.x(view.lo_ns)), scale.x(view.hi_ns))  # a call that began before the window
     right = x > (scale.x(view.lo_ns) + scale.x(view.hi_ns)) / 2
-    text = shown(text, 200)
+    text = clipped(text, 200)
     row = rows.place(x, text, "right" if right else "left")
     if row is not None:
         _label(ax, x, k + 0.14 + 0.13 * row, text, colour, ha="right" if right else "left", weight="bold")
@@ -548,7 +548,7 @@ def figure(timelines: Sequence[Timeline]) -> Figure:
     specs = _panels(timelines)
     # A long note (the ledger's sentence) wraps onto lines of its own rather than being cut.
     notes = [line for note in notes_of(timelines)
-             for line in textwrap.wrap(shown(note, 2000), NOTE_WIDTH, subsequent_indent="    ")]
+             for line in textwrap.wrap(clipped(note, 2000), NOTE_WIDTH, subsequent_indent="    ")]
     heights = [_panel_height(s) for s in specs]
     total = sum(heights) + GAP * len(specs) + LEGEND + NOTE_LINE * len(notes) + 0.15
     fig = Figure(figsize=(WIDTH, total))
@@ -559,7 +559,7 @@ def figure(timelines: Sequence[Timeline]) -> Figure:
         axes_height = _lanes_tall(spec) * LANE
         ax = fig.add_axes((LEFT / WIDTH, (axes_top - axes_height) / total, (WIDTH - LEFT - RIGHT) / WIDTH,
                            axes_height / total))
-        fig.text(0.01, (top - TITLE / 2) / total, shown(spec.title, 200), fontproperties=_font(9, "bold"),
+        fig.text(0.01, (top - TITLE / 2) / total, clipped(spec.title, 200), fontproperties=_font(9, "bold"),
                  color=COLOURS["text"], va="center", parse_math=False)
         spec.draw(ax, spec.timeline, spec.view)
         top -= height

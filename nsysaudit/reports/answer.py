@@ -98,20 +98,20 @@ def answer(
     censored_total: int,
     *,
     devices: Sequence[TargetDevice] = (),
-    shown: bool = False,
+    names_devices: bool = False,
     stalls: Sequence[str] = (),
     library_failures: Sequence[LibraryFailure] = (),
 ) -> Answer:
     """The ``answer`` key of an analysis document (see the module docstring) from its other keys;
     ``censored_calls``: the first :data:`MAX_CENSORED` entries of ``coverage.censored``, of
-    ``censored_total``; ``devices`` (the document's ``devices``) and ``shown`` (``ranks.shown``): where the
-    export has several devices or a stated rank, the findings say where they ran and the holder
+    ``censored_total``; ``devices`` (the document's ``devices``) and ``names_devices`` (``ranks.shown``): where
+    the export has several devices or a stated rank, the findings say where they ran and the holder
     sentences name each device; ``library_failures`` (``telemetry.library_failures``): NCCL's error
     lines tied to a finding are said with it (``reported``); ``stalls``: the host stalls' sentences (the
     ``stalls`` key's ``statements``)."""
     names = {p["global_pid"]: p["name"] for p in processes}
     reports = nccl.reported(library_failures, findings)
-    named = devices if shown and len(devices) > 1 else None
+    named = devices if names_devices and len(devices) > 1 else None
     points = {p["finding"]: p for p in memory["at"] if p["point"] == "finding" and "finding" in p}
     said: list[AnswerFinding] = []
     for i, f in enumerate(findings):
@@ -125,7 +125,7 @@ def answer(
             allocator = allocator_words(in_force)
             if allocator:
                 held += f" {allocator}"
-        placed = placement_words(f, devices, shown)  # "rank 1, device 1 (...)": where devices or ranks tell
+        placed = placement_words(f, devices, names_devices)  # "rank 1, device 1 (...)": where devices or ranks tell
         entry: AnswerFinding = {
             "finding": i,
             "finding_number": f["number"],
@@ -151,7 +151,7 @@ def answer(
     if findings:
         first = said[0]
         summary = _short(findings[0])
-        placed = placement_words(findings[0], devices, shown)
+        placed = placement_words(findings[0], devices, names_devices)
         if placed:
             summary += f", {placed}"
         if first["when"]:

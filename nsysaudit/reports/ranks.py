@@ -4,7 +4,7 @@
 the device and rank keys of each ``processes[]`` entry, :func:`placement` those of each finding
 (:mod:`nsysaudit.analysis.devices` decides them). The words are said only where they tell
 something: an export of several devices, or one where a process's rank is known
-(:func:`shown`); a single-device export without ranks reads as it always did.
+(:func:`names_devices`); a single-device export without ranks reads as it always did.
 """
 
 from __future__ import annotations
@@ -109,11 +109,11 @@ def device_words(device: TargetDevice | None, device_id: int | None) -> str:
     return f"device {device_id}" + (f" ({said})" if said else "")
 
 
-def placement_words(f: Finding, devices: Sequence[TargetDevice], shown: bool) -> str | None:
-    """Where a finding ran, in words, when the document shows devices and ranks (``shown``, its
+def placement_words(f: Finding, devices: Sequence[TargetDevice], names_devices: bool) -> str | None:
+    """Where a finding ran, in words, when the document shows devices and ranks (``names_devices``, its
     ``ranks.shown``): "rank 1, device 1 (NVIDIA H200, 0000:00:07.0)"; None otherwise. ``devices``: the
     document's ``devices``."""
-    if not shown:
+    if not names_devices:
         return None
     rank = "rank unknown" if f["rank"] is None else f"rank {f['rank']}"
     if f["device_id"] is not None:
@@ -126,7 +126,7 @@ def placement_words(f: Finding, devices: Sequence[TargetDevice], shown: bool) ->
     return f"{rank}, {where}"
 
 
-def shown(doc: AnalysisKeys) -> bool:
+def names_devices(doc: AnalysisKeys) -> bool:
     """Whether reports for people name devices and ranks (the document's ``ranks.shown``)."""
     return doc["ranks"]["shown"]
 
@@ -154,8 +154,8 @@ def failing_statement(failing: Sequence[FailingRank], processes: Mapping[int | N
 
 def device_lines(doc: AnalysisKeys) -> list[str]:
     """One line per device (identity, total, who used it, with ranks) and per launched command's
-    rank claims, for the terminal's and report.md's details; empty when :func:`shown` is false."""
-    if not shown(doc):
+    rank claims, for the terminal's and report.md's details; empty when :func:`names_devices` is false."""
+    if not names_devices(doc):
         return []
     procs = {p["global_pid"]: p for p in doc["processes"]}
     lines = []

@@ -49,8 +49,7 @@ from nsysaudit.core.errors import BadOption
 from nsysaudit.core.ids import decode_pid, pid_bits, tid_bits
 from nsysaudit.core.paths import basename
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.documents import Device
-from nsysaudit.reports.documents import Memory as MemoryKey
+from nsysaudit.reports.documents import Device, Memory
 
 MAX_LANES = 10
 PAD = 0.06  # of the window's span, each side, when the window is chosen
@@ -206,7 +205,7 @@ class View:
 
 
 @dataclass(frozen=True)
-class Memory:
+class WindowMemory:
     """The ledger over the context window on one device: ``steps`` are ``(trace_ns, live bytes)``
     of all traced processes' device-resident memory (the first at the window's start, the value
     then), ``total_bytes`` the device's total (None: unknown), ``free_at_most_bytes`` the bound at
@@ -239,7 +238,7 @@ class Timeline:
     focus_label: str
     focus_position: str | None = None
     notes: tuple[str, ...] = field(default=())
-    memory: Memory | None = None
+    memory: WindowMemory | None = None
     whole_capture: bool = False  # nothing to focus on: the context is the whole capture
 
 
@@ -712,9 +711,9 @@ def _build(
     )
 
 
-def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Memory | None, list[str]]:
+def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[WindowMemory | None, list[str]]:
     """The ledger panel's data (see the module docstring), or None when no ledger is claimed."""
-    doc: MemoryKey = result.head["memory"]
+    doc: Memory = result.head["memory"]
     series = result.frames.get("memory_series")
     if not doc["ledger"] or series is None or series.height == 0:
         return None, []
@@ -738,7 +737,7 @@ def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Me
     total = info["total_bytes"] if info is not None else None
     point = next((p for p in doc["at"] if p["t_ns"] == focus.start_ns and p["pid"] == focus.pid
                   and p["point"] != "telemetry"), None)
-    memory = Memory(device, info["name"] if info is not None else None, total, steps, read_at, live,
+    memory = WindowMemory(device, info["name"] if info is not None else None, total, steps, read_at, live,
                     None if total is None else total - live, point["holder"] if point else None,
                     "at the end of the capture" if focus.whole else "at the focus")
     why = "the device the focus's process allocated most on" if mine.height else (
