@@ -1984,3 +1984,21 @@ LIBRARY_CALLS_OF_INTEREST_HEADING = "### Library calls of interest ({shown} of {
 OPTIONS_TELEMETRY = ("; telemetry event key {key}, clocks {clocks}, anchors {anchors}, clock tolerance {tolerance} "
                      "ns{lenient}")
 COMPARISON_MD_TITLE = "# nsysaudit comparison: observe arm vs release arm"
+
+
+# The devices and ranks in words (nsysaudit.reports.ranks): where a finding ran, who used a device,
+# whether two arms are ranks of one job, and what each rank's call did.
+DEVICES_WHICH_UNKNOWN = "devices {devices} (which one the failed call used is unknown)"
+DEVICE_UNKNOWN_NO_EVIDENCE = "device unknown (the process has no memory event and no CUDA context in the export)"
+DEVICE_UNUSED = "; no traced process used it"
+SAME_JOB_WHY = {
+    "no_two_ranks": "the arms do not both state one rank",
+    "world_sizes": "their world sizes differ ({observe} and {release})",
+    "same_command": "the same launched command and arguments",
+    "commands": "their launched commands differ or are not recorded: the export does not say they are one job",
+}
+TWO_RANKS = "The arms are two ranks: {observe} and {release}"
+FAILING_AGAINST_HEALTHY = "; rank {failing} failed and rank {healthy} did not: the failing rank against a healthy one"
+RANK_CALL = {True: "{api} (call #{ordinal} off the main thread)", False: "{api} (call #{ordinal} on the main thread)"}
+RANK_AT_CALL = "At {call}, rank {rank}: {calls}; at its start {holder}"
+IDENTITY_WHY = "the rank's own identity (its rank, local rank, and the devices it sees)"

@@ -53,7 +53,6 @@ NOT_YET: dict[str, int] = {
     "render/contract.py": 2,
     "render/html.py": 5,
     "render/pictures.py": 7,
-    "reports/ranks.py": 13,
     "reports/stalls.py": 23,
     "reports/timeline.py": 24,
     "seal/verify.py": 10,
