@@ -2002,3 +2002,14 @@ FAILING_AGAINST_HEALTHY = "; rank {failing} failed and rank {healthy} did not: t
 RANK_CALL = {True: "{api} (call #{ordinal} off the main thread)", False: "{api} (call #{ordinal} on the main thread)"}
 RANK_AT_CALL = "At {call}, rank {rank}: {calls}; at its start {holder}"
 IDENTITY_WHY = "the rank's own identity (its rank, local rank, and the devices it sees)"
+
+
+# The timeline pictures' titles and labels (render/pictures.py).
+PICTURE_WHOLE_CAPTURE = " · nothing to focus on (nothing failed, no library call): the whole capture"
+PICTURE_ZOOM_TITLE = "zoom on the focus's library call, thread {thread}"
+PICTURE_MEMORY_TITLE = "device memory, device {device}{name}: how little could have been free"
+PICTURE_MEMORY_TOTAL = (" device total {total} B ({gib} GiB); red: at most this much free, blue: held by traced "
+                        "processes (log scale)")
+PICTURE_LIVE_AXIS = "GiB live (device total unknown)"
+PICTURE_EMPTY_WINDOW = "no thread has anything in this window"
+PICTURE_END_UNKNOWN = " · end unknown (the capture's stop)"

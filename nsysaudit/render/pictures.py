@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from nsysaudit import words
 from nsysaudit.core.errors import BadOption, PictureNotWritable
 from nsysaudit.core.files import write_atomic
 from nsysaudit.core.text import escape, size_word
@@ -222,19 +223,19 @@ def _panels(timelines: Sequence[Timeline]) -> list[_PanelSpec]:
         title = f"{t.arm} arm · " if t.arm else ""
         title += f"{clipped(t.input_name)} · verdict {t.verdict}"
         if t.whole_capture:
-            title += " · nothing to focus on (nothing failed, no library call): the whole capture"
+            title += words.PICTURE_WHOLE_CAPTURE
         specs.append(_PanelSpec(_draw_view, t, t.context, title, _label_rows(t.context, _scale(t.context))))
     for t in timelines:
         if t.zoom is not None:
             lane = t.lanes[t.zoom.lanes[0]]
             title = f"{t.arm} arm · " if t.arm else ""
-            title += f"zoom on the focus's library call, thread {_lane_name(lane.name)}"
+            title += words.PICTURE_ZOOM_TITLE.format(thread=_lane_name(lane.name))
             specs.append(_PanelSpec(_draw_view, t, t.zoom, title, _label_rows(t.zoom, _scale(t.zoom))))
     for t in timelines:
         if t.memory is not None:
             title = f"{t.arm} arm · " if t.arm else ""
             name = f" {clipped(t.memory.device_name, 40)}" if t.memory.device_name else ""
-            title += f"device memory, device {t.memory.device_id}{name}: how little could have been free"
+            title += words.PICTURE_MEMORY_TITLE.format(device=t.memory.device_id, name=name)
             specs.append(_PanelSpec(_draw_memory, t, t.context, title, 1, lanes_tall=3))
     return specs
 
@@ -272,8 +273,8 @@ def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
         ax.step(xs, [max(v, MEMORY_FLOOR) for v in live], where="post", color=COLOURS["library"], lw=0.8,
                 alpha=0.7, gid=f"{ids}-live")
         ax.axhline(total, color=COLOURS["capture"], lw=0.9, ls="--", gid=f"{ids}-total")
-        _label(ax, lo, total * 3, f" device total {total:,} B ({_gib(total):.1f} GiB); "
-               "red: at most this much free, blue: held by traced processes (log scale)", COLOURS["text"], size=6.5)
+        _label(ax, lo, total * 3, words.PICTURE_MEMORY_TOTAL.format(total=f"{total:,}", gib=f"{_gib(total):.1f}"),
+               COLOURS["text"], size=6.5)
         levels = [b for b in (1 << 20, 10 << 20, 100 << 20, 1 << 30, 10 << 30, 100 << 30, 1 << 40) if b <= total * 1.6]
         ax.set_yticks(levels, labels=[size_word(b) for b in levels], fontproperties=_font(7))
         ax.minorticks_off()
@@ -288,7 +289,7 @@ def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
         ax.fill_between(xs, ys, step="post", color=COLOURS["library"], alpha=0.15, lw=0)
         yticks = [v for v in MaxNLocator(nbins=4).tick_values(0, top) if 0 <= v <= top]
         ax.set_yticks(yticks, labels=[_number(v) for v in yticks], fontproperties=_font(7))
-        ax.set_ylabel("GiB live (device total unknown)", fontproperties=_font(7), color=COLOURS["note"])
+        ax.set_ylabel(words.PICTURE_LIVE_AXIS, fontproperties=_font(7), color=COLOURS["note"])
         bound_y = top * 0.45
     if lo <= x <= hi:
         ax.axvline(x, color=COLOURS["failed"], lw=0.8, ls=":", gid=f"{ids}-focus")
@@ -332,7 +333,7 @@ def _draw_view(ax: Axes, t: Timeline, view: View) -> None:
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
     if not view.lanes:
-        ax.text(0.5, 0.5, "no thread has anything in this window", transform=ax.transAxes, ha="center",
+        ax.text(0.5, 0.5, words.PICTURE_EMPTY_WINDOW, transform=ax.transAxes, ha="center",
                 va="center", fontproperties=_font(8), color=COLOURS["note"], parse_math=False)
     for k, lane_index in enumerate(view.lanes):
         lane = t.lanes[lane_index]
@@ -430,11 +431,11 @@ def _draw_bars(
         colour = COLOURS["library"] if b.coverage == "complete" else COLOURS["library_censored"]
         ax.add_patch(Rectangle((x0, k - 0.22), width, 0.26, facecolor=colour, edgecolor=COLOURS["library"],
                                lw=0.6, zorder=3, gid=f"{ids}-library-call-{b.lib_id}"))
-        words = clipped(b.api, 40) + ("" if b.coverage == "complete" else f" · {b.coverage or 'coverage unknown'}")
+        said = clipped(b.api, 40) + ("" if b.coverage == "complete" else f" · {b.coverage or 'coverage unknown'}")
         if not b.end_known:
-            words += " · end unknown (the capture's stop)"
+            said += words.PICTURE_END_UNKNOWN
             ax.plot([x1], [k - 0.09], marker=">", color=COLOURS["library"], markersize=5, zorder=4)
-        _place(ax, rows[k], k, max(x0, scale.x(view.lo_ns)), words, COLOURS["library"], view, scale)
+        _place(ax, rows[k], k, max(x0, scale.x(view.lo_ns)), said, COLOURS["library"], view, scale)
 
 
 def _draw_ticks(
