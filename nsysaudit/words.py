@@ -2013,3 +2013,17 @@ PICTURE_MEMORY_TOTAL = (" device total {total} B ({gib} GiB); red: at most this 
 PICTURE_LIVE_AXIS = "GiB live (device total unknown)"
 PICTURE_EMPTY_WINDOW = "no thread has anything in this window"
 PICTURE_END_UNKNOWN = " · end unknown (the capture's stop)"
+
+# How to read the timeline pictures (render/html.py writes it under them; it holds HTML markup).
+HOW_TO_READ_PICTURE = (
+    "One lane per thread (its name from ThreadNames, or \u201cname unknown\u201d when the export has none; "
+    "pid and tid below it). Blue bars are library calls (cuBLAS, cuDNN); the ticks on them are the CUDA API "
+    "calls the trace recorded, grey when they returned 0, green for a successful allocation, red with a "
+    "\u25bc for a failed call (labelled with its api and return code), orange for a non-zero return that is "
+    "not a failure. Violet bands are NVTX ranges. Dashed vertical lines are the application\u2019s telemetry "
+    "lines placed on the trace clock (dotted, \u201cunverified\u201d, when the clock alignment is not checked); "
+    "the solid black line is the capture\u2019s stop. Hatched grey parts are <strong>not covered</strong>: "
+    "after the capture stopped, and after a process\u2019s last CUDA API record when the analysis found its "
+    "CUDA trace censored. Nothing in a hatched part is evidence of absence. Below the context, each arm\u2019s "
+    "zoom shows the focus\u2019s library call alone, every nested call to scale."
+)
