@@ -2027,3 +2027,39 @@ HOW_TO_READ_PICTURE = (
     "CUDA trace censored. Nothing in a hatched part is evidence of absence. Below the context, each arm\u2019s "
     "zoom shows the focus\u2019s library call alone, every nested call to scale."
 )
+
+
+# The host stalls' statements (nsysaudit.reports.stalls): kinds, a call's relation to the stream of the
+# work behind it, where that work was launched, a call's, a range's, a process's and an arm's sentence.
+STALL_WORK_WORDS = {"kernel": ("kernel", "kernels"), "memcpy": ("copy", "copies"), "memset": ("memset", "memsets")}
+STALL_KIND_WORDS = {
+    "explicit": ("synchronization", "synchronizations"),
+    "sync_copy": ("synchronous copy", "synchronous copies"),
+    "async_copy": ("asynchronous copy of pageable memory", "asynchronous copies of pageable memory"),
+    "sync_memset": ("synchronous memset of host memory", "synchronous memsets of host memory"),
+    "free": ("cudaFree of device memory", "cudaFrees of device memory"),
+}
+BLOCKING_CALLS = ("blocking call", "blocking calls")
+STALL_RELATION = {
+    "device": "it synchronized the whole device",
+    "event": "it waited on an event, whose stream the trace does not record",
+    "unrecorded": "which stream it synchronized is not recorded",
+    "same": "the stream it synchronized",
+    "other": "not the stream it synchronized, stream {stream}",
+}
+STALL_LAUNCHED_AFTER = "{rows} row(s) ({share}) launched after it began, on another thread"
+STALL_LAUNCH_UNKNOWN = "{rows} row(s) ({share}) whose launch no single CUDA API row of the trace holds"
+STALL_ROW_LIMIT = "not every row attributed (the row limit)"
+STALL_CALL = "{api} on {thread}, correlation {correlation}, blocked the host {blocked}"
+STALL_OWN_WORK = "; its own {own} ({kinds}{size}) ran {ran} of it"
+STALL_MORE_STREAMS = "; and work on {more} more stream(s)"
+STALL_NOTHING_ELSE = "; no other {seen} of the process ran meanwhile"
+STALL_NO_TABLE = "; the export has no usable {tables} table: of those nothing is known"
+STALL_IDLE = "; no GPU work of the process at all for {idle} of it"
+STALL_RANGE_IDLE = ", {idle} with no GPU work of the process"
+STALL_PROCESS = "pid {pid}{name}: {calls} of at least {at_least} blocked the host {stalled}"
+STALL_SHARE = ", {share}% of its {span} CUDA API trace"
+GLANCE_NO_STALLS = "host stalls: no call that blocked the host"
+GLANCE_STALLS = "host stalls: {calls} blocked the host {blocked}"
+STALLS_OF_ARM = "{label}: {calls} blocked the host {blocked}"
+STALLS_BEHIND_LISTED = ", {busy} of it behind stream {stream} (in the calls listed)"

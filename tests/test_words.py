@@ -52,7 +52,6 @@ NOT_YET: dict[str, int] = {
     "read/trace.py": 1,
     "render/contract.py": 2,
     "render/html.py": 4,
-    "reports/stalls.py": 23,
     "reports/timeline.py": 24,
     "seal/verify.py": 10,
 }
