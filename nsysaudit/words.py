@@ -2063,3 +2063,30 @@ GLANCE_NO_STALLS = "host stalls: no call that blocked the host"
 GLANCE_STALLS = "host stalls: {calls} blocked the host {blocked}"
 STALLS_OF_ARM = "{label}: {calls} blocked the host {blocked}"
 STALLS_BEHIND_LISTED = ", {busy} of it behind stream {stream} (in the calls listed)"
+
+
+# What a timeline shows, as notes and labels (nsysaudit.reports.timeline): the focus, the lanes, the
+# parts not covered, the memory panel, the window.
+NO_CODE_NAME = "no name for this code"
+FOCUS_STALL = "stall {n} (--around), {api} blocked the host {ms} ms"
+FOCUS = {
+    "censored": "the first censored library call",
+    "after": "the first library call after {boundary}",
+    "failed": "the first failed CUDA call ({name})",
+    "nothing": "nothing to focus on (nothing failed, no library call): the whole capture",
+}
+LANES_NOT_SHOWN = "{more} more thread(s) with something in the window are not shown"
+NOT_COVERED = {"not_started": "not covered: capture not started",
+               "trace_stops": "not covered: pid {pid}'s CUDA trace stops ({where})"}
+READ_AT = {True: "at the end of the capture", False: "at the focus"}
+MEMORY_DEVICE_CHOSEN = {True: "the device the focus's process allocated most on",
+                        False: "the focus's process has no memory event: the device with the most allocated"}
+MEMORY_PICTURE_NOTE = "memory: device {device} ({why}); all traced processes' device-resident live bytes"
+SHARED_WINDOW = "both arms share one window, relative to each arm's own origin"
+FOCUS_END = {True: "the end of the focus's library call", False: "the end of the focus"}
+WINDOW_GIVEN = "{ms} ms (--window), centred on the focus"
+WINDOW_WHOLE = "{ms} ms, the whole capture, widened {pad} each side"
+WINDOW_TO = "{ms} ms, from the origin to {to}, widened {pad} each side"
+_LANES_WITH = " with a library call, failed CUDA call, NVTX range or telemetry line in the window"
+LANES_NOTE = {True: "lanes: every thread" + _LANES_WITH,
+              False: "lanes: the focus's thread and every thread" + _LANES_WITH}
