@@ -1617,6 +1617,92 @@ TEMPLATES: Mapping[str, Callable[..., str]] = {
 }
 
 
+# A comparison's statements (nsysaudit.reports.compare): why a capture key differs by construction, which
+# handoff line it shows, the nested allocation failure's presence, the nested calls of a paired call.
+EXPECTED_CAPTURE_KEY = {
+    "session": "identifies the capture session",
+    "duration": "measured length of the run",
+    "pid": "process id assigned by the OS",
+    "arguments": "the arm's own command arguments",
+}
+HANDOFF_RULE = {True: "last handoff line at or before the first library call of interest",
+                False: "last handoff line in the file"}
+NESTED_FAILURE_IN_BOTH = "A nested allocation failure is present in both arms"
+
+
+def nested_failure_in_one_arm(present: str, count: int, what: str, absent: str, censored_there: int) -> str:
+    text = f"A nested allocation failure is present in {present} ({count}: {what}) and absent in {absent}"
+    if censored_there:
+        text += f" as far as its trace goes ({censored_there} library call(s) censored there)"
+    return text
+
+
+def nested_failure_in_neither(censored: bool) -> str:
+    text = "No nested allocation failure is in either trace"
+    if censored:
+        text += " (but see what the comparison does not establish: coverage is censored)"
+    return text
+
+
+def nested_calls_compared(same: bool, calls: int) -> str:
+    if same:
+        return f"The traced nested calls are the same in both arms ({calls:,} calls, same api and return code counts)"
+    return "The traced nested calls differ between the arms (api and return code counts)"
+
+
+# An NCCL call's words (nsysaudit.reports.nccl): its helper thread, the mappings before a failure, the
+# telemetry's NCCL error line, what the call allocated.
+def nccl_helper_thread(calling_tid: object, calls: int, tid: int) -> str:
+    return (f"the call ran on tid {calling_tid}, and all {calls:,} CUDA API calls of tid "
+            f"{tid} lie inside it (NCCL runs a communicator's initialization on a thread it starts)")
+
+
+def nccl_mapped(count: int, each: str) -> str:
+    return f"{count} mapping(s) of {each} B (their cuMemSetAccess memory events)"
+
+
+def nccl_error_line(line: int, event: str, gap_ms: float | None, said: str) -> str:
+    when = f", {gap_ms:.3f} ms after this call began" if gap_ms is not None else ""
+    return f"telemetry line {line} ({event}{when}) records NCCL's error: {said}; "
+
+
+def nccl_out_of_memory_confirmed(api: object, return_code: object, code: str) -> str:
+    return f"the trace confirms an out-of-memory: {api} returned {return_code} ({code})"
+
+
+NCCL_OUT_OF_MEMORY_NOT_SHOWN = ("the trace does not show an out-of-memory behind it: this call's return does not "
+                                "mean one")
+NCCL_ALLOCATED = "from the memory events of the calls inside it"
+
+
+def nccl_allocated(arm: str, api: str, what: str, device_bytes: int, size: str, calls: int, apis: str,
+                   outcome: str) -> str:
+    return (f"{arm}: {api} ({what}) allocated {device_bytes:,} B of device memory ({size}, "
+            f"{NCCL_ALLOCATED}) in {calls} {apis} call(s), {outcome}")
+
+
+def nccl_pinned(host_bytes: int, calls: int, apis: str) -> str:
+    return f"; and {host_bytes:,} B of pinned host memory in {calls} {apis} call(s)"
+
+
+# A finding's sentence in the answer (nsysaudit.reports.answer): what its failed call follows.
+def allocations_before(comma: bool, count: int, each: str) -> str:
+    return f"{',' if comma else ''} after {count} successful allocation(s) in it ({each} B)"
+
+
+def first_allocation(comma: bool) -> str:
+    return f"{',' if comma else ''} the first allocation in it"
+
+
+def after_stream_capture(since: str, events: int, begin: object, end: object) -> str:
+    return (f", {since} after a stream capture that recorded {events} event(s) ({begin} .. {end}); the trace "
+            "does not say which event the wait used")
+
+
+def short_after_stream_capture(failed: str, thread: str) -> str:
+    return f"{failed} on {thread}, after events were recorded inside a stream capture"
+
+
 # --- the outline's sentences: answers, sections, tables' captions (render/) ---
 # The answer's labels: what an entry of the answer is (render/outline.py).
 HELD = "held"
@@ -1845,3 +1931,162 @@ STALLS_RANGES = ("per NVTX range ({shown} of {total} shown, the longest stalls f
                  "that holds it)")
 STALLS_CALLS = "the calls that blocked longest ({shown} of {total} shown; the JSON lists {listed})"
 STALL_SPAN = "trace ns {start} .. {end}"
+# The glance under the answer (render/outline.glance): one line per part of the details.
+def glance_census(calls: int, nonzero: int, library_calls: int, censored: int) -> str:
+    return (f"census: {calls:,} CUDA API calls, {nonzero:,} non-zero returns; "
+            f"{library_calls:,} library call(s), {censored} censored")
+
+
+def glance_ledger(events: int, moments: int) -> str:
+    return f"device memory: ledger of {events:,} events, read at {moments} moment(s)"
+
+
+GLANCE_NO_LEDGER = "device memory: no ledger ({why})"
+NO_RANK_STATED = "none stated"
+
+
+def glance_devices(devices: int, ranks: str, with_rank: int, processes: int) -> str:
+    return f"devices: {devices}; ranks: {ranks} ({with_rank} of {processes} process(es) with a rank)"
+
+
+GLANCE_TELEMETRY = "telemetry: {events} line(s), clock alignment {checked}"
+CHECKED = {True: "checked", False: "NOT checked"}
+GLANCE_FULL_REPORT = ("the full report: --details (census, calls, memory, library calls, coverage, alignment); "
+                      "every value: --json")
+
+
+# What ``nsysaudit verify`` checked (render/terminal.verification_renderable).
+def verified_files(files: int) -> str:
+    return f"\n  {files} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file"
+
+
+VERIFIED_RERUN = "\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt"
+
+
+# report.md's own lines (render/markdown.py): the seal, the input, a library call of an arm, the
+# handoff snapshot, the options. ``{...}`` values come escaped for Markdown.
+SEAL_SENTENCE = (
+    "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every file of "
+    "the folder; `nsysaudit verify` checks every digest."
+)
+INPUT_LINE = "Input {name} ({kind}, {size} bytes, sha256 `{sha256}`), nsys {nsys}, schema {schema}."
+END_RECORDED = "unknown (recorded {recorded}, the capture's stop)"
+LIBRARY_CALL_HEADING = "#### {api} on pid {pid} tid {tid} ({role} thread, name {name})"
+CENSORED_TRACE_ENDS = " ({why}; CUDA API trace ends at {last} ns)"
+NESTED_CALLS_LINE = "- nested CUDA API calls: {calls}, of which {failed} failed"
+NESTED_ALLOCATIONS_LINE = ("- nested allocation calls: {calls}: {succeeded} succeeded ({bytes} bytes{unknown}), "
+                           "{failed} failed")
+NESTED_BY_API_TITLE = "Nested calls by api and return code:"
+NO_HANDOFF_SNAPSHOT = "Handoff snapshot: none (no handoff line in the telemetry)."
+NOT_ON_TRACE_CLOCK = "not placed on the trace clock"
+HANDOFF_SNAPSHOT = "Handoff snapshot (telemetry line {line}, {at}; {chosen_by} of {lines}): {values}."
+LIBRARY_CALLS_OF_INTEREST_HEADING = "### Library calls of interest ({shown} of {total})"
+OPTIONS_TELEMETRY = ("; telemetry event key {key}, clocks {clocks}, anchors {anchors}, clock tolerance {tolerance} "
+                     "ns{lenient}")
+COMPARISON_MD_TITLE = "# nsysaudit comparison: observe arm vs release arm"
+
+
+# The devices and ranks in words (nsysaudit.reports.ranks): where a finding ran, who used a device,
+# whether two arms are ranks of one job, and what each rank's call did.
+DEVICES_WHICH_UNKNOWN = "devices {devices} (which one the failed call used is unknown)"
+DEVICE_UNKNOWN_NO_EVIDENCE = "device unknown (the process has no memory event and no CUDA context in the export)"
+DEVICE_UNUSED = "; no traced process used it"
+SAME_JOB_WHY = {
+    "no_two_ranks": "the arms do not both state one rank",
+    "world_sizes": "their world sizes differ ({observe} and {release})",
+    "same_command": "the same launched command and arguments",
+    "commands": "their launched commands differ or are not recorded: the export does not say they are one job",
+}
+TWO_RANKS = "The arms are two ranks: {observe} and {release}"
+FAILING_AGAINST_HEALTHY = "; rank {failing} failed and rank {healthy} did not: the failing rank against a healthy one"
+RANK_CALL = {True: "{api} (call #{ordinal} off the main thread)", False: "{api} (call #{ordinal} on the main thread)"}
+RANK_AT_CALL = "At {call}, rank {rank}: {calls}; at its start {holder}"
+IDENTITY_WHY = "the rank's own identity (its rank, local rank, and the devices it sees)"
+
+
+# The timeline pictures' titles and labels (render/pictures.py).
+PICTURE_WHOLE_CAPTURE = " · nothing to focus on (nothing failed, no library call): the whole capture"
+PICTURE_ZOOM_TITLE = "zoom on the focus's library call, thread {thread}"
+PICTURE_MEMORY_TITLE = "device memory, device {device}{name}: how little could have been free"
+PICTURE_MEMORY_TOTAL = (" device total {total} B ({gib} GiB); red: at most this much free, blue: held by traced "
+                        "processes (log scale)")
+PICTURE_LIVE_AXIS = "GiB live (device total unknown)"
+PICTURE_EMPTY_WINDOW = "no thread has anything in this window"
+PICTURE_END_UNKNOWN = " · end unknown (the capture's stop)"
+
+# How to read the timeline pictures (render/html.py writes it under them; it holds HTML markup).
+HOW_TO_READ_PICTURE = (
+    "One lane per thread (its name from ThreadNames, or \u201cname unknown\u201d when the export has none; "
+    "pid and tid below it). Blue bars are library calls (cuBLAS, cuDNN); the ticks on them are the CUDA API "
+    "calls the trace recorded, grey when they returned 0, green for a successful allocation, red with a "
+    "\u25bc for a failed call (labelled with its api and return code), orange for a non-zero return that is "
+    "not a failure. Violet bands are NVTX ranges. Dashed vertical lines are the application\u2019s telemetry "
+    "lines placed on the trace clock (dotted, \u201cunverified\u201d, when the clock alignment is not checked); "
+    "the solid black line is the capture\u2019s stop. Hatched grey parts are <strong>not covered</strong>: "
+    "after the capture stopped, and after a process\u2019s last CUDA API record when the analysis found its "
+    "CUDA trace censored. Nothing in a hatched part is evidence of absence. Below the context, each arm\u2019s "
+    "zoom shows the focus\u2019s library call alone, every nested call to scale."
+)
+
+
+# The host stalls' statements (nsysaudit.reports.stalls): kinds, a call's relation to the stream of the
+# work behind it, where that work was launched, a call's, a range's, a process's and an arm's sentence.
+STALL_WORK_WORDS = {"kernel": ("kernel", "kernels"), "memcpy": ("copy", "copies"), "memset": ("memset", "memsets")}
+STALL_KIND_WORDS = {
+    "explicit": ("synchronization", "synchronizations"),
+    "sync_copy": ("synchronous copy", "synchronous copies"),
+    "async_copy": ("asynchronous copy of pageable memory", "asynchronous copies of pageable memory"),
+    "sync_memset": ("synchronous memset of host memory", "synchronous memsets of host memory"),
+    "free": ("cudaFree of device memory", "cudaFrees of device memory"),
+}
+BLOCKING_CALLS = ("blocking call", "blocking calls")
+STALL_RELATION = {
+    "device": "it synchronized the whole device",
+    "event": "it waited on an event, whose stream the trace does not record",
+    "unrecorded": "which stream it synchronized is not recorded",
+    "same": "the stream it synchronized",
+    "other": "not the stream it synchronized, stream {stream}",
+}
+STALL_LAUNCHED_AFTER = "{rows} row(s) ({share}) launched after it began, on another thread"
+STALL_LAUNCH_UNKNOWN = "{rows} row(s) ({share}) whose launch no single CUDA API row of the trace holds"
+STALL_ROW_LIMIT = "not every row attributed (the row limit)"
+STALL_CALL = "{api} on {thread}, correlation {correlation}, blocked the host {blocked}"
+STALL_OWN_WORK = "; its own {own} ({kinds}{size}) ran {ran} of it"
+STALL_MORE_STREAMS = "; and work on {more} more stream(s)"
+STALL_NOTHING_ELSE = "; no other {seen} of the process ran meanwhile"
+STALL_NO_TABLE = "; the export has no usable {tables} table: of those nothing is known"
+STALL_IDLE = "; no GPU work of the process at all for {idle} of it"
+STALL_RANGE_IDLE = ", {idle} with no GPU work of the process"
+STALL_PROCESS = "pid {pid}{name}: {calls} of at least {at_least} blocked the host {stalled}"
+STALL_SHARE = ", {share}% of its {span} CUDA API trace"
+GLANCE_NO_STALLS = "host stalls: no call that blocked the host"
+GLANCE_STALLS = "host stalls: {calls} blocked the host {blocked}"
+STALLS_OF_ARM = "{label}: {calls} blocked the host {blocked}"
+STALLS_BEHIND_LISTED = ", {busy} of it behind stream {stream} (in the calls listed)"
+
+
+# What a timeline shows, as notes and labels (nsysaudit.reports.timeline): the focus, the lanes, the
+# parts not covered, the memory panel, the window.
+NO_CODE_NAME = "no name for this code"
+FOCUS_STALL = "stall {n} (--around), {api} blocked the host {ms} ms"
+FOCUS = {
+    "censored": "the first censored library call",
+    "after": "the first library call after {boundary}",
+    "failed": "the first failed CUDA call ({name})",
+    "nothing": "nothing to focus on (nothing failed, no library call): the whole capture",
+}
+LANES_NOT_SHOWN = "{more} more thread(s) with something in the window are not shown"
+NOT_COVERED = {"not_started": "not covered: capture not started",
+               "trace_stops": "not covered: pid {pid}'s CUDA trace stops ({where})"}
+READ_AT = {True: "at the end of the capture", False: "at the focus"}
+MEMORY_DEVICE_CHOSEN = {True: "the device the focus's process allocated most on",
+                        False: "the focus's process has no memory event: the device with the most allocated"}
+MEMORY_PICTURE_NOTE = "memory: device {device} ({why}); all traced processes' device-resident live bytes"
+SHARED_WINDOW = "both arms share one window, relative to each arm's own origin"
+FOCUS_END = {True: "the end of the focus's library call", False: "the end of the focus"}
+WINDOW_GIVEN = "{ms} ms (--window), centred on the focus"
+WINDOW_WHOLE = "{ms} ms, the whole capture, widened {pad} each side"
+WINDOW_TO = "{ms} ms, from the origin to {to}, widened {pad} each side"
+_LANES_WITH = " with a library call, failed CUDA call, NVTX range or telemetry line in the window"
+LANES_NOTE = {True: "lanes: every thread" + _LANES_WITH,
+              False: "lanes: the focus's thread and every thread" + _LANES_WITH}

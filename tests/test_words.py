@@ -35,10 +35,6 @@ MIN_WORDS = 5
 
 # Not read: the command line's help and its own messages, the JSON Schemas' generated descriptions.
 LEFT_OUT = {"cli.py", "__main__.py", "schemas/__init__.py", "schemas/__main__.py"}
-# The presentation wing (render/ and reports/' text parts) is moved by branch x-render; the
-# coordinator removes this skip when both halves are merged.
-X_RENDER = ("render/", "reports/answer.py", "reports/stalls.py", "reports/nccl.py", "reports/ranks.py",
-            "reports/timeline.py", "reports/compare.py")
 
 # Files of this floor that still write sentences: how many each holds today (only ever lowered).
 NOT_YET: dict[str, int] = {
@@ -54,6 +50,9 @@ NOT_YET: dict[str, int] = {
     "read/source.py": 2,
     "read/telemetry.py": 6,
     "read/trace.py": 1,
+    "render/contract.py": 2,
+    "render/html.py": 4,
+    "reports/timeline.py": 3,
     "seal/verify.py": 10,
 }
 
@@ -151,7 +150,7 @@ def sentences(source: str) -> Iterator[tuple[int, str]]:
 def _files() -> Iterator[tuple[str, Path]]:
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if path == WORDS or rel in LEFT_OUT or rel.startswith(X_RENDER):
+        if path == WORDS or rel in LEFT_OUT:
             continue
         yield rel, path
 

@@ -12,6 +12,9 @@ from typing import Literal, Union, get_args, get_origin, get_type_hints
 from nsysaudit.reports.conformance import is_typed_dict, unwrap
 from nsysaudit.reports.documents import AnalysisDocument, ComparisonDocument, SealedAnalysisDocument
 
+# The JSON Schema name of a Python scalar type.
+JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+
 
 def type_words(t: object) -> str:
     """A type as the contract writes it: ``integer or null``, ``list of Finding``, ``"a" or "b"``."""
@@ -32,7 +35,9 @@ def type_words(t: object) -> str:
     if is_typed_dict(t):
         return str(t.__name__)
     if isinstance(t, type):
-        return {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}.get(t.__name__, t.__name__)
+        if t.__name__ in JSON_TYPES:
+            return JSON_TYPES[t.__name__]
+        return str(t.__name__)  # a class of its own: its name
     return str(t)
 
 

@@ -57,7 +57,7 @@ def census_section(census: Census | ArmCensus, level_title: str = words.CENSUS_T
     rows = tuple(
         (Cell(_api(r["display_api"], r["api"]), data=True), Cell(str(r["return_code"])),
          Cell(r["return_name"] or "unknown", data=True), Cell(_n(r["count"])),
-         Cell(CLASSIFICATION_WORDS.get(r["classification"] or "", "unknown")))
+         Cell("unknown" if r["classification"] is None else CLASSIFICATION_WORDS[r["classification"]]))
         for r in census["by_return"])
     return Section(level_title, lead=lead, tables=(TableOutline(None, columns, rows),) if rows else ())
 
@@ -99,7 +99,8 @@ def capture_section(coverage: Coverage) -> Section:
         entries.append(Entry((Phrase(words.DIAGNOSTIC.format(
             severity=d["severity"], at=_n(d["timestamp_ns"]), who=who, category=d["category"], text=d["text"])),)))
     for src in coverage["library_sources"]:
-        by_api = ", ".join(f"{n:,} {api}" for api, n in src.get("calls_by_api", {}).items())  # NCCL's calls
+        by_api = ", ".join(f"{n:,} {api}" for api, n in src["calls_by_api"].items()) \
+            if "calls_by_api" in src else ""  # NCCL's calls
         text = words.LIBRARY_SOURCE.format(library=src["library"], status=src["status"], calls=_n(src["calls"]),
                                            by_api=f": {by_api}" if by_api else "")
         said = [Phrase(text)]
@@ -109,7 +110,7 @@ def capture_section(coverage: Coverage) -> Section:
             said.append(Phrase(src["reason"], "phrase"))
         helpers = tuple(Entry((Phrase(words.HELPER_THREAD.format(
             tid=_id(h["tid"]), calls=_n(h["calls"]), api=h["api"] or words.UNNAMED_CALL,
-            calling=_id(h["calling_tid"]))),)) for h in src.get("helper_threads", []))
+            calling=_id(h["calling_tid"]))),)) for h in src["helper_threads"]) if "helper_threads" in src else ()
         entries.append(Entry(tuple(said), severity=None if src["status"] == "traced" else "warning", under=helpers))
     return Section(words.CAPTURE_TITLE, tuple(entries), lead=lead)
 
@@ -219,15 +220,18 @@ def _finding_under(f: Finding, holder: str | None) -> list[Entry]:
 
 def findings_section(findings: Sequence[Finding], memory: Memory, title: str = words.FINDINGS_TITLE) -> Section:
     """Each finding: the call that failed and its return, then what :func:`_finding_under` says under it."""
-    holders = {p["finding"]: p["holder"] for p in memory["at"] if p["point"] == "finding" and "finding" in p}
     if not findings:
         return Section(title, lead=Phrase(words.NO_FINDINGS), quiet=True)
+    holders: list[str | None] = [None] * len(findings)  # who held the memory at each finding
+    for p in memory["at"]:
+        if p["point"] == "finding" and "finding" in p:
+            holders[p["finding"]] = p["holder"]
     entries = tuple(
         Entry((Phrase(words.FINDING.format(
             api=_api(f["display_api"], f["api"]), code=f["return_code"], name=f["return_name"] or words.UNKNOWN_CODE,
             oom=words.OUT_OF_MEMORY if f["out_of_memory"] else "", correlation=_id(f["correlation_id"]))),),
               label=f["kind"], severity="failure" if f["kind"] in FAILURE_KINDS else "warning",
-              under=tuple(_finding_under(f, holders.get(i))))
+              under=tuple(_finding_under(f, holders[i])))
         for i, f in enumerate(findings))
     return Section(title, entries, lead=Phrase(words.FINDINGS_LEAD.format(n=_n(len(findings)))))
 

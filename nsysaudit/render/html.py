@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from markdown_it import MarkdownIt
 
+from nsysaudit import words
 from nsysaudit.render.markdown import MarkdownReport
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
@@ -45,19 +46,6 @@ figure { margin: 8px 0; overflow-x: auto; } figure svg { max-width: none; height
 .answer.no_failure { border-color: #2ca02c; background: #f0f9f0; }
 """.strip()
 
-HOW_TO_READ = (
-    "One lane per thread (its name from ThreadNames, or \u201cname unknown\u201d when the export has none; "
-    "pid and tid below it). Blue bars are library calls (cuBLAS, cuDNN); the ticks on them are the CUDA API "
-    "calls the trace recorded, grey when they returned 0, green for a successful allocation, red with a "
-    "\u25bc for a failed call (labelled with its api and return code), orange for a non-zero return that is "
-    "not a failure. Violet bands are NVTX ranges. Dashed vertical lines are the application\u2019s telemetry "
-    "lines placed on the trace clock (dotted, \u201cunverified\u201d, when the clock alignment is not checked); "
-    "the solid black line is the capture\u2019s stop. Hatched grey parts are <strong>not covered</strong>: "
-    "after the capture stopped, and after a process\u2019s last CUDA API record when the analysis found its "
-    "CUDA trace censored. Nothing in a hatched part is evidence of absence. Below the context, each arm\u2019s "
-    "zoom shows the focus\u2019s library call alone, every nested call to scale."
-)
-
 
 def _markdown() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
@@ -72,13 +60,14 @@ def _svg_element(svg: bytes) -> str:
 
 def _figures(svgs: Sequence[bytes]) -> str:
     figures = "".join(f"<figure>\n{_svg_element(svg)}\n</figure>\n" for svg in svgs)
-    return f'<section id="timeline">\n<h2>Timeline</h2>\n{figures}<p class="how">{HOW_TO_READ}</p>\n</section>\n'
+    how = words.HOW_TO_READ_PICTURE
+    return f'<section id="timeline">\n<h2>Timeline</h2>\n{figures}<p class="how">{how}</p>\n</section>\n'
 
 
 def report_html(report: MarkdownReport, svgs: Sequence[bytes], *, title: str) -> bytes:
     """The self-contained ``report.html`` of a sealed report: its ``report.md`` (in its parts: the
     answer goes in a box coloured by the verdict it states, the timeline right after it, on the first
-    screen) and each arm's timeline picture (as :func:`nsysaudit.pictures.render` made it), stacked in
+    screen) and each arm's timeline picture (as :func:`nsysaudit.render.pictures.render` made it), stacked in
     the order given."""
     md = _markdown()
     answer = "\n".join(report.answer) + "\n"

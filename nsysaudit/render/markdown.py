@@ -34,10 +34,6 @@ from nsysaudit.reports.statements import (
 )
 
 MAX_TEXT = 200
-SEAL_SENTENCE = (
-    "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every file of "
-    "the folder; `nsysaudit verify` checks every digest."
-)
 # Characters that can start Markdown or HTML syntax anywhere in a line (CommonMark allows a
 # backslash before any ASCII punctuation). Line-start syntax (#, -, +, 1.) cannot occur: data is
 # never placed at the start of a line, and line breaks in data are shown as escapes.
@@ -73,7 +69,7 @@ def ident(value: int | None) -> str:
 
 def _end(end: int | None, recorded: int | None) -> str:
     if end is None and recorded is not None:
-        return f"unknown (recorded {num(recorded)}, the capture's stop)"
+        return words.END_RECORDED.format(recorded=num(recorded))
     return num(end)
 
 
@@ -181,19 +177,18 @@ def _library_call(lc: ArmLibraryCall) -> list[str]:
     unknown = f", {a['bytes_unknown']} of unknown size" if a["bytes_unknown"] else ""
     reason = lc["censored_reason"]  # a censored call has its reason (analysis.coverage)
     out = [
-        f"#### {md(lc['api'])} on pid {ident(lc['pid'])} tid {ident(lc['tid'])} ({role} thread, name "
-        f"{md(lc['thread_name'])})",
+        words.LIBRARY_CALL_HEADING.format(api=md(lc["api"]), pid=ident(lc["pid"]), tid=ident(lc["tid"]), role=role,
+                                          name=md(lc["thread_name"])),
         "",
         # A comparison's library call carries no recorded end: an end the capture's stop clamped is unknown.
         f"- {md(lc['source'])}, {num(lc['start_ns'])} to {num(lc['end_ns'])} ns, "
         f"coverage **{md(lc['coverage'])}**"
-        + (f" ({md(censored_reasons_words([reason]))}; CUDA API trace ends at "
-           f"{num(lc['cuda_api_last_ns'])} ns)"
+        + (words.CENSORED_TRACE_ENDS.format(why=md(censored_reasons_words([reason])),
+                                            last=num(lc["cuda_api_last_ns"]))
            if lc["coverage"] == "censored" and reason is not None else ""),
-        f"- nested CUDA API calls: {num(lc['nested_calls'])}, of which {num(lc['nested_failed'])} failed",
-        f"- nested allocation calls: {num(a['calls'])}: {num(a['succeeded'])} succeeded "
-        f"({num(a['bytes'])} bytes{unknown}), "
-        f"{num(a['failed'])} failed",
+        words.NESTED_CALLS_LINE.format(calls=num(lc["nested_calls"]), failed=num(lc["nested_failed"])),
+        words.NESTED_ALLOCATIONS_LINE.format(calls=num(a["calls"]), succeeded=num(a["succeeded"]),
+                                             bytes=num(a["bytes"]), unknown=unknown, failed=num(a["failed"])),
         "",
     ]
     if lc["allocation_calls"] or lc["failed_calls"]:
@@ -207,7 +202,7 @@ def _library_call(lc: ArmLibraryCall) -> list[str]:
             ),
         )
     if lc["nested_by_api"]:
-        out += ["Nested calls by api and return code:", ""]
+        out += [words.NESTED_BY_API_TITLE, ""]
         out += table(
             ["api", "return code", "name", "count", "bytes"],
             (
@@ -223,15 +218,21 @@ def _library_call(lc: ArmLibraryCall) -> list[str]:
     return out
 
 
+def _input_line(name: str, inp: Mapping[str, object]) -> str:
+    """The input's line: its name, kind, size and digest, and the nsys and schema versions."""
+    return words.INPUT_LINE.format(name=md(name), kind=md(inp["kind"]), size=num(inp["size_bytes"]),  # type: ignore[arg-type]
+                                   sha256=inp["sha256"], nsys=md(inp["nsys_version"]), schema=md(inp["schema_version"]))
+
+
 def _handoff(handoff: Handoff | None) -> list[str]:
     if not handoff:
-        return ["Handoff snapshot: none (no handoff line in the telemetry).", ""]
-    at = "not placed on the trace clock" if handoff["trace_ns"] is None else (
+        return [words.NO_HANDOFF_SNAPSHOT, ""]
+    at = words.NOT_ON_TRACE_CLOCK if handoff["trace_ns"] is None else (
         f"at trace {num(handoff['trace_ns'])} ns via {md(handoff['via'])}"
     )
     return [
-        f"Handoff snapshot (telemetry line {handoff['line']}, {at}; {md(handoff['chosen_by'])} of "
-        f"{handoff['handoff_lines']}): {_kv(handoff['values'])}.",
+        words.HANDOFF_SNAPSHOT.format(line=handoff["line"], at=at, chosen_by=md(handoff["chosen_by"]),
+                                      lines=handoff["handoff_lines"], values=_kv(handoff["values"])),
         "",
     ]
 
@@ -241,14 +242,14 @@ def _arm(name: str, arm: ComparisonArm) -> list[str]:
     out = [
         f"## The {name} arm",
         "",
-        f"Input {md(inp['name'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
-        f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
+        _input_line(inp["name"], inp),
         "",
         *section_lines(details.verdict_section(arm["verdict"], arm["verdict_reasons"]), "###"),
         *section_lines(details.census_section(arm["census"]), "###"),
         *section_lines(details.findings_section(arm["findings"], arm["memory"]), "###"),
         *section_lines(details.failed_calls_section(arm["failed_calls"]), "###"),
-        f"### Library calls of interest ({len(arm['library_calls'])} of {arm['library_calls_total']})",
+        words.LIBRARY_CALLS_OF_INTEREST_HEADING.format(shown=len(arm["library_calls"]),
+                                                       total=arm["library_calls_total"]),
         "",
         f"Selection: {md(arm['library_calls_selection'])}.",
         "",
@@ -282,10 +283,9 @@ def _options(options: SealedOptions | None) -> list[str]:
     if tel:
         anchors = ", ".join(md(a) for a in tel["anchors"]) or "the default rule"
         clocks = ", ".join(f"{md(kind)}={md(name)}" for kind, name in tel["clock"])
-        text += (
-            f"; telemetry event key {md(tel['event_key'])}, clocks {clocks}, anchors {anchors}, "
-            f"clock tolerance {num(tel['tolerance_ns'])} ns{', lenient' if tel['lenient'] else ''}"
-        )
+        text += words.OPTIONS_TELEMETRY.format(key=md(tel["event_key"]), clocks=clocks, anchors=anchors,
+                                               tolerance=num(tel["tolerance_ns"]),
+                                               lenient=", lenient" if tel["lenient"] else "")
     return [f"Options: {text}.", ""]
 
 
@@ -315,7 +315,7 @@ class MarkdownReport:
 def comparison_report(doc: ComparisonDocument) -> MarkdownReport:
     """The ``report.md`` of a comparison document (:meth:`Comparison.to_dict`), in its parts."""
     answer = outline.comparison_answer_outline(doc)
-    return MarkdownReport("# nsysaudit comparison: observe arm vs release arm", tuple(_comparison_answer(answer)),
+    return MarkdownReport(words.COMPARISON_MD_TITLE, tuple(_comparison_answer(answer)),
                           tuple(_comparison_rest(doc)), answer.verdict)
 
 
@@ -329,14 +329,14 @@ def _comparison_rest(doc: ComparisonDocument) -> list[str]:
     out = [
         "## Inputs",
         "",
-        SEAL_SENTENCE,
+        words.SEAL_SENTENCE,
         "",
         *table(
             ["role", "file", "kind", "bytes", "sha256"],
             ([md(i["role"]), md(i["name"]), md(i["kind"]), num(i["size_bytes"]), f"`{i['sha256']}`"]
              for i in doc["inputs"]),
         ),
-        *_options(doc.get("options")),
+        *(_options(doc["options"]) if "options" in doc else []),
         *section_lines(not_established_section(doc["not_established"])),
         f"## {words.DIFFERENCES_TITLE}",
         "",
@@ -365,12 +365,11 @@ def _analysis_rest(doc: SealedAnalysisDocument) -> list[str]:
     out = [
         "## Input",
         "",
-        SEAL_SENTENCE,
+        words.SEAL_SENTENCE,
         "",
-        f"Input {md(inp['path'])} ({md(inp['kind'])}, {num(inp['size_bytes'])} bytes, sha256 `{inp['sha256']}`), "
-        f"nsys {md(inp['nsys_version'])}, schema {md(inp['schema_version'])}.",
+        _input_line(inp["path"], inp),
         "",
-        *_options(doc.get("options")),
+        *(_options(doc["options"]) if "options" in doc else []),
         *section_lines(details.verdict_section(doc["verdict"], doc["verdict_reasons"])),
         *section_lines(details.census_section(doc["census"])),
         *section_lines(details.findings_section(doc["findings"], doc["memory"])),

@@ -6,6 +6,7 @@ The terminal and report.md lay the same section out (:mod:`nsysaudit.render.outl
 from __future__ import annotations
 
 from nsysaudit import words
+from nsysaudit.analysis.ledger import DeviceProcess, Pool
 from nsysaudit.core.codes import display_name
 from nsysaudit.core.text import byte_size
 from nsysaudit.render.outline import Cell, Column, Entry, Phrase, Section, TableOutline
@@ -35,8 +36,10 @@ def _lead(memory: Memory) -> Phrase:
 
 def _devices(memory: Memory) -> list[Entry]:
     """Each device's ledger, and each process's allocations by call under it."""
+    if "devices" not in memory:
+        return []
     entries = []
-    for dev in memory.get("devices", []):
+    for dev in memory["devices"]:
         text = words.MEMORY_DEVICE.format(device=dev["device_id"], name=dev["name"] or "unknown",
                                           total=_bytes(dev["total_bytes"]), allocated=f"{dev['allocated_bytes']:,}",
                                           events=f"{dev['allocation_events']:,}")
@@ -44,36 +47,47 @@ def _devices(memory: Memory) -> list[Entry]:
             text += words.MEMORY_DEVICE_FREED.format(freed=f"{dev['freed_bytes']:,}",
                                                      peak=f"{dev['peak_device_resident_live_bytes']:,}",
                                                      at=f"{dev['peak_at_ns']:,}")
-        under = []
-        for proc in dev.get("processes", []):
-            calls = "; ".join(f"{display_name(c['api']) if c['api'] else CALL_WORDS.get(c['call'], c['call'])} "
-                              f"{c['events']:,} x {c['kind']} "
-                              f"{c['bytes']:,} B" for c in proc["allocations_by_call"])
-            under.append(Entry((Phrase(words.MEMORY_PROCESS.format(
-                pid=proc["pid"], live=f"{proc['live_bytes_at_end']:,}", calls=calls)),)))
-        entries.append(Entry((Phrase(text),), under=tuple(under)))
+        under = tuple(_process(proc) for proc in dev["processes"]) if "processes" in dev else ()
+        entries.append(Entry((Phrase(text),), under=under))
     return entries
+
+
+def _process(proc: DeviceProcess) -> Entry:
+    """A process's allocations on a device, by the call that made them."""
+    calls = "; ".join(f"{display_name(c['api']) if c['api'] else CALL_WORDS[c['call']]} "
+                      f"{c['events']:,} x {c['kind']} "
+                      f"{c['bytes']:,} B" for c in proc["allocations_by_call"])
+    return Entry((Phrase(words.MEMORY_PROCESS.format(pid=proc["pid"], live=f"{proc['live_bytes_at_end']:,}",
+                                                     calls=calls)),))
+
+
+def _pools(memory: Memory) -> list[Pool]:
+    """The CUDA memory pools the ledger lists (none where it lists no pool key)."""
+    if "pools" not in memory:
+        return []
+    return memory["pools"]
 
 
 def _notes(memory: Memory) -> list[Entry]:
     """The ledger by mechanism, the CUDA memory pools, and the ledger's notes (the last two warnings)."""
     entries = []
-    mechanisms = memory.get("mechanisms", {})
-    if mechanisms:
+    if "mechanisms" in memory and (mechanisms := memory["mechanisms"]):
         said = "; ".join(words.MEMORY_MECHANISM.format(
-            mechanism=MECHANISM_WORDS.get(m, m), allocations=f"{v['allocation_events']:,}",
+            mechanism=MECHANISM_WORDS[m], allocations=f"{v['allocation_events']:,}",
             allocated=f"{v['allocated_bytes']:,}", deallocations=f"{v['deallocation_events']:,}")
             for m, v in mechanisms.items())
         entries.append(Entry((Phrase(said),), label=words.MEMORY_BY_MECHANISM))
-    for pool in memory.get("pools", []):
+    for pool in _pools(memory):
         address = "unknown" if pool["address"] is None else f"{pool['address']:#x}"
         entries.append(Entry((Phrase(words.MEMORY_POOL.format(
             pid=pool["pid"], address=address, device=pool["device_id"], size=f"{pool['size_at_end_bytes']:,}",
             peak=f"{pool['peak_size_bytes']:,}", used=f"{pool['utilized_at_end_bytes']:,}", trims=pool["trims"],
             destroyed=words.MEMORY_POOL_DESTROYED if pool["destroyed"] else "")),)))
-    vmm = virtual_memory_words(memory.get("virtual_memory"))
-    gaps = free_calls_without_event_words(memory.get("free_calls_without_event"))
-    unseen = freed_never_allocated_words(memory.get("freed_never_allocated"))
+    vmm = virtual_memory_words(memory["virtual_memory"]) if "virtual_memory" in memory else None
+    gaps = free_calls_without_event_words(memory["free_calls_without_event"]) \
+        if "free_calls_without_event" in memory else None
+    unseen = freed_never_allocated_words(memory["freed_never_allocated"]) \
+        if "freed_never_allocated" in memory else None
     entries += [Entry((Phrase(vmm),))] if vmm is not None else []
     entries += [Entry((Phrase(s),), severity="warning") for s in (gaps, unseen) if s is not None]
     return entries
@@ -111,7 +125,9 @@ def _after(memory: Memory) -> list[Entry]:
     entries = []
     for p in memory["at"]:
         if not p["devices"]:
-            why = p.get("unknown", words.MEMORY_NO_DEVICE)
+            why = words.MEMORY_NO_DEVICE
+            if "unknown" in p:
+                why = p["unknown"]
             entries.append(Entry((Phrase(words.MEMORY_AT.format(label=p["label"], what=why)),)))
         elif not any(d["process_has_events"] for d in p["devices"]):
             entries.append(Entry((Phrase(words.MEMORY_AT.format(
@@ -124,7 +140,7 @@ def _after(memory: Memory) -> list[Entry]:
 
 def memory_section(memory: Memory) -> Section:
     """The ``memory`` key outlined (see the module docstring)."""
-    if not memory["ledger"] and not memory.get("devices"):
+    if not memory["ledger"] and ("devices" not in memory or not memory["devices"]):
         return Section(words.MEMORY_TITLE, lead=_lead(memory), quiet=True)
     not_counted = Phrase(words.MEMORY_NOT_COUNTED.format(what="; ".join(memory["not_counted"]))) \
         if memory["at"] else None

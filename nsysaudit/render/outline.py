@@ -30,6 +30,8 @@ from nsysaudit.reports.documents import (
     ComparisonDocument,
     SealedAnalysisDocument,
 )
+from nsysaudit.reports.ranks import device_lines
+from nsysaudit.reports.stalls import glance_words
 
 Severity = Literal["failure", "warning"]
 # How much room a phrase is given before it is shortened: a whole sentence, or a phrase within one.
@@ -312,3 +314,25 @@ def allocator_differences(diff: AllocatorDifferences, *, calls_only: bool = Fals
         entries.append(_change(words.AT_CALL.format(api=key["api"], ordinal=key["ordinal"],
                                                  role=words.THREAD_ROLE[key["thread_role"]]), pair))
     return tuple(entries)
+
+
+def glance(d: AnalysisDocument) -> tuple[str, ...]:
+    """One line each of what the details hold (the census, the memory, the devices and ranks, the
+    telemetry, the host stalls), so a person knows what --details would show."""
+    c, libs, memory = d["census"], d["library_calls"], d["memory"]
+    censored = sum(1 for lc in libs if lc["coverage"] == "censored")
+    lines = [words.glance_census(c["cuda_api_calls"], c["nonzero_returns"], len(libs), censored)]
+    if memory["ledger"]:
+        lines.append(words.glance_ledger(memory["events"], len(memory["at"])))
+    else:
+        lines.append(words.GLANCE_NO_LEDGER.format(why=memory["why_no_ledger"]))
+    if device_lines(d):
+        ranks = d["ranks"]
+        known = ", ".join(map(str, ranks["ranks"])) or words.NO_RANK_STATED
+        lines.append(words.glance_devices(len(d["devices"]), known, ranks["processes_with_rank"], ranks["processes"]))
+    if "alignment" in d:
+        lines.append(words.GLANCE_TELEMETRY.format(events=f"{d['telemetry']['events']:,}",
+                                                   checked=words.CHECKED[d["alignment"]["checked"]]))
+    if d["stalls"]["blocking_calls"]:
+        lines.append(glance_words(d["stalls"]))
+    return tuple(lines)

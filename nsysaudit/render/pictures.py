@@ -1,4 +1,4 @@
-"""Timeline pictures: :class:`~nsysaudit.timeline.Timeline` objects in, SVG or PNG bytes out.
+"""Timeline pictures: :class:`~nsysaudit.reports.timeline.Timeline` objects in, SVG or PNG bytes out.
 
 The only module that imports matplotlib. It draws with the object-oriented API (``Figure``, no
 ``pyplot``: no global figure state, no GUI backend; PNG through Agg, SVG through matplotlib's own
@@ -24,12 +24,14 @@ import logging
 import os
 import textwrap
 import warnings
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from nsysaudit import words
 from nsysaudit.core.errors import BadOption, PictureNotWritable
 from nsysaudit.core.files import write_atomic
 from nsysaudit.core.text import escape, size_word
@@ -115,7 +117,7 @@ def _font(size: float = 7.5, weight: str = "normal") -> FontProperties:
     return FontProperties(fname=FONT_FILE, size=size, weight=weight)
 
 
-def shown(text: object, limit: int = MAX_TEXT) -> str:
+def clipped(text: object, limit: int = MAX_TEXT) -> str:
     """Trace text as a picture shows it: escaped, one line, shortened with its length."""
     s = escape(str(text))
     return s if len(s) <= limit else f"{s[: limit - 1]}… ({len(s)} chars)"
@@ -201,7 +203,7 @@ def _top_labels(view: View, scale: _Scale) -> list[tuple[float, str, str, str]]:
         return "right" if x > lo + 0.9 * (hi - lo) else "left"
 
     out = [
-        (x, shown(b.event) + ("" if b.verified else " (unverified)"), line(x), COLOURS["boundary"])
+        (x, clipped(b.event) + ("" if b.verified else " (unverified)"), line(x), COLOURS["boundary"])
         for b in view.boundaries
         for x in [scale.x(b.trace_ns)]
     ]
@@ -219,21 +221,21 @@ def _panels(timelines: Sequence[Timeline]) -> list[_PanelSpec]:
     specs = []
     for t in timelines:
         title = f"{t.arm} arm · " if t.arm else ""
-        title += f"{shown(t.input_name)} · verdict {t.verdict}"
+        title += f"{clipped(t.input_name)} · verdict {t.verdict}"
         if t.whole_capture:
-            title += " · nothing to focus on (nothing failed, no library call): the whole capture"
+            title += words.PICTURE_WHOLE_CAPTURE
         specs.append(_PanelSpec(_draw_view, t, t.context, title, _label_rows(t.context, _scale(t.context))))
     for t in timelines:
         if t.zoom is not None:
             lane = t.lanes[t.zoom.lanes[0]]
             title = f"{t.arm} arm · " if t.arm else ""
-            title += f"zoom on the focus's library call, thread {_lane_name(lane.name)}"
+            title += words.PICTURE_ZOOM_TITLE.format(thread=_lane_name(lane.name))
             specs.append(_PanelSpec(_draw_view, t, t.zoom, title, _label_rows(t.zoom, _scale(t.zoom))))
     for t in timelines:
         if t.memory is not None:
             title = f"{t.arm} arm · " if t.arm else ""
-            name = f" {shown(t.memory.device_name, 40)}" if t.memory.device_name else ""
-            title += f"device memory, device {t.memory.device_id}{name}: how little could have been free"
+            name = f" {clipped(t.memory.device_name, 40)}" if t.memory.device_name else ""
+            title += words.PICTURE_MEMORY_TITLE.format(device=t.memory.device_id, name=name)
             specs.append(_PanelSpec(_draw_memory, t, t.context, title, 1, lanes_tall=3))
     return specs
 
@@ -271,8 +273,8 @@ def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
         ax.step(xs, [max(v, MEMORY_FLOOR) for v in live], where="post", color=COLOURS["library"], lw=0.8,
                 alpha=0.7, gid=f"{ids}-live")
         ax.axhline(total, color=COLOURS["capture"], lw=0.9, ls="--", gid=f"{ids}-total")
-        _label(ax, lo, total * 3, f" device total {total:,} B ({_gib(total):.1f} GiB); "
-               "red: at most this much free, blue: held by traced processes (log scale)", COLOURS["text"], size=6.5)
+        _label(ax, lo, total * 3, words.PICTURE_MEMORY_TOTAL.format(total=f"{total:,}", gib=f"{_gib(total):.1f}"),
+               COLOURS["text"], size=6.5)
         levels = [b for b in (1 << 20, 10 << 20, 100 << 20, 1 << 30, 10 << 30, 100 << 30, 1 << 40) if b <= total * 1.6]
         ax.set_yticks(levels, labels=[size_word(b) for b in levels], fontproperties=_font(7))
         ax.minorticks_off()
@@ -287,7 +289,7 @@ def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
         ax.fill_between(xs, ys, step="post", color=COLOURS["library"], alpha=0.15, lw=0)
         yticks = [v for v in MaxNLocator(nbins=4).tick_values(0, top) if 0 <= v <= top]
         ax.set_yticks(yticks, labels=[_number(v) for v in yticks], fontproperties=_font(7))
-        ax.set_ylabel("GiB live (device total unknown)", fontproperties=_font(7), color=COLOURS["note"])
+        ax.set_ylabel(words.PICTURE_LIVE_AXIS, fontproperties=_font(7), color=COLOURS["note"])
         bound_y = top * 0.45
     if lo <= x <= hi:
         ax.axvline(x, color=COLOURS["failed"], lw=0.8, ls=":", gid=f"{ids}-focus")
@@ -300,14 +302,14 @@ def _draw_memory(ax: Axes, t: Timeline, view: View) -> None:
     ticks = MaxNLocator(nbins=10).tick_values(lo, hi)
     ticks = [v for v in ticks if lo <= v <= hi]
     ax.set_xticks(ticks, labels=[_number(v) for v in ticks], fontproperties=_font(7))
-    ax.set_xlabel(shown(f"{scale.unit} from {t.origin_label}", 200), fontproperties=_font(7.5),
+    ax.set_xlabel(clipped(f"{scale.unit} from {t.origin_label}", 200), fontproperties=_font(7.5),
                   color=COLOURS["note"], labelpad=2)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
 
 
 def _lane_name(name: str | None) -> str:
-    return "name unknown" if name is None else shown(name, 40)
+    return "name unknown" if name is None else clipped(name, 40)
 
 
 def _draw_view(ax: Axes, t: Timeline, view: View) -> None:
@@ -326,12 +328,12 @@ def _draw_view(ax: Axes, t: Timeline, view: View) -> None:
     ticks = [v for v in ticks if scale.x(view.lo_ns) <= v <= scale.x(view.hi_ns)]
     ax.set_xticks(ticks, labels=[_number(v) for v in ticks], fontproperties=_font(7))
     origin = t.origin_label if view is t.context else (t.zoom_label or "")
-    ax.set_xlabel(shown(f"{scale.unit} from {origin}", 200), fontproperties=_font(7.5), color=COLOURS["note"],
+    ax.set_xlabel(clipped(f"{scale.unit} from {origin}", 200), fontproperties=_font(7.5), color=COLOURS["note"],
                   labelpad=2)
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
     if not view.lanes:
-        ax.text(0.5, 0.5, "no thread has anything in this window", transform=ax.transAxes, ha="center",
+        ax.text(0.5, 0.5, words.PICTURE_EMPTY_WINDOW, transform=ax.transAxes, ha="center",
                 va="center", fontproperties=_font(8), color=COLOURS["note"], parse_math=False)
     for k, lane_index in enumerate(view.lanes):
         lane = t.lanes[lane_index]
@@ -390,8 +392,8 @@ def _number(v: float) -> str:
 
 def _label(ax: Axes, x: float, y: float, text: str, colour: str, size: float = 6.5, ha: str = "left",
            weight: str = "normal", gid: str | None = None) -> None:
-    ax.text(x, y, shown(text, 200), ha=ha, va="center", fontproperties=_font(size, weight), color=colour, clip_on=True,
-            parse_math=False, gid=gid, zorder=6)
+    ax.text(x, y, clipped(text, 200), ha=ha, va="center", fontproperties=_font(size, weight), color=colour,
+            clip_on=True, parse_math=False, gid=gid, zorder=6)
 
 
 def _draw_shades(ax: Axes, view: View, scale: _Scale, rows_of: dict[int, int], ids: str) -> None:
@@ -413,7 +415,7 @@ def _draw_ranges(ax: Axes, view: View, scale: _Scale, rows_of: dict[int, int]) -
         x1 = min(scale.x(r.end_ns), scale.x(view.hi_ns))
         ax.add_patch(Rectangle((x0, k - 0.44), max(x1 - x0, 0), 0.15, facecolor=COLOURS["nvtx"], lw=0, zorder=2))
         room = int((x1 - x0) * per_unit) - 1  # the label stays inside its range
-        text = f"NVTX {shown(r.text, 40)}"
+        text = f"NVTX {clipped(r.text, 40)}"
         if room >= 6:
             _label(ax, x0, k - 0.365, text if len(text) <= room else text[: room - 1] + "…", "#4b3a6b")
 
@@ -429,11 +431,11 @@ def _draw_bars(
         colour = COLOURS["library"] if b.coverage == "complete" else COLOURS["library_censored"]
         ax.add_patch(Rectangle((x0, k - 0.22), width, 0.26, facecolor=colour, edgecolor=COLOURS["library"],
                                lw=0.6, zorder=3, gid=f"{ids}-library-call-{b.lib_id}"))
-        words = shown(b.api, 40) + ("" if b.coverage == "complete" else f" · {b.coverage or 'coverage unknown'}")
+        said = clipped(b.api, 40) + ("" if b.coverage == "complete" else f" · {b.coverage or 'coverage unknown'}")
         if not b.end_known:
-            words += " · end unknown (the capture's stop)"
+            said += words.PICTURE_END_UNKNOWN
             ax.plot([x1], [k - 0.09], marker=">", color=COLOURS["library"], markersize=5, zorder=4)
-        _place(ax, rows[k], k, max(x0, scale.x(view.lo_ns)), words, COLOURS["library"], view, scale)
+        _place(ax, rows[k], k, max(x0, scale.x(view.lo_ns)), said, COLOURS["library"], view, scale)
 
 
 def _draw_ticks(
@@ -462,10 +464,10 @@ def _draw_ticks(
             if marked:
                 ax.plot([scale.x(t.start_ns) for t in marked], [rows_of[t.lane] - 0.27 for t in marked], ls="none",
                         marker="v", color=COLOURS[outcome], markersize=5, zorder=5, gid=f"{ids}-{outcome}-markers")
-    counts: dict[tuple[int, str, int], int] = {}
+    counts: Counter[tuple[int, str, int]] = Counter()
     for t in ticks:
         if t.outcome in ("failed", "nonzero"):
-            counts[(t.lane, t.api, t.return_code)] = counts.get((t.lane, t.api, t.return_code), 0) + 1
+            counts[(t.lane, t.api, t.return_code)] += 1
     labelled: set[tuple[int, str, int]] = set()
     for tick in sorted(ticks, key=lambda t: t is not view.focus_tick):  # the focus gets the first row
         k, x = rows_of[tick.lane], scale.x(tick.start_ns)
@@ -475,7 +477,7 @@ def _draw_ticks(
             if tick.correlation_id is not None:
                 text += f", correlation {tick.correlation_id}"
             if position is not None:
-                text += f", {shown(position, 120)}"
+                text += f", {clipped(position, 120)}"
         elif tick.outcome in ("failed", "nonzero") and key not in labelled:
             text = tick.label + (f", {counts[key]} in view" if counts[key] > 1 else "")
         elif tick.outcome == "allocation" and zoom:
@@ -490,7 +492,7 @@ def _place(ax: Axes, rows: _Rows, k: int, x: float, text: str, colour: str, view
     """A label below lane ``k`` in the first free row; right-aligned at ``x`` in the right half."""
     x = min(max(x, scale.x(view.lo_ns)), scale.x(view.hi_ns))  # a call that began before the window
     right = x > (scale.x(view.lo_ns) + scale.x(view.hi_ns)) / 2
-    text = shown(text, 200)
+    text = clipped(text, 200)
     row = rows.place(x, text, "right" if right else "left")
     if row is not None:
         _label(ax, x, k + 0.14 + 0.13 * row, text, colour, ha="right" if right else "left", weight="bold")
@@ -547,7 +549,7 @@ def figure(timelines: Sequence[Timeline]) -> Figure:
     specs = _panels(timelines)
     # A long note (the ledger's sentence) wraps onto lines of its own rather than being cut.
     notes = [line for note in notes_of(timelines)
-             for line in textwrap.wrap(shown(note, 2000), NOTE_WIDTH, subsequent_indent="    ")]
+             for line in textwrap.wrap(clipped(note, 2000), NOTE_WIDTH, subsequent_indent="    ")]
     heights = [_panel_height(s) for s in specs]
     total = sum(heights) + GAP * len(specs) + LEGEND + NOTE_LINE * len(notes) + 0.15
     fig = Figure(figsize=(WIDTH, total))
@@ -558,7 +560,7 @@ def figure(timelines: Sequence[Timeline]) -> Figure:
         axes_height = _lanes_tall(spec) * LANE
         ax = fig.add_axes((LEFT / WIDTH, (axes_top - axes_height) / total, (WIDTH - LEFT - RIGHT) / WIDTH,
                            axes_height / total))
-        fig.text(0.01, (top - TITLE / 2) / total, shown(spec.title, 200), fontproperties=_font(9, "bold"),
+        fig.text(0.01, (top - TITLE / 2) / total, clipped(spec.title, 200), fontproperties=_font(9, "bold"),
                  color=COLOURS["text"], va="center", parse_math=False)
         spec.draw(ax, spec.timeline, spec.view)
         top -= height

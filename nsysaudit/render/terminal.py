@@ -38,7 +38,6 @@ from nsysaudit.reports.documents import (
     SealedAnalysisDocument,
 )
 from nsysaudit.reports.ranks import device_lines
-from nsysaudit.reports.stalls import glance_words
 
 MAX_TEXT = 80
 MAX_LIBRARY_ROWS = 40
@@ -236,7 +235,7 @@ def section_parts(section: Section) -> list[RenderableType]:
     if section.lead is not None:
         head.append(" ")
         head.append_text(_phrases([section.lead]))
-        style = VERDICT_STYLE.get(section.verdict, "bold") if section.verdict is not None else \
+        style = VERDICT_STYLE[section.verdict] if section.verdict is not None else \
             "dim" if section.quiet else SEVERITY_STYLE[section.severity] if section.severity is not None else ""
         head.stylize(style, len(section.title) + 3)
     parts: list[RenderableType] = [head, *_bullets(section.entries)]
@@ -251,7 +250,7 @@ def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
     """The answer first (:mod:`nsysaudit.render.outline`): the verdict and its sentence, each entry
     (a finding: what, when, who held the memory; a censored call; a host stall), what limits the verdict."""
     parts: list[RenderableType] = [Text("")]
-    line = Text(answer.verdict, style=VERDICT_STYLE.get(answer.verdict, "bold"))
+    line = Text(answer.verdict, style=VERDICT_STYLE[answer.verdict])
     parts.append(hanging("", Text.assemble(line, ": ", _phrases([answer.summary])), indent=0))
     for e in answer.entries:
         parts += _entry(e)
@@ -263,28 +262,9 @@ def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
 
 def glance(d: AnalysisDocument) -> list[RenderableType]:
     """One line each of what the details hold, so a person knows what --details would show."""
-    c, libs, memory = d["census"], d["library_calls"], d["memory"]
-    censored = sum(1 for lc in libs if lc["coverage"] == "censored")
-    lines = [f"census: {c['cuda_api_calls']:,} CUDA API calls, {c['nonzero_returns']:,} non-zero returns; "
-             f"{len(libs):,} library call(s), {censored} censored"]
-    if memory["ledger"]:
-        lines.append(f"device memory: ledger of {memory['events']:,} events, read at {len(memory['at'])} moment(s)")
-    else:
-        lines.append(f"device memory: no ledger ({memory['why_no_ledger']})")
-    if device_lines(d):
-        ranks = d["ranks"]
-        known = ", ".join(map(str, ranks["ranks"])) or "none stated"
-        lines.append(f"devices: {len(d['devices'])}; ranks: {known} ({ranks['processes_with_rank']} of "
-                     f"{ranks['processes']} process(es) with a rank)")
-    if "alignment" in d:
-        checked = "checked" if d["alignment"]["checked"] else "NOT checked"
-        lines.append(f"telemetry: {d['telemetry']['events']:,} line(s), clock alignment {checked}")
-    if d["stalls"]["blocking_calls"]:
-        lines.append(glance_words(d["stalls"]))
     out: list[RenderableType] = [Text("")]
-    out += [hanging("", literal(line, 2000), style="dim") for line in lines]
-    out.append(hanging("", Text("the full report: --details (census, calls, memory, library calls, coverage, "
-                                "alignment); every value: --json", style="dim")))
+    out += [hanging("", literal(line, 2000), style="dim") for line in outline.glance(d)]
+    out.append(hanging("", Text(words.GLANCE_FULL_REPORT, style="dim")))
     return out
 
 
@@ -428,7 +408,7 @@ def verification_renderable(
     """What ``nsysaudit verify`` checked (it only returns when every check passed); digests short unless ``full``."""
     t = Text("verified ", style="bold green")
     t.append_text(literal(directory, 300))
-    t.append(f"\n  {len(files)} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file")
+    t.append(words.verified_files(len(files)))
     for i in inputs:  # the name and role come from metadata.json: a forged one is text too
         t.append("\n  input ")
         t.append_text(literal(i["path"], 300))
@@ -439,7 +419,7 @@ def verification_renderable(
         digest = str(i["sha256"]) if full else short_hash(str(i["sha256"]))
         t.append(f": sha256 {digest}, {i['size_bytes']:,} bytes")
     if rerun:
-        t.append("\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt")
+        t.append(words.VERIFIED_RERUN)
     return Group(*_hang([t]))
 
 

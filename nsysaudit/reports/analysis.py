@@ -554,7 +554,7 @@ def _head(info: InputInfo, analysis: Analysis, censored: pl.DataFrame) -> Head:
         "answer": answer(
             findings, analysis.verdict, list(analysis.verdict_reasons), keys["processes"], memory,
             censored_rows(censored.head(MAX_CENSORED)), censored.height,
-            devices=keys["devices"], shown=keys["ranks"]["shown"], stalls=stalls["statements"],
+            devices=keys["devices"], names_devices=keys["ranks"]["shown"], stalls=stalls["statements"],
             library_failures=analysis.telemetry_library_failures,
         ),
     }

@@ -59,9 +59,9 @@ def finding_words(f: Finding) -> str:
         before = enc.get("allocations_before")
         if before is not None and before["count"]:
             each = " + ".join("unknown" if b is None else f"{b:,}" for b in before["bytes_each"])
-            text += f"{',' if helper is None else ''} after {before['count']} successful allocation(s) in it ({each} B)"
+            text += words.allocations_before(helper is None, before["count"], each)
         elif before is not None:
-            text += f"{',' if helper is None else ''} the first allocation in it"
+            text += words.first_allocation(helper is None)
         mapped = nccl.mapped_words(enc)
         if mapped is not None:
             text += f" and {mapped}"
@@ -71,9 +71,7 @@ def finding_words(f: Finding) -> str:
     if cap is not None:
         gap = cap["ns_from_capture_end"]
         since = "an unknown time" if gap is None else f"{gap / 1e6:.3f} ms"
-        text += (f", {since} after a stream capture that recorded "
-                 f"{cap['event_records_count']} event(s) ({cap['begin']['api']} .. {cap['end']['api']}); the trace "
-                 "does not say which event the wait used")
+        text += words.after_stream_capture(since, cap["event_records_count"], cap["begin"]["api"], cap["end"]["api"])
     return text
 
 
@@ -86,7 +84,7 @@ def _short(f: Finding) -> str:
     if enc is not None:
         return f"{text} inside {nccl.call_words(enc)} on {thread}"
     if f.get("stream_capture") is not None:
-        return f"{text} on {thread}, after events were recorded inside a stream capture"
+        return words.short_after_stream_capture(text, thread)
     return f"{text} on {thread}"
 
 
@@ -100,20 +98,20 @@ def answer(
     censored_total: int,
     *,
     devices: Sequence[TargetDevice] = (),
-    shown: bool = False,
+    names_devices: bool = False,
     stalls: Sequence[str] = (),
     library_failures: Sequence[LibraryFailure] = (),
 ) -> Answer:
     """The ``answer`` key of an analysis document (see the module docstring) from its other keys;
     ``censored_calls``: the first :data:`MAX_CENSORED` entries of ``coverage.censored``, of
-    ``censored_total``; ``devices`` (the document's ``devices``) and ``shown`` (``ranks.shown``): where the
-    export has several devices or a stated rank, the findings say where they ran and the holder
+    ``censored_total``; ``devices`` (the document's ``devices``) and ``names_devices`` (``ranks.shown``): where
+    the export has several devices or a stated rank, the findings say where they ran and the holder
     sentences name each device; ``library_failures`` (``telemetry.library_failures``): NCCL's error
     lines tied to a finding are said with it (``reported``); ``stalls``: the host stalls' sentences (the
     ``stalls`` key's ``statements``)."""
     names = {p["global_pid"]: p["name"] for p in processes}
     reports = nccl.reported(library_failures, findings)
-    named = devices if shown and len(devices) > 1 else None
+    named = devices if names_devices and len(devices) > 1 else None
     points = {p["finding"]: p for p in memory["at"] if p["point"] == "finding" and "finding" in p}
     said: list[AnswerFinding] = []
     for i, f in enumerate(findings):
@@ -127,7 +125,7 @@ def answer(
             allocator = allocator_words(in_force)
             if allocator:
                 held += f" {allocator}"
-        placed = placement_words(f, devices, shown)  # "rank 1, device 1 (...)": where devices or ranks tell
+        placed = placement_words(f, devices, names_devices)  # "rank 1, device 1 (...)": where devices or ranks tell
         entry: AnswerFinding = {
             "finding": i,
             "finding_number": f["number"],
@@ -153,7 +151,7 @@ def answer(
     if findings:
         first = said[0]
         summary = _short(findings[0])
-        placed = placement_words(findings[0], devices, shown)
+        placed = placement_words(findings[0], devices, names_devices)
         if placed:
             summary += f", {placed}"
         if first["when"]:

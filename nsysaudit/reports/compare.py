@@ -95,10 +95,10 @@ REPORT_FORMAT = "nsysaudit.compare/2"
 # META_DATA_CAPTURE keys that differ between any two runs by construction. They are reported
 # under ``differs_as_expected`` (with the reason), never silently dropped.
 _EXPECTED_CAPTURE_KEYS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\APROFILING_SESSION_(UUID|ID)\Z"), "identifies the capture session"),
-    (re.compile(r"\ARUN_DURATION_MS\Z"), "measured length of the run"),
-    (re.compile(r"\A(APPLICATION_PID|PROCESS_[0-9]+:PID)\Z"), "process id assigned by the OS"),
-    (re.compile(r"\APROCESS_[0-9]+:ARGUMENT_[0-9]+\Z"), "the arm's own command arguments"),
+    (re.compile(r"\APROFILING_SESSION_(UUID|ID)\Z"), words.EXPECTED_CAPTURE_KEY["session"]),
+    (re.compile(r"\ARUN_DURATION_MS\Z"), words.EXPECTED_CAPTURE_KEY["duration"]),
+    (re.compile(r"\A(APPLICATION_PID|PROCESS_[0-9]+:PID)\Z"), words.EXPECTED_CAPTURE_KEY["pid"]),
+    (re.compile(r"\APROCESS_[0-9]+:ARGUMENT_[0-9]+\Z"), words.EXPECTED_CAPTURE_KEY["arguments"]),
 )
 _ENVIRONMENT = re.compile(r"\APROCESS_[0-9]+:ENVIRONMENT_VARIABLE\Z")
 # Snapshot fields of the telemetry ``handoff`` event that the comparison shows side by side.
@@ -415,11 +415,8 @@ def _handoff(d: AnalysisDocument, libs: list[ArmLibraryCall]) -> Handoff | None:
     placed = [
         e for e in handoffs if e["trace_ns"] is not None and first_start is not None and e["trace_ns"] <= first_start
     ]
-    chosen, rule = (
-        (placed[-1], "last handoff line at or before the first library call of interest")
-        if placed
-        else (handoffs[-1], "last handoff line in the file")
-    )
+    chosen = placed[-1] if placed else handoffs[-1]
+    rule = words.HANDOFF_RULE[bool(placed)]
     values = chosen["values"]
     return {
         "line": chosen["line"],
@@ -605,19 +602,12 @@ def _failure_presence(arms: Mapping[str, ComparisonArm]) -> FailurePresence:
             for f in fs
             if f["enclosing"] is not None  # a nested failure is inside its library call
         )
-        statement = (
-            f"A nested allocation failure is present in {present[0]} ({counts[present[0]]}: {what}) "
-            f"and absent in {absent[0]}"
-        )
         censored = arms[absent[0]]["coverage"]["censored"]
-        if censored:
-            statement += f" as far as its trace goes ({len(censored)} library call(s) censored there)"
+        statement = words.nested_failure_in_one_arm(present[0], counts[present[0]], what, absent[0], len(censored))
     elif present:
-        statement = "A nested allocation failure is present in both arms"
+        statement = words.NESTED_FAILURE_IN_BOTH
     else:
-        statement = "No nested allocation failure is in either trace"
-        if any(arms[n]["coverage"]["censored"] for n in ARMS):
-            statement += " (but see what the comparison does not establish: coverage is censored)"
+        statement = words.nested_failure_in_neither(any(arms[n]["coverage"]["censored"] for n in ARMS))
     return {"observe": counts["observe"], "release": counts["release"], "present_in": present, "absent_in": absent,
             "statement": statement}
 
@@ -649,11 +639,7 @@ def _paired_calls(arms: Mapping[str, ComparisonArm]) -> list[PairedCall]:
                                                         release["memory_at_start"]))
             same = by_arm["observe"][k]["nested_by_api"] == by_arm["release"][k]["nested_by_api"]
             calls = by_arm["observe"][k]["nested_calls"]
-            statements.append(
-                f"The traced nested calls are the same in both arms ({calls:,} calls, same api and return code counts)"
-                if same
-                else "The traced nested calls differ between the arms (api and return code counts)"
-            )
+            statements.append(words.nested_calls_compared(same, calls))
         out.append({"match_key": {"api": k[0], "thread_role": k[1], "ordinal": k[2]}, "observe": observe,
                     "release": release, "nested_calls_same": same, "statements": statements})
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from nsysaudit import words
 from nsysaudit.core.codes import display_name
 from nsysaudit.core.text import size_word
 from nsysaudit.reports.documents import ArmLibraryCall, Child, Enclosing, Finding, HelperThread, LibraryFailure
@@ -53,8 +54,7 @@ def call_words(enc: Enclosing) -> str:
 def helper_words(helper: HelperThread) -> str:
     """Why a call on another thread is inside the NCCL call: "the call ran on tid 812, and all 18 CUDA
     API calls of tid 830 lie inside it (NCCL runs a communicator's initialization on a thread it starts)"."""
-    return (f"the call ran on tid {helper['calling_tid']}, and all {helper['calls']:,} CUDA API calls of tid "
-            f"{helper['tid']} lie inside it (NCCL runs a communicator's initialization on a thread it starts)")
+    return words.nccl_helper_thread(helper["calling_tid"], helper["calls"], helper["tid"])
 
 
 def mapped_words(enc: Enclosing) -> str | None:
@@ -64,7 +64,7 @@ def mapped_words(enc: Enclosing) -> str | None:
     if mapped is None or not mapped["count"]:
         return None
     each = " + ".join(f"{b:,}" for b in mapped["bytes_each"] if b is not None)
-    return f"{mapped['count']} mapping(s) of {each} B (their cuMemSetAccess memory events)"
+    return words.nccl_mapped(mapped["count"], each)
 
 
 def reported_words(failure: LibraryFailure, finding: Finding) -> str:
@@ -74,13 +74,12 @@ def reported_words(failure: LibraryFailure, finding: Finding) -> str:
     gap = None
     if failure["trace_ns"] is not None and finding["start_ns"] is not None:
         gap = (failure["trace_ns"] - finding["start_ns"]) / 1e6
-    when = f", {gap:.3f} ms after this call began" if gap is not None and gap >= 0 else ""
-    text = f"telemetry line {failure['line']} ({failure['event']}{when}) records NCCL's error: {said}; "
+    text = words.nccl_error_line(failure["line"], failure["event"], gap if gap is not None and gap >= 0 else None, said)
     if failure.get("trace_confirms_out_of_memory"):
         code = finding["return_name"] or "unknown code"
-        return text + (f"the trace confirms an out-of-memory: {finding['display_api'] or finding['api']} returned "
-                       f"{finding['return_code']} ({code})")
-    return text + "the trace does not show an out-of-memory behind it: this call's return does not mean one"
+        return text + words.nccl_out_of_memory_confirmed(finding["display_api"] or finding["api"],
+                                                         finding["return_code"], code)
+    return text + words.NCCL_OUT_OF_MEMORY_NOT_SHOWN
 
 
 def reported(failures: Sequence[LibraryFailure], findings: Sequence[Finding]) -> Mapping[int, str]:
@@ -93,7 +92,7 @@ def reported(failures: Sequence[LibraryFailure], findings: Sequence[Finding]) ->
     return out
 
 
-ALLOCATED = "from the memory events of the calls inside it"  # marks :func:`allocations_words`' sentence
+ALLOCATED = words.NCCL_ALLOCATED  # marks :func:`allocations_words`' sentence
 
 
 def allocations_words(arm: str, lc: ArmLibraryCall) -> str | None:
@@ -113,11 +112,11 @@ def allocations_words(arm: str, lc: ArmLibraryCall) -> str | None:
     failed = [c for c in allocs if c["return_code"] != 0]
     returned = ", ".join(f"{c['display_api'] or c['api']} returned {c['return_code']}" for c in failed)
     outcome = f"{len(failed)} failed ({returned})" if failed else "all succeeded"
-    text = (f"{arm}: {lc['api']} ({what}) allocated {device_bytes:,} B of device memory ({size_word(device_bytes)}, "
-            f"{ALLOCATED}) in {len(device)} {_apis(device)} call(s), {outcome}")
+    text = words.nccl_allocated(arm, lc["api"], what, device_bytes, size_word(device_bytes), len(device),
+                                _apis(device), outcome)
     if host:
         host_bytes = sum(c["bytes"] or 0 for c in host if c["bytes"] is not None)
-        text += f"; and {host_bytes:,} B of pinned host memory in {len(host)} {_apis(host)} call(s)"
+        text += words.nccl_pinned(host_bytes, len(host), _apis(host))
     return text
 
 

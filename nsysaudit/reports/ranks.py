@@ -4,7 +4,7 @@
 the device and rank keys of each ``processes[]`` entry, :func:`placement` those of each finding
 (:mod:`nsysaudit.analysis.devices` decides them). The words are said only where they tell
 something: an export of several devices, or one where a process's rank is known
-(:func:`shown`); a single-device export without ranks reads as it always did.
+(:func:`names_devices`); a single-device export without ranks reads as it always did.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
+from nsysaudit import words
 from nsysaudit.analysis.devices import LOCAL_RANK_VARIABLES, RANK_VARIABLES, DeviceTruth, TracedProcess
 from nsysaudit.core.codes import display_name
 from nsysaudit.core.ids import gpid_of
@@ -109,24 +110,24 @@ def device_words(device: TargetDevice | None, device_id: int | None) -> str:
     return f"device {device_id}" + (f" ({said})" if said else "")
 
 
-def placement_words(f: Finding, devices: Sequence[TargetDevice], shown: bool) -> str | None:
-    """Where a finding ran, in words, when the document shows devices and ranks (``shown``, its
+def placement_words(f: Finding, devices: Sequence[TargetDevice], names_devices: bool) -> str | None:
+    """Where a finding ran, in words, when the document shows devices and ranks (``names_devices``, its
     ``ranks.shown``): "rank 1, device 1 (NVIDIA H200, 0000:00:07.0)"; None otherwise. ``devices``: the
     document's ``devices``."""
-    if not shown:
+    if not names_devices:
         return None
     rank = "rank unknown" if f["rank"] is None else f"rank {f['rank']}"
     if f["device_id"] is not None:
         d = next((d for d in devices if d["device_id"] == f["device_id"]), None)
         where = device_words(d, f["device_id"])
     elif f["devices"]:
-        where = "devices " + ", ".join(str(i) for i in f["devices"]) + " (which one the failed call used is unknown)"
+        where = words.DEVICES_WHICH_UNKNOWN.format(devices=", ".join(str(i) for i in f["devices"]))
     else:
-        where = "device unknown (the process has no memory event and no CUDA context in the export)"
+        where = words.DEVICE_UNKNOWN_NO_EVIDENCE
     return f"{rank}, {where}"
 
 
-def shown(doc: AnalysisKeys) -> bool:
+def names_devices(doc: AnalysisKeys) -> bool:
     """Whether reports for people name devices and ranks (the document's ``ranks.shown``)."""
     return doc["ranks"]["shown"]
 
@@ -154,8 +155,8 @@ def failing_statement(failing: Sequence[FailingRank], processes: Mapping[int | N
 
 def device_lines(doc: AnalysisKeys) -> list[str]:
     """One line per device (identity, total, who used it, with ranks) and per launched command's
-    rank claims, for the terminal's and report.md's details; empty when :func:`shown` is false."""
-    if not shown(doc):
+    rank claims, for the terminal's and report.md's details; empty when :func:`names_devices` is false."""
+    if not names_devices(doc):
         return []
     procs = {p["global_pid"]: p for p in doc["processes"]}
     lines = []
@@ -173,7 +174,7 @@ def device_lines(doc: AnalysisKeys) -> list[str]:
                             if e["device_id"] == d["device_id"] and e["cuda_device"] is not None), None)
             seen_as = "" if ordinal is None else f", its cuda:{ordinal}"
             users.append(f"pid {p['pid']} ({rank}{seen_as})")
-        used = "; used by " + ", ".join(users) if users else "; no traced process used it"
+        used = "; used by " + ", ".join(users) if users else words.DEVICE_UNUSED
         peak = d["peak_device_resident_live_bytes"]
         held = "" if peak is None else f"; peak held {size_word(peak)}"
         lines.append(f"{device_words(d, d['device_id'])}: {total}{cuda}{used}{held}")
@@ -241,17 +242,18 @@ def rank_differences(arms: Mapping[str, ComparisonArm], pairs: Sequence[PairedCa
     o, r = each["observe"], each["release"]
     two = o["rank"] is not None and r["rank"] is not None and o["rank"] != r["rank"]
     same_job: bool | None = None
-    why = "the arms do not both state one rank"
+    why = words.SAME_JOB_WHY["no_two_ranks"]
     if two:
         sizes = {o["world_size"], r["world_size"]}
         if None not in sizes and len(sizes) > 1:
-            same_job, why = False, f"their world sizes differ ({o['world_size']} and {r['world_size']})"
+            same_job, why = False, words.SAME_JOB_WHY["world_sizes"].format(observe=o["world_size"],
+                                                                            release=r["world_size"])
         elif commands["observe"] and commands["observe"] == commands["release"]:
             same_job = True
-            why = "the same launched command and arguments" + (
+            why = words.SAME_JOB_WHY["same_command"] + (
                 f", world size {o['world_size']}" if o["world_size"] is not None and None not in sizes else "")
         else:
-            why = "their launched commands differ or are not recorded: the export does not say they are one job"
+            why = words.SAME_JOB_WHY["commands"]
     return {
         "observe": o,
         "release": r,
@@ -275,30 +277,28 @@ def _rank_statements(
         return f"rank {e['rank']} ({n}{'' if e['pid'] is None else ', pid ' + str(e['pid'])}, on {on})"
 
     failing = [n for n in ARMS if each[n]["failing_ranks"]]
-    head = f"The arms are two ranks: {who('observe')} and {who('release')}"
+    head = words.TWO_RANKS.format(observe=who("observe"), release=who("release"))
     if same_job is True:
         head += f", of one job ({why})"
     elif same_job is False:
         head += f", not of one job: {why}"
     if len(failing) == 1:
         healthy = ARMS[1 - ARMS.index(failing[0])]
-        head += (f"; rank {each[failing[0]]['rank']} failed and rank {each[healthy]['rank']} did not: the failing "
-                 "rank against a healthy one")
+        head += words.FAILING_AGAINST_HEALTHY.format(failing=each[failing[0]]["rank"], healthy=each[healthy]["rank"])
     statements = [head]
     for pair in pairs:
         observe, release = pair["observe"], pair["release"]
         if observe is None or release is None:
             continue
         mk = pair["match_key"]
-        call = f"{mk['api']} (call #{mk['ordinal']} off the main thread)" if mk["thread_role"] == "other" else (
-            f"{mk['api']} (call #{mk['ordinal']} on the main thread)")
+        call = words.RANK_CALL[mk["thread_role"] == "other"].format(api=mk["api"], ordinal=mk["ordinal"])
         for n, p in (("observe", observe), ("release", release)):
             failed = p["failed_allocations"]
             calls = (f"{p['nested_allocations_succeeded']} nested allocation(s) succeeded"
                      + (f", then {display_name(failed[0]['api'])} returned {failed[0]['return_code']}"
                         f" ({failed[0]['return_name'] or 'unknown code'})" if failed else ", none failed"))
-            statements.append(f"At {call}, rank {each[n]['rank']}: {calls}; at its start "
-                              f"{_holder(p['memory_at_start'], named[n])}")
+            statements.append(words.RANK_AT_CALL.format(call=call, rank=each[n]["rank"], calls=calls,
+                                                        holder=_holder(p["memory_at_start"], named[n])))
     return statements
 
 
@@ -306,7 +306,7 @@ def _rank_statements(
 # torchrun also sets ROLE_RANK (the rank among workers of its role) and GROUP_RANK (its agent's, the
 # node's): in the real per-rank captures (h200-cuda13-nsys2025.3/ranks/) ROLE_RANK differs with RANK.
 IDENTITY_VARIABLES = (*RANK_VARIABLES, *LOCAL_RANK_VARIABLES, "ROLE_RANK", "GROUP_RANK", "CUDA_VISIBLE_DEVICES")
-IDENTITY_WHY = "the rank's own identity (its rank, local rank, and the devices it sees)"
+IDENTITY_WHY = words.IDENTITY_WHY
 
 
 def environment_differences(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import NotRequired, TypedDict, cast
 
+from nsysaudit import words
 from nsysaudit.analysis.alignment import Position
 from nsysaudit.analysis.stalls import (
     Attribution,
@@ -28,20 +29,13 @@ from nsysaudit.core.codes import display_name
 __all__ = ["ArmStalls", "ProcessStallEntry", "RangeStallEntry", "StallCallEntry", "Stalls", "StallsDifference",
            "compare_stalls", "ms", "stalls_section"]
 
-WORK_WORDS = {"kernel": ("kernel", "kernels"), "memcpy": ("copy", "copies"), "memset": ("memset", "memsets")}
-KIND_WORDS = {
-    "explicit": ("synchronization", "synchronizations"),
-    "sync_copy": ("synchronous copy", "synchronous copies"),
-    "async_copy": ("asynchronous copy of pageable memory", "asynchronous copies of pageable memory"),
-    "sync_memset": ("synchronous memset of host memory", "synchronous memsets of host memory"),
-    "free": ("cudaFree of device memory", "cudaFrees of device memory"),
-}
+WORK_WORDS = words.STALL_WORK_WORDS
+KIND_WORDS = words.STALL_KIND_WORDS
 
 
 def kind_words(kind: str, n: int) -> str:
     """ "4 asynchronous copies of pageable memory"."""
-    words = KIND_WORDS.get(kind, (kind, kind))
-    return _count(n, words)
+    return _count(n, KIND_WORDS.get(kind, (kind, kind)))
 
 
 class StallCallEntry(StallCall):
@@ -83,8 +77,8 @@ def ms(ns: int | None) -> str:
     return f"{ns / 1e3:,.1f} µs"
 
 
-def _count(n: int, words: tuple[str, str]) -> str:
-    return f"{n:,} {words[0] if n == 1 else words[1]}"
+def _count(n: int, forms: tuple[str, str]) -> str:
+    return f"{n:,} {forms[0] if n == 1 else forms[1]}"
 
 
 def _thread(c: StallCall) -> str:
@@ -109,15 +103,13 @@ def _streams(behind: Sequence[StallStream]) -> list[tuple[int, int, str, bool | 
 def _relation(c: StallCall, synchronized: bool | None) -> str:
     """What the stream of the work is to the call: the one it synchronized, another one, ..."""
     sync = c["synchronized"]
-    if sync["scope"] == "device":
-        return "it synchronized the whole device"
-    if sync["scope"] == "event":
-        return "it waited on an event, whose stream the trace does not record"
+    if sync["scope"] in ("device", "event"):
+        return words.STALL_RELATION[sync["scope"]]
     if synchronized is None:
-        return "which stream it synchronized is not recorded"
+        return words.STALL_RELATION["unrecorded"]
     if synchronized:
-        return "the stream it synchronized"
-    return f"not the stream it synchronized, stream {sync['stream_id']}"
+        return words.STALL_RELATION["same"]
+    return words.STALL_RELATION["other"].format(stream=sync["stream_id"])
 
 
 def _share(part: int, whole: int) -> str:
@@ -143,13 +135,13 @@ def launch_words(a: Attribution) -> str | None:
     if libraries:
         parts.append("inside library calls: " + ", ".join(libraries))
     if a["launched_after_rows"]:
-        parts.append(f"{a['launched_after_rows']:,} row(s) ({_share(a['launched_after_ns'], busy)}) launched after it "
-                     "began, on another thread")
+        parts.append(words.STALL_LAUNCHED_AFTER.format(rows=f"{a['launched_after_rows']:,}",
+                                                       share=_share(a["launched_after_ns"], busy)))
     if a["launch_unknown_rows"]:
-        parts.append(f"{a['launch_unknown_rows']:,} row(s) ({_share(a['launch_unknown_ns'], busy)}) whose launch no "
-                     "single CUDA API row of the trace holds")
+        parts.append(words.STALL_LAUNCH_UNKNOWN.format(rows=f"{a['launch_unknown_rows']:,}",
+                                                       share=_share(a["launch_unknown_ns"], busy)))
     if not a["complete"]:
-        parts.append("not every row attributed (the row limit)")
+        parts.append(words.STALL_ROW_LIMIT)
     return "; ".join(parts)
 
 
@@ -160,13 +152,14 @@ def call_statement(c: StallCall, read: Sequence[str] = ALL_WORK) -> str:
     """One blocking call in a sentence: what, where, how long, and what ran on the device meanwhile
     (``read``: the kinds of GPU work whose table was read; of the others nothing is said)."""
     api = display_name(c["api"]) if c["api"] is not None else "(name unknown)"
-    text = f"{api} on {_thread(c)}, correlation {c['correlation_id']}, blocked the host {ms(c['blocked_ns'])}"
+    text = words.STALL_CALL.format(api=api, thread=_thread(c), correlation=c["correlation_id"],
+                                   blocked=ms(c["blocked_ns"]))
     copy: CallCopy | None = c["copy"]
     if copy is not None and c["own_ns"]:
         kinds = ", ".join(k for k in (copy["copy_kind"], copy["memory_kinds"]) if k)
         size = f", {copy['bytes']:,} B" if copy["bytes"] is not None else ""
         own = "memset" if c["kind"] == "sync_memset" else "copy"
-        text += f"; its own {own} ({kinds}{size}) ran {ms(c['own_ns'])} of it"
+        text += words.STALL_OWN_WORK.format(own=own, kinds=kinds, size=size, ran=ms(c["own_ns"]))
     streams = _streams(c["behind"] or [])
     if c["behind"] is None:  # shorter than a stall: the work behind it is not summed per stream
         pass
@@ -176,21 +169,21 @@ def call_statement(c: StallCall, read: Sequence[str] = ALL_WORK) -> str:
         for other, other_busy, other_what, _ in streams[1:3]:
             text += f"; {ms(other_busy)} behind {other_what} on stream {other}"
         if len(streams) > 3:
-            text += f"; and work on {len(streams) - 3} more stream(s)"
+            text += words.STALL_MORE_STREAMS.format(more=len(streams) - 3)
         said = launch_words(c["attribution"]) if c["attribution"] is not None else None
         if said:
             text += f"; of that work: {said}"
     else:
         missing = [kind for kind in ALL_WORK if kind not in read]
         seen = " or ".join(WORK_WORDS[kind][0] for kind in read) if missing else "GPU work"
-        text += f"; no other {seen or 'GPU work'} of the process ran meanwhile"
+        text += words.STALL_NOTHING_ELSE.format(seen=seen or "GPU work")
         synced = c["synchronized"]["stream_id"]
         if c["synchronized"]["scope"] == "stream" and synced is not None:
             text += f" (its stream: {synced})" if c["copy"] is not None else f" (it synchronized stream {synced})"
         if missing:
-            text += f"; the export has no usable {' or '.join(missing)} table: of those nothing is known"
+            text += words.STALL_NO_TABLE.format(tables=" or ".join(missing))
     if c["idle_ns"]:
-        text += f"; no GPU work of the process at all for {ms(c['idle_ns'])} of it"
+        text += words.STALL_IDLE.format(idle=ms(c["idle_ns"]))
     return text
 
 
@@ -203,7 +196,7 @@ def range_statement(r: RangeStalls) -> str:
         top = r["behind"][0]
         text += f", {ms(top['busy_ns'])} of it behind stream {top['stream_id']}"
     if r["idle_ns"]:
-        text += f", {ms(r['idle_ns'])} with no GPU work of the process"
+        text += words.STALL_RANGE_IDLE.format(idle=ms(r["idle_ns"]))
     return text
 
 
@@ -212,10 +205,10 @@ def process_statement(p: ProcessStalls, longest: StallCall | None, rules: StallR
     """A process's stalls in a sentence, with its longest call."""
     name = f" ({p['name']})" if p["name"] else ""
     at_least = f"{rules['stall_min_ns'] / 1e6:g} ms"
-    text = (f"pid {p['pid']}{name}: {_count(p['stalls'], ('blocking call', 'blocking calls'))} of at least {at_least} "
-            f"blocked the host {ms(p['stalled_ns'])}")
+    text = words.STALL_PROCESS.format(pid=p["pid"], name=name, calls=_count(p["stalls"], words.BLOCKING_CALLS),
+                                      at_least=at_least, stalled=ms(p["stalled_ns"]))
     if p["share"] is not None and p["span_ns"] is not None:
-        text += f", {100 * p['share']:.1f}% of its {ms(p['span_ns'])} CUDA API trace"
+        text += words.STALL_SHARE.format(share=f"{100 * p['share']:.1f}", span=ms(p["span_ns"]))
     if p["blocking_calls"] > p["stalls"]:
         text += f" ({p['blocking_calls']:,} blocking calls in all, {ms(p['blocked_ns'])})"
     if longest is not None:
@@ -256,9 +249,9 @@ def stalls_section(
 def glance_words(s: Stalls) -> str:
     """One line of what the stalls section holds."""
     if not s["blocking_calls"]:
-        return "host stalls: no call that blocked the host"
-    text = (f"host stalls: {_count(s['blocking_calls'], ('blocking call', 'blocking calls'))} blocked the host "
-            f"{ms(s['blocked_ns'])}")
+        return words.GLANCE_NO_STALLS
+    text = words.GLANCE_STALLS.format(calls=_count(s["blocking_calls"], words.BLOCKING_CALLS),
+                                      blocked=ms(s["blocked_ns"]))
     if s["stalls"]:
         text += f"; {s['stalls']:,} of at least {s['rules']['stall_min_ns'] / 1e6:g} ms ({ms(s['stalled_ns'])})"
     return text
@@ -300,13 +293,13 @@ def _arm_stalls(label: str, s: Stalls) -> ArmStalls:
             streams[b["stream_id"]] = streams.get(b["stream_id"], 0) + b["busy_ns"]
     stream = sorted(streams.items(), key=lambda kv: (-kv[1], kv[0]))[0] if streams else None
     calls = _count(s["blocking_calls"], ("blocking call", "blocking calls"))
-    text = f"{label}: {calls} blocked the host {ms(s['blocked_ns'])}"
+    text = words.STALLS_OF_ARM.format(label=label, calls=calls, blocked=ms(s["blocked_ns"]))
     if top is not None and top["blocked_ns"]:
         text += (f"; in {top['range']}: {_count(top['calls'], ('call', 'calls'))}, {ms(top['blocked_ns'])}"
                  + (f", {ms(top['behind'][0]['busy_ns'])} of it behind stream {top['behind'][0]['stream_id']}"
                     if top["behind"] else ""))
     elif stream is not None:
-        text += f", {ms(stream[1])} of it behind stream {stream[0]} (in the calls listed)"
+        text += words.STALLS_BEHIND_LISTED.format(busy=ms(stream[1]), stream=stream[0])
     return {
         "label": label, "blocking_calls": s["blocking_calls"], "blocked_ns": s["blocked_ns"],
         "waited_ns": s["waited_ns"], "stalls": s["stalls"], "stalled_ns": s["stalled_ns"],

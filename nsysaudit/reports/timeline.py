@@ -2,7 +2,7 @@
 
 :func:`timeline` turns one :class:`~nsysaudit.reports.analysis.AnalysisResult` into a
 :class:`Timeline`; :func:`aligned_timelines` does it for both arms of a comparison on one shared
-window. Nothing here draws (:mod:`nsysaudit.pictures` does); every item comes from rows of the
+window. Nothing here draws (:mod:`nsysaudit.render.pictures` does); every item comes from rows of the
 export (the result's frames) or from its JSON document (findings, coverage, telemetry), so each
 mark of a picture can be traced back to the numbers of ``report.json``.
 
@@ -49,8 +49,7 @@ from nsysaudit.core.errors import BadOption
 from nsysaudit.core.ids import decode_pid, pid_bits, tid_bits
 from nsysaudit.core.paths import basename
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.documents import Device
-from nsysaudit.reports.documents import Memory as MemoryKey
+from nsysaudit.reports.documents import Device, Memory
 
 MAX_LANES = 10
 PAD = 0.06  # of the window's span, each side, when the window is chosen
@@ -116,7 +115,7 @@ class Tick:
     def label(self) -> str:
         """What the picture writes beside it: the failure, or an allocation's size."""
         if self.outcome in ("failed", "nonzero"):
-            name = self.return_name if self.return_name is not None else "no name for this code"
+            name = self.return_name if self.return_name is not None else words.NO_CODE_NAME
             return f"{display_name(self.api)} returned {self.return_code} ({name})"
         if self.outcome == "allocation":
             size = "size unknown" if self.bytes is None else f"{self.bytes:,} B"
@@ -206,7 +205,7 @@ class View:
 
 
 @dataclass(frozen=True)
-class Memory:
+class WindowMemory:
     """The ledger over the context window on one device: ``steps`` are ``(trace_ns, live bytes)``
     of all traced processes' device-resident memory (the first at the window's start, the value
     then), ``total_bytes`` the device's total (None: unknown), ``free_at_most_bytes`` the bound at
@@ -239,7 +238,7 @@ class Timeline:
     focus_label: str
     focus_position: str | None = None
     notes: tuple[str, ...] = field(default=())
-    memory: Memory | None = None
+    memory: WindowMemory | None = None
     whole_capture: bool = False  # nothing to focus on: the context is the whole capture
 
 
@@ -307,7 +306,7 @@ def _stall_focus(result: AnalysisResult, n: int) -> _Focus:
     c = calls[n - 1]
     api = display_name(c["api"]) if c["api"] is not None else "unknown api"
     return _Focus(c["start_ns"], c["end_ns"], c["global_tid"], c["pid"], None,
-                  f"stall {n} (--around), {api} blocked the host {(c['end_ns'] - c['start_ns']) / 1e6:,.3f} ms",
+                  words.FOCUS_STALL.format(n=n, api=api, ms=f"{(c['end_ns'] - c['start_ns']) / 1e6:,.3f}"),
                   c["correlation_id"])
 
 
@@ -352,12 +351,12 @@ def _focus(
         )
     censored = libs.filter(pl.col("coverage") == "censored")
     if censored.height:
-        return _lib_focus(censored, "the first censored library call")
+        return _lib_focus(censored, words.FOCUS["censored"])
     origin = _boundary_lines(result, boundary, None)
     if origin and libs.height:
         after = libs.filter(pl.col("start_ns") >= origin[0].trace_ns)
         if after.height:
-            return _lib_focus(after, f"the first library call after {boundary}")
+            return _lib_focus(after, words.FOCUS["after"].format(boundary=boundary))
     if libs.height:
         return _lib_focus(libs, "the first library call")
     failed = _usable(result.frames["cuda_api_rows"], "start_ns", "gtid").filter(pl.col("classification") == "failure")
@@ -366,10 +365,9 @@ def _focus(
         end = row["end_ns"] if row["end_ns"] is not None else row["start_ns"]
         name = display_name(row["api"]) if row["api"] is not None else "unknown api"
         return _Focus(row["start_ns"], end, row["gtid"], pid_bits(row["gtid"]), None,
-                      f"the first failed CUDA call ({name})", row["correlation_id"])
+                      words.FOCUS["failed"].format(name=name), row["correlation_id"])
     lo, hi = _capture_span(result)
-    return _Focus(lo, hi, None, None, None, "nothing to focus on (nothing failed, no library call): the whole capture",
-                  whole=True)
+    return _Focus(lo, hi, None, None, None, words.FOCUS["nothing"], whole=True)
 
 
 def _capture_span(result: AnalysisResult) -> tuple[int, int]:
@@ -529,7 +527,7 @@ def _lanes(
     )[:MAX_LANES]
     notes = []
     if len(wanted) > MAX_LANES:
-        notes.append(f"{len(wanted) - MAX_LANES} more thread(s) with something in the window are not shown")
+        notes.append(words.LANES_NOT_SHOWN.format(more=len(wanted) - MAX_LANES))
     lanes = [Lane(g, pid_bits(g), tid_bits(g), names.get(g)) for g in chosen]
     lanes.sort(key=lambda lane: (lane.pid, not lane.main, lane.tid, lane.gtid))
     return lanes, notes
@@ -653,7 +651,7 @@ def _shades(result: AnalysisResult, lanes: Sequence[Lane], shown: Sequence[int],
     every = tuple(shown)
     start, stop = coverage["capture"]["start_ns"], coverage["capture"]["stop_ns"]
     if start is not None and start > lo and every:
-        out.append(Shade("capture_not_started", every, lo, min(start, hi), "not covered: capture not started"))
+        out.append(Shade("capture_not_started", every, lo, min(start, hi), words.NOT_COVERED["not_started"]))
     sources = coverage["by_source"]
     last_record = {s["pid"]: s["last_ns"] for s in sources if s["source"] == "cuda_api" and s["pid"] is not None}
     stopped: dict[int, int | None] = {}
@@ -668,7 +666,7 @@ def _shades(result: AnalysisResult, lanes: Sequence[Lane], shown: Sequence[int],
         if mine and begin < hi:
             where = "no CUDA API record" if last is None else f"last record {_fmt(last)}"
             out.append(Shade("cuda_trace_stopped", mine, begin, hi,
-                             f"not covered: pid {pid}'s CUDA trace stops ({where})"))
+                             words.NOT_COVERED["trace_stops"].format(pid=pid, where=where)))
     if stop is not None and stop < hi and every:
         out.append(Shade("capture_stopped", every, max(stop, lo), hi, "not covered: capture stopped"))
     return tuple(out)
@@ -712,9 +710,9 @@ def _build(
     )
 
 
-def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Memory | None, list[str]]:
+def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[WindowMemory | None, list[str]]:
     """The ledger panel's data (see the module docstring), or None when no ledger is claimed."""
-    doc: MemoryKey = result.head["memory"]
+    doc: Memory = result.head["memory"]
     series = result.frames.get("memory_series")
     if not doc["ledger"] or series is None or series.height == 0:
         return None, []
@@ -738,13 +736,11 @@ def _memory(result: AnalysisResult, focus: _Focus, lo: int, hi: int) -> tuple[Me
     total = info["total_bytes"] if info is not None else None
     point = next((p for p in doc["at"] if p["t_ns"] == focus.start_ns and p["pid"] == focus.pid
                   and p["point"] != "telemetry"), None)
-    memory = Memory(device, info["name"] if info is not None else None, total, steps, read_at, live,
+    memory = WindowMemory(device, info["name"] if info is not None else None, total, steps, read_at, live,
                     None if total is None else total - live, point["holder"] if point else None,
-                    "at the end of the capture" if focus.whole else "at the focus")
-    why = "the device the focus's process allocated most on" if mine.height else (
-        "the focus's process has no memory event: the device with the most allocated"
-    )
-    notes = [f"memory: device {device} ({why}); all traced processes' device-resident live bytes"]
+                    words.READ_AT[focus.whole])
+    why = words.MEMORY_DEVICE_CHOSEN[bool(mine.height)]
+    notes = [words.MEMORY_PICTURE_NOTE.format(device=device, why=why)]
     if memory.holder:
         notes.append(f"held at the focus: {memory.holder}")
     return memory, notes
@@ -814,26 +810,25 @@ def aligned_timelines(
         if zrel and s is not None:
             zoom = (s["start_ns"] + min(z[0] for z in zrel), s["start_ns"] + max(z[1] for z in zrel))
         notes = _notes(focus[name], origin[name][1], (o + lo, o + hi), None)
-        notes.append("both arms share one window, relative to each arm's own origin")
+        notes.append(words.SHARED_WINDOW)
         out.append(_build(r, name, focus[name], origin[name], (o + lo, o + hi), zoom, notes))
     return out[0], out[1]
 
 
 def _notes(focus: _Focus, origin: str, window: tuple[int, int], window_ns: int | None) -> list[str]:
     width = window[1] - window[0]
-    to = "the end of the focus's library call" if focus.lib_id is not None else "the end of the focus"
+    to = words.FOCUS_END[focus.lib_id is not None]
     if window_ns is not None:
-        how = f"{window_ns / 1e6:g} ms (--window), centred on the focus"
+        how = words.WINDOW_GIVEN.format(ms=f"{window_ns / 1e6:g}")
     elif focus.whole:
-        how = f"{width / 1e6:.3f} ms, the whole capture, widened {PAD:.0%} each side"
+        how = words.WINDOW_WHOLE.format(ms=f"{width / 1e6:.3f}", pad=f"{PAD:.0%}")
     else:
-        how = f"{width / 1e6:.3f} ms, from the origin to {to}, widened {PAD:.0%} each side"
+        how = words.WINDOW_TO.format(ms=f"{width / 1e6:.3f}", to=to, pad=f"{PAD:.0%}")
     return [
         f"focus: {focus.label}",
         f"0 ms = {origin}",
         f"window: {_fmt(window[0])} to {_fmt(window[1])} ({how})",
-        ("lanes: every thread" if focus.whole or focus.gtid is None else "lanes: the focus's thread and every thread")
-        + " with a library call, failed CUDA call, NVTX range or telemetry line in the window",
+        words.LANES_NOTE[focus.whole or focus.gtid is None],
     ]
 
 
