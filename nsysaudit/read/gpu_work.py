@@ -57,6 +57,7 @@ from nsysaudit.read import native
 from nsysaudit.read.damage import column_classes
 from nsysaudit.read.diagnostics import NO_CAPTURE, Capture
 from nsysaudit.read.memory import FrameBuilder
+from nsysaudit.read.scan import CALL_SCHEMA as API_CALL_SCHEMA
 from nsysaudit.read.scan import INT64_MAX, INT64_MIN, page_layout, rowid_name
 from nsysaudit.read.source import ExportFile, Table, quote, uncounted
 from nsysaudit.words import attribution_rule, warned
@@ -83,15 +84,7 @@ MAX_ATTRIBUTED_CALLS = 20
 MAX_ATTRIBUTED_ROWS = 200_000
 ATTRIBUTION_RULE = attribution_rule(MAX_ATTRIBUTED_CALLS, STALL_MIN_NS, MAX_ATTRIBUTED_ROWS)
 
-CANDIDATE_SCHEMA: Schema = {
-    "gtid": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "correlation_id": pl.Int64,
-    "name_id": pl.Int64,
-    "api": pl.String,
-    "return_code": pl.Int64,
-}
+CANDIDATE_SCHEMA: Schema = API_CALL_SCHEMA  # the CUDA API rows of a blocking name
 CALL_SCHEMA: Schema = {
     "call_id": pl.Int64,
     "gtid": pl.Int64,

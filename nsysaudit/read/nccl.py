@@ -39,6 +39,7 @@ import polars as pl
 
 from nsysaudit.core.ids import global_pid, thread_ids_of
 from nsysaudit.core.shapes import Schema
+from nsysaudit.read.scan import CALL_SCHEMA
 from nsysaudit.read.source import ExportFile, Table, quote
 
 NCCL = "NCCL"
@@ -57,16 +58,7 @@ HELPER_THREAD_SCHEMA: Schema = {
     "rows": pl.Int64,  # its CUDA API records
 }
 # A helper thread's CUDA API rows, with the NCCL call they lie in.
-HELPER_CALL_SCHEMA: Schema = {
-    "gtid": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "correlation_id": pl.Int64,
-    "name_id": pl.Int64,
-    "api": pl.String,
-    "return_code": pl.Int64,
-    "lib_id": pl.Int64,
-}
+HELPER_CALL_SCHEMA: Schema = {**CALL_SCHEMA, "lib_id": pl.Int64}
 MAX_PROCESS_RANGES = 500  # SQLite allows 32,766 parameters a statement
 _SPAN_SCHEMA: Schema = {"gtid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
 _ROW_SCHEMA: Schema = {

@@ -59,6 +59,17 @@ ROW_SCHEMA: Schema = {
     "name_id": pl.Int64,
     "correlation_id": pl.Int64,
 }
+# A CUDA API row as the rules read it, its name decoded (the calls of interest, the blocking
+# candidates, an NCCL helper thread's calls).
+CALL_SCHEMA: Schema = {
+    "gtid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "correlation_id": pl.Int64,
+    "name_id": pl.Int64,
+    "api": pl.String,
+    "return_code": pl.Int64,
+}
 SPAN_SCHEMA: Schema = {"gpid": pl.Int64, "first_ns": pl.Int64, "last_ns": pl.Int64, "rows": pl.Int64}
 ALLOC_ROWS_SCHEMA: Schema = {
     "gpid": pl.Int64,

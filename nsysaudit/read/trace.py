@@ -40,7 +40,7 @@ from nsysaudit.read.gpu_work import prepare as prepare_gpu_work
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
 from nsysaudit.read.nvtx import source as nvtx_source
-from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, SPAN_SCHEMA, scan_cuda_api
+from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, CALL_SCHEMA, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.scan import COLUMNS as SCAN_COLUMNS
 from nsysaudit.read.source import ExportFile, Table, quote, sql_name
 from nsysaudit.read.unique import disagreement, one_per_key
@@ -112,15 +112,6 @@ def _fits(dtype: pl.DataType | type[pl.DataType]) -> Callable[[object], bool]:
     return lambda v: type(v) is int and -(1 << 63) <= v < (1 << 63)
 
 
-CALL_SCHEMA: Schema = {
-    "gtid": pl.Int64,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "correlation_id": pl.Int64,
-    "name_id": pl.Int64,
-    "api": pl.String,
-    "return_code": pl.Int64,
-}
 
 
 ALLOC_CALL_SCHEMA: Schema = {"gpid": pl.Int64, "correlation_id": pl.Int64, "api": pl.String}
