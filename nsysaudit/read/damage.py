@@ -46,7 +46,7 @@ from nsysaudit.core.errors import ReportWarning, UnusableInput
 from nsysaudit.core.reasons import Reason
 from nsysaudit.read import native
 from nsysaudit.read.inputs import Background
-from nsysaudit.read.source import ExportFile, quote
+from nsysaudit.read.source import ExportFile, quote, uncounted
 from nsysaudit.words import warned
 
 # The tables the analysis reads rows from, nsys's versioned variants resolved through ExportFile.table
@@ -301,13 +301,18 @@ class DamageCheck:
         tables, uri = evidence_tables(export), export.uri
         self._uri = uri
         self._native = native.load() is not None and sqlite3.sqlite_version_info >= (3, 33, 0)
-        native_read = [
-            t.name for t in (export.table(base) for base in (CUDA_API, *handed))
-            if self._native and t is not None and t.name in tables and native_classes(export.conn, t.name) is not None
-        ]
         cuda_api = export.table(CUDA_API)
-        self.deferred = cuda_api.name if cuda_api is not None and cuda_api.name in native_read else None
-        self.handed = tuple(dict.fromkeys(t for t in native_read if t != self.deferred))
+        self.deferred = (
+            cuda_api.name
+            if self._native and cuda_api is not None and native_classes(export.conn, cuda_api.name) is not None
+            else None
+        )
+        self.handed: tuple[str, ...] = ()
+        if self._native:
+            with uncounted(export.conn):  # declarations the other engines do not read: not counted
+                found = [t.name for t in map(export.table, handed) if t is not None and t.name in tables]
+                self.handed = tuple(dict.fromkeys(
+                    t for t in found if t != self.deferred and native_classes(export.conn, t) is not None))
         self._order = {t: i for i, t in enumerate((*tables, SCHEMA))}
         rest = tuple(t for t in tables if t != self.deferred and t not in self.handed)
         self._stop = threading.Event()
