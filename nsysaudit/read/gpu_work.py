@@ -366,6 +366,7 @@ def read_gpu_work(
         said.append(warned(Reason.of("gpu_work_unreadable", name=name, columns=', '.join(WORK_COLUMNS)), 1))
     # 10^6 calls: their few distinct texts kept once each (categorical), not once per row.
     texts = [c for c, t in CALL_SCHEMA.items() if t == pl.String]
+    native.release_memory()  # what the pass's threads freed (benchmarks/RESULTS.md: 200 MiB off the peak at 20M)
     return GpuWork(
         calls=calls.select(list(CALL_SCHEMA)).sort("call_id").with_columns(pl.col(texts).cast(pl.Categorical)),
         details=details,
