@@ -17,16 +17,21 @@ from __future__ import annotations
 import sys
 
 
-def main(argv: list[str]) -> int:
-    from nsysaudit.cli import main as cli
+def switch_off() -> None:
+    """Patch this process's nsysaudit so that ``analyze`` runs without the stall analysis (see above)."""
     from nsysaudit.read import damage, trace
 
     stall_only = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                   "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}
     damage.EVIDENCE_TABLES = tuple(t for t in damage.EVIDENCE_TABLES if t not in stall_only)
     trace.prepare_gpu_work = lambda *args, **kwargs: None  # no Prepared: no marking, no pass
-    return cli(["analyze", *argv, "--json"])
 
+
+def main(argv: list[str]) -> int:
+    from nsysaudit.cli import main as cli
+
+    switch_off()
+    return cli(["analyze", *argv, "--json"])
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -25,6 +25,7 @@ from pathlib import Path  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from no_stalls import switch_off  # noqa: E402
 from stages import Event, instrument, one_round  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -43,12 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-stalls", action="store_true")
     a = ap.parse_args(argv)
     if a.no_stalls:
-        from nsysaudit.read import damage, trace
-
-        stall_only = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-                      "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"}
-        damage.EVIDENCE_TABLES = tuple(t for t in damage.EVIDENCE_TABLES if t not in stall_only)
-        trace.prepare_gpu_work = lambda *args, **kwargs: None  # type: ignore[assignment]
+        switch_off()
     events: list[Event] = []
     samples: list[tuple[float, int]] = []
     done = threading.Event()
