@@ -248,9 +248,11 @@ def release_memory() -> None:
     """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; nothing where the
     native engine is not built): the threads that read and reduced a large table keep what they
     freed in their own arenas otherwise, which the steps after them would add to."""
-    module = load()
-    if module is not None:
-        module.release_memory()
+    if load() is None:
+        return
+    from nsysaudit.read import _native
+
+    _native.release_memory()
 
 
 def _i64(values: pl.Series) -> Buffer:
