@@ -39,8 +39,9 @@ Severity = Literal["failure", "warning"]
 # How much room a phrase (or each value of a template) is given before it is shortened: a whole sentence,
 # a phrase within one, a path, a name, a word (a version).
 Size = Literal["sentence", "phrase", "path", "name", "word"]
-# A template's value: trace text (None: unknown), or several said with ", " between them.
-Value: TypeAlias = str | tuple[str, ...] | None
+# A template's value: trace text (None: unknown), or several said with ", " between them (each text, or
+# a phrase of its own).
+Value: TypeAlias = "str | tuple[str | Phrase, ...] | None"
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
 # The finding kinds that are failures themselves; any other kind is shown as a warning.
 FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
@@ -76,7 +77,10 @@ def pieces(p: Phrase) -> Iterator[tuple[str | None, bool]]:
         for i, item in enumerate(value if isinstance(value, tuple) else (value,)):
             if i:
                 yield ", ", False
-            yield item, True
+            if isinstance(item, Phrase):
+                yield from pieces(item)
+            else:
+                yield item, True
         at = field.end()
     yield p.text[at:], False
 

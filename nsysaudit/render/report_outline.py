@@ -194,7 +194,9 @@ def _options(doc: SealedAnalysisDocument | ComparisonDocument) -> tuple[Phrase, 
     if tel:
         template += _own(words.OPTIONS_TELEMETRY, lenient=words.LENIENT if tel["lenient"] else "",
                          **({} if tel["anchors"] else {"anchors": words.DEFAULT_ANCHORS}))
-        values |= {"key": tel["event_key"], "clocks": tuple(f"{kind}={name}" for kind, name in tel["clock"]),
+        clocks = tuple(Phrase("{kind}={name}", "name", values={"kind": kind, "name": name})
+                       for kind, name in tel["clock"])
+        values |= {"key": tel["event_key"], "clocks": clocks,
                    "anchors": tuple(tel["anchors"]), "tolerance": number(tel["tolerance_ns"])}
     return (Phrase(template, "name", values=values),)
 
@@ -240,7 +242,8 @@ def comparison_report(doc: ComparisonDocument) -> tuple[Phrase, tuple[Section, .
 
 def _kv(values: Mapping[str, int | float]) -> Value:
     """A snapshot's values, by name: ``name value``, ", " between them."""
-    return tuple(f"{k} {scalar(v)}" for k, v in sorted(values.items())) or "none"
+    return tuple(Phrase("{name} {value}", "name", values={"name": k, "value": scalar(v)})
+                 for k, v in sorted(values.items())) or "none"
 
 
 def _handoff(handoff: Handoff | None) -> Phrase:

@@ -131,7 +131,8 @@ def _phrases(phrases: Sequence[Phrase]) -> Text:
 
 def head_text(head: Head) -> Text:
     """A command's head: its title in bold (green: a check passed), its subject, its lines under it."""
-    text = Text(f"{head.title} " if head.subject is not None else head.title,
+    text = Text()
+    text.append(f"{head.title} " if head.subject is not None else head.title,
                 style="bold green" if head.passed else "bold")
     if head.subject is not None:
         text.append_text(_said(head.subject))
