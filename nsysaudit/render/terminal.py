@@ -37,7 +37,7 @@ from nsysaudit.render.outline import (
     pieces,
 )
 from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.documents import AnalysisDocument, ComparisonDocument, SealedAnalysisDocument
+from nsysaudit.reports.documents import ComparisonDocument, SealedAnalysisDocument
 
 MAX_TEXT = 80
 
@@ -100,11 +100,6 @@ def _hang(parts: Sequence[RenderableType]) -> list[RenderableType]:
     return out
 
 
-def hanging(lead: str, body: Text, *, indent: int = 2, style: str | None = None) -> Hanging:
-    """See :class:`Hanging`."""
-    return Hanging(lead, body, indent=indent, style=style)
-
-
 SEVERITY_STYLE = {"failure": "bold red", "warning": "yellow"}
 # The room a phrase (or each value of a template) is given before it is shortened.
 SIZE = {"sentence": 4000, "phrase": 400, "path": 300, "name": 200, "word": MAX_TEXT}
@@ -153,15 +148,15 @@ def _entry(e: Entry, indent: int = 2) -> list[RenderableType]:
     if e.number is not None:
         lead = f"{e.number}. "
         body = Text.assemble(Text(e.label or "", style=style or ""), ": ", body)
-        line = hanging(lead, body, indent=indent)
+        line = Hanging(lead, body, indent=indent)
     elif e.label is not None:
         lead = f"{e.label}: "
-        line = hanging(lead, body, indent=indent, style=style)
+        line = Hanging(lead, body, indent=indent, style=style)
     else:
         lead = ""
         body.stylize(style or "")
-        line = hanging(lead, body, indent=indent)
-    under = [hanging(f"{u.label}: ", _phrases(u.phrases), indent=indent + len(lead), style="bold" if u.strong else None)
+        line = Hanging(lead, body, indent=indent)
+    under = [Hanging(f"{u.label}: ", _phrases(u.phrases), indent=indent + len(lead), style="bold" if u.strong else None)
              for u in e.under]
     return [line, *under]
 
@@ -177,7 +172,7 @@ def _bullets(entries: Sequence[Entry], indent: int = 2) -> list[RenderableType]:
         body.stylize(SEVERITY_STYLE[e.severity] if e.severity is not None else "")
         if e.refer is not None:
             body.append_text(Text("; ").append_text(literal(words.REFER_TERMINAL.format(input=e.refer[1]), 400)))
-        parts.append(hanging("- ", body, indent=indent))
+        parts.append(Hanging("- ", body, indent=indent))
         parts += _bullets(e.under, indent + 2)
     return parts
 
@@ -223,7 +218,7 @@ def section_parts(section: Section) -> list[RenderableType]:
     parts: list[RenderableType] = [head, *_bullets(section.entries)]
     parts += [_table(t) for t in section.tables]
     parts += _bullets(section.after)
-    parts += [hanging("", _phrases([note]), style="dim") for note in section.notes]
+    parts += [Hanging("", _phrases([note]), style="dim") for note in section.notes]
     return parts + [p for part in section.parts for p in section_parts(part)]
 
 
@@ -232,20 +227,21 @@ def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
     (a finding: what, when, who held the memory; a censored call; a host stall), what limits the verdict."""
     parts: list[RenderableType] = [Text("")]
     line = Text(answer.verdict, style=VERDICT_STYLE[answer.verdict])
-    parts.append(hanging("", Text.assemble(line, ": ", _phrases([answer.summary])), indent=0))
+    parts.append(Hanging("", Text.assemble(line, ": ", _phrases([answer.summary])), indent=0))
     for e in answer.entries:
         parts += _entry(e)
     if answer.also:
         parts.append(Text(f"  {words.ALSO}:", style="dim"))
-        parts += [hanging("- ", _phrases([p]), indent=4) for p in answer.also]
+        parts += [Hanging("- ", _phrases([p]), indent=4) for p in answer.also]
     return parts
 
 
-def glance(d: AnalysisDocument) -> list[RenderableType]:
-    """One line each of what the details hold, so a person knows what --details would show."""
+def glance(lines: Sequence[str]) -> list[RenderableType]:
+    """One line each of what the details hold (:func:`nsysaudit.render.outline.glance`), so a person
+    knows what --details would show."""
     out: list[RenderableType] = [Text("")]
-    out += [hanging("", literal(line, 2000), style="dim") for line in outline.glance(d)]
-    out.append(hanging("", Text(words.GLANCE_FULL_REPORT, style="dim")))
+    out += [Hanging("", literal(line, 2000), style="dim") for line in lines]
+    out.append(Hanging("", Text(words.GLANCE_FULL_REPORT, style="dim")))
     return out
 
 
@@ -254,7 +250,7 @@ def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> Ren
     d = result.to_dict()
     parts: list[RenderableType] = [head_text(report_outline.input_head(d)), *answer_parts(outline.analysis_answer(d))]
     if not details:
-        return Group(*parts, *_sections(report_outline.warnings(d)), *glance(d))
+        return Group(*parts, *_sections(report_outline.warnings(d)), *glance(outline.glance(d)))
     parts.append(Text("\n--- details ---", style="dim"))
     return Group(*_hang(parts + _sections(report_outline.details(d))))
 
@@ -313,7 +309,7 @@ def progress_bar() -> TerminalProgress:
 def comparison_answer_parts(answer: ComparisonAnswerOutline) -> list[RenderableType]:
     """The comparison's answer: the failure in one arm or both, each arm's answer, what the memory
     did differently at the call that failed, and what the comparison cannot establish."""
-    parts: list[RenderableType] = [Text(""), hanging("", _phrases([answer.summary]), indent=0, style="bold")]
+    parts: list[RenderableType] = [Text(""), Hanging("", _phrases([answer.summary]), indent=0, style="bold")]
     for section in answer.sections:
         title = _title(section.title).plain
         title = title[:1].lower() + title[1:]
