@@ -85,6 +85,13 @@ def input_head(d: AnalysisDocument, command: str = "analyze") -> Head:
     return Head(words.HEAD_TITLE.format(command=command), Phrase(inp["path"], "phrase"), tuple(lines))
 
 
+def comparison(doc: ComparisonDocument | SealedAnalysisDocument) -> ComparisonDocument:
+    """``doc`` if it is a comparison (a sealed folder's document is either kind: another is refused)."""
+    if doc["kind"] != "comparison":
+        raise TypeError(f"a comparison document is rendered here, not a document of kind {doc['kind']!r}")
+    return doc
+
+
 def comparison_head(doc: ComparisonDocument) -> Head:
     """The comparison's inputs: each one's role, name, digest and size."""
     return Head(words.HEAD_TITLE.format(command="compare"), None, tuple(

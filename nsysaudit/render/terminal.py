@@ -324,14 +324,13 @@ def comparison_renderable(
     """The comparison document (``report.json`` of ``nsysaudit compare``) for the terminal: its
     answer first, then (``details``) the differences. (A sealed folder's document is either kind:
     one of another kind is refused.)"""
-    if doc["kind"] != "comparison":
-        raise TypeError(f"a comparison document is rendered here, not a document of kind {doc['kind']!r}")
-    parts = [head_text(report_outline.comparison_head(doc)),
-             *comparison_answer_parts(outline.comparison_answer_outline(doc))]
+    comparison = report_outline.comparison(doc)
+    parts = [head_text(report_outline.comparison_head(comparison)),
+             *comparison_answer_parts(outline.comparison_answer_outline(comparison))]
     if not details:
         return Group(*parts)
     parts.append(Text("\n--- details ---", style="dim"))
-    return Group(*_hang(parts + _sections(report_outline.comparison_details(doc))))
+    return Group(*_hang(parts + _sections(report_outline.comparison_details(comparison))))
 
 
 def sealed_text(directory: str, files: Sequence[str]) -> RenderableType:
