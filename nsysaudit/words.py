@@ -1955,35 +1955,60 @@ GLANCE_FULL_REPORT = ("the full report: --details (census, calls, memory, librar
                       "every value: --json")
 
 
-# What ``nsysaudit verify`` checked (render/terminal.verification_renderable).
+# What a command prints first (render/report_outline: the heads): analyze's input, compare's inputs,
+# where a sealed report was written, what ``nsysaudit verify`` checked.
+HEAD_TITLE = "nsysaudit {command}"
+INPUT_HEAD = "{kind}, sha256 {sha256}, nsys {nsys}, schema {schema}"
+ENGINE_LINE = "engine {engine}, SQLite {sqlite}"
+NATIVE_UNAVAILABLE = " (native engine {why})"
+EXPORT_LINE = "export sha256 {sha256} ({hit})"
+CACHE_HIT = {True: "cache hit", False: "exported now"}
+COMPARED_INPUT = "{role}: {name}  sha256 {sha256}  {size} bytes"
+SEALED_TITLE = "sealed report:"
+SEALED_FULL_REPORT = "the full report: {html} (a browser), report.md, report.json"
+VERIFIED_TITLE = "verified"
+
+
 def verified_files(files: int) -> str:
-    return f"\n  {files} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file"
+    return f"{files} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file"
 
 
-VERIFIED_RERUN = "\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt"
+VERIFIED_INPUT = "input {path} ({role}) matches the sealed {name}: sha256 {sha256}, {size} bytes"
+VERIFIED_RERUN = "re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt"
 
 
-# report.md's own lines (render/markdown.py): the seal, the input, a library call of an arm, the
-# handoff snapshot, the options. ``{...}`` values come escaped for Markdown.
+# report.md's own lines (render/report_outline): the seal, the input, a library call of an arm, the
+# handoff snapshot, the options. Templates: their ``{...}`` values are trace text, escaped by the back-end.
 SEAL_SENTENCE = (
     "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every file of "
-    "the folder; `nsysaudit verify` checks every digest."
+    "the folder; `nsysaudit verify` checks every digest"
 )
-INPUT_LINE = "Input {name} ({kind}, {size} bytes, sha256 `{sha256}`), nsys {nsys}, schema {schema}."
-END_RECORDED = "unknown (recorded {recorded}, the capture's stop)"
-LIBRARY_CALL_HEADING = "#### {api} on pid {pid} tid {tid} ({role} thread, name {name})"
+INPUT_TITLE = "Input"
+INPUTS_TITLE = "Inputs"
+INPUT_LINE = "Input {name} ({kind}, {size} bytes, sha256 `{sha256}`), nsys {nsys}, schema {schema}"
+ARM_TITLE = "The {arm} arm"
+LIBRARY_CALL_HEADING = "{api} on pid {pid} tid {tid} ({role} thread, name {name})"
+ARM_CALL_SPAN = "{source}, {start} to {end} ns, coverage **{coverage}**"
 CENSORED_TRACE_ENDS = " ({why}; CUDA API trace ends at {last} ns)"
-NESTED_CALLS_LINE = "- nested CUDA API calls: {calls}, of which {failed} failed"
-NESTED_ALLOCATIONS_LINE = ("- nested allocation calls: {calls}: {succeeded} succeeded ({bytes} bytes{unknown}), "
+NESTED_CALLS_LINE = "nested CUDA API calls: {calls}, of which {failed} failed"
+NESTED_ALLOCATIONS_LINE = ("nested allocation calls: {calls}: {succeeded} succeeded ({bytes} bytes{unknown}), "
                            "{failed} failed")
-NESTED_BY_API_TITLE = "Nested calls by api and return code:"
-NO_HANDOFF_SNAPSHOT = "Handoff snapshot: none (no handoff line in the telemetry)."
+UNKNOWN_SIZES = ", {n} of unknown size"
+NESTED_BY_API_TITLE = "nested calls by api and return code"
+STRADDLING_CALLS = "calls straddling its edges: {n}"
+NO_HANDOFF_SNAPSHOT = "Handoff snapshot: none (no handoff line in the telemetry)"
 NOT_ON_TRACE_CLOCK = "not placed on the trace clock"
-HANDOFF_SNAPSHOT = "Handoff snapshot (telemetry line {line}, {at}; {chosen_by} of {lines}): {values}."
-LIBRARY_CALLS_OF_INTEREST_HEADING = "### Library calls of interest ({shown} of {total})"
+HANDOFF_AT = "at trace {trace_ns} ns via {via}"
+HANDOFF_SNAPSHOT = "Handoff snapshot (telemetry line {line}, {at}; {chosen_by} of {lines}): {values}"
+LIBRARY_CALLS_OF_INTEREST_HEADING = "Library calls of interest ({shown} of {total})"
+SELECTION = "selection: {selection}"
+OPTIONS = "options: library domains {domains}; max pairs {max_pairs}"
 OPTIONS_TELEMETRY = ("; telemetry event key {key}, clocks {clocks}, anchors {anchors}, clock tolerance {tolerance} "
                      "ns{lenient}")
-COMPARISON_MD_TITLE = "# nsysaudit comparison: observe arm vs release arm"
+LENIENT = ", lenient"
+DEFAULT_ANCHORS = "the default rule"
+COMPARISON_MD_TITLE = "nsysaudit comparison: observe arm vs release arm"
+ANALYSIS_MD_TITLE = "nsysaudit analysis: {path}"
 
 
 # The devices and ranks in words (nsysaudit.reports.ranks): where a finding ran, who used a device,
