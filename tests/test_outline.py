@@ -113,4 +113,8 @@ def test_an_arms_library_call_in_report_md_escapes_its_names_under_its_heading()
     text = comparison_markdown(doc)
     assert "#### cublas\\_\\<x\\> on pid " in text and ", name t\\|1)" in text
     assert "\nCalls straddling its edges: 1.\n" in text
+    assert call["telemetry"], "the golden's call sits among telemetry lines"
+    after_table = text.index("\nCalls straddling its edges: 1.\n")
+    telemetry = text.index("\n- ", after_table)  # the first bullet after it: the call's telemetry lines
+    assert text.rindex("|", 0, after_table) < after_table < telemetry < text.index("\n####", after_table)
     assert text.count("\n## The observe arm\n") == 1 and "\n### Library calls of interest (" in text

@@ -105,7 +105,8 @@ def _title(title: str | Phrase) -> str:
 
 def section_lines(section: Section, level: str = "##") -> list[str]:
     """A titled section of the report: its lead as a sentence, its entries as bullets, its tables (each
-    under its title), the entries after them, its closing notes, then its parts a level below."""
+    under its title) and the remarks under them, the entries after them, its closing notes, then its
+    parts a level below."""
     out = [f"{level} {_title(section.title)}", ""]
     if section.verdict is not None:
         out += [f"**{md(section.verdict)}**", ""]
@@ -116,6 +117,7 @@ def section_lines(section: Section, level: str = "##") -> list[str]:
     for t in section.tables:
         out += [f"{_sentence(t.title)[:-1]}:", ""] if t.title is not None else []
         out += table([md(" ".join(c.heading)) for c in t.columns], ([_cell(c) for c in row] for row in t.rows))
+    out += [line for remark in section.remarks for line in (_sentence(remark), "")]
     if section.after:
         out += [*_entries(section.after), ""]
     out += [line for note in section.notes for line in (_sentence(note), "")]

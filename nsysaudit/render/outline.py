@@ -146,15 +146,16 @@ class TableOutline:
 @dataclass(frozen=True)
 class Section:
     """A titled part: its ``lead`` (said after the title; ``quiet``: nothing else to say), its entries,
-    its tables, the entries ``after`` them, its closing ``notes``, then the ``parts`` it holds (sections a
-    level below it); ``severity``: what its title warns of. A title that quotes trace text is a
-    :class:`Phrase`."""
+    its tables, the ``remarks`` said under them, the entries ``after`` them, its closing ``notes``, then the
+    ``parts`` it holds (sections a level below it); ``severity``: what its title warns of. A title that
+    quotes trace text is a :class:`Phrase`."""
 
     title: str | Phrase
     entries: tuple[Entry, ...] = ()
     severity: Severity | None = None
     lead: Phrase | None = None
     tables: tuple[TableOutline, ...] = ()
+    remarks: tuple[Phrase, ...] = ()
     after: tuple[Entry, ...] = ()
     notes: tuple[Phrase, ...] = ()
     quiet: bool = False

@@ -301,7 +301,7 @@ def _library_call(lc: ArmLibraryCall) -> Section:
              Cell(number(r["count"])), Cell(number(r["bytes"]) if r["allocation"] else "n/a"))
             for r in lc["nested_by_api"])))
     straddling = (Phrase(words.STRADDLING_CALLS.format(n=len(lc["straddling"]))),) if lc["straddling"] else ()
-    return Section(title, entries, tables=tuple(tables), notes=straddling,
+    return Section(title, entries, tables=tuple(tables), remarks=straddling,
                    after=tuple(details_outline.position_entries(lc["telemetry"])) if lc["telemetry"] else ())
 
 

@@ -204,9 +204,9 @@ def _title(title: str | Phrase) -> Text:
 
 
 def section_parts(section: Section) -> list[RenderableType]:
-    """A titled section of the details: its title in bold and its lead, its entries as bullets, its tables,
-    the entries after them, its closing note."""
-    own = section.lead or section.entries or section.tables or section.after or section.notes
+    """A titled section of the details: its title in bold and its lead, its entries as bullets, its tables
+    and the remarks under them, the entries after them, its closing note."""
+    own = section.lead or section.entries or section.tables or section.remarks or section.after or section.notes
     head = Text.assemble("\n", _title(section.title), ":" if own or not section.parts else "", style="bold")
     if section.lead is not None:
         head.append(" ")
@@ -217,6 +217,7 @@ def section_parts(section: Section) -> list[RenderableType]:
         head.stylize(style, start)
     parts: list[RenderableType] = [head, *_bullets(section.entries)]
     parts += [_table(t) for t in section.tables]
+    parts += [Hanging("", _phrases([remark])) for remark in section.remarks]
     parts += _bullets(section.after)
     parts += [Hanging("", _phrases([note]), style="dim") for note in section.notes]
     return parts + [p for part in section.parts for p in section_parts(part)]
