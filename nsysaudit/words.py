@@ -1949,8 +1949,7 @@ def glance_devices(devices: int, ranks: str, with_rank: int, processes: int) -> 
     return f"devices: {devices}; ranks: {ranks} ({with_rank} of {processes} process(es) with a rank)"
 
 
-GLANCE_TELEMETRY = "telemetry: {events} line(s), clock alignment {checked}"
-CHECKED = {True: "checked", False: "NOT checked"}
+GLANCE_TELEMETRY = "telemetry: {events} line(s), clock alignment {checked}"  # checked: CHECKED's
 GLANCE_FULL_REPORT = ("the full report: --details (census, calls, memory, library calls, coverage, alignment); "
                       "every value: --json")
 
