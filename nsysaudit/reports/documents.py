@@ -36,6 +36,7 @@ from nsysaudit.analysis.alignment import (
     Moment,
     Position,
     SkippedAnchor,
+    TelemetryRead,
     TelemetrySummary,
     TimelineLine,
     UtcAlignment,
@@ -199,6 +200,7 @@ __all__ = [
     "TargetDevice",
     "TelemetryBadLine",
     "TelemetryPoints",
+    "TelemetryRead",
     "TelemetrySummary",
     "TimelineLine",
     "UtcAlignment",
@@ -435,7 +437,11 @@ class Child(TypedDict):
     bytes: int | None
 
 
-class LibraryCall(TypedDict):
+class LibraryCallIdentity(TypedDict):
+    """Which library call (its id, API, library and NVTX source) and the thread it ran on: the keys a
+    library call's record starts with, defined once (:class:`LibraryCall` of the analysis,
+    :class:`ArmLibraryCall` of a comparison's arm)."""
+
     lib_id: int
     api: str
     display_api: str | None
@@ -445,6 +451,9 @@ class LibraryCall(TypedDict):
     tid: int | None
     global_tid: int | None
     thread_name: str | None
+
+
+class LibraryCall(LibraryCallIdentity):
     start_ns: int | None
     end_ns: int | None
     recorded_end_ns: int | None
@@ -640,19 +649,10 @@ class NestedByApi(TypedDict):
     bytes: int | None
 
 
-class ArmLibraryCall(TypedDict):
+class ArmLibraryCall(LibraryCallIdentity):
     """A library call of interest in one arm: its nested calls summarized (``nested_by_api``; every
     allocation and failed one listed), the ledger at its start, and its ``match_key`` across the arms."""
 
-    lib_id: int
-    api: str
-    display_api: str | None
-    library: str | None
-    source: str
-    pid: int | None
-    tid: int | None
-    global_tid: int | None
-    thread_name: str | None
     thread_role: ThreadRole
     start_ns: int | None
     end_ns: int | None
@@ -673,18 +673,10 @@ class ArmLibraryCall(TypedDict):
     match_key: MatchKey
 
 
-class ArmTelemetry(TypedDict):
+class ArmTelemetry(TelemetryRead):
     """The arm's telemetry file summarized (``telemetry`` of the analysis without its path and per-line
     timeline), named by its basename."""
 
-    sha256: str
-    event_key: str
-    events: int
-    bad_lines: int
-    lenient: bool
-    pids: list[int]
-    clock_fields: dict[str, str]
-    warnings: list[TelemetryBadLine]
     library_failures: list[LibraryFailure]
     name: str
 
