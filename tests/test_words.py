@@ -48,7 +48,6 @@ NOT_YET: dict[str, int] = {
     "read/nsys.py": 1,
     "read/scan.py": 1,
     "read/source.py": 2,
-    "read/telemetry.py": 6,
     "read/trace.py": 1,
     "render/contract.py": 2,
     "render/html.py": 4,
