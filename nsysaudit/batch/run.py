@@ -275,7 +275,7 @@ def _input_row(path: str, result: AnalysisResult, snapshots: int | None) -> Inpu
         "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
         # The libraries whose calls enclose the findings (cuBLAS, NCCL ...): null where none does.
         "library": ", ".join(libraries) or None,
-        # by_rank.INPUT_COLUMNS, in its order
+        # RankColumns, in its order
         "devices": ranks["devices"],
         "devices_used": ranks["devices_used"],
         "rank": ranks["rank"],
