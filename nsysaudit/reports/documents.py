@@ -543,11 +543,22 @@ class AnalysisDocument(AnalysisKeys):
     schema: AnalysisSchemaName
 
 
-class SealedInput(TypedDict):
-    role: str
+class FileRecord(TypedDict):
+    """A file as a report names it: its basename, SHA-256 and size, never a full path. The one definition
+    of these keys: a sealed input, an arm's input and an arm's telemetry file derive from it."""
+
     name: str
     sha256: str
     size_bytes: int
+
+
+class _InputRole(TypedDict):
+    # A sealed input's role, its first key (docs/json.md's order): a base of its own, so that
+    # SealedInput derives from FileRecord without moving it.
+    role: str
+
+
+class SealedInput(_InputRole, FileRecord):
     kind: str
 
 
@@ -593,19 +604,14 @@ class SealedAnalysisDocument(AnalysisKeys):
     schema: SealedAnalysisSchemaName
 
 
-class ArmInput(TypedDict):
-    name: str
-    sha256: str
-    size_bytes: int
+class ArmInput(FileRecord):
     kind: InputKind
     nsys_version: str | None
     schema_version: str | None
 
 
-class TelemetryFileRecord(TypedDict):
-    name: str
-    sha256: str
-    size_bytes: int
+class TelemetryFileRecord(FileRecord):
+    pass  # the arm's telemetry file (``telemetry_input``): a FileRecord under the contract's name for it
 
 
 class ArmCensus(TypedDict):
