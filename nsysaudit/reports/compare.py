@@ -245,7 +245,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFileRecord | None) -> 
     interest = _keyed(chosen_list, at_start)
     arm: ComparisonArm = {
         "input": input_record(result),
-        "telemetry_input": telemetry_file,
+        "telemetry_input": telemetry_file.copy() if telemetry_file else None,  # the document's own, not shared
         "verdict": d["verdict"],
         "verdict_reasons": d["verdict_reasons"],
         "census": {
