@@ -391,6 +391,48 @@ def telemetry_bad_lines(path: object, detail: object, more: object) -> str:
     return f"{path}: skipped (--lenient): {detail}{more}"
 
 
+# A telemetry line that is no event, and why (read/telemetry's BadLine): a telemetry.warnings entry's
+# problem with --lenient, the one-line error without it.
+def line_not_utf8() -> str:
+    return "not UTF-8 text"
+
+
+def line_invalid_json(message: str, column: int) -> str:
+    return f"invalid JSON ({message} at column {column})"
+
+
+def line_unusable_value(problem: str) -> str:
+    return f"unusable JSON value: {problem}"
+
+
+def line_nested_too_deep(levels: int) -> str:
+    return line_unusable_value(f"nested deeper than {levels} levels")
+
+
+def line_not_object(json_type: str) -> str:
+    return f"not a JSON object (a JSON {json_type})"
+
+
+def line_without_event(key: str) -> str:
+    return f"no {key!r} field"
+
+
+def line_event_not_text(key: str) -> str:
+    return f"{key!r} is not a non-empty string"
+
+
+def line_clock_not_integer(field: str, got: str) -> str:
+    return f"clock field {field!r} is not an integer (got {got})"
+
+
+def line_without_clock(fields: Sequence[str]) -> str:
+    return f"no clock field (expected at least one of {', '.join(repr(f) for f in fields)})"
+
+
+def line_id_not_integer(field: str, got: str) -> str:
+    return f"{field!r} is not an integer (got {got})"
+
+
 def duration_overflow() -> str:
     return (
         "library calls whose end minus start does not fit in 64 bits (a range spanning the int64 range): "
@@ -1605,6 +1647,8 @@ TEMPLATES: Mapping[str, Callable[..., str]] = {
         undecided_call_rows, duplicate_correlation_id, allocation_correlation_shared, library_call_without_start,
         unknown_nvtx_domain, allocation_event_for_failed_call, memory_address_live_twice, memory_negative_size,
         deallocation_size_differs, memory_pool_overfull, telemetry_bad_lines, duration_overflow,
+        line_not_utf8, line_invalid_json, line_unusable_value, line_nested_too_deep, line_not_object,
+        line_without_event, line_event_not_text, line_clock_not_integer, line_without_clock, line_id_not_integer,
         nvtx_attribution_skipped, no_memory_events, memory_events_outside_capture, pool_events_outside_capture,
         cuda_api_rows_outside_capture, nvtx_ranges_outside_capture, damaged_index, damaged_free_list,
         capture_duration_disagrees,
