@@ -1235,6 +1235,23 @@ def _held_by_mechanism(rows: pl.DataFrame) -> ByMechanism:
     }
 
 
+def _held_by_process(rows: pl.DataFrame) -> dict[int | None, ByMechanism]:
+    """:func:`_held_by_mechanism` of each process's rows, by one group-by (not a copy of the rows
+    per process)."""
+    sums = (
+        rows.group_by("gpid", "mechanism")
+        .agg(pl.col("resident_delta").sum(), pl.col("utilized_delta").filter(pl.col("mechanism") == "pool").sum())
+        .iter_rows()
+    )
+    held: dict[int | None, dict[str, int]] = {}
+    for gpid, mechanism, resident, utilized in sums:
+        mine = held.setdefault(gpid, {})
+        mine[str(mechanism)] = int(resident)
+        mine["_utilized"] = mine.get("_utilized", 0) + int(utilized)
+    return {g: {"segments": m.get("segments", 0), "mapped": m.get("mapped", 0), "pool_reserved": m.get("pool", 0),
+                "pool_utilized": m["_utilized"], "static": m.get("static", 0)} for g, m in held.items()}
+
+
 def _processes(rows: pl.DataFrame) -> list[DeviceProcess]:
     """Per process of one device's series rows (by globalPid): what it allocated, freed, still
     held at the end (in all, by kind and by mechanism) and by which calls it allocated."""
@@ -1258,7 +1275,7 @@ def _processes(rows: pl.DataFrame) -> list[DeviceProcess]:
     by_call: dict[int | None, list[CallAllocations]] = {}
     for gpid, c, api, kind, n, b in _by_call(rows).iter_rows():
         by_call.setdefault(gpid, []).append({"call": c, "api": api, "kind": kind, "events": int(n), "bytes": int(b)})
-    held = {g: _held_by_mechanism(part) for (g,), part in rows.partition_by("gpid", as_dict=True).items()}
+    held = _held_by_process(rows)
     return [
         {
             "pid": pid_of(gpid),
