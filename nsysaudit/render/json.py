@@ -129,7 +129,9 @@ def _write_rows(stream: BinaryIO, frame: pl.DataFrame) -> None:
     stream.write(b"]")
 
 
-JSON_SLICE_ROWS = 16_384
+# 4,096 rows: at 200k library calls the slices in flight hold +29 MiB of peak RSS where 16,384 held
+# +123-143, for the same CPU (0.65 s; benchmarks/RESULTS.md, issue 33 round 3).
+JSON_SLICE_ROWS = 4_096
 JSON_THREADS = 2
 
 
