@@ -583,7 +583,10 @@ def _detailed(calls: pl.DataFrame) -> pl.DataFrame:
     """The calls the reports say more of: the stalls and the :data:`LONGEST_CALLS` that blocked
     longest (of equals, the earliest, as :mod:`nsysaudit.analysis.stalls` lists them)."""
     blocked = pl.col("end_ns") - pl.col("start_ns")
-    longest = calls.with_columns(blocked.alias("_b")).sort("_b", "start_ns", "call_id", descending=[True, False, False])
+    # Only the keys sorted (the calls' other columns are not gathered in that order): the ids of the
+    # first rows are the same, whatever order rows equal in all three keys (one call id) take.
+    longest = calls.select(blocked.alias("_b"), "start_ns", "call_id").sort(
+        "_b", "start_ns", "call_id", descending=[True, False, False])
     return calls.filter(
         (blocked >= STALL_MIN_NS) | pl.col("call_id").is_in(longest.head(LONGEST_CALLS)["call_id"].implode())
     )
