@@ -700,8 +700,9 @@ def build_ledger(
     unsized_pools = pooled.filter(pl.col("_pool_known").not_()).select("gpid", "pool_address").unique().height
     if unsized_pools:
         return refused(say(Reason.of("pools_without_size", pools=unsized_pools)))
-    del events
-    series = _series(pl.concat([plain, pooled.drop("_pool_known")], how="diagonal_relaxed"), calls)
+    parts = [plain, pooled.drop("_pool_known")]
+    del events, plain, pooled
+    series = _series(parts, calls)
     summary = _with(_summary(memory, collected, series, unmatched, unmatched_bytes, None), extra)
     summary["pools"] = _pools(series)
     overfull = _overfull_pools(series)
@@ -976,24 +977,29 @@ def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame) -> pl.DataFrame:
     ).select(*_ROW_COLUMNS, "_pool_known")
 
 
-def _series(rows: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """The series: ``rows`` in time order (start, event order; pool operations after the usage events
-    of the same moment) with the running columns and each row's call name. Lazy, so that polars
-    frees each intermediate column as soon as the plan no longer needs it."""
-    return (
-        rows.lazy()
-        .sort("start_ns", "_order", nulls_last=False)
-        .with_columns(
-            pl.col("delta").cum_sum().over("gpid", "vm", "device_id").alias("process_live"),
-            pl.col("resident_delta").cum_sum().over("vm", "device_id").alias("device_resident_live"),
-            decode_pid(pl.col("gpid")).alias("pid"),
-            pl.col("operation_name").alias("operation"),
-        )
-        .join(calls.lazy(), on=["gpid", "correlation_id"], how="left", maintain_order="left")
-        .select(list(SERIES_SCHEMA))
-        .cast(SERIES_SCHEMA)  # type: ignore[arg-type]  # polars' stubs want its own mapping type
-        .collect()
+def _series(parts: list[pl.DataFrame], calls: pl.DataFrame) -> pl.DataFrame:
+    """The series: the rows of ``parts`` (emptied here: the rows in event order are let go of once
+    sorted) in time order (start, event order; pool operations after the usage events
+    of the same moment) with the running columns and each row's call name. Eager: polars' lazy
+    plan of the same steps took 2.5x their CPU (0.57 against 0.24 s at 755k events, polars 2.1).
+    The call names are joined by the keys alone and their column added: joining the whole series
+    gathers its columns once more (140 MB at 755k events). Where a key has several calls (the join
+    makes rows), the whole series is joined."""
+    rows = pl.concat(parts, how="diagonal_relaxed")
+    parts.clear()
+    ordered = rows.sort("start_ns", "_order", nulls_last=False)
+    del rows
+    ordered = ordered.with_columns(
+        pl.col("delta").cum_sum().over("gpid", "vm", "device_id").alias("process_live"),
+        pl.col("resident_delta").cum_sum().over("vm", "device_id").alias("device_resident_live"),
+        decode_pid(pl.col("gpid")).alias("pid"),
+        pl.col("operation_name").alias("operation"),
     )
+    keys = ["gpid", "correlation_id"]
+    named = ordered.select(keys).join(calls.select(*keys, "api"), on=keys, how="left", maintain_order="left")
+    ordered = (ordered.with_columns(named["api"]) if named.height == ordered.height
+               else ordered.join(calls, on=keys, how="left", maintain_order="left"))
+    return ordered.select(list(SERIES_SCHEMA)).cast(SERIES_SCHEMA)  # type: ignore[arg-type]  # polars' stubs
 
 
 def _gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None) -> pl.DataFrame:
