@@ -795,9 +795,9 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int, pl.Data
     # earlier key's (a sum before an event lies in [-n, n]; key k is moved down by 2n k).
     n = events.height + 1
     moved = pl.col("_before") - pl.col("_key") * (2 * n)
+    # Eager: polars' lazy plan of these steps took 1.5x their CPU and 100 MB more (polars 2.1).
     keyed = (
-        events.lazy()
-        .sort([*group, "_order"])
+        events.sort([*group, "_order"])
         .with_columns(new_key.alias("_first"), new_key.cast(pl.Int64).cum_sum().alias("_key"))
         .with_columns(
             before_in_key(pl.when(alloc).then(1).when(free).then(-1).otherwise(0)).alias("_before"),
@@ -809,7 +809,6 @@ def _matched(events: pl.DataFrame) -> tuple[pl.DataFrame, int, int, int, pl.Data
         )
         .with_columns((free & (pl.col("_live") > 0)).fill_null(False).alias("_matched"))
         .with_columns(before_in_key(pl.col("_matched")).alias("_free_j"))
-        .collect()
     )
     conflicts = _double_allocations(keyed, alloc)
     # Only the columns the series rows carry leave ``keyed`` (its running columns are 20 in all:
