@@ -85,7 +85,7 @@ def return_freed_memory() -> None:
         import ctypes
 
         trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):  # no such C library, no such function, no CDLL(None)
         return
     trim(0)
 
