@@ -49,6 +49,7 @@ from typing import Literal, NotRequired, TypedDict, get_args, overload
 import polars as pl
 
 from nsysaudit.analysis.coverage import CensoredReason
+from nsysaudit.analysis.joins import join_column
 from nsysaudit.core.codes import is_device_free_api, is_pool_api, vmm_role
 from nsysaudit.core.errors import ReportWarning, warning
 from nsysaudit.core.ids import decode_pid, decode_vm, global_pid, pid_of
@@ -979,11 +980,9 @@ def _pool_rows(events: pl.DataFrame, pool_events: pl.DataFrame) -> pl.DataFrame:
 def _series(parts: list[pl.DataFrame], calls: pl.DataFrame) -> pl.DataFrame:
     """The series: the rows of ``parts`` (emptied here: the rows in event order are let go of once
     sorted) in time order (start, event order; pool operations after the usage events
-    of the same moment) with the running columns and each row's call name. Eager: polars' lazy
-    plan of the same steps took 2.5x their CPU (0.57 against 0.24 s at 755k events, polars 2.1).
-    The call names are joined by the keys alone and their column added: joining the whole series
-    gathers its columns once more (140 MB at 755k events). Where a key has several calls (the join
-    makes rows), the whole series is joined."""
+    of the same moment) with the running columns and each row's call name (joined by its keys alone,
+    :func:`nsysaudit.analysis.joins.join_column`). Eager: polars' lazy plan of the same steps took
+    2.5x their CPU (0.57 against 0.24 s at 755k events, polars 2.1)."""
     rows = pl.concat(parts, how="diagonal_relaxed")
     parts.clear()
     ordered = rows.sort("start_ns", "_order", nulls_last=False)
@@ -994,10 +993,7 @@ def _series(parts: list[pl.DataFrame], calls: pl.DataFrame) -> pl.DataFrame:
         decode_pid(pl.col("gpid")).alias("pid"),
         pl.col("operation_name").alias("operation"),
     )
-    keys = ["gpid", "correlation_id"]
-    named = ordered.select(keys).join(calls.select(*keys, "api"), on=keys, how="left", maintain_order="left")
-    ordered = (ordered.with_columns(named["api"]) if named.height == ordered.height
-               else ordered.join(calls, on=keys, how="left", maintain_order="left"))
+    ordered = join_column(ordered, calls, ["gpid", "correlation_id"], "api")
     return ordered.select(list(SERIES_SCHEMA)).cast(SERIES_SCHEMA)  # type: ignore[arg-type]  # polars' stubs
 
 
