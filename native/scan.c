@@ -32,9 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #define NCOL 6
 enum { GTID, START, END, RET, NAME, CORR };
@@ -1795,23 +1792,6 @@ parsed:
     return out;
 }
 
-/* The C heap's free memory given back to the system (glibc's malloc_trim: the arenas of the threads
- * that read pages and reduced batches keep what they freed, 100-200 MiB after the host stalls' pass
- * at 20M kernels, measured, which the analysis after it would otherwise add its own peak to). True
- * where some was given back; False elsewhere (another C library: nothing to do). */
-static PyObject *py_release_memory(PyObject *self, PyObject *unused) {
-    (void)self, (void)unused;
-#ifdef __GLIBC__
-    int released;
-    Py_BEGIN_ALLOW_THREADS
-    released = malloc_trim(0);
-    Py_END_ALLOW_THREADS
-    return PyBool_FromLong(released);
-#else
-    Py_RETURN_FALSE;
-#endif
-}
-
 static PyObject *py_sqlite_version(PyObject *self, PyObject *unused) {
     (void)self, (void)unused;
     return PyUnicode_FromString(sqlite3_libversion());
@@ -1831,7 +1811,6 @@ static PyMethodDef methods[] = {
      "The rows of a query of integer columns: (values, nulls, rows, values of another type)."},
     {"read_pages", py_read_pages, METH_VARARGS,
      "A run of a table's leaves as integer columns, read and checked by the page reader (see native.py)."},
-    {"release_memory", py_release_memory, METH_NOARGS, "The C heap's free memory given back to the system."},
     {"sqlite_version", py_sqlite_version, METH_NOARGS, "sqlite3_libversion() of the SQLite this module runs on."},
     {"sqlite_source_id", py_sqlite_source_id, METH_NOARGS, "sqlite3_sourceid() of the SQLite this module runs on."},
     {NULL, NULL, 0, NULL},

@@ -471,7 +471,7 @@ def verify_cmd(
         render.show(
             render.verification_renderable(str(checked.dir), checked.files, checked.inputs, checked.rerun, full=full)
         )
-        from nsysaudit.render.terminal import short_hash  # loaded already: the lines above are drawn by it
+        from nsysaudit.render.report_outline import short_hash  # loaded already: the lines above are drawn by it
 
         quoted = ", as quoted" if expected_seal is not None else ""
         click.echo(f"seal: sha256:{checked.seal if full else short_hash(checked.seal)}{quoted}")

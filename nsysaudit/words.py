@@ -391,6 +391,48 @@ def telemetry_bad_lines(path: object, detail: object, more: object) -> str:
     return f"{path}: skipped (--lenient): {detail}{more}"
 
 
+# A telemetry line that is no event, and why (read/telemetry's BadLine): a telemetry.warnings entry's
+# problem with --lenient, the one-line error without it.
+def line_not_utf8() -> str:
+    return "not UTF-8 text"
+
+
+def line_invalid_json(message: str, column: int) -> str:
+    return f"invalid JSON ({message} at column {column})"
+
+
+def line_unusable_value(problem: str) -> str:
+    return f"unusable JSON value: {problem}"
+
+
+def line_nested_too_deep(levels: int) -> str:
+    return line_unusable_value(f"nested deeper than {levels} levels")
+
+
+def line_not_object(json_type: str) -> str:
+    return f"not a JSON object (a JSON {json_type})"
+
+
+def line_without_event(key: str) -> str:
+    return f"no {key!r} field"
+
+
+def line_event_not_text(key: str) -> str:
+    return f"{key!r} is not a non-empty string"
+
+
+def line_clock_not_integer(field: str, got: str) -> str:
+    return f"clock field {field!r} is not an integer (got {got})"
+
+
+def line_without_clock(fields: Sequence[str]) -> str:
+    return f"no clock field (expected at least one of {', '.join(repr(f) for f in fields)})"
+
+
+def line_id_not_integer(field: str, got: str) -> str:
+    return f"{field!r} is not an integer (got {got})"
+
+
 def duration_overflow() -> str:
     return (
         "library calls whose end minus start does not fit in 64 bits (a range spanning the int64 range): "
@@ -1605,6 +1647,8 @@ TEMPLATES: Mapping[str, Callable[..., str]] = {
         undecided_call_rows, duplicate_correlation_id, allocation_correlation_shared, library_call_without_start,
         unknown_nvtx_domain, allocation_event_for_failed_call, memory_address_live_twice, memory_negative_size,
         deallocation_size_differs, memory_pool_overfull, telemetry_bad_lines, duration_overflow,
+        line_not_utf8, line_invalid_json, line_unusable_value, line_nested_too_deep, line_not_object,
+        line_without_event, line_event_not_text, line_clock_not_integer, line_without_clock, line_id_not_integer,
         nvtx_attribution_skipped, no_memory_events, memory_events_outside_capture, pool_events_outside_capture,
         cuda_api_rows_outside_capture, nvtx_ranges_outside_capture, damaged_index, damaged_free_list,
         capture_duration_disagrees,
@@ -1949,41 +1993,65 @@ def glance_devices(devices: int, ranks: str, with_rank: int, processes: int) -> 
     return f"devices: {devices}; ranks: {ranks} ({with_rank} of {processes} process(es) with a rank)"
 
 
-GLANCE_TELEMETRY = "telemetry: {events} line(s), clock alignment {checked}"
-CHECKED = {True: "checked", False: "NOT checked"}
+GLANCE_TELEMETRY = "telemetry: {events} line(s), clock alignment {checked}"  # checked: CHECKED's
 GLANCE_FULL_REPORT = ("the full report: --details (census, calls, memory, library calls, coverage, alignment); "
                       "every value: --json")
 
 
-# What ``nsysaudit verify`` checked (render/terminal.verification_renderable).
+# What a command prints first (render/report_outline: the heads): analyze's input, compare's inputs,
+# where a sealed report was written, what ``nsysaudit verify`` checked.
+HEAD_TITLE = "nsysaudit {command}"
+INPUT_HEAD = "{kind}, sha256 {sha256}, nsys {nsys}, schema {schema}"
+ENGINE_LINE = "engine {engine}, SQLite {sqlite}"
+NATIVE_UNAVAILABLE = " (native engine {why})"
+EXPORT_LINE = "export sha256 {sha256} ({hit})"
+CACHE_HIT = {True: "cache hit", False: "exported now"}
+COMPARED_INPUT = "{role}: {name}  sha256 {sha256}  {size} bytes"
+SEALED_TITLE = "sealed report:"
+SEALED_FULL_REPORT = "the full report: {html} (a browser), report.md, report.json"
+VERIFIED_TITLE = "verified"
+
+
 def verified_files(files: int) -> str:
-    return f"\n  {files} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file"
+    return f"{files} files match manifest-sha256.txt and tagmanifest-sha256.txt; no extra file"
 
 
-VERIFIED_RERUN = "\n  re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt"
+VERIFIED_INPUT = "input {path} ({role}) matches the sealed {name}: sha256 {sha256}, {size} bytes"
+VERIFIED_RERUN = "re-running the analysis gives byte-identical report.json, report.md and inputs-sha256.txt"
 
 
-# report.md's own lines (render/markdown.py): the seal, the input, a library call of an arm, the
-# handoff snapshot, the options. ``{...}`` values come escaped for Markdown.
+# report.md's own lines (render/report_outline): the seal, the input, a library call of an arm, the
+# handoff snapshot, the options. Templates: their ``{...}`` values are trace text, escaped by the back-end.
 SEAL_SENTENCE = (
     "The seal of this report is the SHA-256 of `tagmanifest-sha256.txt` beside it, which pins every file of "
-    "the folder; `nsysaudit verify` checks every digest."
+    "the folder; `nsysaudit verify` checks every digest"
 )
-INPUT_LINE = "Input {name} ({kind}, {size} bytes, sha256 `{sha256}`), nsys {nsys}, schema {schema}."
-END_RECORDED = "unknown (recorded {recorded}, the capture's stop)"
-LIBRARY_CALL_HEADING = "#### {api} on pid {pid} tid {tid} ({role} thread, name {name})"
+INPUT_TITLE = "Input"
+INPUTS_TITLE = "Inputs"
+INPUT_LINE = "Input {name} ({kind}, {size} bytes, sha256 `{sha256}`), nsys {nsys}, schema {schema}"
+ARM_TITLE = "The {arm} arm"
+LIBRARY_CALL_HEADING = "{api} on pid {pid} tid {tid} ({role} thread, name {name})"
+ARM_CALL_SPAN = "{source}, {start} to {end} ns, coverage **{coverage}**"
 CENSORED_TRACE_ENDS = " ({why}; CUDA API trace ends at {last} ns)"
-NESTED_CALLS_LINE = "- nested CUDA API calls: {calls}, of which {failed} failed"
-NESTED_ALLOCATIONS_LINE = ("- nested allocation calls: {calls}: {succeeded} succeeded ({bytes} bytes{unknown}), "
+NESTED_CALLS_LINE = "nested CUDA API calls: {calls}, of which {failed} failed"
+NESTED_ALLOCATIONS_LINE = ("nested allocation calls: {calls}: {succeeded} succeeded ({bytes} bytes{unknown}), "
                            "{failed} failed")
-NESTED_BY_API_TITLE = "Nested calls by api and return code:"
-NO_HANDOFF_SNAPSHOT = "Handoff snapshot: none (no handoff line in the telemetry)."
+UNKNOWN_SIZES = ", {n} of unknown size"
+NESTED_BY_API_TITLE = "nested calls by api and return code"
+STRADDLING_CALLS = "calls straddling its edges: {n}"
+NO_HANDOFF_SNAPSHOT = "Handoff snapshot: none (no handoff line in the telemetry)"
 NOT_ON_TRACE_CLOCK = "not placed on the trace clock"
-HANDOFF_SNAPSHOT = "Handoff snapshot (telemetry line {line}, {at}; {chosen_by} of {lines}): {values}."
-LIBRARY_CALLS_OF_INTEREST_HEADING = "### Library calls of interest ({shown} of {total})"
+HANDOFF_AT = "at trace {trace_ns} ns via {via}"
+HANDOFF_SNAPSHOT = "Handoff snapshot (telemetry line {line}, {at}; {chosen_by} of {lines}): {values}"
+LIBRARY_CALLS_OF_INTEREST_HEADING = "Library calls of interest ({shown} of {total})"
+SELECTION = "selection: {selection}"
+OPTIONS = "options: library domains {domains}; max pairs {max_pairs}"
 OPTIONS_TELEMETRY = ("; telemetry event key {key}, clocks {clocks}, anchors {anchors}, clock tolerance {tolerance} "
                      "ns{lenient}")
-COMPARISON_MD_TITLE = "# nsysaudit comparison: observe arm vs release arm"
+LENIENT = ", lenient"
+DEFAULT_ANCHORS = "the default rule"
+COMPARISON_MD_TITLE = "nsysaudit comparison: observe arm vs release arm"
+ANALYSIS_MD_TITLE = "nsysaudit analysis: {path}"
 
 
 # The devices and ranks in words (nsysaudit.reports.ranks): where a finding ran, who used a device,

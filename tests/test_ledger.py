@@ -504,3 +504,27 @@ def _reference_at(series: list[dict[str, Any]], t: int, gpid: int) -> list[dict[
             "processes": listed,
         })
     return out
+
+
+def test_a_column_joined_by_its_keys_alone_is_the_whole_left_join() -> None:
+    """analysis.joins.join_column (the series' call names, the pairs' bytes) against polars' left join of
+    the whole frame, on random keys with NULLs, keys of the other frame that repeat (the join makes rows:
+    the whole join is taken) and keys no row has."""
+    from nsysaudit.analysis.joins import join_column
+
+    rng = random.Random(33)
+    for _ in range(200):
+        def key() -> int | None:
+            return rng.choice([None, 1, 2, 3, 4, 5])
+
+        n = rng.choice([0, 1, 20])
+        frame = pl.DataFrame({"a": [key() for _ in range(n)], "b": [key() for _ in range(n)],
+                              "v": list(range(n))}, schema={"a": pl.Int64, "b": pl.Int64, "v": pl.Int64})
+        m = rng.choice([0, 3, 20])
+        other = pl.DataFrame({"a": [key() for _ in range(m)], "b": [key() for _ in range(m)],
+                              "c": [rng.randrange(100) for _ in range(m)], "extra": [0] * m},
+                             schema={"a": pl.Int64, "b": pl.Int64, "c": pl.Int64, "extra": pl.Int64})
+        if rng.random() < 0.5:
+            other = other.unique(["a", "b"], keep="first", maintain_order=True)
+        whole = frame.join(other.select("a", "b", "c"), on=["a", "b"], how="left", maintain_order="left")
+        assert join_column(frame, other, ["a", "b"], "c").equals(whole)

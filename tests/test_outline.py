@@ -84,3 +84,37 @@ def test_more_censored_calls_refer_to_where_each_back_end_shows_them() -> None:
 ])
 def test_the_comparisons_verdict_is_the_gravest_of_its_arms(verdicts: list[str], gravest: str) -> None:
     assert outline.gravest(verdicts) == gravest
+
+
+def test_a_template_keeps_its_own_words_and_each_back_end_escapes_its_values() -> None:
+    """A phrase with values: report.md's markup in the template stays, each value (and each of several,
+    and each field of a phrase among them) is trace text, escaped by itself; None is unknown."""
+    from nsysaudit.render.markdown import _said as md_said
+    from nsysaudit.render.terminal import _said as terminal_said
+
+    pair = outline.Phrase("{kind}={name}", "name", values={"kind": "x|y", "name": "a_b"})
+    said = outline.Phrase("sha256 `{sha}` of **{name}**: {many}; {gone}", "name",
+                          values={"sha": "ab", "name": "t_1\x1b[31m", "many": ("<b>", pair), "gone": None})
+    assert list(outline.pieces(said))[:2] == [("sha256 `", False), ("ab", True)]
+    assert md_said(said) == "sha256 `ab` of **t\\_1\\\\x1b\\[31m**: \\<b\\>, x\\|y=a\\_b; unknown"
+    assert terminal_said(said).plain == "sha256 `ab` of **t_1\\x1b[31m**: <b>, x|y=a_b; unknown"
+
+
+def test_an_arms_library_call_in_report_md_escapes_its_names_under_its_heading() -> None:
+    """The arm's library call is a section a level below its arm's (####): its API and thread names are
+    data in its heading, the allocations in a table, the straddling calls said after the tables."""
+    import json
+
+    from nsysaudit.render.markdown import comparison_markdown
+
+    doc = json.loads((Path(__file__).parent / "golden" / "sealed-torch-compare.json").read_text())
+    call = doc["arms"]["observe"]["library_calls"][0]
+    call.update(api="cublas_<x>", thread_name="t|1", straddling=[{"api": "cudaFree"}])
+    text = comparison_markdown(doc)
+    assert "#### cublas\\_\\<x\\> on pid " in text and ", name t\\|1)" in text
+    assert "\nCalls straddling its edges: 1.\n" in text
+    assert call["telemetry"], "the golden's call sits among telemetry lines"
+    after_table = text.index("\nCalls straddling its edges: 1.\n")
+    telemetry = text.index("\n- ", after_table)  # the first bullet after it: the call's telemetry lines
+    assert text.rindex("|", 0, after_table) < after_table < telemetry < text.index("\n####", after_table)
+    assert text.count("\n## The observe arm\n") == 1 and "\n### Library calls of interest (" in text

@@ -16,7 +16,7 @@ from conftest import requires_nsys
 
 import nsysaudit
 from nsysaudit.analysis.stalls import STALL_MIN_NS
-from nsysaudit.read.gpu_work import _sums
+from nsysaudit.read.gpu_work import LONGEST_CALLS, _longest, _sums
 
 PID = 100
 US = 1_000
@@ -489,3 +489,22 @@ def test_the_docs_show_what_nsysaudit_says_of_the_sync_captures() -> None:
     assert said is not None
     flat = " ".join(answer.split())
     assert all(part.strip() in flat for part in said.group(1).split("[...]"))
+
+
+def test_the_longest_calls_are_those_a_sort_of_every_call_puts_first() -> None:
+    """gpu_work._longest sorts only the calls that can be among the longest; the ids must be those the
+    first rows of a sort of every call give (unknown lengths first, ties, repeated ids, few calls)."""
+    rng = random.Random(33)
+    for _ in range(400):
+        n = rng.choice([0, 1, 49, 50, 51, 200])
+        span = rng.choice([3, 1000, 10**6])
+        unknown = rng.choice([0.0, 0.01, 0.3])
+        rows = []
+        for i in range(n):
+            start = None if rng.random() < unknown else rng.randrange(span)
+            end = None if rng.random() < unknown else rng.randrange(span) + (start or 0)
+            rows.append((rng.choice([i, i, rng.randrange(n)]), start, end))
+        calls = pl.DataFrame(rows, schema={"call_id": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}, orient="row")
+        every = calls.select((pl.col("end_ns") - pl.col("start_ns")).alias("b"), "start_ns", "call_id").sort(
+            "b", "start_ns", "call_id", descending=[True, False, False]).head(LONGEST_CALLS)
+        assert set(_longest(calls).to_list()) == set(every["call_id"].to_list())

@@ -200,10 +200,12 @@ class TimelineLine(TypedDict):
     values: dict[str, int | float]
 
 
-class TelemetrySummary(TypedDict):
-    """The ``telemetry`` object but its ``library_failures`` (:mod:`nsysaudit.analysis.verdict` finds those)."""
+class TelemetryRead(TypedDict):
+    """A telemetry file as it was read: its digest, how it was read (``event_key``, ``lenient``, the
+    clock fields), its lines and the bad ones, and the pids it names. The one definition of these keys:
+    the analysis' ``telemetry`` object (:class:`TelemetrySummary`) and a comparison arm's
+    (:class:`~nsysaudit.reports.documents.ArmTelemetry`) derive from it, in its order."""
 
-    path: str
     sha256: str
     event_key: str
     events: int
@@ -212,6 +214,17 @@ class TelemetrySummary(TypedDict):
     pids: list[int]
     clock_fields: dict[str, str]
     warnings: list[TelemetryBadLine]
+
+
+class _TelemetryPath(TypedDict):
+    # The file's path, the telemetry object's first key (docs/json.md's order): a base of its own, so
+    # that TelemetrySummary derives from TelemetryRead without moving it.
+    path: str
+
+
+class TelemetrySummary(_TelemetryPath, TelemetryRead):
+    """The ``telemetry`` object but its ``library_failures`` (:mod:`nsysaudit.analysis.verdict` finds those)."""
+
     timeline: list[TimelineLine]
 
 

@@ -16,8 +16,8 @@ from nsysaudit.core.defaults import DEFAULT_MAX_PAIRS as DEFAULT_MAX_PAIRS
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
 from nsysaudit.core.intervals import closed_library_calls
 
-__all__ = ["DEFAULT_MAX_PAIRS", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs", "nest",
-           "nest_bounded", "with_ids"]
+__all__ = ["DEFAULT_MAX_PAIRS", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs",
+           "join_column", "nest", "nest_bounded", "with_ids"]
 
 PAIR_SCHEMA = {
     "lib_id": pl.Int64,
@@ -218,16 +218,20 @@ def attach_bytes(pairs: pl.DataFrame, allocations: pl.DataFrame) -> pl.DataFrame
     A call without an allocation event (every failed allocation) gets ``None``: unknown. The pairs
     keep their order (``allocations`` has one row per key, so no pair is repeated).
     """
-    return (
-        pairs.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
-        .join(
-            allocations.select("gpid", "correlation_id", "bytes"),
-            on=["gpid", "correlation_id"],
-            how="left",
-            maintain_order="left",
-        )
-        .drop("gpid")
-    )
+    keyed = pairs.with_columns(global_pid(pl.col("gtid")).alias("gpid"))
+    return join_column(keyed, allocations, ["gpid", "correlation_id"], "bytes").drop("gpid")
+
+
+def join_column(frame: pl.DataFrame, other: pl.DataFrame, on: list[str], column: str) -> pl.DataFrame:
+    """``frame`` left-joined by ``on`` with ``other``'s ``column``, in ``frame``'s order. Where each row
+    meets at most one row of ``other`` (the usual case), only the keys are joined and the column is
+    added: a join of the whole frame gathers every column of it once more (140 MB for the ledger's
+    series at 755k events); else (the join repeats rows) the whole frame is joined."""
+    right = other.select(*on, column)
+    joined = frame.select(on).join(right, on=on, how="left", maintain_order="left")
+    if joined.height == frame.height:
+        return frame.with_columns(joined[column])
+    return frame.join(right, on=on, how="left", maintain_order="left")
 
 
 def with_ids(frame: pl.DataFrame, thread_names: pl.DataFrame) -> pl.DataFrame:

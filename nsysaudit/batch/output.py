@@ -32,7 +32,6 @@ import polars as pl
 
 from nsysaudit.analysis.findings import FindingKind
 from nsysaudit.analysis.verdict import Verdict
-from nsysaudit.batch import ranks as by_rank
 from nsysaudit.core.errors import BadOption, BatchOutputNotWritable
 from nsysaudit.core.files import write_atomic, write_with
 from nsysaudit.core.limits import read_at_most
@@ -49,43 +48,6 @@ PART_BATCH, PART_ROW, PART_FINDINGS = "nsysaudit.batch", "nsysaudit.row_sha256",
 # The ledger's figures at a finding (batch/run.py's holder_columns), each an integer column.
 HOLDER_COLUMNS = ("held_bytes", "process_held_bytes", "free_at_most_bytes", "device_total_bytes", "holder_pid",
                   "holder_bytes", "holders")
-
-INPUT_SCHEMA: Schema = {
-    "path": pl.String,
-    "sha256": pl.String,
-    "kind": pl.String,
-    "size_bytes": pl.Int64,
-    "nsys_version": pl.String,
-    "schema_version": pl.String,
-    "exported_with": pl.String,
-    "verdict": pl.String,
-    "cuda_api_calls": pl.Int64,
-    "nonzero_returns": pl.Int64,
-    "failed_calls": pl.Int64,
-    "library_calls": pl.Int64,
-    "censored_library_calls": pl.Int64,
-    "censored_reasons": pl.String,
-    "findings": pl.Int64,
-    "nested_alloc_failures": pl.Int64,
-    "straddling_alloc_failures": pl.Int64,
-    "nested_call_failures": pl.Int64,
-    "captured_event_wait_failures": pl.Int64,
-    "library": pl.String,
-    "warnings": pl.Int64,
-    "error": pl.String,
-    "status": pl.String,
-    **by_rank.INPUT_COLUMNS,  # devices and ranks (nsysaudit/batch/ranks.py)
-    # The host stalls (the document's stalls key): every blocking call, and those of the stall minimum.
-    "blocking_calls": pl.Int64,
-    "blocked_ns": pl.Int64,
-    "stalls": pl.Int64,
-    "stalled_ns": pl.Int64,
-    "snapshots": pl.Int64,  # memory snapshots joined (batch --snapshots; null without)
-    # The joined columns above as Parquet lists, their items typed (null in an error row; [] where none).
-    "censored_reasons_list": pl.List(pl.String),
-    "library_list": pl.List(pl.String),
-    **by_rank.INPUT_LIST_COLUMNS,
-}
 
 InputStatus = Literal["analyzed", "resumed", "error"]
 
@@ -222,6 +184,24 @@ def _dtype(hint: object) -> pl.DataType:
 FINDING_ROW_SCHEMA: Schema = polars_schema(FindingRow)
 # A findings part keeps what the export gives: the path is the batch's (the same export under another).
 PART_FINDING_ROW_SCHEMA: Schema = {k: v for k, v in FINDING_ROW_SCHEMA.items() if k != "path"}
+
+
+def _inputs_table_order(row: Schema) -> Schema:
+    """The inputs table's columns of :class:`InputRow`'s: the path first and the status after the error,
+    as the table has always had them (the row type lists them last, as the JSON Schema does); the rest
+    in the row type's order (the devices and ranks after the error, then the stall totals, the
+    snapshots, and the joined columns as lists, the ranks' last)."""
+    out: Schema = {"path": row["path"]}
+    for name, dtype in row.items():
+        if name not in ("path", "status"):
+            out[name] = dtype
+        if name == "error":
+            out["status"] = row["status"]
+    return out
+
+
+# The inputs table's columns, as InputRow types them (each a column; a key a row lacks is null).
+INPUT_SCHEMA: Schema = _inputs_table_order(polars_schema(InputRow))
 
 
 class BatchOptions(TypedDict):

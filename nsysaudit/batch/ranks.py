@@ -14,28 +14,9 @@ from typing import TypedDict
 
 import polars as pl
 
-from nsysaudit.core.shapes import Schema
 from nsysaudit.core.text import escape
 from nsysaudit.reports.documents import Process, Ranks, TargetDevice
 from nsysaudit.reports.ranks import DocumentKeys
-
-INPUT_COLUMNS: Schema = {
-    "devices": pl.Int64,
-    "devices_used": pl.String,
-    "rank": pl.Int64,
-    "rank_source": pl.String,
-    "ranks": pl.String,
-    "failing_ranks": pl.String,
-    "failing_rank_unknown": pl.Int64,
-    "failing_devices": pl.String,
-}
-# The joined columns above as lists (the batch's inputs table puts them after its own, at its end).
-INPUT_LIST_COLUMNS: Schema = {
-    "devices_used_list": pl.List(pl.String),
-    "ranks_list": pl.List(pl.Int64),
-    "failing_ranks_list": pl.List(pl.Int64),
-    "failing_devices_list": pl.List(pl.Int64),
-}
 
 
 def _joined(values: Iterable[int]) -> str | None:
@@ -44,8 +25,8 @@ def _joined(values: Iterable[int]) -> str | None:
 
 
 class RankColumns(TypedDict):
-    """The :data:`INPUT_COLUMNS` and :data:`INPUT_LIST_COLUMNS` of one input's row (batch/output.py's
-    InputRow holds them)."""
+    """The device and rank columns of one input's row, the joined ones also as lists (batch/output.py's
+    InputRow holds them; the inputs table's columns are made from it)."""
 
     devices: int
     devices_used: str | None
@@ -62,7 +43,7 @@ class RankColumns(TypedDict):
 
 
 def input_columns(doc: DocumentKeys) -> RankColumns:
-    """The :data:`INPUT_COLUMNS` of one analysis document (``doc``: its keys, as batch/run.py holds
+    """The :class:`RankColumns` of one analysis document (``doc``: its keys, as batch/run.py holds
     them; its ``devices``, ``processes`` and ``ranks`` are read)."""
     return _columns(doc["devices"], doc["processes"], doc["ranks"])
 

@@ -206,9 +206,9 @@ def audit_one(
 
 
 def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: str | None) -> AuditRows:
-    if os.path.isdir(path):  # find_inputs keeps a folder only when it holds no export
-        return _failed(path, f"{path}: folder holds no *.sqlite, *.nsys-rep or *.qdrep file")
     try:
+        if os.path.isdir(path):  # find_inputs keeps a folder only when it holds no export
+            raise UnusableInput(path, "folder holds no *.sqlite, *.nsys-rep or *.qdrep file")
         expected = None
         if done:
             expected = _digest(path)
@@ -217,14 +217,15 @@ def _audit(path: str, options: AuditOptions, done: frozenset[str], telemetry: st
         snapshots = snapshots_beside(path) if options.snapshots else []
         result = analyze(path, library_domains=options.library_domains, max_pairs=options.max_pairs,
                          nsys_path=options.nsys_path, telemetry=telemetry, snapshots=snapshots)
+        if expected is not None and result.input.sha256 != expected:
+            raise UnusableInput(path, f"the file changed while it was read (SHA-256 {expected} then "
+                                f"{result.input.sha256})")
     except NsysAuditError as exc:
         return _failed(path, str(exc))
     except OSError as exc:  # the file or its folder failed under us (I/O error, vanished, ...)
         where = exc.filename if exc.filename is not None else path
         return _failed(path, f"{where}: {exc.strerror or exc}")
     sha = result.input.sha256
-    if expected is not None and sha != expected:
-        return _failed(path, f"{path}: the file changed while it was read (SHA-256 {expected} then {sha})")
     row = _input_row(path, result, len(snapshots) if options.snapshots else None)
     stalls = result.head["stalls"]
     at = _allocator_at_findings(result.head.get("allocator"))
@@ -274,7 +275,7 @@ def _input_row(path: str, result: AnalysisResult, snapshots: int | None) -> Inpu
         "captured_event_wait_failures": kinds.count("captured_event_wait_failure"),
         # The libraries whose calls enclose the findings (cuBLAS, NCCL ...): null where none does.
         "library": ", ".join(libraries) or None,
-        # by_rank.INPUT_COLUMNS, in its order
+        # RankColumns, in its order
         "devices": ranks["devices"],
         "devices_used": ranks["devices_used"],
         "rank": ranks["rank"],
@@ -630,8 +631,9 @@ def _as_given(row: InputRow, path: str, engine: Engine) -> InputRow:
     """A worker's row with the path as given; a dask worker's "no such file" for a file this machine
     has says why (the workers do not see the paths given)."""
     if engine == "dask" and (row.get("error") or "").endswith("no such file") and os.path.exists(path):
-        return {**row, "path": path, "error": f"{path}: no such file where the dask worker ran, though this "
-                "machine has it: give paths the workers see (a shared file system)"}
+        unseen = UnusableInput(path, "no such file where the dask worker ran, though this machine has it: give "
+                               "paths the workers see (a shared file system)")
+        return {**row, "path": path, "error": str(unseen)}
     return {**row, "path": path}
 
 

@@ -366,7 +366,6 @@ def read_gpu_work(
         said.append(warned(Reason.of("gpu_work_unreadable", name=name, columns=', '.join(WORK_COLUMNS)), 1))
     # 10^6 calls: their few distinct texts kept once each (categorical), not once per row.
     texts = [c for c, t in CALL_SCHEMA.items() if t == pl.String]
-    native.release_memory()  # what the pass's threads freed (benchmarks/RESULTS.md: 200 MiB off the peak at 20M)
     return GpuWork(
         calls=calls.select(list(CALL_SCHEMA)).sort("call_id").with_columns(pl.col(texts).cast(pl.Categorical)),
         details=details,
@@ -589,10 +588,21 @@ def _detailed(calls: pl.DataFrame) -> pl.DataFrame:
     """The calls the reports say more of: the stalls and the :data:`LONGEST_CALLS` that blocked
     longest (of equals, the earliest, as :mod:`nsysaudit.analysis.stalls` lists them)."""
     blocked = pl.col("end_ns") - pl.col("start_ns")
-    longest = calls.with_columns(blocked.alias("_b")).sort("_b", "start_ns", "call_id", descending=[True, False, False])
-    return calls.filter(
-        (blocked >= STALL_MIN_NS) | pl.col("call_id").is_in(longest.head(LONGEST_CALLS)["call_id"].implode())
-    )
+    return calls.filter((blocked >= STALL_MIN_NS) | pl.col("call_id").is_in(_longest(calls).implode()))
+
+
+def _longest(calls: pl.DataFrame) -> pl.Series:
+    """The ids of the :data:`LONGEST_CALLS` first calls by blocked time, longest first (an unknown
+    one first of all, as polars sorts NULL first), then start and id. Only the calls that can be
+    among them are sorted, by their three keys: those at least as long as the longest
+    ``LONGEST_CALLS`` less the unknown ones (10^6 blocking calls: a sort of a few dozen)."""
+    keys = calls.select((pl.col("end_ns") - pl.col("start_ns")).alias("_b"), "start_ns", "call_id")
+    known = keys["_b"].drop_nulls()
+    wanted = LONGEST_CALLS - (keys.height - known.len())
+    if 0 < wanted < known.len():
+        keys = keys.filter(pl.col("_b").is_null() | (pl.col("_b") >= known.top_k(wanted).min()))
+    order = keys.sort("_b", "start_ns", "call_id", descending=[True, False, False])
+    return order.head(LONGEST_CALLS)["call_id"]
 
 
 def _details(
@@ -1255,6 +1265,8 @@ def blocking_candidates(marked: pl.DataFrame, failed: pl.DataFrame, prepared: Pr
     rows = pl.concat([ok, bad]).select(*CANDIDATE_SCHEMA, "kind")
     pageable = prepared.pageable.select("gpid", "correlation_id").unique()
     copy = pl.col("kind") == "async_copy"
+    if rows.select((~copy).fill_null(False).all()).item():  # no copy (10^6 synchronizations): no copy of them
+        return rows
     copies = rows.filter(copy).with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(
         pageable, on=["gpid", "correlation_id"], how="semi").drop("gpid")
     return pl.concat([rows.filter(~copy), copies])

@@ -244,17 +244,6 @@ def read_pages(
     return PagesRead(frame, mismatched, visited, "", check)
 
 
-def release_memory() -> None:
-    """Give the C heap's free memory back to the system (glibc's ``malloc_trim``; nothing where the
-    native engine is not built): the threads that read and reduced a large table keep what they
-    freed in their own arenas otherwise, which the steps after them would add to."""
-    if load() is None:
-        return
-    from nsysaudit.read import _native
-
-    _native.release_memory()
-
-
 def _i64(values: pl.Series) -> Buffer:
     """The values as an int64 buffer (a view of numpy's array for many, else array.array's)."""
     if values.null_count():  # the callers drop them; a NULL must never become a number

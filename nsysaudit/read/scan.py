@@ -33,7 +33,7 @@ import polars as pl
 from nsysaudit import words
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.core.ids import global_pid
-from nsysaudit.core.limits import threads
+from nsysaudit.core.limits import return_freed_memory, threads
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
@@ -583,6 +583,8 @@ def _read_native(reading: _Reading) -> _Read:
     read = _joined([part for part, _ in done])
     # The table's check: its plan's (unsure of an interior page: no runs), else the first unsure run's.
     checked = None if plan is None else plan.why or next((p.checked for p, _ in done if p.checked), "")
+    if read.visited >= PARALLEL_MIN_ROWS:  # what the threads' C buffers held, freed, not kept in RSS
+        return_freed_memory()
     return replace(read, checked=checked, reduced=[replace(red, alloc_rows=alloc) if i == 0 else red
                                                    for i, red in enumerate(read.reduced)])
 

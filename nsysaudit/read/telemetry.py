@@ -35,7 +35,9 @@ import polars as pl
 from nsysaudit.core.errors import BadOption, UnusableInput
 from nsysaudit.core.limits import TELEMETRY_BYTES_PER_BYTE, refuse_unfit
 from nsysaudit.core.paths import refuse_undecodable_name
+from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import JSON, JSONObject
+from nsysaudit.words import say
 
 ClockKind = Literal["monotonic", "realtime"]
 Edge = Literal["start", "end"]
@@ -219,8 +221,15 @@ class TelemetryBadLine(TypedDict):
 
 @dataclass(frozen=True)
 class BadLine:
+    """A line that is no telemetry event: its number and why (``reason``: a ``line_*`` code of
+    :mod:`nsysaudit.words`, worded once as its ``problem``: the warning's, or the error's)."""
+
     line: int
-    problem: str
+    reason: Reason
+
+    @property
+    def problem(self) -> str:
+        return say(self.reason)
 
 
 # One row per usable line, in file order. ``monotonic``/``realtime``: the line's stamps of the clocks
@@ -449,15 +458,15 @@ def _strict_decode(raw: bytes, number: int) -> JSON | BadLine:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return BadLine(number, "not UTF-8 text")
+        return BadLine(number, Reason.of("line_not_utf8"))
     try:
         obj = _decode(text)
     except json.JSONDecodeError as exc:
-        return BadLine(number, f"invalid JSON ({exc.msg} at column {exc.colno})")
+        return BadLine(number, Reason.of("line_invalid_json", message=exc.msg, column=exc.colno))
     except _BadValue as exc:
-        return BadLine(number, f"unusable JSON value: {exc}")
+        return BadLine(number, Reason.of("line_unusable_value", problem=str(exc)))
     except RecursionError:
-        return BadLine(number, f"unusable JSON value: nested deeper than {MAX_DEPTH} levels")
+        return BadLine(number, Reason.of("line_nested_too_deep", levels=MAX_DEPTH))
     return obj
 
 
@@ -465,24 +474,23 @@ def _event(obj: JSON, number: int, options: TelemetryOptions, skip: set[str] | N
     """A decoded line as a telemetry event, or why it is not one. ``skip``: the fields that are not
     values (the event name, identities, clocks; :func:`_not_values`), made once per file."""
     if not isinstance(obj, dict):
-        return BadLine(number, f"not a JSON object (a JSON {type(obj).__name__})")
+        return BadLine(number, Reason.of("line_not_object", json_type=type(obj).__name__))
     key = options.event_key
     name = obj.get(key)
     if name is None:
-        return BadLine(number, f"no {key!r} field")
+        return BadLine(number, Reason.of("line_without_event", key=key))
     if not isinstance(name, str) or not name:
-        return BadLine(number, f"{key!r} is not a non-empty string")
+        return BadLine(number, Reason.of("line_event_not_text", key=key))
     clocks: dict[ClockKind, int] = {}
     for kind, fname in options.clock:
         value = obj.get(fname)
         if value is None:
             continue
         if not _is_int(value):
-            return BadLine(number, f"clock field {fname!r} is not an integer (got {json.dumps(value)[:40]})")
+            return BadLine(number, Reason.of("line_clock_not_integer", field=fname, got=json.dumps(value)[:40]))
         clocks[kind] = value
     if not clocks:
-        wanted = ", ".join(repr(f) for _, f in options.clock)
-        return BadLine(number, f"no clock field (expected at least one of {wanted})")
+        return BadLine(number, Reason.of("line_without_clock", fields=[f for _, f in options.clock]))
     ids: dict[str, int | None] = {}
     for fname in (PID_FIELD, TID_FIELD):
         value = obj.get(fname)
@@ -491,7 +499,7 @@ def _event(obj: JSON, number: int, options: TelemetryOptions, skip: set[str] | N
         elif _is_int(value):
             ids[fname] = value
         else:
-            return BadLine(number, f"{fname!r} is not an integer (got {json.dumps(value)[:40]})")
+            return BadLine(number, Reason.of("line_id_not_integer", field=fname, got=json.dumps(value)[:40]))
     measured = _measured(obj, skip if skip is not None else _not_values(options))
     return TelemetryEvent(number, name, clocks, ids[PID_FIELD], ids[TID_FIELD], obj, measured)
 

@@ -28,6 +28,7 @@ from nsysaudit.core.defaults import DEFAULT_LIBRARY_DOMAINS as DEFAULT_LIBRARY_D
 from nsysaudit.core.errors import ReportWarning, UnusableInput
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.intervals import closed_library_calls, union_windows
+from nsysaudit.core.limits import return_freed_memory
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
@@ -325,6 +326,9 @@ def _refuse_conflicting_enums(export: ExportFile) -> None:
         )
 
 
+LARGE_ROWS = 1 << 20  # from here on, the memory glibc holds freed after the reading is given back
+
+
 def load(
     export: ExportFile,
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
@@ -335,7 +339,10 @@ def load(
     prefetch: Prefetch | None = None
     try:
         prefetch = Prefetch(export)  # the memory events, read on a thread while the other tables are
-        return _load(export, tuple(library_domains), progress, prefetch)
+        trace = _load(export, tuple(library_domains), progress, prefetch)
+        if trace.cuda_api_total >= LARGE_ROWS:  # the readers' C buffers, freed, out of RSS before the analysis
+            return_freed_memory()
+        return trace
     except sqlite3.DatabaseError as exc:
         raise UnusableInput(export.path, f"SQLite failed while reading the export: {exc}") from None
     finally:
@@ -654,7 +661,11 @@ def _scan(
     )
     wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
     names = _string_values(conn, strings.name, wanted.to_list())
-    marked = scanned.marked.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
+    # The marked rows (2.3M at 20M rows) held once: unnamed until they are named, then named only.
+    unnamed, scanned = scanned.marked, replace(scanned, marked=scanned.marked.clear())
+    allocation_calls = unnamed.filter(pl.col("name_id").is_in(allocation_ids.implode())).select("gtid", "start_ns")
+    marked = unnamed.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
+    del unnamed
     # The one API call behind each allocation event's (process, correlation id), where it is one.
     sole = scanned.alloc_rows.filter(pl.col("rows") == 1)
     rows = scanned.selected.join(names, on="name_id", how="left").select(list(CALL_SCHEMA))
@@ -662,8 +673,7 @@ def _scan(
         rows=rows,
         capture_calls=marked.filter(pl.col("name_id").is_in(capture_ids.implode())),
         memory_calls=marked.filter(pl.col("name_id").is_in(memory_call_ids.implode())),
-        allocation_calls=scanned.marked.filter(pl.col("name_id").is_in(allocation_ids.implode())).select(
-            "gtid", "start_ns"),
+        allocation_calls=allocation_calls,
         blocking=blocking_candidates(marked, rows, blocking),
         shared_alloc_ids=scanned.alloc_rows.filter(pl.col("rows") > 1).join(
             memory.allocations.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi"

@@ -66,7 +66,7 @@ def write_analysis(result: AnalysisResult, stream: BinaryIO) -> None:
     for key in sorted(markers, key=lambda k: text.index(markers[k])):
         head, text = text.split(markers[key])
         stream.write(head + b'"' + key.encode() + b'":')
-        _write_rows(stream, _key_sorted(tables[key]))
+        _write_rows(stream, tables[key])
     stream.write(text)
 
 
@@ -112,7 +112,7 @@ def _write_with_lists(result: AnalysisResult, stream: BinaryIO) -> None:
 
 
 def _write_rows(stream: BinaryIO, frame: pl.DataFrame) -> None:
-    """``frame``'s rows as a JSON array of objects."""
+    """``frame``'s rows as a JSON array of objects, keys sorted (:func:`_key_sorted`, slice by slice)."""
     stream.write(b"[")
     # In slices: polars builds the whole text of what it writes (200k library calls are 200 MB),
     # so only a few slices' text are alive at a time; polars serializes them on two threads (it
@@ -129,16 +129,19 @@ def _write_rows(stream: BinaryIO, frame: pl.DataFrame) -> None:
     stream.write(b"]")
 
 
-JSON_SLICE_ROWS = 16_384
+# 4,096 rows: at 200k library calls the slices in flight hold +29 MiB of peak RSS where 16,384 held
+# +123-143, for the same CPU (0.65 s; benchmarks/RESULTS.md, issue 33 round 3).
+JSON_SLICE_ROWS = 4_096
 JSON_THREADS = 2
 
 
 def _slice_json(frame: pl.DataFrame, offset: int) -> memoryview:
     """The slice's rows as JSON objects, without the array's brackets: polars writes them into a
     buffer that is then only viewed (its text as a str, then bytes, then sliced cost three copies of
-    every slice, 0.6 GB of copying for 200 MB of JSON)."""
+    every slice, 0.6 GB of copying for 200 MB of JSON). Its keys sorted slice by slice: the list
+    columns' fields reordered for the whole frame were a copy of them (100 MB at 200k library calls)."""
     buffer = io.BytesIO()
-    frame.slice(offset, JSON_SLICE_ROWS).write_json(buffer)
+    _key_sorted(frame.slice(offset, JSON_SLICE_ROWS)).write_json(buffer)
     return buffer.getbuffer()[1:-1]
 
 

@@ -142,7 +142,7 @@ def memory_section(memory: Memory) -> Section:
     """The ``memory`` key outlined (see the module docstring)."""
     if not memory["ledger"] and ("devices" not in memory or not memory["devices"]):
         return Section(words.MEMORY_TITLE, lead=_lead(memory), quiet=True)
-    not_counted = Phrase(words.MEMORY_NOT_COUNTED.format(what="; ".join(memory["not_counted"]))) \
-        if memory["at"] else None
+    not_counted = (Phrase(words.MEMORY_NOT_COUNTED.format(what="; ".join(memory["not_counted"]))),) \
+        if memory["at"] else ()
     return Section(words.MEMORY_TITLE, tuple(_devices(memory) + _notes(memory)), lead=_lead(memory),
-                   tables=tuple(_tables(memory)), after=tuple(_after(memory)), note=not_counted)
+                   tables=tuple(_tables(memory)), after=tuple(_after(memory)), notes=not_counted)

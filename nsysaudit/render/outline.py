@@ -13,9 +13,11 @@ data (escaped), never as markup.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from nsysaudit import words
 from nsysaudit.core.text import size_word
@@ -34,8 +36,12 @@ from nsysaudit.reports.ranks import device_lines
 from nsysaudit.reports.stalls import glance_words
 
 Severity = Literal["failure", "warning"]
-# How much room a phrase is given before it is shortened: a whole sentence, or a phrase within one.
-Size = Literal["sentence", "phrase"]
+# How much room a phrase (or each value of a template) is given before it is shortened: a whole sentence,
+# a phrase within one, a path, a name, a word (a version).
+Size = Literal["sentence", "phrase", "path", "name", "word"]
+# A template's value: trace text (None: unknown), or several said with ", " between them (each text, or
+# a phrase of its own).
+Value: TypeAlias = "str | tuple[str | Phrase, ...] | None"
 VERDICTS = ("failure_found", "inconclusive", "no_failure")
 # The finding kinds that are failures themselves; any other kind is shown as a warning.
 FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_wait_failure")
@@ -43,10 +49,40 @@ FAILURE_KINDS = ("nested_alloc_failure", "nested_call_failure", "captured_event_
 
 @dataclass(frozen=True)
 class Phrase:
-    """Words shown as data (every back-end escapes them); ``size``: how much room they are given."""
+    """Words shown as data (every back-end escapes them); ``size``: how much room they are given.
+
+    With ``values``, ``text`` is a template of our own words (not escaped: it may hold the back-end's
+    markup, as report.md's own lines do) whose ``{name}`` fields are the values, each shown as data;
+    ``severity``: what the words warn of."""
 
     text: str
     size: Size = "sentence"
+    values: Mapping[str, Value] | None = None
+    severity: Severity | None = None
+
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+def pieces(p: Phrase) -> Iterator[tuple[str | None, bool]]:
+    """A phrase in the pieces a back-end shows: ``(text, True)`` for data it escapes (None: unknown),
+    ``(text, False)`` for its own words."""
+    if p.values is None:
+        yield p.text, True
+        return
+    at = 0
+    for field in _FIELD.finditer(p.text):
+        yield p.text[at:field.start()], False
+        value = p.values[field.group(1)]
+        for i, item in enumerate(value if isinstance(value, tuple) else (value,)):
+            if i:
+                yield ", ", False
+            if isinstance(item, Phrase):
+                yield from pieces(item)
+            else:
+                yield item, True
+        at = field.end()
+    yield p.text[at:], False
 
 
 @dataclass(frozen=True)
@@ -86,6 +122,7 @@ class Cell:
     note: str | None = None
     data: bool = False
     strong: bool = False
+    digest: bool = False  # Markdown shows a digest as code
 
 
 @dataclass(frozen=True)
@@ -109,17 +146,32 @@ class TableOutline:
 @dataclass(frozen=True)
 class Section:
     """A titled part: its ``lead`` (said after the title; ``quiet``: nothing else to say), its entries,
-    its tables, the entries ``after`` them, a closing ``note``; ``severity``: what its title warns of."""
+    its tables, the ``remarks`` said under them, the entries ``after`` them, its closing ``notes``, then the
+    ``parts`` it holds (sections a level below it); ``severity``: what its title warns of. A title that
+    quotes trace text is a :class:`Phrase`."""
 
-    title: str
+    title: str | Phrase
     entries: tuple[Entry, ...] = ()
     severity: Severity | None = None
     lead: Phrase | None = None
     tables: tuple[TableOutline, ...] = ()
+    remarks: tuple[Phrase, ...] = ()
     after: tuple[Entry, ...] = ()
-    note: Phrase | None = None
+    notes: tuple[Phrase, ...] = ()
     quiet: bool = False
     verdict: str | None = None  # the lead states this verdict
+    parts: tuple[Section, ...] = ()
+
+
+@dataclass(frozen=True)
+class Head:
+    """What a command prints first: its ``title`` (strong; ``passed``: a check that passed) and the
+    ``subject`` on its line, then ``lines`` of their own under it, each said in pieces."""
+
+    title: str
+    subject: Phrase | None
+    lines: tuple[tuple[Phrase, ...], ...]
+    passed: bool = False
 
 
 @dataclass(frozen=True)
@@ -249,8 +301,8 @@ def _size(value: int | None) -> str:
     return "unknown" if value is None else size_word(value)
 
 
-def _value(value: object) -> str:
-    """A note's value in words: a count with thousands separators, ``unknown`` for null."""
+def scalar(value: object) -> str:
+    """A value in words: a count with thousands separators, ``unknown`` for null."""
     if value is None:
         return "unknown"
     if isinstance(value, bool):
@@ -259,7 +311,7 @@ def _value(value: object) -> str:
 
 
 def _note(note: AllocatorNote) -> Entry:
-    values = {k: _value(v) for k, v in note["values"].items()}
+    values = {k: scalar(v) for k, v in note["values"].items()}
     try:
         text = words.SNAPSHOT_NOTES[note["code"]].format(**values)
     except KeyError:  # a note of another version: its code, or a value these words name, unknown here

@@ -24,23 +24,24 @@ from rich.table import Table
 from rich.text import Text
 
 from nsysaudit import words
-from nsysaudit.core.errors import ReportWarning
-from nsysaudit.core.text import byte_size, escape
-from nsysaudit.render import details_outline as sections
-from nsysaudit.render import outline
-from nsysaudit.render.comparison_outline import differences_sections, not_established_section
-from nsysaudit.render.memory_outline import memory_section
-from nsysaudit.render.outline import AnswerOutline, ComparisonAnswerOutline, Entry, Phrase, Section, TableOutline
-from nsysaudit.reports.analysis import AnalysisResult
-from nsysaudit.reports.documents import (
-    AnalysisDocument,
-    ComparisonDocument,
-    SealedAnalysisDocument,
+from nsysaudit.core.text import escape
+from nsysaudit.render import outline, report_outline
+from nsysaudit.render.outline import (
+    AnswerOutline,
+    ComparisonAnswerOutline,
+    Entry,
+    Head,
+    Phrase,
+    Section,
+    TableOutline,
+    pieces,
 )
-from nsysaudit.reports.ranks import device_lines
+from nsysaudit.reports.analysis import AnalysisResult
+from nsysaudit.reports.documents import ComparisonDocument, SealedAnalysisDocument
 
 MAX_TEXT = 80
-MAX_LIBRARY_ROWS = 40
+
+
 def literal(value: object, limit: int = MAX_TEXT) -> Text:
     """Trace-provided text shown as-is (no markup), shortened past ``limit`` characters."""
     if value is None:
@@ -54,31 +55,7 @@ def literal(value: object, limit: int = MAX_TEXT) -> Text:
     return Text(shown)
 
 
-def ns(value: int | None) -> Text:
-    return Text("unknown", style="dim italic") if value is None else Text(f"{value:,}")
-
-
-def nbytes(value: int | float | None) -> Text:
-    if value is None:
-        return Text("unknown", style="dim italic")
-    return Text(byte_size(value))
-
-
-def _bytes_cell(value: int | None, *, unit: bool = True) -> Text:
-    """A table cell: the exact bytes, and the binary unit on a line of its own so columns stay narrow
-    (without ``unit``, the bytes without " B": the column's heading says "(B)")."""
-    if value is None:
-        return nbytes(value)
-    cell = byte_size(value).replace(" (", "\n(", 1)
-    return Text(cell if unit else cell.replace(" B\n", "\n", 1))
-
-
 VERDICT_STYLE = {"failure_found": "bold red", "inconclusive": "bold yellow", "no_failure": "bold green"}
-
-
-def ident(value: int | None) -> Text:
-    """A pid, tid or correlation id: an identifier, never shown with thousands separators."""
-    return Text("unknown", style="dim italic") if value is None else Text(str(value))
 
 
 class Hanging:
@@ -123,39 +100,19 @@ def _hang(parts: Sequence[RenderableType]) -> list[RenderableType]:
     return out
 
 
-def hanging(lead: str, body: Text, *, indent: int = 2, style: str | None = None) -> Hanging:
-    """See :class:`Hanging`."""
-    return Hanging(lead, body, indent=indent, style=style)
-
-
-def short_hash(sha256: str | None) -> str:
-    """A digest as a person reads it: its first 12 hex digits (the whole one is in --json and the seal)."""
-    return "unknown" if sha256 is None else f"{sha256[:12]}…"
-
-
-def input_head(d: AnalysisDocument, command: str = "analyze") -> Text:
-    inp = d["input"]
-    head = Text()
-    head.append(f"nsysaudit {command} ", style="bold")
-    head.append_text(literal(inp["path"], 400))
-    head.append(f"\n  {inp['kind']}, sha256 {short_hash(inp['sha256'])}, nsys ")
-    head.append_text(literal(inp["nsys_version"]))  # META_DATA_EXPORT text: data like any trace string
-    head.append(", schema ")
-    head.append_text(literal(inp["schema_version"]))
-    if "engine" in inp:  # how this install read it (not in a sealed report: see metadata.json)
-        head.append(f"\n  engine {inp['engine']}, SQLite {inp['sqlite_version']}")
-        if inp["native_unavailable"] and inp["engine"] != "native":  # its first words; the rest in the JSON
-            head.append(f" (native engine {inp['native_unavailable'].split(' (')[0]})", style="yellow")
-    if inp["kind"] == "nsys-rep":
-        exp = inp["export"]
-        hit = "cache hit" if exp["cache_hit"] else "exported now"
-        head.append(f"\n  export sha256 {short_hash(exp['sha256'])} ({hit})")
-    return head
-
-
 SEVERITY_STYLE = {"failure": "bold red", "warning": "yellow"}
-SIZE = {"sentence": 4000, "phrase": 400}  # the room a phrase is given before it is shortened
+# The room a phrase (or each value of a template) is given before it is shortened.
+SIZE = {"sentence": 4000, "phrase": 400, "path": 300, "name": 200, "word": MAX_TEXT}
 MORE_IN = {"coverage": "--details"}
+
+
+def _said(p: Phrase) -> Text:
+    """A phrase: its data escaped (and shortened), a template's own words as they are; in its severity."""
+    said = Text()
+    for text, data in pieces(p):
+        said.append_text(literal(text, SIZE[p.size]) if data else Text(str(text)))
+    said.stylize(SEVERITY_STYLE[p.severity] if p.severity is not None else "")
+    return said
 
 
 def _phrases(phrases: Sequence[Phrase]) -> Text:
@@ -163,8 +120,22 @@ def _phrases(phrases: Sequence[Phrase]) -> Text:
     body = Text()
     for i, p in enumerate(phrases):
         body.append("; " if i else "")
-        body.append_text(literal(p.text, SIZE[p.size]))
+        body.append_text(_said(p))
     return body
+
+
+def head_text(head: Head) -> Text:
+    """A command's head: its title in bold (green: a check passed), its subject, its lines under it."""
+    text = Text()
+    text.append(f"{head.title} " if head.subject is not None else head.title,
+                style="bold green" if head.passed else "bold")
+    if head.subject is not None:
+        text.append_text(_said(head.subject))
+    for line in head.lines:
+        text.append("\n  ")
+        for p in line:
+            text.append_text(_said(p))
+    return text
 
 
 def _entry(e: Entry, indent: int = 2) -> list[RenderableType]:
@@ -177,15 +148,15 @@ def _entry(e: Entry, indent: int = 2) -> list[RenderableType]:
     if e.number is not None:
         lead = f"{e.number}. "
         body = Text.assemble(Text(e.label or "", style=style or ""), ": ", body)
-        line = hanging(lead, body, indent=indent)
+        line = Hanging(lead, body, indent=indent)
     elif e.label is not None:
         lead = f"{e.label}: "
-        line = hanging(lead, body, indent=indent, style=style)
+        line = Hanging(lead, body, indent=indent, style=style)
     else:
         lead = ""
         body.stylize(style or "")
-        line = hanging(lead, body, indent=indent)
-    under = [hanging(f"{u.label}: ", _phrases(u.phrases), indent=indent + len(lead), style="bold" if u.strong else None)
+        line = Hanging(lead, body, indent=indent)
+    under = [Hanging(f"{u.label}: ", _phrases(u.phrases), indent=indent + len(lead), style="bold" if u.strong else None)
              for u in e.under]
     return [line, *under]
 
@@ -201,7 +172,7 @@ def _bullets(entries: Sequence[Entry], indent: int = 2) -> list[RenderableType]:
         body.stylize(SEVERITY_STYLE[e.severity] if e.severity is not None else "")
         if e.refer is not None:
             body.append_text(Text("; ").append_text(literal(words.REFER_TERMINAL.format(input=e.refer[1]), 400)))
-        parts.append(hanging("- ", body, indent=indent))
+        parts.append(Hanging("- ", body, indent=indent))
         parts += _bullets(e.under, indent + 2)
     return parts
 
@@ -228,22 +199,28 @@ def _table(t: TableOutline) -> Table:
     return table
 
 
+def _title(title: str | Phrase) -> Text:
+    return Text(title) if isinstance(title, str) else _said(title)
+
+
 def section_parts(section: Section) -> list[RenderableType]:
-    """A titled section of the details: its title in bold and its lead, its entries as bullets, its tables,
-    the entries after them, its closing note."""
-    head = Text(f"\n{section.title}:", style="bold")
+    """A titled section of the details: its title in bold and its lead, its entries as bullets, its tables
+    and the remarks under them, the entries after them, its closing note."""
+    own = section.lead or section.entries or section.tables or section.remarks or section.after or section.notes
+    head = Text.assemble("\n", _title(section.title), ":" if own or not section.parts else "", style="bold")
     if section.lead is not None:
         head.append(" ")
+        start = len(head)
         head.append_text(_phrases([section.lead]))
         style = VERDICT_STYLE[section.verdict] if section.verdict is not None else \
             "dim" if section.quiet else SEVERITY_STYLE[section.severity] if section.severity is not None else ""
-        head.stylize(style, len(section.title) + 3)
+        head.stylize(style, start)
     parts: list[RenderableType] = [head, *_bullets(section.entries)]
     parts += [_table(t) for t in section.tables]
+    parts += [Hanging("", _phrases([remark])) for remark in section.remarks]
     parts += _bullets(section.after)
-    if section.note is not None:
-        parts.append(hanging("", _phrases([section.note]), style="dim"))
-    return parts
+    parts += [Hanging("", _phrases([note]), style="dim") for note in section.notes]
+    return parts + [p for part in section.parts for p in section_parts(part)]
 
 
 def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
@@ -251,55 +228,36 @@ def answer_parts(answer: AnswerOutline) -> list[RenderableType]:
     (a finding: what, when, who held the memory; a censored call; a host stall), what limits the verdict."""
     parts: list[RenderableType] = [Text("")]
     line = Text(answer.verdict, style=VERDICT_STYLE[answer.verdict])
-    parts.append(hanging("", Text.assemble(line, ": ", _phrases([answer.summary])), indent=0))
+    parts.append(Hanging("", Text.assemble(line, ": ", _phrases([answer.summary])), indent=0))
     for e in answer.entries:
         parts += _entry(e)
     if answer.also:
         parts.append(Text(f"  {words.ALSO}:", style="dim"))
-        parts += [hanging("- ", _phrases([p]), indent=4) for p in answer.also]
+        parts += [Hanging("- ", _phrases([p]), indent=4) for p in answer.also]
     return parts
 
 
-def glance(d: AnalysisDocument) -> list[RenderableType]:
-    """One line each of what the details hold, so a person knows what --details would show."""
+def glance(lines: Sequence[str]) -> list[RenderableType]:
+    """One line each of what the details hold (:func:`nsysaudit.render.outline.glance`), so a person
+    knows what --details would show."""
     out: list[RenderableType] = [Text("")]
-    out += [hanging("", literal(line, 2000), style="dim") for line in outline.glance(d)]
-    out.append(hanging("", Text(words.GLANCE_FULL_REPORT, style="dim")))
+    out += [Hanging("", literal(line, 2000), style="dim") for line in lines]
+    out.append(Hanging("", Text(words.GLANCE_FULL_REPORT, style="dim")))
     return out
 
 
 def analysis_renderable(result: AnalysisResult, *, details: bool = False) -> RenderableType:
     """The single-arm report as one rich renderable: the answer first; with ``details`` every section."""
     d = result.to_dict()
-    parts: list[RenderableType] = [input_head(d), *answer_parts(outline.analysis_answer(d))]
+    parts: list[RenderableType] = [head_text(report_outline.input_head(d)), *answer_parts(outline.analysis_answer(d))]
     if not details:
-        return Group(*parts, *_warnings(d["warnings"]), *glance(d))
+        return Group(*parts, *_sections(report_outline.warnings(d)), *glance(outline.glance(d)))
     parts.append(Text("\n--- details ---", style="dim"))
-
-    parts += [*section_parts(sections.verdict_section(d["verdict"], d["verdict_reasons"])),
-              *section_parts(sections.capture_section(d["coverage"]))]
-    if "alignment" in d:
-        tel = d["telemetry"]
-        said = sections.telemetry_file(tel["path"], tel["sha256"], tel["events"], tel["bad_lines"])
-        parts.extend(section_parts(sections.alignment_section(d["alignment"], said, tel["timeline"])))
-    parts += [*section_parts(sections.census_section(d["census"])),
-              *section_parts(sections.findings_section(d["findings"], d["memory"])),
-              *section_parts(sections.failed_calls_section(d["failed_calls"]))]
-    parts.extend(section_parts(memory_section(d["memory"])))
-    parts.extend(section_parts(sections.stalls_section(d["stalls"])))
-    if "allocator" in d:
-        parts.extend(section_parts(outline.allocator_section(d["allocator"])))
-    lines = device_lines(d)  # several devices, or a rank known: which process ran where, with its rank
-    if lines:
-        parts.extend(section_parts(sections.devices_section(lines)))
-    parts += [*section_parts(sections.library_calls_section(d["library_calls"])),
-              *section_parts(sections.coverage_section(d["coverage"]))]
-    parts.extend(_warnings(d["warnings"]))
-    return Group(*_hang(parts))
+    return Group(*_hang(parts + _sections(report_outline.details(d))))
 
 
-def _warnings(warnings: Sequence[ReportWarning]) -> list[RenderableType]:
-    return section_parts(sections.warnings_section(warnings)) if warnings else []
+def _sections(sections: Sequence[Section]) -> list[RenderableType]:
+    return [part for section in sections for part in section_parts(section)]
 
 
 _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)(?=\n)")
@@ -352,9 +310,10 @@ def progress_bar() -> TerminalProgress:
 def comparison_answer_parts(answer: ComparisonAnswerOutline) -> list[RenderableType]:
     """The comparison's answer: the failure in one arm or both, each arm's answer, what the memory
     did differently at the call that failed, and what the comparison cannot establish."""
-    parts: list[RenderableType] = [Text(""), hanging("", _phrases([answer.summary]), indent=0, style="bold")]
+    parts: list[RenderableType] = [Text(""), Hanging("", _phrases([answer.summary]), indent=0, style="bold")]
     for section in answer.sections:
-        title = section.title[0].lower() + section.title[1:]
+        title = _title(section.title).plain
+        title = title[:1].lower() + title[1:]
         parts.append(Text(f"\n{title}", style="bold yellow" if section.severity == "warning" else "bold"))
         parts += _bullets(section.entries)
     return parts
@@ -366,61 +325,25 @@ def comparison_renderable(
     """The comparison document (``report.json`` of ``nsysaudit compare``) for the terminal: its
     answer first, then (``details``) the differences. (A sealed folder's document is either kind:
     one of another kind is refused.)"""
-    if doc["kind"] != "comparison":
-        raise TypeError(f"a comparison document is rendered here, not a document of kind {doc['kind']!r}")
-    parts: list[RenderableType] = []
-    head = Text("nsysaudit compare", style="bold")
-    for i in doc["inputs"]:
-        head.append(f"\n  {i['role']}: ")
-        head.append_text(literal(i["name"], 200))
-        head.append(f"  sha256 {short_hash(i['sha256'])}  {i['size_bytes']:,} bytes")
-    parts.append(head)
-    parts.extend(comparison_answer_parts(outline.comparison_answer_outline(doc)))
+    comparison = report_outline.comparison(doc)
+    parts = [head_text(report_outline.comparison_head(comparison)),
+             *comparison_answer_parts(outline.comparison_answer_outline(comparison))]
     if not details:
         return Group(*parts)
     parts.append(Text("\n--- details ---", style="dim"))
-    parts.append(Text(f"\n{words.DIFFERENCES_TITLE}", style="bold"))
-    for section in differences_sections(doc["differences"]):
-        parts += section_parts(section)
-    parts += section_parts(not_established_section(doc["not_established"]))
-    return Group(*_hang(parts))
+    return Group(*_hang(parts + _sections(report_outline.comparison_details(comparison))))
 
 
 def sealed_text(directory: str, files: Sequence[str]) -> RenderableType:
     """Where a sealed report was written, and what it holds (the seal itself is printed last)."""
-    return Group(*_hang([_sealed_lines(directory, files)]))
-
-
-def _sealed_lines(directory: str, files: Sequence[str]) -> Text:
-    t = Text("\nsealed report: ", style="bold")
-    t.append_text(literal(directory, 300))
-    t.append(f"\n  {', '.join(files)}")
-    if "report.html" in files:
-        t.append("\n  the full report: ")
-        t.append_text(literal(f"{directory.rstrip('/')}/report.html", 300))
-        t.append(" (a browser), report.md, report.json")
-    return t
+    return Group(*_hang([Text(""), head_text(report_outline.sealed_head(directory, files))]))
 
 
 def verification_renderable(
     directory: str, files: Sequence[str], inputs: Sequence[Mapping[str, object]], rerun: bool, *, full: bool = False
 ) -> RenderableType:
     """What ``nsysaudit verify`` checked (it only returns when every check passed); digests short unless ``full``."""
-    t = Text("verified ", style="bold green")
-    t.append_text(literal(directory, 300))
-    t.append(words.verified_files(len(files)))
-    for i in inputs:  # the name and role come from metadata.json: a forged one is text too
-        t.append("\n  input ")
-        t.append_text(literal(i["path"], 300))
-        t.append(" (")
-        t.append_text(literal(i["role"], 300))
-        t.append(") matches the sealed ")
-        t.append_text(literal(i["name"], 300))
-        digest = str(i["sha256"]) if full else short_hash(str(i["sha256"]))
-        t.append(f": sha256 {digest}, {i['size_bytes']:,} bytes")
-    if rerun:
-        t.append(words.VERIFIED_RERUN)
-    return Group(*_hang([t]))
+    return Group(*_hang([head_text(report_outline.verified_head(directory, files, inputs, rerun, full=full))]))
 
 
 class TerminalProgress:

@@ -28,7 +28,7 @@ from nsysaudit.read.diagnostics import WARNING_SEVERITIES, Capture
 from nsysaudit.read.inputs import InputInfo
 from nsysaudit.reports.alignment_section import alignment_section, telemetry_summary
 from nsysaudit.reports.answer import MAX_CENSORED, answer
-from nsysaudit.reports.conformance import required_keys
+from nsysaudit.reports.conformance import required_columns, required_keys
 from nsysaudit.reports.documents import (
     SCHEMA_VERSION,
     AllocationsBefore,
@@ -176,51 +176,33 @@ def library_calls_table(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     lib_names = _name_columns(
         libs.select("api").unique().with_columns(pl.lit(0, dtype=pl.Int64).alias("return_code"))
     )
+    made = {  # the columns not taken as the frame has them; the rest, by name, in LibraryCall's order
+        "global_tid": pl.col("gtid").alias("global_tid"),
+        # The recorded end of a range open when the capture stopped is the stop: unknown.
+        "end_ns": pl.when(pl.col("end_known")).then(pl.col("end_ns")).otherwise(None).alias("end_ns"),
+        "recorded_end_ns": pl.col("end_ns").alias("recorded_end_ns"),
+        "duration_ns": pl.when(pl.col("end_known")).then(duration_ns()).otherwise(None).alias("duration_ns"),
+        # Unknown (null), never a partial sum, when a pair limit (--max-pairs) left successful
+        # children unlisted, a successful nested allocation's size is unknown (no memory
+        # event, NULL bytes, a shared correlation id), or the trace does not cover the call.
+        "allocated_bytes": pl.when(
+            pl.col("children_complete")
+            & (pl.col("allocations_size_unknown").fill_null(0) == 0)
+            & (pl.col("coverage") == "complete")
+        )
+        .then(pl.col("allocated_bytes_traced").fill_null(0))
+        .otherwise(None)
+        .alias("allocated_bytes"),
+        "allocated_bytes_traced": pl.col("allocated_bytes_traced").fill_null(0),
+        "allocations_size_unknown": pl.col("allocations_size_unknown").fill_null(0),
+        "failed_children": pl.col("failed_children").fill_null(0),
+    }
     table = (
         libs.join(lib_names.select("api", "display_api"), on="api", how="left", nulls_equal=True)
         .join(nested, on="lib_id", how="left")
         .join(straddling, on="lib_id", how="left")
         .sort("lib_id")
-        .select(
-            "lib_id",
-            "api",
-            "display_api",
-            "library",
-            "source",
-            "pid",
-            "tid",
-            pl.col("gtid").alias("global_tid"),
-            "thread_name",
-            "start_ns",
-            # The recorded end of a range open when the capture stopped is the stop: unknown.
-            pl.when(pl.col("end_known")).then(pl.col("end_ns")).otherwise(None).alias("end_ns"),
-            pl.col("end_ns").alias("recorded_end_ns"),
-            "end_known",
-            pl.when(pl.col("end_known")).then(duration_ns()).otherwise(None).alias("duration_ns"),
-            "coverage",
-            "censored_reason",
-            "censored_reasons",
-            "coverage_evidence",
-            "cuda_api_first_ns",
-            "cuda_api_last_ns",
-            "children",
-            "straddling",
-            # Unknown (null), never a partial sum, when a pair limit (--max-pairs) left successful
-            # children unlisted, a successful nested allocation's size is unknown (no memory
-            # event, NULL bytes, a shared correlation id), or the trace does not cover the call.
-            pl.when(
-                pl.col("children_complete")
-                & (pl.col("allocations_size_unknown").fill_null(0) == 0)
-                & (pl.col("coverage") == "complete")
-            )
-            .then(pl.col("allocated_bytes_traced").fill_null(0))
-            .otherwise(None)
-            .alias("allocated_bytes"),
-            pl.col("allocated_bytes_traced").fill_null(0),
-            pl.col("allocations_size_unknown").fill_null(0),
-            pl.col("failed_children").fill_null(0),
-            "children_complete",
-        )
+        .select(*(made.get(name, pl.col(name)) for name in required_columns(LibraryCall)))
     )
     empty = pl.lit([], dtype=table.schema["children"])
     return table.with_columns(
@@ -378,27 +360,20 @@ def censored_table(analysis: Analysis) -> pl.DataFrame:
     reasons = (
         pl.col("censored_reasons") if "censored_reasons" in libs.columns else pl.lit(None, dtype=pl.List(pl.String))
     )
+    made = {  # the columns not taken as the frame has them; the rest, by name, in Censored's order
+        "end_ns": pl.when(end_known).then(pl.col("end_ns")).otherwise(None).alias("end_ns"),
+        "recorded_end_ns": pl.col("end_ns").alias("recorded_end_ns"),
+        "end_known": end_known.alias("end_known"),
+        "reason": pl.col("censored_reason").alias("reason"),
+        "reasons": pl.when(reasons.list.len() > 0)
+        .then(reasons)
+        .otherwise(pl.concat_list(pl.col("censored_reason")))
+        .alias("reasons"),
+    }
     return (
         libs.filter(pl.col("coverage") == "censored")
         .sort("lib_id")
-        .select(
-            "lib_id",
-            "api",
-            "pid",
-            "tid",
-            "thread_name",
-            "start_ns",
-            pl.when(end_known).then(pl.col("end_ns")).otherwise(None).alias("end_ns"),
-            pl.col("end_ns").alias("recorded_end_ns"),
-            end_known.alias("end_known"),
-            pl.col("censored_reason").alias("reason"),
-            pl.when(reasons.list.len() > 0)
-            .then(reasons)
-            .otherwise(pl.concat_list(pl.col("censored_reason")))
-            .alias("reasons"),
-            "cuda_api_first_ns",
-            "cuda_api_last_ns",
-        )
+        .select(*(made.get(name, pl.col(name)) for name in required_columns(Censored)))
     )
 
 

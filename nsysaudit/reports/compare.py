@@ -106,25 +106,13 @@ HANDOFF_FIELDS = ("allocated", "reserved", "physical_free")
 
 
 @dataclass(frozen=True)
-class TelemetryFile:
-    """A telemetry file as the report names it: basename, SHA-256 and size, never a full path."""
-
-    name: str
-    sha256: str
-    size_bytes: int
-
-    def to_dict(self) -> TelemetryFileRecord:
-        return {"name": self.name, "sha256": self.sha256, "size_bytes": self.size_bytes}
-
-
-@dataclass(frozen=True)
 class Comparison:
     """An observe arm and a release arm, analyzed, and their comparison document, built once by
     :func:`compare_results`; ``to_dict()`` is that document (``report.json`` of ``compare``)."""
 
     observe: AnalysisResult
     release: AnalysisResult
-    telemetry_files: Mapping[str, TelemetryFile | None]
+    telemetry_files: Mapping[str, TelemetryFileRecord | None]
     document: ComparisonDocument
 
     def arm(self, name: Arm) -> AnalysisResult:
@@ -142,7 +130,7 @@ class Comparison:
 
 
 def _document(
-    observe: AnalysisResult, release: AnalysisResult, files: Mapping[str, TelemetryFile | None],
+    observe: AnalysisResult, release: AnalysisResult, files: Mapping[str, TelemetryFileRecord | None],
     labels: Mapping[str, str],
 ) -> ComparisonDocument:
     results = {"observe": observe, "release": release}
@@ -192,7 +180,7 @@ def compare_results(
     observe: AnalysisResult,
     release: AnalysisResult,
     *,
-    telemetry_files: Mapping[str, TelemetryFile | None] | None = None,
+    telemetry_files: Mapping[str, TelemetryFileRecord | None] | None = None,
     labels: tuple[str, str] | None = None,
 ) -> Comparison:
     """Compare two analyzed arms.
@@ -207,13 +195,13 @@ def compare_results(
     >>> [cmp.to_dict()["arms"][arm]["verdict"] for arm in ("observe", "release")]
     ['failure_found', 'no_failure']
     """
-    files: dict[str, TelemetryFile | None] = {}
+    files: dict[str, TelemetryFileRecord | None] = {}
     for name, result in (("observe", observe), ("release", release)):
         if telemetry_files is not None and name in telemetry_files:
             files[name] = telemetry_files[name]
         elif result.alignment is not None:
             log = result.alignment.log
-            files[name] = TelemetryFile(basename(log.path), log.sha256, log.size_bytes)
+            files[name] = {"name": basename(log.path), "sha256": log.sha256, "size_bytes": log.size_bytes}
         else:
             files[name] = None
     named: dict[str, str] = dict(zip(ARMS, labels if labels is not None else ARMS, strict=True))
@@ -236,7 +224,7 @@ def input_record(result: AnalysisResult) -> ArmInput:
     }
 
 
-def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> ComparisonArm:
+def _arm(result: AnalysisResult, telemetry_file: TelemetryFileRecord | None) -> ComparisonArm:
     # Library calls are selected on their frame, and only the chosen ones become Python objects:
     # a large export has 10^5+ of them.
     frame = result.library_calls_frame()
@@ -257,7 +245,7 @@ def _arm(result: AnalysisResult, telemetry_file: TelemetryFile | None) -> Compar
     interest = _keyed(chosen_list, at_start)
     arm: ComparisonArm = {
         "input": input_record(result),
-        "telemetry_input": telemetry_file.to_dict() if telemetry_file else None,
+        "telemetry_input": telemetry_file.copy() if telemetry_file else None,  # the document's own, not shared
         "verdict": d["verdict"],
         "verdict_reasons": d["verdict_reasons"],
         "census": {
@@ -432,7 +420,7 @@ def _handoff(d: AnalysisDocument, libs: list[ArmLibraryCall]) -> Handoff | None:
     }
 
 
-def _telemetry(d: AnalysisDocument, file: TelemetryFile | None) -> ArmTelemetry | None:
+def _telemetry(d: AnalysisDocument, file: TelemetryFileRecord | None) -> ArmTelemetry | None:
     """The telemetry file's summary (without the per-line timeline; see ``handoff`` and positions)."""
     telemetry = d.get("telemetry")
     if telemetry is None:
@@ -447,7 +435,7 @@ def _telemetry(d: AnalysisDocument, file: TelemetryFile | None) -> ArmTelemetry 
         "clock_fields": telemetry["clock_fields"],
         "warnings": telemetry["warnings"],
         "library_failures": telemetry["library_failures"],
-        "name": file.name if file else basename(telemetry["path"]),
+        "name": file["name"] if file else basename(telemetry["path"]),
     }
 
 

@@ -67,6 +67,12 @@ def required_keys(t: type) -> frozenset[str]:
     return frozenset(key for key, hint in get_type_hints(t, include_extras=True).items() if unwrap(hint)[1])
 
 
+@functools.cache
+def required_columns(t: type) -> tuple[str, ...]:
+    """:func:`required_keys` of ``t`` in its order: the columns of a frame whose rows are such entries."""
+    return tuple(key for key in get_type_hints(t, include_extras=True) if key in required_keys(t))
+
+
 def unwrap(t: object) -> tuple[object, bool]:
     """``(type, required)`` with ``NotRequired[...]`` taken off."""
     if get_origin(t) is NotRequired:

@@ -36,6 +36,7 @@ from nsysaudit.analysis.alignment import (
     Moment,
     Position,
     SkippedAnchor,
+    TelemetryRead,
     TelemetrySummary,
     TimelineLine,
     UtcAlignment,
@@ -199,6 +200,7 @@ __all__ = [
     "TargetDevice",
     "TelemetryBadLine",
     "TelemetryPoints",
+    "TelemetryRead",
     "TelemetrySummary",
     "TimelineLine",
     "UtcAlignment",
@@ -435,7 +437,11 @@ class Child(TypedDict):
     bytes: int | None
 
 
-class LibraryCall(TypedDict):
+class LibraryCallIdentity(TypedDict):
+    """Which library call (its id, API, library and NVTX source) and the thread it ran on: the keys a
+    library call's record starts with, defined once (:class:`LibraryCall` of the analysis,
+    :class:`ArmLibraryCall` of a comparison's arm)."""
+
     lib_id: int
     api: str
     display_api: str | None
@@ -445,6 +451,9 @@ class LibraryCall(TypedDict):
     tid: int | None
     global_tid: int | None
     thread_name: str | None
+
+
+class LibraryCall(LibraryCallIdentity):
     start_ns: int | None
     end_ns: int | None
     recorded_end_ns: int | None
@@ -534,11 +543,22 @@ class AnalysisDocument(AnalysisKeys):
     schema: AnalysisSchemaName
 
 
-class SealedInput(TypedDict):
-    role: str
+class FileRecord(TypedDict):
+    """A file as a report names it: its basename, SHA-256 and size, never a full path. The one definition
+    of these keys: a sealed input, an arm's input and an arm's telemetry file derive from it."""
+
     name: str
     sha256: str
     size_bytes: int
+
+
+class _InputRole(TypedDict):
+    # A sealed input's role, its first key (docs/json.md's order): a base of its own, so that
+    # SealedInput derives from FileRecord without moving it.
+    role: str
+
+
+class SealedInput(_InputRole, FileRecord):
     kind: str
 
 
@@ -584,19 +604,14 @@ class SealedAnalysisDocument(AnalysisKeys):
     schema: SealedAnalysisSchemaName
 
 
-class ArmInput(TypedDict):
-    name: str
-    sha256: str
-    size_bytes: int
+class ArmInput(FileRecord):
     kind: InputKind
     nsys_version: str | None
     schema_version: str | None
 
 
-class TelemetryFileRecord(TypedDict):
-    name: str
-    sha256: str
-    size_bytes: int
+class TelemetryFileRecord(FileRecord):
+    pass  # the arm's telemetry file (``telemetry_input``): a FileRecord under the contract's name for it
 
 
 class ArmCensus(TypedDict):
@@ -640,19 +655,10 @@ class NestedByApi(TypedDict):
     bytes: int | None
 
 
-class ArmLibraryCall(TypedDict):
+class ArmLibraryCall(LibraryCallIdentity):
     """A library call of interest in one arm: its nested calls summarized (``nested_by_api``; every
     allocation and failed one listed), the ledger at its start, and its ``match_key`` across the arms."""
 
-    lib_id: int
-    api: str
-    display_api: str | None
-    library: str | None
-    source: str
-    pid: int | None
-    tid: int | None
-    global_tid: int | None
-    thread_name: str | None
     thread_role: ThreadRole
     start_ns: int | None
     end_ns: int | None
@@ -673,18 +679,10 @@ class ArmLibraryCall(TypedDict):
     match_key: MatchKey
 
 
-class ArmTelemetry(TypedDict):
+class ArmTelemetry(TelemetryRead):
     """The arm's telemetry file summarized (``telemetry`` of the analysis without its path and per-line
     timeline), named by its basename."""
 
-    sha256: str
-    event_key: str
-    events: int
-    bad_lines: int
-    lenient: bool
-    pids: list[int]
-    clock_fields: dict[str, str]
-    warnings: list[TelemetryBadLine]
     library_failures: list[LibraryFailure]
     name: str
 

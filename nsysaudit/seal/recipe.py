@@ -26,7 +26,7 @@ from nsysaudit.render.html import report_html
 from nsysaudit.render.json import indented
 from nsysaudit.render.markdown import MarkdownReport, analysis_report, comparison_report
 from nsysaudit.reports.analysis import AnalysisResult, input_entry
-from nsysaudit.reports.compare import TelemetryFile, compare_results, result_paths
+from nsysaudit.reports.compare import compare_results, result_paths
 from nsysaudit.reports.documents import (
     SCHEMA_VERSION,
     AnalysisDocument,
@@ -37,6 +37,7 @@ from nsysaudit.reports.documents import (
     SealedOptions,
     SealedSnapshotOptions,
     SealedTelemetryOptions,
+    TelemetryFileRecord,
 )
 from nsysaudit.reports.timeline import Timeline, aligned_timelines, timeline
 from nsysaudit.seal.layout import (
@@ -256,7 +257,7 @@ def build(
 def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, progress: Progress | None = None) -> Built:
     results: dict[str, AnalysisResult] = {}
     inputs: list[InputFile] = []
-    telemetry_files: dict[str, TelemetryFile | None] = {}
+    telemetry_files: dict[str, TelemetryFileRecord | None] = {}
     for arm in ("observe", "release"):
         path = recipe.path(arm)
         if path is None:
@@ -271,7 +272,7 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
         if telemetry is not None:
             t = _telemetry_input(f"{arm}_telemetry", telemetry, results[arm])
             inputs.append(t)
-            telemetry_files[arm] = TelemetryFile(t.name, t.sha256, t.size_bytes)
+            telemetry_files[arm] = {"name": t.name, "sha256": t.sha256, "size_bytes": t.size_bytes}
     comparison = compare_results(results["observe"], results["release"], telemetry_files=telemetry_files,
                                  labels=recipe.labels)
     doc = comparison.to_dict()
