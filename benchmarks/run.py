@@ -61,6 +61,7 @@ class Sample:
     seconds: float
     max_rss_kb: int
     code: int
+    cpu: float = 0.0  # user + sys seconds of the command and the processes it waited for (wait4)
 
 
 GNU_TIME = "/usr/bin/time"
@@ -86,7 +87,7 @@ def run_once(cmd: list[str], env: dict[str, str] | None = None) -> Sample:
     rss = int(usage.ru_maxrss)
     if wrapped is not cmd:
         rss = int(err.strip().splitlines()[-1])
-    return Sample(seconds, rss, code)
+    return Sample(seconds, rss, code, usage.ru_utime + usage.ru_stime)
 
 
 def find_nsys() -> str | None:

@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""What the host-stall analysis costs: ``nsysaudit analyze --json`` of one export without GPU activity
-tables and of the same export with them (benchmarks/make_export.py ``--kernels-per-launch``), the
-same code, interleaved round-robin; the median wall time of each, their ratio, and the peak RSS.
+"""What the host-stall analysis costs, measured two ways on the same code, interleaved round-robin:
+
+(a) ``nsysaudit analyze --json`` of the export with GPU activity tables against the same command with
+    the stall analysis switched off (benchmarks/no_stalls.py, a patch of that process only): what the
+    analysis adds to ``analyze`` (issue 32's target: at most +30 %, peak RSS under 1 GiB);
+(b) the same ``analyze`` of the export with the GPU tables against the export without them
+    (benchmarks/make_export.py ``--kernels-per-launch``): what the larger file costs in all.
 
     python benchmarks/stalls.py [--rows 20000000] [--kernels-per-launch 2.45] [--repeat 3] [--out DIR]
                                 [--nsysaudit PATH]
 
 Both files have the same CUDA API rows (the same seed): the difference is the GPU tables alone, which
-the analysis reads (with SQLite's damage check of each) only for the host stalls (docs/stalls.md).
-The load average is printed beside the numbers: on a shared machine the ratio, taken within one run,
-is what to compare. This is a benchmark, not a test.
+the analysis reads (with the damage check of each) only for the host stalls (docs/stalls.md).
+Printed: each command's min / median / max of wall and CPU (user + sys) seconds and its peak RSS, the
+ratios of the rounds' pairs (median), and the load average (1 minute) beside the numbers: on a shared
+machine the ratio, taken within one run, is what to compare, and CPU the steadier figure. This is a
+benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -58,24 +64,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nsysaudit", default=shutil.which("nsysaudit") or "nsysaudit")
     a = ap.parse_args(argv)
     plain, gpu = exports(a.out, a.rows, a.kernels_per_launch)
-    samples: dict[str, list[Sample]] = {"without GPU tables": [], "with GPU tables": []}
+    python = str(Path(a.nsysaudit).resolve().parent / "python")
+    commands = {
+        "with GPU tables": [a.nsysaudit, "analyze", str(gpu), "--json"],
+        "with GPU tables, stalls off": [python, str(HERE / "no_stalls.py"), str(gpu)],
+        "without GPU tables": [a.nsysaudit, "analyze", str(plain), "--json"],
+    }
+    samples: dict[str, list[Sample]] = {name: [] for name in commands}
     loads = []
     for _ in range(a.repeat):
-        for name, path in (("without GPU tables", plain), ("with GPU tables", gpu)):
+        for name, cmd in commands.items():
             loads.append(os.getloadavg()[0])
-            samples[name].append(run_once([a.nsysaudit, "analyze", str(path), "--json"]))
-    medians = {name: statistics.median(s.seconds for s in runs) for name, runs in samples.items()}
+            samples[name].append(run_once(cmd))
     print(f"{a.rows:,} CUDA API rows, {a.kernels_per_launch:g} kernels per launch; load average "
           f"{min(loads):.1f}-{max(loads):.1f} during the runs")
-    print("| export | median wall (s) | runs (s) | peak RSS (MiB) |")
+    print("| command | wall min / median / max (s) | CPU min / median / max (s) | peak RSS max (MiB) |")
     print("|---|---|---|---|")
     for name, runs in samples.items():
-        walls = ", ".join(f"{s.seconds:.2f}" for s in runs)
-        print(f"| {name} | {medians[name]:.2f} | {walls} | {max(s.max_rss_kb for s in runs) / 1024:.0f} |")
-    ratio = medians["with GPU tables"] / medians["without GPU tables"]
-    print(f"with / without: {ratio:.2f}x")
+        wall = sorted(x.seconds for x in runs)
+        cpu = sorted(x.cpu for x in runs)
+        print(f"| {name} | {wall[0]:.2f} / {statistics.median(wall):.2f} / {wall[-1]:.2f} | {cpu[0]:.2f} / "
+              f"{statistics.median(cpu):.2f} / {cpu[-1]:.2f} | {max(x.max_rss_kb for x in runs) / 1024:,.0f} |")
+    for label, base in (("(a) the stall analysis on / off", "with GPU tables, stalls off"),
+                        ("(b) with / without GPU tables", "without GPU tables")):
+        pairs = list(zip(samples["with GPU tables"], samples[base], strict=True))
+        wall = statistics.median(x.seconds / y.seconds for x, y in pairs)
+        cpu = statistics.median(x.cpu / y.cpu for x, y in pairs)
+        print(f"{label}: wall {wall:.2f}x, CPU {cpu:.2f}x (medians of {len(pairs)} pairs)")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

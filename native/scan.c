@@ -1301,7 +1301,8 @@ static int take_row(void *arg, const int64_t *v, uint8_t nulls, uint8_t wrong) {
  * row read, the check sound), else the rows are SQLite's to read (handover says why); PAGE_FAILED:
  * out of memory. */
 static nsa_table *nsa_read_pages(const char *uri, plan_t *plan, int64_t first, int64_t last, const uint8_t *classes,
-                                 int n_cols, const int32_t *layout, int n_out, taker *k, int *rc, char *handover) {
+                                 int n_cols, const int32_t *layout, int n_out, taker *k, int *rc, char *handover,
+                                 char *check) {
     nsa_table *t = calloc(1, sizeof(nsa_table));
     if (!t) return NULL;
     t->ncol = n_out;
@@ -1309,6 +1310,7 @@ static nsa_table *nsa_read_pages(const char *uri, plan_t *plan, int64_t first, i
     sqlite3 *db = NULL;
     *rc = PAGE_FAILED;
     handover[0] = 0;
+    snprintf(check, 200, "the run's leaves not read");
     if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         snprintf(t->error, sizeof t->error, "open: %s", db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
@@ -1327,6 +1329,10 @@ static nsa_table *nsa_read_pages(const char *uri, plan_t *plan, int64_t first, i
             memcpy(lr.handover, lr.why, sizeof lr.handover);
         }
         if (*rc == PAGE_HANDOVER) snprintf(handover, 200, "%s", lr.layout ? lr.handover : "no page layout");
+        /* the check of every leaf of the run, whoever reads its rows (read_leaves checks on past a
+         * handover while it is sound): what the damage check of the table is handed */
+        if (init > 0) snprintf(check, 200, "the file cannot be read through its handle");
+        else if (*rc != PAGE_FAILED) snprintf(check, 200, "%s", lr.sound ? "" : lr.why);
     }
     leaves_free(&lr);
     sqlite3_close(db);
@@ -1337,7 +1343,7 @@ static nsa_table *nsa_read_pages(const char *uri, plan_t *plan, int64_t first, i
 
 /* The module's interface version: nsysaudit/read/native.py uses a build only of its own version
  * (a stale build from another scan.c is not called). */
-#define NSA_ABI 4
+#define NSA_ABI 5
 
 static PyObject *NativeError; /* _native.Error: the scan or the read could not be done */
 
@@ -1685,7 +1691,7 @@ static PyObject *py_read(PyObject *self, PyObject *args, PyObject *kwargs) {
 
 /* read_pages(uri, plan, first, last, classes, layout, w_gpid, w_start, w_end, bounds, columns, keys, key
  * column): (values, nulls, rows kept, values of another type (of every row visited), rows visited,
- * handover). */
+ * handover, check: "" when every leaf of the run is sound, else why the check is unsure). */
 static PyObject *py_read_pages(PyObject *self, PyObject *args) {
     (void)self;
     const char *uri;
@@ -1761,9 +1767,9 @@ static PyObject *py_read_pages(PyObject *self, PyObject *args) {
     k.c_gpid = c_gpid, k.c_start = c_start, k.c_end = c_end;
     nsa_table *t;
     int rc;
-    char handover[200];
+    char handover[200], check[200];
     Py_BEGIN_ALLOW_THREADS
-    t = nsa_read_pages(uri, plan, first, last, classes.buf, (int)classes.len, layout, n_out, &k, &rc, handover);
+    t = nsa_read_pages(uri, plan, first, last, classes.buf, (int)classes.len, layout, n_out, &k, &rc, handover, check);
     Py_END_ALLOW_THREADS
     if (!t) {
         PyErr_NoMemory();
@@ -1771,11 +1777,12 @@ static PyObject *py_read_pages(PyObject *self, PyObject *args) {
     }
     if (t->error[0]) PyErr_SetString(NativeError, t->error);
     else if (rc != PAGE_OK)
-        out = Py_BuildValue("(y#y#LLLs)", "", (Py_ssize_t)0, "", (Py_ssize_t)0, 0LL, 0LL, (long long)k.visited, handover);
+        out = Py_BuildValue("(y#y#LLLss)", "", (Py_ssize_t)0, "", (Py_ssize_t)0, 0LL, 0LL, (long long)k.visited, handover,
+                            check);
     else
-        out = Py_BuildValue("(y#y#LLLs)", bytes_of(t->values), (Py_ssize_t)(t->n * n_out * 8), bytes_of(t->nulls),
+        out = Py_BuildValue("(y#y#LLLss)", bytes_of(t->values), (Py_ssize_t)(t->n * n_out * 8), bytes_of(t->nulls),
                             (Py_ssize_t)(t->n * n_out), (long long)t->n, (long long)t->mismatched,
-                            (long long)k.visited, "");
+                            (long long)k.visited, "", check);
     nsa_table_free(t);
 release:
     free(k.keys.bits);

@@ -53,6 +53,7 @@ from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
 from nsysaudit.core.text import escape
 from nsysaudit.read.damage import DamageCheck
+from nsysaudit.read.gpu_work import WORK_TABLES
 from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
 from nsysaudit.read.rows import (
     GPU_OWN,
@@ -125,7 +126,7 @@ def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point
     opened = open_input(given, shown_as=os.fspath(path), nsys_path=nsys_path, progress=progress)
     check: DamageCheck | None = None
     try:
-        check = DamageCheck(opened.export)
+        check = DamageCheck(opened.export, handed=tuple(WORK_TABLES.values()))
         try:
             trace = load(opened.export, library_domains, progress=progress)
             # Event records are read (one query) only for capture regions that a failed wait follows.
@@ -133,7 +134,7 @@ def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point
         except UnusableInput:
             check.result().raise_if_damaged(opened.export.path)  # a reader's error on a damaged file: SQLite's words
             raise
-        damage = check.result(trace.cuda_api_checked)
+        damage = check.result(trace.cuda_api_checked, trace.gpu_work.checked)
         damage.raise_if_damaged(opened.export.path)
         trace = replace(trace, warnings=(*trace.warnings, *damage.warnings))
         info = opened.info(trace.tables_used, trace.session_start_utc_ns, engine_of(trace))

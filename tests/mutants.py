@@ -21,6 +21,10 @@ from nsysaudit.read import damage, source
 from nsysaudit.read.source import readonly_uri
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+# The GPU activity tables the host stalls read (the native engine's page reader checks the first three
+# as it reads them, and hands its check to the damage check: nsysaudit/read/damage.py).
+GPU_TABLES = frozenset({"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"})
 
 
 @dataclass(frozen=True)
@@ -262,10 +266,15 @@ KINDS: dict[str, tuple[float, Callable[[Export, bytearray, int, random.Random], 
 TREE_WEIGHTS = {"CUDA API table": 6, "evidence table": 3, "index": 4, "free list": 3, "other table": 1, "schema": 0.3}
 
 
-def mutate(export: Export, rng: random.Random) -> tuple[bytes, str, str]:
+def mutate(export: Export, rng: random.Random, only: frozenset[str] | None = None) -> tuple[bytes, str, str]:
     """One damaged copy of the export: its bytes, the kind of damage and the category of the tree it
-    landed in (:func:`category`)."""
+    landed in (:func:`category`). ``only``: the damage lands in one of these trees (category "GPU
+    table"), a page of it damaged as any tree's page is."""
     data = bytearray(export.data)
+    if only is not None:
+        tree = rng.choice(sorted(t for t in export.trees if t in only))
+        done = _page_damage(export, data, tree, rng)
+        return bytes(data), done, "GPU table"
     roll = rng.random()
     if roll < 0.04:  # a copy cut short: at a page boundary, or inside a page
         pages = len(data) // export.page_size
@@ -281,16 +290,21 @@ def mutate(export: Export, rng: random.Random) -> tuple[bytes, str, str]:
         kinds.setdefault(category(export, t), []).append(t)
     where = rng.choices(list(kinds), [TREE_WEIGHTS[k] for k in kinds])[0]
     tree = rng.choice(kinds[where])
+    done = _page_damage(export, data, tree, rng, free=where == "free list")
+    return bytes(data), done, where
+
+
+def _page_damage(export: Export, data: bytearray, tree: str, rng: random.Random, *, free: bool = False) -> str:
+    """One page of ``tree`` damaged (a page of the free list: only its bytes or zeroed); the kind of damage."""
     names = list(KINDS)
     kind = rng.choices(names, [KINDS[n][0] for n in names])[0]
     if kind == "child" and export.interior.get(tree):
         page = rng.choice(export.interior[tree])
     else:
         page = rng.choice(export.trees[tree])
-    if where == "free list" and kind in ("cell", "freeblock", "record", "child"):
+    if free and kind in ("cell", "freeblock", "record", "child"):
         kind = "bytes"
-    done = KINDS[kind][1](export, data, page, rng)
-    return bytes(data), done, where
+    return KINDS[kind][1](export, data, page, rng)
 
 
 # --- one mutant, read by every engine ------------------------------------------------------------
@@ -372,10 +386,12 @@ class Judged:
 _described: dict[Path, Export] = {}
 
 
-def judge(name: str, path: Path, seed: int, engines: tuple[str, ...], folder: Path) -> Judged:
-    """Mutant ``seed`` of the export at ``path``, read by ``engines`` (a worker process's unit of work)."""
+def judge(name: str, path: Path, seed: int, engines: tuple[str, ...], folder: Path,
+          only: frozenset[str] | None = None) -> Judged:
+    """Mutant ``seed`` of the export at ``path`` (damaged in one of the trees ``only`` names, where
+    given), read by ``engines`` (a worker process's unit of work)."""
     export = _described.get(path) or _described.setdefault(path, describe(path))
-    data, kind, where = mutate(export, random.Random(f"{name}-{seed}"))
+    data, kind, where = mutate(export, random.Random(f"{name}-{seed}"), only)
     mutant = folder / f"{name}-{seed}" / path.name
     mutant.parent.mkdir(parents=True, exist_ok=True)
     mutant.write_bytes(data)

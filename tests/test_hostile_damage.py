@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES, H200, H200_2025, PUBLIC, needs_native
-from mutants import ENGINES, Judged, describe, judge, with_free_pages
+from mutants import ENGINES, GPU_TABLES, Judged, describe, judge, with_free_pages
 
 import nsysaudit
 from nsysaudit.read import damage, source
@@ -27,6 +27,9 @@ from nsysaudit.read.source import readonly_uri
 TORCH = H200_2025 / "torch" / "observe.sqlite"
 MOCK = PUBLIC / "nsys-ai_mock_2026.1.sqlite"  # an export another tool added indexes to (on its CUDA API table too)
 PIPIT = PUBLIC / "pipit_saxpy_2022.2.sqlite"  # nsys 2022.2: overflow chains in StringIds, a column added later
+# nsys 2025.3's serialized stalls: 1,707 kernels on 33 leaves, 816 memsets, 48 copies and synchronizations,
+# read by the host stalls' page reader, whose check stands for quick_check's there
+SERIALIZED = H200_2025 / "sync" / "serialized.sqlite"
 
 
 def real_exports(tmp: Path) -> dict[str, Path]:
@@ -43,15 +46,19 @@ def real_exports(tmp: Path) -> dict[str, Path]:
     }
 
 
-def judged(tmp: Path, per_export: int, every: int) -> Iterator[Judged]:
+def judged(tmp: Path, per_export: int, every: int, gpu: int = 0) -> Iterator[Judged]:
     """``per_export`` seeded mutants of each real export, each read by the native engine (its own
     check and page reader) and the stdlib reader (quick_check decides), every ``every``-th by all
-    four engines; on worker processes where there are cores for them (one engine a process)."""
+    four engines; and ``gpu`` mutants of an export with GPU tables damaged in one of them (category
+    "GPU table"); on worker processes where there are cores for them (one engine a process)."""
+    def engines(seed: int) -> tuple[str, ...]:
+        return tuple(ENGINES) if seed % every == 0 else ("native", "sqlite3")
+
     work = [
-        (name, path, seed, tuple(ENGINES) if seed % every == 0 else ("native", "sqlite3"), tmp)
+        (name, path, seed, engines(seed), tmp, None)
         for name, path in real_exports(tmp).items()
         for seed in range(per_export)
-    ]
+    ] + [("gpu tables", SERIALIZED, seed, engines(seed), tmp, GPU_TABLES) for seed in range(gpu)]
     workers = min(4, os.cpu_count() or 1)
     if workers == 1 or len(work) < 100:
         yield from (judge(*w) for w in work)
@@ -61,13 +68,14 @@ def judged(tmp: Path, per_export: int, every: int) -> Iterator[Judged]:
         yield from pool.map(judge, *zip(*work, strict=True), chunksize=8)
 
 
-def one_answer(tmp: Path, per_export: int, every: int) -> tuple[Counter[tuple[str, str]], Counter[str], int]:
+def one_answer(tmp: Path, per_export: int, every: int, gpu: int = 0) -> tuple[Counter[tuple[str, str]], Counter[str],
+                                                                            int]:
     """Every mutant's engines give one answer (or read it unstably); what they said, per tree and per
     kind of damage, and how many were unstable."""
     seen: Counter[tuple[str, str]] = Counter()
     kinds: Counter[str] = Counter()
     unstable = 0
-    for j in judged(tmp, per_export, every):
+    for j in judged(tmp, per_export, every, gpu):
         if j.unstable:
             unstable += 1
             continue
@@ -87,20 +95,22 @@ def one_answer(tmp: Path, per_export: int, every: int) -> tuple[Counter[tuple[st
 @pytest.mark.slow
 @needs_native
 def test_every_engine_gives_one_answer_on_damaged_real_exports(tmp_path: Path) -> None:
-    """2,100 seeded damaged copies of six real exports (bytes overwritten; interior child pointers
-    duplicated, swapped, redirected; cells moved; freeblocks and fragment counts corrupted; record
-    headers changed; overflow chains cut or lengthened; pages zeroed; copies cut short): each read by
-    the native engine and the stdlib reader, every fifth by all four engines, gives one exit code and
-    one report (every key but those naming the engine), or one error line: SQLite's quick_check
-    decides, and where the native check finds a table sound quick_check does too. (SQLite's own
-    words of what is damaged are set aside: on a damaged record they can change from one run to the
-    next, whatever reads the file.)"""
-    seen, kinds, unstable = one_answer(tmp_path, 350, 5)
+    """2,100 seeded damaged copies of six real exports, and 300 of an export whose GPU tables (read
+    by the host stalls' page reader, its check standing for quick_check's) are damaged (bytes
+    overwritten; interior child pointers duplicated, swapped, redirected; cells moved; freeblocks
+    and fragment counts corrupted; record headers changed; overflow chains cut or lengthened; pages
+    zeroed; copies cut short): each read by the native engine and the stdlib reader, every fifth by
+    all four engines, gives one exit code and one report (every key but those naming the engine), or
+    one error line: SQLite's quick_check decides, and where the native check finds a table sound
+    quick_check does too. (SQLite's own words of what is damaged are set aside: on a damaged record
+    they can change from one run to the next, whatever reads the file.)"""
+    seen, kinds, unstable = one_answer(tmp_path, 350, 5, gpu=300)
     said = str((dict(seen), dict(kinds), unstable))
     # not vacuous: damage refused, warned of and read past, on every kind of page, by every kind of damage
     assert seen[("CUDA API table", "refused")] > 200 and seen[("evidence table", "refused")] > 60, said
     assert seen[("index", "read")] + seen[("index", "warned")] > 50 and seen[("free list", "read")] > 20, said
     assert seen[("CUDA API table", "read")] > 50 and seen[("file", "refused")] > 30, said
+    assert seen[("GPU table", "refused")] > 100 and seen[("GPU table", "read")] > 10, said
     for kind in ("bytes", "pointer duplicated", "pointers swapped", "pointer redirected", "cell moved", "freeblock",
                  "record", "page zeroed", "overflow chain", "truncated"):  # fmt: skip
         assert kinds[f"{kind}: refused"] > 5, (kind, said)
@@ -110,8 +120,63 @@ def test_every_engine_gives_one_answer_on_damaged_real_exports(tmp_path: Path) -
 @needs_native
 def test_every_engine_gives_one_answer_on_a_few_damaged_real_exports(tmp_path: Path) -> None:
     """The sweep above, five mutants of each export, by all four engines (``make test-fast``)."""
-    seen, _, unstable = one_answer(tmp_path, 5, 1)
-    assert sum(seen.values()) + unstable == 30 and unstable <= 2, (seen, unstable)
+    seen, _, unstable = one_answer(tmp_path, 5, 1, gpu=5)
+    assert sum(seen.values()) + unstable == 35 and unstable <= 2, (seen, unstable)
+
+
+HANDED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+
+
+def _checked_natively(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tables the damage check's native check reads (recorded as it is called)."""
+    from nsysaudit.read import native
+
+    seen: list[str] = []
+    check = native.check_tables
+
+    def recording(uri: str, tables: Any) -> list[str]:
+        seen.extend(t for t, _ in tables)
+        return check(uri, tables)
+
+    monkeypatch.setattr(native, "check_tables", recording)
+    return seen
+
+
+@needs_native
+def test_the_gpu_tables_the_stalls_read_are_checked_once_by_their_reader(monkeypatch) -> None:
+    """The page reader of the host stalls checks every leaf of the kernel, copy and memset tables as it
+    reads them, and the damage check takes its word: it does not read them a second time."""
+    seen = _checked_natively(monkeypatch)
+    with nsysaudit.open(SERIALIZED) as session:
+        assert session._trace.gpu_work.checked == dict.fromkeys(HANDED, "")
+    assert seen and not set(seen) & set(HANDED)
+    assert "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in seen  # read by SQLite: checked by the damage check
+
+
+@needs_native
+def test_a_gpu_table_its_reader_doubts_is_judged_by_quick_check(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A kernel leaf zeroed: the reader's check is unsure, quick_check decides (its words, exit 2), as
+    the stdlib engine says."""
+    path = tmp_path / "serialized.sqlite"
+    export = describe(SERIALIZED)
+    leaves = [p for p in export.trees["CUPTI_ACTIVITY_KIND_KERNEL"]
+              if p not in export.interior.get("CUPTI_ACTIVITY_KIND_KERNEL", [])]
+    data = bytearray(export.data)
+    page = leaves[len(leaves) // 2]
+    data[(page - 1) * export.page_size : page * export.page_size] = bytes(export.page_size)
+    path.write_bytes(bytes(data))
+    from nsysaudit.cli import main
+
+    answers = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("NSYSAUDIT_NATIVE", flag)
+        code = main(["analyze", str(path), "--json"])
+        out, err = capsys.readouterr()
+        answers.append((code, out, err))
+    assert answers[0] == answers[1]
+    code, out, err = answers[0]
+    assert code == 2 and out == "" and err.startswith(
+        f"nsysaudit: error: {path}: damaged SQLite file: table CUPTI_ACTIVITY_KIND_KERNEL (SQLite's quick_check")
 
 
 def test_free_list_damage_is_a_warning_and_the_rows_are_read_as_they_are(tmp_path: Path, capsys) -> None:

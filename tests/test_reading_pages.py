@@ -438,10 +438,10 @@ def _read_all(path: Path, table: str, columns: tuple[str, ...], schema: dict[str
     frames, wrong, visited = [], 0, 0
     for first, last, _, _ in parts:
         got = native.read_pages(readonly_uri(path), plan, (first, last), classes, layout, schema, **kw)
-        assert isinstance(got, tuple), got
-        frames.append(got[0])
-        wrong += got[1]
-        visited += got[2]
+        assert got.rows is not None and got.check == "", got
+        frames.append(got.rows)
+        wrong += got.mismatched
+        visited += got.visited
     return pl.concat(frames), wrong, visited
 
 

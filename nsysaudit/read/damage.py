@@ -13,8 +13,10 @@ Where the native engine runs, it checks a table first, in C (native/scan.c: the 
 stricter where that is simpler, at the speed of reading the pages): a table it finds sound is one
 quick_check calls sound, and quick_check is not run on it; where it is unsure, quick_check runs and
 decides, in its own words. The CUDA API table is checked by the scan itself as it reads the pages
-(:mod:`nsysaudit.read.scan`), the other tables by :class:`DamageCheck` on a thread of its own beside
-the reading. Tables the native check leaves to SQLite: those with an index (quick_check checks its
+(:mod:`nsysaudit.read.scan`), the GPU tables the host stalls read by that same page reader as it
+reads them (:mod:`nsysaudit.read.gpu_work`; where it did not read one whole, it is checked here
+after the reading), the other tables by :class:`DamageCheck` on a thread of its own beside the
+reading. Tables the native check leaves to SQLite: those with an index (quick_check checks its
 b-tree too), WITHOUT ROWID, STRICT, a CHECK constraint or a generated column
 (:func:`column_classes`). What quick_check says is sorted (:func:`classify`):
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -44,7 +46,7 @@ from nsysaudit.core.errors import ReportWarning, UnusableInput
 from nsysaudit.core.reasons import Reason
 from nsysaudit.read import native
 from nsysaudit.read.inputs import Background
-from nsysaudit.read.source import ExportFile, quote
+from nsysaudit.read.source import ExportFile, quote, uncounted
 from nsysaudit.words import warned
 
 # The tables the analysis reads rows from, nsys's versioned variants resolved through ExportFile.table
@@ -178,6 +180,7 @@ class Damage:
 
     damaged: str | None = None
     warnings: tuple[ReportWarning, ...] = ()
+    table: str | None = None  # the damaged table (SCHEMA: the schema's b-tree or the whole file)
 
     def raise_if_damaged(self, path: object) -> None:
         if self.damaged is not None:
@@ -270,9 +273,9 @@ def check_export(
                 lines = _lines(conn.execute(f"PRAGMA quick_check{argument}").fetchall())
                 own, index_only, freelist = classify(conn, table, lines)
             except sqlite3.DatabaseError as exc:
-                return Damage(f"damaged SQLite file: {where} (SQLite's quick_check cannot finish: {exc})")
+                return Damage(f"damaged SQLite file: {where} (SQLite's quick_check cannot finish: {exc})", (), table)
             if own:
-                return Damage(f"damaged SQLite file: {where} (SQLite's quick_check: {_summary(own)})")
+                return Damage(f"damaged SQLite file: {where} (SQLite's quick_check: {_summary(own)})", (), table)
             if index_only:
                 warnings.append(warned(
                     Reason.of("damaged_index", table=table, found=_summary(index_only)),
@@ -289,10 +292,12 @@ def check_export(
 class DamageCheck:
     """:func:`check_export` of an export's evidence tables on a daemon thread (neither SQLite nor the
     native check holds the GIL while it checks); :meth:`result` waits for it. Started before the
-    tables are read. Where the native engine runs, the CUDA API table is left to the scan, which
-    checks it as it reads it (``deferred``), and :meth:`result` is told what that check found."""
+    tables are read. Where the native engine runs, the tables its page reader checks as it reads them
+    are left to it (``deferred``: the CUDA API table, which the scan reads; ``handed``: the tables
+    named by ``handed``, base names, which a later reader may read whole), and :meth:`result` is told
+    what those checks found: a table is not read twice."""
 
-    def __init__(self, export: ExportFile) -> None:
+    def __init__(self, export: ExportFile, handed: Sequence[str] = ()) -> None:
         tables, uri = evidence_tables(export), export.uri
         self._uri = uri
         self._native = native.load() is not None and sqlite3.sqlite_version_info >= (3, 33, 0)
@@ -302,23 +307,40 @@ class DamageCheck:
             if self._native and cuda_api is not None and native_classes(export.conn, cuda_api.name) is not None
             else None
         )
-        rest = tuple(t for t in tables if t != self.deferred)
+        self.handed: tuple[str, ...] = ()
+        if self._native:
+            with uncounted(export.conn):  # declarations the other engines do not read: not counted
+                found = [t.name for t in map(export.table, handed) if t is not None and t.name in tables]
+                self.handed = tuple(dict.fromkeys(
+                    t for t in found if t != self.deferred and native_classes(export.conn, t) is not None))
+        self._order = {t: i for i, t in enumerate((*tables, SCHEMA))}
+        rest = tuple(t for t in tables if t != self.deferred and t not in self.handed)
         self._stop = threading.Event()
         self._work = Background(
             lambda: check_export(uri, rest, self._stop, native_first=self._native), "nsysaudit-quick-check"
         )
 
-    def result(self, scanned: str | None = None) -> Damage:
+    def result(self, scanned: str | None = None, read: Mapping[str, str] | None = None) -> Damage:
         """The verdict on the evidence tables. ``scanned``: what the scan's own check of the deferred
         CUDA API table found ("" sound; why it is unsure; None: not checked, as when reading failed
-        before it): where it is not "", that table is checked here (first: it comes first)."""
+        before it); ``read``: the same of the ``handed`` tables the page reader read whole (a table
+        absent: not checked). A table whose check is not "" is checked here, in the evidence tables'
+        order, as far as the first damaged table the thread found (that one comes first where it
+        comes first)."""
         found = self._work.result()
-        if self.deferred is None or scanned == "":
-            return found
-        own = check_export(self._uri, (self.deferred,), native_first=scanned is None, schema=False)
-        if own.damaged is not None:
-            return own
-        return Damage(found.damaged, (*own.warnings, *found.warnings))
+        given = {t: (read or {}).get(t) for t in self.handed}
+        if self.deferred is not None:
+            given[self.deferred] = scanned
+        left = sorted((t for t, why in given.items() if why != ""), key=self._order.__getitem__)
+        if found.damaged is not None:
+            left = [t for t in left if self._order[t] < self._order.get(found.table or SCHEMA, len(self._order))]
+        warnings: list[ReportWarning] = []
+        for table in left:
+            own = check_export(self._uri, (table,), native_first=given[table] is None, schema=False)
+            if own.damaged is not None:
+                return own
+            warnings += own.warnings
+        return Damage(found.damaged, (*warnings, *found.warnings), found.table)
 
     def cancel(self) -> None:
         """Stop at the next table (the caller gave up on the input for another reason)."""

@@ -186,7 +186,10 @@ class GpuWork:
     ``attributed``: :data:`ATTRIBUTED_SCHEMA`, for the calls :data:`ATTRIBUTION_RULE` chooses, each
     such row with its launch (null where the CUDA API table has no single row of its correlation id).
     ``work_rows``: the rows read per kind of work. ``attributed_calls``: the calls attributed;
-    ``attribution_complete``: no row was left out by the row limit.
+    ``attribution_complete``: no row was left out by the row limit. ``checked``: per GPU table the page
+    reader read whole, what its check of the table's pages found ("" sound, as ``PRAGMA quick_check``
+    would find it; else why it is unsure), handed to the damage check (:mod:`nsysaudit.read.damage`)
+    so that it does not read the table a second time.
     """
 
     calls: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=CALL_SCHEMA))
@@ -200,6 +203,7 @@ class GpuWork:
     synchronization_rows: int = 0
     tables: dict[str, str] = field(default_factory=dict)
     warnings: tuple[ReportWarning, ...] = ()
+    checked: dict[str, str] = field(default_factory=dict)
 
 
 # --- before the scan -------------------------------------------------------------------------------
@@ -374,6 +378,7 @@ def read_gpu_work(
         synchronization_rows=sync_rows,
         tables=tables,
         warnings=tuple(said),
+        checked=passed.checked,
     )
 
 
@@ -692,6 +697,7 @@ class _Passed:
     complete: bool
     unreadable: list[str]  # GPU tables without a column the pass needs
     outside: int = 0  # rows with a start or end outside the capture: damage, left out
+    checked: dict[str, str] = field(default_factory=dict)  # GpuWork.checked
 
 
 @dataclass
@@ -704,6 +710,7 @@ class _Acc:
     attributed: list[pl.DataFrame] = field(default_factory=list)
     wrong: Counter[str] = field(default_factory=Counter)  # values of the wrong type, per table
     outside: int = 0
+    checks: dict[str, list[str]] = field(default_factory=dict)  # per table, the page reader's check of each run
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -811,8 +818,8 @@ def _by_correlation(
         pages, lo, hi = item
         got = native.read_pages(export.uri, pages.plan, pages.run, pages.classes, pages.layout, schema,
                                 keys=(corrs, key))
-        if isinstance(got, tuple) and got[1] == 0:
-            return got[0], 0
+        if got.rows is not None and got.mismatched == 0:
+            return got.rows, 0
         return native.read_ints(export.uri, f"{sql} AND {rowid} BETWEEN {lo} AND {hi}", schema)
 
     try:
@@ -910,7 +917,24 @@ def _pass(
     )
     complete = attributed.height <= MAX_ATTRIBUTED_ROWS
     return _Passed(behind.select(list(BEHIND_SCHEMA)), covered, attributed.head(MAX_ATTRIBUTED_ROWS), rows,
-                   covered_known, complete, unreadable, acc.outside)
+                   covered_known, complete, unreadable, acc.outside, _checked(work, acc.checks))
+
+
+def _checked(work: list[_Batch], checks: dict[str, list[str]]) -> dict[str, str]:
+    """:attr:`GpuWork.checked`: a table every batch of which the page reader read (and so checked:
+    the plan its interior pages, each run its leaves) is sound where every check is; one with a run
+    it doubted is not (the first doubt said); the rest (read by SQLite, whole or in part) are left
+    out: the damage check reads them."""
+    batches = Counter(t.name for _, _, t, _ in work)
+    paged = Counter(t.name for _, _, t, pages in work if pages is not None)
+    out = {}
+    for name, runs in checks.items():
+        doubts = [why for why in runs if why]
+        if doubts:
+            out[name] = doubts[0]
+        elif len(runs) == batches[name] == paged[name]:
+            out[name] = ""
+    return out
 
 
 def _batch_rows(
@@ -928,14 +952,16 @@ def _batch_rows(
         native.read_pages(export.uri, pages.plan, pages.run, pages.classes, pages.layout, WORK_ROW_SCHEMA, keep)
         if pages is not None else None
     )
-    if isinstance(read, tuple):  # the rows it kept, of n read
-        batch, wrong, n = read
+    if read is not None and read.rows is not None:  # the rows it kept, of n read
+        batch, wrong, n = read.rows, read.mismatched, read.visited
         kept = True
     else:  # SQLite reads the run (or the batch)
         batch, wrong = native.read_ints(export.uri, sql, WORK_ROW_SCHEMA)
         n, kept = batch.height, False
     with reduced.lock:
         reduced.wrong[t.name] += wrong
+        if read is not None:  # the run's leaves checked, whoever read its rows
+            reduced.checks.setdefault(t.name, []).append(read.check)
     return batch, n, kept
 
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 NCOL = 6
 # The interface of native/scan.c this module calls (its NSA_ABI): a build from another scan.c is not used.
-ABI = 4
+ABI = 5
 
 
 def check(importer: Callable[[], ModuleType]) -> tuple[ModuleType | None, str | None]:
@@ -193,17 +193,30 @@ class Keep:
     columns: tuple[int, int, int]
 
 
+@dataclass(frozen=True)
+class PagesRead:
+    """What :func:`read_pages` read of a run: ``rows`` (None where they are SQLite's to read:
+    ``handover`` says why), the values not integers (read as NULL) among every row visited, the rows
+    visited, and ``check``: "" where every leaf of the run is sound as ``PRAGMA quick_check`` checks
+    it, else why the check is unsure (the run checked whoever reads its rows)."""
+
+    rows: pl.DataFrame | None
+    mismatched: int
+    visited: int
+    handover: str
+    check: str
+
+
 def read_pages(
     uri: str, plan: Plan, run: tuple[int, int], classes: bytes, layout: Sequence[int], schema: Schema,
     keep: Keep | None = None, keys: tuple[pl.Series, int] | None = None,
-) -> tuple[pl.DataFrame, int, int] | str:
+) -> PagesRead:
     """Leaves [first, last) (``run``) of ``plan``'s table read by the page reader as the columns of
     ``schema`` (``layout``: each one's field in the records, -1 NULL, -2 the rowid), checked as they
-    are read: ``(rows, values not integers (read as NULL) among every row visited, rows visited)``;
-    with ``keep``, only the rows it keeps (:class:`Keep`); with ``keys`` (ids, a column's position),
-    only the rows whose column holds one of the ids. A str where the rows are SQLite's to read instead
-    (why: a doubt of the check, a record on overflow pages, ...): the caller reads the run's rowids
-    through SQLite."""
+    are read (:class:`PagesRead`); with ``keep``, only the rows it keeps (:class:`Keep`); with
+    ``keys`` (ids, a column's position), only the rows whose column holds one of the ids. Where the
+    rows are SQLite's to read instead (a doubt of the check, a record on overflow pages, ...), the
+    caller reads the run's rowids through SQLite."""
     _require()
     from nsysaudit.read import _native
 
@@ -217,18 +230,18 @@ def read_pages(
         columns = keep.columns
     try:
         ids = _i64(keys[0].drop_nulls().unique().sort()) if keys is not None else None
-        values, nulls, n, mismatched, visited, handover = _native.read_pages(
+        values, nulls, n, mismatched, visited, handover, check = _native.read_pages(
             uri, plan, *run, classes, tuple(layout), *w, bounds, columns, ids, keys[1] if keys is not None else 0)
     except (_native.Error, MemoryError) as exc:
         raise NativeScanError(str(exc) or "out of memory") from None
     if handover:
-        return handover
+        return PagesRead(None, 0, visited, handover, check)
     if n == 0:
-        return pl.DataFrame(schema=schema), mismatched, visited
+        return PagesRead(pl.DataFrame(schema=schema), mismatched, visited, "", check)
     ncol = len(names)
     z = _bytes(nulls)
     frame = _int_columns(values, n, ncol, names, [z.gather_every(ncol, offset=c) == 1 for c in range(ncol)])
-    return frame, mismatched, visited
+    return PagesRead(frame, mismatched, visited, "", check)
 
 
 def _i64(values: pl.Series) -> Buffer:
