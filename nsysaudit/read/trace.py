@@ -41,7 +41,7 @@ from nsysaudit.read.gpu_work import prepare as prepare_gpu_work
 from nsysaudit.read.memory import MemoryEvidence, Prefetch, read_memory
 from nsysaudit.read.nvtx import RANGE_SCHEMA, read_ranges
 from nsysaudit.read.nvtx import source as nvtx_source
-from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, CALL_SCHEMA, SPAN_SCHEMA, scan_cuda_api
+from nsysaudit.read.scan import ALLOC_ROWS_SCHEMA, CALL_SCHEMA, PARALLEL_MIN_ROWS, SPAN_SCHEMA, scan_cuda_api
 from nsysaudit.read.scan import COLUMNS as SCAN_COLUMNS
 from nsysaudit.read.source import ExportFile, Table, quote, sql_name
 from nsysaudit.read.unique import disagreement, one_per_key
@@ -326,9 +326,6 @@ def _refuse_conflicting_enums(export: ExportFile) -> None:
         )
 
 
-LARGE_ROWS = 1 << 20  # from here on, the memory glibc holds freed after the reading is given back
-
-
 def load(
     export: ExportFile,
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
@@ -340,7 +337,9 @@ def load(
     try:
         prefetch = Prefetch(export)  # the memory events, read on a thread while the other tables are
         trace = _load(export, tuple(library_domains), progress, prefetch)
-        if trace.cuda_api_total >= LARGE_ROWS:  # the readers' C buffers, freed, out of RSS before the analysis
+        # From the size the readers run on threads of their own on: their C buffers, freed, out of RSS
+        # before the analysis (as the scan does after its threads).
+        if trace.cuda_api_total >= PARALLEL_MIN_ROWS:
             return_freed_memory()
         return trace
     except sqlite3.DatabaseError as exc:
