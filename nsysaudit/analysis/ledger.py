@@ -363,7 +363,7 @@ class Ledger:
     def _entry(
         self, vm: int | None, device: int | None, own: bool, gpid: int | None, state: _State, t_ns: int
     ) -> PointDevice:
-        total = _total(self.devices, vm, device)
+        total = self._total(vm, device)
         resident = state.resident
         processes: list[PointProcess] = [
             {
@@ -404,6 +404,16 @@ class Ledger:
                                                    ended=ended))
         return entry
 
+    def _total(self, vm: int | None, device: int | None) -> int | None:
+        """:func:`_total` of the device, looked up once per device (not once per moment)."""
+        if (vm, device) not in self._totals:
+            self._totals[(vm, device)] = _total(self.devices, vm, device)
+        return self._totals[(vm, device)]
+
+    @cached_property
+    def _totals(self) -> dict[tuple[int | None, int | None], int | None]:
+        return {}
+
     def _conflict(self, vm: int | None, device: int | None, t_ns: int) -> str | None:
         """Why the evidence contradicts itself on the device at ``t_ns`` (an allocation at an address
         already live, a pool with more in use than its size), or None."""
@@ -426,8 +436,17 @@ class Ledger:
     def free_calls_without_event_before(self, t_ns: int) -> tuple[int, list[int]]:
         """How many successful free calls without a deallocation event of their own began at or
         before ``t_ns``, and the correlation ids of the first few."""
-        before = self.gaps.filter(pl.col("start_ns") <= t_ns)
-        return before.height, before.head(GAP_EXAMPLES_AT)["correlation_id"].to_list()
+        # The gaps are in (start, correlation id) order, starts unknown last: those at or before
+        # ``t_ns`` are the first rows, found by binary search (a filter of every gap per moment was
+        # 0.05 s of CPU for 205 moments at 324k gaps).
+        starts = self._gap_starts
+        before = int(starts.search_sorted(t_ns, side="right")) if starts.len() else 0
+        return before, self.gaps.head(min(before, GAP_EXAMPLES_AT))["correlation_id"].to_list()
+
+    @cached_property
+    def _gap_starts(self) -> pl.Series:
+        starts = self.gaps["start_ns"]
+        return starts.head(starts.len() - starts.null_count())
 
     @cached_property
     def _reader(self) -> _SeriesReader:
