@@ -167,12 +167,10 @@ def count_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     libs = libs.filter(pl.col("gtid").is_in(calls["gtid"].unique().implode()))
 
     def ranked(column: str) -> pl.DataFrame:  # per thread: how many calls have ``column`` <= this one's
-        return (
-            calls.select("gtid", column)
-            .sort("gtid", column)
-            .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("gtid").alias("_n"))
-            .sort(column, "_n")
+        ranks = sort_stable(calls.select("gtid", column), ["gtid", column]).with_columns(
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("gtid").alias("_n")
         )
+        return sort_stable(ranks, [column, "_n"])
 
     begun = libs.sort("lib_end").join_asof(
         ranked("start_ns"), left_on="lib_end", right_on="start_ns", by="gtid", strategy="backward",
