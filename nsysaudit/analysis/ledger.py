@@ -528,7 +528,8 @@ class _SeriesReader:
         if key not in self._devices:
             # An event without a start (a damaged row) is counted so that the bound stays an upper
             # bound: a deallocation as if before every moment, an allocation at none.
-            rows = self.series.filter(
+            # Only the columns read here are filtered (the series has 20: 4x the copying per device).
+            rows = self.series.select(*_CURVE_COLUMNS).filter(
                 (pl.col("vm") == vm) & (pl.col("device_id") == device)
                 & (pl.col("start_ns").is_not_null() | (pl.col("delta") < 0))
             ).with_columns(pl.col("start_ns").fill_null(-(1 << 63))).sort("start_ns", maintain_order=True)
@@ -547,6 +548,10 @@ class _SeriesReader:
                 ))
             self._devices[key] = _Curve(tuple(groups), tuple(starts), tuple(sums))
         return self._devices[key]
+
+
+_CURVE_COLUMNS = ("vm", "device_id", "gpid", "mechanism", "kind", "start_ns", "delta", "resident_delta",
+                  "utilized_delta")
 
 
 def _order_key(key: Sequence[int | str | None]) -> tuple[tuple[bool, int | str], ...]:
