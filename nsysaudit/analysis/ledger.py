@@ -1031,7 +1031,7 @@ def _gaps(events: pl.DataFrame, memory_calls: pl.DataFrame | None) -> pl.DataFra
     )
     freed = events.filter(pl.col("operation") == 1).select("gpid", "correlation_id").unique()
     gaps = frees.join(freed, on=["gpid", "correlation_id"], how="anti")
-    return gaps.sort("start_ns", "correlation_id", nulls_last=True).cast(GAP_SCHEMA)  # type: ignore[arg-type]
+    return sort_stable(gaps, ["start_ns", "correlation_id"], nulls_last=True).cast(GAP_SCHEMA)  # type: ignore[arg-type]
 
 
 class _Extra(TypedDict):
