@@ -53,7 +53,8 @@ CORE_ORDER = ["nsysaudit.core.errors", "nsysaudit.core.limits", "nsysaudit.core.
               "nsysaudit.core.files",
               "nsysaudit.core.codes", "nsysaudit.core.blocking", "nsysaudit.core.text", "nsysaudit.core.digests",
               "nsysaudit.core.paths",
-              "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.intervals", "nsysaudit.core.reasons",
+              "nsysaudit.core.progress", "nsysaudit.core.ids", "nsysaudit.core.order", "nsysaudit.core.intervals",
+              "nsysaudit.core.reasons",
               "nsysaudit.core",
               "nsysaudit.words"]
 

@@ -133,9 +133,9 @@ def allocated_before(findings: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFram
     ``mapped_before``: those of each mapping (a successful call with an allocation event that is not an
     allocation call: ``cuMemSetAccess``, where nsys writes a mapped piece's event)."""
     succeeded = pairs.filter((pl.col("relation") == "nested") & (pl.col("return_code") == 0))
-    allocation = (
-        pl.col("api").map_elements(is_allocation_api, return_dtype=pl.Boolean, skip_nulls=True).fill_null(False)
-    )
+    # Each distinct name asked once (a Python call per pair was 0.04 s of CPU per use at 437k pairs).
+    allocation_apis = [api for api in succeeded["api"].drop_nulls().unique().to_list() if is_allocation_api(api)]
+    allocation = pl.col("api").is_in(allocation_apis).fill_null(False)
     keyed = findings.with_row_index("_f")
 
     def before(calls: pl.DataFrame, name: str) -> pl.DataFrame:

@@ -15,6 +15,7 @@ import polars as pl
 from nsysaudit.core.defaults import DEFAULT_MAX_PAIRS as DEFAULT_MAX_PAIRS
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
 from nsysaudit.core.intervals import closed_library_calls
+from nsysaudit.core.order import sort_stable
 
 __all__ = ["DEFAULT_MAX_PAIRS", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs",
            "join_column", "nest", "nest_bounded", "with_ids"]
@@ -43,7 +44,7 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """
     parts: list[pl.DataFrame] = []
     if libs.height and calls.height:
-        ordered = calls.sort("gtid", "start_ns", "end_ns")
+        ordered = sort_stable(calls, ["gtid", "start_ns", "end_ns"])
         # A thread where some call encloses a later one (a runtime call around its driver call):
         # sorted by start, its ends decrease somewhere.
         enclosing = ordered.filter(pl.col("end_ns").diff().over("gtid") < 0)["gtid"].unique().implode()
@@ -62,10 +63,10 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=PAIR_SCHEMA)
     pairs = pl.concat(parts, how="diagonal_relaxed")
     inside = (pl.col("start_ns") >= pl.col("lib_start")) & (pl.col("end_ns") <= pl.col("lib_end"))
-    return (
+    return sort_stable(
         pairs.with_columns(pl.when(inside).then(pl.lit("nested")).otherwise(pl.lit("straddling")).alias("relation"))
-        .select(list(PAIR_SCHEMA))
-        .sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True)
+        .select(list(PAIR_SCHEMA)),
+        ["lib_id", "start_ns", "correlation_id"], nulls_last=True,
     )
 
 
@@ -84,14 +85,14 @@ def _overlapping_in_sequence(calls: pl.DataFrame, libs: pl.DataFrame) -> pl.Data
     past = (
         libs.select("lib_id", "gtid", "lib_end")
         .sort("lib_end")
-        .join_asof(keys.select("gtid", "start_ns", "_call").sort("start_ns", "_call"), left_on="lib_end",
+        .join_asof(sort_stable(keys.select("gtid", "start_ns", "_call"), ["start_ns", "_call"]), left_on="lib_end",
                    right_on="start_ns", by="gtid", strategy="backward", check_sortedness=False)
         .select("lib_id", (pl.col("_call") + 1).alias("_past"))
     )
     first = (
         libs.select("lib_id", "gtid", "lib_start")
         .sort("lib_start")
-        .join_asof(keys.select("gtid", "end_ns", "_call").sort("end_ns", "_call"), left_on="lib_start",
+        .join_asof(sort_stable(keys.select("gtid", "end_ns", "_call"), ["end_ns", "_call"]), left_on="lib_start",
                    right_on="end_ns", by="gtid", strategy="forward", check_sortedness=False)
         .select("lib_id", pl.col("_call").alias("_first"))
     )
@@ -166,12 +167,10 @@ def count_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     libs = libs.filter(pl.col("gtid").is_in(calls["gtid"].unique().implode()))
 
     def ranked(column: str) -> pl.DataFrame:  # per thread: how many calls have ``column`` <= this one's
-        return (
-            calls.select("gtid", column)
-            .sort("gtid", column)
-            .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("gtid").alias("_n"))
-            .sort(column, "_n")
+        ranks = sort_stable(calls.select("gtid", column), ["gtid", column]).with_columns(
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over("gtid").alias("_n")
         )
+        return sort_stable(ranks, [column, "_n"])
 
     begun = libs.sort("lib_end").join_asof(
         ranked("start_ns"), left_on="lib_end", right_on="start_ns", by="gtid", strategy="backward",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from nsysaudit.core.order import sort_stable
+
 WINDOW_SCHEMA = {"gtid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64}
 
 
@@ -35,7 +37,7 @@ def union_windows(closed: pl.DataFrame) -> pl.DataFrame:
     closed = closed.select("gtid", "start_ns", "end_ns")
     if closed.height == 0:
         return pl.DataFrame(schema=WINDOW_SCHEMA)
-    ordered = closed.sort(["gtid", "start_ns"])
+    ordered = sort_stable(closed, ["gtid", "start_ns"])
     # A call starts a new window where its thread begins or it starts after every earlier call of
     # its thread has ended; the windows are then runs of rows, already in (gtid, w_start) order.
     reach = pl.col("end_ns").cum_max().over("gtid")

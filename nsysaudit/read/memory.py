@@ -22,6 +22,7 @@ from typing import NamedTuple, Protocol
 import polars as pl
 
 from nsysaudit.core.ids import vm_sql
+from nsysaudit.core.order import sort_stable
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
 from nsysaudit.read.source import ExportFile, Table, quote
@@ -375,7 +376,7 @@ def _grouped(events: pl.DataFrame) -> _Grouped:
     # memory): no API call made it, so it joins nothing and is never a duplicate.
     no_call = pl.col("correlation_id").is_null() | (pl.col("correlation_id") == 0)
     return _Grouped(
-        grouped.filter(~no_call).select(list(ALLOC_SCHEMA)).sort("gpid", "correlation_id"),
+        sort_stable(grouped.filter(~no_call).select(list(ALLOC_SCHEMA)), ["gpid", "correlation_id"]),  # one row a key
         grouped.filter(no_call).group_by("gpid").agg(pl.col("events").sum(), pl.col("bytes").sum()).sort(
             "gpid", nulls_last=True
         ),

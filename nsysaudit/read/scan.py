@@ -34,6 +34,7 @@ from nsysaudit import words
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.core.ids import global_pid
 from nsysaudit.core.limits import return_freed_memory, threads
+from nsysaudit.core.order import sort_stable
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
 from nsysaudit.read import native
@@ -610,11 +611,11 @@ def _combined(total: int, engine: str, read: _Read) -> CudaApiScan:
         kept = [f for f in frames if f.height]
         if not kept:
             return pl.DataFrame(schema=ROW_SCHEMA)
-        return pl.concat(kept).sort(["gtid", "start_ns", "correlation_id"], nulls_last=True)
+        return sort_stable(pl.concat(kept), ["gtid", "start_ns", "correlation_id"], nulls_last=True)
 
     alloc_parts = [r.alloc_rows for r in reduced if r.alloc_rows.height]
     if len(alloc_parts) == 1:  # one part's rows are already one per key (a group-by, or merge_alloc)
-        alloc_rows = alloc_parts[0].select(list(ALLOC_ROWS_SCHEMA)).sort("gpid", "correlation_id")
+        alloc_rows = sort_stable(alloc_parts[0].select(list(ALLOC_ROWS_SCHEMA)), ["gpid", "correlation_id"])
     elif alloc_parts:
         alloc_rows = (
             pl.concat(alloc_parts)

@@ -1,0 +1,81 @@
+"""core/order.sort_stable: polars' stable sort, row for row, whichever engine orders the rows.
+
+Held to ``frame.sort(by, nulls_last=..., maintain_order=True)`` on frames with ties, nulls and
+negative keys, with numpy's lexsort forced (the threshold at 0) and above the real threshold; and
+the whole analysis of every bundled export is the same bytes with the lexsort forced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nsysaudit.core import order
+from nsysaudit.core.order import sort_stable
+
+ROOT = Path(__file__).resolve().parent.parent
+
+keys = st.lists(st.one_of(st.none(), st.integers(-3, 3), st.sampled_from([-(1 << 63), (1 << 63) - 1])),
+                min_size=0, max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=keys, b=keys, nulls_last=st.booleans(), two=st.booleans())
+def test_the_lexsort_is_polars_stable_sort(a: list[int | None], b: list[int | None], nulls_last: bool,
+                                           two: bool) -> None:
+    n = min(len(a), len(b))
+    frame = pl.DataFrame({"a": a[:n], "b": b[:n], "row": list(range(n))},
+                         schema={"a": pl.Int64, "b": pl.Int64, "row": pl.Int64})
+    by = ["a", "b"] if two else ["b"]
+    expected = frame.sort(by, nulls_last=nulls_last, maintain_order=True)
+    threshold, order.LEXSORT_MIN_ROWS = order.LEXSORT_MIN_ROWS, 0
+    try:
+        assert sort_stable(frame, by, nulls_last=nulls_last).equals(expected)
+    finally:
+        order.LEXSORT_MIN_ROWS = threshold
+    assert sort_stable(frame, by, nulls_last=nulls_last).equals(expected)  # polars' own below the threshold
+
+
+@pytest.mark.parametrize("nulls_last", [False, True])
+def test_a_large_frame_with_ties_and_nulls(nulls_last: bool) -> None:
+    rng = np.random.default_rng(7)
+    n = order.LEXSORT_MIN_ROWS + 1_000
+    frame = pl.DataFrame({
+        "gtid": rng.integers(0, 4, n), "start_ns": rng.integers(-50, 50, n),
+        "id": pl.Series(rng.integers(0, 3, n)).scatter(rng.integers(0, n, 500), None),
+        "small": pl.Series(rng.integers(0, 9, n), dtype=pl.UInt8), "row": np.arange(n),
+    })
+    for by in (["gtid", "start_ns", "id"], ["id", "small"], ["small"]):
+        assert sort_stable(frame, by, nulls_last=nulls_last).equals(
+            frame.sort(by, nulls_last=nulls_last, maintain_order=True))
+
+
+def test_other_keys_are_sorted_by_polars() -> None:
+    frame = pl.DataFrame({"name": ["b", "a", None, "a"], "row": [0, 1, 2, 3]})
+    assert sort_stable(frame, ["name"], nulls_last=True)["row"].to_list() == [1, 3, 0, 2]
+
+
+def test_every_bundled_export_analyzed_the_same_with_the_lexsort_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nsysaudit.cli import main
+
+    def analyzed(path: Path) -> bytes:
+        buffer = io.BytesIO()
+        text = io.TextIOWrapper(buffer)
+        with contextlib.redirect_stdout(text):
+            assert main(["analyze", str(path), "--json"]) == 0
+        text.flush()
+        return buffer.getvalue()
+
+    exports = sorted((ROOT / "tests/fixtures").rglob("*.sqlite"))
+    assert len(exports) > 20
+    plain = {path: analyzed(path) for path in exports}
+    monkeypatch.setattr(order, "LEXSORT_MIN_ROWS", 0)
+    for path in exports:
+        assert analyzed(path) == plain[path], path
