@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
 """Process start to exit, A against B: whole processes interleaved, ratios of the pairs.
 
-    python benchmarks/startup.py [--pairs 10] [--file EXPORT] [--before PATH/TO/nsysaudit] [--check]
+    python benchmarks/startup.py [--pairs 10] [--file EXPORT] [--before PATH/TO/nsysaudit | --before-src DIR]
+                                 [--check]
 
 Runs, round after round (the order rotated each round, so that the machine's noise falls on every
 command alike): ``nsysaudit analyze FILE --json`` (stdout to /dev/null) of this checkout's venv and,
-with ``--before``, of another install (e.g. main's checkout, ``/work/main/.venv/bin/nsysaudit``),
-``python -c "import polars"`` and ``python -c pass`` of this Python. For each: the median and the
-minimum of the wall time, of the CPU (user + system of the whole process, from wait4's rusage) and
-the peak RSS; then the median of the per-round ratios of each command to the others (wall and CPU),
-and the load average before and after. ``--check`` compares the two installs' JSON first (``cmp``).
-This is a benchmark, not a test: no test times anything (issue 33's start-up target is 1.5x
-``python -c "import polars"`` for the bundled 1,229-row export, the default FILE).
+with ``--before``, of another install (e.g. main's checkout, ``/work/main/.venv/bin/nsysaudit``) or,
+with ``--before-src DIR``, of another checkout's package run by this venv (``PYTHONPATH=DIR``: the
+same interpreter and libraries, whose pages are as warm for both; DIR holds ``nsysaudit/``,
+byte-compiled, with its native extension), ``python -c "import polars"`` and ``python -c pass`` of
+this Python. For each: the median and the minimum of the wall time, of the CPU (user + system of the
+whole process, from wait4's rusage) and the peak RSS; then the median of the per-round ratios of each
+command to the others (wall and CPU), and the load average before and after. ``--check`` first
+compares the two builds' JSON, byte for byte. This is a benchmark, not a test: no test times anything
+(issue 33's start-up target is 1.5x ``python -c "import polars"`` for the bundled 1,229-row export,
+the default FILE).
 """
 
 from __future__ import annotations
@@ -28,11 +32,15 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = REPO / "tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite"
 
 
-def run_once(argv: list[str]) -> tuple[float, float, float]:
+Command = tuple[list[str], dict[str, str] | None]  # argv, environment (None: this one)
+
+
+def run_once(command: Command) -> tuple[float, float, float]:
     """Wall (s), CPU (s: user + system) and peak RSS (MiB) of one process."""
+    argv, env = command
     start = time.perf_counter()
     with open(os.devnull, "wb") as null:
-        proc = subprocess.Popen(argv, stdout=null, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, stdout=null, stderr=subprocess.PIPE, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         err = proc.stderr.read() if proc.stderr is not None else b""
@@ -47,20 +55,25 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=10, help="rounds (each runs every command once)")
     ap.add_argument("--file", type=Path, default=DEFAULT_FILE)
     ap.add_argument("--before", help="another install's nsysaudit script (the reference)")
+    ap.add_argument("--before-src", help="another checkout's package (a folder holding nsysaudit/), run by this venv")
     ap.add_argument("--check", action="store_true", help="first compare the two installs' JSON (byte for byte)")
     ap.add_argument("--no-floors", action="store_true", help='leave out python -c "import polars" and pass')
     args = ap.parse_args()
 
     here = str(Path(sys.executable).parent / "nsysaudit")
-    commands: dict[str, list[str]] = {"after": [here, "analyze", str(args.file), "--json"]}
+    analyze = ["analyze", str(args.file), "--json"]
+    commands: dict[str, Command] = {"after": ([here, *analyze], None)}
     if args.before:
-        commands["before"] = [args.before, "analyze", str(args.file), "--json"]
+        commands["before"] = ([args.before, *analyze], None)
+    elif args.before_src:
+        commands["before"] = ([here, *analyze], {**os.environ, "PYTHONPATH": str(Path(args.before_src).resolve())})
     if not args.no_floors:
-        commands["import polars"] = [sys.executable, "-c", "import polars"]
-        commands["pass"] = [sys.executable, "-c", "pass"]
+        commands["import polars"] = ([sys.executable, "-c", "import polars"], None)
+        commands["pass"] = ([sys.executable, "-c", "pass"], None)
 
-    if args.check and args.before:
-        outs = [subprocess.run(commands[k], capture_output=True, check=False).stdout for k in ("after", "before")]
+    if args.check and "before" in commands:
+        outs = [subprocess.run(commands[k][0], env=commands[k][1], capture_output=True, check=False).stdout
+                for k in ("after", "before")]
         print(f"JSON of after and before: {'identical' if outs[0] == outs[1] else 'DIFFERENT'} ({len(outs[0])} bytes)")
         if outs[0] != outs[1]:
             raise SystemExit(1)
