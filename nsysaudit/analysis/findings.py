@@ -133,9 +133,10 @@ def allocated_before(findings: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFram
     ``mapped_before``: those of each mapping (a successful call with an allocation event that is not an
     allocation call: ``cuMemSetAccess``, where nsys writes a mapped piece's event)."""
     succeeded = pairs.filter((pl.col("relation") == "nested") & (pl.col("return_code") == 0))
-    allocation = (
-        pl.col("api").map_elements(is_allocation_api, return_dtype=pl.Boolean, skip_nulls=True).fill_null(False)
-    )
+    # Each distinct name judged once in Python, then matched in polars (map_elements called back into
+    # Python for every row, and its first call inspects the function's bytecode: ~4 ms).
+    names = [api for api in succeeded.get_column("api").drop_nulls().unique().to_list() if is_allocation_api(api)]
+    allocation = pl.col("api").is_in(names).fill_null(False)
     keyed = findings.with_row_index("_f")
 
     def before(calls: pl.DataFrame, name: str) -> pl.DataFrame:
