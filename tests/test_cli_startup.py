@@ -57,12 +57,13 @@ def test_json_analysis_of_a_small_export_loads_only_what_it_uses(args: list[str]
     assert heavy(loaded_by(args)) == []
 
 
-def test_an_export_loads_no_report_exporter() -> None:
+def test_an_export_loads_nothing_only_other_inputs_need() -> None:
     """An export (.sqlite) is read as it is: the ``nsys export`` of a report and its cache
-    (nsysaudit.read.nsys, nsysaudit.read.cache) are loaded only for an .nsys-rep."""
+    (nsysaudit.read.nsys, nsysaudit.read.cache) are loaded only for an .nsys-rep, ``statistics`` only
+    to align telemetry, ``html`` only for a notebook's view of a session (or a report.html)."""
     modules = loaded_by(["analyze", str(OBSERVE), "--json"])
     assert "nsysaudit.session" in modules
-    assert {"nsysaudit.read.nsys", "nsysaudit.read.cache"}.isdisjoint(modules)
+    assert {"nsysaudit.read.nsys", "nsysaudit.read.cache", "statistics", "html"}.isdisjoint(modules)
 
 
 def test_the_console_script_exits_without_walking_what_lives_until_the_exit() -> None:
