@@ -2,7 +2,7 @@
 """Process start to exit, A against B: whole processes interleaved, ratios of the pairs.
 
     python benchmarks/startup.py [--pairs 10] [--file EXPORT] [--before PATH/TO/nsysaudit | --before-src DIR]
-                                 [--check]
+                                 [--check] [--census] [--no-floors]
 
 Runs, round after round (the order rotated each round, so that the machine's noise falls on every
 command alike): ``nsysaudit analyze FILE --json`` (stdout to /dev/null) of this checkout's venv and,
@@ -13,15 +13,16 @@ byte-compiled, with its native extension), ``python -c "import polars"`` and ``p
 this Python. For each: the median and the minimum of the wall time, of the CPU (user + system of the
 whole process, from wait4's rusage) and the peak RSS; then the median of the per-round ratios of each
 command to the others (wall and CPU), and the load average before and after. ``--check`` first
-compares the two builds' JSON, byte for byte. This is a benchmark, not a test: no test times anything
-(issue 33's start-up target is 1.5x ``python -c "import polars"`` for the bundled 1,229-row export,
-the default FILE).
+compares the two builds' JSON, byte for byte; ``--census`` adds benchmarks/run.py's sqlite3 census of
+FILE. This is a benchmark, not a test: no test times anything (issue 33's start-up target is 1.5x
+``python -c "import polars"`` for the bundled 1,229-row export, the default FILE).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = REPO / "tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite"
+CENSUS = "select returnValue, count(*) from CUPTI_ACTIVITY_KIND_RUNTIME group by 1"  # benchmarks/run.py's
 
 
 Command = tuple[list[str], dict[str, str] | None]  # argv, environment (None: this one)
@@ -58,6 +60,8 @@ def main() -> None:
     ap.add_argument("--before-src", help="another checkout's package (a folder holding nsysaudit/), run by this venv")
     ap.add_argument("--check", action="store_true", help="first compare the two installs' JSON (byte for byte)")
     ap.add_argument("--no-floors", action="store_true", help='leave out python -c "import polars" and pass')
+    ap.add_argument("--census", action="store_true",
+                    help="add the sqlite3 census (run.py's sql: one GROUP BY over the CUDA API table) of FILE")
     args = ap.parse_args()
 
     here = str(Path(sys.executable).parent / "nsysaudit")
@@ -67,6 +71,11 @@ def main() -> None:
         commands["before"] = ([args.before, *analyze], None)
     elif args.before_src:
         commands["before"] = ([here, *analyze], {**os.environ, "PYTHONPATH": str(Path(args.before_src).resolve())})
+    if args.census:
+        sqlite3_cli = shutil.which("sqlite3")
+        if sqlite3_cli is None:
+            raise SystemExit("--census needs the sqlite3 command")
+        commands["census"] = ([sqlite3_cli, str(args.file), CENSUS], None)
     if not args.no_floors:
         commands["import polars"] = ([sys.executable, "-c", "import polars"], None)
         commands["pass"] = ([sys.executable, "-c", "pass"], None)
