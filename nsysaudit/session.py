@@ -33,7 +33,6 @@ Every frame is a polars ``LazyFrame`` with readable columns (``pid``, ``tid``, `
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -480,5 +479,7 @@ class Session:
         return "Session(" + "; ".join(map(escape, self._summary())) + ")"
 
     def _repr_html_(self) -> str:
+        import html  # a notebook's only: the command line never loads it
+
         first, *rest = (html.escape(escape(line)) for line in self._summary())
         return session_html(first, rest)

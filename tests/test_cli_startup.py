@@ -57,6 +57,32 @@ def test_json_analysis_of_a_small_export_loads_only_what_it_uses(args: list[str]
     assert heavy(loaded_by(args)) == []
 
 
+def test_an_export_loads_nothing_only_other_inputs_need() -> None:
+    """An export (.sqlite) is read as it is: the ``nsys export`` of a report and its cache
+    (nsysaudit.read.nsys, nsysaudit.read.cache) are loaded only for an .nsys-rep, ``statistics`` only
+    to align telemetry, ``html`` only for a notebook's view of a session (or a report.html)."""
+    modules = loaded_by(["analyze", str(OBSERVE), "--json"])
+    assert "nsysaudit.session" in modules
+    assert {"nsysaudit.read.nsys", "nsysaudit.read.cache", "statistics", "html"}.isdisjoint(modules)
+
+
+def test_the_console_script_exits_without_walking_what_lives_until_the_exit() -> None:
+    """Once the command is done, ``run()`` moves what is alive out of the collector's reach
+    (``gc.freeze``: the interpreter's last collections skip it); the document is whole and atexit's
+    handlers (temporary folders) still run."""
+    code = (
+        "import atexit, gc, sys\n"
+        "sys.argv = ['nsysaudit', 'analyze', sys.argv[1], '--json']\n"
+        "atexit.register(lambda: sys.stderr.write(f'frozen {gc.get_freeze_count()}'))\n"
+        "from nsysaudit.__main__ import run\n"
+        "run()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(OBSERVE)], cwd=ROOT, capture_output=True, check=True)
+    assert json.loads(out.stdout)["schema"]["kind"] == "analysis"
+    frozen = out.stderr.decode().split()
+    assert frozen[0] == "frozen" and int(frozen[1]) > 10_000, frozen
+
+
 @pytest.mark.parametrize("args", [["--version"], ["--help"], ["analyze", "--help"], ["verify", "--help"]])
 def test_the_command_line_starts_without_polars(args: list[str]) -> None:
     """Polars is imported when an export is read, not before: the command line, its help (and the

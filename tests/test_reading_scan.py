@@ -469,3 +469,27 @@ def test_merge_alloc_equals_grouping_the_ranges_rows() -> None:
             .sort("gpid", "correlation_id")
         )
         assert native.merge_alloc(keys, [*ranges, None]).sort("gpid", "correlation_id").equals(reference)
+
+
+@needs_native
+@pytest.mark.parametrize("rows", [
+    [(1, 10, 100), (2, 20, 200), (3, 30, 300)],  # no NULL at all: no mask is made
+    [(1, None, 100), (2, 20, 200), (3, None, 300)],  # NULLs in one column only
+    [(None, None, None), (2, "text", 2.5), (3, 30, None)],  # in every column, and values not integers
+], ids=["none", "one-column", "every-column"])
+def test_the_native_reader_marks_exactly_the_nulls_sqlite_reads(tmp_path: Path, rows: list[tuple[object, ...]]) -> None:
+    """``read_ints`` gives each column its NULLs (and the values that are not integers, as NULL),
+    whether no value, some columns' or every column's is NULL: what the stdlib reader gives."""
+    path = tmp_path / "t.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (a, b, c)")
+    conn.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    conn.commit()
+    conn.close()
+    schema = {"a": pl.Int64, "b": pl.Int64, "c": pl.Int64}
+    sql = "SELECT a, b, c FROM t ORDER BY rowid"
+    for ordered in (True, False):
+        got, mismatched = native.read_ints(readonly_uri(path), sql, schema, ordered=ordered)
+        want = [tuple(v if type(v) is int else None for v in row) for row in rows]
+        assert got.rows() == want, ordered
+        assert mismatched == sum(1 for row in rows for v in row if v is not None and type(v) is not int)

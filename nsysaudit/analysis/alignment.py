@@ -23,7 +23,6 @@ a process; they never relabel trace events.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, NamedTuple, NotRequired, TypedDict
@@ -609,6 +608,8 @@ def _anchors(
     if not pairs:
         reason = _no_anchor_reason(log, rule, trace_pids, skipped)
         return AnchorMethod(False, rule, clock, field_name, None, (), tuple(skipped), without, reason), notes
+    import statistics  # telemetry's alone: an analysis without it never loads it
+
     offset = round(statistics.median(p.edge_ns - p.clock_ns for p in pairs))
     done = tuple(
         replace(

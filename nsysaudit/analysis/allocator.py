@@ -29,7 +29,6 @@ the trace nothing of blocks. The join, by evidence only (docs/ledger.md, "The al
 Columnar: the history is joined, paired and replayed with polars; only the moments are looped over.
 """
 
-from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -200,7 +199,7 @@ class SnapshotSection(TypedDict):
     process: SnapshotProcess
     clock: SnapshotClock
     outside_allocator: OutsideAllocator
-    segment_frees: list[SegmentFrees]
+    segment_frees: list["SegmentFrees"]
     notes: list[AllocatorNote]
 
 

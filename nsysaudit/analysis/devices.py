@@ -30,7 +30,6 @@ and no command line for the processes the launched command starts (``torchrun``'
 ``SLURM_NTASKS``) follow the same rules.
 """
 
-from __future__ import annotations
 
 import posixpath
 import re

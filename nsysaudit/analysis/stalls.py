@@ -15,7 +15,6 @@ said in the answer when together they take at least :data:`ANSWER_SHARE` of its 
 The trace shows what ran during the wait, not what the call waited for: "behind", never "because".
 """
 
-from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Literal, TypedDict

@@ -14,15 +14,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Literal, NotRequired, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Generic, Literal, NotRequired, TypedDict, TypeVar, cast
 
 from nsysaudit.core.digests import sha256_file
 from nsysaudit.core.errors import UnusableInput
 from nsysaudit.core.limits import refuse_unfit
 from nsysaudit.core.paths import refuse_undecodable_name
 from nsysaudit.core.progress import Progress
-from nsysaudit.read import nsys
 from nsysaudit.read.source import ExportFile, probe
+
+if TYPE_CHECKING:  # the export of a report (and its cache) is loaded only for a report
+    from nsysaudit.read import nsys
 
 InputKind = Literal["sqlite", "nsys-rep"]
 T = TypeVar("T")
@@ -206,6 +208,8 @@ def open_input(
     digest = BackgroundDigest(given)
     cached = None
     if kind == "nsys-rep":
+        from nsysaudit.read import nsys
+
         if given.stat().st_size == 0:
             raise UnusableInput(given, "empty file (0 bytes), not an Nsight Systems report")
         binary = nsys.find_nsys(nsys_path, given)

@@ -157,10 +157,27 @@ def _bytes(values: bytes) -> pl.Series:
     return pl.Series(array.array("B", values), dtype=pl.UInt8)
 
 
+def _without_null(nulls: bytes) -> bool:
+    """Whether the reader's NULL marks mark nothing (every byte 0): then no column has a NULL, and no
+    mask need be made (a pass over the marks per column; most reads have no NULL)."""
+    return nulls.count(0) == len(nulls)
+
+
+def _value_nulls(nulls: bytes, ncol: int) -> list[pl.Series | None]:
+    """Each column's NULL mask from the marks of :func:`read` and :func:`read_pages` (a byte per
+    value, 1: NULL, row-major); None for a column none of whose values is marked."""
+    if _without_null(nulls):
+        return [None] * ncol
+    z = _bytes(nulls)
+    return [z.gather_every(ncol, offset=c) == 1 if 1 in nulls[c::ncol] else None for c in range(ncol)]
+
+
 def _rows(kept: tuple[bytes, bytes, int], names: list[str]) -> pl.DataFrame:
     values, nulls, n = kept
     if n == 0:
         return pl.DataFrame(schema=dict.fromkeys(names, pl.Int64))
+    if _without_null(nulls):  # a byte of bits per row
+        return _int_columns(values, n, NCOL, names, [None] * NCOL)
     bits = _bytes(nulls)
     return _int_columns(values, n, NCOL, names, [(bits & (1 << c)) != 0 for c in range(NCOL)])
 
@@ -185,9 +202,7 @@ def read_ints(uri: str, sql: str, schema: Schema, *, ordered: bool = False) -> t
         raise NativeScanError(str(exc) or "out of memory") from None
     if n == 0:
         return pl.DataFrame(schema=schema), 0
-    ncol = len(names)
-    z = _bytes(nulls)
-    return _int_columns(values, n, ncol, names, [z.gather_every(ncol, offset=c) == 1 for c in range(ncol)]), mismatched
+    return _int_columns(values, n, len(names), names, _value_nulls(nulls, len(names))), mismatched
 
 
 @dataclass(frozen=True)
@@ -248,9 +263,7 @@ def read_pages(
         return PagesRead(None, 0, visited, handover, check)
     if n == 0:
         return PagesRead(pl.DataFrame(schema=schema), mismatched, visited, "", check)
-    ncol = len(names)
-    z = _bytes(nulls)
-    frame = _int_columns(values, n, ncol, names, [z.gather_every(ncol, offset=c) == 1 for c in range(ncol)])
+    frame = _int_columns(values, n, len(names), names, _value_nulls(nulls, len(names)))
     return PagesRead(frame, mismatched, visited, "", check)
 
 

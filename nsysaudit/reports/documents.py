@@ -15,7 +15,6 @@ Open-ended maps stay maps: the application's own telemetry values (``dict[str, i
 kinds nsys names (``dict[str, str]``), bytes by kind (``dict[str, int]``).
 """
 
-from __future__ import annotations
 
 import typing
 from typing import (
@@ -581,7 +580,7 @@ class SealedOptions(TypedDict):
     max_pairs: int
     telemetry: SealedTelemetryOptions | None
     labels: NotRequired[list[str]]  # compare --labels: the arms' names in the sentences (observe, release otherwise)
-    snapshots: NotRequired[SealedSnapshotOptions]
+    snapshots: NotRequired["SealedSnapshotOptions"]
 
 
 class SealedSnapshotOptions(TypedDict):

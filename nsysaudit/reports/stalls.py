@@ -6,7 +6,6 @@ work that ran on the device while the host was blocked, "behind" it; never what 
 for "because" (the trace holds no dependency graph).
 """
 
-from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import NotRequired, TypedDict, cast
