@@ -756,7 +756,10 @@ def _batches(export: ExportFile, t: Table, *, paged: bool = False) -> list[tuple
     select = f"SELECT {columns} FROM {quote(t.name)} NOT INDEXED"
     if rowid is None:
         return [(select, None)]
-    lo, hi = export.conn.execute(f"SELECT min({rowid}), max({rowid}) FROM {quote(t.name)} NOT INDEXED").fetchone()
+    # Two queries: SQLite seeks a lone min() or max() of the rowid in the b-tree (a few pages), but
+    # both in one SELECT visit every row (2 s of CPU at 22.5M kernels).
+    (lo,) = export.conn.execute(f"SELECT min({rowid}) FROM {quote(t.name)} NOT INDEXED").fetchone()
+    (hi,) = export.conn.execute(f"SELECT max({rowid}) FROM {quote(t.name)} NOT INDEXED").fetchone()
     if lo is None:
         return []
     bounds = list(range(int(lo), int(hi) + 1, BATCH_ROWS))
