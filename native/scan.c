@@ -733,6 +733,12 @@ done:
  * whether quick_check names it in a column of each class (a TEXT where a number belongs, a number
  * where TEXT does). Filled once, when the module is loaded. */
 static uint8_t SHORT_SIZE[128], NAMED[COL_CLASS + 1][128];
+/* Per column class (COL_CLASS + 1: a field past the table's columns) and one-byte serial type: the
+ * value's size (bits 0-5, at most 57), FAST_RESERVED for type 10 or 11, FAST_NAMED where the check
+ * names a value of that type in such a column (record()'s fast walk of a header). */
+#define FAST_RESERVED 0x40
+#define FAST_NAMED 0x80
+static uint8_t FAST[COL_CLASS + 2][128];
 
 static void fill_tables(void) {
     for (int st = 0; st < 128; st++) {
@@ -740,6 +746,10 @@ static void fill_tables(void) {
         NAMED[COL_NUMBER][st] = st >= 13 && (st & 1);
         NAMED[COL_TEXT][st] = st >= 1 && st <= 9;
     }
+    for (int c = 0; c <= COL_CLASS + 1; c++)
+        for (int st = 0; st < 128; st++)
+            FAST[c][st] = SHORT_SIZE[st] == 0xff ? FAST_RESERVED
+                          : (uint8_t)(SHORT_SIZE[st] | (c <= COL_CLASS && NAMED[c][st] ? FAST_NAMED : 0));
 }
 
 /* The size of a value of serial type st (10 and 11 are reserved: UINT64_MAX). */
@@ -772,6 +782,7 @@ typedef struct {
     int max_field;
     int sound;               /* the check: 1 until it is unsure (why: of the first doubt) */
     char why[200], handover[200], page_why[200];
+    const uint8_t *fast[MAX_FIELDS]; /* per field: its column's row of FAST */
 } leaves;
 
 /* The check is unsure (the first doubt is the one said). */
@@ -815,7 +826,22 @@ static int record(leaves *r, int64_t pgno, const uint8_t *a, uint64_t n, uint64_
     const uint8_t *h = a + k, *end = a + header, *classes = r->classes;
     const int kept = decode ? r->max_field + 1 : 0, n_cols = r->n_cols; /* kept: the fields decoding needs */
     int fields = 0, named = 0;
-    for (off = header; h < end; fields++) {
+    /* The usual record first: one-byte serial types only, none reserved, adding up to the payload (each
+     * field's size and check from its column's FAST row); any other is walked again below, field by
+     * field, as the first problem must be said. */
+    uint8_t any = 0;
+    for (off = header; h < end && *h < 0x80 && fields < MAX_FIELDS; fields++, h++) {
+        uint8_t x = r->fast[fields][*h];
+        any |= x;
+        if (fields < kept) {
+            types[fields] = *h;
+            offsets[fields] = off;
+        }
+        off += x & 0x3f;
+    }
+    if (h == end && !(any & FAST_RESERVED) && off == n) {
+        named = (any & FAST_NAMED) != 0;
+    } else for (h = a + k, fields = 0, off = header; h < end; fields++) {
         if (*h < 0x80) { /* every type up to a 57-byte string: one byte, its size and checks from tables */
             st = *h++;
             size = SHORT_SIZE[st];
@@ -970,6 +996,7 @@ static int leaves_init(leaves *r, plan_t *pl, sqlite3 *db, const uint8_t *classe
     for (int c = 0; layout && c < n_out; c++)
         if (layout[c] > r->max_field) r->max_field = layout[c];
     if (r->max_field >= MAX_FIELDS) r->layout = NULL; /* the scan's columns too far into the records: SQLite reads */
+    for (int f = 0; f < MAX_FIELDS; f++) r->fast[f] = FAST[f < n_cols ? classes[f] & COL_CLASS : COL_CLASS + 1];
     if (file_of(db, &r->fp, hdr, &size)) return 1;
     /* + 8: record() reads 8 bytes at a time */
     r->run = malloc((size_t)(RUN_PAGES * pl->page_size) + 8);
