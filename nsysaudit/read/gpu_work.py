@@ -649,14 +649,11 @@ def _synchronized(
     wanted = corrs.unique().sort()
     schema: Schema = {"gpid": pl.Int64, "correlation_id": pl.Int64, "_sync_stream": pl.Int64, "_sync_device": pl.Int64,
                       "_sync_context": pl.Int64}
-    rows = _read(
-        export,
-        f"SELECT globalPid, correlationId, streamId, {_col(t, 'deviceId')}, {_col(t, 'contextId')} FROM "
-        f"{quote(t.name)} NOT INDEXED WHERE correlationId BETWEEN {int(wanted[0])} AND {int(wanted[-1])} AND "
-        "correlationId IN "
-        f"(SELECT value FROM json_each('{json.dumps(wanted.to_list())}'))",
-        schema, frame, typed, t.name,
-    )
+    # From the table's pages where the native reader can read them (1.2M rows at 20M API rows: 0.19 s
+    # of SQLite's VDBE), else through SQLite: the same rows, in rowid order.
+    columns = ("globalPid", "correlationId", "streamId",
+               *(c if t.has(c) else "NULL" for c in ("deviceId", "contextId")))
+    rows = _by_correlation(export, t, columns, schema, wanted, frame, typed)
     # One row per (process, correlation id); several rows for one call name it ambiguously: none is used.
     rows = rows.join(explicit.select("gpid", "correlation_id"), on=["gpid", "correlation_id"], how="semi")
     single = rows.filter(pl.len().over("gpid", "correlation_id") == 1)
