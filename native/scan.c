@@ -733,6 +733,12 @@ done:
  * whether quick_check names it in a column of each class (a TEXT where a number belongs, a number
  * where TEXT does). Filled once, when the module is loaded. */
 static uint8_t SHORT_SIZE[128], NAMED[COL_CLASS + 1][128];
+/* Per column class (COL_CLASS + 1: a field past the table's columns) and one-byte serial type: the
+ * value's size (bits 0-5, at most 57), FAST_RESERVED for type 10 or 11, FAST_NAMED where the check
+ * names a value of that type in such a column (record()'s fast walk of a header). */
+#define FAST_RESERVED 0x40
+#define FAST_NAMED 0x80
+static uint8_t FAST[COL_CLASS + 2][128];
 
 static void fill_tables(void) {
     for (int st = 0; st < 128; st++) {
@@ -740,6 +746,10 @@ static void fill_tables(void) {
         NAMED[COL_NUMBER][st] = st >= 13 && (st & 1);
         NAMED[COL_TEXT][st] = st >= 1 && st <= 9;
     }
+    for (int c = 0; c <= COL_CLASS + 1; c++)
+        for (int st = 0; st < 128; st++)
+            FAST[c][st] = SHORT_SIZE[st] == 0xff ? FAST_RESERVED
+                          : (uint8_t)(SHORT_SIZE[st] | (c <= COL_CLASS && NAMED[c][st] ? FAST_NAMED : 0));
 }
 
 /* The size of a value of serial type st (10 and 11 are reserved: UINT64_MAX). */
@@ -772,6 +782,7 @@ typedef struct {
     int max_field;
     int sound;               /* the check: 1 until it is unsure (why: of the first doubt) */
     char why[200], handover[200], page_why[200];
+    const uint8_t *fast[MAX_FIELDS]; /* per field: its column's row of FAST */
 } leaves;
 
 /* The check is unsure (the first doubt is the one said). */
@@ -815,7 +826,22 @@ static int record(leaves *r, int64_t pgno, const uint8_t *a, uint64_t n, uint64_
     const uint8_t *h = a + k, *end = a + header, *classes = r->classes;
     const int kept = decode ? r->max_field + 1 : 0, n_cols = r->n_cols; /* kept: the fields decoding needs */
     int fields = 0, named = 0;
-    for (off = header; h < end; fields++) {
+    /* The usual record first: one-byte serial types only, none reserved, adding up to the payload (each
+     * field's size and check from its column's FAST row); any other is walked again below, field by
+     * field, as the first problem must be said. */
+    uint8_t any = 0;
+    for (off = header; h < end && *h < 0x80 && fields < MAX_FIELDS; fields++, h++) {
+        uint8_t x = r->fast[fields][*h];
+        any |= x;
+        if (fields < kept) {
+            types[fields] = *h;
+            offsets[fields] = off;
+        }
+        off += x & 0x3f;
+    }
+    if (h == end && !(any & FAST_RESERVED) && off == n) {
+        named = (any & FAST_NAMED) != 0;
+    } else for (h = a + k, fields = 0, off = header; h < end; fields++) {
         if (*h < 0x80) { /* every type up to a 57-byte string: one byte, its size and checks from tables */
             st = *h++;
             size = SHORT_SIZE[st];
@@ -970,6 +996,7 @@ static int leaves_init(leaves *r, plan_t *pl, sqlite3 *db, const uint8_t *classe
     for (int c = 0; layout && c < n_out; c++)
         if (layout[c] > r->max_field) r->max_field = layout[c];
     if (r->max_field >= MAX_FIELDS) r->layout = NULL; /* the scan's columns too far into the records: SQLite reads */
+    for (int f = 0; f < MAX_FIELDS; f++) r->fast[f] = FAST[f < n_cols ? classes[f] & COL_CLASS : COL_CLASS + 1];
     if (file_of(db, &r->fp, hdr, &size)) return 1;
     /* + 8: record() reads 8 bytes at a time */
     r->run = malloc((size_t)(RUN_PAGES * pl->page_size) + 8);
@@ -1245,7 +1272,23 @@ static void nsa_table_free(nsa_table *t) {
  * NULL start, say, is kept for the Python side to judge as it judges every row SQLite reads. With
  * keys, only the rows whose key column holds one of them (the CUDA API rows of some correlation ids). */
 
+/* With a reduction (the host stalls' _reduce, nsysaudit/read/gpu_work.py), a kept row that the Python
+ * side would only add up is added up here instead, and not returned: a row with its start, end, process
+ * and stream known, inside the capture, its end not before its start, overlapping a window (a span of
+ * stalls) of its process and no span of the attributed calls (those rows are paired one by one: they
+ * are returned). Per (stall, stream): the rows overlapping the stall (start < b, end > a) and the sum
+ * of their parts inside it (_sums' numbers); and the union of the rows' [start, end] as disjoint
+ * pieces per process (_merge's: touching intervals are one). */
+
+/* The last answer of window_after for one process: its windows [first, end), and w. */
 typedef struct {
+    int64_t g, first, end, w;
+    int valid;
+} hint;
+
+typedef struct taker taker;
+
+struct taker {
     nsa_table *t;
     const int64_t *w_gpid, *w_start, *w_end; /* the windows, sorted by (gpid, w_end), disjoint per gpid */
     int64_t n_win, lo, hi;                   /* the capture's bounds (has_lo, has_hi: recorded) */
@@ -1254,25 +1297,212 @@ typedef struct {
     idset keys;                              /* by_key: the values of column c_key a row is kept for */
     int by_key, c_key;
     int64_t visited;                         /* rows decoded, kept or not */
-} taker;
+    struct reducer *red;                     /* with a reduction (below): the rows it adds up */
+    hint win_hint;
+};
+
+typedef struct {
+    int64_t s, e;
+    int64_t g; /* the process's rank among the windows' processes */
+} piece;
+
+typedef struct {
+    int64_t call, stream, rows, busy;
+} sumslot; /* call -1: free */
+
+typedef struct reducer {
+    const int64_t *span_off;        /* per window: its stalls [span_off[j], span_off[j + 1]) */
+    const int64_t *call, *a, *b;    /* the stalls, by window, each window's by start */
+    const int64_t *reach;           /* per stall: the largest b of its window's stalls up to it */
+    const int64_t *t_gpid, *t_start, *t_end; /* the attributed calls' spans, sorted by (gpid, end) */
+    int64_t n_top;
+    hint top_hint;
+    int64_t *rank;                  /* per window: its process's rank */
+    int c_stream;
+    sumslot *slots;
+    int64_t cap, n;
+    piece *pieces, *spare;
+    int64_t n_pieces, cap_pieces;
+    int64_t reduced;                /* rows added up here */
+    int overflow;                   /* a sum past 2^63 - 1: the Python side reduces instead */
+} reducer;
+
+/* The first window of (g, w_end sorted) arrays ending after s, or g's windows' end; first: g's first
+ * window. Rows come mostly in time order: the last answer (h) and the one after it are tried first. */
+static int64_t window_after(const int64_t *gpid, const int64_t *w_end, int64_t n, int64_t g, int64_t s,
+                            int64_t *first, hint *h) {
+    if (h->valid && h->g == g) {
+        int64_t w = h->w, a = h->first, z = h->end;
+        *first = a;
+        for (int step = 0; step < 2 && w <= z; step++, w++)
+            if ((w == a || w_end[w - 1] <= s) && (w == z || w_end[w] > s)) return h->w = w;
+    }
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (gpid[mid] < g) lo = mid + 1;
+        else hi = mid;
+    }
+    int64_t a = lo, z = lo;
+    hi = n;
+    while (z < hi) { /* the end of g's windows */
+        int64_t mid = z + (hi - z) / 2;
+        if (gpid[mid] <= g) z = mid + 1;
+        else hi = mid;
+    }
+    hi = z;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (w_end[mid] <= s) lo = mid + 1;
+        else hi = mid;
+    }
+    *h = (hint){g, a, z, lo, 1};
+    *first = a;
+    return lo;
+}
+
+static int add_sum(reducer *d, int64_t call, int64_t stream, int64_t busy) {
+    if (d->n * 2 >= d->cap) {
+        int64_t cap = d->cap ? d->cap * 2 : 1024;
+        sumslot *grown = malloc((size_t)cap * sizeof(sumslot));
+        if (!grown) return -1;
+        for (int64_t i = 0; i < cap; i++) grown[i].call = -1;
+        for (int64_t i = 0; i < d->cap; i++) {
+            if (d->slots[i].call < 0) continue;
+            uint64_t h = mix((uint64_t)d->slots[i].call * 0x9e3779b97f4a7c15ULL ^ (uint64_t)d->slots[i].stream) &
+                         (uint64_t)(cap - 1);
+            while (grown[h].call >= 0) h = (h + 1) & (uint64_t)(cap - 1);
+            grown[h] = d->slots[i];
+        }
+        free(d->slots);
+        d->slots = grown;
+        d->cap = cap;
+    }
+    uint64_t h = mix((uint64_t)call * 0x9e3779b97f4a7c15ULL ^ (uint64_t)stream) & (uint64_t)(d->cap - 1);
+    while (d->slots[h].call >= 0 && (d->slots[h].call != call || d->slots[h].stream != stream))
+        h = (h + 1) & (uint64_t)(d->cap - 1);
+    sumslot *t = &d->slots[h];
+    if (t->call < 0) {
+        t->call = call, t->stream = stream, t->rows = 0, t->busy = 0;
+        d->n++;
+    }
+    t->rows++;
+    if (__builtin_add_overflow(t->busy, busy, &t->busy)) d->overflow = 1;
+    return 0;
+}
+
+/* The row [s, e] of process g, stream st (window w: the first of g's ending after s) added up. */
+static int reduce_kept(reducer *d, const taker *k, int64_t w, int64_t g, int64_t st, int64_t s, int64_t e) {
+    for (int64_t j = w; j < k->n_win && k->w_gpid[j] == g && k->w_start[j] < e; j++) {
+        int64_t i = d->span_off[j], hi = d->span_off[j + 1];
+        while (i < hi) { /* the window's first stall ending after s: none before it does */
+            int64_t mid = i + (hi - i) / 2;
+            if (d->reach[mid] <= s) i = mid + 1;
+            else hi = mid;
+        }
+        for (; i < d->span_off[j + 1] && d->a[i] < e; i++)
+            if (d->b[i] > s && add_sum(d, d->call[i], st, (e < d->b[i] ? e : d->b[i]) - (s > d->a[i] ? s : d->a[i])))
+                return -1;
+    }
+    int64_t r = d->rank[w];
+    piece *last = d->n_pieces ? &d->pieces[d->n_pieces - 1] : NULL;
+    if (last && last->g == r && s <= last->e && e >= last->s) { /* one interval with the last: merged now */
+        if (s < last->s) last->s = s;
+        if (e > last->e) last->e = e;
+    } else {
+        if (d->n_pieces == d->cap_pieces) {
+            int64_t cap = d->cap_pieces ? d->cap_pieces * 2 : 4096;
+            piece *grown = realloc(d->pieces, (size_t)cap * sizeof(piece));
+            if (!grown) return -1;
+            d->pieces = grown;
+            d->cap_pieces = cap;
+        }
+        d->pieces[d->n_pieces++] = (piece){s, e, r};
+    }
+    d->reduced++;
+    return 0;
+}
+
+/* One stable counting pass of n pieces from src to dst by the digit (key >> shift) & mask, key the
+ * start less lo (by_rank: the rank instead). */
+static void radix_pass(const piece *src, piece *dst, int64_t n, int64_t lo, int shift, uint64_t mask, int by_rank,
+                       int64_t *count) {
+    memset(count, 0, (size_t)(mask + 2) * sizeof(int64_t));
+#define DIGIT(p) ((by_rank ? (uint64_t)(p).g : ((uint64_t)(p).s - (uint64_t)lo) >> shift) & mask)
+    for (int64_t i = 0; i < n; i++) count[DIGIT(src[i]) + 1]++;
+    for (uint64_t b = 1; b <= mask + 1; b++) count[b] += count[b - 1];
+    for (int64_t i = 0; i < n; i++) dst[count[DIGIT(src[i])]++] = src[i];
+#undef DIGIT
+}
+
+/* The pieces sorted by (rank, start) (an LSD radix sort, unless they are in order already) and merged
+ * into disjoint intervals per rank (ranks 1 .. n_ranks), in place: returns nonzero when out of memory. */
+static int merge_pieces(reducer *d, int64_t n_ranks) {
+    piece *p = d->pieces;
+    int64_t n = d->n_pieces, sorted = 1, lo = n ? p[0].s : 0, hi = lo;
+    for (int64_t i = 0; i < n; i++) {
+        if (i && (p[i].g < p[i - 1].g || (p[i].g == p[i - 1].g && p[i].s < p[i - 1].s))) sorted = 0;
+        if (p[i].s < lo) lo = p[i].s;
+        if (p[i].s > hi) hi = p[i].s;
+    }
+    if (!sorted) {
+        int64_t *count = malloc(((size_t)1 << 12) * sizeof(int64_t) + (size_t)(n_ranks + 2) * sizeof(int64_t));
+        piece *tmp = malloc((size_t)n * sizeof(piece));
+        if (!count || !tmp) {
+            free(count);
+            free(tmp);
+            return -1;
+        }
+        uint64_t range = (uint64_t)hi - (uint64_t)lo;
+        piece *src = p, *dst = tmp;
+        for (int shift = 0; shift < 64 && (shift == 0 || (range >> shift) != 0); shift += 11) {
+            radix_pass(src, dst, n, lo, shift, 0x7ff, 0, count);
+            piece *t = src;
+            src = dst, dst = t;
+        }
+        if (n_ranks > 1) { /* ranks 1 .. n_ranks */
+            uint64_t mask = 1;
+            while (mask < (uint64_t)n_ranks) mask = mask << 1 | 1;
+            int64_t *big = mask + 2 > ((uint64_t)1 << 12) ? malloc((size_t)(mask + 2) * sizeof(int64_t)) : count;
+            if (!big) {
+                free(count);
+                free(tmp);
+                return -1;
+            }
+            radix_pass(src, dst, n, lo, 0, mask, 1, big);
+            if (big != count) free(big);
+            piece *t = src;
+            src = dst, dst = t;
+        }
+        if (src != p) memcpy(p, src, (size_t)n * sizeof(piece));
+        free(count);
+        free(tmp);
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (m && p[m - 1].g == p[i].g && p[i].s <= p[m - 1].e) {
+            if (p[i].e > p[m - 1].e) p[m - 1].e = p[i].e;
+        } else {
+            p[m++] = p[i];
+        }
+    }
+    d->n_pieces = m;
+    return 0;
+}
+
 
 /* Whether a row with known start s and end e of process g overlaps one of its windows: the first
  * window ending after s starts before e (gpu_work._inside's rule). */
-static int inside(const taker *k, int64_t g, int64_t s, int64_t e) {
-    int64_t lo = 0, hi = k->n_win;
-    while (lo < hi) { /* the first window of g */
-        int64_t mid = lo + (hi - lo) / 2;
-        if (k->w_gpid[mid] < g) lo = mid + 1;
-        else hi = mid;
-    }
-    hi = k->n_win;
-    int64_t first = lo;
-    while (lo < hi) { /* the first of g's windows ending after s (or past them) */
-        int64_t mid = lo + (hi - lo) / 2;
-        if (k->w_gpid[mid] < g || (k->w_gpid[mid] == g && k->w_end[mid] <= s)) lo = mid + 1;
-        else hi = mid;
-    }
+static int inside(taker *k, int64_t g, int64_t s, int64_t e, int64_t *w) {
+    int64_t first;
+    int64_t lo = *w = window_after(k->w_gpid, k->w_end, k->n_win, g, s, &first, &k->win_hint);
     return lo >= first && lo < k->n_win && k->w_gpid[lo] == g && k->w_start[lo] < e;
+}
+
+/* Whether the row overlaps a span of the attributed calls (the reducer's; gpu_work._inside's rule). */
+static int near_top(reducer *d, int64_t g, int64_t s, int64_t e) {
+    int64_t first, lo = window_after(d->t_gpid, d->t_end, d->n_top, g, s, &first, &d->top_hint);
+    return lo >= first && lo < d->n_top && d->t_gpid[lo] == g && d->t_start[lo] < e;
 }
 
 static int take_row(void *arg, const int64_t *v, uint8_t nulls, uint8_t wrong) {
@@ -1282,9 +1512,12 @@ static int take_row(void *arg, const int64_t *v, uint8_t nulls, uint8_t wrong) {
     t->mismatched += wrong;
     if (k->by_key && (((nulls >> k->c_key) & 1) || !idset_has(&k->keys, v[k->c_key]))) return 0;
     if (k->filter && !(nulls & (1 << k->c_start)) && !(nulls & (1 << k->c_end))) {
-        int64_t s = v[k->c_start], e = v[k->c_end];
+        int64_t s = v[k->c_start], e = v[k->c_end], w;
         int out = (k->has_lo && (s < k->lo || e < k->lo)) || (k->has_hi && (s > k->hi || e > k->hi));
-        if (!out && ((nulls & (1 << k->c_gpid)) || !inside(k, v[k->c_gpid], s, e))) return 0;
+        if (!out && ((nulls & (1 << k->c_gpid)) || !inside(k, v[k->c_gpid], s, e, &w))) return 0;
+        reducer *d = k->red;
+        if (d && !out && e >= s && !(nulls & (1 << d->c_stream)) && !near_top(d, v[k->c_gpid], s, e))
+            return reduce_kept(d, k, w, v[k->c_gpid], v[d->c_stream], s, e);
     }
     if (table_grow(t)) return -1;
     int64_t *to = t->values + t->n * t->ncol;
@@ -1343,7 +1576,7 @@ static nsa_table *nsa_read_pages(const char *uri, plan_t *plan, int64_t first, i
 
 /* The module's interface version: nsysaudit/read/native.py uses a build only of its own version
  * (a stale build from another scan.c is not called). */
-#define NSA_ABI 5
+#define NSA_ABI 6
 
 static PyObject *NativeError; /* _native.Error: the scan or the read could not be done */
 
@@ -1689,6 +1922,64 @@ static PyObject *py_read(PyObject *self, PyObject *args, PyObject *kwargs) {
     return out;
 }
 
+/* The reduction's arrays (read_pages' reduce: span_off, call, a, b, reach, t_gpid, t_start, t_end, and
+ * the stream's column), their views appended to views: 0, or -1 with an exception. */
+#define N_REDUCE 8
+static int reducer_views(PyObject *obj, Py_buffer *views, int *held, reducer *d, int64_t n_win, int n_out) {
+    PyObject *items[N_REDUCE];
+    int c_stream;
+    if (!PyArg_ParseTuple(obj, "OOOOOOOOi:reduce", &items[0], &items[1], &items[2], &items[3], &items[4], &items[5],
+                          &items[6], &items[7], &c_stream))
+        return -1;
+    int64_t len[N_REDUCE];
+    for (int i = 0; i < N_REDUCE; i++) {
+        if (int64_buffer(items[i], &views[*held], "reduce")) return -1;
+        len[i] = views[(*held)++].len / 8;
+    }
+    const int64_t *off = views[*held - N_REDUCE].buf;
+    int bad = len[0] != n_win + 1 || len[1] != len[2] || len[1] != len[3] || len[1] != len[4] || len[5] != len[6] ||
+              len[5] != len[7] ||
+              c_stream < 0 || c_stream >= n_out || off[0] != 0 || off[n_win] != len[1];
+    for (int64_t j = 0; j < n_win && !bad; j++) bad = off[j + 1] < off[j];
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "reduce: offsets per window into the stalls, and the top spans");
+        return -1;
+    }
+    const Py_buffer *v = views + *held - N_REDUCE;
+    d->span_off = v[0].buf, d->call = v[1].buf, d->a = v[2].buf, d->b = v[3].buf, d->reach = v[4].buf;
+    d->t_gpid = v[5].buf, d->t_start = v[6].buf, d->t_end = v[7].buf;
+    d->n_top = len[5];
+    d->c_stream = c_stream;
+    return 0;
+}
+
+/* The reduction's sums: (call, stream, rows, busy) per row, int64 each, as bytes. */
+static PyObject *sums_bytes(const reducer *d) {
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(d->n * 4 * 8));
+    if (!b) return NULL;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(b);
+    for (int64_t i = 0; i < d->cap; i++)
+        if (d->slots[i].call >= 0) {
+            memcpy(o, &d->slots[i], 4 * sizeof(int64_t));
+            o += 4;
+        }
+    return b;
+}
+
+/* The reduction's merged pieces: (gpid, start, end) per row, int64 each, as bytes. */
+static PyObject *pieces_bytes(const reducer *d, const int64_t *w_gpid) {
+    PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(d->n_pieces * 3 * 8));
+    if (!b) return NULL;
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(b);
+    /* a rank back to its process: the first window of each rank */
+    int64_t j = 0;
+    for (int64_t i = 0; i < d->n_pieces; i++) {
+        while (d->rank[j] != d->pieces[i].g) j++; /* pieces sorted by rank, ranks ascending with j */
+        o[3 * i] = w_gpid[j], o[3 * i + 1] = d->pieces[i].s, o[3 * i + 2] = d->pieces[i].e;
+    }
+    return b;
+}
+
 /* read_pages(uri, plan, first, last, classes, layout, w_gpid, w_start, w_end, bounds, columns, keys, key
  * column): (values, nulls, rows kept, values of another type (of every row visited), rows visited,
  * handover, check: "" when every leaf of the run is sound, else why the check is unsure). */
@@ -1697,16 +1988,17 @@ static PyObject *py_read_pages(PyObject *self, PyObject *args) {
     const char *uri;
     long long first, last, lo, hi;
     int has_lo, has_hi, c_gpid, c_start, c_end, c_key;
-    PyObject *plan_obj, *layout_obj, *objects[4];
+    PyObject *plan_obj, *layout_obj, *objects[4], *reduce_obj = Py_None;
     Py_buffer classes = {0};
-    if (!PyArg_ParseTuple(args, "sOLLy*OOOO(LpLp)(iii)Oi:read_pages", &uri, &plan_obj, &first, &last, &classes,
+    if (!PyArg_ParseTuple(args, "sOLLy*OOOO(LpLp)(iii)Oi|O:read_pages", &uri, &plan_obj, &first, &last, &classes,
                           &layout_obj, &objects[0], &objects[1], &objects[2], &lo, &has_lo, &hi, &has_hi, &c_gpid,
-                          &c_start, &c_end, &objects[3], &c_key))
+                          &c_start, &c_end, &objects[3], &c_key, &reduce_obj))
         return NULL;
     PyObject *out = NULL;
     int32_t layout[NOUT];
-    Py_buffer views[4];
+    Py_buffer views[4 + N_REDUCE];
     taker k = {0};
+    reducer d = {0};
     int held = 0, n_out = 0;
     if (!PyObject_TypeCheck(plan_obj, &PlanType)) {
         PyErr_SetString(PyExc_TypeError, "plan: expected a Plan");
@@ -1765,26 +2057,48 @@ static PyObject *py_read_pages(PyObject *self, PyObject *args) {
     }
     k.lo = lo, k.hi = hi, k.has_lo = has_lo, k.has_hi = has_hi;
     k.c_gpid = c_gpid, k.c_start = c_start, k.c_end = c_end;
+    int64_t n_ranks = 0;
+    if (reduce_obj != Py_None) {
+        if (!k.filter) {
+            PyErr_SetString(PyExc_ValueError, "reduce: only with windows");
+            goto release;
+        }
+        if (reducer_views(reduce_obj, views, &held, &d, k.n_win, n_out)) goto release;
+        d.rank = malloc((size_t)(k.n_win ? k.n_win : 1) * sizeof(int64_t));
+        if (!d.rank) {
+            PyErr_NoMemory();
+            goto release;
+        }
+        for (int64_t j = 0; j < k.n_win; j++) d.rank[j] = n_ranks += j == 0 || k.w_gpid[j] != k.w_gpid[j - 1];
+        k.red = &d;
+    }
     nsa_table *t;
-    int rc;
+    int rc, merged = 0;
     char handover[200], check[200];
     Py_BEGIN_ALLOW_THREADS
     t = nsa_read_pages(uri, plan, first, last, classes.buf, (int)classes.len, layout, n_out, &k, &rc, handover, check);
+    if (t && !t->error[0] && rc == PAGE_OK && k.red) merged = merge_pieces(&d, n_ranks);
     Py_END_ALLOW_THREADS
     if (!t) {
         PyErr_NoMemory();
         goto release;
     }
+    if (merged) snprintf(t->error, sizeof t->error, "out of memory");
+    else if (d.overflow) snprintf(t->error, sizeof t->error, "a stall's sum past 2^63 - 1 ns");
     if (t->error[0]) PyErr_SetString(NativeError, t->error);
     else if (rc != PAGE_OK)
-        out = Py_BuildValue("(y#y#LLLss)", "", (Py_ssize_t)0, "", (Py_ssize_t)0, 0LL, 0LL, (long long)k.visited, handover,
-                            check);
+        out = Py_BuildValue("(y#y#LLLssNN)", "", (Py_ssize_t)0, "", (Py_ssize_t)0, 0LL, 0LL, (long long)k.visited,
+                            handover, check, Py_NewRef(Py_None), Py_NewRef(Py_None));
     else
-        out = Py_BuildValue("(y#y#LLLss)", bytes_of(t->values), (Py_ssize_t)(t->n * n_out * 8), bytes_of(t->nulls),
+        out = Py_BuildValue("(y#y#LLLssNN)", bytes_of(t->values), (Py_ssize_t)(t->n * n_out * 8), bytes_of(t->nulls),
                             (Py_ssize_t)(t->n * n_out), (long long)t->n, (long long)t->mismatched,
-                            (long long)k.visited, "", check);
+                            (long long)k.visited, "", check, k.red ? sums_bytes(&d) : Py_NewRef(Py_None),
+                            k.red ? pieces_bytes(&d, k.w_gpid) : Py_NewRef(Py_None));
     nsa_table_free(t);
 release:
+    free(d.slots);
+    free(d.pieces);
+    free(d.rank);
     free(k.keys.bits);
     while (held > 0) PyBuffer_Release(&views[--held]);
 parsed:

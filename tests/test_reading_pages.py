@@ -515,6 +515,84 @@ def test_the_rows_kept_are_those_the_stalls_reduction_can_use_and_every_one_it_m
     assert 0 < got.height < len(rows)
 
 
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The connected pieces of closed intervals (touching ones are one), sorted."""
+    out: list[list[int]] = []
+    for s, e in sorted(intervals):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+@pytest.mark.parametrize("seed", sweep(range(8), keep=1))
+def test_the_rows_added_up_by_the_reader_are_those_the_stalls_reduction_only_adds_up(
+        tmp_path: Path, seed: int) -> None:
+    """With the stalls (native.Stalls), the reader adds up itself every row _reduce would only add up (known
+    start, end, process and stream, inside the bounds, not reversed, inside a window, near no attributed
+    call's span) and returns the rest of the rows it keeps: per (stall, stream) the rows overlapping the
+    stall and their time inside it, and per run the union of those rows per process, all by brute force
+    here (stalls overlapping one another, rows in no order, times spread over 2^40 ns)."""
+    rnd = random.Random(seed)
+    scale, base = 1 << 24, 1 << 50
+    path = tmp_path / "w.sqlite"
+    maybe = lambda v: None if rnd.random() < 0.03 else v  # noqa: E731
+    rows = []
+    for i in range(6_000):
+        s = rnd.randrange(-50, 10_050)
+        e = s + rnd.choice([0, 0, rnd.randrange(-3, 40), rnd.randrange(0, 400)])
+        rows.append((maybe(base + s * scale), maybe(base + e * scale), maybe(rnd.randrange(4)),
+                     maybe(rnd.randrange(1, 4)), i))
+    _work_table(path, rows)
+    stalls = []
+    for g in (1, 2, 3):
+        for _ in range(rnd.randrange(1, 60)):
+            a = rnd.randrange(0, 10_000)
+            stalls.append((len(stalls) * 7 + 3, g, base + a * scale, base + (a + rnd.randrange(1, 300)) * scale))
+    frame = pl.DataFrame(stalls, schema=dict.fromkeys(("call_id", "gpid", "a", "b"), pl.Int64), orient="row")
+    windows = {g: _union([(a, b) for _, h, a, b in stalls if h == g]) for g in (1, 2, 3)}
+    top = {g: _union([(a, b) for _, h, a, b in stalls if h == g and rnd.random() < 0.1]) for g in (1, 2, 3)}
+    spans = pl.DataFrame([(g, a, b) for g, ws in windows.items() for a, b in ws],
+                         schema={"gpid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64}, orient="row")
+    tops = pl.DataFrame([(g, a, b) for g, ws in top.items() for a, b in ws],
+                        schema={"gpid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64}, orient="row")
+    lo, hi = (base, base + 10_000 * scale) if seed % 2 == 0 else (None, base + 9_000 * scale)
+    keep = native.Keep(spans, lo, hi, (3, 1, 2), native.Stalls(frame, tops, 4))
+    plan, parts, classes, layout = _paged(path, "W", WORK, 2 + seed % 3)
+
+    def overlaps(r: tuple[Any, ...], intervals: list[tuple[int, int]]) -> bool:
+        return any(a < r[1] and b > r[0] for a, b in intervals)
+
+    def added(r: tuple[Any, ...]) -> bool:
+        s, e, st, g = r[:4]
+        return (None not in (s, e, st, g) and (lo is None or min(s, e) >= lo) and (hi is None or max(s, e) <= hi)
+                and e >= s and overlaps(r, windows.get(g, [])) and not overlaps(r, top.get(g, [])))
+
+    sums: dict[tuple[int, int], list[int]] = {}
+    for first, last, a_id, b_id in parts:
+        got = native.read_pages(readonly_uri(path), plan, (first, last), classes, layout, WORK_SCHEMA, keep)
+        assert got.rows is not None and got.sums is not None and got.pieces is not None and got.check == ""
+        mine = [(*r[:4], rowid) for rowid, r in enumerate(rows, 1) if a_id <= rowid <= b_id]
+        summed = [r for r in mine if added(r)]
+        assert not set(got.rows["rowid"].to_list()) & {r[4] for r in summed}
+        assert got.rows.height + len(summed) == native.read_pages(
+            readonly_uri(path), plan, (first, last), classes, layout, WORK_SCHEMA,
+            native.Keep(spans, lo, hi, (3, 1, 2))).rows.height  # type: ignore[union-attr]
+        expected = [(g, a, b) for g in (1, 2, 3) for a, b in _union([(r[0], r[1]) for r in summed if r[3] == g])]
+        assert got.pieces.rows() == expected
+        for r in summed:
+            for call, g, a, b in stalls:
+                if g == r[3] and a < r[1] and b > r[0]:
+                    one = sums.setdefault((call, r[2]), [0, 0])
+                    one[0] += 1
+                    one[1] += min(r[1], b) - max(r[0], a)
+        for call, stream, n, busy in got.sums.rows():
+            sums[(call, stream)][0] -= n
+            sums[(call, stream)][1] -= busy
+    assert sums and all(v == [0, 0] for v in sums.values())
+
+
 def test_the_cuda_api_rows_of_some_correlation_ids_read_from_the_pages_as_sqlite_gives_them() -> None:
     path = TORCH / "observe.sqlite"
     columns = ("globalTid", "start", "correlationId", "nameId")

@@ -257,6 +257,29 @@ REAL_STALLS = ["public/nsys-ai_h100_2gpu_1s_2026.2.sqlite", "public/nsys-ai_mfu_
 
 
 @pytest.mark.parametrize("name", REAL_STALLS)
+@pytest.mark.parametrize("batch_rows", [1 << 18, 64])
+def test_the_page_readers_own_sums_change_no_number(name: str, batch_rows: int, monkeypatch: Any) -> None:
+    """The page reader adds up the rows the stalls' reduction would only add up (native.Stalls): the
+    whole analysis is the same as where it returns every row it keeps to be reduced in polars, in one
+    batch per table or in batches of 64 rows (a batch with rows of both kinds: its union merged again).
+    One call attributed, so that the rows behind the others are the reader's to add up."""
+    from pathlib import Path
+
+    import nsysaudit.read.gpu_work as gpu_work
+    from nsysaudit.read import native
+
+    if native.load() is None:
+        pytest.skip("the native engine is not built")
+    monkeypatch.setattr(gpu_work, "BATCH_ROWS", batch_rows)
+    monkeypatch.setattr(gpu_work, "MAX_ATTRIBUTED_CALLS", 1)
+    path = Path(__file__).parent / "fixtures" / name
+    summed = nsysaudit.analyze(path).to_dict()
+    monkeypatch.setattr(native, "Stalls", lambda *args: None)
+    assert nsysaudit.analyze(path).to_dict() == summed
+    assert summed["stalls"]["stalls"] > 0
+
+
+@pytest.mark.parametrize("name", REAL_STALLS)
 def test_real_exports_against_plain_sql(name: str) -> None:
     """Every blocking call's blocked time, its work per stream and its covered time, held to plain SQL."""
     import sqlite3

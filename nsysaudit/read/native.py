@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 NCOL = 6
 # The interface of native/scan.c this module calls (its NSA_ABI): a build from another scan.c is not used.
-ABI = 5
+ABI = 6
 
 
 def check(importer: Callable[[], ModuleType]) -> tuple[ModuleType | None, str | None]:
@@ -206,16 +206,58 @@ def read_ints(uri: str, sql: str, schema: Schema, *, ordered: bool = False) -> t
 
 
 @dataclass(frozen=True)
+class Stalls:
+    """What :func:`read_pages` adds up itself of the rows it keeps (the host stalls' reduction,
+    :func:`nsysaudit.read.gpu_work._reduce`'s numbers), rather than return them: ``stalls`` (``call_id,
+    gpid, a, b``: each inside one of :class:`Keep`'s windows of its process, those windows being their
+    union) and ``top`` (``gpid, w_start, w_end``: the attributed calls' windows, per process disjoint;
+    a row overlapping one is returned, to be paired with them); ``stream``: the stream's position in
+    the layout read."""
+
+    stalls: pl.DataFrame
+    top: pl.DataFrame
+    stream: int
+
+
+@dataclass(frozen=True)
 class Keep:
     """Which rows :func:`read_pages` keeps: those overlapping one of ``windows`` (``gpid, w_start,
     w_end``: per process disjoint) of their process, and every row it cannot leave out for sure (a
     NULL start or end, one outside the capture's ``start`` .. ``stop``, None: not recorded). The
-    columns of ``gpid``, ``start`` and ``end``: positions in the layout read."""
+    columns of ``gpid``, ``start`` and ``end``: positions in the layout read. With ``stalls``, the rows
+    it can add up are added up instead (:class:`Stalls`, :attr:`PagesRead.sums`)."""
 
     windows: pl.DataFrame
     start: int | None
     stop: int | None
     columns: tuple[int, int, int]
+    stalls: Stalls | None = None
+
+    @functools.cached_property
+    def arrays(self) -> tuple[tuple[Buffer, Buffer, Buffer], tuple[Buffer, ...] | None]:
+        """The windows as int64 buffers sorted by (gpid, w_end), and the reduction's (None: no
+        reduction), made once for every run read with this Keep."""
+        ordered = self.windows.sort("gpid", "w_end")
+        w = (_i64(ordered["gpid"]), _i64(ordered["w_start"]), _i64(ordered["w_end"]))
+        return w, None if self.stalls is None else _reduction(ordered, self.stalls)
+
+
+def _reduction(windows: pl.DataFrame, spec: Stalls) -> tuple[Buffer, ...] | None:
+    """``span_off, call, a, b, reach, t_gpid, t_start, t_end`` of read_pages' reduction: the stalls by
+    window (``windows`` sorted by (gpid, w_end)) then start, each window's offset into them, the
+    running maximum of their ends per window; None where a stall lies in no window (no reduction)."""
+    indexed = windows.with_row_index("_w").with_columns(pl.col("_w").cast(pl.Int64))
+    stalls = spec.stalls.select("call_id", "gpid", "a", "b").sort("a").join_asof(
+        indexed.sort("w_start"), left_on="a", right_on="w_start", by="gpid", strategy="backward",
+        check_sortedness=False)
+    if stalls.filter(pl.col("_w").is_null() | (pl.col("b") > pl.col("w_end"))).height:
+        return None
+    stalls = stalls.sort("_w", "a", "call_id").with_columns(pl.col("b").cum_max().over("_w").alias("_reach"))
+    counts = stalls.group_by("_w").len().join(indexed.select("_w"), on="_w", how="right").sort("_w")
+    offsets = pl.concat([pl.Series([0], dtype=pl.Int64), counts["len"].fill_null(0).cast(pl.Int64).cum_sum()])
+    top = spec.top.sort("gpid", "w_end")
+    return (_i64(offsets), _i64(stalls["call_id"]), _i64(stalls["a"]), _i64(stalls["b"]), _i64(stalls["_reach"]),
+            _i64(top["gpid"]), _i64(top["w_start"]), _i64(top["w_end"]))
 
 
 @dataclass(frozen=True)
@@ -230,6 +272,12 @@ class PagesRead:
     visited: int
     handover: str
     check: str
+    sums: pl.DataFrame | None = None  # with Keep.stalls: SUMS_SCHEMA of the rows added up, not in ``rows``
+    pieces: pl.DataFrame | None = None  # and their union per process (PIECES_SCHEMA, disjoint, sorted)
+
+
+SUMS_SCHEMA: Schema = {"call_id": pl.Int64, "stream_id": pl.Int64, "rows": pl.Int64, "busy_ns": pl.Int64}
+PIECES_SCHEMA: Schema = {"gpid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
 
 
 def read_pages(
@@ -248,23 +296,36 @@ def read_pages(
     names = list(schema)
     w: tuple[Buffer | None, Buffer | None, Buffer | None] = (None, None, None)
     bounds, columns = (0, False, 0, False), (0, 0, 0)
+    reduction: tuple[object, ...] | None = None
     if keep is not None:
-        ordered = keep.windows.sort("gpid", "w_end")
-        w = (_i64(ordered["gpid"]), _i64(ordered["w_start"]), _i64(ordered["w_end"]))
+        w, arrays = keep.arrays
         bounds = (keep.start or 0, keep.start is not None, keep.stop or 0, keep.stop is not None)
         columns = keep.columns
+        if arrays is not None and keep.stalls is not None:
+            reduction = (*arrays, keep.stalls.stream)
     try:
         ids = _i64(keys[0].drop_nulls().unique().sort()) if keys is not None else None
-        values, nulls, n, mismatched, visited, handover, check = _native.read_pages(
-            uri, plan, *run, classes, tuple(layout), *w, bounds, columns, ids, keys[1] if keys is not None else 0)
+        values, nulls, n, mismatched, visited, handover, check, sums, pieces = _native.read_pages(
+            uri, plan, *run, classes, tuple(layout), *w, bounds, columns, ids, keys[1] if keys is not None else 0,
+            reduction)
     except (_native.Error, MemoryError) as exc:
         raise NativeScanError(str(exc) or "out of memory") from None
     if handover:
         return PagesRead(None, 0, visited, handover, check)
+    added = (None if sums is None else _table(sums, SUMS_SCHEMA),
+             None if pieces is None else _table(pieces, PIECES_SCHEMA))
     if n == 0:
-        return PagesRead(pl.DataFrame(schema=schema), mismatched, visited, "", check)
+        return PagesRead(pl.DataFrame(schema=schema), mismatched, visited, "", check, *added)
     frame = _int_columns(values, n, len(names), names, _value_nulls(nulls, len(names)))
-    return PagesRead(frame, mismatched, visited, "", check)
+    return PagesRead(frame, mismatched, visited, "", check, *added)
+
+
+def _table(values: bytes, schema: Schema) -> pl.DataFrame:
+    """Rows of int64 values (row-major, no NULL) as a frame of ``schema``."""
+    n = len(values) // (8 * len(schema))
+    if n == 0:
+        return pl.DataFrame(schema=schema)
+    return _int_columns(values, n, len(schema), list(schema), [None] * len(schema))
 
 
 def _i64(values: pl.Series) -> Buffer:
