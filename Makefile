@@ -67,7 +67,7 @@ test: export NSYSAUDIT_NSYS ?= $(CURDIR)/.tools/nsys/target-linux-x64/nsys
 test: export NSYSAUDIT_REQUIRE_CHROMIUM := 1
 test: export NSYSAUDIT_REQUIRE_NATIVE := 1
 test: venv nsys chromium ## every test (installs the deps, nsys and Chromium first)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 # The tests of what reads an export (listed in tests/reader-tests.txt, one a line: pytest reads
 # @FILE as arguments), which CI runs a second time without the native engine: the bundled exports
@@ -76,10 +76,10 @@ test: venv nsys chromium ## every test (installs the deps, nsys and Chromium fir
 # tests/test_hostile_damage.py and the native engine's own tests (needs_native) switch engines themselves.
 test-pure: export NSYSAUDIT_NATIVE := 0
 test-pure: venv ## the reader tests on the pure engines (NSYSAUDIT_NATIVE=0)
-	$(PY) -m pytest -q @tests/reader-tests.txt -k "not sealed_folder"
+	$(PY) -m pytest -q -n auto @tests/reader-tests.txt -k "not sealed_folder"
 
 test-fast: venv ## the tests but the slow ones (fuzzing, sweeps, nsys, ...)
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -n auto -m "not slow"
 
 check-fixtures: venv ## check the bundled exports' expectations (JUnit in out/)
 	@mkdir -p $(OUT)
