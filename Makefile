@@ -66,8 +66,10 @@ demo: venv ## the bundled H200 failure: analyzed, compared, sealed, verified
 test: export NSYSAUDIT_NSYS ?= $(CURDIR)/.tools/nsys/target-linux-x64/nsys
 test: export NSYSAUDIT_REQUIRE_CHROMIUM := 1
 test: export NSYSAUDIT_REQUIRE_NATIVE := 1
+# pytest-xdist: the suite spread over every core (`make test PYTEST_ADDOPTS=` runs it on one).
+test test-pure test-fast: export PYTEST_ADDOPTS ?= -n auto
 test: venv nsys chromium ## every test (installs the deps, nsys and Chromium first)
-	$(PY) -m pytest -q -n auto
+	$(PY) -m pytest -q
 
 # The tests of what reads an export (listed in tests/reader-tests.txt, one a line: pytest reads
 # @FILE as arguments), which CI runs a second time without the native engine: the bundled exports
@@ -76,10 +78,10 @@ test: venv nsys chromium ## every test (installs the deps, nsys and Chromium fir
 # tests/test_hostile_damage.py and the native engine's own tests (needs_native) switch engines themselves.
 test-pure: export NSYSAUDIT_NATIVE := 0
 test-pure: venv ## the reader tests on the pure engines (NSYSAUDIT_NATIVE=0)
-	$(PY) -m pytest -q -n auto @tests/reader-tests.txt -k "not sealed_folder"
+	$(PY) -m pytest -q @tests/reader-tests.txt -k "not sealed_folder"
 
 test-fast: venv ## the tests but the slow ones (fuzzing, sweeps, nsys, ...)
-	$(PY) -m pytest -q -n auto -m "not slow"
+	$(PY) -m pytest -q -m "not slow"
 
 check-fixtures: venv ## check the bundled exports' expectations (JUnit in out/)
 	@mkdir -p $(OUT)
