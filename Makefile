@@ -66,6 +66,8 @@ demo: venv ## the bundled H200 failure: analyzed, compared, sealed, verified
 test: export NSYSAUDIT_NSYS ?= $(CURDIR)/.tools/nsys/target-linux-x64/nsys
 test: export NSYSAUDIT_REQUIRE_CHROMIUM := 1
 test: export NSYSAUDIT_REQUIRE_NATIVE := 1
+# pytest-xdist: the suite spread over every core (`make test PYTEST_ADDOPTS=` runs it on one).
+test test-pure test-fast: export PYTEST_ADDOPTS ?= -n auto
 test: venv nsys chromium ## every test (installs the deps, nsys and Chromium first)
 	$(PY) -m pytest -q
 
