@@ -26,30 +26,23 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_FILE = REPO / "tests/fixtures/h200-cuda13-nsys2025.3/torch/observe.sqlite"
-CENSUS = "select returnValue, count(*) from CUPTI_ACTIVITY_KIND_RUNTIME group by 1"  # benchmarks/run.py's
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
+from run import QUERY as CENSUS  # noqa: E402
+from run import TORCH as DEFAULT_FILE  # noqa: E402
+from run import run_once as run_process  # noqa: E402
 
 Command = tuple[list[str], dict[str, str] | None]  # argv, environment (None: this one)
 
 
 def run_once(command: Command) -> tuple[float, float, float]:
-    """Wall (s), CPU (s: user + system) and peak RSS (MiB) of one process."""
-    argv, env = command
-    start = time.perf_counter()
-    with open(os.devnull, "wb") as null:
-        proc = subprocess.Popen(argv, stdout=null, stderr=subprocess.PIPE, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-        err = proc.stderr.read() if proc.stderr is not None else b""
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"{argv} exited {proc.returncode}: {err.decode(errors='replace')[-400:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    """Wall (s), CPU (s: user + system) and peak RSS (MiB) of one process (benchmarks/run.py's
+    measure of it)."""
+    sample = run_process(*command)
+    return sample.seconds, sample.cpu, sample.max_rss_kb / 1024
 
 
 def main() -> None:
