@@ -29,7 +29,8 @@ the trace nothing of blocks. The join, by evidence only (docs/ledger.md, "The al
 Columnar: the history is joined, paired and replayed with polars; only the moments are looped over.
 """
 
-
+# No `from __future__ import annotations` here: typing would compile each TypedDict's string
+# annotations into ForwardRefs at import, a small export's start-up (docs/performance.md).
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NotRequired, TypedDict

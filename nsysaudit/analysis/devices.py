@@ -30,7 +30,8 @@ and no command line for the processes the launched command starts (``torchrun``'
 ``SLURM_NTASKS``) follow the same rules.
 """
 
-
+# No `from __future__ import annotations` here: typing would compile each TypedDict's string
+# annotations into ForwardRefs at import, a small export's start-up (docs/performance.md).
 import posixpath
 import re
 from collections.abc import Iterable, Mapping, Sequence

@@ -15,7 +15,8 @@ said in the answer when together they take at least :data:`ANSWER_SHARE` of its 
 The trace shows what ran during the wait, not what the call waited for: "behind", never "because".
 """
 
-
+# No `from __future__ import annotations` here: typing would compile each TypedDict's string
+# annotations into ForwardRefs at import, a small export's start-up (docs/performance.md).
 from collections.abc import Sequence
 from typing import Literal, TypedDict
 

@@ -15,7 +15,8 @@ Open-ended maps stay maps: the application's own telemetry values (``dict[str, i
 kinds nsys names (``dict[str, str]``), bytes by kind (``dict[str, int]``).
 """
 
-
+# No `from __future__ import annotations` here: typing would compile each TypedDict's string
+# annotations into ForwardRefs at import, a small export's start-up (docs/performance.md).
 import typing
 from typing import (
     Literal,

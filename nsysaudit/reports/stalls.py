@@ -6,7 +6,8 @@ work that ran on the device while the host was blocked, "behind" it; never what 
 for "because" (the trace holds no dependency graph).
 """
 
-
+# No `from __future__ import annotations` here: typing would compile each TypedDict's string
+# annotations into ForwardRefs at import, a small export's start-up (docs/performance.md).
 from collections.abc import Callable, Mapping, Sequence
 from typing import NotRequired, TypedDict, cast
 
