@@ -1001,7 +1001,12 @@ def _reduce(kind: str, batch: pl.DataFrame, windows: pl.DataFrame, spans: pl.Dat
         pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null() & pl.col("gpid").is_not_null()
         & pl.col("stream_id").is_not_null() & (pl.col("end_ns") >= pl.col("start_ns"))
     )
-    inside = work.clear() if not work.height or not spans.height else work if kept else _inside(work, spans)
+    if not work.height or not spans.height:
+        inside = work.clear()
+    elif kept:  # the page reader's test already
+        inside = work
+    else:
+        inside = _inside(work, spans)
     more_sums, more_pieces = added if added is not None and added[1].height else (None, None)
     if not inside.height and more_pieces is None:
         return
