@@ -1286,6 +1286,13 @@ typedef struct {
     int valid;
 } hint;
 
+/* The last answers for a few processes (slot by the process's hash): the rows of several processes
+ * come interleaved, and one hint for all of them would be lost at every change of process. */
+#define N_HINTS 16
+typedef struct {
+    hint h[N_HINTS];
+} hints;
+
 typedef struct taker taker;
 
 struct taker {
@@ -1298,7 +1305,7 @@ struct taker {
     int by_key, c_key;
     int64_t visited;                         /* rows decoded, kept or not */
     struct reducer *red;                     /* with a reduction (below): the rows it adds up */
-    hint win_hint;
+    hints win_hints;
 };
 
 typedef struct {
@@ -1316,7 +1323,7 @@ typedef struct reducer {
     const int64_t *reach;           /* per stall: the largest b of its window's stalls up to it */
     const int64_t *t_gpid, *t_start, *t_end; /* the attributed calls' spans, sorted by (gpid, end) */
     int64_t n_top;
-    hint top_hint;
+    hints top_hints;
     int64_t *rank;                  /* per window: its process's rank */
     int c_stream;
     sumslot *slots;
@@ -1328,16 +1335,39 @@ typedef struct reducer {
 } reducer;
 
 /* The first window of (g, w_end sorted) arrays ending after s, or g's windows' end; first: g's first
- * window. Rows come mostly in time order: the last answer (h) and the one after it are tried first. */
+ * window. Rows come mostly in time order: from g's last answer (hs) the search gallops forward (or
+ * searches the windows before it), else it searches the whole array. The answer is the same either way:
+ * the first of g's windows whose end is after s. */
 static int64_t window_after(const int64_t *gpid, const int64_t *w_end, int64_t n, int64_t g, int64_t s,
-                            int64_t *first, hint *h) {
+                            int64_t *first, hints *hs) {
+    hint *h = &hs->h[mix((uint64_t)g) & (N_HINTS - 1)];
+    int64_t lo, hi;
     if (h->valid && h->g == g) {
-        int64_t w = h->w, a = h->first, z = h->end;
+        int64_t a = h->first, z = h->end, w = h->w;
         *first = a;
-        for (int step = 0; step < 2 && w <= z; step++, w++)
-            if ((w == a || w_end[w - 1] <= s) && (w == z || w_end[w] > s)) return h->w = w;
+        if (w == a || w_end[w - 1] <= s) { /* at w or after: every window before lo ends by s */
+            lo = w;
+            hi = z;
+            for (int64_t step = 1; lo < z; step <<= 1) {
+                int64_t probe = lo + step - 1 < z ? lo + step - 1 : z - 1;
+                if (w_end[probe] > s) {
+                    hi = probe;
+                    break;
+                }
+                lo = probe + 1;
+            }
+        } else { /* before w: window w - 1 ends after s */
+            lo = a;
+            hi = w - 1;
+        }
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (w_end[mid] <= s) lo = mid + 1;
+            else hi = mid;
+        }
+        return h->w = lo;
     }
-    int64_t lo = 0, hi = n;
+    lo = 0, hi = n;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         if (gpid[mid] < g) lo = mid + 1;
@@ -1495,13 +1525,13 @@ static int merge_pieces(reducer *d, int64_t n_ranks) {
  * window ending after s starts before e (gpu_work._inside's rule). */
 static int inside(taker *k, int64_t g, int64_t s, int64_t e, int64_t *w) {
     int64_t first;
-    int64_t lo = *w = window_after(k->w_gpid, k->w_end, k->n_win, g, s, &first, &k->win_hint);
+    int64_t lo = *w = window_after(k->w_gpid, k->w_end, k->n_win, g, s, &first, &k->win_hints);
     return lo >= first && lo < k->n_win && k->w_gpid[lo] == g && k->w_start[lo] < e;
 }
 
 /* Whether the row overlaps a span of the attributed calls (the reducer's; gpu_work._inside's rule). */
 static int near_top(reducer *d, int64_t g, int64_t s, int64_t e) {
-    int64_t first, lo = window_after(d->t_gpid, d->t_end, d->n_top, g, s, &first, &d->top_hint);
+    int64_t first, lo = window_after(d->t_gpid, d->t_end, d->n_top, g, s, &first, &d->top_hints);
     return lo >= first && lo < d->n_top && d->t_gpid[lo] == g && d->t_start[lo] < e;
 }
 

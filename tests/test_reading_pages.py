@@ -480,19 +480,21 @@ def test_the_rows_kept_are_those_the_stalls_reduction_can_use_and_every_one_it_m
     """With windows and the capture's bounds, the reader leaves out exactly the rows with a known start
     and end inside the bounds that overlap no window of their process (gpu_work._inside's rule, by
     brute force here); NULLs, reversed rows, rows past the bounds and of no process are all judged
-    as they are."""
+    as they are. Rows in no order, and (seeds 4-7) in time order with hundreds of windows a process,
+    the processes interleaved: the reader's search from each process's last answer, forward and back."""
     rnd = random.Random(seed)
     path = tmp_path / "w.sqlite"
     maybe = lambda v: None if rnd.random() < 0.05 else v  # noqa: E731
+    in_order = seed >= 4
+    starts = [rnd.randrange(-50, 10_050) for _ in range(5_000)]
     rows = []
-    for i in range(5_000):
-        s = rnd.randrange(-50, 10_050)
+    for i, s in enumerate(sorted(starts) if in_order else starts):
         rows.append((maybe(s), maybe(s + rnd.randrange(-5, 40)), maybe(rnd.randrange(3)), maybe(rnd.randrange(1, 4)),
                      i))
     _work_table(path, rows)
     windows = {}
     for g in (1, 2, 3):
-        edges = sorted(rnd.sample(range(0, 10_000), 2 * rnd.randrange(1, 30)))
+        edges = sorted(rnd.sample(range(0, 10_000), 2 * rnd.randrange(1, 600 if in_order else 30)))
         windows[g] = list(zip(edges[::2], edges[1::2], strict=True))
     frame = pl.DataFrame([(g, a, b) for g, ws in windows.items() for a, b in ws],
                          schema={"gpid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64}, orient="row")
@@ -533,21 +535,22 @@ def test_the_rows_added_up_by_the_reader_are_those_the_stalls_reduction_only_add
     start, end, process and stream, inside the bounds, not reversed, inside a window, near no attributed
     call's span) and returns the rest of the rows it keeps: per (stall, stream) the rows overlapping the
     stall and their time inside it, and per run the union of those rows per process, all by brute force
-    here (stalls overlapping one another, rows in no order, times spread over 2^40 ns)."""
+    here (stalls overlapping one another, rows in no order or, seeds 4-7, in time order with the
+    processes interleaved; times spread over 2^40 ns)."""
     rnd = random.Random(seed)
     scale, base = 1 << 24, 1 << 50
     path = tmp_path / "w.sqlite"
     maybe = lambda v: None if rnd.random() < 0.03 else v  # noqa: E731
+    starts = [rnd.randrange(-50, 10_050) for _ in range(6_000)]
     rows = []
-    for i in range(6_000):
-        s = rnd.randrange(-50, 10_050)
+    for i, s in enumerate(sorted(starts) if seed >= 4 else starts):
         e = s + rnd.choice([0, 0, rnd.randrange(-3, 40), rnd.randrange(0, 400)])
         rows.append((maybe(base + s * scale), maybe(base + e * scale), maybe(rnd.randrange(4)),
                      maybe(rnd.randrange(1, 4)), i))
     _work_table(path, rows)
     stalls = []
     for g in (1, 2, 3):
-        for _ in range(rnd.randrange(1, 60)):
+        for _ in range(rnd.randrange(1, 400 if seed >= 4 else 60)):
             a = rnd.randrange(0, 10_000)
             stalls.append((len(stalls) * 7 + 3, g, base + a * scale, base + (a + rnd.randrange(1, 300)) * scale))
     frame = pl.DataFrame(stalls, schema=dict.fromkeys(("call_id", "gpid", "a", "b"), pl.Int64), orient="row")
