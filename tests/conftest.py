@@ -7,6 +7,8 @@ Markers (registered in pyproject.toml, ``--strict-markers``):
   representative case out of it), and tests that drive an external program (headless Chromium, the
   real nsys CLI, a Jupyter kernel, pip building wheels); ``make test-fast`` leaves them out,
   ``make test`` runs them.
+* ``first``: a test of a minute or so (the damaged-exports sweep's shards), run before the others
+  (:func:`pytest_collection_modifyitems`), so that pytest-xdist's workers do not end the run on it.
 * :data:`needs_native`: a test of the native engine itself (run with it on; skipped only where it
   is not built and the run does not require it).
 * :func:`requires_nsys`: a test of the real nsys CLI (slow; skipped where it is not installed).
@@ -65,6 +67,15 @@ def pytest_configure(config: pytest.Config) -> None:
     missing = native.installed()
     if os.environ.get("NSYSAUDIT_REQUIRE_NATIVE") == "1" and missing is not None:
         raise pytest.UsageError(f"NSYSAUDIT_REQUIRE_NATIVE=1, but the native extension is {missing}")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``first`` (the damaged-exports sweep's shards) at the front of the run, in
+    their order: pytest-xdist hands the tests out in order, so the longest start at once and the
+    short ones fill the workers' time at the end (a shard started last would keep its worker busy
+    alone for a minute). After pytest's own ordering (``trylast``); a stable sort keeps the rest."""
+    items.sort(key=lambda item: item.get_closest_marker("first") is None)
 
 
 @pytest.fixture

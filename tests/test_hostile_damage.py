@@ -7,6 +7,8 @@ an index is a warning."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import multiprocessing
 import os
 import sqlite3
@@ -46,20 +48,34 @@ def real_exports(tmp: Path) -> dict[str, Path]:
     }
 
 
-def judged(tmp: Path, per_export: int, every: int, gpu: int = 0) -> Iterator[Judged]:
+# The sweep's mutants in tests of about 300 each, which pytest-xdist spreads over its workers (the
+# whole sweep is some 450 CPU-seconds: in one test, one worker ran it alone at the end of the run).
+SHARDS = 8
+
+
+def cores() -> int:
+    """The cores this process may keep busy: the machine's, shared among pytest-xdist's workers."""
+    return max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def judged(tmp: Path, per_export: int, every: int, gpu: int = 0, shard: int = 0, shards: int = 1) -> Iterator[Judged]:
     """``per_export`` seeded mutants of each real export, each read by the native engine (its own
     check and page reader) and the stdlib reader (quick_check decides), every ``every``-th by all
     four engines; and ``gpu`` mutants of an export with GPU tables damaged in one of them (category
-    "GPU table"); on worker processes where there are cores for them (one engine a process)."""
+    "GPU table"); of each, the ``shard``-th of ``shards`` runs of seeds; on worker processes where
+    there are cores for them (one engine a process)."""
     def engines(seed: int) -> tuple[str, ...]:
         return tuple(ENGINES) if seed % every == 0 else ("native", "sqlite3")
+
+    def seeds(n: int) -> range:
+        return range(n * shard // shards, n * (shard + 1) // shards)
 
     work = [
         (name, path, seed, engines(seed), tmp, None)
         for name, path in real_exports(tmp).items()
-        for seed in range(per_export)
-    ] + [("gpu tables", SERIALIZED, seed, engines(seed), tmp, GPU_TABLES) for seed in range(gpu)]
-    workers = min(4, os.cpu_count() or 1)
+        for seed in seeds(per_export)
+    ] + [("gpu tables", SERIALIZED, seed, engines(seed), tmp, GPU_TABLES) for seed in seeds(gpu)]
+    workers = min(4, cores())
     if workers == 1 or len(work) < 100:
         yield from (judge(*w) for w in work)
         return
@@ -68,14 +84,16 @@ def judged(tmp: Path, per_export: int, every: int, gpu: int = 0) -> Iterator[Jud
         yield from pool.map(judge, *zip(*work, strict=True), chunksize=8)
 
 
-def one_answer(tmp: Path, per_export: int, every: int, gpu: int = 0) -> tuple[Counter[tuple[str, str]], Counter[str],
-                                                                            int]:
+Said = tuple[Counter[tuple[str, str]], Counter[str], int]
+
+
+def one_answer(tmp: Path, per_export: int, every: int, gpu: int = 0, shard: int = 0, shards: int = 1) -> Said:
     """Every mutant's engines give one answer (or read it unstably); what they said, per tree and per
     kind of damage, and how many were unstable."""
     seen: Counter[tuple[str, str]] = Counter()
     kinds: Counter[str] = Counter()
     unstable = 0
-    for j in judged(tmp, per_export, every, gpu):
+    for j in judged(tmp, per_export, every, gpu, shard, shards):
         if j.unstable:
             unstable += 1
             continue
@@ -92,9 +110,44 @@ def one_answer(tmp: Path, per_export: int, every: int, gpu: int = 0) -> tuple[Co
     return seen, kinds, unstable
 
 
+def all_shards_said(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, shard: int,
+                    said: Said) -> Said | None:
+    """What every shard of the sweep said, added up, once the last of those this run selected has
+    passed (this one); else None. Each shard that passes writes its counts into a folder of this run
+    that pytest-xdist's workers share (their base temporary folders' parent, pytest-of-USER/pytest-N),
+    under a lock, so that exactly one shard finds them all there. A shard that failed writes nothing:
+    the totals are then not checked, and the run has failed already."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-N/popen-gwK: a worker's own
+    folder = base / "damage-sweep"
+    folder.mkdir(exist_ok=True)
+    this = request.node.originalname
+    selected = {item.callspec.params["shard"] for item in request.session.items
+                if getattr(item, "originalname", None) == this}
+    seen, kinds, unstable = said
+    with (folder / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        counts = {"seen": [[*key, n] for key, n in seen.items()], "kinds": dict(kinds), "unstable": unstable}
+        (folder / f"{shard}.json").write_text(json.dumps(counts))
+        passed = {int(path.stem): json.loads(path.read_text()) for path in folder.glob("*.json")}
+    if set(passed) != selected or selected != set(range(SHARDS)):
+        return None
+    total: Said = (Counter(), Counter(), 0)
+    for counts in passed.values():
+        total[0].update({(where, verdict): n for where, verdict, n in counts["seen"]})
+        total[1].update(counts["kinds"])
+        total = (total[0], total[1], total[2] + counts["unstable"])
+    return total
+
+
 @pytest.mark.slow
+@pytest.mark.first
 @needs_native
-def test_every_engine_gives_one_answer_on_damaged_real_exports(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shard", range(SHARDS), ids=lambda shard: f"{shard + 1}-of-{SHARDS}")
+def test_every_engine_gives_one_answer_on_damaged_real_exports(
+    shard: int, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> None:
     """2,100 seeded damaged copies of six real exports, and 300 of an export whose GPU tables (read
     by the host stalls' page reader, its check standing for quick_check's) are damaged (bytes
     overwritten; interior child pointers duplicated, swapped, redirected; cells moved; freeblocks
@@ -103,9 +156,16 @@ def test_every_engine_gives_one_answer_on_damaged_real_exports(tmp_path: Path) -
     all four engines, gives one exit code and one report (every key but those naming the engine), or
     one error line: SQLite's quick_check decides, and where the native check finds a table sound
     quick_check does too. (SQLite's own words of what is damaged are set aside: on a damaged record
-    they can change from one run to the next, whatever reads the file.)"""
-    seen, kinds, unstable = one_answer(tmp_path, 350, 5, gpu=300)
+    they can change from one run to the next, whatever reads the file.) In :data:`SHARDS` tests,
+    each a run of seeds of every export; the last to pass holds the sum of what they all said to the
+    bounds below (:func:`all_shards_said`)."""
+    said = one_answer(tmp_path, 350, 5, gpu=300, shard=shard, shards=SHARDS)
+    total = all_shards_said(request, tmp_path_factory, shard, said)
+    if total is None:  # the other shards have not all passed yet: the last of them checks the sums
+        return
+    seen, kinds, unstable = total
     said = str((dict(seen), dict(kinds), unstable))
+    assert sum(seen.values()) + unstable == 6 * 350 + 300, said  # every mutant, each in one shard
     # not vacuous: damage refused, warned of and read past, on every kind of page, by every kind of damage
     assert seen[("CUDA API table", "refused")] > 200 and seen[("evidence table", "refused")] > 60, said
     assert seen[("index", "read")] + seen[("index", "warned")] > 50 and seen[("free list", "read")] > 20, said

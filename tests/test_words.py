@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,11 +161,21 @@ def _only_in_errors(uses: list[ast.AST], inside: set[int], parents: dict[int, as
     return any(id(u) in inside for u in uses) and all(id(u) in inside or _carries_no_text(u, parents) for u in uses)
 
 
-def _in_errors(tree: ast.Module, error_names: frozenset[str]) -> set[int]:
+Bindings = tuple[dict[str, list[ast.AST]], dict[str, list[ast.AST]]]
+
+
+def _scopes(tree: ast.Module) -> list[Bindings]:
+    """Each function's :func:`_bindings`."""
+    return [_bindings(n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def _in_errors(tree: ast.Module, error_names: frozenset[str], parents: dict[int, ast.AST] | None = None,
+               scopes: list[Bindings] | None = None) -> set[int]:
     """The ids of ``tree``'s nodes in an error context (see the module's docstring); ``error_names``:
-    the functions and module constants whose every use is in one."""
+    the functions and module constants whose every use is in one. ``parents`` and ``scopes``: the
+    tree's :func:`_parents` and :func:`_scopes`, where the caller has them already."""
     inside: set[int] = set()
-    parents = _parents(tree)
+    parents = _parents(tree) if parents is None else parents
 
     def mark(node: ast.AST, exempt: bool) -> None:
         named = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in error_names
@@ -181,8 +192,7 @@ def _in_errors(tree: ast.Module, error_names: frozenset[str]) -> set[int]:
     for name in _module_names(tree) & error_names:
         for value in top.get(name, []):
             mark(value, True)
-    for scope in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
-        loads, values = _bindings(scope)
+    for loads, values in _scopes(tree) if scopes is None else scopes:
         grew = True
         while grew:
             grew = False
@@ -200,6 +210,7 @@ def error_names(trees: list[ast.Module]) -> frozenset[str]:
     """The functions and module constants of ``trees`` whose every use (by name, in any of them) lies
     in an error context: their text is error text."""
     parents = [_parents(t) for t in trees]
+    scopes = [_scopes(t) for t in trees]  # read once: the loop below reads every tree again each round
     candidates = {n.name for t in trees for n in ast.walk(t) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
     candidates |= {name for t in trees for name in _module_names(t)}
     candidates = {c for c in candidates if not c.startswith("__")}  # __init__, __str__: called without their name
@@ -211,7 +222,7 @@ def error_names(trees: list[ast.Module]) -> frozenset[str]:
                 uses.setdefault(name, []).append((i, n))
     found: frozenset[str] = frozenset()
     while True:
-        inside = [_in_errors(t, found) for t in trees]
+        inside = [_in_errors(t, found, parents[i], scopes[i]) for i, t in enumerate(trees)]
         grown = frozenset(
             name for name, used in uses.items()
             if any(id(u) in inside[i] for i, u in used)
@@ -275,20 +286,25 @@ def _files() -> Iterator[tuple[str, Path]]:
         yield rel, path
 
 
-# Read by name over the whole package (cli.py too: a use there counts).
-ERRORS = error_names([ast.parse(p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))])
+@functools.cache
+def package_error_names() -> frozenset[str]:
+    """:func:`error_names`, read by name over the whole package (cli.py too: a use there counts): by the
+    tests that need them, not as pytest collects this file (every worker of pytest-xdist does)."""
+    return error_names([ast.parse(p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))])
 
 
 def test_no_sentence_outside_words() -> None:
-    counts = {rel: len(list(sentences(path.read_text(), ERRORS))) for rel, path in _files()}
+    errors = package_error_names()
+    counts = {rel: len(list(sentences(path.read_text(), errors))) for rel, path in _files()}
     new = {rel: n for rel, n in counts.items() if n > NOT_YET.get(rel, 0)}
-    shown = {rel: [t for _, t in sentences((PACKAGE / rel).read_text(), ERRORS)][:3] for rel in new}
+    shown = {rel: [t for _, t in sentences((PACKAGE / rel).read_text(), errors)][:3] for rel in new}
     assert not new, f"sentences written outside nsysaudit/words.py (file: count; the first of them): {shown}"
 
 
 def test_the_list_of_files_not_yet_moved_only_shrinks() -> None:
     """A file that lost sentences has its number lowered here, so none can come back unseen."""
-    counts = {rel: len(list(sentences(path.read_text(), ERRORS))) for rel, path in _files()}
+    errors = package_error_names()
+    counts = {rel: len(list(sentences(path.read_text(), errors))) for rel, path in _files()}
     stale = {rel: (n, counts.get(rel, 0)) for rel, n in NOT_YET.items() if counts.get(rel, 0) != n}
     assert not stale, f"NOT_YET is stale (file: (listed, held now)): {stale}"
 
