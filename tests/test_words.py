@@ -293,18 +293,23 @@ def package_error_names() -> frozenset[str]:
     return error_names([ast.parse(p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))])
 
 
-def test_no_sentence_outside_words() -> None:
+@functools.cache
+def sentence_counts() -> dict[str, int]:
+    """Each package file's sentences outside words.py (read once, by both tests below)."""
     errors = package_error_names()
-    counts = {rel: len(list(sentences(path.read_text(), errors))) for rel, path in _files()}
+    return {rel: len(list(sentences(path.read_text(), errors))) for rel, path in _files()}
+
+
+def test_no_sentence_outside_words() -> None:
+    counts = sentence_counts()
     new = {rel: n for rel, n in counts.items() if n > NOT_YET.get(rel, 0)}
-    shown = {rel: [t for _, t in sentences((PACKAGE / rel).read_text(), errors)][:3] for rel in new}
+    shown = {rel: [t for _, t in sentences((PACKAGE / rel).read_text(), package_error_names())][:3] for rel in new}
     assert not new, f"sentences written outside nsysaudit/words.py (file: count; the first of them): {shown}"
 
 
 def test_the_list_of_files_not_yet_moved_only_shrinks() -> None:
     """A file that lost sentences has its number lowered here, so none can come back unseen."""
-    errors = package_error_names()
-    counts = {rel: len(list(sentences(path.read_text(), errors))) for rel, path in _files()}
+    counts = sentence_counts()
     stale = {rel: (n, counts.get(rel, 0)) for rel, n in NOT_YET.items() if counts.get(rel, 0) != n}
     assert not stale, f"NOT_YET is stale (file: (listed, held now)): {stale}"
 
