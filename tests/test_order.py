@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -62,20 +65,53 @@ def test_other_keys_are_sorted_by_polars() -> None:
     assert sort_stable(frame, ["name"], nulls_last=True)["row"].to_list() == [1, 3, 0, 2]
 
 
-def test_every_bundled_export_analyzed_the_same_with_the_lexsort_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+def analyzed(path: Path) -> bytes:
+    """``nsysaudit analyze PATH --json``, run in this process: the bytes it writes."""
     from nsysaudit.cli import main
 
-    def analyzed(path: Path) -> bytes:
-        buffer = io.BytesIO()
-        text = io.TextIOWrapper(buffer)
-        with contextlib.redirect_stdout(text):
-            assert main(["analyze", str(path), "--json"]) == 0
-        text.flush()
-        return buffer.getvalue()
+    buffer = io.BytesIO()
+    text = io.TextIOWrapper(buffer)
+    with contextlib.redirect_stdout(text):
+        assert main(["analyze", str(path), "--json"]) == 0
+    text.flush()
+    return buffer.getvalue()
 
+
+def bundled_exports() -> list[Path]:
     exports = sorted((ROOT / "tests/fixtures").rglob("*.sqlite"))
     assert len(exports) > 20
+    return exports
+
+
+def test_every_bundled_export_analyzed_the_same_with_the_lexsort_forced(monkeypatch: pytest.MonkeyPatch) -> None:
+    exports = bundled_exports()
     plain = {path: analyzed(path) for path in exports}
     monkeypatch.setattr(order, "LEXSORT_MIN_ROWS", 0)
     for path in exports:
         assert analyzed(path) == plain[path], path
+
+
+# Run by another process with a pool of this many polars threads (more than this machine has cores).
+OTHER_POOL = 5
+
+
+@pytest.mark.slow
+def test_the_answers_do_not_depend_on_polars_threads(tmp_path: Path) -> None:
+    """Every bundled export's ``analyze --json``, the same bytes whatever the size of polars' thread
+    pool (fixed when polars is imported): this process's (one thread a pytest-xdist worker, as
+    tests/conftest.py shares the cores out) and another process's of :data:`OTHER_POOL` threads."""
+    assert pl.thread_pool_size() != OTHER_POOL
+    exports = bundled_exports()
+    script = (
+        "import sys, pathlib, polars\n"
+        f"assert polars.thread_pool_size() == {OTHER_POOL}\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from test_order import analyzed\n"
+        "for i, p in enumerate(sys.argv[3:]):\n"
+        "    (pathlib.Path(sys.argv[2]) / f'{i}.json').write_bytes(analyzed(pathlib.Path(p)))\n"
+    )
+    env = {**os.environ, "POLARS_MAX_THREADS": str(OTHER_POOL)}
+    subprocess.run([sys.executable, "-c", script, str(ROOT / "tests"), str(tmp_path), *map(str, exports)],
+                   env=env, check=True, timeout=600)
+    for i, path in enumerate(exports):
+        assert (tmp_path / f"{i}.json").read_bytes() == analyzed(path), path
