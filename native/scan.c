@@ -13,6 +13,8 @@
  *     rows have a counted nameId (free calls);
  *   - per (process, correlationId) of the allocation keys: the rows carrying it and the nameId of
  *     the first of them (rowid order);
+ *   - the rows, whatever their return, of a (process, correlationId) of the wanted keys (the
+ *     asynchronous copies of pageable memory the host stalls read: gpu_work.py), in rowid order;
  *   - integrity counts: NULL start/end/return/globalTid/nameId, end < start, nameIds missing from
  *     StringIds.
  * A value that is not an INTEGER (REAL, TEXT, BLOB) is read as NULL and its row counted, as the
@@ -50,7 +52,7 @@ typedef struct {
 } span;
 
 typedef struct {
-    rowbuf selected, marked;
+    rowbuf selected, marked, keyed;
     int64_t problems[NPROBLEMS];
     int64_t counted, mismatch_rows, rows;
     int64_t page_rows, handovers; /* rows reduced from the pages; 1 when SQLite read the range */
@@ -195,10 +197,12 @@ typedef struct {
     int64_t wcap;
     const int64_t *w_start, *w_end;
     int64_t n_win;
-    idset strings, marked, counted, key_corrs;
+    idset strings, marked, counted, key_corrs, want_corrs;
     int check_strings;
     const int64_t *key_gpid, *key_corr; /* sorted by correlation id (then gpid) */
     int64_t n_keys, key_pos;            /* key_pos: the last answer, ids mostly grow with the rowid */
+    const int64_t *want_gpid, *want_corr; /* the wanted keys, sorted by correlation id (then gpid) */
+    int64_t n_want;
     int failed;
 } ctx;
 
@@ -215,6 +219,20 @@ static int64_t first_key(ctx *x, int64_t corr) {
         else hi = mid;
     }
     return x->key_pos = lo;
+}
+
+/* Whether (corr, gpid) is one of the wanted keys (a binary search: the idset has said corr is one). */
+static int wanted(const ctx *x, int64_t corr, int64_t gpid) {
+    const int64_t *k = x->want_corr;
+    int64_t lo = 0, hi = x->n_want;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (k[mid] < corr) lo = mid + 1;
+        else hi = mid;
+    }
+    for (; lo < x->n_want && k[lo] == corr; lo++)
+        if (x->want_gpid[lo] == gpid) return 1;
+    return 0;
 }
 
 /* One row, as the SELECT gives it: returns nonzero when out of memory. */
@@ -291,6 +309,9 @@ static int reduce_row(ctx *x, const int64_t *v, uint8_t nulls, uint8_t wrong) {
             break;
         }
     }
+    if (x->n_want && has_gtid && has_corr && idset_has(&x->want_corrs, v[CORR]) && wanted(x, v[CORR], gpid) &&
+        push(&r->keyed, v, nulls))
+        return -1;
     return 0;
 }
 
@@ -1013,7 +1034,7 @@ static void leaves_free(leaves *r) {
 /* Back to nothing reduced (the page reader gave the range back to SQLite). */
 static void reset(nsa_result *r, int64_t n_keys) {
     size_t keys = (size_t)(n_keys ? n_keys : 1);
-    r->selected.n = r->marked.n = 0;
+    r->selected.n = r->marked.n = r->keyed.n = 0;
     memset(r->problems, 0, sizeof r->problems);
     r->counted = r->mismatch_rows = r->rows = r->page_rows = 0;
     free(r->spans); /* as if new: the spans' order is their table's */
@@ -1030,7 +1051,7 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
                      int64_t n_strings, int check_strings, const int64_t *marked, int64_t n_marked,
                      const int64_t *counted, int64_t n_counted, const int64_t *key_gpid, const int64_t *key_corr,
                      int64_t n_keys, plan_t *plan, int64_t first, int64_t last, const uint8_t *classes, int n_cols,
-                     const int32_t *layout) {
+                     const int32_t *layout, const int64_t *want_gpid, const int64_t *want_corr, int64_t n_want) {
     nsa_result *r = calloc(1, sizeof(nsa_result));
     if (!r) return NULL;
     sqlite3 *db = NULL;
@@ -1063,6 +1084,12 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
             goto done;
         }
     }
+    for (int64_t i = 1; i < n_want; i++) {
+        if (want_corr[i] < want_corr[i - 1] || (want_corr[i] == want_corr[i - 1] && want_gpid[i] <= want_gpid[i - 1])) {
+            snprintf(r->error, sizeof r->error, "wanted keys not sorted by (correlation id, gpid) and unique");
+            goto done;
+        }
+    }
     if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         snprintf(r->error, sizeof r->error, "open: %s", db ? sqlite3_errmsg(db) : "out of memory");
         goto done;
@@ -1077,8 +1104,12 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
     x.n_keys = n_keys;
     x.key_gpid = key_gpid;
     x.key_corr = key_corr;
+    x.n_want = n_want;
+    x.want_gpid = want_gpid;
+    x.want_corr = want_corr;
     if (idset_init(&x.strings, strings, n_strings) || idset_init(&x.marked, marked, n_marked) ||
-        idset_init(&x.counted, counted, n_counted) || idset_init(&x.key_corrs, key_corr, n_keys)) {
+        idset_init(&x.counted, counted, n_counted) || idset_init(&x.key_corrs, key_corr, n_keys) ||
+        idset_init(&x.want_corrs, want_corr, n_want)) {
         snprintf(r->error, sizeof r->error, "out of memory");
         goto done;
     }
@@ -1140,6 +1171,7 @@ done:
     free(x.marked.bits);
     free(x.counted.bits);
     free(x.key_corrs.bits);
+    free(x.want_corrs.bits);
     return r;
 }
 
@@ -1149,6 +1181,8 @@ static void nsa_free(nsa_result *r) {
     free(r->selected.nulls);
     free(r->marked.values);
     free(r->marked.nulls);
+    free(r->keyed.values);
+    free(r->keyed.nulls);
     free(r->spans);
     free(r->key_rows);
     free(r->key_first_name);
@@ -1841,17 +1875,19 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *keywords[] = {"uri", "sql", "lo", "hi", "w_gtid", "w_start", "w_end", "strings", "check_strings",
                                "marked", "counted", "key_gpid", "key_corr", "plan", "first", "last", "classes",
-                               "layout", NULL};
+                               "layout", "want_gpid", "want_corr", NULL};
     const char *uri, *sql;
     long long lo, hi, first = 0, last = 0;
     int check_strings;
-    PyObject *objects[N_BUFFERS], *layout_obj = Py_None, *plan_obj = Py_None;
+    PyObject *objects[N_BUFFERS + 2], *layout_obj = Py_None, *plan_obj = Py_None;
     Py_buffer classes = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssLLOOOOpOOOO|OLLy*O:scan", keywords, &uri, &sql, &lo, &hi,
+    objects[N_BUFFERS] = objects[N_BUFFERS + 1] = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "ssLLOOOOpOOOO|OLLy*OOO:scan", keywords, &uri, &sql, &lo, &hi,
                                      &objects[0], &objects[1], &objects[2], &objects[3], &check_strings,
                                      &objects[4], &objects[5], &objects[6], &objects[7], &plan_obj, &first, &last,
-                                     &classes, &layout_obj))
+                                     &classes, &layout_obj, &objects[N_BUFFERS], &objects[N_BUFFERS + 1]))
         return NULL;
+    int n_objects = objects[N_BUFFERS] && objects[N_BUFFERS] != Py_None ? N_BUFFERS + 2 : N_BUFFERS;
     plan_t *plan = NULL;
     PyObject *out = NULL;
     int32_t layout[NCOL];
@@ -1886,12 +1922,16 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
             goto parsed;
         }
     }
-    Py_buffer views[N_BUFFERS];
+    Py_buffer views[N_BUFFERS + 2];
     int held = 0;
-    for (; held < N_BUFFERS; held++)
-        if (int64_buffer(objects[held], &views[held], BUFFER_NAMES[held])) goto release;
+    for (; held < n_objects; held++)
+        if (int64_buffer(objects[held], &views[held],
+                         held < N_BUFFERS ? BUFFER_NAMES[held] : held == N_BUFFERS ? "want_gpid" : "want_corr"))
+            goto release;
     int64_t n_win = views[0].len / 8, n_keys = views[6].len / 8;
-    if (views[1].len / 8 != n_win || views[2].len / 8 != n_win || views[7].len / 8 != n_keys) {
+    int64_t n_want = n_objects > N_BUFFERS ? views[N_BUFFERS].len / 8 : 0;
+    if (views[1].len / 8 != n_win || views[2].len / 8 != n_win || views[7].len / 8 != n_keys ||
+        (n_objects > N_BUFFERS && views[N_BUFFERS + 1].len / 8 != n_want)) {
         PyErr_SetString(PyExc_ValueError, "the windows' (or the keys') arrays differ in length");
         goto release;
     }
@@ -1899,7 +1939,8 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_BEGIN_ALLOW_THREADS
     r = nsa_scan(uri, sql, lo, hi, views[0].buf, views[1].buf, views[2].buf, n_win, views[3].buf, views[3].len / 8,
                  check_strings, views[4].buf, views[4].len / 8, views[5].buf, views[5].len / 8, views[6].buf,
-                 views[7].buf, n_keys, plan, first, last, classes.buf, (int)classes.len, has_layout ? layout : NULL);
+                 views[7].buf, n_keys, plan, first, last, classes.buf, (int)classes.len, has_layout ? layout : NULL,
+                 n_want ? views[N_BUFFERS].buf : NULL, n_want ? views[N_BUFFERS + 1].buf : NULL, n_want);
     Py_END_ALLOW_THREADS
     if (!r) {
         PyErr_NoMemory();
@@ -1910,10 +1951,10 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     } else {
         size_t keys = (size_t)n_keys * 8;
         out = Py_BuildValue(
-            "{sLsLsLsLsLsssssNsNsNsy#sy#sy#s(LLLLLLL)}", "rows", (long long)r->rows, "mismatch_rows",
+            "{sLsLsLsLsLsssssNsNsNsNsy#sy#sy#s(LLLLLLL)}", "rows", (long long)r->rows, "mismatch_rows",
             (long long)r->mismatch_rows, "counted", (long long)r->counted, "page_rows", (long long)r->page_rows,
             "handovers", (long long)r->handovers, "handover", r->handover, "check", r->check, "selected",
-            rows_tuple(&r->selected), "marked", rows_tuple(&r->marked), "spans", spans_list(r),
+            rows_tuple(&r->selected), "marked", rows_tuple(&r->marked), "keyed", rows_tuple(&r->keyed), "spans", spans_list(r),
             "key_rows", (const char *)r->key_rows, (Py_ssize_t)keys, "key_first_name",
             (const char *)r->key_first_name, (Py_ssize_t)keys, "key_first_null", (const char *)r->key_first_null,
             (Py_ssize_t)n_keys, "problems", (long long)r->problems[0], (long long)r->problems[1],

@@ -227,18 +227,40 @@ def scan_with(path: Path, engine: str, monkeypatch: pytest.MonkeyPatch, workers:
         names = dict(export.conn.execute("SELECT value, id FROM StringIds"))
         marked = pl.Series([names["cudaMalloc_v3020"]], dtype=pl.Int64)
         counted = pl.Series([names["cudaFree_v3020"], names["cuMemAlloc_v2"]], dtype=pl.Int64)
-        keys = pl.DataFrame(
-            # (200 << 24, 5) shares its correlation id with another process's key; 10**9 makes the
-            # ids' span too wide for a bitmap (the native scan's binary-search path)
-            {"gpid": [100 << 24, 100 << 24, 200 << 24, 100 << 24, 200 << 24], "correlation_id": [5, 17, 900, 10**9, 5]},
-            schema={"gpid": pl.Int64, "correlation_id": pl.Int64},
-        )
+        keys = KEYS
         return scan.scan_cuda_api(
             export.conn, path, table.name, table.columns, trace.library_windows, ids, workers=workers,
-            marked_name_ids=marked, alloc_keys=keys, counted_name_ids=counted,
+            marked_name_ids=marked, alloc_keys=keys, counted_name_ids=counted, wanted_keys=KEYS,
         )  # fmt: skip
     finally:
         export.close()
+
+
+# The allocation keys of scan_with, and its wanted keys: (200 << 24, 5) shares its correlation id with
+# another process's key; 10**9 makes the ids' span too wide for a bitmap (the native scan's
+# binary-search path).
+KEYS = pl.DataFrame(
+    {"gpid": [100 << 24, 100 << 24, 200 << 24, 100 << 24, 200 << 24], "correlation_id": [5, 17, 900, 10**9, 5]},
+    schema={"gpid": pl.Int64, "correlation_id": pl.Int64},
+)
+
+
+def brute_force_keyed(path: Path) -> list[tuple[int | None, ...]]:
+    """The rows of a key of KEYS (``ROW_SCHEMA``'s columns, every return), in rowid order, a value of
+    another type than INTEGER read as NULL (as every engine reads it): plain SQL and Python."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = con.execute(
+        f'SELECT globalTid, start, "end", returnValue, nameId, correlationId FROM {RUNTIME} ORDER BY rowid'
+    ).fetchall()
+    con.close()
+    want = set(KEYS.iter_rows())
+    out = []
+    for row in rows:
+        v = tuple(x if type(x) is int else None for x in row)
+        gtid, corr = v[0], v[5]
+        if gtid is not None and corr is not None and (gtid - gtid % (1 << 24), corr) in want:
+            out.append(v)
+    return out
 
 
 @needs_native
@@ -273,6 +295,31 @@ def test_native_engine_reads_damaged_rows_as_the_tolerant_reader_does(make_expor
     assert by_sql[100] >= 2 and by_sql[200] >= 1
     got = fast.alloc_rows.filter(pl.col("correlation_id") == 5).sort("gpid")
     assert got["gpid"].to_list() == [100 << 24, 200 << 24] and got["rows"].to_list() == [by_sql[100], by_sql[200]]
+
+
+@needs_native
+@pytest.mark.parametrize(("hostile", "workers"), [(False, 1), (False, 3), (True, 1), (True, 2)])
+def test_the_native_scan_hands_back_the_wanted_keys_rows_in_rowid_order(make_export, monkeypatch, hostile: bool,
+                                                                       workers: int) -> None:
+    """The rows of a wanted (process, correlation id), whatever their return, as plain SQL finds them
+    in rowid order (the host stalls' pageable copies: no second pass reads them); the polars engines
+    gather none (None: the caller reads them itself)."""
+    path = hostile_scan_export(make_export) if hostile else make_export(busy_export(9))
+    con = sqlite3.connect(path)
+    # a row of process 200 with the correlation id of a key of process 100 only: not wanted
+    con.execute(f"UPDATE {RUNTIME} SET correlationId = 17 WHERE rowid = (SELECT max(rowid) FROM {RUNTIME} "
+                "WHERE globalTid >> 24 = 200)")
+    assert con.total_changes == 1
+    if hostile:  # a record on overflow pages after the keys' rows: the page reader gives its run to SQLite
+        con.execute(f"UPDATE {RUNTIME} SET correlationId = zeroblob(20000) WHERE rowid = 600")
+    con.commit()
+    con.close()
+    fast = scan_with(path, "native", monkeypatch, workers)
+    assert fast.engine == "native" and fast.keyed is not None
+    expected = brute_force_keyed(path)
+    assert fast.keyed.rows() == expected
+    assert len(expected) >= (4 if hostile else 2)  # not vacuous: rowids 40-42 carry correlation id 5 too
+    assert scan_with(path, "sqlite3", monkeypatch, workers).keyed is None
 
 
 @needs_native

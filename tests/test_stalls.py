@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 import pytest
 from builder import Call, Export, Kernel, LibCall, Memcpy, Memset, Range, Sync
-from conftest import requires_nsys
+from conftest import FIXTURES, needs_native, requires_nsys
 
 import nsysaudit
 from nsysaudit.analysis.stalls import STALL_MIN_NS
@@ -531,3 +531,58 @@ def test_the_longest_calls_are_those_a_sort_of_every_call_puts_first() -> None:
         every = calls.select((pl.col("end_ns") - pl.col("start_ns")).alias("b"), "start_ns", "call_id").sort(
             "b", "start_ns", "call_id", descending=[True, False, False]).head(LONGEST_CALLS)
         assert set(_longest(calls).to_list()) == set(every["call_id"].to_list())
+
+
+PAGEABLE_READ = ("globalTid", "start", "end")  # the columns a second pass reads the copies' API rows by
+
+
+@needs_native
+@pytest.mark.parametrize("name", ["h200-cuda13-nsys2025.3/sync/serialized.sqlite",
+                                  "public/nsys-ai_h100_2gpu_1s_2026.2.sqlite"])
+def test_the_pageable_copies_calls_come_from_the_scans_one_pass_with_the_same_answer(name: str,
+                                                                                     monkeypatch: Any) -> None:
+    """With the native engine the CUDA API rows of the asynchronous copies of pageable memory come from
+    the scan's one pass over the CUDA API table (issue 33: no work twice), not from a second pass by
+    correlation id; the answer is the one that second pass gives, byte for byte."""
+    from nsysaudit.read import gpu_work, trace
+    from nsysaudit.render import analysis_json
+
+    passes: list[tuple[str, ...]] = []
+    by_correlation = gpu_work._by_correlation
+
+    def recording(export: Any, runtime: Any, columns: Any, *args: Any, **kwargs: Any) -> pl.DataFrame:
+        passes.append(tuple(columns)[:3])
+        return by_correlation(export, runtime, columns, *args, **kwargs)
+
+    monkeypatch.setattr(gpu_work, "_by_correlation", recording)
+    path = FIXTURES / name
+    one_pass = analysis_json(nsysaudit.analyze(path))
+    assert PAGEABLE_READ not in passes
+    assert b'"kind":"async_copy"' in one_pass  # not vacuous: the export's pageable copies blocked
+    read_gpu_work = trace.read_gpu_work
+    monkeypatch.setattr(trace, "read_gpu_work", lambda *a, **k: read_gpu_work(*a, **{**k, "pageable": None}))
+    passes.clear()
+    assert analysis_json(nsysaudit.analyze(path)) == one_pass
+    assert PAGEABLE_READ in passes  # the second pass ran
+
+
+@needs_native
+def test_a_value_of_another_type_in_the_cuda_api_table_reads_the_copies_again_on_every_engine(
+        make_export: Any, monkeypatch: Any) -> None:
+    """Where the scan read a CUDA API value of another type (as NULL), the pageable copies' rows are
+    read again by correlation id, which counts those among them (a type_mismatch warning), as the
+    engines without the scan's rows do: the same answer on the native engine and the stdlib reader."""
+    from conftest import engine_free
+
+    from nsysaudit.render import analysis_json
+
+    spec = serialized_readback()
+    spec.raw_sql = ["UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET returnValue = 0.5 WHERE correlationId = 20"]
+    path = make_export(spec)
+    said = {}
+    for native in ("1", "0"):
+        monkeypatch.setenv("NSYSAUDIT_NATIVE", native)
+        said[native] = engine_free(analysis_json(nsysaudit.analyze(path)))[0]
+    assert said["1"] == said["0"]
+    d = nsysaudit.analyze(path).to_dict()
+    assert any(w["kind"] == "type_mismatch" and "CUPTI_ACTIVITY_KIND_RUNTIME" in w["message"] for w in d["warnings"])

@@ -29,6 +29,7 @@ class ScanResult(TypedDict):
     check: str
     selected: tuple[bytes, bytes, int]  # int64 values (6 a row), a null bit per column a row, rows
     marked: tuple[bytes, bytes, int]
+    keyed: tuple[bytes, bytes, int]  # the rows of a wanted key, any return, in rowid order
     spans: list[tuple[int | None, int | None, int | None, int]]
     key_rows: bytes
     key_first_name: bytes
@@ -54,6 +55,8 @@ def scan(
     last: int = 0,
     classes: bytes = b"",
     layout: Sequence[int] | None = None,
+    want_gpid: Buffer | None = None,
+    want_corr: Buffer | None = None,
 ) -> ScanResult: ...
 def plan(uri: str, table: str, /) -> Plan: ...
 def check(uri: str, tables: Sequence[tuple[str, bytes]], /) -> list[str]: ...

@@ -325,12 +325,15 @@ def read_gpu_work(
     *,
     progress: Progress | None = None,
     capture: Capture = NO_CAPTURE,
+    pageable: pl.DataFrame | None = None,
 ) -> GpuWork:
     """The blocking calls among ``candidates`` (the CUDA API rows of a blocking name, ``CANDIDATE_SCHEMA``
     with ``kind``) and the GPU work that ran while they blocked. A call or a GPU row with a start or end
-    outside the ``capture`` is damage (nsys records nothing there): left out, and a warning counts it."""
+    outside the ``capture`` is damage (nsys records nothing there): left out, and a warning counts it.
+    ``pageable``: the CUDA API rows of the pageable copies' keys, where the scan gathered them
+    (:func:`_pageable_calls`)."""
     tables: dict[str, str] = {}
-    candidates = pl.concat([candidates, _pageable_calls(export, prepared, cuda_api_table, frame, typed)])
+    candidates = pl.concat([candidates, _pageable_calls(export, prepared, cuda_api_table, frame, typed, pageable)])
     start, end = pl.col("start_ns"), pl.col("end_ns")  # or a duration past 2^63 - 1 ns (292 years)
     damaged = capture.outside(start) | capture.outside(end) | (
         (end.cast(pl.Int128) - start.cast(pl.Int128)) > INT64_MAX).fill_null(False)
@@ -393,11 +396,14 @@ def _outside(calls: int, rows: int, capture: Capture) -> tuple[ReportWarning, ..
 
 
 def _pageable_calls(
-    export: ExportFile, prepared: Prepared, cuda_api_table: str | None, frame: FrameBuilder, typed: Counter[str]
+    export: ExportFile, prepared: Prepared, cuda_api_table: str | None, frame: FrameBuilder, typed: Counter[str],
+    scanned: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The asynchronous copies whose copy rows are of pageable memory: the CUDA API rows of their
-    process and correlation id (one query: the scan marks no asynchronous copy, an export holds
-    millions of them), those of an asynchronous copy's name (``CANDIDATE_SCHEMA`` with ``kind``)."""
+    process and correlation id, those of an asynchronous copy's name (``CANDIDATE_SCHEMA`` with
+    ``kind``). The rows are ``scanned`` (``ROW_SCHEMA``: the native scan gathered them in its pass),
+    else read here by correlation id (one pass: the scan marks no asynchronous copy by its name, an
+    export holds millions of them); in rowid order either way."""
     schema = {**CANDIDATE_SCHEMA, "kind": pl.String}
     runtime = export.table(cuda_api_table) if cuda_api_table is not None else None
     strings = export.table("StringIds")
@@ -405,10 +411,14 @@ def _pageable_calls(
     if runtime is None or strings is None or not keys.height:
         return pl.DataFrame(schema=schema)
     corrs = keys["correlation_id"].unique().sort()
-    rows = _by_correlation(
-        export, runtime, ("globalTid", "start", "end", "correlationId", "nameId", "returnValue", "NULL"),
-        {k: v for k, v in CANDIDATE_SCHEMA.items() if k != "api"} | {"_api": pl.Int64}, corrs, frame, typed,
-    )
+    read_schema = {k: v for k, v in CANDIDATE_SCHEMA.items() if k != "api"} | {"_api": pl.Int64}
+    if scanned is not None:
+        rows = scanned.with_columns(pl.lit(None, dtype=pl.Int64).alias("_api")).select(list(read_schema))
+    else:
+        rows = _by_correlation(
+            export, runtime, ("globalTid", "start", "end", "correlationId", "nameId", "returnValue", "NULL"),
+            read_schema, corrs, frame, typed,
+        )
     rows = rows.with_columns(global_pid(pl.col("gtid")).alias("gpid")).join(keys, on=["gpid", "correlation_id"],
                                                                            how="semi")
     names = _strings_of(export, rows["name_id"], ("name_id", "api"), frame, typed)

@@ -352,6 +352,7 @@ class Inputs:
     counted: Buffer
     keys: pl.DataFrame
     key_arrays: tuple[Buffer, Buffer]
+    wanted: tuple[Buffer, Buffer] | None = None  # the wanted keys' (gpid, correlation id), as key_arrays
 
 
 def prepare(
@@ -360,27 +361,37 @@ def prepare(
     marked_ids: pl.Series | None,
     counted_ids: pl.Series | None,
     alloc_keys: pl.DataFrame | None,
+    wanted_keys: pl.DataFrame | None = None,
 ) -> Inputs:
+    """What the scan of every range reads (:func:`scan_range`), converted once. ``wanted_keys``:
+    ``gpid, correlation_id`` of the rows to hand back whatever their return (``keyed``)."""
     w = windows.sort("gtid", "w_start")
 
     def ids(series: pl.Series | None) -> pl.Series:
         return series.drop_nulls().unique().sort() if series is not None else pl.Series([], dtype=pl.Int64)
 
-    keys = pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64})
-    if alloc_keys is not None:
-        # Sorted by (correlation id, gpid), the scan finds a row's key by its correlation id; each
-        # key once (a sorted frame's repeats are adjacent: cheaper than a hash-based unique).
-        ordered = alloc_keys.select("gpid", "correlation_id").drop_nulls().sort("correlation_id", "gpid")
-        repeat = (pl.col("gpid") == pl.col("gpid").shift(1)) & (
-            pl.col("correlation_id") == pl.col("correlation_id").shift(1)
-        )
-        keys = ordered.filter(~repeat.fill_null(False))
+    keys = _keys(alloc_keys)
+    want = _keys(wanted_keys) if wanted_keys is not None else None
     return Inputs(
         (_i64(w["gtid"]), _i64(w["w_start"]), _i64(w["w_end"])),
         _i64(ids(string_ids)), string_ids is not None,
         _i64(ids(marked_ids)), _i64(ids(counted_ids)),
         keys, (_i64(keys["gpid"]), _i64(keys["correlation_id"])),
+        None if want is None else (_i64(want["gpid"]), _i64(want["correlation_id"])),
     )  # fmt: skip
+
+
+def _keys(given: pl.DataFrame | None) -> pl.DataFrame:
+    """``gpid, correlation_id`` of ``given`` without NULLs, sorted by (correlation id, gpid): the scan
+    finds a row's key by its correlation id; each key once (a sorted frame's repeats are adjacent:
+    cheaper than a hash-based unique)."""
+    if given is None:
+        return pl.DataFrame(schema={"gpid": pl.Int64, "correlation_id": pl.Int64})
+    ordered = given.select("gpid", "correlation_id").drop_nulls().sort("correlation_id", "gpid")
+    repeat = (pl.col("gpid") == pl.col("gpid").shift(1)) & (
+        pl.col("correlation_id") == pl.col("correlation_id").shift(1)
+    )
+    return ordered.filter(~repeat.fill_null(False))
 
 
 def merge_alloc(keys: pl.DataFrame, ranges: list[tuple[pl.Series, pl.Series] | None]) -> pl.DataFrame:
@@ -453,6 +464,7 @@ class RangeScan(TypedDict):
 
     selected: pl.DataFrame
     marked: pl.DataFrame
+    keyed: pl.DataFrame | None  # the rows of a wanted key (Inputs.wanted), in rowid order; None: none wanted
     span: pl.DataFrame
     problems: list[int]
     counted: int
@@ -474,7 +486,7 @@ def scan_range(
     names: list[str],
     pages: Pages | None = None,
 ) -> RangeScan:
-    """Reduce one rowid range: ``selected``, ``marked`` (frames of ``names``), ``span``
+    """Reduce one rowid range: ``selected``, ``marked``, ``keyed`` (frames of ``names``), ``span``
     (``gpid, first_ns, last_ns, rows``), ``problems`` (7 counts), ``counted``, ``mismatch_rows``,
     ``rows``, ``alloc`` (per allocation key, in ``inputs.keys`` order: the rows carrying it and the
     nameId of the first, as two series; None without keys; :func:`merge_alloc` joins the ranges).
@@ -493,6 +505,7 @@ def scan_range(
             uri, sql, lo, hi, *x.windows, x.strings, x.check_strings, x.marked, x.counted, *x.key_arrays,
             None if p is None else p.plan, 0 if p is None else p.first, 0 if p is None else p.last,
             b"" if p is None else p.classes, None if p is None or p.layout is None else tuple(p.layout),
+            *(x.wanted or ()),
         )  # fmt: skip
     except (_native.Error, MemoryError) as exc:
         raise NativeScanError(str(exc) or "out of memory") from None
@@ -510,6 +523,7 @@ def scan_range(
     return {
         "selected": _rows(out["selected"], names),
         "marked": _rows(out["marked"], names),
+        "keyed": _rows(out["keyed"], names) if x.wanted is not None else None,
         "span": span,
         "problems": list(out["problems"]),
         "counted": out["counted"],

@@ -110,6 +110,9 @@ class CudaApiScan:
     counted: int = 0
     page_rows: int = 0  # rows the native scan read from the table's pages (not through SQLite's VDBE)
     checked: str | None = None
+    # The rows of one of ``wanted_keys`` whatever their return, in rowid order (ROW_SCHEMA); None where
+    # the scan did not gather them (no keys, or an engine other than the native one).
+    keyed: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ class _Reduced:
     marked: pl.DataFrame
     alloc_rows: pl.DataFrame
     counted: int
+    keyed: pl.DataFrame | None = None  # CudaApiScan.keyed of the range (the native engine only)
 
 
 def _reduce(
@@ -318,9 +322,12 @@ def scan_cuda_api(
     marked_name_ids: pl.Series | None = None,
     alloc_keys: pl.DataFrame | None = None,
     counted_name_ids: pl.Series | None = None,
+    wanted_keys: pl.DataFrame | None = None,
 ) -> CudaApiScan:
     """Stream the CUDA API table once and reduce it (see the module docstring). ``windows``: the union of
-    the closed library calls per thread (``gtid, w_start, w_end``, :func:`nsysaudit.core.intervals.union_windows`)."""
+    the closed library calls per thread (``gtid, w_start, w_end``, :func:`nsysaudit.core.intervals.union_windows`).
+    ``wanted_keys`` (``gpid, correlation_id``): the native engine also hands back every row of one of
+    them (:attr:`CudaApiScan.keyed`), so that no second pass reads them."""
     present = {
         c: quote(c) if c in columns else "NULL"
         for c in COLUMNS
@@ -340,6 +347,7 @@ def scan_cuda_api(
     reading = _Reading(
         conn, path, uri, table, present, rowid, _select_sql(table, present, rowid), windows, string_ids,
         marked_name_ids, alloc_keys, counted_name_ids, progress, n_workers, _ranges(extent, n_workers),
+        wanted_keys=wanted_keys,
     )
     polars_engine = "adbc" if size >= ADBC_MIN_ROWS else "sqlite3"
     engine = "native" if native.load() is not None else polars_engine
@@ -494,6 +502,7 @@ class _Reading:
     workers: int
     parts: list[tuple[int, int]]
     pages: _Plan | None = None  # the native reader's plan (:func:`_planned`)
+    wanted_keys: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -559,7 +568,7 @@ def _read_native(reading: _Reading) -> _Read:
     table's plan as it reads it (and reduces its rows where the layout allows), else its SQLite
     aggregate."""
     r = reading
-    inputs = native.prepare(r.windows, r.string_ids, r.marked_ids, r.counted_ids, r.alloc_keys)
+    inputs = native.prepare(r.windows, r.string_ids, r.marked_ids, r.counted_ids, r.alloc_keys, r.wanted_keys)
     reduce_sql = _select_sql(r.table, r.present, r.rowid, wrap="nsa_reduce")
     plan = r.pages
     layout = page_layout(r.conn, r.table, r.present) if plan is not None and plan.plan is not None else None
@@ -573,7 +582,8 @@ def _read_native(reading: _Reading) -> _Read:
             r.progress.advance(out["rows"])
         problems = dict(zip(PROBLEMS, out["problems"], strict=True))
         no_alloc = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
-        reduced = _Reduced(out["span"], out["selected"], problems, out["marked"], no_alloc, out["counted"])
+        reduced = _Reduced(out["span"], out["selected"], problems, out["marked"], no_alloc, out["counted"],
+                           out["keyed"])
         checked = out["check"] if pages is not None else None
         return _Read([reduced], out["rows"], out["mismatch_rows"], out["page_rows"], checked), out["alloc"]
 
@@ -625,10 +635,13 @@ def _combined(total: int, engine: str, read: _Read) -> CudaApiScan:
         )
     else:
         alloc_rows = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
+    keyed = [r.keyed for r in reduced if r.keyed is not None]
     return CudaApiScan(
         total, span, rows_of([r.selected for r in reduced]), problems, engine, read.mismatches,
         rows_of([r.marked for r in reduced]), alloc_rows, sum(r.counted for r in reduced), read.page_rows,
         read.checked,
+        # in rowid order (the ranges' and batches' order), not sorted: as a second pass would read them
+        pl.concat(keyed) if reduced and len(keyed) == len(reduced) else None,
     )
 
 

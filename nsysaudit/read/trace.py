@@ -439,7 +439,7 @@ def _host_stalls(
     # The candidates handed over, not kept here: read_gpu_work lets go of them once decided (10^6 rows).
     candidates, scanned = scanned.blocking, replace(scanned, blocking=_Scanned().blocking)
     gpu_work = read_gpu_work(export, candidates, blocking, frame, typed, runtime.name, progress=progress,
-                             capture=capture_bounds)
+                             capture=capture_bounds, pageable=scanned.pageable)
     return scanned, gpu_work
 
 
@@ -623,6 +623,9 @@ class _Scanned:
     blocking: pl.DataFrame = field(default_factory=lambda: blocking_candidates(
         pl.DataFrame(schema=CALL_SCHEMA), pl.DataFrame(schema=CALL_SCHEMA), None))
     checked: str | None = None
+    # The CUDA API rows of the asynchronous copies of pageable memory (their processes' and
+    # correlation ids', any return, rowid order), gathered by the scan; None: read after it.
+    pageable: pl.DataFrame | None = None
 
 
 def _scan(
@@ -657,6 +660,8 @@ def _scan(
         alloc_keys=memory.events.select("gpid", "correlation_id").filter(
             pl.col("correlation_id").fill_null(0) != 0
         ),
+        # The host stalls' asynchronous copies of pageable memory: their rows in the same pass.
+        wanted_keys=blocking.pageable if blocking is not None and blocking.pageable.height else None,
     )
     wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
     names = _string_values(conn, strings.name, wanted.to_list())
@@ -688,6 +693,9 @@ def _scan(
         problems=scanned.problems,
         type_mismatch_rows=scanned.type_mismatch_rows,
         checked=scanned.checked,
+        # Where a value of another type was read (as NULL), the copies' rows are read again by
+        # correlation id, as without the native engine: that reading counts those among them.
+        pageable=scanned.keyed if scanned.type_mismatch_rows == 0 else None,
     )
 
 
