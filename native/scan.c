@@ -1640,7 +1640,7 @@ static nsa_table *nsa_read_pages(const char *uri, plan_t *plan, int64_t first, i
 
 /* The module's interface version: nsysaudit/read/native.py uses a build only of its own version
  * (a stale build from another scan.c is not called). */
-#define NSA_ABI 6
+#define NSA_ABI 7
 
 static PyObject *NativeError; /* _native.Error: the scan or the read could not be done */
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 NCOL = 6
 # The interface of native/scan.c this module calls (its NSA_ABI): a build from another scan.c is not used.
-ABI = 6
+ABI = 7
 
 
 def check(importer: Callable[[], ModuleType]) -> tuple[ModuleType | None, str | None]:
