@@ -15,6 +15,9 @@
  *     the first of them (rowid order);
  *   - the rows, whatever their return, of a (process, correlationId) of the wanted keys (the
  *     asynchronous copies of pageable memory the host stalls read: gpu_work.py), in rowid order;
+ *   - where it reads the table's pages, per group of CORR_GROUP leaves the least and greatest
+ *     correlationId its rows carry (a later search by correlation id reads only the groups whose
+ *     bounds hold one of its ids: gpu_work.py's launches);
  *   - integrity counts: NULL start/end/return/globalTid/nameId, end < start, nameIds missing from
  *     StringIds.
  * A value that is not an INTEGER (REAL, TEXT, BLOB) is read as NULL and its row counted, as the
@@ -36,6 +39,7 @@
 #include <string.h>
 
 #define NCOL 6
+#define CORR_GROUP 16 /* leaves a group of the scan's correlationId bounds spans */
 enum { GTID, START, END, RET, NAME, CORR };
 enum { P_NULL_START, P_NULL_END, P_NULL_RETURN, P_NULL_GTID, P_NULL_NAME, P_REVERSED, P_DANGLING, NPROBLEMS };
 
@@ -60,6 +64,9 @@ typedef struct {
     int64_t span_cap, span_n;
     span null_span;
     int64_t *key_rows, *key_first_name; /* per allocation key */
+    int64_t *corr_lo, *corr_hi;         /* per group of CORR_GROUP leaves of the run read from its pages */
+    uint8_t *corr_seen;                 /* 1: a row of the group carries a correlationId */
+    int64_t n_groups;                   /* 0: none known (no pages read, or the run given back to SQLite) */
     uint8_t *key_first_null;
     char error[512];
     char handover[200]; /* why the page reader gave the range back to SQLite ("" when it did not) */
@@ -203,6 +210,8 @@ typedef struct {
     int64_t n_keys, key_pos;            /* key_pos: the last answer, ids mostly grow with the rowid */
     const int64_t *want_gpid, *want_corr; /* the wanted keys, sorted by correlation id (then gpid) */
     int64_t n_want;
+    const int64_t *leaf; /* the page reader's leaf being read (its index in the plan), and the run's first */
+    int64_t first_leaf;
     int failed;
 } ctx;
 
@@ -802,6 +811,7 @@ typedef struct {
     int n_out;               /* the columns read (the scan's NCOL; read_pages' its caller's, at most NOUT) */
     int max_field;
     int sound;               /* the check: 1 until it is unsure (why: of the first doubt) */
+    int64_t leaf;            /* the leaf being read (its index in the plan) */
     char why[200], handover[200], page_why[200];
     const uint8_t *fast[MAX_FIELDS]; /* per field: its column's row of FAST */
 } leaves;
@@ -963,6 +973,7 @@ static int read_leaves(leaves *r, row_sink sink, void *arg, int64_t first, int64
     int outcome = PAGE_OK, decode = sink != NULL && r->layout != NULL;
     for (int64_t i = first; i < last && (decode || r->sound); i++) {
         int64_t pgno = pl->leaf[i], ahead = 1;
+        r->leaf = i;
         if (!(pgno >= r->run_first && pgno < r->run_first + r->run_n))
             while (i + ahead < last && ahead < RUN_PAGES && pl->leaf[i + ahead] == pgno + ahead) ahead++;
         const uint8_t *page = leaf_at(r, pgno, ahead);
@@ -995,11 +1006,19 @@ static int read_leaves(leaves *r, row_sink sink, void *arg, int64_t first, int64
     return sink != NULL && r->layout == NULL ? PAGE_HANDOVER : outcome;
 }
 
-/* The scan's sink: a row reduced (its values of another type: the row counted once). */
+/* The scan's sink: a row reduced (its values of another type: the row counted once), and its
+ * correlationId within its group's bounds. */
 static int scan_row(void *arg, const int64_t *v, uint8_t nulls, uint8_t wrong) {
     ctx *x = arg;
+    nsa_result *r = x->r;
     if (reduce_row(x, v, nulls, wrong != 0)) return -1;
-    x->r->page_rows++;
+    r->page_rows++;
+    if (r->n_groups && !(nulls & (1 << CORR))) {
+        int64_t g = (*x->leaf - x->first_leaf) / CORR_GROUP;
+        if (!r->corr_seen[g] || v[CORR] < r->corr_lo[g]) r->corr_lo[g] = v[CORR];
+        if (!r->corr_seen[g] || v[CORR] > r->corr_hi[g]) r->corr_hi[g] = v[CORR];
+        r->corr_seen[g] = 1;
+    }
     return 0;
 }
 
@@ -1044,6 +1063,7 @@ static void reset(nsa_result *r, int64_t n_keys) {
     memset(r->key_rows, 0, keys * sizeof(int64_t));
     memset(r->key_first_name, 0, keys * sizeof(int64_t));
     memset(r->key_first_null, 0, keys);
+    r->n_groups = 0; /* SQLite reads the run: no group's bounds known */
 }
 
 static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_t hi, const int64_t *w_gtid,
@@ -1118,6 +1138,17 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
      * the whole run, or gives it all back to SQLite (rowids lo..hi: the run's) and checks on. */
     if (plan) {
         leaves lr;
+        int64_t groups = (last - first + CORR_GROUP - 1) / CORR_GROUP;
+        r->corr_lo = calloc((size_t)(groups ? groups : 1), sizeof(int64_t));
+        r->corr_hi = calloc((size_t)(groups ? groups : 1), sizeof(int64_t));
+        r->corr_seen = calloc((size_t)(groups ? groups : 1), 1);
+        if (!r->corr_lo || !r->corr_hi || !r->corr_seen) {
+            snprintf(r->error, sizeof r->error, "out of memory");
+            goto done;
+        }
+        r->n_groups = groups;
+        x.leaf = &lr.leaf;
+        x.first_leaf = first;
         int rc = leaves_init(&lr, plan, db, classes, n_cols, layout, NCOL);
         if (rc < 0) {
             leaves_free(&lr);
@@ -1187,6 +1218,9 @@ static void nsa_free(nsa_result *r) {
     free(r->key_rows);
     free(r->key_first_name);
     free(r->key_first_null);
+    free(r->corr_lo);
+    free(r->corr_hi);
+    free(r->corr_seen);
     free(r);
 }
 
@@ -1640,7 +1674,7 @@ static nsa_table *nsa_read_pages(const char *uri, plan_t *plan, int64_t first, i
 
 /* The module's interface version: nsysaudit/read/native.py uses a build only of its own version
  * (a stale build from another scan.c is not called). */
-#define NSA_ABI 7
+#define NSA_ABI 8
 
 static PyObject *NativeError; /* _native.Error: the scan or the read could not be done */
 
@@ -1951,13 +1985,15 @@ static PyObject *py_scan(PyObject *self, PyObject *args, PyObject *kwargs) {
     } else {
         size_t keys = (size_t)n_keys * 8;
         out = Py_BuildValue(
-            "{sLsLsLsLsLsssssNsNsNsNsy#sy#sy#s(LLLLLLL)}", "rows", (long long)r->rows, "mismatch_rows",
+            "{sLsLsLsLsLsssssNsNsNsNsy#sy#sy#sy#sy#sy#s(LLLLLLL)}", "rows", (long long)r->rows, "mismatch_rows",
             (long long)r->mismatch_rows, "counted", (long long)r->counted, "page_rows", (long long)r->page_rows,
             "handovers", (long long)r->handovers, "handover", r->handover, "check", r->check, "selected",
             rows_tuple(&r->selected), "marked", rows_tuple(&r->marked), "keyed", rows_tuple(&r->keyed), "spans", spans_list(r),
             "key_rows", (const char *)r->key_rows, (Py_ssize_t)keys, "key_first_name",
             (const char *)r->key_first_name, (Py_ssize_t)keys, "key_first_null", (const char *)r->key_first_null,
-            (Py_ssize_t)n_keys, "problems", (long long)r->problems[0], (long long)r->problems[1],
+            (Py_ssize_t)n_keys, "corr_lo", (const char *)bytes_of(r->corr_lo), (Py_ssize_t)(r->n_groups * 8),
+            "corr_hi", (const char *)bytes_of(r->corr_hi), (Py_ssize_t)(r->n_groups * 8), "corr_seen",
+            (const char *)bytes_of(r->corr_seen), (Py_ssize_t)r->n_groups, "problems", (long long)r->problems[0], (long long)r->problems[1],
             (long long)r->problems[2], (long long)r->problems[3], (long long)r->problems[4],
             (long long)r->problems[5], (long long)r->problems[6]);
     }
@@ -2213,7 +2249,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (!m) return NULL;
     NativeError = PyErr_NewException("nsysaudit.read._native.Error", PyExc_RuntimeError, NULL);
     if (!NativeError || PyModule_AddObjectRef(m, "Error", NativeError) || PyModule_AddObjectRef(m, "Plan", (PyObject *)&PlanType) ||
-        PyModule_AddIntConstant(m, "ABI", NSA_ABI) ||
+        PyModule_AddIntConstant(m, "ABI", NSA_ABI) || PyModule_AddIntConstant(m, "CORR_GROUP", CORR_GROUP) ||
         PyModule_AddStringConstant(m, "SQLITE_HEADER_VERSION", SQLITE_VERSION)) {
         Py_XDECREF(NativeError);
         Py_DECREF(m);

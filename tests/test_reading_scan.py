@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -320,6 +321,68 @@ def test_the_native_scan_hands_back_the_wanted_keys_rows_in_rowid_order(make_exp
     assert fast.keyed.rows() == expected
     assert len(expected) >= (4 if hostile else 2)  # not vacuous: rowids 40-42 carry correlation id 5 too
     assert scan_with(path, "sqlite3", monkeypatch, workers).keyed is None
+
+
+@needs_native
+@pytest.mark.parametrize(("scrambled", "hostile"), [(False, False), (True, False), (False, True), (True, True)])
+def test_a_search_by_correlation_id_in_the_scans_groups_finds_what_reading_every_leaf_finds(
+        make_export, monkeypatch, scrambled: bool, hostile: bool) -> None:
+    """The scan's groups of leaves and the least and greatest correlation id of their rows
+    (``corr_groups``): the host stalls' search by correlation id reads only the groups that can hold
+    one of its ids, and finds the same rows in the same order as reading every leaf, for ids in
+    rowid order or scrambled, on a table with values of every type and a record on overflow pages
+    (its run read by SQLite: a group of unknown bounds)."""
+    from collections import Counter
+
+    from nsysaudit.read import gpu_work
+    from nsysaudit.read.trace import frame
+
+    path = hostile_scan_export(make_export) if hostile else make_export(busy_export(9))
+    con = sqlite3.connect(path)
+    # ids growing with the rowid, as nsys writes them (a group's bounds narrow), or scrambled
+    order = "(rowid * 7919) % 1201" if scrambled else "rowid"
+    con.execute(f"UPDATE {RUNTIME} SET correlationId = {order} WHERE typeof(correlationId) = 'integer'")
+    if hostile:
+        con.execute(f"UPDATE {RUNTIME} SET correlationId = zeroblob(20000) WHERE rowid = 520")
+    con.commit()
+    con.close()
+    fast = scan_with(path, "native", monkeypatch, 2)
+    assert fast.corr_groups is not None and fast.corr_groups.height > 4
+    ids_of = [r[0] for r in sqlite3.connect(path).execute(
+        f"SELECT correlationId FROM {RUNTIME} WHERE typeof(correlationId) = 'integer'")]
+    export = probe(path)
+    runtime = export.table(RUNTIME)
+    assert runtime is not None
+    columns = ("globalTid", "start", "correlationId", "nameId")
+    schema = {"gtid": pl.Int64, "start_ns": pl.Int64, "correlation_id": pl.Int64, "name_id": pl.Int64}
+    read: list[int] = []
+    read_pages = gpu_work.native.read_pages
+
+    def counting(uri: str, plan: Any, run: tuple[int, int], *args: Any, **kwargs: Any) -> Any:
+        read.append(run[1] - run[0])
+        return read_pages(uri, plan, run, *args, **kwargs)
+
+    monkeypatch.setattr(gpu_work.native, "read_pages", counting)
+    rng = random.Random(5)
+    # the ids of the rows after the one on overflow pages, in its leaf: a group of unknown bounds holds them
+    after = [r[0] for r in sqlite3.connect(path).execute(
+        f"SELECT correlationId FROM {RUNTIME} WHERE rowid BETWEEN 521 AND 523 AND typeof(correlationId) = 'integer'")]
+    try:
+        for n in (1, 3, 40, 400, 0):
+            chosen = set(rng.sample(ids_of, n)) if n else set(after)
+            ids = pl.Series(sorted(chosen | {10**12}), dtype=pl.Int64)
+            read.clear()
+            every = gpu_work._by_correlation(export, runtime, columns, schema, ids, frame, Counter())
+            leaves = sum(read)
+            read.clear()
+            grouped = gpu_work._by_correlation(export, runtime, columns, schema, ids, frame, Counter(),
+                                               fast.corr_groups)
+            assert grouped.equals(every), (n, grouped, every)
+            assert every.height >= len(chosen) > 0
+            if n == 1 and not scrambled and not hostile:  # not vacuous: one id's group, not every leaf
+                assert 0 < sum(read) < leaves
+    finally:
+        export.close()
 
 
 @needs_native

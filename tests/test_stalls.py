@@ -534,36 +534,40 @@ def test_the_longest_calls_are_those_a_sort_of_every_call_puts_first() -> None:
 
 
 PAGEABLE_READ = ("globalTid", "start", "end")  # the columns a second pass reads the copies' API rows by
+LAUNCHES_READ = ("globalTid", "start", "correlationId")  # and the launches'
 
 
 @needs_native
 @pytest.mark.parametrize("name", ["h200-cuda13-nsys2025.3/sync/serialized.sqlite",
                                   "public/nsys-ai_h100_2gpu_1s_2026.2.sqlite"])
-def test_the_pageable_copies_calls_come_from_the_scans_one_pass_with_the_same_answer(name: str,
-                                                                                     monkeypatch: Any) -> None:
+def test_the_scans_one_pass_serves_the_pageable_copies_and_the_launches_with_the_same_answer(name: str,
+                                                                                           monkeypatch: Any) -> None:
     """With the native engine the CUDA API rows of the asynchronous copies of pageable memory come from
     the scan's one pass over the CUDA API table (issue 33: no work twice), not from a second pass by
-    correlation id; the answer is the one that second pass gives, byte for byte."""
+    correlation id, and the launches' search reads only the leaves the scan's groups say can hold one
+    of its ids; the answer is the one that reading every leaf twice gives, byte for byte."""
     from nsysaudit.read import gpu_work, trace
     from nsysaudit.render import analysis_json
 
-    passes: list[tuple[str, ...]] = []
+    passes: list[tuple[tuple[str, ...], bool]] = []
     by_correlation = gpu_work._by_correlation
 
     def recording(export: Any, runtime: Any, columns: Any, *args: Any, **kwargs: Any) -> pl.DataFrame:
-        passes.append(tuple(columns)[:3])
+        grouped = len(args) > 4 and args[4] is not None
+        passes.append((tuple(columns)[:3], grouped))
         return by_correlation(export, runtime, columns, *args, **kwargs)
 
     monkeypatch.setattr(gpu_work, "_by_correlation", recording)
     path = FIXTURES / name
     one_pass = analysis_json(nsysaudit.analyze(path))
-    assert PAGEABLE_READ not in passes
-    assert b'"kind":"async_copy"' in one_pass  # not vacuous: the export's pageable copies blocked
+    assert [c for c, _ in passes].count(PAGEABLE_READ) == 0 and (LAUNCHES_READ, True) in passes
+    assert b'"kind":"async_copy"' in one_pass and b'"launch_thread":{"global_tid"' in one_pass  # not vacuous
     read_gpu_work = trace.read_gpu_work
-    monkeypatch.setattr(trace, "read_gpu_work", lambda *a, **k: read_gpu_work(*a, **{**k, "pageable": None}))
+    monkeypatch.setattr(trace, "read_gpu_work",
+                        lambda *a, **k: read_gpu_work(*a, **{**k, "pageable": None, "corr_groups": None}))
     passes.clear()
     assert analysis_json(nsysaudit.analyze(path)) == one_pass
-    assert PAGEABLE_READ in passes  # the second pass ran
+    assert (PAGEABLE_READ, False) in passes and (LAUNCHES_READ, False) in passes  # every leaf, twice
 
 
 @needs_native

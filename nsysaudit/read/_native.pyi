@@ -6,6 +6,7 @@ from typing import TypedDict
 from typing_extensions import Buffer
 
 ABI: int
+CORR_GROUP: int
 SQLITE_HEADER_VERSION: str
 
 class Error(RuntimeError): ...
@@ -34,6 +35,9 @@ class ScanResult(TypedDict):
     key_rows: bytes
     key_first_name: bytes
     key_first_null: bytes
+    corr_lo: bytes  # per group of CORR_GROUP leaves read from the pages: its least correlationId
+    corr_hi: bytes
+    corr_seen: bytes  # 1: a row of the group carries one (no group: SQLite read the run)
     problems: tuple[int, int, int, int, int, int, int]
 
 def scan(

@@ -326,12 +326,14 @@ def read_gpu_work(
     progress: Progress | None = None,
     capture: Capture = NO_CAPTURE,
     pageable: pl.DataFrame | None = None,
+    corr_groups: pl.DataFrame | None = None,
 ) -> GpuWork:
     """The blocking calls among ``candidates`` (the CUDA API rows of a blocking name, ``CANDIDATE_SCHEMA``
     with ``kind``) and the GPU work that ran while they blocked. A call or a GPU row with a start or end
     outside the ``capture`` is damage (nsys records nothing there): left out, and a warning counts it.
     ``pageable``: the CUDA API rows of the pageable copies' keys, where the scan gathered them
-    (:func:`_pageable_calls`)."""
+    (:func:`_pageable_calls`); ``corr_groups``: the scan's groups of the CUDA API table's leaves by
+    correlation id, where it has them (:func:`_by_correlation`)."""
     tables: dict[str, str] = {}
     candidates = pl.concat([candidates, _pageable_calls(export, prepared, cuda_api_table, frame, typed, pageable)])
     start, end = pl.col("start_ns"), pl.col("end_ns")  # or a duration past 2^63 - 1 ns (292 years)
@@ -352,7 +354,7 @@ def read_gpu_work(
     # A copy's own rows ran inside it too: they are its own time (own_ns), not work it was behind.
     own_corr = pl.col("_own")
     attributed = (
-        _launches(export, passed.attributed, cuda_api_table, frame, typed, tables)
+        _launches(export, passed.attributed, cuda_api_table, frame, typed, tables, corr_groups)
         .join(calls.select("call_id", pl.col("correlation_id").alias("_own")), on="call_id", how="left")
         .filter(pl.col("correlation_id").is_null() | own_corr.is_null() | (pl.col("correlation_id") != own_corr))
         .select(list(ATTRIBUTED_SCHEMA))
@@ -808,14 +810,17 @@ def _page_runs(
 
 def _by_correlation(
     export: ExportFile, runtime: Table, columns: Sequence[str], schema: Schema, corrs: pl.Series,
-    frame: FrameBuilder, typed: Counter[str],
+    frame: FrameBuilder, typed: Counter[str], groups: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The CUDA API rows whose ``correlationId`` is one of ``corrs`` (sorted, unique; not empty), their
     ``columns`` (a name of the table's, or ``NULL``) as ``schema``, in rowid order. Where the native
     page reader can read the table, its leaves are read in two runs on two threads and only the rows
     of those ids kept (a run it gives back, or one holding a value of another type, is read by SQLite:
     the same rows, and the count of such values among them); else one SQLite query, each row visited
-    by its VDBE (2 s at 20M rows)."""
+    by its VDBE (2 s at 20M rows). With ``groups`` (the scan's groups of the table's leaves and the
+    least and greatest correlation id of their rows: ``CudaApiScan.corr_groups``), only the leaves
+    of the groups whose bounds hold one of the ids are read, the same rows in the same order: no row
+    of another group carries one (every leaf read as a whole again where a run is given back)."""
     ids = f"(SELECT value FROM json_each('{json.dumps(corrs.to_list())}'))"
     select = ", ".join(c if c == "NULL" else quote(c) for c in columns)
     sql = (f"SELECT {select} FROM {quote(runtime.name)} NOT INDEXED WHERE correlationId BETWEEN {int(corrs[0])} "
@@ -826,6 +831,13 @@ def _by_correlation(
     if not runs:
         return _read(export, sql, schema, frame, typed, runtime.name)
     key = list(columns).index("correlationId")
+    if groups is not None:
+        some = _grouped_runs(runs[0][0], groups, corrs)
+        read = [native.read_pages(export.uri, p.plan, p.run, p.classes, p.layout, schema, keys=(corrs, key))
+                for p in some]
+        if all(got.rows is not None and got.mismatched == 0 for got in read):
+            kept = [got.rows for got in read if got.rows is not None]
+            return pl.concat(kept) if kept else pl.DataFrame(schema=schema)
 
     def one(item: tuple[_Pages, int, int]) -> tuple[pl.DataFrame, int]:
         pages, lo, hi = item
@@ -844,6 +856,25 @@ def _by_correlation(
     if wrong:
         typed[runtime.name] += wrong
     return pl.concat([rows for rows, _ in parts])
+
+
+def _grouped_runs(pages: _Pages, groups: pl.DataFrame, corrs: pl.Series) -> list[_Pages]:
+    """``pages`` (a run of the table's plan) as the runs of the ``groups`` (``first, last, lo, hi``:
+    leaves and their rows' correlation ids) whose bounds hold one of ``corrs`` (sorted), adjacent
+    groups in one run, in leaf order."""
+    n = corrs.len()
+    if not groups.height or not n:
+        return []
+    at = corrs.search_sorted(groups["lo"], side="left")  # the first id at or above each group's least
+    hit = (at < n) & (corrs.gather(at.clip(upper_bound=n - 1)) <= groups["hi"])
+    chosen = groups.filter(hit).sort("first")
+    runs = (
+        chosen.with_columns((pl.col("first") != pl.col("last").shift(1)).fill_null(True).cum_sum().alias("_run"))
+        .group_by("_run", maintain_order=True)
+        .agg(pl.col("first").min(), pl.col("last").max())
+    )
+    return [_Pages(pages.plan, (first, last), pages.classes, pages.layout) for first, last in
+            runs.select("first", "last").iter_rows()]
 
 
 PAGE_ROWID = -2  # in a page layout: the cell's rowid
@@ -1240,10 +1271,11 @@ def _without_own(behind: pl.DataFrame, calls: pl.DataFrame, own: pl.DataFrame) -
 
 def _launches(
     export: ExportFile, pairs: pl.DataFrame, cuda_api_table: str | None, frame: FrameBuilder, typed: Counter[str],
-    tables: dict[str, str],
+    tables: dict[str, str], corr_groups: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The attributed rows with their correlation id, name, bytes and device (read by rowid), and
-    their launch: the one CUDA API row of the process with that correlation id."""
+    their launch: the one CUDA API row of the process with that correlation id (the CUDA API table
+    searched by correlation id: only the scan's ``corr_groups`` that can hold one, where given)."""
     if not pairs.height:
         return pl.DataFrame(schema=ATTRIBUTED_SCHEMA)
     parts = []
@@ -1283,7 +1315,7 @@ def _launches(
         found = _by_correlation(
             export, runtime, ("globalTid", "start", "correlationId", "nameId"),
             {"launch_gtid": pl.Int64, "launch_start_ns": pl.Int64, "correlation_id": pl.Int64, "_api_id": pl.Int64},
-            corrs, frame, typed,
+            corrs, frame, typed, corr_groups,
         ).with_columns(global_pid(pl.col("launch_gtid")).alias("gpid"))
         # A correlation id several rows of the process carry names no single launch: left unknown.
         found = found.filter(pl.len().over("gpid", "correlation_id") == 1)

@@ -44,10 +44,12 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
     from nsysaudit.read._native import Plan as Plan
+    from nsysaudit.read._native import ScanResult
 
 NCOL = 6
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # The interface of native/scan.c this module calls (its NSA_ABI): a build from another scan.c is not used.
-ABI = 7
+ABI = 8
 
 
 def check(importer: Callable[[], ModuleType]) -> tuple[ModuleType | None, str | None]:
@@ -475,6 +477,7 @@ class RangeScan(TypedDict):
     handover: str
     check: str
     alloc: tuple[pl.Series, pl.Series] | None
+    corr_groups: pl.DataFrame | None  # see scan_range
 
 
 def scan_range(
@@ -494,7 +497,9 @@ def scan_range(
     ``pages``: a run of the table's leaves (lo..hi its rowids): the scan reads and checks them itself
     and SQLite reads only what it hands over. ``page_rows``: the rows read that way; ``handovers``: 1
     when SQLite read the range (no ``pages``, or the page reader gave it back: ``handover`` says
-    why), else 0; ``check``: with ``pages``, "" when the run's leaves are sound, else why not."""
+    why), else 0; ``check``: with ``pages``, "" when the run's leaves are sound, else why not;
+    ``corr_groups``: with ``pages``, the run's groups of leaves and the least and greatest
+    correlation id of their rows (:func:`_corr_groups`), else None."""
     _require()
     from nsysaudit.read import _native
 
@@ -534,4 +539,29 @@ def scan_range(
         "handover": out["handover"],
         "check": out["check"],
         "alloc": alloc,
+        "corr_groups": None if p is None else _corr_groups(out, p),
     }
+
+
+GROUP_SCHEMA: Schema = {"first": pl.Int64, "last": pl.Int64, "lo": pl.Int64, "hi": pl.Int64}
+
+
+def _corr_groups(out: ScanResult, pages: Pages) -> pl.DataFrame:
+    """``first, last, lo, hi``: the run's leaves [first, last) in groups of the scan's CORR_GROUP, each
+    with a row that carries a correlation id, and the least and greatest of those; where SQLite read
+    the run instead of the page reader, one group of the whole run, its bounds unknown (every id)."""
+    from nsysaudit.read import _native
+
+    n = len(out["corr_seen"])
+    if n == 0:
+        return pl.DataFrame([(pages.first, pages.last, INT64_MIN, INT64_MAX)], schema=GROUP_SCHEMA, orient="row")
+    size = _native.CORR_GROUP
+    first = pl.int_range(0, n, dtype=pl.Int64, eager=True) * size + pages.first
+    groups = pl.DataFrame({
+        "first": first,
+        "last": first.clip(upper_bound=pages.last - size) + size,
+        "lo": _int_columns(out["corr_lo"], n, 1, ["lo"], [None])["lo"],
+        "hi": _int_columns(out["corr_hi"], n, 1, ["hi"], [None])["hi"],
+        "seen": _bytes(out["corr_seen"]),
+    })
+    return groups.filter(pl.col("seen") == 1).select(list(GROUP_SCHEMA))

@@ -113,6 +113,10 @@ class CudaApiScan:
     # The rows of one of ``wanted_keys`` whatever their return, in rowid order (ROW_SCHEMA); None where
     # the scan did not gather them (no keys, or an engine other than the native one).
     keyed: pl.DataFrame | None = None
+    # The table's leaves (its plan's) in groups with the least and greatest correlation id of their
+    # rows (native.GROUP_SCHEMA; a group without one is left out: none of its rows carries an id),
+    # where the native engine read every range from the pages; else None.
+    corr_groups: pl.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,7 @@ class _Reduced:
     alloc_rows: pl.DataFrame
     counted: int
     keyed: pl.DataFrame | None = None  # CudaApiScan.keyed of the range (the native engine only)
+    corr_groups: pl.DataFrame | None = None  # CudaApiScan.corr_groups of the range (ditto)
 
 
 def _reduce(
@@ -583,7 +588,7 @@ def _read_native(reading: _Reading) -> _Read:
         problems = dict(zip(PROBLEMS, out["problems"], strict=True))
         no_alloc = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
         reduced = _Reduced(out["span"], out["selected"], problems, out["marked"], no_alloc, out["counted"],
-                           out["keyed"])
+                           out["keyed"], out["corr_groups"])
         checked = out["check"] if pages is not None else None
         return _Read([reduced], out["rows"], out["mismatch_rows"], out["page_rows"], checked), out["alloc"]
 
@@ -636,12 +641,14 @@ def _combined(total: int, engine: str, read: _Read) -> CudaApiScan:
     else:
         alloc_rows = pl.DataFrame(schema=ALLOC_ROWS_SCHEMA)
     keyed = [r.keyed for r in reduced if r.keyed is not None]
+    groups = [r.corr_groups for r in reduced if r.corr_groups is not None]
     return CudaApiScan(
         total, span, rows_of([r.selected for r in reduced]), problems, engine, read.mismatches,
         rows_of([r.marked for r in reduced]), alloc_rows, sum(r.counted for r in reduced), read.page_rows,
         read.checked,
         # in rowid order (the ranges' and batches' order), not sorted: as a second pass would read them
         pl.concat(keyed) if reduced and len(keyed) == len(reduced) else None,
+        pl.concat(groups) if reduced and len(groups) == len(reduced) else None,
     )
 
 

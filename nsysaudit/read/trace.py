@@ -439,7 +439,7 @@ def _host_stalls(
     # The candidates handed over, not kept here: read_gpu_work lets go of them once decided (10^6 rows).
     candidates, scanned = scanned.blocking, replace(scanned, blocking=_Scanned().blocking)
     gpu_work = read_gpu_work(export, candidates, blocking, frame, typed, runtime.name, progress=progress,
-                             capture=capture_bounds, pageable=scanned.pageable)
+                             capture=capture_bounds, pageable=scanned.pageable, corr_groups=scanned.corr_groups)
     return scanned, gpu_work
 
 
@@ -626,6 +626,9 @@ class _Scanned:
     # The CUDA API rows of the asynchronous copies of pageable memory (their processes' and
     # correlation ids', any return, rowid order), gathered by the scan; None: read after it.
     pageable: pl.DataFrame | None = None
+    # The scan's groups of the table's leaves by correlation id (CudaApiScan.corr_groups), for the
+    # launches' search by correlation id; None: that search reads every leaf.
+    corr_groups: pl.DataFrame | None = None
 
 
 def _scan(
@@ -696,6 +699,7 @@ def _scan(
         # Where a value of another type was read (as NULL), the copies' rows are read again by
         # correlation id, as without the native engine: that reading counts those among them.
         pageable=scanned.keyed if scanned.type_mismatch_rows == 0 else None,
+        corr_groups=scanned.corr_groups if scanned.type_mismatch_rows == 0 else None,
     )
 
 
