@@ -257,7 +257,9 @@ def range_outcome(path: Path, lo: int, hi: int, run: tuple[int, int] | None = No
         out = native.scan_range(uri, sql, lo, hi, inputs, list(scan.ROW_SCHEMA), pages)
     except native.NativeScanError as exc:
         return ("error", str(exc)), "", ""
-    out.pop("page_rows"), out.pop("handovers")
+    # what the page reader says beside SQLite's answer: how it read the run (and, its own reading's, the
+    # correlation ids' groups of leaves: tests/test_reading_scan.py holds them to reading every leaf)
+    out.pop("page_rows"), out.pop("handovers"), out.pop("corr_groups")
     why, check = out.pop("handover"), out.pop("check")
     got = {
         k: (v.to_dicts() if isinstance(v, pl.DataFrame) else [s.to_list() for s in v] if isinstance(v, tuple) else v)
