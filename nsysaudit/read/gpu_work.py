@@ -831,8 +831,9 @@ def _by_correlation(
     if not runs:
         return _read(export, sql, schema, frame, typed, runtime.name)
     key = list(columns).index("correlationId")
-    if groups is not None:
-        some = _grouped_runs(runs[0][0], groups, corrs)
+    some = _grouped_runs(runs[0][0], groups, corrs) if groups is not None else None
+    # on this thread, where they are at most half the leaves (else every leaf, on two threads)
+    if some is not None and 2 * sum(p.run[1] - p.run[0] for p in some) <= runs[0][0].plan.leaves:
         read = [native.read_pages(export.uri, p.plan, p.run, p.classes, p.layout, schema, keys=(corrs, key))
                 for p in some]
         if all(got.rows is not None and got.mismatched == 0 for got in read):
