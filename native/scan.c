@@ -215,32 +215,37 @@ typedef struct {
     int failed;
 } ctx;
 
+/* The first index of the n sorted values a that is not below v (n where every one is). */
+static int64_t lower_bound(const int64_t *a, int64_t n, int64_t v) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Whether n keys (gpid, corr) are sorted by correlation id, then gpid, each once. */
+static int keys_sorted(const int64_t *gpid, const int64_t *corr, int64_t n) {
+    for (int64_t i = 1; i < n; i++)
+        if (corr[i] < corr[i - 1] || (corr[i] == corr[i - 1] && gpid[i] <= gpid[i - 1])) return 0;
+    return 1;
+}
+
 /* The first key index with correlation id ``corr`` (the caller knows one exists). */
 static int64_t first_key(ctx *x, int64_t corr) {
     const int64_t *k = x->key_corr;
     int64_t p = x->key_pos, n = x->n_keys;
     if (p < n && k[p] == corr && (p == 0 || k[p - 1] != corr)) return p;
     if (p + 1 < n && k[p + 1] == corr && k[p] != corr) return x->key_pos = p + 1;
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (k[mid] < corr) lo = mid + 1;
-        else hi = mid;
-    }
-    return x->key_pos = lo;
+    return x->key_pos = lower_bound(k, n, corr);
 }
 
-/* Whether (corr, gpid) is one of the wanted keys (a binary search: the idset has said corr is one). */
+/* Whether (corr, gpid) is one of the wanted keys (the idset has said corr is one). */
 static int wanted(const ctx *x, int64_t corr, int64_t gpid) {
-    const int64_t *k = x->want_corr;
-    int64_t lo = 0, hi = x->n_want;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (k[mid] < corr) lo = mid + 1;
-        else hi = mid;
-    }
-    for (; lo < x->n_want && k[lo] == corr; lo++)
-        if (x->want_gpid[lo] == gpid) return 1;
+    for (int64_t i = lower_bound(x->want_corr, x->n_want, corr); i < x->n_want && x->want_corr[i] == corr; i++)
+        if (x->want_gpid[i] == gpid) return 1;
     return 0;
 }
 
@@ -1098,17 +1103,12 @@ static nsa_result *nsa_scan(const char *uri, const char *sql, int64_t lo, int64_
         }
         wins[h].count++;
     }
-    for (int64_t i = 1; i < n_keys; i++) {
-        if (key_corr[i] < key_corr[i - 1] || (key_corr[i] == key_corr[i - 1] && key_gpid[i] <= key_gpid[i - 1])) {
-            snprintf(r->error, sizeof r->error, "allocation keys not sorted by (correlation id, gpid) and unique");
-            goto done;
-        }
-    }
-    for (int64_t i = 1; i < n_want; i++) {
-        if (want_corr[i] < want_corr[i - 1] || (want_corr[i] == want_corr[i - 1] && want_gpid[i] <= want_gpid[i - 1])) {
-            snprintf(r->error, sizeof r->error, "wanted keys not sorted by (correlation id, gpid) and unique");
-            goto done;
-        }
+    const char *unsorted = !keys_sorted(key_gpid, key_corr, n_keys)    ? "allocation"
+                           : !keys_sorted(want_gpid, want_corr, n_want) ? "wanted"
+                                                                        : NULL;
+    if (unsorted) {
+        snprintf(r->error, sizeof r->error, "%s keys not sorted by (correlation id, gpid) and unique", unsorted);
+        goto done;
     }
     if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         snprintf(r->error, sizeof r->error, "open: %s", db ? sqlite3_errmsg(db) : "out of memory");

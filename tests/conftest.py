@@ -31,15 +31,16 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from nsysaudit.batch.workers import worker_env  # imports no polars
+
 # pytest-xdist's workers share the machine's cores: each worker's polars gets its share of them, as
-# nsysaudit's batch gives its worker processes theirs (nsysaudit/batch/workers.py, worker_env), set
-# before polars is first imported (its pool is sized then). A pool of a thread per core in every
-# worker spins and wakes on the other workers' cores: 38 % of one shard of the damaged-exports sweep's
-# CPU samples were polars' idle threads. A POLARS_MAX_THREADS the run sets is kept; that the answers
-# do not depend on it is tests/test_golden.py's test_the_answers_do_not_depend_on_polars_threads.
-if (_WORKERS := os.environ.get("PYTEST_XDIST_WORKER_COUNT")) and "POLARS_MAX_THREADS" not in os.environ:
-    _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    os.environ["POLARS_MAX_THREADS"] = str(max(1, _CORES // max(1, int(_WORKERS))))
+# nsysaudit's batch gives its worker processes theirs (worker_env), set before polars is first
+# imported (its pool is sized then). A pool of a thread per core in every worker spins and wakes on
+# the other workers' cores: 38 % of one shard of the damaged-exports sweep's CPU samples were polars'
+# idle threads. A POLARS_MAX_THREADS the run sets is kept; that the answers do not depend on it is
+# tests/test_order.py's test_the_answers_do_not_depend_on_polars_threads.
+if _WORKERS := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.update(worker_env(max(1, int(_WORKERS))))
 
 import polars as pl
 import pytest
