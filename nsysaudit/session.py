@@ -125,9 +125,15 @@ def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point
     opened = open_input(given, shown_as=os.fspath(path), nsys_path=nsys_path, progress=progress)
     check: DamageCheck | None = None
     try:
-        check = DamageCheck(opened.export, handed=tuple(WORK_TABLES.values()))
+        check = started = DamageCheck(opened.export, handed=tuple(WORK_TABLES.values()))
+
+        def refuse_if_settled(scanned: str | None) -> None:  # a damaged file: nothing more read of it
+            settled = started.settled(scanned)
+            if settled is not None:
+                settled.raise_if_damaged(opened.export.path)
+
         try:
-            trace = load(opened.export, library_domains, progress=progress)
+            trace = load(opened.export, library_domains, progress=progress, scanned=refuse_if_settled)
             # Event records are read (one query) only for capture regions that a failed wait follows.
             records = event_records_in(opened.export, trace.cuda_api_table, regions_needing_records(trace))
         except UnusableInput:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from conftest import FIXTURES, H200, H200_2025, PUBLIC, needs_native
-from mutants import ENGINES, GPU_TABLES, Judged, describe, judge, with_free_pages
+from mutants import ENGINES, GPU_TABLES, Judged, describe, judge, sqlites_words, with_free_pages
 
 import nsysaudit
 from nsysaudit.read import damage, source
@@ -237,6 +237,65 @@ def test_a_gpu_table_its_reader_doubts_is_judged_by_quick_check(tmp_path: Path, 
     code, out, err = answers[0]
     assert code == 2 and out == "" and err.startswith(
         f"nsysaudit: error: {path}: damaged SQLite file: table CUPTI_ACTIVITY_KIND_KERNEL (SQLite's quick_check")
+
+
+def _damaged_leaf(tmp: Path, source_path: Path, tree: str) -> Path:
+    """A copy of ``source_path`` with a wrong count of fragmented bytes on a leaf of ``tree``'s b-tree
+    (damage quick_check finds and the readers read past)."""
+    export = describe(source_path)
+    data = bytearray(export.data)
+    leaves = [p for p in export.trees[tree] if data[(p - 1) * export.page_size] in (0x0A, 0x0D)]
+    data[(leaves[len(leaves) // 2] - 1) * export.page_size + 7] = 60
+    path = tmp / f"{tree}.sqlite"
+    path.write_bytes(bytes(data))
+    return path
+
+
+@needs_native
+def test_a_damaged_cuda_api_table_is_refused_before_the_rest_is_read(tmp_path: Path, monkeypatch) -> None:
+    """The scan doubts its table: SQLite decides it at once (it is the first evidence table, so its
+    damage is the verdict whatever else is damaged), and the GPU tables are not read. The error is
+    the one the whole reading ends with, and the stdlib engine's."""
+    from nsysaudit.read import trace
+
+    path = _damaged_leaf(tmp_path, SERIALIZED, "CUPTI_ACTIVITY_KIND_RUNTIME")
+    read: list[object] = []
+    reader = trace.read_gpu_work
+    monkeypatch.setattr(trace, "read_gpu_work", lambda *a, **k: read.append(1) or reader(*a, **k))
+
+    def error() -> str:
+        with pytest.raises(nsysaudit.UnusableInput) as raised:
+            nsysaudit.analyze(path)
+        return str(raised.value)
+
+    early = error()
+    assert "damaged SQLite file: table CUPTI_ACTIVITY_KIND_RUNTIME (SQLite's quick_check" in early and not read
+    monkeypatch.setattr(damage.DamageCheck, "settled", lambda self, scanned: None)  # decided after the reading
+    assert sqlites_words(error()) == sqlites_words(early) and read
+    monkeypatch.setenv("NSYSAUDIT_NATIVE", "0")
+    assert sqlites_words(error()) == sqlites_words(early)
+
+
+@needs_native
+def test_a_table_the_thread_found_damaged_settles_only_with_nothing_before_it_unchecked(tmp_path: Path) -> None:
+    """What the damage check's thread found is the verdict before the reading ends only where no
+    table before it waits for a reader's check: the CUDA API table (the scan's word, or SQLite's where
+    the scan doubts) and the GPU tables the host stalls read after the scan."""
+    def check(path: Path) -> damage.DamageCheck:
+        export = source.probe(path)
+        found = damage.DamageCheck(export, handed=HANDED)
+        found._work.result()  # the thread's work done, as it may be by the time the scan ends
+        return found
+
+    nvtx = _damaged_leaf(tmp_path, SERIALIZED, "NVTX_EVENTS")
+    settled = check(nvtx).settled("")
+    assert settled is not None and settled.table == "NVTX_EVENTS" and settled.damaged is not None
+    assert check(nvtx).settled(None) is None  # the CUDA API table not checked: it may come first
+    sync = _damaged_leaf(tmp_path, SERIALIZED, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    after_kernels = check(sync)
+    assert after_kernels.settled("") is None  # the kernel, copy and memset tables come before it
+    verdict = after_kernels.result("", dict.fromkeys(HANDED, ""))
+    assert verdict.table == "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" and verdict.damaged is not None
 
 
 def test_free_list_damage_is_a_warning_and_the_rows_are_read_as_they_are(tmp_path: Path, capsys) -> None:

@@ -16,7 +16,9 @@ decides, in its own words. The CUDA API table is checked by the scan itself as i
 (:mod:`nsysaudit.read.scan`), the GPU tables the host stalls read by that same page reader as it
 reads them (:mod:`nsysaudit.read.gpu_work`; where it did not read one whole, it is checked here
 after the reading), the other tables by :class:`DamageCheck` on a thread of its own beside the
-reading. Tables the native check leaves to SQLite: those with an index (quick_check checks its
+reading. Where the scan doubts the CUDA API table, quick_check decides it as soon as the scan ends
+(:meth:`DamageCheck.settled`): a damaged file is refused before the rest of it is read. Tables
+the native check leaves to SQLite: those with an index (quick_check checks its
 b-tree too), WITHOUT ROWID, STRICT, a CHECK constraint or a generated column
 (:func:`column_classes`). What quick_check says is sorted (:func:`classify`):
 
@@ -319,6 +321,35 @@ class DamageCheck:
         self._work = Background(
             lambda: check_export(uri, rest, self._stop, native_first=self._native), "nsysaudit-quick-check"
         )
+        self._scanned: Damage | None = None  # SQLite's verdict on the deferred table, decided by settled()
+        self._scan_said: str | None = None  # what the scan's check said of it, as settled() heard
+
+    def settled(self, scanned: str | None) -> Damage | None:
+        """The verdict, where the file is already known to be damaged once the CUDA API table is read,
+        so that the rest of a damaged file is not read (else None: :meth:`result` decides, after the
+        reading). ``scanned`` as for :meth:`result`. Where the scan doubted the deferred CUDA API
+        table, SQLite decides it now (and :meth:`result` does not again): it comes first in the
+        evidence tables' order, so damage there is the verdict whatever else is damaged. Where the
+        thread has already found a table damaged and no table before it is left to a check still to
+        come, that table's damage is the verdict. Either is what :meth:`result` would say."""
+        self._scan_said = scanned
+        if self.deferred is not None and scanned not in ("", None) and self._scanned is None:
+            self._scanned = check_export(self._uri, (self.deferred,), native_first=False, schema=False)
+        if self._scanned is not None and self._scanned.damaged is not None:
+            return self._scanned
+        if not self._work.done():
+            return None
+        try:
+            found = self._work.result()
+        except Exception:  # result() raises it again, where the caller waits for it
+            return None
+        if found.damaged is None:
+            return None
+        before = self._order.get(found.table or SCHEMA, len(self._order))
+        unchecked = [t for t in self.handed if self._order[t] < before]  # read after the scan, checked then
+        if self.deferred is not None and self._scanned is None and scanned != "":
+            unchecked.append(self.deferred)
+        return None if unchecked else found
 
     def result(self, scanned: str | None = None, read: Mapping[str, str] | None = None) -> Damage:
         """The verdict on the evidence tables. ``scanned``: what the scan's own check of the deferred
@@ -327,14 +358,18 @@ class DamageCheck:
         absent: not checked). A table whose check is not "" is checked here, in the evidence tables'
         order, as far as the first damaged table the thread found (that one comes first where it
         comes first)."""
+        if self._scanned is not None and self._scanned.damaged is not None:
+            return self._scanned  # the first table in order: the verdict, whatever the thread finds
+        scanned = self._scan_said if scanned is None else scanned  # reading failed after the scan
         found = self._work.result()
         given = {t: (read or {}).get(t) for t in self.handed}
         if self.deferred is not None:
-            given[self.deferred] = scanned
+            given[self.deferred] = "" if self._scanned is not None else scanned
         left = sorted((t for t, why in given.items() if why != ""), key=self._order.__getitem__)
         if found.damaged is not None:
             left = [t for t in left if self._order[t] < self._order.get(found.table or SCHEMA, len(self._order))]
-        warnings: list[ReportWarning] = []
+        # The deferred table, decided by settled(), is the first in order: its warnings come first.
+        warnings: list[ReportWarning] = list(self._scanned.warnings) if self._scanned is not None else []
         for table in left:
             own = check_export(self._uri, (table,), native_first=given[table] is None, schema=False)
             if own.damaged is not None:

@@ -132,6 +132,10 @@ class Background(Generic[T]):
         except BaseException as exc:
             self._error = exc
 
+    def done(self) -> bool:
+        """Whether the work has ended (:meth:`result` would not wait)."""
+        return not self._thread.is_alive()
+
     def result(self) -> T:
         self._thread.join()
         if self._error is not None:

@@ -331,12 +331,15 @@ def load(
     library_domains: Sequence[str] = DEFAULT_LIBRARY_DOMAINS,
     *,
     progress: Progress | None = None,
+    scanned: Callable[[str | None], None] | None = None,
 ) -> Trace:
-    """Read every frame the analysis needs from ``export``; ``progress`` hears about the scan."""
+    """Read every frame the analysis needs from ``export``; ``progress`` hears about the scan;
+    ``scanned`` hears, once the CUDA API table is read, what the scan's own check found of it
+    (:attr:`Trace.cuda_api_checked`), and may raise (a damaged file refused before the rest is read)."""
     prefetch: Prefetch | None = None
     try:
         prefetch = Prefetch(export)  # the memory events, read on a thread while the other tables are
-        trace = _load(export, tuple(library_domains), progress, prefetch)
+        trace = _load(export, tuple(library_domains), progress, prefetch, scanned)
         # From the size the readers run on threads of their own on: their C buffers, freed, out of RSS
         # before the analysis (as the scan does after its threads).
         if trace.cuda_api_total >= PARALLEL_MIN_ROWS:
@@ -350,7 +353,8 @@ def load(
 
 
 def _load(
-    export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None, prefetch: Prefetch | None = None
+    export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None, prefetch: Prefetch | None = None,
+    on_scanned: Callable[[str | None], None] | None = None,
 ) -> Trace:
     """The steps in the order they read the export: strings, diagnostics (the capture's bounds), NVTX,
     library calls, memory, the CUDA API scan, names, session and capture settings; then what lies
@@ -372,6 +376,8 @@ def _load(
         _scan(export, strings, runtime, library_windows, memory, progress, blocking)
         if runtime is not None else _Scanned()
     )
+    if on_scanned is not None and runtime is not None:
+        on_scanned(scanned.checked)
     scanned, gpu_work = _host_stalls(export, scanned, blocking, runtime, typed, capture_bounds, progress)
     bounded = within_capture(export, capture_bounds, runtime, scanned.span, memory, nvtx_ranges, nvtx_table)
     scanned, memory = replace(scanned, span=bounded.cuda_api_span), bounded.memory
