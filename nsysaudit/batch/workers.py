@@ -159,6 +159,33 @@ def run_local(
             pool.shutdown(wait=True, cancel_futures=True)
 
 
+class _QuietClose:
+    """distributed's own log lines silenced while a client and its cluster close after an
+    interruption (SIGTERM, an error, the caller stopping): a client closed with tasks pending makes
+    the scheduler log "Couldn't gather keys" at ERROR, a second line beside the one the CLI says.
+    Entered last in the stack that closes them (so left first, before they close); :meth:`restore`,
+    called back first in that stack (so last), gives the loggers their levels back."""
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[logging.Logger, int]] = []
+
+    def __enter__(self) -> _QuietClose:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            return
+        names = [n for n in list(logging.root.manager.loggerDict) if n.split(".")[0] == "distributed"]
+        for logger in map(logging.getLogger, dict.fromkeys(["distributed", *names])):
+            self._saved.append((logger, logger.level))
+            logger.setLevel(logging.CRITICAL + 1)
+
+    def restore(self) -> None:
+        while self._saved:
+            logger, level = self._saved.pop()
+            logger.setLevel(level)
+
+
 def run_dask(
     task: Callable[..., R],
     paths: Sequence[str],
@@ -180,6 +207,8 @@ def run_dask(
     # out (its workers stopped quietly), and the CLI says so in one line; ended outright, the driver
     # left its cluster's processes to print distributed's tracebacks and leaked semaphores.
     with signal_raises(signal.SIGTERM, Terminated), contextlib.ExitStack() as stack:
+        quiet = _QuietClose()
+        stack.callback(quiet.restore)
         if scheduler is not None:
             try:
                 client = stack.enter_context(distributed.Client(scheduler, timeout=timeout))
@@ -202,6 +231,7 @@ def run_dask(
                 )
             )
             client = stack.enter_context(distributed.Client(cluster))
+        stack.enter_context(quiet)
         # one copy of each shared value per worker, not one per task (scatter splits a bare collection)
         kwargs = {k: client.scatter([v], broadcast=True)[0] for k, v in (shared or {}).items()}
         futures = client.map(task, list(paths), **kwargs, pure=False)
