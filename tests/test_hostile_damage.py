@@ -239,14 +239,15 @@ def test_a_gpu_table_its_reader_doubts_is_judged_by_quick_check(tmp_path: Path, 
         f"nsysaudit: error: {path}: damaged SQLite file: table CUPTI_ACTIVITY_KIND_KERNEL (SQLite's quick_check")
 
 
-def _damaged_leaf(tmp: Path, source_path: Path, tree: str) -> Path:
-    """A copy of ``source_path`` with a wrong count of fragmented bytes on a leaf of ``tree``'s b-tree
-    (damage quick_check finds and the readers read past)."""
+def _damaged_leaf(tmp: Path, source_path: Path, *trees: str) -> Path:
+    """A copy of ``source_path`` with a wrong count of fragmented bytes on a leaf of each of ``trees``'
+    b-trees (damage quick_check finds and the readers read past)."""
     export = describe(source_path)
     data = bytearray(export.data)
-    leaves = [p for p in export.trees[tree] if data[(p - 1) * export.page_size] in (0x0A, 0x0D)]
-    data[(leaves[len(leaves) // 2] - 1) * export.page_size + 7] = 60
-    path = tmp / f"{tree}.sqlite"
+    for tree in trees:
+        leaves = [p for p in export.trees[tree] if data[(p - 1) * export.page_size] in (0x0A, 0x0D)]
+        data[(leaves[len(leaves) // 2] - 1) * export.page_size + 7] = 60
+    path = tmp / f"{'-'.join(trees)}.sqlite"
     path.write_bytes(bytes(data))
     return path
 
@@ -277,25 +278,61 @@ def test_a_damaged_cuda_api_table_is_refused_before_the_rest_is_read(tmp_path: P
 
 
 @needs_native
-def test_a_table_the_thread_found_damaged_settles_only_with_nothing_before_it_unchecked(tmp_path: Path) -> None:
-    """What the damage check's thread found is the verdict before the reading ends only where no
-    table before it waits for a reader's check: the CUDA API table (the scan's word, or SQLite's where
-    the scan doubts) and the GPU tables the host stalls read after the scan."""
-    def check(path: Path) -> damage.DamageCheck:
-        export = source.probe(path)
-        found = damage.DamageCheck(export, handed=HANDED)
-        found._work.result()  # the thread's work done, as it may be by the time the scan ends
-        return found
+def test_a_damage_the_thread_found_is_refused_once_the_tables_before_it_are_checked(tmp_path: Path) -> None:
+    """Once the damage check's thread has found a table damaged, the file is refused whatever else is
+    read; only which table is named is left: the tables before it whose check was to come (the CUDA
+    API table where the scan did not check it, the GPU tables the host stalls read after the scan)
+    are checked at once, in order, and the first damaged one is named, as after the whole reading."""
+    def named(scanned: str | None, *trees: str) -> tuple[str | None, str | None]:
+        export = source.probe(_damaged_leaf(tmp_path, SERIALIZED, *trees))
+        try:
+            now, later = (damage.DamageCheck(export, handed=HANDED) for _ in range(2))
+            now._work.result()  # the thread's work done, as it may be by the time the scan ends
+            settled = now.settled(scanned)
+            return (settled.table if settled is not None else None), later.result(scanned)
+        finally:
+            export.close()
 
-    nvtx = _damaged_leaf(tmp_path, SERIALIZED, "NVTX_EVENTS")
-    settled = check(nvtx).settled("")
-    assert settled is not None and settled.table == "NVTX_EVENTS" and settled.damaged is not None
-    assert check(nvtx).settled(None) is None  # the CUDA API table not checked: it may come first
-    sync = _damaged_leaf(tmp_path, SERIALIZED, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
-    after_kernels = check(sync)
-    assert after_kernels.settled("") is None  # the kernel, copy and memset tables come before it
-    verdict = after_kernels.result("", dict.fromkeys(HANDED, ""))
-    assert verdict.table == "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" and verdict.damaged is not None
+    for scanned, trees, table in (
+        ("", ("NVTX_EVENTS",), "NVTX_EVENTS"),
+        (None, ("NVTX_EVENTS",), "NVTX_EVENTS"),  # the CUDA API table checked now: sound
+        ("", ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",), "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),  # after the GPU tables
+        ("", ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"), "CUPTI_ACTIVITY_KIND_KERNEL"),
+        (None, ("CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"), "CUPTI_ACTIVITY_KIND_RUNTIME"),
+        (None, ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
+         "CUPTI_ACTIVITY_KIND_RUNTIME"),
+    ):
+        settled, verdict = named(scanned, *trees)
+        assert settled == table and verdict.table == table and verdict.damaged is not None, (scanned, trees)
+
+
+@needs_native
+def test_a_damaged_synchronization_table_the_thread_found_is_refused_before_the_gpu_tables_are_read(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The thread done by the time the scan ends (as on a small export): the GPU tables are not read
+    for the host stalls, and the error is the whole reading's."""
+    from nsysaudit.read import trace
+
+    path = _damaged_leaf(tmp_path, SERIALIZED, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    read: list[object] = []
+    reader, settled = trace.read_gpu_work, damage.DamageCheck.settled
+    monkeypatch.setattr(trace, "read_gpu_work", lambda *a, **k: read.append(1) or reader(*a, **k))
+
+    def after_the_thread(self: damage.DamageCheck, scanned: str | None) -> damage.Damage | None:
+        self._work.result()
+        return settled(self, scanned)
+
+    def error() -> str:
+        with pytest.raises(nsysaudit.UnusableInput) as raised:
+            nsysaudit.analyze(path)
+        return str(raised.value)
+
+    monkeypatch.setattr(damage.DamageCheck, "settled", after_the_thread)
+    early = error()
+    assert "damaged SQLite file: table CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (SQLite's" in early and not read
+    monkeypatch.setattr(damage.DamageCheck, "settled", lambda self, scanned: None)
+    assert sqlites_words(error()) == sqlites_words(early) and read
 
 
 def test_free_list_damage_is_a_warning_and_the_rows_are_read_as_they_are(tmp_path: Path, capsys) -> None:

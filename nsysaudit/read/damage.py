@@ -16,8 +16,9 @@ decides, in its own words. The CUDA API table is checked by the scan itself as i
 (:mod:`nsysaudit.read.scan`), the GPU tables the host stalls read by that same page reader as it
 reads them (:mod:`nsysaudit.read.gpu_work`; where it did not read one whole, it is checked here
 after the reading), the other tables by :class:`DamageCheck` on a thread of its own beside the
-reading. Where the scan doubts the CUDA API table, quick_check decides it as soon as the scan ends
-(:meth:`DamageCheck.settled`): a damaged file is refused before the rest of it is read. Tables
+reading. Where the scan doubts the CUDA API table, or the thread has found a table damaged by the
+time the scan ends, the verdict is settled then (:meth:`DamageCheck.settled`): a damaged file is
+refused before the rest of it is read. Tables
 the native check leaves to SQLite: those with an index (quick_check checks its
 b-tree too), WITHOUT ROWID, STRICT, a CHECK constraint or a generated column
 (:func:`column_classes`). What quick_check says is sorted (:func:`classify`):
@@ -327,11 +328,14 @@ class DamageCheck:
     def settled(self, scanned: str | None) -> Damage | None:
         """The verdict, where the file is already known to be damaged once the CUDA API table is read,
         so that the rest of a damaged file is not read (else None: :meth:`result` decides, after the
-        reading). ``scanned`` as for :meth:`result`. Where the scan doubted the deferred CUDA API
-        table, SQLite decides it now (and :meth:`result` does not again): it comes first in the
-        evidence tables' order, so damage there is the verdict whatever else is damaged. Where the
-        thread has already found a table damaged and no table before it is left to a check still to
-        come, that table's damage is the verdict. Either is what :meth:`result` would say."""
+        reading); what :meth:`result` would say. ``scanned`` as for :meth:`result`. Where the scan
+        doubted the deferred CUDA API table, SQLite decides it now (and :meth:`result` does not
+        again): it comes first in the evidence tables' order, so damage there is the verdict whatever
+        else is damaged. Where the thread has already found a table damaged, the file is refused
+        whatever the rest says, and only which table is named is left: the tables before it whose
+        check was still to come (the CUDA API table where the scan did not check it, the GPU tables
+        the host stalls would read after the scan) are checked now, native check first, in order, and
+        the first damaged one is named, else the thread's."""
         self._scan_said = scanned
         if self.deferred is not None and scanned not in ("", None) and self._scanned is None:
             self._scanned = check_export(self._uri, (self.deferred,), native_first=False, schema=False)
@@ -346,10 +350,14 @@ class DamageCheck:
         if found.damaged is None:
             return None
         before = self._order.get(found.table or SCHEMA, len(self._order))
-        unchecked = [t for t in self.handed if self._order[t] < before]  # read after the scan, checked then
-        if self.deferred is not None and self._scanned is None and scanned != "":
-            unchecked.append(self.deferred)
-        return None if unchecked else found
+        unknown = [t for t in self.handed if self._order[t] < before]
+        if self.deferred is not None and self._scanned is None and scanned is None:
+            unknown.append(self.deferred)
+        for table in sorted(unknown, key=self._order.__getitem__):
+            own = check_export(self._uri, (table,), native_first=True, schema=False)
+            if own.damaged is not None:
+                return own
+        return found
 
     def result(self, scanned: str | None = None, read: Mapping[str, str] | None = None) -> Damage:
         """The verdict on the evidence tables. ``scanned``: what the scan's own check of the deferred
