@@ -51,7 +51,7 @@ from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.shapes import Schema
 from nsysaudit.core.text import escape
-from nsysaudit.read.damage import DamageCheck
+from nsysaudit.read.damage import Damage, DamageCheck
 from nsysaudit.read.gpu_work import WORK_TABLES
 from nsysaudit.read.inputs import Engine, InputInfo, check_input, open_input
 from nsysaudit.read.rows import (
@@ -127,13 +127,14 @@ def open(  # nsysaudit.open(path), like io.open: the notebook's one entry point
     try:
         check = started = DamageCheck(opened.export, handed=tuple(WORK_TABLES.values()))
 
-        def refuse_if_settled(scanned: str | None) -> None:  # a damaged file: nothing more read of it
-            settled = started.settled(scanned)
+        def refuse(settled: Damage | None) -> None:  # a damaged file: nothing more read of it
             if settled is not None:
                 settled.raise_if_damaged(opened.export.path)
 
         try:
-            trace = load(opened.export, library_domains, progress=progress, scanned=refuse_if_settled)
+            trace = load(opened.export, library_domains, progress=progress,
+                         scanned=lambda checked: refuse(started.settled(checked)),
+                         read=lambda checked: refuse(started.settled_by_reader(checked)))
             # Event records are read (one query) only for capture regions that a failed wait follows.
             records = event_records_in(opened.export, trace.cuda_api_table, regions_needing_records(trace))
         except UnusableInput:

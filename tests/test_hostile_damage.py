@@ -335,6 +335,34 @@ def test_a_damaged_synchronization_table_the_thread_found_is_refused_before_the_
     assert sqlites_words(error()) == sqlites_words(early) and read
 
 
+@needs_native
+def test_a_gpu_table_its_reader_doubts_is_decided_before_the_rest_is_read(tmp_path: Path, monkeypatch) -> None:
+    """The page reader doubts a kernel leaf (read past): quick_check decides as soon as the reader is done (what
+    it read is not reduced further), once (not again after the reading), and the error is the whole
+    reading's."""
+    from nsysaudit.read import gpu_work
+
+    kernel = "CUPTI_ACTIVITY_KIND_KERNEL"
+    path = _damaged_leaf(tmp_path, SERIALIZED, kernel)
+    searched: list[object] = []
+    checks: list[tuple[str, ...]] = []
+    after, check_export = gpu_work._without_own, damage.check_export  # the step after the reader's pass
+    monkeypatch.setattr(gpu_work, "_without_own", lambda *a, **k: searched.append(1) or after(*a, **k))
+    monkeypatch.setattr(damage, "check_export", lambda uri, tables, *a, **k: checks.append(tuple(tables))
+                        or check_export(uri, tables, *a, **k))
+
+    def error() -> str:
+        with pytest.raises(nsysaudit.UnusableInput) as raised:
+            nsysaudit.analyze(path)
+        return str(raised.value)
+
+    early = error()
+    assert f"damaged SQLite file: table {kernel} (SQLite's quick_check" in early and not searched
+    assert checks.count((kernel,)) == 1, checks
+    monkeypatch.setattr(damage.DamageCheck, "settled_by_reader", lambda self, read: None)
+    assert sqlites_words(error()) == sqlites_words(early) and searched
+
+
 def test_free_list_damage_is_a_warning_and_the_rows_are_read_as_they_are(tmp_path: Path, capsys) -> None:
     path = with_free_pages(TORCH, tmp_path)
     clean = nsysaudit.analyze(path).to_dict()

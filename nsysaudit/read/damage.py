@@ -324,6 +324,7 @@ class DamageCheck:
         )
         self._scanned: Damage | None = None  # SQLite's verdict on the deferred table, decided by settled()
         self._scan_said: str | None = None  # what the scan's check said of it, as settled() heard
+        self._verdict: tuple[str | None, dict[str, str], Damage] | None = None  # settled_by_reader's
 
     def settled(self, scanned: str | None) -> Damage | None:
         """The verdict, where the file is already known to be damaged once the CUDA API table is read,
@@ -359,6 +360,17 @@ class DamageCheck:
                 return own
         return found
 
+    def settled_by_reader(self, read: Mapping[str, str]) -> Damage | None:
+        """The verdict once the GPU tables' page reader has checked them (``read`` as for
+        :meth:`result`), where it doubted one: decided now, waiting for the thread (:meth:`result`
+        then gives it again), so that a file damaged there is refused before the rest is read; else
+        None (:meth:`result` decides, after the reading)."""
+        if all(why == "" for table, why in read.items() if table in self.handed):
+            return None
+        verdict = self.result(self._scan_said, read)
+        self._verdict = (self._scan_said, dict(read), verdict)
+        return verdict if verdict.damaged is not None else None
+
     def result(self, scanned: str | None = None, read: Mapping[str, str] | None = None) -> Damage:
         """The verdict on the evidence tables. ``scanned``: what the scan's own check of the deferred
         CUDA API table found ("" sound; why it is unsure; None: not checked, as when reading failed
@@ -368,7 +380,11 @@ class DamageCheck:
         comes first)."""
         if self._scanned is not None and self._scanned.damaged is not None:
             return self._scanned  # the first table in order: the verdict, whatever the thread finds
+        if self._verdict is not None and self._verdict[2].damaged is not None:
+            return self._verdict[2]  # decided by settled_by_reader, every table's check known then
         scanned = self._scan_said if scanned is None else scanned  # reading failed after the scan
+        if self._verdict is not None and self._verdict[:2] == (scanned, dict(read or {})):
+            return self._verdict[2]  # decided by settled_by_reader: sound
         found = self._work.result()
         given = {t: (read or {}).get(t) for t in self.handed}
         if self.deferred is not None:

@@ -39,7 +39,7 @@ import json
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -327,13 +327,16 @@ def read_gpu_work(
     capture: Capture = NO_CAPTURE,
     pageable: pl.DataFrame | None = None,
     corr_groups: pl.DataFrame | None = None,
+    checked: Callable[[Mapping[str, str]], None] | None = None,
 ) -> GpuWork:
     """The blocking calls among ``candidates`` (the CUDA API rows of a blocking name, ``CANDIDATE_SCHEMA``
     with ``kind``) and the GPU work that ran while they blocked. A call or a GPU row with a start or end
     outside the ``capture`` is damage (nsys records nothing there): left out, and a warning counts it.
     ``pageable``: the CUDA API rows of the pageable copies' keys, where the scan gathered them
     (:func:`_pageable_calls`); ``corr_groups``: the scan's groups of the CUDA API table's leaves by
-    correlation id, where it has them (:func:`_by_correlation`)."""
+    correlation id, where it has them (:func:`_by_correlation`). ``checked`` hears what the page
+    reader's check of the GPU tables found (:attr:`GpuWork.checked`) as soon as it has read them,
+    and may raise (a damaged file refused before the rest is read)."""
     tables: dict[str, str] = {}
     candidates = pl.concat([candidates, _pageable_calls(export, prepared, cuda_api_table, frame, typed, pageable)])
     start, end = pl.col("start_ns"), pl.col("end_ns")  # or a duration past 2^63 - 1 ns (292 years)
@@ -350,6 +353,8 @@ def read_gpu_work(
     sync_rows, details = _details(export, calls, copies, frame, typed, tables)
     top = _attributed_calls(calls)
     passed = _pass(export, calls, top, frame, typed, tables, progress, capture)
+    if checked is not None:
+        checked(passed.checked)
     behind = _without_own(passed.behind, calls, own)
     # A copy's own rows ran inside it too: they are its own time (own_ns), not work it was behind.
     own_corr = pl.col("_own")

@@ -11,7 +11,7 @@ import json
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import polars as pl
@@ -332,14 +332,17 @@ def load(
     *,
     progress: Progress | None = None,
     scanned: Callable[[str | None], None] | None = None,
+    read: Callable[[Mapping[str, str]], None] | None = None,
 ) -> Trace:
     """Read every frame the analysis needs from ``export``; ``progress`` hears about the scan;
     ``scanned`` hears, once the CUDA API table is read, what the scan's own check found of it
-    (:attr:`Trace.cuda_api_checked`), and may raise (a damaged file refused before the rest is read)."""
+    (:attr:`Trace.cuda_api_checked`), ``read`` what the page reader's check of the GPU tables found
+    (:attr:`nsysaudit.read.gpu_work.GpuWork.checked`) once it has read them; either may raise (a
+    damaged file refused before the rest is read)."""
     prefetch: Prefetch | None = None
     try:
         prefetch = Prefetch(export)  # the memory events, read on a thread while the other tables are
-        trace = _load(export, tuple(library_domains), progress, prefetch, scanned)
+        trace = _load(export, tuple(library_domains), progress, prefetch, scanned, read)
         # From the size the readers run on threads of their own on: their C buffers, freed, out of RSS
         # before the analysis (as the scan does after its threads).
         if trace.cuda_api_total >= PARALLEL_MIN_ROWS:
@@ -355,6 +358,7 @@ def load(
 def _load(
     export: ExportFile, library_domains: tuple[str, ...], progress: Progress | None, prefetch: Prefetch | None = None,
     on_scanned: Callable[[str | None], None] | None = None,
+    on_read: Callable[[Mapping[str, str]], None] | None = None,
 ) -> Trace:
     """The steps in the order they read the export: strings, diagnostics (the capture's bounds), NVTX,
     library calls, memory, the CUDA API scan, names, session and capture settings; then what lies
@@ -378,7 +382,7 @@ def _load(
     )
     if on_scanned is not None and runtime is not None:
         on_scanned(scanned.checked)
-    scanned, gpu_work = _host_stalls(export, scanned, blocking, runtime, typed, capture_bounds, progress)
+    scanned, gpu_work = _host_stalls(export, scanned, blocking, runtime, typed, capture_bounds, progress, on_read)
     bounded = within_capture(export, capture_bounds, runtime, scanned.span, memory, nvtx_ranges, nvtx_table)
     scanned, memory = replace(scanned, span=bounded.cuda_api_span), bounded.memory
     thread_names, name_warnings = _thread_names(export, strings, typed)
@@ -436,7 +440,7 @@ def _load(
 
 def _host_stalls(
     export: ExportFile, scanned: _Scanned, blocking: Prepared | None, runtime: Table | None, typed: Counter[str],
-    capture_bounds: Capture, progress: Progress | None,
+    capture_bounds: Capture, progress: Progress | None, checked: Callable[[Mapping[str, str]], None] | None = None,
 ) -> tuple[_Scanned, GpuWork]:
     """The host stalls' evidence read from the blocking calls the scan found
     (:func:`nsysaudit.read.gpu_work.read_gpu_work`), and the scan's result without them."""
@@ -445,7 +449,8 @@ def _host_stalls(
     # The candidates handed over, not kept here: read_gpu_work lets go of them once decided (10^6 rows).
     candidates, scanned = scanned.blocking, replace(scanned, blocking=_Scanned().blocking)
     gpu_work = read_gpu_work(export, candidates, blocking, frame, typed, runtime.name, progress=progress,
-                             capture=capture_bounds, pageable=scanned.pageable, corr_groups=scanned.corr_groups)
+                             capture=capture_bounds, pageable=scanned.pageable, corr_groups=scanned.corr_groups,
+                             checked=checked)
     return scanned, gpu_work
 
 
