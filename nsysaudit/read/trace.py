@@ -377,11 +377,9 @@ def _load(
     memory = read_memory(export, frame, typed, prefetch)  # read once: the joins' bytes and the ledger
     blocking = prepare_gpu_work(export, strings, frame, typed) if runtime is not None else None
     scanned = (  # the blocking calls' names marked in it
-        _scan(export, strings, runtime, library_windows, memory, progress, blocking)
+        _scan(export, strings, runtime, library_windows, memory, progress, blocking, on_scanned)
         if runtime is not None else _Scanned()
     )
-    if on_scanned is not None and runtime is not None:
-        on_scanned(scanned.checked)
     scanned, gpu_work = _host_stalls(export, scanned, blocking, runtime, typed, capture_bounds, progress, on_read)
     bounded = within_capture(export, capture_bounds, runtime, scanned.span, memory, nvtx_ranges, nvtx_table)
     scanned, memory = replace(scanned, span=bounded.cuda_api_span), bounded.memory
@@ -650,8 +648,10 @@ def _scan(
     memory: MemoryEvidence,
     progress: Progress | None,
     blocking: Prepared | None = None,
+    on_scanned: Callable[[str | None], None] | None = None,
 ) -> _Scanned:
-    """The CUDA API (runtime and driver) in one streaming pass, the rows it kept given their names."""
+    """The CUDA API (runtime and driver) in one streaming pass, the rows it kept given their names;
+    ``on_scanned`` hears what the scan's own check found of the table as soon as it has read it."""
     conn = export.conn
     ids = [r[0] for r in conn.execute(f"SELECT id FROM {quote(strings.name)}")]
     string_ids = pl.Series("id", ids, dtype=pl.Int64)
@@ -677,6 +677,8 @@ def _scan(
         # The host stalls' asynchronous copies of pageable memory: their rows in the same pass.
         wanted_keys=blocking.pageable if blocking is not None and blocking.pageable.height else None,
     )
+    if on_scanned is not None:
+        on_scanned(scanned.checked)
     wanted = pl.concat([scanned.selected["name_id"], scanned.marked["name_id"]]).drop_nulls().unique()
     names = _string_values(conn, strings.name, wanted.to_list())
     # The marked rows (2.3M at 20M rows) held once: unnamed until they are named, then named only.
