@@ -99,13 +99,19 @@ static int push(rowbuf *b, const int64_t *v, uint8_t nulls) {
     return 0;
 }
 
-static int sorted_has(const int64_t *a, int64_t n, int64_t x) {
+/* The first index of the n sorted values a that is not below v (n where every one is). */
+static int64_t lower_bound(const int64_t *a, int64_t n, int64_t v) {
     int64_t lo = 0, hi = n;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
-        if (a[mid] < x) lo = mid + 1;
+        if (a[mid] < v) lo = mid + 1;
         else hi = mid;
     }
+    return lo;
+}
+
+static int sorted_has(const int64_t *a, int64_t n, int64_t x) {
+    int64_t lo = lower_bound(a, n, x);
     return lo < n && a[lo] == x;
 }
 
@@ -214,17 +220,6 @@ typedef struct {
     int64_t first_leaf;
     int failed;
 } ctx;
-
-/* The first index of the n sorted values a that is not below v (n where every one is). */
-static int64_t lower_bound(const int64_t *a, int64_t n, int64_t v) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if (a[mid] < v) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
 
 /* Whether n keys (gpid, corr) are sorted by correlation id, then gpid, each once. */
 static int keys_sorted(const int64_t *gpid, const int64_t *corr, int64_t n) {

@@ -18,10 +18,9 @@ reads them (:mod:`nsysaudit.read.gpu_work`; where it did not read one whole, it 
 after the reading), the other tables by :class:`DamageCheck` on a thread of its own beside the
 reading. Where the scan doubts the CUDA API table, or the thread has found a table damaged by the
 time the scan ends, the verdict is settled then (:meth:`DamageCheck.settled`): a damaged file is
-refused before the rest of it is read. Tables
-the native check leaves to SQLite: those with an index (quick_check checks its
-b-tree too), WITHOUT ROWID, STRICT, a CHECK constraint or a generated column
-(:func:`column_classes`). What quick_check says is sorted (:func:`classify`):
+refused before the rest of it is read. Tables the native check leaves to SQLite: those with an
+index (quick_check checks its b-tree too), WITHOUT ROWID, STRICT, a CHECK constraint or a generated
+column (:func:`column_classes`). What quick_check says is sorted (:func:`classify`):
 
 - a problem in an evidence table's own b-tree: the file is damaged (one line, exit 2), whichever
   engine would have read it and whatever it would have read;
@@ -348,17 +347,9 @@ class DamageCheck:
             found = self._work.result()
         except Exception:  # result() raises it again, where the caller waits for it
             return None
-        if found.damaged is None:
-            return None
-        before = self._order.get(found.table or SCHEMA, len(self._order))
-        unknown = [t for t in self.handed if self._order[t] < before]
-        if self.deferred is not None and self._scanned is None and scanned is None:
-            unknown.append(self.deferred)
-        for table in sorted(unknown, key=self._order.__getitem__):
-            own = check_export(self._uri, (table,), native_first=True, schema=False)
-            if own.damaged is not None:
-                return own
-        return found
+        # The thread's work done and damage found: result() then waits for nothing, and checks the
+        # tables before that one whose check is still to come (none read: native check first).
+        return self.result(scanned) if found.damaged is not None else None
 
     def settled_by_reader(self, read: Mapping[str, str]) -> Damage | None:
         """The verdict once the GPU tables' page reader has checked them (``read`` as for
