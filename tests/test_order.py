@@ -46,6 +46,40 @@ def test_the_lexsort_is_polars_stable_sort(a: list[int | None], b: list[int | No
     assert sort_stable(frame, by, nulls_last=nulls_last).equals(expected)  # polars' own below the threshold
 
 
+@settings(max_examples=200, deadline=None)
+@given(a=keys, b=keys, c=keys, nulls_last=st.booleans(), presorted=st.integers(0, 3), other_nulls=st.booleans())
+def test_rows_already_in_order_by_the_last_keys_sort_as_polars_sorts(
+    a: list[int | None], b: list[int | None], c: list[int | None], nulls_last: bool, presorted: int,
+    other_nulls: bool,
+) -> None:
+    """A frame in order by its last ``presorted`` keys already (nulls where this sort puts them, or
+    not): only the keys before those are sorted, and the rows come out as polars orders them."""
+    n = min(len(a), len(b), len(c))
+    frame = pl.DataFrame({"a": a[:n], "b": b[:n], "c": c[:n], "row": list(range(n))},
+                         schema={"a": pl.Int64, "b": pl.Int64, "c": pl.Int64, "row": pl.Int64})
+    by = ["a", "b", "c"]
+    if presorted:
+        frame = frame.sort(by[-presorted:], nulls_last=nulls_last != other_nulls, maintain_order=True)
+    expected = frame.sort(by, nulls_last=nulls_last, maintain_order=True)
+    threshold, order.LEXSORT_MIN_ROWS = order.LEXSORT_MIN_ROWS, 0
+    try:
+        assert sort_stable(frame, by, nulls_last=nulls_last).equals(expected)
+    finally:
+        order.LEXSORT_MIN_ROWS = threshold
+
+
+def test_a_large_frame_in_order_is_returned_as_it_is_and_one_in_order_by_its_last_keys_sorted_by_the_first() -> None:
+    rng = np.random.default_rng(11)
+    n = order.LEXSORT_MIN_ROWS + 1_000
+    start = np.sort(rng.integers(0, 10**9, n))
+    frame = pl.DataFrame({"gtid": rng.integers(0, 8, n), "start_ns": start, "correlation_id": np.arange(n)})
+    by = ["gtid", "start_ns", "correlation_id"]
+    ordered = frame.sort(by, maintain_order=True)
+    assert sort_stable(ordered, by) is ordered  # nothing to sort
+    assert order._unordered_keys([frame[k].to_numpy() for k in reversed(by)]) == 1  # the thread's key only
+    assert sort_stable(frame, by).equals(ordered)
+
+
 @pytest.mark.parametrize("nulls_last", [False, True])
 def test_a_large_frame_with_ties_and_nulls(nulls_last: bool) -> None:
     rng = np.random.default_rng(7)
