@@ -590,3 +590,56 @@ def test_a_value_of_another_type_in_the_cuda_api_table_reads_the_copies_again_on
     assert said["1"] == said["0"]
     d = nsysaudit.analyze(path).to_dict()
     assert any(w["kind"] == "type_mismatch" and "CUPTI_ACTIVITY_KIND_RUNTIME" in w["message"] for w in d["warnings"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_each_calls_attribution_is_its_own_rows_summed_whatever_the_other_calls(seed: int) -> None:
+    """The attribution summed for every listed call at once (analysis/stalls._summed) says for each call
+    what its own rows alone say: the groups (the most busy first, at most MAX_GROUPS), the first
+    MAX_KERNEL_NAMES kernels, ranges and libraries and their totals, the launches before, after and
+    unknown, checked against a plain Python reference over random rows of several calls."""
+    from nsysaudit.analysis import stalls
+
+    rng = random.Random(seed)
+    rows = [{
+        "call_id": rng.choice([3, 7, 11]), "stream_id": rng.choice([7, 13]), "work": rng.choice(["kernel", "memcpy"]),
+        "launched": rng.choice(["before", "after", "unknown"]), "launch_gtid": rng.choice([None, 5 << 24 | 9]),
+        "launch_thread_name": rng.choice([None, "pt_autograd_0"]), "nvtx_range": rng.choice([None, *"abcdefg"]),
+        "library": rng.choice([None, "cuBLAS", "NCCL"]), "library_api": rng.choice([None, "gemm"]),
+        "name": rng.choice([f"k{i}" for i in range(8)]), "overlap_ns": rng.choice([None, *range(1, 40)]),
+    } for _ in range(rng.randint(1, 300))]
+    frame = pl.DataFrame(rows, schema={"call_id": pl.Int64, "stream_id": pl.Int64, "work": pl.String,
+                                       "launched": pl.String, "launch_gtid": pl.Int64, "launch_thread_name": pl.String,
+                                       "nvtx_range": pl.String, "library": pl.String, "library_api": pl.String,
+                                       "name": pl.String, "overlap_ns": pl.Int64})
+    summed = stalls._summed(frame)
+
+    def by(mine: list[dict[str, Any]], *keys: str) -> list[tuple[Any, ...]]:  # (keys..., rows, busy), busiest first
+        out: dict[tuple[Any, ...], list[int]] = {}
+        for r in mine:
+            acc = out.setdefault(tuple(r[k] for k in keys), [0, 0])
+            acc[0] += 1
+            acc[1] += r["overlap_ns"] or 0
+        def order(item: tuple[tuple[Any, ...], list[int]]) -> tuple[Any, ...]:
+            return (-item[1][1], *((v is None, v if v is not None else "") for v in item[0]))
+        return [(*k, n, b) for k, (n, b) in sorted(out.items(), key=order)]
+
+    for call in (3, 7, 11, 99):
+        mine = [r for r in rows if r["call_id"] == call]
+        got = stalls._attribution(call, summed, complete=True)
+        kernels = by([r for r in mine if r["work"] == "kernel"], "name")
+        ranges = by([r for r in mine if r["launched"] == "before"], "nvtx_range")
+        libraries = by([r for r in mine if r["library"] is not None], "library", "library_api")
+        assert [(k["name"], k["rows"], k["busy_ns"]) for k in got["kernels"]] == kernels[:stalls.MAX_KERNEL_NAMES]
+        assert [(r["nvtx_range"], r["rows"], r["busy_ns"]) for r in got["ranges"]] == ranges[:stalls.MAX_KERNEL_NAMES]
+        assert got["ranges_total"] == len(ranges)
+        assert [(x["library"], x["library_api"], x["rows"], x["busy_ns"]) for x in got["libraries"]] == \
+            libraries[:stalls.MAX_KERNEL_NAMES]
+        groups = by(mine, *stalls.ATTRIBUTION_KEYS)
+        assert got["groups_total"] == len(groups) and len(got["groups"]) == min(len(groups), stalls.MAX_GROUPS)
+        assert [g["busy_ns"] for g in got["groups"]] == [g[-1] for g in groups[:stalls.MAX_GROUPS]]
+        for state in ("before", "after", "unknown"):
+            of = [r for r in mine if r["launched"] == state]
+            said = {"before": "launched_before", "after": "launched_after", "unknown": "launch_unknown"}[state]
+            assert (got[f"{said}_rows"], got[f"{said}_ns"]) == (len(of), sum(r["overlap_ns"] or 0 for r in of))
+        assert (got["rows"], got["busy_ns"]) == (len(mine), sum(r["overlap_ns"] or 0 for r in mine))

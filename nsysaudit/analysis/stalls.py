@@ -18,7 +18,8 @@ The trace shows what ran during the wait, not what the call waited for: "behind"
 # No `from __future__ import annotations` here: typing would compile each TypedDict's string
 # annotations into ForwardRefs at import, a small export's start-up (docs/performance.md).
 from collections.abc import Sequence
-from typing import Literal, TypedDict
+from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
 
 import polars as pl
 
@@ -383,16 +384,66 @@ def _groups(
     )
 
 
-def _attribution(call_id: int, groups: pl.DataFrame, complete: bool) -> Attribution:
-    mine = groups.filter(pl.col("call_id") == call_id)
-    keys = ["stream_id", "work", "launched", "launch_gtid", "launch_thread_name", "nvtx_range", "library",
-            "library_api"]
-    grouped = (
-        mine.group_by(keys).agg(pl.len().cast(pl.Int64).alias("rows"), pl.col("overlap_ns").sum().alias("busy_ns"))
-        .sort("busy_ns", "rows", *keys, descending=[True, True, *([False] * len(keys))], nulls_last=True)
+def _by_call(frame: pl.DataFrame, *, include_key: bool = True) -> dict[int, pl.DataFrame]:
+    """``frame``'s rows per ``call_id``, each call's in ``frame``'s order: one query for every listed
+    call, rather than a filter (and a few sums) for each: a query costs polars' entry into its thread
+    pool, some 0.1-0.2 ms even on a few rows (the 48 listed calls of the serialized capture cost 190)."""
+    if not frame.height:
+        return {}
+    parts = frame.partition_by("call_id", as_dict=True, maintain_order=True, include_key=include_key)
+    return {int(key[0]): part for key, part in parts.items() if key[0] is not None}
+
+
+ATTRIBUTION_KEYS = ["stream_id", "work", "launched", "launch_gtid", "launch_thread_name", "nvtx_range", "library",
+                    "library_api"]
+
+
+@dataclass(frozen=True)
+class _Summed:
+    """The attributed rows of :func:`_groups` summed every way the report says them, for every call at
+    once (a query each), then kept per call: ``groups``, ``kernels``, ``ranges`` and ``libraries`` in
+    the order they are listed, ``launched`` by (call, launched before/after/unknown) and ``totals`` by
+    call, each ``(rows, busy_ns)``."""
+
+    groups: dict[int, pl.DataFrame]
+    kernels: dict[int, pl.DataFrame]
+    ranges: dict[int, pl.DataFrame]
+    libraries: dict[int, pl.DataFrame]
+    launched: dict[tuple[int, str], tuple[int, int]]
+    totals: dict[int, tuple[int, int]]
+
+
+def _summed(rows: pl.DataFrame) -> _Summed:
+    counted = (pl.len().cast(pl.Int64).alias("rows"), pl.col("overlap_ns").sum().alias("busy_ns"))
+
+    def summed(frame: pl.DataFrame, *keys: str) -> dict[int, pl.DataFrame]:  # the most busy first, then by key
+        return _by_call(
+            frame.group_by("call_id", *keys).agg(*counted)
+            .sort("call_id", "busy_ns", *keys, descending=[False, True, *([False] * len(keys))], nulls_last=True),
+            include_key=False,
+        )
+
+    keys = ATTRIBUTION_KEYS
+    return _Summed(
+        groups=_by_call(
+            rows.group_by("call_id", *keys).agg(*counted)
+            .sort("call_id", "busy_ns", "rows", *keys, descending=[False, True, True, *([False] * len(keys))],
+                  nulls_last=True)
+        ),
+        kernels=summed(rows.filter(pl.col("work") == "kernel"), "name"),
+        ranges=summed(rows.filter(pl.col("launched") == "before"), "nvtx_range"),
+        libraries=summed(rows.filter(pl.col("library").is_not_null()), "library", "library_api"),
+        launched={(c, state): (n, int(b or 0)) for c, state, n, b in
+                  rows.group_by("call_id", "launched").agg(*counted).iter_rows()},
+        totals={c: (n, int(b or 0)) for c, n, b in rows.group_by("call_id").agg(*counted).iter_rows()},
     )
+
+
+def _attribution(call_id: int, summed: _Summed, complete: bool) -> Attribution:
+    """One call's attributed rows (:func:`_groups`), as the report says them."""
+    grouped = summed.groups.get(call_id)
     out: list[LaunchGroup] = []
-    for r in grouped.head(MAX_GROUPS).iter_rows(named=True):
+    for r in grouped.head(MAX_GROUPS).iter_rows(named=True) if grouped is not None else []:
         g = r["launch_gtid"]
         out.append({
             "stream_id": r["stream_id"], "work": r["work"], "rows": r["rows"], "busy_ns": r["busy_ns"],
@@ -402,32 +453,25 @@ def _attribution(call_id: int, groups: pl.DataFrame, complete: bool) -> Attribut
                 "thread_name": r["launch_thread_name"]},
             "nvtx_range": r["nvtx_range"], "library": r["library"], "library_api": r["library_api"],
         })
-    def summed(frame: pl.DataFrame, *keys: str) -> pl.DataFrame:
-        return (
-            frame.group_by(*keys)
-            .agg(pl.len().cast(pl.Int64).alias("rows"), pl.col("overlap_ns").sum().alias("busy_ns"))
-            .sort("busy_ns", *keys, descending=[True, *([False] * len(keys))], nulls_last=True)
-        )
 
-    kernels = summed(mine.filter(pl.col("work") == "kernel"), "name").head(MAX_KERNEL_NAMES)
-    ranges = summed(mine.filter(pl.col("launched") == "before"), "nvtx_range")
-    libraries = summed(mine.filter(pl.col("library").is_not_null()), "library", "library_api").head(MAX_KERNEL_NAMES)
+    def listed(part: dict[int, pl.DataFrame]) -> list[tuple[Any, ...]]:  # the first few, as polars gives rows
+        frame = part.get(call_id)
+        return frame.head(MAX_KERNEL_NAMES).rows() if frame is not None else []
 
-    def launched(state: str) -> tuple[int, int]:
-        rows = mine.filter(pl.col("launched") == state)
-        return rows.height, int(rows["overlap_ns"].sum() or 0)
-
-    (before, before_ns), (after, after_ns), (unknown, unknown_ns) = map(launched, ("before", "after", "unknown"))
+    ranges = summed.ranges.get(call_id)
+    (before, before_ns), (after, after_ns), (unknown, unknown_ns) = (
+        summed.launched.get((call_id, state), (0, 0)) for state in ("before", "after", "unknown"))
+    rows, busy_ns = summed.totals.get(call_id, (0, 0))
     return {
-        "rows": mine.height, "busy_ns": int(mine["overlap_ns"].sum() or 0), "complete": complete,
+        "rows": rows, "busy_ns": busy_ns, "complete": complete,
         "launched_before_rows": before, "launched_before_ns": before_ns, "launched_after_rows": after,
         "launched_after_ns": after_ns, "launch_unknown_rows": unknown, "launch_unknown_ns": unknown_ns,
-        "ranges": [{"nvtx_range": t, "rows": n, "busy_ns": b} for t, n, b in ranges.head(MAX_KERNEL_NAMES).iter_rows()],
-        "ranges_total": ranges.height,
+        "ranges": [{"nvtx_range": t, "rows": n, "busy_ns": b} for t, n, b in listed(summed.ranges)],
+        "ranges_total": ranges.height if ranges is not None else 0,
         "libraries": [{"library": lib, "library_api": api, "rows": n, "busy_ns": b}
-                      for lib, api, n, b in libraries.iter_rows()],
-        "groups": out, "groups_total": grouped.height,
-        "kernels": [{"name": n, "rows": k, "busy_ns": b} for n, k, b in kernels.iter_rows()],
+                      for lib, api, n, b in listed(summed.libraries)],
+        "groups": out, "groups_total": grouped.height if grouped is not None else 0,
+        "kernels": [{"name": n, "rows": k, "busy_ns": b} for n, k, b in listed(summed.kernels)],
     }
 
 
@@ -441,20 +485,23 @@ def _calls(
     )
     behind = work.behind.join(listed.select("call_id"), on="call_id", how="semi")
     attributed = set(work.attributed_calls)
+    mine = groups.join(listed.select("call_id"), on="call_id", how="semi")
+    behind_of, grouped = _by_call(behind), set(mine["call_id"].to_list())
+    summed = _summed(mine.filter(pl.col("call_id").is_in(list(attributed))))
     out: list[StallCall] = []
     for r in rows.iter_rows(named=True):
         synced = r["stream_id"]
-        mine = behind.filter(pl.col("call_id") == r["call_id"])
+        own = behind_of.get(r["call_id"], behind.clear())
         streams: list[StallStream] = [
             {"stream_id": s, "work": w, "rows": n, "busy_ns": b,
              "synchronized_stream": None if synced is None else s == synced}
-            for s, w, n, b in mine.select("stream_id", "work", "rows", "busy_ns").iter_rows()
+            for s, w, n, b in own.select("stream_id", "work", "rows", "busy_ns").iter_rows()
         ]
         copy: CallCopy | None = None
         if r["kind"] in ("sync_copy", "async_copy", "sync_memset"):
             copy = {"rows": r["own_rows"], "bytes": r["own_bytes"], "copy_kind": r["copy_kind"],
                     "memory_kinds": r["memory_kinds"] or None}
-        complete = work.attribution_complete or not groups.filter(pl.col("call_id") == r["call_id"]).height
+        complete = work.attribution_complete or r["call_id"] not in grouped
         out.append({
             "call_id": r["call_id"], "api": r["api"], "kind": r["kind"], "return_code": r["return_code"],
             "correlation_id": r["correlation_id"], "pid": r["pid"], "tid": r["tid"], "global_tid": r["gtid"],
@@ -466,7 +513,7 @@ def _calls(
             "copy": copy,
             "nvtx": list(r["nvtx"] or []),
             "behind": streams if r["stall"] else None,
-            "attribution": _attribution(r["call_id"], groups, complete) if r["call_id"] in attributed else None,
+            "attribution": _attribution(r["call_id"], summed, complete) if r["call_id"] in attributed else None,
         })
     return out
 
