@@ -414,25 +414,29 @@ class _Summed:
 
 
 def _summed(rows: pl.DataFrame) -> _Summed:
+    if not rows.height:
+        return _Summed({}, {}, {}, {}, {}, {})
     counted = (pl.len().cast(pl.Int64).alias("rows"), pl.col("overlap_ns").sum().alias("busy_ns"))
 
-    def summed(frame: pl.DataFrame, *keys: str) -> dict[int, pl.DataFrame]:  # the most busy first, then by key
+    def summed(which: pl.Expr, *keys: str) -> dict[int, pl.DataFrame]:  # the most busy first, then by key
         return _by_call(
-            frame.group_by("call_id", *keys).agg(*counted)
-            .sort("call_id", "busy_ns", *keys, descending=[False, True, *([False] * len(keys))], nulls_last=True),
+            rows.lazy().filter(which).group_by("call_id", *keys).agg(*counted)
+            .sort("call_id", "busy_ns", *keys, descending=[False, True, *([False] * len(keys))], nulls_last=True)
+            .collect(),
             include_key=False,
         )
 
     keys = ATTRIBUTION_KEYS
     return _Summed(
         groups=_by_call(
-            rows.group_by("call_id", *keys).agg(*counted)
+            rows.lazy().group_by("call_id", *keys).agg(*counted)
             .sort("call_id", "busy_ns", "rows", *keys, descending=[False, True, True, *([False] * len(keys))],
                   nulls_last=True)
+            .collect()
         ),
-        kernels=summed(rows.filter(pl.col("work") == "kernel"), "name"),
-        ranges=summed(rows.filter(pl.col("launched") == "before"), "nvtx_range"),
-        libraries=summed(rows.filter(pl.col("library").is_not_null()), "library", "library_api"),
+        kernels=summed(pl.col("work") == "kernel", "name"),
+        ranges=summed(pl.col("launched") == "before", "nvtx_range"),
+        libraries=summed(pl.col("library").is_not_null(), "library", "library_api"),
         launched={(c, state): (n, int(b or 0)) for c, state, n, b in
                   rows.group_by("call_id", "launched").agg(*counted).iter_rows()},
         totals={c: (n, int(b or 0)) for c, n, b in rows.group_by("call_id").agg(*counted).iter_rows()},
@@ -478,24 +482,28 @@ def _attribution(call_id: int, summed: _Summed, complete: bool) -> Attribution:
 def _calls(
     listed: pl.DataFrame, stacks: pl.DataFrame, work: GpuWork, groups: pl.DataFrame, names: pl.DataFrame
 ) -> list[StallCall]:
-    rows = (
-        listed.join(stacks, on="call_id", how="left").join(names, on="gtid", how="left")
-        .join(work.details, on="call_id", how="left")  # every listed call has its details (read/gpu_work)
+    rows = (  # in the listed order; every listed call has its details (read/gpu_work)
+        listed.lazy().join(stacks.lazy(), on="call_id", how="left", maintain_order="left")
+        .join(names.lazy(), on="gtid", how="left", maintain_order="left")
+        .join(work.details.lazy(), on="call_id", how="left", maintain_order="left")
         .with_columns(decode_pid(pl.col("gtid")).alias("pid"), decode_tid(pl.col("gtid")).alias("tid"))
+        .collect()
     )
-    behind = work.behind.join(listed.select("call_id"), on="call_id", how="semi")
+    ids = listed.select("call_id")
+    behind = work.behind.lazy().join(ids.lazy(), on="call_id", how="semi", maintain_order="left").select(
+        "call_id", "stream_id", "work", "rows", "busy_ns").collect()
     attributed = set(work.attributed_calls)
-    mine = groups.join(listed.select("call_id"), on="call_id", how="semi")
-    behind_of, grouped = _by_call(behind), set(mine["call_id"].to_list())
+    mine = groups.join(ids, on="call_id", how="semi")
+    behind_of, grouped = _by_call(behind, include_key=False), set(mine["call_id"].to_list())
     summed = _summed(mine.filter(pl.col("call_id").is_in(list(attributed))))
     out: list[StallCall] = []
     for r in rows.iter_rows(named=True):
         synced = r["stream_id"]
-        own = behind_of.get(r["call_id"], behind.clear())
+        own = behind_of.get(r["call_id"])
         streams: list[StallStream] = [
             {"stream_id": s, "work": w, "rows": n, "busy_ns": b,
              "synchronized_stream": None if synced is None else s == synced}
-            for s, w, n, b in own.select("stream_id", "work", "rows", "busy_ns").iter_rows()
+            for s, w, n, b in (own.iter_rows() if own is not None else ())
         ]
         copy: CallCopy | None = None
         if r["kind"] in ("sync_copy", "async_copy", "sync_memset"):
