@@ -63,7 +63,11 @@ def _names(frame: pl.DataFrame, predicate: Callable[[str], bool]) -> list[str]:
 
 
 def classify_returns(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` (``api``, ``return_code``) with ``classification`` (null for success or unknown return)."""
+    """``frame`` (``api``, ``return_code``) with ``classification`` (null for success or unknown return);
+    a frame this function already classified is returned as it is (the analysis classifies the CUDA
+    API rows once and hands them on: each lookup is a few queries, and at 20M rows a pass)."""
+    if "classification" in frame.columns:
+        return frame
     # Only the failed rows (few) are looked up; every other row's class is null. The frame keeps
     # its order.
     failed = frame.select("api", "return_code").with_row_index("_row").filter(

@@ -175,7 +175,7 @@ def _analyze(
     )
     cuda_api_rows = failures.classify_returns(trace.cuda_api_rows)
     findings = _findings(trace, nested.pairs, libs, cuda_api_rows, event_records)
-    failed, attribution_warnings = _failed_calls(trace, findings, nested, library_domains, max_pairs)
+    failed, attribution_warnings = _failed_calls(trace, cuda_api_rows, findings, nested, library_domains, max_pairs)
     sources = verdicts.library_sources(trace, libs, library_domains)
     alignment = _aligned(trace, libs, telemetry)
     # Out-of-memory failures outside library calls that nothing after them shows the process survived.
@@ -334,17 +334,19 @@ def _findings(
 
 
 def _failed_calls(
-    trace: Trace, findings: pl.DataFrame, nested: _Nested, library_domains: Sequence[str], max_pairs: int | None
+    trace: Trace, cuda_api_rows: pl.DataFrame, findings: pl.DataFrame, nested: _Nested, library_domains: Sequence[str],
+    max_pairs: int | None,
 ) -> tuple[pl.DataFrame, list[ReportWarning]]:
-    """The failed calls no finding explains, grouped, each with its innermost NVTX range outside the
-    library domains (a warning when there were too many overlaps to say)."""
+    """The failed calls no finding explains (``cuda_api_rows``: the trace's, classified), grouped, each
+    with its innermost NVTX range outside the library domains (a warning when there were too many
+    overlaps to say)."""
     explained = findings.select(failures.CALL_COLUMNS)
     straddling = nested.pairs.filter(pl.col("relation") == "straddling").select(failures.CALL_COLUMNS)
     library = set(library_domains)
     plain_ranges = trace.nvtx_ranges.filter(pl.col("domain").is_null() | ~pl.col("domain").is_in(list(library)))
     unexamined = union_windows(nested.closed.filter(pl.col("lib_id").is_in(nested.nesting.unexamined)))
     failed, attributed = failures.failed_calls(
-        trace.cuda_api_rows, explained, straddling, plain_ranges, max_pairs, unexamined
+        cuda_api_rows, explained, straddling, plain_ranges, max_pairs, unexamined
     )
     said = [] if attributed else [warned(Reason.of("nvtx_attribution_skipped", max_pairs=max_pairs), failed.height)]
     return joins.with_ids(failed, trace.thread_names), said
