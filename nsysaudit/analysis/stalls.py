@@ -561,16 +561,17 @@ def _ranges(calls: pl.DataFrame, stacks: pl.DataFrame, behind: pl.DataFrame) -> 
         .group_by("gpid", "range", "stream_id").agg(pl.col("busy_ns").sum())
         .sort("busy_ns", "stream_id", descending=[True, False])
     )
+    # Each shown range's streams, the busiest first (a few rows: taken in Python, not a query a range).
+    streams_of: dict[tuple[int, str | None], list[tuple[int, int]]] = {}
+    for gpid, text, stream, busy in streams.select("gpid", "range", "stream_id", "busy_ns").iter_rows():
+        streams_of.setdefault((gpid, text), []).append((stream, busy))
     out: list[RangeStalls] = []
     for r in shown.iter_rows(named=True):
-        mine = streams.filter((pl.col("gpid") == r["gpid"]) & (
-            pl.col("range").is_null() if r["range"] is None else pl.col("range") == r["range"]))
         out.append({
             "range": r["range"], "pid": pid_bits(r["gpid"]), "global_pid": r["gpid"], "calls": r["calls"],
             "stalls": r["stalls"], "blocked_ns": r["blocked_ns"], "stalled_ns": r["stalled_ns"],
             "waited_ns": r["waited_ns"], "idle_ns": r["idle_ns"],
-            "behind": [{"stream_id": s, "busy_ns": b}
-                       for s, b in mine.select("stream_id", "busy_ns").head(3).iter_rows()],
+            "behind": [{"stream_id": s, "busy_ns": b} for s, b in streams_of.get((r["gpid"], r["range"]), [])[:3]],
         })
     return out, sums.height
 
