@@ -29,6 +29,15 @@ keys = st.lists(st.one_of(st.none(), st.integers(-3, 3), st.sampled_from([-(1 <<
                 min_size=0, max_size=40)
 
 
+def lexsorted(frame: pl.DataFrame, by: list[str], nulls_last: bool) -> pl.DataFrame:
+    """:func:`sort_stable` of ``frame`` with numpy's lexsort forced (the threshold at 0), however small."""
+    threshold, order.LEXSORT_MIN_ROWS = order.LEXSORT_MIN_ROWS, 0
+    try:
+        return sort_stable(frame, by, nulls_last=nulls_last)
+    finally:
+        order.LEXSORT_MIN_ROWS = threshold
+
+
 @settings(max_examples=200, deadline=None)
 @given(a=keys, b=keys, nulls_last=st.booleans(), two=st.booleans())
 def test_the_lexsort_is_polars_stable_sort(a: list[int | None], b: list[int | None], nulls_last: bool,
@@ -38,11 +47,7 @@ def test_the_lexsort_is_polars_stable_sort(a: list[int | None], b: list[int | No
                          schema={"a": pl.Int64, "b": pl.Int64, "row": pl.Int64})
     by = ["a", "b"] if two else ["b"]
     expected = frame.sort(by, nulls_last=nulls_last, maintain_order=True)
-    threshold, order.LEXSORT_MIN_ROWS = order.LEXSORT_MIN_ROWS, 0
-    try:
-        assert sort_stable(frame, by, nulls_last=nulls_last).equals(expected)
-    finally:
-        order.LEXSORT_MIN_ROWS = threshold
+    assert lexsorted(frame, by, nulls_last).equals(expected)
     assert sort_stable(frame, by, nulls_last=nulls_last).equals(expected)  # polars' own below the threshold
 
 
@@ -60,12 +65,7 @@ def test_rows_already_in_order_by_the_last_keys_sort_as_polars_sorts(
     by = ["a", "b", "c"]
     if presorted:
         frame = frame.sort(by[-presorted:], nulls_last=nulls_last != other_nulls, maintain_order=True)
-    expected = frame.sort(by, nulls_last=nulls_last, maintain_order=True)
-    threshold, order.LEXSORT_MIN_ROWS = order.LEXSORT_MIN_ROWS, 0
-    try:
-        assert sort_stable(frame, by, nulls_last=nulls_last).equals(expected)
-    finally:
-        order.LEXSORT_MIN_ROWS = threshold
+    assert lexsorted(frame, by, nulls_last).equals(frame.sort(by, nulls_last=nulls_last, maintain_order=True))
 
 
 def test_a_large_frame_in_order_is_returned_as_it_is_and_one_in_order_by_its_last_keys_sorted_by_the_first() -> None:
