@@ -63,11 +63,7 @@ def _names(frame: pl.DataFrame, predicate: Callable[[str], bool]) -> list[str]:
 
 
 def classify_returns(frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` (``api``, ``return_code``) with ``classification`` (null for success or unknown return);
-    a frame this function already classified is returned as it is (the analysis classifies the CUDA
-    API rows once and hands them on: each lookup is a few queries, and at 20M rows a pass)."""
-    if "classification" in frame.columns:
-        return frame
+    """``frame`` (``api``, ``return_code``) with ``classification`` (null for success or unknown return)."""
     # Only the failed rows (few) are looked up; every other row's class is null. The frame keeps
     # its order.
     failed = frame.select("api", "return_code").with_row_index("_row").filter(
@@ -368,11 +364,12 @@ def failed_calls(
     """The failures no finding explains, grouped (:data:`FAILED_CALL_SCHEMA`), and whether NVTX
     ranges were attributed (False past ``max_pairs``).
 
-    ``explained``: calls (``CALL_COLUMNS``) that are part of a finding; ``straddling``: calls
+    ``cuda_api_rows``: classified (:func:`classify_returns`: the analysis classifies them once and
+    hands them on); ``explained``: calls (``CALL_COLUMNS``) that are part of a finding; ``straddling``: calls
     that cross a library call's edge; ``unexamined``: the union windows of the library calls a pair
     limit left unexamined (a failure overlapping one may be nested in it: ``library_call_unexamined``).
     """
-    rows = classify_returns(cuda_api_rows).filter(is_failure())
+    rows = cuda_api_rows.filter(is_failure())
     rows = rows.join(explained.select(CALL_COLUMNS).unique(), on=CALL_COLUMNS, how="anti", nulls_equal=True)
     if rows.height == 0:
         return pl.DataFrame(schema=FAILED_CALL_SCHEMA), True

@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import polars as pl
 
-from nsysaudit.analysis.failures import CALL_COLUMNS, classify_returns, is_failure
+from nsysaudit.analysis.failures import CALL_COLUMNS, is_failure
 from nsysaudit.core.ids import global_pid
 from nsysaudit.read.recovery import out_of_memory_allocations
 
 
 def unrecovered(cuda_api_rows: pl.DataFrame, explained: pl.DataFrame, last_allocations: pl.DataFrame) -> pl.DataFrame:
-    """The out-of-memory allocation failures among ``cuda_api_rows`` that no finding explains
-    (``explained``: the findings' calls, ``CALL_COLUMNS``) and after which their process made no
-    successful allocation call (``last_allocations``: per process, the last one's start). Columns
-    ``CALL_COLUMNS``, in time order."""
-    rows = classify_returns(cuda_api_rows).filter(is_failure() & pl.col("gtid").is_not_null()
-                                                  & pl.col("start_ns").is_not_null())
+    """The out-of-memory allocation failures among ``cuda_api_rows`` (classified:
+    :func:`nsysaudit.analysis.failures.classify_returns`) that no finding explains (``explained``: the
+    findings' calls, ``CALL_COLUMNS``) and after which their process made no successful allocation
+    call (``last_allocations``: per process, the last one's start). Columns ``CALL_COLUMNS``, in time
+    order."""
+    rows = cuda_api_rows.filter(is_failure() & pl.col("gtid").is_not_null() & pl.col("start_ns").is_not_null())
     oom = out_of_memory_allocations(rows.select(CALL_COLUMNS))
     if oom.height == 0:
         return oom
