@@ -325,6 +325,39 @@ def test_verify_with_inputs_catches_a_consistent_forgery(capsys, bag: Path) -> N
     assert "same versions as when sealed" in err
 
 
+def test_a_rerun_compares_the_facts_before_it_draws_and_the_drawn_files_after(capsys, bag: Path, monkeypatch) -> None:
+    """verify --inputs compares inputs-sha256.txt, report.json and report.md first: a re-run whose
+    report differs fails before the pictures and report.html are drawn; one whose report matches
+    draws them (each arm's picture once) and compares them too."""
+    from nsysaudit.render import pictures
+
+    drawn: list[str | None] = []
+    real = pictures.render
+
+    def counted(timelines: Any, *args: Any, **kwargs: Any) -> Any:
+        drawn.extend(t.arm for t in timelines)
+        return real(timelines, *args, **kwargs)
+
+    monkeypatch.setattr(pictures, "render", counted)
+    assert run(capsys, "verify", bag, "--inputs", *REAL_INPUTS)[0] == 0
+    assert sorted(drawn) == ["observe", "release"]
+    picture = bag / "timeline-release.svg"
+    picture.write_bytes(picture.read_bytes().replace(b"</svg>", b"<!-- forged --></svg>"))
+    (bag / "manifest-sha256.txt").write_bytes(manifest_text({n: sha(bag / n) for n in payload("compare")}))
+    reseal_tags(bag)
+    assert run(capsys, "verify", bag)[0] == 0
+    code, _, err = run(capsys, "verify", bag, "--inputs", *REAL_INPUTS)
+    assert code == 1 and "re-running the analysis gives a different timeline-release.svg" in err, err
+    report = bag / "report.json"
+    report.write_bytes(report.read_bytes().replace(b'"inconclusive"', b'"no_failure"'))
+    (bag / "manifest-sha256.txt").write_bytes(manifest_text({n: sha(bag / n) for n in payload("compare")}))
+    reseal_tags(bag)
+    drawn.clear()
+    code, _, err = run(capsys, "verify", bag, "--inputs", *REAL_INPUTS)
+    assert code == 1 and "re-running the analysis gives a different report.json" in err, err
+    assert drawn == []
+
+
 @needs_native
 def test_the_payload_is_the_same_whatever_engine_read_it_and_metadata_says_which(
     capsys, tmp_path: Path, monkeypatch

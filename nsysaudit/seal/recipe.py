@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -44,6 +44,7 @@ from nsysaudit.seal.layout import (
     ANALYSIS_FORMAT,
     INPUTS,
     METADATA,
+    PICTURES,
     REPORT_HTML,
     REPORT_JSON,
     REPORT_MD,
@@ -214,7 +215,7 @@ class Built:
 
     recipe: Recipe
     document: SealedAnalysisDocument | ComparisonDocument
-    files: dict[str, bytes]
+    files: Payload
     inputs: list[InputFile]
     results: dict[str, AnalysisResult] = field(default_factory=dict)
 
@@ -277,8 +278,9 @@ def _build_compare(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
                                  labels=recipe.labels)
     doc = comparison.to_dict()
     doc["options"] = recipe.options()
-    timelines = aligned_timelines(results["observe"], results["release"])
-    return Built(recipe, doc, _payload(doc, comparison_report(doc), inputs, timelines), _ordered(inputs), results)
+    arms = results["observe"], results["release"]
+    files = _payload(doc, comparison_report(doc), inputs, lambda: aligned_timelines(*arms))
+    return Built(recipe, doc, files, _ordered(inputs), results)
 
 
 def _telemetry_input(role: str, path: str, result: AnalysisResult) -> InputFile:
@@ -378,7 +380,7 @@ def _build_analyze(recipe: Recipe, nsys_path: str | os.PathLike[str] | None, pro
     inputs += snaps
     doc = sealed_analysis_document(result, tel, snaps)
     doc["options"] = recipe.options()
-    files = _payload(doc, analysis_report(doc), inputs, (timeline(result),))
+    files = _payload(doc, analysis_report(doc), inputs, lambda: (timeline(result),))
     return Built(recipe, doc, files, inputs, {"arm": result})
 
 
@@ -389,26 +391,55 @@ def _ordered(inputs: list[InputFile]) -> list[InputFile]:
     return sorted(inputs, key=lambda i: _ROLE_ORDER.index(i.role) if i.role in _ROLE_ORDER else len(_ROLE_ORDER))
 
 
+class Payload(Mapping[str, bytes]):
+    """The payload files' bytes by name (in :func:`~nsysaudit.seal.layout.payload`'s order): the
+    facts made at once, the pictures and report.html (which holds them) drawn on first use, once.
+    ``verify --inputs`` compares the facts first, so a re-run whose report differs fails before
+    anything is drawn (half of a small report's re-run is the drawing)."""
+
+    def __init__(self, facts: dict[str, bytes], drawn: tuple[str, ...], draw: Callable[[], dict[str, bytes]]) -> None:
+        self._facts, self._names, self._draw = facts, drawn, draw
+        self._drawn: dict[str, bytes] | None = None
+
+    def __getitem__(self, name: str) -> bytes:
+        if name in self._facts:
+            return self._facts[name]
+        if name not in self._names:
+            raise KeyError(name)
+        if self._drawn is None:
+            self._drawn = self._draw()
+        return self._drawn[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((*self._facts, *self._names))
+
+    def __len__(self) -> int:
+        return len(self._facts) + len(self._names)
+
+
 def _payload(
     doc: SealedAnalysisDocument | ComparisonDocument,
     markdown: MarkdownReport,
     inputs: list[InputFile],
-    timelines: Sequence[Timeline],
-) -> dict[str, bytes]:
+    timelines: Callable[[], Sequence[Timeline]],
+) -> Payload:
+    """The payload of ``doc``: its facts now, its ``timelines``' pictures and report.html when first read."""
     lines = b"".join(checksum_line(i.sha256, i.name) for i in _ordered(inputs))
-    # Each arm's timeline picture, and report.html: report.md with the pictures inline. The SVG
-    # ids are salted per arm, so that both pictures can sit in one page.
-    from nsysaudit.render.pictures import render  # matplotlib is imported only when a picture is drawn
+    facts = {INPUTS: lines, REPORT_JSON: indented(doc), REPORT_MD: markdown.text.encode("utf-8")}  # payload()'s order
+    kind: ReportKind = "compare" if doc["kind"] == "comparison" else "analyze"
 
-    pictures = [(t, render([t], ("svg",), salt=f"nsysaudit-{t.arm or 'arm'}")["svg"]) for t in timelines]
-    title = "nsysaudit comparison" if doc["kind"] == "comparison" else "nsysaudit analysis"
-    return {
-        REPORT_JSON: indented(doc),
-        REPORT_MD: markdown.text.encode("utf-8"),
-        INPUTS: lines,
-        **{picture_name(t.arm): svg for t, svg in pictures},
-        REPORT_HTML: report_html(markdown, [svg for _, svg in pictures], title=title),
-    }
+    def draw() -> dict[str, bytes]:
+        # Each arm's timeline picture, and report.html: report.md with the pictures inline. The SVG
+        # ids are salted per arm, so that both pictures can sit in one page.
+        from nsysaudit.render.pictures import render  # matplotlib is imported only when a picture is drawn
+
+        pictures = [(t, render([t], ("svg",), salt=f"nsysaudit-{t.arm or 'arm'}")["svg"]) for t in timelines()]
+        title = "nsysaudit comparison" if kind == "compare" else "nsysaudit analysis"
+        drawn = {picture_name(t.arm): svg for t, svg in pictures}
+        drawn[REPORT_HTML] = report_html(markdown, [svg for _, svg in pictures], title=title)
+        return drawn
+
+    return Payload(facts, (*PICTURES[kind], REPORT_HTML), draw)
 
 
 def _command(recipe: Recipe, out: str | os.PathLike[str]) -> list[str]:
