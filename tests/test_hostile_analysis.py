@@ -362,6 +362,7 @@ def test_string_ids_without_a_primary_key_but_unique_are_read(capsys, tmp_path: 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
+@pytest.mark.pure_skip
 @pytest.mark.parametrize("native", ["1", "0"])
 @pytest.mark.parametrize(
     ("column", "value", "said"),

@@ -392,7 +392,7 @@ SEALED_FILES = ["inputs-sha256.txt", "manifest-sha256.txt", "metadata.json", "re
                 "report.md", "tagmanifest-sha256.txt", "timeline-observe.svg", "timeline-release.svg"]
 
 
-@pytest.mark.sealed_folder
+@pytest.mark.pure_skip
 @settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(SEALED_FILES), offset=st.integers(0, 1 << 20), value=st.integers(0, 255),
        with_inputs=st.booleans())
@@ -433,7 +433,7 @@ def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
-@pytest.mark.sealed_folder
+@pytest.mark.pure_skip
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), with_inputs=st.booleans())
 def test_a_forged_metadata_value_is_a_failed_check_never_a_traceback(

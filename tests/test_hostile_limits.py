@@ -282,6 +282,7 @@ def test_a_memory_error_is_one_line_and_exit_2(capsys, monkeypatch) -> None:
     assert (code, out) == (2, "") and err.startswith("nsysaudit: error: out of memory") and err.count("\n") == 1
 
 
+@pytest.mark.pure_skip
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_under_an_address_space_limit_the_engines_answer_or_refuse_in_one_line(native: str) -> None:
     """At 1 GiB the analysis runs (the allocators and pools asked for less: the pure engines ended in
@@ -297,6 +298,7 @@ def test_under_an_address_space_limit_the_engines_answer_or_refuse_in_one_line(n
 
 
 @pytest.mark.slow
+@pytest.mark.pure_skip
 @pytest.mark.parametrize("native", ["1", "0"])
 def test_a_4m_row_export_under_1_gib_gives_the_unlimited_answer(tmp_path: Path, native: str) -> None:
     """The pure engines under ulimit -v 1-1.5 GB on a 4M-row export crashed (the native one passed)."""
