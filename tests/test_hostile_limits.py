@@ -15,9 +15,10 @@ import polars as pl
 import pytest
 from builder import Call, Export, LibCall
 from conftest import run, warning_counts
+from polars.testing import assert_frame_equal
 from scenarios import MAIN, PID, WORKER, MiB
 
-from nsysaudit.analysis.joins import closed_libs, count_pairs, nest
+from nsysaudit.analysis.joins import PairsWay, closed_libs, count_pairs, nest
 
 # --- the pair limit ------------------------------------------------------------------------------
 
@@ -108,7 +109,10 @@ def test_pair_limit_is_shown_in_the_terminal_and_refused_with_out(capsys, make_e
 # --- the joins against brute force ---------------------------------------------------------------
 
 
-def test_pair_counts_without_forming_pairs_match_the_join() -> None:
+@pytest.mark.parametrize("way", ["as-of", "pairs"])
+def test_pair_counts_without_forming_pairs_match_the_join(way: PairsWay) -> None:
+    """count_pairs, both ways (as-of joins that form no pair; one query over the pairs), against the
+    pairs nest forms."""
     rng = random.Random(11)
     for _ in range(100):
         libs = []
@@ -125,7 +129,7 @@ def test_pair_counts_without_forming_pairs_match_the_join() -> None:
         )
         closed = closed_libs(lib_frame.cast(pl.Int64))
         pairs = nest(closed, call_frame)
-        counts = count_pairs(closed, call_frame)
+        counts = count_pairs(closed, call_frame, way=way)
         per_lib = dict(pairs.group_by("lib_id").len().iter_rows())
         assert {lib: n for lib, n in counts.iter_rows() if n} == per_lib
 
@@ -184,7 +188,8 @@ def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: p
 
 def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force() -> None:
     """All threads are answered at once (as for 100k threads): ties, zero-length calls and
-    library calls at the ends of the int64 range give every overlap of its own thread, nothing else."""
+    library calls at the ends of the int64 range give every overlap of its own thread, nothing else;
+    count_pairs gives the same frame both ways (a 0 for each library call of a thread with calls)."""
     rng = random.Random(24)
     lo, hi = -(1 << 63), (1 << 63) - 1
     for _ in range(80):
@@ -218,7 +223,11 @@ def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force
         assert set(pairs.select("lib_id", "correlation_id", "relation").iter_rows()) == expected
         assert pairs.height == len(expected)
         per_lib = Counter(lib for lib, _, _ in expected)
-        assert {lib: n for lib, n in count_pairs(closed, call_frame).iter_rows() if n} == per_lib
+        counted = count_pairs(closed, call_frame, way="as-of")
+        assert {lib: n for lib, n in counted.iter_rows() if n} == per_lib
+        assert_frame_equal(count_pairs(closed, call_frame, way="pairs"), counted)
+        threads_with_calls = {g for g, *_ in calls}
+        assert counted["lib_id"].to_list() == sorted(lib for lib, g, *_ in libs if g in threads_with_calls)
 
 
 # --- resource limits fail cleanly: inputs sized before they are read, pools sized to the limit ---------

@@ -16,7 +16,7 @@ from conftest import FIXTURES, needs_native, requires_nsys
 
 import nsysaudit
 from nsysaudit.analysis.stalls import STALL_MIN_NS
-from nsysaudit.read.gpu_work import LONGEST_CALLS, _longest, _sums
+from nsysaudit.read.gpu_work import LONGEST_CALLS, SumsWay, _longest, _sums
 
 PID = 100
 US = 1_000
@@ -229,9 +229,10 @@ def test_explicit_synchronizations_by_name() -> None:
     assert {api: blocking_kind(api) for api in named} == named
 
 
-@pytest.mark.parametrize("use_numpy", [False, True])
-def test_the_sums_equal_a_brute_force_overlap_over_random_rows(use_numpy: bool) -> None:
-    """_sums (as-of joins over starts and ends, or numpy's binary searches: no pairs) against the pairs."""
+@pytest.mark.parametrize("way", ["as-of", "numpy", "pairs", None])
+def test_the_sums_equal_a_brute_force_overlap_over_random_rows(way: SumsWay | None) -> None:
+    """_sums (as-of joins over starts and ends, numpy's binary searches, one query over the pairs, or
+    the one _sums picks) against the pairs, in Python."""
     rng = random.Random(32)
     for _ in range(30):
         work = [(rng.choice([1, 2]), rng.choice([7, 8]), s, s + rng.randint(0, 50))
@@ -241,7 +242,7 @@ def test_the_sums_equal_a_brute_force_overlap_over_random_rows(use_numpy: bool) 
         got = _sums(
             pl.DataFrame(windows, schema=["call_id", "gpid", "a", "b"], orient="row"),
             pl.DataFrame(work, schema=["gpid", "stream_id", "start_ns", "end_ns"], orient="row"),
-            use_numpy=use_numpy,
+            way=way,
         )
         want: dict[tuple[int, int], list[int]] = {}
         for call, g, a, b in windows:

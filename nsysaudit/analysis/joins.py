@@ -9,12 +9,13 @@ A call on the same thread that overlaps the library call without lying wholly in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import polars as pl
 
 from nsysaudit.core.defaults import DEFAULT_MAX_PAIRS as DEFAULT_MAX_PAIRS
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
-from nsysaudit.core.intervals import closed_library_calls
+from nsysaudit.core.intervals import PAIRS_MAX, closed_library_calls
 from nsysaudit.core.order import sort_stable
 
 __all__ = ["DEFAULT_MAX_PAIRS", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs",
@@ -153,17 +154,25 @@ def closed_libs(library_calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def count_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """``lib_id, pairs``: how many calls of its thread overlap each of ``libs`` (:func:`closed_libs`).
+PairsWay = Literal["pairs", "as-of"]
 
-    Counted without forming the pairs, in O((n + k) log n) over all threads at once: the calls of
-    the thread starting at or before the library call's end, minus those ending before its start
-    (a call ending before the start also starts before the end), each count read by an as-of join
-    by thread from the calls ranked per thread. ``calls`` must have ``start_ns <= end_ns`` and no
-    nulls. A library call on a thread without calls has no row.
+
+def count_pairs(libs: pl.DataFrame, calls: pl.DataFrame, *, way: PairsWay | None = None) -> pl.DataFrame:
+    """``lib_id, pairs``: how many calls of its thread overlap each of ``libs`` (:func:`closed_libs`),
+    in ``lib_id`` order.
+
+    Counted without forming the pairs (``way`` "as-of"), in O((n + k) log n) over all threads at
+    once: the calls of the thread starting at or before the library call's end, minus those ending
+    before its start (a call ending before the start also starts before the end), each count read by
+    an as-of join by thread from the calls ranked per thread; or, where there are at most
+    :data:`~nsysaudit.core.intervals.PAIRS_MAX` pairs of a library call and a call (``way`` "pairs",
+    the default there), over the pairs in one query. ``calls`` must have ``start_ns <= end_ns`` and
+    no nulls. A library call on a thread without calls has no row.
     """
     if not (libs.height and calls.height):
         return pl.DataFrame(schema={"lib_id": pl.Int64, "pairs": pl.Int64})
+    if (way or ("pairs" if libs.height * calls.height <= PAIRS_MAX else "as-of")) == "pairs":
+        return _count_overlapping_pairs(libs, calls)
     libs = libs.filter(pl.col("gtid").is_in(calls["gtid"].unique().implode()))
 
     def ranked(column: str) -> pl.DataFrame:  # per thread: how many calls have ``column`` <= this one's
@@ -184,6 +193,25 @@ def count_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         begun.join(over, on="lib_id")
         .select("lib_id", (pl.col("begun") - pl.col("over")).cast(pl.Int64).alias("pairs"))
         .sort("lib_id")
+    )
+
+
+def _count_overlapping_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """:func:`count_pairs` by its definition: the (library call, call) pairs of a thread that
+    overlap, counted per library call (0 where none does, on a thread with calls), in one query."""
+    threads = calls.lazy().select("gtid").unique()
+    overlapping = (
+        libs.lazy().select("lib_id", "gtid", "lib_start", "lib_end")
+        .join(calls.lazy().select("gtid", "start_ns", "end_ns"), on="gtid")
+        .filter((pl.col("start_ns") <= pl.col("lib_end")) & (pl.col("end_ns") >= pl.col("lib_start")))
+        .group_by("lib_id").agg(pl.len().cast(pl.Int64).alias("pairs"))
+    )
+    return (
+        libs.lazy().join(threads, on="gtid", how="semi").select("lib_id")
+        .join(overlapping, on="lib_id", how="left")
+        .select("lib_id", pl.col("pairs").fill_null(0))
+        .sort("lib_id", maintain_order=True)
+        .collect()
     )
 
 

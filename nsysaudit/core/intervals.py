@@ -12,6 +12,12 @@ from nsysaudit.core.order import sort_stable
 
 WINDOW_SCHEMA = {"gtid": pl.Int64, "w_start": pl.Int64, "w_end": pl.Int64}
 
+# Up to this many pairs (one side's rows times the other's, whatever their threads), overlaps are
+# counted or summed over the pairs themselves, in one polars query: the as-of joins that never form
+# them are some 10-40 queries, each 0.1-0.3 ms however few the rows (most exports' few blocking
+# calls and NVTX ranges).
+PAIRS_MAX = 1 << 16
+
 
 def closed_library_calls(library_calls: pl.DataFrame, stop_ns: int | None = None) -> pl.DataFrame:
     """The library calls the joins can use: on a known thread, with a start and an end, end >= start,

@@ -42,14 +42,14 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import polars as pl
 
 from nsysaudit.core.blocking import NAME_PATTERNS, blocking_kind
 from nsysaudit.core.errors import ReportWarning
 from nsysaudit.core.ids import global_pid
-from nsysaudit.core.intervals import union_windows
+from nsysaudit.core.intervals import PAIRS_MAX, union_windows
 from nsysaudit.core.progress import Progress
 from nsysaudit.core.reasons import Reason
 from nsysaudit.core.shapes import Schema
@@ -1124,19 +1124,41 @@ NUMPY_MIN_ROWS = 10_000  # from this many work rows or windows a batch is summed
 SUMS_SCHEMA: Schema = {"call_id": pl.Int64, "stream_id": pl.Int64, "rows": pl.Int64, "busy_ns": pl.Int64}
 
 
-def _sums(windows: pl.DataFrame, work: pl.DataFrame, *, use_numpy: bool | None = None) -> pl.DataFrame:
+SumsWay = Literal["pairs", "as-of", "numpy"]
+
+
+def _sums(windows: pl.DataFrame, work: pl.DataFrame, *, way: SumsWay | None = None) -> pl.DataFrame:
     """``call_id, stream_id, rows, busy_ns``: per window and stream, the ``work`` rows overlapping it
-    and the sum of their parts inside it (:func:`_sums_polars` says how). Large batches are summed
-    with numpy's binary searches per stream (:func:`_sums_numpy`, the same sums)."""
+    and the sum of their parts inside it (:func:`_sums_polars` says how). A few rows and windows are
+    summed over their pairs (:func:`_sums_pairs`), large batches with numpy's binary searches per
+    stream (:func:`_sums_numpy`): the same sums."""
     if not windows.height or not work.height:
         return pl.DataFrame(schema=SUMS_SCHEMA)
-    if use_numpy is None:
-        use_numpy = max(work.height, windows.height) >= NUMPY_MIN_ROWS
-    if use_numpy:
+    if way is None:
+        way = ("pairs" if windows.height * work.height <= PAIRS_MAX
+               else "numpy" if max(work.height, windows.height) >= NUMPY_MIN_ROWS else "as-of")
+    if way == "pairs":
+        return _sums_pairs(windows, work)
+    if way == "numpy":
         summed = _sums_numpy(windows, work)
         if summed is not None:
             return summed
     return _sums_polars(windows, work)
+
+
+def _sums_pairs(windows: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame:
+    """:func:`_sums` by its definition: every (window, row) pair of a process that overlaps, counted
+    and its overlap added up (in 128 bits, as :func:`_sums_polars`), in one query."""
+    a, b, s, e = (pl.col(c).cast(pl.Int128) for c in ("a", "b", "start_ns", "end_ns"))
+    return (
+        windows.lazy().select("call_id", "gpid", "a", "b")
+        .join(work.lazy().select("gpid", "stream_id", "start_ns", "end_ns"), on="gpid")
+        .filter((s < b) & (e > a))
+        .group_by("call_id", "stream_id")
+        .agg(pl.len().cast(pl.Int64).alias("rows"), (pl.min_horizontal(e, b) - pl.max_horizontal(s, a)).sum()
+             .cast(pl.Int64).alias("busy_ns"))
+        .collect()
+    )
 
 
 def _sums_numpy(windows: pl.DataFrame, work: pl.DataFrame) -> pl.DataFrame | None:
