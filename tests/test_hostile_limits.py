@@ -9,7 +9,7 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 import pytest
@@ -18,7 +18,7 @@ from conftest import run, warning_counts
 from polars.testing import assert_frame_equal
 from scenarios import MAIN, PID, WORKER, MiB
 
-from nsysaudit.analysis.joins import PairsWay, closed_libs, count_pairs, nest
+from nsysaudit.analysis.joins import PairsWay, closed_libs, count_pairs, held_by, nest
 
 # --- the pair limit ------------------------------------------------------------------------------
 
@@ -333,3 +333,26 @@ def test_a_stream_that_ends_under_a_command_is_no_false_aborted(capsys, monkeypa
     code, out, err = run(capsys, "analyze", "--json", OBSERVE)
     assert (code, out) == (2, "") and err.count("\n") == 1 and "aborted" not in err
     assert err.startswith("nsysaudit: error: a stream ended unexpectedly (EOFError: Ran out of input")
+
+
+@pytest.mark.parametrize("way", ["pairs", "per-thread"])
+def test_the_ranges_holding_each_row_equal_brute_force(way: Literal["pairs", "per-thread"]) -> None:
+    """held_by, both ways (one query over the pairs; an inequality join per thread), against the
+    pairs in Python: every range of the row's thread that starts at or before it and ends at or after
+    it, zero-length rows and ranges, ties and threads without ranges included."""
+    rng = random.Random(7)
+    for _ in range(60):
+        points = [(i, rng.randint(1, 4), s, s + rng.choice([0, 0, 1, rng.randint(0, 30)]))
+                  for i, s in enumerate(rng.randint(0, 100) for _ in range(rng.randint(0, 25)))]
+        ranges = [(j, rng.randint(1, 3), a, a + rng.choice([0, rng.randint(0, 80)]), f"r{j}")
+                  for j, a in enumerate(rng.randint(0, 100) for _ in range(rng.randint(0, 15)))]
+        got = held_by(
+            pl.DataFrame(points, schema={c: pl.Int64 for c in ("_row", "gtid", "start_ns", "end_ns")}, orient="row"),
+            pl.DataFrame(ranges, schema={**{c: pl.Int64 for c in ("range_id", "gtid", "r_start", "r_end")},
+                                         "text": pl.String}, orient="row"),
+            "start_ns", "end_ns", way=way,
+        )
+        assert got.columns == ["_row", "start_ns", "end_ns", "range_id", "r_start", "r_end", "text"]
+        want = sorted((i, s, e, j, a, b, t) for i, g, s, e in points for j, rg, a, b, t in ranges
+                      if g == rg and a <= s and b >= e)
+        assert sorted(got.iter_rows()) == want

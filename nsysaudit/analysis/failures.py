@@ -22,7 +22,7 @@ from typing import TypedDict
 
 import polars as pl
 
-from nsysaudit.analysis.joins import count_pairs
+from nsysaudit.analysis.joins import count_pairs, held_by
 from nsysaudit.core.codes import (
     is_allocation_api,
     is_allocation_failure,
@@ -290,42 +290,28 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
         )
 
     closed = timed(ranges).with_row_index("range_id").with_columns(pl.col("range_id").cast(pl.Int64))
-    as_libs = closed.select(
-        pl.col("range_id").alias("lib_id"),
-        "gtid",
-        pl.col("start_ns").alias("lib_start"),
-        pl.col("end_ns").alias("lib_end"),
-    )
     keyed = calls.with_row_index("_call")
     usable_keyed = timed(keyed)
     empty = calls.with_columns(*(pl.lit(None, dtype=t).alias(c) for c, t in out_schema.items()))
     if closed.height == 0 or usable_keyed.height == 0:
         return empty, True
-    counts = count_pairs(as_libs, usable_keyed)
-    if max_pairs is not None and int(counts["pairs"].sum() or 0) > max_pairs:
+    # no more pairs than calls x ranges: counted only where that could pass the limit
+    limit = max_pairs if max_pairs is not None and usable_keyed.height * closed.height > max_pairs else None
+    if limit is not None and _pairs(closed, usable_keyed) > limit:
         return empty, False
-    parts = []
-    by_thread = closed.partition_by("gtid", as_dict=True)
-    for (gtid,), thread_calls in usable_keyed.partition_by("gtid", as_dict=True).items():
-        thread_ranges = by_thread.get((gtid,))
-        if thread_ranges is None:
-            continue
-        joined = thread_calls.select("_call", "start_ns", "end_ns").join_where(
-            thread_ranges.select(
-                pl.col("start_ns").alias("r_start"), pl.col("end_ns").alias("r_end"), "text", "domain", "range_id"
-            ),
-            pl.col("r_start") <= pl.col("start_ns"),
-            pl.col("r_end") >= pl.col("end_ns"),
-        )
-        if joined.height:
-            parts.append(joined)
-    if not parts:
+    held = held_by(
+        usable_keyed.select("_call", "gtid", "start_ns", "end_ns"),
+        closed.select("gtid", pl.col("start_ns").alias("r_start"), pl.col("end_ns").alias("r_end"), "text", "domain",
+                      "range_id"),
+        "start_ns", "end_ns",
+    )
+    if not held.height:
         return empty, True
     # The innermost range: the shortest. Two shortest ranges of one span that name different texts
     # leave it unknown (never the first row's).
     span = pl.col("r_end") - pl.col("r_start")
     inner = (
-        pl.concat(parts)
+        held
         .filter(span == span.min().over("_call"))
         .sort("_call", "range_id")
         .group_by("_call", maintain_order=True)
@@ -336,6 +322,13 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
                 pl.when(pl.col("_ambiguous")).then(None).otherwise(pl.col("domain")).alias("nvtx_domain"))
     )
     return keyed.join(inner, on="_call", how="left").drop("_call"), True
+
+
+def _pairs(ranges: pl.DataFrame, calls: pl.DataFrame) -> int:
+    """How many (range, call) pairs of a thread overlap (:func:`nsysaudit.analysis.joins.count_pairs`)."""
+    as_libs = ranges.select(pl.col("range_id").alias("lib_id"), "gtid", pl.col("start_ns").alias("lib_start"),
+                            pl.col("end_ns").alias("lib_end"))
+    return int(count_pairs(as_libs, calls)["pairs"].sum() or 0)
 
 
 FAILED_CALL_SCHEMA: Schema = {

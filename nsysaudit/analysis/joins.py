@@ -18,7 +18,7 @@ from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
 from nsysaudit.core.intervals import PAIRS_MAX, closed_library_calls
 from nsysaudit.core.order import sort_stable
 
-__all__ = ["DEFAULT_MAX_PAIRS", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs",
+__all__ = ["DEFAULT_MAX_PAIRS", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs", "held_by",
            "join_column", "nest", "nest_bounded", "with_ids"]
 
 PAIR_SCHEMA = {
@@ -213,6 +213,34 @@ def _count_overlapping_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.Data
         .sort("lib_id", maintain_order=True)
         .collect()
     )
+
+
+def held_by(
+    points: pl.DataFrame, ranges: pl.DataFrame, start: str, end: str, *,
+    way: Literal["pairs", "per-thread"] | None = None,
+) -> pl.DataFrame:
+    """Every (row of ``points``, range of ``ranges``) of one thread (``gtid``) where the range holds the
+    row wholly: ``r_start <= start`` and ``r_end >= end`` (``start``, ``end``: columns of ``points``).
+    The columns of both but ``gtid``, in no given order (the callers sort). Over the pairs in one query
+    where there are at most :data:`~nsysaudit.core.intervals.PAIRS_MAX` of them (``way`` "pairs"), else
+    an inequality join per thread (``way`` "per-thread": its work grows with the pairs it finds). Whether
+    there are too many pairs to form is the caller's to ask first (:func:`count_pairs`)."""
+    columns = [c for c in points.columns if c != "gtid"] + [c for c in ranges.columns if c != "gtid"]
+    holds = (pl.col("r_start") <= pl.col(start)) & (pl.col("r_end") >= pl.col(end))
+    if (way or ("pairs" if points.height * ranges.height <= PAIRS_MAX else "per-thread")) == "pairs":
+        return points.lazy().join(ranges.lazy(), on="gtid").filter(holds).select(columns).collect()
+    parts = []
+    by_thread = ranges.partition_by("gtid", as_dict=True, include_key=False)
+    for (gtid,), rows in points.partition_by("gtid", as_dict=True, include_key=False).items():
+        mine = by_thread.get((gtid,))
+        if mine is not None:
+            joined = rows.join_where(mine, pl.col("r_start") <= pl.col(start), pl.col("r_end") >= pl.col(end))
+            if joined.height:
+                parts.append(joined.select(columns))
+    if not parts:
+        schema = {**points.schema, **ranges.schema}
+        return pl.DataFrame(schema={c: schema[c] for c in columns})
+    return pl.concat(parts)
 
 
 def nest_bounded(libs: pl.DataFrame, calls: pl.DataFrame, max_pairs: int | None) -> Nesting:

@@ -24,7 +24,7 @@ from typing import Any, Literal, TypedDict
 import polars as pl
 
 from nsysaudit import words
-from nsysaudit.analysis.joins import count_pairs
+from nsysaudit.analysis.joins import count_pairs, held_by
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid, pid_bits, tid_bits
 from nsysaudit.core.intervals import closed_library_calls
 from nsysaudit.read.gpu_work import ATTRIBUTION_RULE, LONGEST_CALLS, STALL_MIN_NS, GpuWork
@@ -305,7 +305,8 @@ def analyze_stalls(
 def _containing(points: pl.DataFrame, ranges: pl.DataFrame, start: str, end: str) -> pl.DataFrame:
     """``_row, text, r_start, r_end, range_id`` for every range of ``ranges`` (``gtid, start_ns, end_ns,
     text``) on the thread of a row of ``points`` (``_row, gtid, start, end``) that holds it wholly.
-    Per thread, an inequality join (the pairs are counted first: past :data:`MAX_STACK_PAIRS`, none)."""
+    :func:`~nsysaudit.analysis.joins.held_by` (the pairs counted first where there could be more than
+    :data:`MAX_STACK_PAIRS`: past it, none)."""
     closed = ranges.filter(
         pl.col("gtid").is_not_null() & pl.col("start_ns").is_not_null() & pl.col("end_ns").is_not_null()
         & (pl.col("end_ns") >= pl.col("start_ns"))
@@ -315,25 +316,20 @@ def _containing(points: pl.DataFrame, ranges: pl.DataFrame, start: str, end: str
     usable = points.filter(pl.col("gtid").is_not_null() & pl.col(start).is_not_null() & pl.col(end).is_not_null())
     if not closed.height or not usable.height:
         return empty
-    as_libs = closed.select(pl.col("range_id").alias("lib_id"), "gtid", pl.col("start_ns").alias("lib_start"),
-                            pl.col("end_ns").alias("lib_end"))
-    counted = count_pairs(as_libs, usable.select("gtid", pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns")))
-    if int(counted["pairs"].sum() or 0) > MAX_STACK_PAIRS:
-        return empty
-    parts = []
-    by_thread = closed.partition_by("gtid", as_dict=True)
-    for (gtid,), rows in usable.partition_by("gtid", as_dict=True).items():
-        mine = by_thread.get((gtid,))
-        if mine is None:
-            continue
-        joined = rows.select("_row", *dict.fromkeys((start, end))).join_where(
-            mine.select(pl.col("start_ns").alias("r_start"), pl.col("end_ns").alias("r_end"), "text", "range_id"),
-            pl.col("r_start") <= pl.col(start),
-            pl.col("r_end") >= pl.col(end),
-        )
-        if joined.height:
-            parts.append(joined.select("_row", "text", "r_start", "r_end", "range_id"))
-    return pl.concat(parts) if parts else empty
+    # no more pairs than points x ranges: counted only where that could pass the limit
+    if usable.height * closed.height > MAX_STACK_PAIRS:
+        as_libs = closed.select(pl.col("range_id").alias("lib_id"), "gtid", pl.col("start_ns").alias("lib_start"),
+                                pl.col("end_ns").alias("lib_end"))
+        counted = count_pairs(as_libs, usable.select("gtid", pl.col(start).alias("start_ns"),
+                                                     pl.col(end).alias("end_ns")))
+        if int(counted["pairs"].sum() or 0) > MAX_STACK_PAIRS:
+            return empty
+    held = held_by(
+        usable.select("_row", "gtid", *dict.fromkeys((start, end))),
+        closed.select("gtid", pl.col("start_ns").alias("r_start"), pl.col("end_ns").alias("r_end"), "text", "range_id"),
+        start, end,
+    )
+    return held.select("_row", "text", "r_start", "r_end", "range_id")
 
 
 def _stacks(calls: pl.DataFrame, plain: pl.DataFrame) -> pl.DataFrame:
