@@ -18,7 +18,7 @@ from conftest import run, warning_counts
 from polars.testing import assert_frame_equal
 from scenarios import MAIN, PID, WORKER, MiB
 
-from nsysaudit.analysis.joins import PairsWay, closed_libs, count_pairs, held_by, nest
+from nsysaudit.analysis.joins import PAIR_ORDER, PairsWay, closed_libs, count_pairs, held_by, nest
 
 # --- the pair limit ------------------------------------------------------------------------------
 
@@ -137,7 +137,8 @@ def test_pair_counts_without_forming_pairs_match_the_join(way: PairsWay) -> None
 @pytest.mark.parametrize("sequential", [True, False])
 def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both ways nest pairs calls: threads whose calls run one after another (binary searches) and
-    threads where a call encloses another (the inequality join) give every overlap, nothing else."""
+    threads where a call encloses another (the inequality join) give every overlap, nothing else, and
+    every pair tested in one query gives the same frame."""
     import nsysaudit.analysis.joins as joins_module
 
     ways: Counter[bool] = Counter()  # True: threads answered in sequence; False: by the inequality join
@@ -173,7 +174,9 @@ def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: p
         call_frame = pl.DataFrame(
             calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
         ).cast({"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
-        pairs = nest(closed_libs(lib_frame.cast(pl.Int64)), call_frame)
+        closed = closed_libs(lib_frame.cast(pl.Int64))
+        pairs = nest(closed, call_frame, way="joins")
+        assert_frame_equal(nest(closed, call_frame, way="pairs"), pairs)  # the same rows in the same order
         expected = {
             (lib, corr, "nested" if ls <= s and e <= le else "straddling")
             for lib, lg, ls, le in libs
@@ -182,7 +185,7 @@ def test_nest_equals_a_brute_force_overlap_test(sequential: bool, monkeypatch: p
         }
         got = set(pairs.select("lib_id", "correlation_id", "relation").iter_rows())
         assert got == expected and pairs.height == len(expected)
-        assert pairs.equals(pairs.sort(["lib_id", "start_ns", "correlation_id"], nulls_last=True))
+        assert pairs.equals(pairs.sort(PAIR_ORDER, nulls_last=True))
     assert ways[True] > 10 and (ways[False] == 0 if sequential else ways[False] > 10)  # each way was taken
 
 
@@ -208,20 +211,23 @@ def test_nest_and_counts_over_many_threads_and_the_int64_edges_equal_brute_force
         if calls and rng.random() < 0.3:  # a call enclosing the next on one thread: the join's way
             g, s0, e0, *_ = calls[0]
             calls.append((g, s0, e0 + 10, len(calls), "cudaMalloc_v3020", 0))
+        if calls and rng.random() < 0.3:  # a row repeated with another end and return: ties in the order
+            g, s0, e0, corr, *_ = rng.choice(calls)
+            calls.append((g, s0, e0 + rng.randint(0, 2), corr, "cudaMalloc_v3020", 2))
         lib_frame = pl.DataFrame(libs, schema=["lib_id", "gtid", "start_ns", "end_ns"], orient="row").cast(pl.Int64)
         call_frame = pl.DataFrame(
             calls, schema=["gtid", "start_ns", "end_ns", "correlation_id", "api", "return_code"], orient="row"
         ).cast({"gtid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "correlation_id": pl.Int64})
         closed = closed_libs(lib_frame)
-        pairs = nest(closed, call_frame)
-        expected = {
+        pairs = nest(closed, call_frame, way="joins")
+        assert_frame_equal(nest(closed, call_frame, way="pairs"), pairs)  # the same rows in the same order
+        expected = [
             (lib, corr, "nested" if ls <= s and e <= le else "straddling")
             for lib, lg, ls, le in libs
             for cg, s, e, corr, _, _ in calls
             if lg == cg and s <= le and e >= ls
-        }
-        assert set(pairs.select("lib_id", "correlation_id", "relation").iter_rows()) == expected
-        assert pairs.height == len(expected)
+        ]
+        assert sorted(pairs.select("lib_id", "correlation_id", "relation").iter_rows()) == sorted(expected)
         per_lib = Counter(lib for lib, _, _ in expected)
         counted = count_pairs(closed, call_frame, way="as-of")
         assert {lib: n for lib, n in counted.iter_rows() if n} == per_lib

@@ -18,8 +18,8 @@ from nsysaudit.core.ids import decode_pid, decode_tid, global_pid
 from nsysaudit.core.intervals import PAIRS_MAX, closed_library_calls
 from nsysaudit.core.order import sort_stable
 
-__all__ = ["DEFAULT_MAX_PAIRS", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs", "held_by",
-           "join_column", "nest", "nest_bounded", "with_ids"]
+__all__ = ["DEFAULT_MAX_PAIRS", "PAIR_ORDER", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs",
+           "held_by", "join_column", "nest", "nest_bounded", "with_ids"]
 
 PAIR_SCHEMA = {
     "lib_id": pl.Int64,
@@ -31,9 +31,12 @@ PAIR_SCHEMA = {
     "return_code": pl.Int64,
     "relation": pl.String,
 }
+# The pairs' order: by library call, then its calls by start, correlation id, end and return code
+# (rows alike in all of these, a row repeated, keep the order they were found in, whichever way).
+PAIR_ORDER = ["lib_id", "start_ns", "correlation_id", "end_ns", "return_code"]
 
 
-def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+def nest(libs: pl.DataFrame, calls: pl.DataFrame, *, way: Literal["pairs", "joins"] | None = None) -> pl.DataFrame:
     """Every (library call, CUDA API call) pair on the same thread whose intervals overlap.
 
     ``libs``: the joinable library calls as :func:`closed_libs` gives them.
@@ -41,10 +44,22 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     ``"straddling"`` when it crosses one of its edges. The work grows with the number of pairs
     found, not with the product of the two tables, nor with the number of threads: the threads
     whose calls run one after another are answered all at once (:func:`_overlapping_in_sequence`),
-    the others by an inequality join each (:func:`_overlapping_by_join`).
+    the others by an inequality join each (:func:`_overlapping_by_join`); up to
+    :data:`~nsysaudit.core.intervals.PAIRS_MAX` (library call, call) pairs, every pair of a thread is
+    tested in one query instead (``way``: "pairs" or "joins", whatever their number).
     """
     parts: list[pl.DataFrame] = []
-    if libs.height and calls.height:
+    few = libs.height * calls.height <= PAIRS_MAX
+    if libs.height and calls.height and (way or ("pairs" if few else "joins")) == "pairs":
+        # A few: every pair of a thread tested, in one query (each library call's in the calls' order).
+        ordered = sort_stable(calls, ["gtid", "start_ns", "end_ns"])
+        parts.append(
+            libs.lazy().select("lib_id", "gtid", "lib_start", "lib_end")
+            .join(ordered.lazy(), on="gtid", maintain_order="left_right")
+            .filter((pl.col("start_ns") <= pl.col("lib_end")) & (pl.col("end_ns") >= pl.col("lib_start")))
+            .collect()
+        )
+    elif libs.height and calls.height:
         ordered = sort_stable(calls, ["gtid", "start_ns", "end_ns"])
         # A thread where some call encloses a later one (a runtime call around its driver call):
         # sorted by start, its ends decrease somewhere.
@@ -67,7 +82,7 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     return sort_stable(
         pairs.with_columns(pl.when(inside).then(pl.lit("nested")).otherwise(pl.lit("straddling")).alias("relation"))
         .select(list(PAIR_SCHEMA)),
-        ["lib_id", "start_ns", "correlation_id"], nulls_last=True,
+        PAIR_ORDER, nulls_last=True,
     )
 
 

@@ -21,7 +21,7 @@ import polars as pl
 from nsysaudit import words
 from nsysaudit.analysis import joins
 from nsysaudit.analysis.integrity import joinable_calls
-from nsysaudit.analysis.joins import PAIR_SCHEMA
+from nsysaudit.analysis.joins import PAIR_ORDER, PAIR_SCHEMA
 from nsysaudit.core.ids import pid_bits
 from nsysaudit.read.diagnostics import Capture
 from nsysaudit.read.nccl import COMMUNICATOR_ENTRY, NCCL
@@ -48,13 +48,11 @@ def helper_pairs(helper_calls: pl.DataFrame, *, complete: bool, capture: Capture
 
 
 def with_helper_pairs(pairs: pl.DataFrame, helpers: pl.DataFrame) -> pl.DataFrame:
-    """``pairs`` (the joins' pairs) and the helper threads' pairs, in (lib_id, start_ns,
-    correlation_id) order, the order the joins give."""
+    """``pairs`` (the joins' pairs) and the helper threads' pairs, in the order the joins give
+    (:data:`~nsysaudit.analysis.joins.PAIR_ORDER`)."""
     if helpers.height == 0:
         return pairs
-    return pl.concat([pairs.select(list(PAIR_SCHEMA)), helpers]).sort(
-        ["lib_id", "start_ns", "correlation_id"], nulls_last=True, maintain_order=True
-    )
+    return pl.concat([pairs.select(list(PAIR_SCHEMA)), helpers]).sort(PAIR_ORDER, nulls_last=True, maintain_order=True)
 
 
 class HelperThread(TypedDict):
