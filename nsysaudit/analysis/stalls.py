@@ -525,21 +525,24 @@ def _calls(
 def _ranges(calls: pl.DataFrame, stacks: pl.DataFrame, behind: pl.DataFrame) -> tuple[list[RangeStalls], int]:
     """Per (process, NVTX range text) the calls it holds, summed; ``None`` for the calls no range holds."""
     # Without lists for the calls no range holds (10^6 synchronizations outside any range are common).
-    base = calls.select("call_id", global_pid(pl.col("gtid")).alias("gpid"), "stall", "blocked_ns", "waited_ns",
-                        "idle_ns")
+    # Three queries in all (each a few steps; a step alone costs 0.1-0.3 ms on a few rows): no order
+    # of their rows is relied on (the sums' and each range's streams' sorts are total).
+    base = calls.lazy().select("call_id", global_pid(pl.col("gtid")).alias("gpid"), "stall", "blocked_ns",
+                               "waited_ns", "idle_ns")
+    columns = ["call_id", "gpid", "stall", "blocked_ns", "waited_ns", "idle_ns", "range"]
     held = (
-        stacks.select("call_id", pl.col("nvtx").list.unique(maintain_order=True).alias("range"))
+        stacks.lazy().select("call_id", pl.col("nvtx").list.unique(maintain_order=True).alias("range"))
         .explode("range")
         .join(base, on="call_id")
+        .select(columns)
     )
     # No call in a range (10^6 synchronizations of a program without NVTX): every call is outside,
     # without the anti join's copy of them.
-    outside = (base.join(stacks.select("call_id"), on="call_id", how="anti") if stacks.height else base).with_columns(
-        pl.lit(None, pl.String).alias("range"))
-    keyed = pl.concat([held.select(outside.columns), outside]) if held.height else outside
+    outside = (base.join(stacks.lazy().select("call_id"), on="call_id", how="anti") if stacks.height else base)
+    keyed = pl.concat([held, outside.with_columns(pl.lit(None, pl.String).alias("range")).select(columns)]).collect()
     if not keyed.height:
         return [], 0
-    sums = keyed.group_by("gpid", "range").agg(
+    sums = keyed.lazy().group_by("gpid", "range").agg(
         pl.len().cast(pl.Int64).alias("calls"),
         pl.col("stall").sum().cast(pl.Int64).alias("stalls"),
         pl.col("blocked_ns").sum(),
@@ -548,14 +551,15 @@ def _ranges(calls: pl.DataFrame, stacks: pl.DataFrame, behind: pl.DataFrame) -> 
         pl.when(pl.col("idle_ns").filter(pl.col("stall")).is_null().any()).then(None)
         .otherwise(pl.col("idle_ns").filter(pl.col("stall")).sum()).alias("idle_ns"),
     ).sort("stalled_ns", "blocked_ns", "calls", "gpid", "range", descending=[True, True, True, False, False],
-           nulls_last=True)
+           nulls_last=True).collect()
     shown = sums.head(MAX_LISTED_RANGES)
     streams = (
-        keyed.select("call_id", "gpid", "range")
-        .join(shown.select("gpid", "range"), on=["gpid", "range"], how="semi", nulls_equal=True)
-        .join(behind, on="call_id")
+        keyed.lazy().select("call_id", "gpid", "range")
+        .join(shown.lazy().select("gpid", "range"), on=["gpid", "range"], how="semi", nulls_equal=True)
+        .join(behind.lazy(), on="call_id")
         .group_by("gpid", "range", "stream_id").agg(pl.col("busy_ns").sum())
         .sort("busy_ns", "stream_id", descending=[True, False])
+        .collect()
     )
     # Each shown range's streams, the busiest first (a few rows: taken in Python, not a query a range).
     streams_of: dict[tuple[int, str | None], list[tuple[int, int]]] = {}
