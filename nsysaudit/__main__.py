@@ -15,9 +15,11 @@ import sys
 # and a value the user set wins. The package's own import (``nsysaudit/__init__.py``) loads no polars.
 if "polars" not in sys.modules:
     os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:200,muzzy_decay_ms:0")
-    # Under an address-space limit (ulimit -v), fewer arenas and threads (nsysaudit/core/limits.py).
-    from nsysaudit.core.limits import fit_to_limit
+    # polars' in-memory engine for the lazy queries; under an address-space limit (ulimit -v), fewer
+    # arenas and threads (nsysaudit/core/limits.py).
+    from nsysaudit.core.limits import fit_to_limit, prefer_in_memory_engine
 
+    prefer_in_memory_engine()
     fit_to_limit()
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nsysaudit.batch.workers import worker_env  # imports no polars
+from nsysaudit.core.limits import prefer_in_memory_engine  # nor this
 
 # pytest-xdist's workers share the machine's cores: each worker's polars gets its share of them, as
 # nsysaudit's batch gives its worker processes theirs (worker_env), set before polars is first
@@ -41,9 +42,12 @@ from nsysaudit.batch.workers import worker_env  # imports no polars
 # tests/test_order.py's test_the_answers_do_not_depend_on_polars_threads.
 if _WORKERS := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     os.environ.update(worker_env(max(1, int(_WORKERS))))
+# The engine the console script gives polars' lazy queries (nsysaudit/__main__.py), for the analyses
+# the tests run in process.
+prefer_in_memory_engine()
 
-import polars as pl
-import pytest
+import polars as pl  # noqa: E402
+import pytest  # noqa: E402
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))

@@ -51,6 +51,18 @@ def memory_limit() -> int | None:
     return min(found) if found else None
 
 
+def prefer_in_memory_engine() -> None:
+    """polars' in-memory engine for the lazy queries, where the user chose no engine
+    (``POLARS_ENGINE_AFFINITY``). polars 2 otherwise runs them on its streaming engine, at 2-3x the
+    in-memory engine's cost on the analysis's few-row queries (0.6 against 2.3 ms for one interval
+    merge of 20 rows), and under an address-space limit it reserves about 2.5 GB for a lazy sort of
+    400k rows (touching a few MB of it). Measured (benchmarks/RESULTS.md, "the in-memory engine"):
+    the serialized capture's analysis 251-263 -> 206-207 ms in process, 20M CUDA API rows 5.85-6.32
+    -> 5.72-5.75 s, the host stalls' 20M export 11.5-12.2 -> 10.7-10.9 s with peak RSS 1.06-1.08 ->
+    1.01-1.03 GB; the same bytes out."""
+    os.environ.setdefault("POLARS_ENGINE_AFFINITY", "in-memory")
+
+
 def fit_to_limit() -> None:
     """Under a limit, before polars or pyarrow is imported: one malloc arena (also for the worker
     processes this one starts), pyarrow's system allocator, jemalloc without background threads
@@ -67,9 +79,6 @@ def fit_to_limit() -> None:
     # numpy's OpenBLAS maps a buffer per thread as it is imported ("Memory allocation still failed
     # after 10 retries, giving up": exit 1); nsysaudit computes nothing with BLAS.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    # polars' streaming engine reserves about 2.5 GB of address space for a lazy sort of 400k rows
-    # (touching a few MB of it): the in-memory engine runs the same plans within the limit.
-    os.environ.setdefault("POLARS_ENGINE_AFFINITY", "in-memory")
     conf = os.environ.get("_RJEM_MALLOC_CONF", "")
     if "background_thread" not in conf:
         os.environ["_RJEM_MALLOC_CONF"] = ",".join(filter(None, [conf, "background_thread:false", "narenas:1"]))

@@ -567,15 +567,16 @@ def _merge(rows: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Per key, the union of the rows' intervals as disjoint sorted intervals (``keys, start_ns, end_ns``)."""
     if keys == ["gpid"] and rows.height >= NUMPY_MIN_ROWS:
         return _merge_numpy(rows)
-    ordered = rows.sort(*keys, "start_ns")
     reach = pl.col("end_ns").cum_max().over(keys)
     same = pl.all_horizontal([pl.col(k) == pl.col(k).shift(1) for k in keys])
     new = ~(same & (pl.col("start_ns") <= reach.shift(1))).fill_null(False)
-    return (
-        ordered.with_columns(new.cum_sum().alias("_piece"))
+    return (  # one query (each step alone costs 0.1-0.3 ms on a few rows)
+        rows.lazy().sort(*keys, "start_ns")
+        .with_columns(new.cum_sum().alias("_piece"))
         .group_by("_piece", maintain_order=True)
         .agg(*(pl.col(k).first() for k in keys), pl.col("start_ns").min(), pl.col("end_ns").max())
         .drop("_piece")
+        .collect()
     )
 
 
