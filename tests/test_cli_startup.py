@@ -118,13 +118,12 @@ def test_terminal_output_loads_rich_and_the_package_face_resolves_every_name() -
         nsysaudit.nope  # noqa: B018
 
 
-@pytest.mark.parametrize("preset", [None, "narenas:2"])
-def test_the_cli_asks_jemalloc_to_return_freed_memory_unless_the_user_said(preset: str | None) -> None:
-    """polars puts its own settings first and appends ``_RJEM_MALLOC_CONF`` (jemalloc reads left to
-    right, a later value wins): the CLI's, or the user's untouched."""
-    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+def after_the_console_script(name: str, preset: str | None, shown: str) -> str:
+    """The value of the expression ``shown`` once the console script has analyzed the torch export
+    --json in a fresh process whose environment holds ``name`` only as ``preset`` (None: not at all)."""
+    env = {k: v for k, v in os.environ.items() if k != name}
     if preset is not None:
-        env["_RJEM_MALLOC_CONF"] = preset
+        env[name] = preset
     code = (
         "import os, sys\n"
         "sys.argv = ['nsysaudit', 'analyze', sys.argv[1], '--json']\n"
@@ -134,11 +133,19 @@ def test_the_cli_asks_jemalloc_to_return_freed_memory_unless_the_user_said(prese
         "except SystemExit:\n"
         "    pass\n"
         "assert 'polars' in sys.modules\n"
-        "sys.stderr.write(os.environ['_RJEM_MALLOC_CONF'])\n"
+        "import polars\n"
+        f"sys.stderr.write({shown})\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(OBSERVE)], cwd=ROOT, env=env, capture_output=True,
                          text=True, check=True)
-    conf = out.stderr.strip().split(",")
+    return out.stderr.strip()
+
+
+@pytest.mark.parametrize("preset", [None, "narenas:2"])
+def test_the_cli_asks_jemalloc_to_return_freed_memory_unless_the_user_said(preset: str | None) -> None:
+    """polars puts its own settings first and appends ``_RJEM_MALLOC_CONF`` (jemalloc reads left to
+    right, a later value wins): the CLI's, or the user's untouched."""
+    conf = after_the_console_script("_RJEM_MALLOC_CONF", preset, "os.environ['_RJEM_MALLOC_CONF']").split(",")
     if preset is None:
         assert conf[-2:] == ["dirty_decay_ms:200", "muzzy_decay_ms:0"], conf
     else:
@@ -149,23 +156,9 @@ def test_the_cli_asks_jemalloc_to_return_freed_memory_unless_the_user_said(prese
 def test_the_cli_gives_polars_lazy_queries_the_in_memory_engine_unless_the_user_said(preset: str | None) -> None:
     """The console script's lazy queries run on polars' in-memory engine (its streaming engine took
     2-3x as long on the analysis's few-row queries); a POLARS_ENGINE_AFFINITY the user set is kept."""
-    env = {k: v for k, v in os.environ.items() if k != "POLARS_ENGINE_AFFINITY"}
-    if preset is not None:
-        env["POLARS_ENGINE_AFFINITY"] = preset
-    code = (
-        "import os, sys\n"
-        "sys.argv = ['nsysaudit', 'analyze', sys.argv[1], '--json']\n"
-        "import nsysaudit.__main__ as entry\n"
-        "try:\n"
-        "    entry.run()\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "import polars\n"
-        "sys.stderr.write(polars.Config.state(if_set=True).get('POLARS_ENGINE_AFFINITY') or 'unset')\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code, str(OBSERVE)], cwd=ROOT, env=env, capture_output=True,
-                         text=True, check=True)
-    assert out.stderr.strip() == (preset or "in-memory"), out.stderr
+    said = after_the_console_script(
+        "POLARS_ENGINE_AFFINITY", preset, "polars.Config.state(if_set=True).get('POLARS_ENGINE_AFFINITY') or 'unset'")
+    assert said == (preset or "in-memory"), said
 
 
 TORCH_DIR = OBSERVE.parent
