@@ -22,7 +22,7 @@ from typing import TypedDict
 
 import polars as pl
 
-from nsysaudit.analysis.joins import count_pairs, held_by
+from nsysaudit.analysis.joins import held_by, more_pairs_than
 from nsysaudit.core.codes import (
     is_allocation_api,
     is_allocation_failure,
@@ -295,9 +295,7 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
     empty = calls.with_columns(*(pl.lit(None, dtype=t).alias(c) for c, t in out_schema.items()))
     if closed.height == 0 or usable_keyed.height == 0:
         return empty, True
-    # no more pairs than calls x ranges: counted only where that could pass the limit
-    limit = max_pairs if max_pairs is not None and usable_keyed.height * closed.height > max_pairs else None
-    if limit is not None and _pairs(closed, usable_keyed) > limit:
+    if max_pairs is not None and more_pairs_than(max_pairs, closed, usable_keyed, "start_ns", "end_ns"):
         return empty, False
     held = held_by(
         usable_keyed.select("_call", "gtid", "start_ns", "end_ns"),
@@ -322,13 +320,6 @@ def innermost_nvtx(calls: pl.DataFrame, ranges: pl.DataFrame, max_pairs: int | N
                 pl.when(pl.col("_ambiguous")).then(None).otherwise(pl.col("domain")).alias("nvtx_domain"))
     )
     return keyed.join(inner, on="_call", how="left").drop("_call"), True
-
-
-def _pairs(ranges: pl.DataFrame, calls: pl.DataFrame) -> int:
-    """How many (range, call) pairs of a thread overlap (:func:`nsysaudit.analysis.joins.count_pairs`)."""
-    as_libs = ranges.select(pl.col("range_id").alias("lib_id"), "gtid", pl.col("start_ns").alias("lib_start"),
-                            pl.col("end_ns").alias("lib_end"))
-    return int(count_pairs(as_libs, calls)["pairs"].sum() or 0)
 
 
 FAILED_CALL_SCHEMA: Schema = {

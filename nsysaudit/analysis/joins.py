@@ -19,7 +19,7 @@ from nsysaudit.core.intervals import PAIRS_MAX, closed_library_calls
 from nsysaudit.core.order import sort_stable
 
 __all__ = ["DEFAULT_MAX_PAIRS", "PAIR_ORDER", "PAIR_SCHEMA", "Nesting", "attach_bytes", "closed_libs", "count_pairs",
-           "held_by", "join_column", "nest", "nest_bounded", "with_ids"]
+           "held_by", "join_column", "more_pairs_than", "nest", "nest_bounded", "with_ids"]
 
 PAIR_SCHEMA = {
     "lib_id": pl.Int64,
@@ -49,31 +49,30 @@ def nest(libs: pl.DataFrame, calls: pl.DataFrame, *, way: Literal["pairs", "join
     tested in one query instead (``way``: "pairs" or "joins", whatever their number).
     """
     parts: list[pl.DataFrame] = []
-    few = libs.height * calls.height <= PAIRS_MAX
-    if libs.height and calls.height and (way or ("pairs" if few else "joins")) == "pairs":
-        # A few: every pair of a thread tested, in one query (each library call's in the calls' order).
+    if libs.height and calls.height:
         ordered = sort_stable(calls, ["gtid", "start_ns", "end_ns"])
-        parts.append(
-            libs.lazy().select("lib_id", "gtid", "lib_start", "lib_end")
-            .join(ordered.lazy(), on="gtid", maintain_order="left_right")
-            .filter((pl.col("start_ns") <= pl.col("lib_end")) & (pl.col("end_ns") >= pl.col("lib_start")))
-            .collect()
-        )
-    elif libs.height and calls.height:
-        ordered = sort_stable(calls, ["gtid", "start_ns", "end_ns"])
-        # A thread where some call encloses a later one (a runtime call around its driver call):
-        # sorted by start, its ends decrease somewhere.
-        enclosing = ordered.filter(pl.col("end_ns").diff().over("gtid") < 0)["gtid"].unique().implode()
-        parts.append(
-            _overlapping_in_sequence(
-                ordered.filter(~pl.col("gtid").is_in(enclosing)), libs.filter(~pl.col("gtid").is_in(enclosing))
+        if (way or ("pairs" if libs.height * calls.height <= PAIRS_MAX else "joins")) == "pairs":
+            # A few: every pair of a thread tested, in one query (each library call's in the calls' order).
+            parts.append(
+                libs.lazy().select("lib_id", "gtid", "lib_start", "lib_end")
+                .join(ordered.lazy(), on="gtid", maintain_order="left_right")
+                .filter((pl.col("start_ns") <= pl.col("lib_end")) & (pl.col("end_ns") >= pl.col("lib_start")))
+                .collect()
             )
-        )
-        parts.append(
-            _overlapping_by_join(
-                ordered.filter(pl.col("gtid").is_in(enclosing)), libs.filter(pl.col("gtid").is_in(enclosing))
+        else:
+            # A thread where some call encloses a later one (a runtime call around its driver call):
+            # sorted by start, its ends decrease somewhere.
+            enclosing = ordered.filter(pl.col("end_ns").diff().over("gtid") < 0)["gtid"].unique().implode()
+            parts.append(
+                _overlapping_in_sequence(
+                    ordered.filter(~pl.col("gtid").is_in(enclosing)), libs.filter(~pl.col("gtid").is_in(enclosing))
+                )
             )
-        )
+            parts.append(
+                _overlapping_by_join(
+                    ordered.filter(pl.col("gtid").is_in(enclosing)), libs.filter(pl.col("gtid").is_in(enclosing))
+                )
+            )
     parts = [p for p in parts if p.height]
     if not parts:
         return pl.DataFrame(schema=PAIR_SCHEMA)
@@ -228,6 +227,19 @@ def _count_overlapping_pairs(libs: pl.DataFrame, calls: pl.DataFrame) -> pl.Data
         .sort("lib_id", maintain_order=True)
         .collect()
     )
+
+
+def more_pairs_than(limit: int, ranges: pl.DataFrame, points: pl.DataFrame, start: str, end: str) -> bool:
+    """Whether more than ``limit`` (range, row) pairs of a thread overlap (:func:`count_pairs`):
+    ``ranges`` (``range_id, gtid, start_ns, end_ns``) and the rows of ``points`` (``gtid`` and the
+    columns ``start``, ``end``). Counted only where ranges x rows could pass the limit: there are no
+    more pairs than that."""
+    if ranges.height * points.height <= limit:
+        return False
+    libs = ranges.select(pl.col("range_id").alias("lib_id"), "gtid", pl.col("start_ns").alias("lib_start"),
+                         pl.col("end_ns").alias("lib_end"))
+    calls = points.select("gtid", pl.col(start).alias("start_ns"), pl.col(end).alias("end_ns"))
+    return int(count_pairs(libs, calls)["pairs"].sum() or 0) > limit
 
 
 def held_by(

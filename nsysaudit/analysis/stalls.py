@@ -24,7 +24,7 @@ from typing import Any, Literal, TypedDict
 import polars as pl
 
 from nsysaudit import words
-from nsysaudit.analysis.joins import count_pairs, held_by
+from nsysaudit.analysis.joins import held_by, more_pairs_than
 from nsysaudit.core.ids import decode_pid, decode_tid, global_pid, pid_bits, tid_bits
 from nsysaudit.core.intervals import closed_library_calls
 from nsysaudit.read.gpu_work import ATTRIBUTION_RULE, LONGEST_CALLS, STALL_MIN_NS, GpuWork
@@ -319,14 +319,8 @@ def _containing(points: pl.DataFrame, ranges: pl.DataFrame, start: str, end: str
                                  "range_id": pl.Int64})
     if not closed.height or not usable.height:
         return empty
-    # no more pairs than points x ranges: counted only where that could pass the limit
-    if usable.height * closed.height > MAX_STACK_PAIRS:
-        as_libs = closed.select(pl.col("range_id").alias("lib_id"), "gtid", pl.col("start_ns").alias("lib_start"),
-                                pl.col("end_ns").alias("lib_end"))
-        counted = count_pairs(as_libs, usable.select("gtid", pl.col(start).alias("start_ns"),
-                                                     pl.col(end).alias("end_ns")))
-        if int(counted["pairs"].sum() or 0) > MAX_STACK_PAIRS:
-            return empty
+    if more_pairs_than(MAX_STACK_PAIRS, closed, usable, start, end):
+        return empty
     held = held_by(
         usable,
         closed.select("gtid", pl.col("start_ns").alias("r_start"), pl.col("end_ns").alias("r_end"), "text", "range_id"),
