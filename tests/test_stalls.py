@@ -16,7 +16,7 @@ from conftest import FIXTURES, needs_native, requires_nsys
 
 import nsysaudit
 from nsysaudit.analysis.stalls import STALL_MIN_NS
-from nsysaudit.read.gpu_work import LONGEST_CALLS, SumsWay, _longest, _sums
+from nsysaudit.read.gpu_work import LONGEST_CALLS, MergeWay, SumsWay, _longest, _merge, _sums
 
 PID = 100
 US = 1_000
@@ -251,6 +251,30 @@ def test_the_sums_equal_a_brute_force_overlap_over_random_rows(way: SumsWay | No
                     n, busy = want.setdefault((call, stream), [0, 0])
                     want[(call, stream)] = [n + 1, busy + min(e, b) - max(s, a)]
         assert {(c, st): [n, b] for c, st, n, b in got.iter_rows()} == want
+
+
+@pytest.mark.parametrize("way", ["polars", "numpy", None])
+def test_the_merged_intervals_equal_a_brute_force_union_over_random_rows(way: MergeWay | None) -> None:
+    """_merge by process (polars' one query, numpy's running maximum, or the one _merge picks): per
+    process the union of the rows' intervals (touching ones one piece, empty ones points), the same
+    frame whatever the way, ordered by process then start."""
+    rng = random.Random(33)
+    for _ in range(40):
+        rows = [(rng.choice([3, 1, 2]), s, s + rng.choice([0, 0, 1, 5, 30]))
+                for s in (rng.randint(0, 120) for _ in range(rng.randint(0, 40)))]
+        frame = pl.DataFrame(rows, schema=["gpid", "start_ns", "end_ns"], orient="row")
+        got = _merge(frame, ["gpid"], way=way)
+        want = []
+        for g in sorted({r[0] for r in rows}):
+            for s, e in sorted((s, e) for gg, s, e in rows if gg == g):
+                if want and want[-1][0] == g and s <= want[-1][2]:
+                    want[-1][2] = max(want[-1][2], e)
+                else:
+                    want.append([g, s, e])
+        assert [list(r) for r in got.iter_rows()] == want
+        assert got.equals(_merge(frame, ["gpid"], way="polars"))
+    with pytest.raises(ValueError):
+        _merge(pl.DataFrame({"call_id": [1], "start_ns": [0], "end_ns": [1]}), ["call_id"], way="numpy")
 
 
 REAL_STALLS = ["public/nsys-ai_h100_2gpu_1s_2026.2.sqlite", "public/nsys-ai_mfu_2gpu_after_2026.2.sqlite",
