@@ -70,6 +70,7 @@ test: export NSYSAUDIT_REQUIRE_NATIVE := 1
 # stealing: a worker that runs out takes half of the other's queue (the default hands each worker a
 # first block of the suite, an eighth of it on two cores, to run whatever comes after: with the
 # sweep's shards first in one, that worker ran on 186 s after the other had run out, in one run).
+# Each worker runs on cores of its own (tests/conftest.py; NSYSAUDIT_TEST_PIN=0 leaves them free).
 test test-pure test-fast: export PYTEST_ADDOPTS ?= -n auto --dist worksteal
 test: venv nsys chromium ## every test (installs the deps, nsys and Chromium first)
 	$(PY) -m pytest -q
