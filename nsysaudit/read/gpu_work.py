@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -570,11 +569,9 @@ MergeWay = Literal["polars", "numpy"]
 def _merge(rows: pl.DataFrame, keys: list[str], *, way: MergeWay | None = None) -> pl.DataFrame:
     """Per key, the union of the rows' intervals as disjoint sorted intervals (``keys, start_ns, end_ns``,
     in that order). By process (``keys`` ``["gpid"]``) with numpy (:func:`_merge_numpy`) from
-    :data:`NUMPY_MIN_ROWS` rows, or once numpy is loaded (a large export's GPU pass: its batches of a
-    few thousand rows, 0.9 ms a merge in polars' one query, 0.4 ms in numpy); else in polars: the same
-    frame."""
+    :data:`NUMPY_MIN_ROWS` rows, else in polars: the same frame."""
     if way is None:
-        way = "numpy" if keys == ["gpid"] and (rows.height >= NUMPY_MIN_ROWS or "numpy" in sys.modules) else "polars"
+        way = "numpy" if keys == ["gpid"] and rows.height >= NUMPY_MIN_ROWS else "polars"
     if way == "numpy":
         if keys != ["gpid"]:
             raise ValueError(f"numpy merges by process only, not by {keys}")
@@ -1134,7 +1131,7 @@ def _inside(work: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-NUMPY_MIN_ROWS = 10_000  # from this many work rows or windows a batch is summed with numpy (or once it is loaded)
+NUMPY_MIN_ROWS = 10_000  # from this many work rows or windows a batch is summed with numpy
 SUMS_SCHEMA: Schema = {"call_id": pl.Int64, "stream_id": pl.Int64, "rows": pl.Int64, "busy_ns": pl.Int64}
 
 
@@ -1145,16 +1142,12 @@ def _sums(windows: pl.DataFrame, work: pl.DataFrame, *, way: SumsWay | None = No
     """``call_id, stream_id, rows, busy_ns``: per window and stream, the ``work`` rows overlapping it
     and the sum of their parts inside it (:func:`_sums_polars` says how). A few rows and windows are
     summed over their pairs (:func:`_sums_pairs`), large batches with numpy's binary searches per
-    stream (:func:`_sums_numpy`): the same sums. numpy too once it is loaded (a large export's scan
-    loads it), whatever the size: on the 20M-kernel export's batches (10-25 windows, 3,000-5,000
-    rows) the as-of joins' 37 queries took 10.7 ms a batch, numpy's searches 1.5 ms; a small export
-    does not import numpy for them (the as-of joins stay its way)."""
+    stream (:func:`_sums_numpy`): the same sums."""
     if not windows.height or not work.height:
         return pl.DataFrame(schema=SUMS_SCHEMA)
     if way is None:
         way = ("pairs" if windows.height * work.height <= PAIRS_MAX
-               else "numpy" if max(work.height, windows.height) >= NUMPY_MIN_ROWS or "numpy" in sys.modules
-               else "as-of")
+               else "numpy" if max(work.height, windows.height) >= NUMPY_MIN_ROWS else "as-of")
     if way == "pairs":
         return _sums_pairs(windows, work)
     if way == "numpy":
