@@ -49,10 +49,11 @@ if _WORKERS := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # on the whole suite, same machine, back to back: `make test` 473 -> 404 s, `make test-pure`
     # 90 -> 78 s. A worker's default batch jobs (the cores it may run on) are then its share.
     # NSYSAUDIT_TEST_PIN=0 leaves the workers free (to measure the difference).
-    if os.environ.get("NSYSAUDIT_TEST_PIN", "1") == "1" and hasattr(os, "sched_setaffinity"):
+    _worker = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
+    if _worker and os.environ.get("NSYSAUDIT_TEST_PIN", "1") == "1" and hasattr(os, "sched_setaffinity"):
         _cpus = sorted(os.sched_getaffinity(0))
         _share = len(_cpus) // max(1, int(_WORKERS))
-        _n = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:])
+        _n = int(_worker.group(1))
         if _share >= 1 and _n < int(_WORKERS):
             os.sched_setaffinity(0, _cpus[_n * _share:(_n + 1) * _share])
 # The engine the console script gives polars' lazy queries (nsysaudit/__main__.py), for the analyses
