@@ -83,7 +83,8 @@ test: venv nsys chromium ## every test (installs the deps, nsys and Chromium fir
 # Left out: the tests marked pure_skip: verify's checks of a sealed folder, not the reading (a changed
 # byte of a sealed folder, a forged metadata value: the second was 50 s of this run's 193 s), and the
 # tests that set NSYSAUDIT_NATIVE for each of their cases, which would run here unchanged (the 4M-row
-# export under ulimit -v: 26 s of this run's 149 s).
+# export under ulimit -v: 26 s of this run's 149 s), and those that read no export (the ledger's
+# matching against a reference, its events built in the test: 9 s).
 test-pure: export NSYSAUDIT_NATIVE := 0
 test-pure: venv ## the reader tests on the pure engines (NSYSAUDIT_NATIVE=0)
 	$(PY) -m pytest -q @tests/reader-tests.txt -m "not pure_skip"
